@@ -1,0 +1,154 @@
+"""`finserve bench engine`: the engine side by side with HF transformers generate(), same weights/dtype/threads.
+
+1. batch-1 decode TPOT (256-token prompt, 128 new tokens) and its fraction of the bandwidth roofline;
+2. a mixed batch (64 requests, prompts 32-1024, outputs 16-256, fixed seed): output tokens/s of
+   continuous batching vs HF static batches of 8;
+3. prefix reuse: TTFT of a second question on the same 2,000-token document vs the first.
+"""
+from __future__ import annotations
+
+import random
+import time
+import uuid
+
+import torch
+
+from bench.common import alternate, environment, measure_bandwidth_gbs, summary, write_json
+from engine.engine import LLMEngine
+from engine.factory import engine_config
+from engine.model.loader import weight_bytes
+from engine.request import EngineRequest, RequestMetrics, SamplingParams
+
+
+def _req(ids, n, cls="bulk_extraction") -> EngineRequest:
+    return EngineRequest(uuid.uuid4().hex, list(ids), SamplingParams(max_tokens=n, ignore_eos=True), cls)
+
+
+def _drain(engine: LLMEngine) -> None:
+    while engine.has_unfinished():
+        engine.step()
+
+
+def _rand_ids(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(200, 40000) for _ in range(n)]
+
+
+class HFRunner:
+    def __init__(self, model_dir: str):
+        from transformers import LlamaForCausalLM
+
+        self.model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+    @torch.inference_mode()
+    def generate(self, batch: list[list[int]], n: int) -> float:
+        """Static batch, left padded; returns seconds."""
+        width = max(len(p) for p in batch)
+        ids = torch.zeros((len(batch), width), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(batch):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        t0 = time.perf_counter()
+        self.model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                            pad_token_id=0)
+        return time.perf_counter() - t0
+
+
+def bench_decode(engine: LLMEngine, hf: HFRunner, reps: int, prompt_len=256, new=128) -> dict:
+    prompt = _rand_ids(random.Random(0), prompt_len)
+
+    def ours() -> float:
+        r = _req(prompt, new)
+        engine.add_request(r)
+        _drain(engine)
+        return RequestMetrics.of(r).tpot_ms
+
+    def theirs() -> float:
+        t1 = hf.generate([prompt], 1)
+        tn = hf.generate([prompt], new)
+        return (tn - t1) * 1000 / (new - 1)
+
+    ours(), theirs()  # warm-up
+    res = alternate({"finserve": ours, "hf": theirs}, reps)
+    return {name: summary(v) for name, v in res.items()}
+
+
+def mixed_workload(n: int, seed: int = 0) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    return [(_rand_ids(rng, rng.randint(32, 1024)), rng.randint(16, 256)) for _ in range(n)]
+
+
+def bench_mixed(engine: LLMEngine, hf: HFRunner, reps: int, n_requests: int, hf_batch: int = 8) -> dict:
+    work = mixed_workload(n_requests)
+    useful = sum(n for _, n in work)
+
+    def ours() -> float:
+        t0 = time.perf_counter()
+        for ids, n in work:
+            engine.add_request(_req(ids, n))
+        _drain(engine)
+        return useful / (time.perf_counter() - t0)
+
+    def theirs() -> float:
+        secs = 0.0
+        for i in range(0, len(work), hf_batch):
+            chunk = work[i: i + hf_batch]
+            secs += hf.generate([p for p, _ in chunk], max(n for _, n in chunk))
+        return useful / secs
+
+    res = alternate({"finserve": ours, "hf": theirs}, reps)
+    out = {name: summary(v) for name, v in res.items()}
+    out["useful_output_tokens"] = useful
+    out["input_tokens"] = sum(len(p) for p, _ in work)
+    return out
+
+
+def bench_prefix(engine: LLMEngine, reps: int, doc_len: int = 2000) -> dict:
+    rng = random.Random(1)
+    cold, warm = [], []
+    for _ in range(reps):
+        doc = _rand_ids(rng, doc_len)  # a new document each repetition: the first question is truly cold
+        first, second = _req(doc + _rand_ids(rng, 20), 8, "document_qa"), _req(doc + _rand_ids(rng, 20), 8, "document_qa")
+        for r in (first, second):
+            engine.add_request(r)
+            _drain(engine)
+        cold.append(RequestMetrics.of(first).ttft_ms)
+        warm.append(RequestMetrics.of(second).ttft_ms)
+        assert second.num_cached_tokens >= doc_len - engine.config.block_size
+    return {"cold_ttft_ms": summary(cold), "warm_ttft_ms": summary(warm), "cached_tokens": second.num_cached_tokens}
+
+
+def run(json_path: str | None, reps: int = 3, mixed_requests: int = 64, threads: int | None = None,
+        model: str | None = None) -> dict:
+    overrides = {"kv_cache_memory_bytes": 2 << 30, "max_num_batched_tokens": 1024, "max_num_seqs": 64,
+                 "scheduling": "fcfs"}
+    if threads:
+        overrides["num_threads"] = threads
+    engine = LLMEngine(engine_config(model, **overrides))
+    torch.set_num_threads(engine.config.num_threads)
+    hf = HFRunner(engine.config.model)
+    bw = measure_bandwidth_gbs()
+    wbytes = weight_bytes(engine.runner.model)
+    decode = bench_decode(engine, hf, reps)
+    for name in ("finserve", "hf"):
+        tpot_s = decode[name]["median"] / 1000
+        decode[name]["roofline_fraction"] = (wbytes / tpot_s / 1e9) / bw
+    decode["tpot_ratio_finserve_over_hf"] = decode["finserve"]["median"] / decode["hf"]["median"]
+    mixed = bench_mixed(engine, hf, reps, mixed_requests)
+    mixed["output_tps_ratio_finserve_over_hf"] = mixed["finserve"]["median"] / mixed["hf"]["median"]
+    prefix = bench_prefix(engine, reps)
+    prefix["warm_over_cold"] = prefix["warm_ttft_ms"]["median"] / prefix["cold_ttft_ms"]["median"]
+    data = {
+        "benchmark": "engine",
+        "environment": environment(engine.config.num_threads, engine.config.resolved_dtype, engine.config.model),
+        "bandwidth_gbs": bw,
+        "weight_bytes_per_decode_step": wbytes,
+        "decode_batch1": {"prompt_tokens": 256, "new_tokens": 128, "tpot_ms": decode},
+        "mixed_batch": {"requests": mixed_requests, "hf_static_batch": 8, "output_tokens_per_s": mixed},
+        "prefix_reuse": {"document_tokens": 2000, **prefix},
+        "targets": {
+            "tpot_ratio_max": 0.5, "mixed_output_tps_ratio_min": 3.0, "warm_over_cold_max": 0.1,
+        },
+    }
+    write_json(json_path, data)
+    return data

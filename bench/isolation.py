@@ -1,0 +1,161 @@
+"""`finserve bench isolation`: does the class policy protect realtime risk from bulk and documents?
+
+Three situations, back to back, on the real default model:
+  idle      - risk requests alone;
+  loaded    - the same risk requests while bulk saturates the engine and one 4,000-token document
+              is being prefilled, with the class policy;
+  fcfs      - the same load with class-blind first-come-first-served scheduling.
+Also bulk output tokens/s alone vs under the mixed load (class policy).
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+
+from bench.common import environment, percentile, write_json
+from engine.client import EngineClient
+from engine.engine import LLMEngine
+from engine.factory import engine_config
+from engine.request import EngineRequest, RequestMetrics, SamplingParams
+
+RISK_PROMPT_TOKENS = 160
+RISK_OUTPUT_TOKENS = 16
+BULK_PROMPT_TOKENS = 300
+BULK_OUTPUT_TOKENS = 96
+DOC_TOKENS = 4000
+
+
+def _ids(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(200, 40000) for _ in range(n)]
+
+
+async def _one(client: EngineClient, req: EngineRequest) -> EngineRequest:
+    async for _ in client.generate(req):
+        pass
+    return req
+
+
+def _new(rng, n_in, n_out, cls) -> EngineRequest:
+    return EngineRequest(uuid.uuid4().hex, _ids(rng, n_in), SamplingParams(max_tokens=n_out, ignore_eos=True), cls)
+
+
+async def _risk_stream(client, rng, count: int, gap_s: float) -> list[RequestMetrics]:
+    tasks = []
+    for _ in range(count):
+        tasks.append(asyncio.create_task(_one(client, _new(rng, RISK_PROMPT_TOKENS, RISK_OUTPUT_TOKENS, "realtime_risk"))))
+        await asyncio.sleep(gap_s * rng.uniform(0.5, 1.5))
+    return [RequestMetrics.of(r) for r in await asyncio.gather(*tasks)]
+
+
+async def _bulk_pump(client, rng, in_flight: int, stop: asyncio.Event, done: list[EngineRequest]) -> None:
+    async def worker():
+        while not stop.is_set():
+            done.append(await _one(client, _new(rng, BULK_PROMPT_TOKENS, BULK_OUTPUT_TOKENS, "bulk_extraction")))
+
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+
+
+def _bulk_tps(done: list[EngineRequest], t0: float, t1: float) -> float:
+    """Output tokens/s of bulk tokens produced inside [t0, t1]."""
+    n = sum(1 for r in done for t in r.token_times if t0 <= t <= t1)
+    return n / (t1 - t0)
+
+
+async def _situation(scheduling: str, load: bool, n_risk: int, gap_s: float, bulk_in_flight: int, seed: int, model) -> dict:
+    client = EngineClient(LLMEngine(engine_config(model, scheduling=scheduling))).start()
+    rng = random.Random(seed)
+    try:
+        await _one(client, _new(rng, 64, 4, "realtime_risk"))  # warm-up
+        stop, bulk_done, doc = asyncio.Event(), [], None
+        pump = None
+        if load:
+            pump = asyncio.create_task(_bulk_pump(client, rng, bulk_in_flight, stop, bulk_done))
+            await asyncio.sleep(3.0)  # let bulk saturate the batch
+            doc = asyncio.create_task(_one(client, _new(rng, DOC_TOKENS, 16, "document_qa")))
+            await asyncio.sleep(0.5)
+        t0 = time.time()
+        metrics = await _risk_stream(client, rng, n_risk, gap_s)
+        t1 = time.time()
+        stop.set()
+        if pump:
+            await pump  # in-flight bulk requests finish; nothing is aborted
+        doc_metrics = RequestMetrics.of(await doc) if doc else None
+        return _report(metrics, bulk_done, t0, t1, doc_metrics, client.policy)
+    finally:
+        client.shutdown()
+
+
+def _report(metrics, bulk_done, t0, t1, doc_metrics, policy) -> dict:
+    slo = policy.get("realtime_risk").slo
+    ttft = [m.ttft_ms for m in metrics]
+
+    def met(m: RequestMetrics) -> bool:
+        return all(
+            target is None or value is None or value <= target
+            for target, value in ((slo.ttft_ms, m.ttft_ms), (slo.tpot_ms, m.tpot_ms), (slo.e2e_ms, m.e2e_ms))
+        )
+
+    out = {
+        "risk_requests": len(metrics),
+        "risk_ttft_ms": {"p50": percentile(ttft, 50), "p99": percentile(ttft, 99), "max": max(ttft)},
+        "risk_queue_ms_p99": percentile([m.queue_ms for m in metrics], 99),
+        "risk_slo_attainment": sum(map(met, metrics)) / len(metrics),
+        "risk_preemptions": sum(m.preemptions for m in metrics),
+    }
+    if bulk_done:
+        out["bulk_output_tokens_per_s"] = _bulk_tps(bulk_done, t0, t1)
+        out["bulk_preemptions"] = sum(r.num_preemptions for r in bulk_done)
+    if doc_metrics:
+        out["document_ttft_ms"] = doc_metrics.ttft_ms
+    return out
+
+
+async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model) -> float:
+    client = EngineClient(LLMEngine(engine_config(model))).start()
+    rng = random.Random(seed)
+    try:
+        stop, done = asyncio.Event(), []
+        pump = asyncio.create_task(_bulk_pump(client, rng, bulk_in_flight, stop, done))
+        await asyncio.sleep(3.0)
+        t0 = time.time()
+        await asyncio.sleep(seconds)
+        t1 = time.time()
+        stop.set()
+        await pump
+        return _bulk_tps(done, t0, t1)
+    finally:
+        client.shutdown()
+
+
+def run(json_path: str | None, n_risk: int = 30, gap_s: float = 1.0, bulk_in_flight: int = 16, seed: int = 0,
+        model: str | None = None) -> dict:
+    async def main():
+        idle = await _situation("class", False, n_risk, gap_s, bulk_in_flight, seed, model)
+        loaded = await _situation("class", True, n_risk, gap_s, bulk_in_flight, seed, model)
+        fcfs = await _situation("fcfs", True, n_risk, gap_s, bulk_in_flight, seed, model)
+        alone = await _bulk_alone(n_risk * gap_s, bulk_in_flight, seed, model)
+        return idle, loaded, fcfs, alone
+
+    idle, loaded, fcfs, alone = asyncio.run(main())
+    cfg = engine_config(model)
+    data = {
+        "benchmark": "isolation",
+        "environment": environment(cfg.num_threads, cfg.resolved_dtype, cfg.model),
+        "workload": {"risk_prompt_tokens": RISK_PROMPT_TOKENS, "risk_output_tokens": RISK_OUTPUT_TOKENS,
+                     "risk_requests": n_risk, "risk_mean_gap_s": gap_s, "bulk_in_flight": bulk_in_flight,
+                     "bulk_prompt_tokens": BULK_PROMPT_TOKENS, "bulk_output_tokens": BULK_OUTPUT_TOKENS,
+                     "document_tokens": DOC_TOKENS, "seed": seed},
+        "idle": idle, "loaded_class_policy": loaded, "loaded_fcfs": fcfs,
+        "bulk_alone_output_tokens_per_s": alone,
+        "ratios": {
+            "loaded_p99_over_idle_p99": loaded["risk_ttft_ms"]["p99"] / idle["risk_ttft_ms"]["p99"],
+            "fcfs_p99_over_idle_p99": fcfs["risk_ttft_ms"]["p99"] / idle["risk_ttft_ms"]["p99"],
+            "bulk_under_load_over_alone": loaded.get("bulk_output_tokens_per_s", 0) / alone,
+        },
+        "targets": {"loaded_p99_over_idle_p99_max": 2.0, "risk_slo_attainment_min": 0.99,
+                    "bulk_under_load_over_alone_min": 0.8},
+    }
+    write_json(json_path, data)
+    return data

@@ -1,0 +1,4 @@
+"""finserve's inference engine: paged KV cache, continuous batching, class-aware scheduling.
+
+Imports no web, queue or database library.
+"""

@@ -1,0 +1,84 @@
+"""Admission: refuse at once what can never be served, and what a full class queue cannot take.
+
+Reasons (stable codes, mapped to HTTP by the gateway):
+  unknown_workload_class, duplicate_request_id,
+  prompt_too_long        prompt over the class's max_input_tokens
+  max_tokens_too_large   max_tokens over the class's max_output_tokens
+  context_overflow       prompt + max_tokens over the model's context (max_model_len)
+  exceeds_kv_budget      the request's KV could never fit in what its class may hold
+  queue_full             retryable: the class queue is at queue_limit (429 + Retry-After)
+Rejections are counted per class and reason; unknown-class rejections count under the
+policy's default class, since the class name came from the client and is unbounded.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter, defaultdict, deque
+
+from engine.outputs import AdmissionError
+from engine.request import EngineRequest
+from policies import ClassPolicy, Policy
+
+_RATE_WINDOW = 64  # recent finishes per class used for the retry estimate
+_RETRY_MIN_S, _RETRY_MAX_S = 1.0, 60.0
+
+
+class Admission:
+    def __init__(self, policy: Policy, max_model_len: int, block_size: int):
+        self.policy = policy
+        self.max_model_len = max_model_len
+        self.block_size = block_size
+        self.rejections: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self._finishes: defaultdict[str, deque[float]] = defaultdict(lambda: deque(maxlen=_RATE_WINDOW))
+
+    def resolve(self, req: EngineRequest) -> ClassPolicy:
+        name = req.workload_class or self.policy.classification.default_class
+        if name not in self.policy.classes:
+            self._reject(
+                self.policy.classification.default_class, "unknown_workload_class", f"unknown workload class {name!r}"
+            )
+        return self.policy.get(name)
+
+    def check(self, req: EngineRequest, cp: ClassPolicy, *, max_kv_blocks: int, waiting: int) -> None:
+        """Raises AdmissionError (and counts it) if `req` may not join class `cp`'s queue."""
+        n_in, n_out = req.num_prompt_tokens, req.sampling.max_tokens
+        if n_in > cp.max_input_tokens:
+            self._reject(cp.name, "prompt_too_long", f"prompt has {n_in} tokens, {cp.name} allows {cp.max_input_tokens}")
+        if n_out > cp.max_output_tokens:
+            self._reject(
+                cp.name, "max_tokens_too_large", f"max_tokens {n_out} is over {cp.name}'s {cp.max_output_tokens}"
+            )
+        if n_in + n_out > self.max_model_len:
+            self._reject(
+                cp.name, "context_overflow", f"{n_in} prompt + {n_out} max_tokens exceed the {self.max_model_len} context"
+            )
+        # The last sampled token is never fed back, so its KV is never written.
+        blocks = math.ceil((n_in + n_out - 1) / self.block_size)
+        if blocks > max_kv_blocks:
+            self._reject(
+                cp.name, "exceeds_kv_budget", f"needs {blocks} KV blocks, {cp.name} may hold at most {max_kv_blocks}"
+            )
+        if waiting >= cp.queue_limit:
+            retry = self.retry_after_s(cp.name, waiting)
+            self._reject(
+                cp.name, "queue_full", f"{cp.name} queue is full ({waiting} waiting)", retryable=True, retry_after_s=retry
+            )
+
+    def reject_duplicate(self, cls: str, request_id: str) -> None:
+        self._reject(cls, "duplicate_request_id", f"request id {request_id!r} is already in the engine")
+
+    def record_finish(self, cls: str, when: float) -> None:
+        self._finishes[cls].append(when)
+
+    def retry_after_s(self, cls: str, waiting: int) -> float:
+        """Time for the queue ahead to drain at the class's recent finish rate (1 s floor, 60 s cap)."""
+        times = self._finishes[cls]
+        if len(times) < 2 or times[-1] <= times[0]:
+            return _RETRY_MIN_S
+        rate = (len(times) - 1) / max(times[-1] - times[0], time.time() - times[0])
+        return min(_RETRY_MAX_S, max(_RETRY_MIN_S, waiting / rate))
+
+    def _reject(self, cls: str, reason: str, message: str, *, retryable=False, retry_after_s=None) -> None:
+        self.rejections[cls][reason] += 1
+        raise AdmissionError(reason, message, retryable=retryable, retry_after_s=retry_after_s)

@@ -1,0 +1,69 @@
+"""Engine configuration: built once, frozen. Derived values are computed, not stored back."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies import Policy
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str  # path of an HF-format Llama-family folder
+    policy: Policy
+    device: str = "cpu"
+    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
+    kv_cache_dtype: str = "auto"  # auto: same as dtype
+    block_size: int = 16
+    kv_cache_memory_bytes: int = 1 << 30  # KV block pool budget
+    num_blocks_override: int | None = None  # tests: exact number of blocks
+    max_num_batched_tokens: int = 512  # token budget of one step
+    max_num_seqs: int = 64  # batch slots in total
+    max_model_len: int | None = None  # None: the model's max_position_embeddings, capped at 8192
+    enable_prefix_caching: bool = True
+    scheduling: str = "class"  # "class" (policy-aware) or "fcfs" (comparison only)
+    num_threads: int | None = None  # torch intra-op threads on CPU; None = all cores
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.scheduling not in ("class", "fcfs"):
+            raise ValueError(f"scheduling must be 'class' or 'fcfs', not {self.scheduling!r}")
+        if self.block_size <= 0 or self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
+            raise ValueError("block_size, max_num_batched_tokens and max_num_seqs must be positive")
+
+    @property
+    def resolved_dtype(self) -> str:
+        if self.dtype != "auto":
+            return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(self.dtype, self.dtype)
+        return "bfloat16" if self.device.startswith("cuda") else "float32"
+
+    @property
+    def resolved_kv_dtype(self) -> str:
+        if self.kv_cache_dtype == "auto":
+            return self.resolved_dtype
+        return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(self.kv_cache_dtype, self.kv_cache_dtype)
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """KV cache geometry, derived from the model config: bytes = 2 x layers x tokens x kv_heads x head_dim x bytes."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    block_size: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.bytes_per_token * self.block_size
+
+    def num_blocks_for(self, memory_bytes: int) -> int:
+        return memory_bytes // self.bytes_per_block
+
+

@@ -1,0 +1,111 @@
+"""The fixed pool of KV blocks: reference counts, the free queue, the prefix-cache map.
+
+Every block is in exactly one of three states:
+  used    ref_cnt > 0: in at least one live request's block table
+  cached  ref_cnt == 0 with a prefix-cache key: evictable, kept in LRU order
+  free    ref_cnt == 0 without a key
+Allocation takes free blocks first and evicts the least recently released cached block only
+when no free block is left, so cached prefixes survive as long as memory allows.
+The pool knows nothing of requests or classes; KVCacheManager does.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engine.kv_cache.hashing import BlockHash
+
+
+@dataclass(eq=False)
+class KVBlock:
+    block_id: int  # index into the model runner's KV tensor
+    ref_cnt: int = 0  # block tables holding this block
+    block_hash: BlockHash | None = None  # prefix-cache key once the block is full and registered
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int):
+        if num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self._free: deque[KVBlock] = deque(self.blocks)
+        self._evictable: OrderedDict[int, KVBlock] = OrderedDict()  # block_id -> block, LRU first
+        self._by_hash: dict[BlockHash, KVBlock] = {}  # every registered block, used or evictable
+
+    # ---- counts -------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        """Blocks holding nothing."""
+        return len(self._free)
+
+    @property
+    def num_evictable(self) -> int:
+        """Unreferenced blocks still holding prefix-cache content."""
+        return len(self._evictable)
+
+    @property
+    def num_available(self) -> int:
+        """Blocks an allocation may take: free ones, then evicted cached ones."""
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - self.num_available
+
+    # ---- prefix cache -------------------------------------------------------------------
+    def lookup(self, block_hash: BlockHash) -> KVBlock | None:
+        return self._by_hash.get(block_hash)
+
+    def register(self, block: KVBlock, block_hash: BlockHash) -> KVBlock:
+        """Makes `block` the cached block for `block_hash`; returns the block that holds the key.
+
+        If another block already holds the key, that one is returned and `block` stays
+        unregistered: the map never keeps two blocks for the same content.
+        """
+        existing = self._by_hash.get(block_hash)
+        if existing is not None:
+            return existing
+        block.block_hash = block_hash
+        self._by_hash[block_hash] = block
+        return block
+
+    # ---- reference counting -------------------------------------------------------------
+    def allocate(self, n: int) -> list[KVBlock]:
+        """Takes `n` blocks (free first, then LRU evictions) with ref_cnt 1. Caller checks num_available."""
+        if n > self.num_available:
+            raise RuntimeError(f"asked for {n} blocks, {self.num_available} available")
+        out = []
+        for _ in range(n):
+            block = self._free.popleft() if self._free else self._evict_lru()
+            block.ref_cnt = 1
+            out.append(block)
+        return out
+
+    def touch(self, blocks: Iterable[KVBlock]) -> None:
+        """Adds a reference to cached blocks (a prefix hit); an evictable one becomes used again."""
+        for block in blocks:
+            if block.block_hash is None:
+                raise RuntimeError(f"block {block.block_id} is not in the prefix cache")
+            if block.ref_cnt == 0:
+                del self._evictable[block.block_id]
+            block.ref_cnt += 1
+
+    def release(self, blocks: Iterable[KVBlock]) -> None:
+        """Drops a reference; at zero a cached block becomes evictable (most recently used), others free."""
+        for block in blocks:
+            if block.ref_cnt <= 0:
+                raise RuntimeError(f"block {block.block_id} released more often than taken")
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                if block.block_hash is not None:
+                    self._evictable[block.block_id] = block
+                else:
+                    self._free.append(block)
+
+    def _evict_lru(self) -> KVBlock:
+        _, block = self._evictable.popitem(last=False)
+        del self._by_hash[block.block_hash]
+        block.block_hash = None
+        return block

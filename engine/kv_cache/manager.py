@@ -1,0 +1,201 @@
+"""KV cache manager: per-request block tables over the block pool, prefix caching, class budgets.
+
+The scheduler decides who runs; this class owns memory. `allocate_slots` returns the grown
+block table or None, and None is the scheduler's cue to preempt (`check` says why). The
+scheduler never touches free lists, reference counts or hashes.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.kv_cache.block_pool import BlockPool, KVBlock
+from engine.kv_cache.budget import ClassKVBudget
+from engine.kv_cache.hashing import BlockHashChain
+from engine.request import EngineRequest
+
+
+class AllocStatus(enum.Enum):
+    OK = "ok"
+    NO_FREE_BLOCKS = "no_free_blocks"  # the pool is short: freeing any blocks helps
+    CLASS_MAX_SHARE = "class_max_share"  # the class is at kv_max_share: only its own blocks help
+    GUARANTEE_RESERVED = "guarantee_reserved"  # a non-preemptible class would use others' unmet min share
+
+
+@dataclass(frozen=True)
+class KVCacheStats:
+    num_blocks: int
+    free_blocks: int  # hold nothing
+    cached_blocks: int  # unreferenced, hold prefix-cache content, evictable
+    used_blocks: int  # in live requests' block tables; free + cached + used == num_blocks
+    prefix_cache_hit_tokens: int
+    prefix_cache_query_tokens: int
+
+
+@dataclass(frozen=True)
+class _Need:
+    new_blocks: int  # taken from the pool
+    pool_blocks: int  # new blocks + cached hits that leave the evictable set
+    class_blocks: int  # blocks the request's class does not hold yet
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVCacheManager:
+    def __init__(
+        self, num_blocks: int, block_size: int, budget: ClassKVBudget | None = None, enable_caching: bool = True
+    ):
+        self.block_size = block_size
+        self.pool = BlockPool(num_blocks)
+        self.budget = budget or ClassKVBudget(num_blocks)
+        self.enable_caching = enable_caching
+        self._tables: dict[str, list[KVBlock]] = {}
+        self._chains: dict[str, BlockHashChain] = {}  # kept across preemption, dropped on finish
+        self._num_registered: dict[str, int] = {}  # leading table blocks already in the prefix cache
+        self.prefix_hit_tokens = 0
+        self.prefix_query_tokens = 0
+
+    # ---- prefix cache -------------------------------------------------------------------
+    def get_computed_blocks(self, req: EngineRequest) -> tuple[list[KVBlock], int]:
+        """Longest run of cached full blocks for the request's tokens, and the tokens they cover.
+
+        At most (num_tokens - 1) // block_size blocks: the last token is always computed so
+        the step that finishes the prefill has logits to sample from. The blocks are not
+        referenced until `allocate_slots` takes them.
+        """
+        if not self.enable_caching:
+            return [], 0
+        hashes = self._chain(req).extend(req.all_token_ids)
+        hits: list[KVBlock] = []
+        for h in hashes[: (req.num_tokens - 1) // self.block_size]:
+            block = self.pool.lookup(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits, len(hits) * self.block_size
+
+    def record_prefix_lookup(self, query_tokens: int, hit_tokens: int) -> None:
+        """Counts one admitted lookup (the scheduler calls it once the request is scheduled)."""
+        self.prefix_query_tokens += query_tokens
+        self.prefix_hit_tokens += hit_tokens
+
+    def cache_full_blocks(self, req: EngineRequest) -> None:
+        """Registers the request's newly computed full blocks in the prefix cache.
+
+        A block whose key is already cached (another request computed the same prefix in
+        the same steps) is swapped for the cached one, so identical content is held once.
+        """
+        table = self._tables.get(req.request_id)
+        if not self.enable_caching or not table:
+            return
+        start = self._num_registered.get(req.request_id, 0)
+        num_full = min(req.num_computed_tokens // self.block_size, len(table))
+        if num_full <= start:
+            return
+        hashes = self._chain(req).extend(req.all_token_ids)
+        for i in range(start, num_full):
+            cached = self.pool.register(table[i], hashes[i])
+            if cached is not table[i]:
+                self._swap(req, i, cached)
+        self._num_registered[req.request_id] = num_full
+
+    # ---- allocation ---------------------------------------------------------------------
+    def check(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> AllocStatus:
+        """Whether `allocate_slots` with the same arguments would succeed, and if not, why."""
+        cls = req.workload_class or ""
+        need = self._need(req, num_new_tokens, computed)
+        if not self.budget.within_max(cls, need.class_blocks):
+            return AllocStatus.CLASS_MAX_SHARE
+        if need.pool_blocks > self.pool.num_available:
+            return AllocStatus.NO_FREE_BLOCKS
+        left = self.pool.num_available - need.pool_blocks
+        if not self.budget.share(cls).preemptible and left < self.budget.unmet_min_of_others(cls):
+            return AllocStatus.GUARANTEE_RESERVED
+        return AllocStatus.OK
+
+    def allocate_slots(
+        self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()
+    ) -> list[int] | None:
+        """Grows the request's table to cover num_computed_tokens + cached + num_new_tokens tokens.
+
+        `computed` (from get_computed_blocks) may only be given for a request without a
+        table; the caller then sets num_computed_tokens to the tokens they cover.
+        Returns the whole block table, or None (nothing changed) if memory or budget says no.
+        """
+        if self.check(req, num_new_tokens, computed) is not AllocStatus.OK:
+            return None
+        rid, cls = req.request_id, req.workload_class or ""
+        need = self._need(req, num_new_tokens, computed)
+        table = self._tables.setdefault(rid, [])
+        if computed:
+            self.pool.touch(computed)  # before allocating, so eviction cannot take them
+            table.extend(computed)
+            self._num_registered[rid] = len(computed)
+        new = self.pool.allocate(need.new_blocks)
+        table.extend(new)
+        self.budget.acquire(cls, [b.block_id for b in (*computed, *new)])
+        return [b.block_id for b in table]
+
+    def free(self, req: EngineRequest, *, keep_hashes: bool = False) -> None:
+        """Drops the request's table. Preemption keeps the request's block keys (its tokens stay)."""
+        rid = req.request_id
+        table = self._tables.pop(rid, None)
+        if table:
+            self.budget.release(req.workload_class or "", [b.block_id for b in table])
+            # Tail first: the deepest blocks of a prefix become the first to be evicted.
+            self.pool.release(reversed(table))
+        self._num_registered.pop(rid, None)
+        if not keep_hashes:
+            self._chains.pop(rid, None)
+
+    # ---- introspection ------------------------------------------------------------------
+    def block_table(self, request_id: str) -> list[int]:
+        return [b.block_id for b in self._tables.get(request_id, ())]
+
+    def num_freeable(self, request_id: str) -> int:
+        """Blocks that would become available if this request were freed (those only it holds)."""
+        return sum(1 for b in self._tables.get(request_id, ()) if b.ref_cnt == 1)
+
+    def shortfall(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> int:
+        """Blocks that must become available before this allocation passes the pool and reserve checks."""
+        cls = req.workload_class or ""
+        need = self._need(req, num_new_tokens, computed).pool_blocks
+        if not self.budget.share(cls).preemptible:
+            need += self.budget.unmet_min_of_others(cls)
+        return max(0, need - self.pool.num_available)
+
+    def stats(self) -> KVCacheStats:
+        p = self.pool
+        return KVCacheStats(
+            p.num_blocks, p.num_free, p.num_evictable, p.num_used, self.prefix_hit_tokens, self.prefix_query_tokens
+        )
+
+    # ---- internals ----------------------------------------------------------------------
+    def _need(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock]) -> _Need:
+        table = self._tables.get(req.request_id, ())
+        if computed and table:
+            raise ValueError("cached blocks can only start an empty block table")
+        tokens = req.num_computed_tokens + len(computed) * self.block_size + num_new_tokens
+        new = max(0, _cdiv(tokens, self.block_size) - len(table) - len(computed))
+        cls = req.workload_class or ""
+        revived = sum(1 for b in computed if b.ref_cnt == 0)
+        not_held = sum(1 for b in computed if not self.budget.holds(cls, b.block_id))
+        return _Need(new, new + revived, new + not_held)
+
+    def _chain(self, req: EngineRequest) -> BlockHashChain:
+        chain = self._chains.get(req.request_id)
+        if chain is None:
+            chain = self._chains[req.request_id] = BlockHashChain(self.block_size, req.cache_salt)
+        return chain
+
+    def _swap(self, req: EngineRequest, index: int, cached: KVBlock) -> None:
+        table, cls = self._tables[req.request_id], req.workload_class or ""
+        own = table[index]
+        self.pool.touch([cached])
+        self.budget.acquire(cls, [cached.block_id])
+        table[index] = cached
+        self.budget.release(cls, [own.block_id])
+        self.pool.release([own])

@@ -1,0 +1,133 @@
+"""Rebuild a byte-level BPE `tokenizer.json` from a GGUF file's `tokenizer.ggml.*` metadata.
+
+A GGUF carries no tokenizer.json: llama.cpp stores the vocabulary (already spelled in GPT-2's
+byte alphabet, e.g. "Ġthe"), the merges ("Ġ t"), a type per token and the special token ids.
+What it does not store is the pre-tokenizer; it names it (`tokenizer.ggml.pre`), and llama.cpp
+maps the name to a list of split regexes (src/llama-vocab.cpp). We map the same names to the
+equivalent `tokenizers` pre-tokenizers, and refuse names we do not know rather than silently
+splitting text differently from how the model was trained.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+# llama.cpp token types (gguf.TokenType): 3 = CONTROL (special), 4 = USER_DEFINED (added, not special).
+_CONTROL = 3
+_USER_DEFINED = 4
+
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def _gpt2() -> pre_tokenizers.PreTokenizer:
+    # ByteLevel's built-in regex is GPT-2's: 's|'t|...| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+
+
+def _digits_then_gpt2() -> pre_tokenizers.PreTokenizer:
+    # llama.cpp: regex_exprs = {"\\p{N}", <GPT-2 regex>}, i.e. every digit is its own piece first.
+    # This is the same chain as SmolLM2's/StarCoder's original tokenizer.json.
+    return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), _gpt2()])
+
+
+def _split_then_bytes(pattern: str) -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+
+
+_PRE_TOKENIZERS = {
+    **dict.fromkeys(("gpt-2", "gpt2", "default", "mpt", "olmo", "jais"), _gpt2),
+    **dict.fromkeys(
+        ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"), _digits_then_gpt2
+    ),
+    **dict.fromkeys(
+        ("llama3", "llama-v3", "llama-bpe", "smaug-bpe", "dbrx", "falcon3"), lambda: _split_then_bytes(_LLAMA3_SPLIT)
+    ),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen"), lambda: _split_then_bytes(_QWEN2_SPLIT)),
+}
+
+
+def build_tokenizer(meta: dict[str, Any]) -> Tokenizer:
+    """A `tokenizers.Tokenizer` equivalent to llama.cpp's tokenizer for this GGUF metadata."""
+    kind = meta.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise ValueError(f"only byte-level BPE GGUF tokenizers (tokenizer.ggml.model 'gpt2') are supported: {kind!r}")
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if pre not in _PRE_TOKENIZERS:
+        raise ValueError(f"unknown GGUF pre-tokenizer {pre!r}; known: {sorted(_PRE_TOKENIZERS)}")
+
+    tokens: list[str] = meta["tokenizer.ggml.tokens"]
+    vocab = {token: index for index, token in enumerate(tokens)}
+    if len(vocab) != len(tokens):
+        raise ValueError("GGUF vocabulary has duplicate tokens")
+    merges = [tuple(merge.split(" ", 1)) for merge in meta["tokenizer.ggml.merges"]]
+
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    tokenizer.pre_tokenizer = _PRE_TOKENIZERS[pre]()
+    tokenizer.decoder = decoders.ByteLevel()
+
+    # Special and user-defined tokens are matched whole in raw text (never split by BPE) and keep
+    # their vocabulary ids; only CONTROL tokens are dropped by decode(skip_special_tokens=True).
+    types: list[int] = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types) if kind == _CONTROL]
+    )
+    tokenizer.add_tokens(
+        [AddedToken(t, special=False, normalized=False) for t, kind in zip(tokens, types) if kind == _USER_DEFINED]
+    )
+    tokenizer.post_processor = _post_processor(meta, tokens)
+    return tokenizer
+
+
+def _post_processor(meta: dict[str, Any], tokens: list[str]) -> processors.PostProcessor:
+    """What encode(add_special_tokens=True) adds: BOS/EOS only where the GGUF asks for them."""
+    prefix, suffix, specials = [], [], []
+    for key, side in (("bos", prefix), ("eos", suffix)):
+        token_id = meta.get(f"tokenizer.ggml.{key}_token_id")
+        if meta.get(f"tokenizer.ggml.add_{key}_token", False) and token_id is not None:
+            side.append(tokens[token_id])
+            specials.append((tokens[token_id], token_id))
+    if not specials:
+        return processors.ByteLevel(trim_offsets=False)
+    single = " ".join([*prefix, "$A", *suffix])
+    pair = " ".join([*prefix, "$A", *suffix, *prefix, "$B:1", *suffix])
+    return processors.TemplateProcessing(single=single, pair=pair, special_tokens=sorted(set(specials)))
+
+
+def tokenizer_config(meta: dict[str, Any]) -> dict[str, Any]:
+    """tokenizer_config.json: special token strings, BOS/EOS flags and the chat template."""
+    tokens: list[str] = meta["tokenizer.ggml.tokens"]
+
+    def token(key: str) -> str | None:
+        token_id = meta.get(f"tokenizer.ggml.{key}")
+        return tokens[token_id] if token_id is not None else None
+
+    arch = meta["general.architecture"]
+    config: dict[str, Any] = {
+        # TokenizersBackend/PreTrainedTokenizerFast load tokenizer.json as written; a model-specific
+        # class could re-derive the pre-tokenizer and drop e.g. the digit split.
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        "add_eos_token": bool(meta.get("tokenizer.ggml.add_eos_token", False)),
+        "bos_token": token("bos_token_id"),
+        "eos_token": token("eos_token_id"),
+        "unk_token": token("unknown_token_id"),
+        "pad_token": token("padding_token_id"),
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": int(meta.get(f"{arch}.context_length", 2048)),
+    }
+    if "tokenizer.chat_template" in meta:
+        config["chat_template"] = meta["tokenizer.chat_template"]
+    return config

@@ -1,0 +1,79 @@
+"""Load an HF-format Llama-family folder (config.json + *.safetensors) into LlamaModel."""
+from __future__ import annotations
+
+import json
+import structlog
+import time
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from engine.model.config import ModelConfig
+from engine.model.llama import LlamaModel
+
+log = structlog.get_logger(__name__)
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    index = folder / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else None
+    paths = [folder / f for f in files] if files else sorted(folder.glob("*.safetensors"))
+    if not paths:
+        raise FileNotFoundError(f"no *.safetensors in {folder}")
+    tensors: dict[str, torch.Tensor] = {}
+    for p in paths:
+        with safe_open(str(p), framework="pt") as f:
+            for name in f.keys():
+                tensors[name] = f.get_tensor(name)
+    return tensors
+
+
+def _fuse(raw: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """HF tensor names -> the fused layout LlamaModel expects."""
+
+    def take(name: str) -> torch.Tensor:
+        try:
+            return raw.pop(name)
+        except KeyError:
+            raise ValueError(f"checkpoint is missing tensor {name!r}") from None
+
+    out = {"embed": take("model.embed_tokens.weight"), "norm": take("model.norm.weight")}
+    if "lm_head.weight" in raw and not cfg.tie_word_embeddings:
+        out["lm_head"] = take("lm_head.weight")
+    raw.pop("lm_head.weight", None)
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        out[f"{i}.qkv"] = torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"], dim=0)
+        if p + "self_attn.q_proj.bias" in raw:  # Qwen2 has QKV biases
+            out[f"{i}.qkv_bias"] = torch.cat([take(p + f"self_attn.{n}_proj.bias") for n in "qkv"], dim=0)
+        out[f"{i}.o_proj"] = take(p + "self_attn.o_proj.weight")
+        out[f"{i}.gate_up"] = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], dim=0)
+        out[f"{i}.down"] = take(p + "mlp.down_proj.weight")
+        out[f"{i}.input_norm"] = take(p + "input_layernorm.weight")
+        out[f"{i}.post_norm"] = take(p + "post_attention_layernorm.weight")
+    leftovers = [k for k in raw if "rotary_emb" not in k]
+    if leftovers:
+        raise ValueError(f"unexpected tensors in checkpoint: {leftovers[:5]}")
+    return out
+
+
+def load_model(folder: str | Path, device: torch.device, dtype: torch.dtype) -> tuple[LlamaModel, ModelConfig]:
+    folder = Path(folder)
+    t0 = time.perf_counter()
+    cfg = ModelConfig.from_folder(folder)
+    fused = _fuse(_read_tensors(folder), cfg)
+    weights = {k: v.to(device=device, dtype=dtype).contiguous() for k, v in fused.items()}
+    model = LlamaModel(cfg, weights, device, dtype)
+    log.info("model_loaded", folder=str(folder), layers=cfg.num_layers, seconds=round(time.perf_counter() - t0, 2))
+    return model, cfg
+
+
+def weight_bytes(model: LlamaModel) -> int:
+    """Bytes of weights one decode step streams (tied embeddings counted once, as lm_head)."""
+    tensors = [model.lm_head, model.norm]
+    for layer in model.layers:
+        tensors += [layer.qkv, layer.o_proj, layer.gate_up, layer.down, layer.input_norm, layer.post_norm]
+    return sum(t.numel() * t.element_size() for t in tensors)

@@ -1,0 +1,118 @@
+"""Tiny Llama models with random weights, for tests that compare the engine with HF transformers.
+
+The folder has the same layout as a prepared model (config.json, model.safetensors with HF names)
+and the default model's tokenizer files, so prompts and chat templates work unchanged.
+
+Initialisation: std 0.02 (HF's initializer_range) for embeddings, v/o and the MLP, but
+std 1/sqrt(hidden_size) for q_proj/k_proj so attention scores are O(1). With 0.02 everywhere
+the softmax would be nearly uniform and bugs in RoPE positions or KV-cache slots would barely
+move the logits. Norm weights are 1 + N(0, 0.1) so a missing or misplaced norm weight shows up.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def _layer_shapes(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int) -> dict[str, tuple[int, ...]]:
+    return {
+        "input_layernorm.weight": (hidden,),
+        "post_attention_layernorm.weight": (hidden,),
+        "self_attn.q_proj.weight": (heads * head_dim, hidden),
+        "self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
+        "self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
+        "self_attn.o_proj.weight": (hidden, heads * head_dim),
+        "mlp.gate_proj.weight": (inter, hidden),
+        "mlp.up_proj.weight": (inter, hidden),
+        "mlp.down_proj.weight": (hidden, inter),
+    }
+
+
+def _init(name: str, shape: tuple[int, ...], hidden: int, gen: torch.Generator) -> torch.Tensor:
+    noise = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if name.endswith("norm.weight"):
+        return 1.0 + 0.1 * noise
+    if "q_proj" in name or "k_proj" in name:
+        return noise * hidden**-0.5
+    return noise * 0.02
+
+
+def write_random_llama(
+    path: str | Path,
+    *,
+    num_layers: int = 2,
+    hidden_size: int = 64,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    head_dim: int = 16,
+    intermediate_size: int = 128,
+    tie_word_embeddings: bool = True,
+    seed: int = 0,
+    max_position_embeddings: int = 2048,
+    rope_theta: float = 10000.0,
+    rms_norm_eps: float = 1e-5,
+    tokenizer_dir: str | Path | None = None,
+) -> Path:
+    """Write a random Llama into path (created if needed) and return it.
+
+    tokenizer_dir: folder whose tokenizer files are copied; default: the prepared default model
+    (prepared on first use). The vocabulary size is taken from that tokenizer (49152 for SmolLM2).
+    """
+    if num_heads % num_kv_heads:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+    if tokenizer_dir is None:
+        from engine.model.prepare import ensure_default_model  # converts the GGUF only if not done yet
+
+        tokenizer_dir = ensure_default_model()
+    source = Path(tokenizer_dir)
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    for filename in _TOKENIZER_FILES:
+        shutil.copyfile(source / filename, out / filename)
+    source_config = json.loads((source / "config.json").read_text())
+    vocab_size = int(source_config["vocab_size"])
+
+    gen = torch.Generator().manual_seed(seed)
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab_size, hidden_size)}
+    for layer in range(num_layers):
+        for name, shape in _layer_shapes(hidden_size, num_heads, num_kv_heads, head_dim, intermediate_size).items():
+            shapes[f"model.layers.{layer}.{name}"] = shape
+    shapes["model.norm.weight"] = (hidden_size,)
+    if not tie_word_embeddings:
+        shapes["lm_head.weight"] = (vocab_size, hidden_size)
+    tensors = {name: _init(name, shape, hidden_size, gen).contiguous() for name, shape in shapes.items()}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": rms_norm_eps,
+        "rope_theta": rope_theta,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "vocab_size": vocab_size,
+        "max_position_embeddings": max_position_embeddings,
+        "tie_word_embeddings": tie_word_embeddings,
+        "bos_token_id": source_config.get("bos_token_id"),
+        "eos_token_id": source_config.get("eos_token_id"),
+        "pad_token_id": source_config.get("pad_token_id"),
+        "torch_dtype": "float32",
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    generation = {key: config[key] for key in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    return out

@@ -1,0 +1,127 @@
+"""Turns a SchedulerOutput into tensors, runs the model, samples.
+
+Owns the device, the model weights and the KV pool. The pool is one tensor
+[layers, 2 (K, V), num_blocks x block_size, kv_heads, head_dim]; its size is what the
+KV formula predicts, to the byte.
+"""
+from __future__ import annotations
+
+import torch
+
+from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
+from engine.model.attention import AttentionMetadata, PrefillMeta
+from engine.model.config import ModelConfig
+from engine.model.loader import TORCH_DTYPES, load_model
+from engine.outputs import ScheduledSeq, SchedulerOutput
+from engine.sampler import SamplingRow, sample
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.device = torch.device(config.device)
+        self.dtype = TORCH_DTYPES[config.resolved_dtype]
+        self.kv_dtype = TORCH_DTYPES[config.resolved_kv_dtype]
+        if self.device.type == "cpu" and config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.model, self.model_config = load_model(config.model, self.device, self.dtype)
+        mc: ModelConfig = self.model_config
+        self.kv_spec = KVCacheSpec(
+            num_layers=mc.num_layers,
+            num_kv_heads=mc.num_kv_heads,
+            head_dim=mc.head_dim,
+            dtype_bytes=DTYPE_BYTES[config.resolved_kv_dtype],
+            block_size=config.block_size,
+        )
+        self.num_blocks = config.num_blocks_override or self.kv_spec.num_blocks_for(config.kv_cache_memory_bytes)
+        if self.num_blocks < 1:
+            raise ValueError(f"KV budget {config.kv_cache_memory_bytes} B holds no block of {self.kv_spec.bytes_per_block} B")
+        slots = self.num_blocks * config.block_size
+        self.kv_cache = torch.zeros(
+            (mc.num_layers, 2, slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype, device=self.device
+        )
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.kv_cache.numel() * self.kv_cache.element_size()
+
+    def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow]) -> dict[str, int]:
+        """Computes every scheduled token; returns the sampled token of each seq whose step samples."""
+        seqs = sorted(out.seqs, key=lambda s: s.num_new_tokens == 1)  # multi-token prefills first (stable)
+        input_ids, positions, meta, logits_rows, sampled_ids = self._prepare(seqs)
+        logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)
+        if not sampled_ids:
+            return {}
+        tokens = sample(logits, [rows[rid] for rid in sampled_ids])
+        return dict(zip(sampled_ids, tokens))
+
+    def _slots(self, block_ids: list[int], start: int, end: int) -> torch.Tensor:
+        bs = self.config.block_size
+        pos = torch.arange(start, end)
+        table = torch.tensor(block_ids, dtype=torch.long)
+        return table[pos // bs] * bs + pos % bs
+
+    def _prepare(self, seqs: list[ScheduledSeq]):
+        ids: list[int] = []
+        pos_parts, slot_parts, prefills, decodes = [], [], [], []
+        logits_rows: list[int] = []
+        sampled_ids: list[str] = []
+        row = 0
+        for s in seqs:
+            req, n = s.request, s.num_new_tokens
+            n_prompt = req.num_prompt_tokens
+            if s.end_pos <= n_prompt:
+                ids.extend(req.prompt_token_ids[s.start_pos : s.end_pos])
+            else:
+                ids.extend(req.token_id_at(p) for p in range(s.start_pos, s.end_pos))
+            pos_parts.append(torch.arange(s.start_pos, s.end_pos))
+            slot_parts.append(self._slots(s.block_ids, s.start_pos, s.end_pos))
+            if n > 1:
+                prefills.append(self._prefill_meta(s, row))
+            else:
+                decodes.append(s)
+            row += n
+            if s.samples:
+                logits_rows.append(row - 1)
+                sampled_ids.append(req.request_id)
+        decode_slots, decode_mask = self._decode_meta(decodes)
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.cat(slot_parts).to(dev),
+            prefills=prefills,
+            decode_start=row - len(decodes),
+            decode_slots=decode_slots,
+            decode_mask=decode_mask,
+        )
+        return (
+            torch.tensor(ids, dtype=torch.long, device=dev),
+            torch.cat(pos_parts).to(dev),
+            meta,
+            torch.tensor(logits_rows, dtype=torch.long, device=dev),
+            sampled_ids,
+        )
+
+    def _prefill_meta(self, s: ScheduledSeq, row: int) -> PrefillMeta:
+        n = s.num_new_tokens
+        if s.start_pos == 0:
+            return PrefillMeta(row, row + n, None, None)
+        ctx = s.end_pos
+        key_slots = self._slots(s.block_ids, 0, ctx).to(self.device)
+        mask = torch.arange(ctx)[None, :] <= torch.arange(s.start_pos, ctx)[:, None]  # [n, ctx]
+        return PrefillMeta(row, row + n, key_slots, mask.to(self.device))
+
+    def _decode_meta(self, decodes: list[ScheduledSeq]):
+        if not decodes:
+            return None, None
+        bs = self.config.block_size
+        ctx = torch.tensor([s.end_pos for s in decodes])  # keys 0..end_pos-1 (incl. the new token)
+        lmax = int(ctx.max())
+        nb = (lmax + bs - 1) // bs
+        table = torch.zeros((len(decodes), nb), dtype=torch.long)
+        for i, s in enumerate(decodes):
+            blocks = s.block_ids[:nb]
+            table[i, : len(blocks)] = torch.tensor(blocks, dtype=torch.long)
+        pos = torch.arange(lmax)
+        slots = table[:, pos // bs] * bs + pos % bs  # [Bd, Lmax]
+        mask = (pos[None, :] < ctx[:, None])[:, None, None, :]  # [Bd, 1, 1, Lmax]
+        return slots.to(self.device), mask.to(self.device)

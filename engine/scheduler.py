@@ -1,0 +1,355 @@
+"""Scheduler: continuous batching with chunked prefill, driven by the workload-class policy.
+
+One step (`schedule`), under `max_num_batched_tokens` and `max_num_seqs`:
+  1. decodes of running requests, in rank order;
+  2. the rest of the budget, in rank order over running requests with tokens left and waiting
+     requests: continue chunked prefills and admit new requests (a prompt longer than the
+     allowance is chunked);
+  3. if class reserves held tokens back that their classes could not use, the reserves are
+     dropped and 1-2 run again over what was skipped.
+Rank: promoted requests (see the starvation guarantee) first, then class priority (higher
+first), then arrival. Every behaviour comes from ClassPolicy values (engine/request_queue.py
+turns them into ClassRules per mode); no class name is ever tested here.
+
+Class rules
+  step_token_share  reserved in every step while the class has work (engine/token_budget.py)
+  max_running       batch slots of the class; a class at its limit stops admitting, others go on
+  kv_max_share      the class never holds more blocks; at the cap it preempts its own newest
+  kv_min_share      guaranteed: no other class preempts it below that share, a class under it
+                    may take blocks back from any preemptible class above its own minimum, and
+                    a non-preemptible class never borrows another's unmet minimum
+  preemptible       whether other classes may preempt it
+A waiting request that cannot get a slot or blocks preempts running preemptible requests of
+lower-priority classes (lowest priority first, newest first), only if that makes enough room.
+If it still cannot start, nothing ranked below it is admitted this step (a higher class never
+waits behind a lower one for slots or blocks). A running request that needs a block preempts
+lower-ranked ones, or itself when it is the lowest.
+
+Preemption is by recompute: blocks freed, num_computed_tokens = 0, status PREEMPTED,
+num_preemptions += 1, output tokens kept; the request re-enters the waiting queue at its
+original rank (ahead of every later arrival of its class) and later prefills prompt + output
+tokens, with whatever the prefix cache still holds.
+
+Starvation guarantee: a live request (waiting, preempted or running) that has not been
+scheduled for `starvation_steps` consecutive steps is promoted for the rest of its life: it
+ranks ahead of every class for slots, blocks and step tokens (reserves do not hold it back),
+nothing ranked below it is admitted while it waits for room, and other classes can no longer
+preempt it. Running requests finish within their max_tokens, so room appears and a promoted
+request starts and then completes; any class, the lowest included, therefore waits at most
+`starvation_steps` steps plus the drain time of what was running when it was promoted.
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from engine.admission import Admission
+from engine.config import EngineConfig
+from engine.kv_cache import AllocStatus, ClassKVBudget, ClassShare, KVBlock, KVCacheManager
+from engine.outputs import ClassStats, EngineStats, ScheduledSeq, SchedulerOutput
+from engine.request import EngineRequest, RequestStatus
+from engine.request_queue import SchedulingMode, create_request_queue, resolve_class_rules
+from engine.token_budget import StepTokenBudget, class_reserves
+
+DEFAULT_STARVATION_STEPS = 256  # ~ tens of seconds at CPU step times: far beyond any interactive SLO
+_FINISHED_KEPT = 1024  # finished requests remembered so finish_request stays idempotent
+
+
+@dataclass
+class _Step:
+    """What one schedule() call has decided so far."""
+
+    budget: StepTokenBudget
+    seqs: dict[str, ScheduledSeq] = field(default_factory=dict)  # in scheduling order
+    preempted: list[str] = field(default_factory=list)
+    blocked_classes: set[str] = field(default_factory=set)  # hit their own limit: admit no more of them
+    admission_closed: bool = False  # a request could not get a shared resource: admit nothing ranked below
+    token_limited: bool = False  # something was skipped for want of tokens
+
+    def add(self, req: EngineRequest, n: int, block_ids: list[int]) -> None:
+        self.seqs[req.request_id] = ScheduledSeq(req, req.num_computed_tokens, n, block_ids)
+        self.budget.take(req.workload_class, n)
+
+    def drop(self, req: EngineRequest) -> None:
+        seq = self.seqs.pop(req.request_id, None)
+        if seq is not None:
+            self.budget.refund(req.workload_class, seq.num_new_tokens)
+
+    def output(self) -> SchedulerOutput:
+        # Multi-token (prefill) seqs first, single-token seqs last: the model runner batches
+        # the trailing single-token rows as decodes.
+        seqs = sorted(self.seqs.values(), key=lambda s: s.num_new_tokens == 1)
+        return SchedulerOutput(seqs, list(self.preempted), sum(s.num_new_tokens for s in seqs))
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: EngineConfig,
+        num_blocks: int,
+        max_model_len: int,
+        *,
+        starvation_steps: int = DEFAULT_STARVATION_STEPS,  # <= 0 disables the guarantee
+    ):
+        self.config = config
+        self.max_model_len = max_model_len
+        self.mode = SchedulingMode(config.scheduling)
+        self.rules = resolve_class_rules(config.policy, self.mode, config.max_num_seqs)
+        shares = {n: ClassShare.of(num_blocks, r.kv_min_share, r.kv_max_share, r.preemptible) for n, r in self.rules.items()}
+        budget = ClassKVBudget(num_blocks, shares)
+        self.kv = KVCacheManager(num_blocks, config.block_size, budget, config.enable_prefix_caching)
+        self.waiting = create_request_queue(self.mode, self.rules)
+        self.running: dict[str, EngineRequest] = {}
+        self.admission = Admission(config.policy, max_model_len, config.block_size)
+        self.starvation_steps = starvation_steps
+        self._reserves = class_reserves(
+            config.max_num_batched_tokens, {n: r.step_token_share for n, r in self.rules.items()}
+        )
+        self._requests: dict[str, EngineRequest] = {}  # live: waiting, preempted, running
+        self._finished: OrderedDict[str, EngineRequest] = OrderedDict()
+        self._last_progress: dict[str, int] = {}  # request id -> last step it was scheduled (or arrived)
+        self._preemptions: Counter[str] = Counter()
+        self.num_steps = 0  # schedule() calls
+        self.num_batches = 0  # schedule() calls that scheduled something
+
+    # ---- requests -----------------------------------------------------------------------
+    def add_request(self, req: EngineRequest) -> None:
+        """Queues `req` or raises AdmissionError. Writes the resolved class into req.workload_class."""
+        cp = self.admission.resolve(req)
+        if req.request_id in self._requests:
+            self.admission.reject_duplicate(cp.name, req.request_id)
+        max_blocks = self.kv.budget.max_usable(cp.name)
+        self.admission.check(req, cp, max_kv_blocks=max_blocks, waiting=self.waiting.count(cp.name))
+        req.workload_class = cp.name
+        req.status = RequestStatus.WAITING
+        self._finished.pop(req.request_id, None)
+        self._requests[req.request_id] = req
+        self._last_progress[req.request_id] = self.num_steps
+        self.waiting.add(req)
+
+    def finish_request(self, request_id: str, status: RequestStatus) -> EngineRequest | None:
+        """Finishes or aborts a request in any state, freeing its blocks. Idempotent."""
+        if not status.finished:
+            raise ValueError(f"{status} is not a finished status")
+        req = self._requests.pop(request_id, None)
+        if req is None:
+            return self._finished.get(request_id)
+        self.running.pop(request_id, None)
+        self.kv.free(req)
+        self.waiting.forget(req)
+        self._last_progress.pop(request_id, None)
+        req.status, req.finish_time = status, time.time()
+        self.admission.record_finish(req.workload_class, req.finish_time)
+        self._finished[request_id] = req
+        if len(self._finished) > _FINISHED_KEPT:
+            self._finished.popitem(last=False)
+        return req
+
+    def has_unfinished(self) -> bool:
+        return bool(self._requests)
+
+    def get_request(self, request_id: str) -> EngineRequest | None:
+        return self._requests.get(request_id) or self._finished.get(request_id)
+
+    # ---- the step -----------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        self.num_steps += 1
+        self._promote_starved()
+        total = self.config.max_num_batched_tokens
+        step = _Step(StepTokenBudget(total, self._reserves, self._classes_with_work()))
+        self._fill(step)
+        if step.token_limited and step.budget.remaining > 0 and step.budget.has_reserves:
+            step.budget.drop_reserves()  # reserves nobody could use go to whoever can
+            self._fill(step)
+        for rid in step.seqs:
+            self._last_progress[rid] = self.num_steps
+        self.num_batches += bool(step.seqs)
+        return step.output()
+
+    def update_after_step(self, out: SchedulerOutput) -> None:
+        """The step ran: its tokens' KV is written. Registers newly full blocks in the prefix cache."""
+        for seq in out.seqs:
+            req = seq.request
+            if self.running.get(req.request_id) is not req:
+                continue  # finished or aborted since schedule()
+            req.num_computed_tokens += seq.num_new_tokens
+            if self._caching(req):
+                self.kv.cache_full_blocks(req)
+
+    def _fill(self, step: _Step) -> None:
+        for req in self._running_ranked():
+            if self._tokens_left(req) == 1 and self._schedulable(req, step):
+                self._schedule_running(req, step)
+        candidates: Iterator[EngineRequest] = heapq.merge(self._running_ranked(), self.waiting, key=self._rank)
+        for req in candidates:
+            if not self._schedulable(req, step):
+                continue
+            if req.status is RequestStatus.RUNNING:
+                self._schedule_running(req, step)
+            elif not step.admission_closed:
+                self._schedule_waiting(req, step)
+
+    def _schedule_running(self, req: EngineRequest, step: _Step) -> None:
+        want = self._tokens_left(req)
+        n = min(want, step.budget.allowance(req.workload_class, ignore_reserves=self.waiting.is_promoted(req)))
+        if n <= 0:
+            step.token_limited = want > 0
+            return
+        while (block_ids := self.kv.allocate_slots(req, n)) is None:
+            victim = self._victim_for_running(req, n)
+            self._preempt(victim, step)
+            if victim is req:
+                return
+        step.add(req, n, block_ids)
+
+    def _schedule_waiting(self, req: EngineRequest, step: _Step) -> None:
+        cls = req.workload_class
+        if cls in step.blocked_classes:
+            return
+        if self._num_running(cls) >= self.rules[cls].max_running:
+            step.blocked_classes.add(cls)
+            return
+        computed, num_cached = self.kv.get_computed_blocks(req) if self._caching(req) else ([], 0)
+        allowance = step.budget.allowance(cls, ignore_reserves=self.waiting.is_promoted(req))
+        n = min(req.num_tokens - num_cached, allowance)
+        if n <= 0:
+            step.token_limited = True
+            return
+        if not self._make_room(req, n, computed, step):
+            return
+        block_ids = self.kv.allocate_slots(req, n, computed)
+        assert block_ids is not None  # _make_room checked the same allocation
+        self._start(req, num_cached)
+        step.add(req, n, block_ids)
+
+    def _make_room(self, req: EngineRequest, n: int, computed: list[KVBlock], step: _Step) -> bool:
+        """Preempts lower requests until `req` has a slot and blocks; False (nothing preempted) if it cannot."""
+        while True:
+            need_slot = len(self.running) >= self.config.max_num_seqs
+            status = self.kv.check(req, n, computed)
+            if not need_slot and status is AllocStatus.OK:
+                return True
+            if status is AllocStatus.CLASS_MAX_SHARE:
+                step.blocked_classes.add(req.workload_class)
+                return False
+            victims = self._victims_for_waiting(req, for_blocks=status is not AllocStatus.OK)
+            freeable = sum(self.kv.num_freeable(v.request_id) for v in victims)
+            if (need_slot and not victims) or self.kv.shortfall(req, n, computed) > freeable:
+                step.admission_closed = True
+                return False
+            self._preempt(victims[0], step)
+
+    def _start(self, req: EngineRequest, num_cached: int) -> None:
+        if req.first_scheduled_time is None:
+            req.first_scheduled_time = time.time()
+            req.num_cached_tokens = num_cached
+        req.num_computed_tokens = num_cached
+        req.status = RequestStatus.RUNNING
+        self.waiting.remove(req)
+        self.running[req.request_id] = req
+        if self._caching(req):
+            self.kv.record_prefix_lookup(req.num_tokens, num_cached)
+
+    # ---- preemption ---------------------------------------------------------------------
+    def _victim_for_running(self, req: EngineRequest, n: int) -> EngineRequest:
+        """Whom a running request that cannot grow preempts: lower ones first, itself last."""
+        if self.kv.check(req, n) is AllocStatus.CLASS_MAX_SHARE:
+            own_class = [r for r in self.running.values() if r.workload_class == req.workload_class]
+            return max(own_class, key=self._rank)
+        victims = [v for v in self.running.values() if self._may_preempt(req, v, for_blocks=True)]
+        return max(victims, key=self._rank, default=req)
+
+    def _victims_for_waiting(self, req: EngineRequest, *, for_blocks: bool) -> list[EngineRequest]:
+        victims = [v for v in self.running.values() if self._may_preempt(req, v, for_blocks=for_blocks)]
+        return sorted(victims, key=self._rank, reverse=True)  # lowest rank (priority, then newest) first
+
+    def _may_preempt(self, requester: EngineRequest, victim: EngineRequest, *, for_blocks: bool) -> bool:
+        if victim is requester or self.waiting.is_promoted(victim):
+            return False
+        running = requester.status is RequestStatus.RUNNING
+        lower = self._rank(victim) > self._rank(requester)
+        if running and victim.workload_class == requester.workload_class:
+            return lower  # within a class the newest goes first
+        rv, rq = self.rules[victim.workload_class], self.rules[requester.workload_class]
+        freed = self.kv.num_freeable(victim.request_id)
+        if not rv.preemptible or not self.kv.budget.keeps_min_without(rv.name, freed):
+            return False
+        if rv.priority < rq.priority or (running and rv.priority == rq.priority and lower):
+            return True
+        return for_blocks and self.kv.budget.below_min(rq.name)  # taking back a guaranteed share
+
+    def _preempt(self, victim: EngineRequest, step: _Step) -> None:
+        self.kv.free(victim, keep_hashes=True)
+        del self.running[victim.request_id]
+        victim.status = RequestStatus.PREEMPTED
+        victim.num_computed_tokens = 0
+        victim.num_preemptions += 1
+        self.waiting.add(victim)
+        step.drop(victim)
+        step.preempted.append(victim.request_id)
+        self._preemptions[victim.workload_class] += 1
+
+    # ---- helpers ------------------------------------------------------------------------
+    def _promote_starved(self) -> None:
+        if self.starvation_steps <= 0:
+            return
+        for rid, last in self._last_progress.items():
+            if self.num_steps - last > self.starvation_steps:
+                self.waiting.promote(self._requests[rid])
+
+    def _classes_with_work(self) -> set[str]:
+        work = {r.workload_class for r in self.running.values() if self._tokens_left(r) > 0}
+        for name, rules in self.rules.items():
+            if self.waiting.count(name) and self._num_running(name) < rules.max_running:
+                work.add(name)
+        return work
+
+    def _schedulable(self, req: EngineRequest, step: _Step) -> bool:
+        # Requests preempted in this step wait for the next one; snapshots may hold finished ones.
+        rid = req.request_id
+        return rid in self._requests and rid not in step.seqs and rid not in step.preempted
+
+    def _rank(self, req: EngineRequest) -> tuple:
+        return self.waiting.rank(req)
+
+    def _running_ranked(self) -> list[EngineRequest]:
+        return sorted(self.running.values(), key=self._rank)
+
+    def _num_running(self, cls: str) -> int:
+        return sum(1 for r in self.running.values() if r.workload_class == cls)
+
+    def _caching(self, req: EngineRequest) -> bool:
+        return self.kv.enable_caching and self.rules[req.workload_class].prefix_caching
+
+    @staticmethod
+    def _tokens_left(req: EngineRequest) -> int:
+        return req.num_tokens - req.num_computed_tokens
+
+    # ---- introspection ------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        kv = self.kv.stats()
+        per_class = {
+            name: ClassStats(
+                running=self._num_running(name),
+                waiting=self.waiting.count(name),
+                kv_blocks=self.kv.budget.held(name),
+                rejections=dict(self.admission.rejections[name]),
+                preemptions=self._preemptions[name],
+            )
+            for name in self.rules
+        }
+        return EngineStats(
+            num_blocks=kv.num_blocks,
+            free_blocks=kv.free_blocks,
+            cached_blocks=kv.cached_blocks,
+            used_blocks=kv.used_blocks,
+            running=len(self.running),
+            waiting=len(self.waiting),
+            per_class=per_class,
+            steps=self.num_batches,
+            prefix_cache_hit_tokens=kv.prefix_cache_hit_tokens,
+            prefix_cache_query_tokens=kv.prefix_cache_query_tokens,
+        )

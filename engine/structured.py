@@ -1,0 +1,145 @@
+"""Schema-constrained decoding: a JSON Schema becomes a per-step mask over the vocabulary (llguidance).
+
+`compile_json_schema(tokenizer, schema_json)` validates the schema and compiles it into a
+grammar once per (tokenizer, schema text); every request that decodes under that schema gets
+its own `GrammarState` from `CompiledGrammar.new_state()`. Each step the sampler asks the state
+for `allowed_mask(vocab_size)` (True = the token keeps the output a valid prefix of some
+document the schema accepts), samples, and feeds the token back with `accept`. When the
+document is complete `is_terminated()` turns True and the engine stops the request ("stop").
+
+The JSON is compact (no optional whitespace): it saves tokens, and a model that likes spaces
+can never spend its whole budget on them inside an otherwise finished object.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+import llguidance
+import llguidance.torch as llg_torch
+import tokenizers
+import torch
+
+if TYPE_CHECKING:
+    from engine.tokenizer import Tokenizer
+
+# Defaults for llguidance's JSON compiler; a schema may still override them via "x-guidance".
+_JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}
+_BIT_SHIFTS = torch.arange(32, dtype=torch.int32)  # unpacks one int32 word into 32 token bits
+
+
+def _backend(tokenizer: Tokenizer | tokenizers.Tokenizer) -> tokenizers.Tokenizer:
+    # llguidance needs the `tokenizers` object itself: it reads the vocabulary bytes from its JSON.
+    if isinstance(tokenizer, tokenizers.Tokenizer):
+        return tokenizer
+    backend = getattr(tokenizer, "backend", None)
+    if backend is None:  # TODO(tokenizer owner): expose `Tokenizer.backend`; until then read the wrapped object
+        backend = tokenizer._tokenizer  # noqa: SLF001
+    return backend
+
+
+def _eos_ids(tokenizer: Tokenizer | tokenizers.Tokenizer) -> list[int] | None:
+    if isinstance(tokenizer, tokenizers.Tokenizer):
+        return None  # llguidance reads the EOS token from the tokenizer's own metadata
+    return [tokenizer.eos_token_id]
+
+
+@lru_cache(maxsize=4)
+def _ll_tokenizer(tokenizer: Tokenizer | tokenizers.Tokenizer) -> llguidance.LLTokenizer:
+    """llguidance's view of the vocabulary (token bytes, EOS). Costs ~0.2 s, so once per tokenizer."""
+    return llguidance.LLTokenizer(_backend(tokenizer).to_str(), eos_token=_eos_ids(tokenizer))
+
+
+def validate_json_schema(schema_json: str) -> tuple[dict[str, Any], str]:
+    """Check a schema and build its grammar; returns (schema, llguidance grammar). No tokenizer needed.
+
+    ValueError names the problem: not JSON, not an object, invalid against its JSON Schema
+    meta-schema, or using a feature llguidance cannot enforce (e.g. an unknown "format").
+    """
+    try:
+        schema = json.loads(schema_json)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"JSON schema is not valid JSON: {exc}") from None
+    if not isinstance(schema, dict):
+        raise ValueError(f"JSON schema must be a JSON object, not {type(schema).__name__}")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
+        raise ValueError(f"invalid JSON schema at {where}: {exc.message}") from None
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_OPTIONS)
+    except ValueError as exc:
+        raise ValueError(f"unsupported JSON schema: {exc}") from None
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if is_error:
+        raise ValueError(f"unsupported JSON schema: {messages[0] if messages else 'rejected by llguidance'}")
+    return schema, grammar
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledGrammar:
+    """A validated schema compiled for one tokenizer. Immutable and shared between requests."""
+
+    schema: dict[str, Any]
+    grammar: str  # llguidance's serialized grammar
+    ll_tokenizer: llguidance.LLTokenizer
+
+    def new_state(self) -> GrammarState:
+        matcher = llguidance.LLMatcher(self.ll_tokenizer, self.grammar, log_level=0)
+        return GrammarState(matcher, self.ll_tokenizer.vocab_size)
+
+
+class GrammarState:
+    """Where one request's output stands in the grammar. Used by one thread (the engine loop)."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, tokenizer_vocab: int) -> None:
+        self._matcher = matcher
+        self._tokenizer_vocab = tokenizer_vocab
+        # [1, ceil(V_tok / 32)] int32 words; bit j of word i set = token 32*i + j allowed.
+        self._bitmask = torch.full((1, (tokenizer_vocab + 31) // 32), -1, dtype=torch.int32)
+
+    def allowed_mask(self, vocab_size: int) -> torch.Tensor:
+        """Bool [vocab_size] on CPU. Ids past the tokenizer's vocabulary (padded embeddings) are never allowed."""
+        llg_torch.fill_next_token_bitmask(self._matcher, self._bitmask, 0)
+        words = self._bitmask[0]  # [W]
+        bits = ((words.unsqueeze(1) >> _BIT_SHIFTS) & 1).view(-1).bool()  # [W * 32]
+        n = min(vocab_size, self._tokenizer_vocab)
+        mask = torch.zeros(vocab_size, dtype=torch.bool)
+        mask[:n] = bits[:n]
+        return mask
+
+    def accept(self, token_id: int) -> None:
+        """Advance by one sampled token. A token outside the last mask is a caller bug: ValueError."""
+        if not self._matcher.consume_token(token_id):
+            raise ValueError(f"token {token_id} is not allowed by the grammar: {self._matcher.get_error()}")
+
+    def is_terminated(self) -> bool:
+        """True once the document is complete (or the matcher failed); no further token may follow."""
+        return self._matcher.is_stopped()
+
+    def is_accepting(self) -> bool:
+        """True when the output so far is already a complete document (EOS would be allowed)."""
+        return self._matcher.is_accepting()
+
+    @property
+    def error(self) -> str | None:
+        return (self._matcher.get_error() or "grammar error") if self._matcher.is_error() else None
+
+
+def compile_json_schema(tokenizer: Tokenizer | tokenizers.Tokenizer, schema_json: str) -> CompiledGrammar:
+    """Validate and compile `schema_json` for `tokenizer`; cached by (tokenizer, schema text).
+
+    Raises ValueError naming the problem when the text is not JSON, not a valid JSON Schema, or
+    uses a feature llguidance cannot enforce (e.g. an unknown "format").
+    """
+    return _compile(tokenizer, schema_json)
+
+
+@lru_cache(maxsize=256)
+def _compile(tokenizer: Tokenizer | tokenizers.Tokenizer, schema_json: str) -> CompiledGrammar:
+    schema, grammar = validate_json_schema(schema_json)
+    return CompiledGrammar(schema=schema, grammar=grammar, ll_tokenizer=_ll_tokenizer(tokenizer))

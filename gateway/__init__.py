@@ -1,0 +1,1 @@
+"""finserve's HTTP gateway, CLI and SLO ledger."""

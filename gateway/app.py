@@ -1,0 +1,96 @@
+"""The FastAPI application: `create_app(settings=None, engine_client=None)`.
+
+The lifespan opens the database and the ledger writer, then loads the engine in a worker
+thread, so /healthz answers at once and /readyz (and every inference route, with 503
+engine_not_ready) says when the model is ready. An injected `engine_client` (tests,
+benchmarks, an embedding process) is used as is and not shut down by the app.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+from fastapi import FastAPI
+
+from engine.client import EngineClient
+from gateway.auth import Authenticator
+from gateway.db.base import make_engine, make_session_factory
+from gateway.errors import install_error_handlers
+from gateway.ledger import LedgerWriter
+from gateway.metrics import GatewayMetrics
+from gateway.middleware import RequestContextMiddleware
+from gateway.ratelimit import RateLimiter
+from gateway.routes import documents, health, jobs, openai, reports, requests, risk
+from gateway.settings import Settings
+from gateway.state import GatewayState
+from policies import load_policy
+
+log = structlog.get_logger("finserve.gateway")
+
+LEDGER_SPOOL_NAME = "ledger-spool.ndjson"
+
+
+def _build_engine(state: GatewayState) -> EngineClient:
+    from engine.engine import LLMEngine  # torch import deferred: the app module loads without it
+
+    engine = LLMEngine(state.settings.engine_config(state.policy))
+    return EngineClient(engine).start()
+
+
+async def _load_engine(state: GatewayState) -> None:
+    try:
+        client = await asyncio.to_thread(_build_engine, state)
+    except Exception as exc:
+        state.engine_error = f"{type(exc).__name__}: {exc}"
+        log.exception("engine_load_failed", model=str(state.settings.model_path))
+        return
+    state.engine_client, state.owns_engine = client, True
+    log.info("engine_ready", model=str(state.settings.model_path))
+
+
+def _make_state(settings: Settings, engine_client: EngineClient | None) -> GatewayState:
+    policy = engine_client.policy if engine_client is not None else load_policy(settings.policy)
+    db = make_engine(settings.resolved_database_url)
+    sessions = make_session_factory(db)
+    ledger = LedgerWriter(db, spool_path=settings.home / LEDGER_SPOOL_NAME).start()
+    return GatewayState(
+        settings=settings, policy=policy, metrics=GatewayMetrics(),
+        limiter=RateLimiter(burst_s=settings.rate_limit_burst_s), db=db, sessions=sessions, ledger=ledger,
+        auth=Authenticator(sessions, ttl_s=settings.auth_cache_ttl_s), engine_client=engine_client,
+    )
+
+
+def create_app(settings: Settings | None = None, engine_client: EngineClient | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = _make_state(settings, engine_client)
+        app.state.finserve = state
+        loader = asyncio.create_task(_load_engine(state)) if engine_client is None else None
+        try:
+            yield
+        finally:
+            if loader is not None and not loader.done():
+                loader.cancel()  # the loading thread finishes on its own; its engine is never started
+            if state.owns_engine and state.engine_client is not None:
+                await asyncio.to_thread(state.engine_client.shutdown)
+            await asyncio.to_thread(state.ledger.close)  # nothing is lost on a clean shutdown
+            state.db.dispose()
+
+    app = FastAPI(
+        title="finserve",
+        summary="Workload-aware LLM serving for finance and document services",
+        description="OpenAI-compatible completions plus risk, document and extraction routes. "
+                    "Errors: one JSON shape, codes in docs/ERRORS.md.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    install_error_handlers(app)
+    app.include_router(health.router)
+    for module in (openai, risk, documents, requests, reports, jobs):
+        app.include_router(module.router, prefix="/v1")
+    return app

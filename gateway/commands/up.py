@@ -1,0 +1,106 @@
+"""`finserve up`: the whole stack on one machine: Redis, a Celery worker, the gateway with the engine.
+
+Order of start: database schema and development key, Redis (127.0.0.1, in-memory), re-enqueue
+whatever SQL says is unfinished (Redis starts empty), the worker (its own process group, so a
+terminal Ctrl-C reaches only this process), then the gateway in the foreground. On Ctrl-C or
+SIGTERM uvicorn drains the gateway, then the worker gets SIGTERM (Celery's warm shutdown: items
+in flight finish or, unacknowledged, go back to the queue; SQL keeps them pending either way),
+then Redis stops.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+WORKER_STOP_TIMEOUT_S = 30.0
+
+
+def _examples(url: str, key: str) -> str:
+    auth = f'-H "Authorization: Bearer {key}"'
+    return f"""
+  # realtime_risk: score one event
+  curl -s {url}/v1/risk/assess {auth} -H 'Content-Type: application/json' \\
+    -d '{{"event": {{"event_type": "wire_transfer", "amount": 950000, "currency": "USD", "attributes": {{"country": "KY"}}}}, "question": "Is this suspicious?"}}'
+
+  # document_qa: register a document, then ask about it
+  curl -s {url}/v1/documents {auth} -H 'Content-Type: application/json' -d '{{"title": "Basel III", "text": "Banks must hold ..."}}'
+  curl -s {url}/v1/documents/DOC_ID/questions {auth} -H 'Content-Type: application/json' -d '{{"question": "What must banks hold?"}}'
+
+  # bulk_extraction: a job over the sample contracts
+  curl -s {url}/v1/extraction-jobs {auth} -F items=@examples/contracts.ndjson -F schema=@examples/contract_schema.json
+  finserve jobs submit examples/contracts.ndjson --schema examples/contract_schema.json
+
+  # OpenAI-compatible
+  curl -s {url}/v1/chat/completions {auth} -H 'Content-Type: application/json' \\
+    -d '{{"messages": [{{"role": "user", "content": "Hello"}}], "max_tokens": 32}}'
+"""
+
+
+def _stop_worker(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)  # warm shutdown
+    try:
+        proc.wait(WORKER_STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # unacknowledged items are redelivered; SQL still has them pending/running
+        proc.wait()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def up(
+        port: Annotated[Optional[int], typer.Option(help="Gateway port (default 8000).")] = None,
+        redis_port: Annotated[int, typer.Option(help="Redis port (0: a free one).")] = 0,
+        workers: Annotated[int, typer.Option(help="Items in flight in the worker.")] = 4,
+        model: Annotated[Optional[Path], typer.Option(help="HF-format model folder.")] = None,
+    ) -> None:
+        """Start Redis, a worker and the gateway+engine; Ctrl-C stops everything."""
+        from gateway.commands.jobs import worker_argv
+        from gateway.commands.serve import run_server
+        from gateway.db.base import make_engine, make_session_factory
+        from gateway.db.migrate import upgrade
+        from gateway.keys import ensure_dev_key
+        from gateway.settings import Settings
+        from jobs.redis_server import RedisServer
+
+        given = {"port": port, "model": model}
+        settings = Settings(**{k: v for k, v in given.items() if v is not None})
+        if not (settings.model_path / "config.json").is_file():
+            typer.echo(f"no model at {settings.model_path}; run `finserve model prepare` or pass --model", err=True)
+            raise typer.Exit(2)
+        db_url = settings.resolved_database_url
+        upgrade(db_url)
+        engine = make_engine(db_url)
+        with make_session_factory(engine)() as session:
+            dev_key = ensure_dev_key(session, settings.home)
+        engine.dispose()
+
+        redis = RedisServer(port=redis_port, workdir=settings.home / "redis").start()
+        url = f"http://{settings.host}:{settings.port}"
+        # One environment for this process (it enqueues jobs) and the worker (it calls the gateway).
+        os.environ.update({"FINSERVE_BROKER_URL": redis.url, "FINSERVE_GATEWAY_URL": url,
+                           "FINSERVE_API_KEY": os.environ.get("FINSERVE_API_KEY", dev_key),
+                           "FINSERVE_DATABASE_URL": db_url, "FINSERVE_HOME": str(settings.home)})
+        worker = None
+        try:
+            from gateway.commands.jobs import resume_unfinished
+
+            resumed = resume_unfinished()
+            worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "jobs.celery_app",
+                                       *worker_argv(workers, "WARNING")], start_new_session=True)
+            typer.echo(f"finserve is starting at {url} (docs: {url}/docs)")
+            typer.echo(f"development key (tenant 'dev', admin): {dev_key}")
+            typer.echo(f"redis: {redis.url}; worker pid {worker.pid}; re-enqueued {resumed} unfinished items")
+            typer.echo(_examples(url, dev_key))
+            run_server(settings)  # blocks; uvicorn handles SIGINT/SIGTERM and drains
+        finally:
+            if worker is not None:
+                _stop_worker(worker)
+            redis.stop()

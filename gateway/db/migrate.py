@@ -1,0 +1,62 @@
+"""Run the Alembic migrations programmatically (`finserve db upgrade`, and serve/up on start)."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.engine import make_url
+
+import migrations
+from gateway.db.base import database_url, make_engine
+
+MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+
+
+def alembic_config(url: str | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # Passed as an attribute, not an ini option: URLs may hold '%' (configparser interpolation).
+    cfg.attributes["url"] = url or database_url()
+    return cfg
+
+
+@contextlib.contextmanager
+def _sqlite_file_lock(url: str) -> Iterator[None]:
+    """Serialise concurrent upgrades of one SQLite file (gateway and workers start together).
+
+    PostgreSQL is serialised inside env.py with an advisory lock instead.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        yield
+        return
+    lock_path = Path(parsed.database).with_suffix(".migrate.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def upgrade(url: str | None = None, revision: str = "head") -> str | None:
+    """Upgrade the schema at `url` (default: FINSERVE_DATABASE_URL) to `revision`; return the new revision."""
+    url = url or database_url()
+    with _sqlite_file_lock(url):
+        command.upgrade(alembic_config(url), revision)
+    return current_revision(url)
+
+
+def current_revision(url: str | None = None) -> str | None:
+    engine = make_engine(url or database_url())
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()

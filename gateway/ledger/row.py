@@ -1,0 +1,252 @@
+"""One ledger row, and how a request's metrics and its class's SLO targets become one.
+
+SLO rule (DESIGN.md): a request meets its SLO when every target of its class
+holds. Which requests count towards attainment at all:
+- finished: always; each target is checked against the measured value
+  (TPOT is undefined with <= 1 output token, so its target holds vacuously);
+- failed (engine error): always, as a miss;
+- rejected: a miss when the service could not serve it (5xx, or 429 because a
+  class queue was full); not counted when the client was at fault (4xx such as
+  a too-long prompt, or 429 `rate_limited` for exceeding its key's rate);
+- aborted by the client: a miss if a target was already broken when it left
+  (e.g. it waited past the TTFT target for a first token), otherwise not counted.
+`slo_met` None means "not counted"; a per-target flag None means "no target" or
+"not known".
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
+from policies import SLOTargets
+
+# 429 reasons that are the client's doing, not the service's capacity.
+CLIENT_FAULT_REJECTIONS = frozenset({"rate_limited"})
+
+_STATUS_OF = {
+    RequestStatus.FINISHED_STOPPED: "finished",
+    RequestStatus.FINISHED_LENGTH: "finished",
+    RequestStatus.FINISHED_ABORTED: "aborted",
+    RequestStatus.FINISHED_ERROR: "failed",
+}
+
+
+@dataclass
+class LedgerRow:
+    """Field for field a `request_ledger` row (gateway.db.models.RequestLedger)."""
+
+    request_id: str
+    tenant: str
+    workload_class: str
+    class_rule: str
+    route: str
+    status: str  # finished | failed | aborted | rejected
+    http_status: int
+    arrival_at: datetime  # UTC, aware
+    finish_reason: str | None = None
+    rejection_reason: str | None = None
+    queue_ms: float | None = None
+    prefill_ms: float | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    preemptions: int = 0
+    ttft_target_ms: float | None = None
+    tpot_target_ms: float | None = None
+    e2e_target_ms: float | None = None
+    slo_goal: float | None = None
+    slo_percentile: float | None = None
+    ttft_met: bool | None = None
+    tpot_met: bool | None = None
+    e2e_met: bool | None = None
+    slo_met: bool | None = None
+    timeline: dict[str, Any] | None = field(default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Column values, as the database insert wants them."""
+        return dataclasses.asdict(self)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """JSON-safe form (for the NDJSON spool): the datetime becomes ISO 8601."""
+        d = self.to_dict()
+        d["arrival_at"] = self.arrival_at.isoformat()
+        return d
+
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any]) -> "LedgerRow":
+        known = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        d["arrival_at"] = datetime.fromisoformat(d["arrival_at"])
+        return cls(**d)
+
+
+def ledger_status(status: RequestStatus) -> str:
+    """Ledger status of a finished engine request."""
+    if status not in _STATUS_OF:
+        raise ValueError(f"request is not finished: {status}")
+    return _STATUS_OF[status]
+
+
+def _met(value: float | None, target: float | None, *, missing: bool | None) -> bool | None:
+    if target is None:
+        return None
+    if value is None:
+        return missing
+    return value <= target
+
+
+def slo_flags(
+    status: str,
+    metrics: RequestMetrics | None,
+    slo: SLOTargets | None,
+    *,
+    http_status: int = 200,
+    rejection_reason: str | None = None,
+) -> tuple[bool | None, bool | None, bool | None, bool | None]:
+    """(ttft_met, tpot_met, e2e_met, slo_met) by the rule in the module docstring."""
+    if status == "rejected":
+        client_fault = http_status < 500 and (http_status != 429 or rejection_reason in CLIENT_FAULT_REJECTIONS)
+        return None, None, None, None if client_fault else False
+    if slo is None:
+        # No class policy known (should not happen past classification): count failures only.
+        return None, None, None, (False if status == "failed" else None if status == "aborted" else True)
+    m = metrics
+    ttft, tpot, e2e = (m.ttft_ms, m.tpot_ms, m.e2e_ms) if m else (None, None, None)
+    if status == "finished":
+        flags = (_met(ttft, slo.ttft_ms, missing=False), _met(tpot, slo.tpot_ms, missing=True),
+                 _met(e2e, slo.e2e_ms, missing=False))
+        return (*flags, all(f is not False for f in flags))
+    if status == "failed":
+        flags = (_met(ttft, slo.ttft_ms, missing=False), _met(tpot, slo.tpot_ms, missing=None),
+                 _met(e2e, slo.e2e_ms, missing=False))
+        return (*flags, False)
+    # aborted: only what was already broken when the client left is known.
+    elapsed = e2e  # RequestMetrics.e2e_ms falls back to the finish (abort) time
+    ttft_met = _met(ttft, slo.ttft_ms, missing=None)
+    if ttft is None and slo.ttft_ms is not None and elapsed is not None and elapsed > slo.ttft_ms:
+        ttft_met = False
+    tpot_met = False if _met(tpot, slo.tpot_ms, missing=None) is False else None
+    e2e_met = False if _met(elapsed, slo.e2e_ms, missing=None) is False else None
+    broken = False in (ttft_met, tpot_met, e2e_met)
+    return ttft_met, tpot_met, e2e_met, (False if broken else None)
+
+
+def build_timeline(
+    arrival: float,
+    *,
+    events: Sequence[StepEvent] = (),
+    tokenize_start: float | None = None,
+    tokenized: float | None = None,
+    first_scheduled: float | None = None,
+    first_token: float | None = None,
+    finished: float | None = None,
+) -> dict[str, Any]:
+    """The JSON `timeline` column: wall-clock epoch seconds, step events in order."""
+    return {
+        "arrival": arrival,
+        "tokenize_start": tokenize_start,
+        "tokenized": tokenized,
+        "first_scheduled": first_scheduled,
+        "first_token": first_token,
+        "finished": finished,
+        "steps": [
+            {"kind": e.kind, "start": e.start, "end": e.end, "num_tokens": e.num_tokens,
+             "batch_tokens": e.batch_tokens}
+            for e in events
+        ],
+    }
+
+
+def row_from_request(
+    *,
+    request_id: str,
+    tenant: str,
+    workload_class: str,
+    class_rule: str,
+    route: str,
+    status: str,
+    arrival_time: float,
+    http_status: int = 200,
+    metrics: RequestMetrics | None = None,
+    slo: SLOTargets | None = None,
+    finish_reason: str | None = None,
+    rejection_reason: str | None = None,
+    timeline: dict[str, Any] | None = None,
+) -> LedgerRow:
+    """A ledger row for any outcome; `arrival_time` is the gateway's wall clock (epoch seconds)."""
+    ttft_met, tpot_met, e2e_met, slo_met = slo_flags(
+        status, metrics, slo, http_status=http_status, rejection_reason=rejection_reason)
+    m = metrics
+    return LedgerRow(
+        request_id=request_id,
+        tenant=tenant,
+        workload_class=workload_class,
+        class_rule=class_rule,
+        route=route,
+        status=status,
+        http_status=http_status,
+        arrival_at=datetime.fromtimestamp(arrival_time, timezone.utc),
+        finish_reason=finish_reason,
+        rejection_reason=rejection_reason,
+        queue_ms=m.queue_ms if m else None,
+        prefill_ms=m.prefill_ms if m else None,
+        ttft_ms=m.ttft_ms if m else None,
+        tpot_ms=m.tpot_ms if m else None,
+        e2e_ms=m.e2e_ms if m else None,
+        input_tokens=m.input_tokens if m else 0,
+        cached_tokens=m.cached_tokens if m else 0,
+        output_tokens=m.output_tokens if m else 0,
+        preemptions=m.preemptions if m else 0,
+        ttft_target_ms=slo.ttft_ms if slo else None,
+        tpot_target_ms=slo.tpot_ms if slo else None,
+        e2e_target_ms=slo.e2e_ms if slo else None,
+        slo_goal=slo.attainment_goal if slo else None,
+        slo_percentile=slo.percentile if slo else None,
+        ttft_met=ttft_met,
+        tpot_met=tpot_met,
+        e2e_met=e2e_met,
+        slo_met=slo_met,
+        timeline=timeline,
+    )
+
+
+def row_from_engine_request(
+    req: EngineRequest,
+    *,
+    tenant: str,
+    class_rule: str,
+    route: str,
+    slo: SLOTargets | None,
+    http_status: int = 200,
+    tokenize_start: float | None = None,
+    tokenized: float | None = None,
+) -> LedgerRow:
+    """The row of a request the engine finished (stopped, length, aborted or error).
+
+    `req.arrival_time` must be the gateway's arrival timestamp (DESIGN.md: all
+    times from arrival); `workload_class` must already be resolved.
+    """
+    status = ledger_status(req.status)
+    timeline = build_timeline(
+        req.arrival_time, events=req.events, tokenize_start=tokenize_start, tokenized=tokenized,
+        first_scheduled=req.first_scheduled_time, first_token=req.first_token_time, finished=req.finish_time)
+    return row_from_request(
+        request_id=req.request_id,
+        tenant=tenant,
+        workload_class=req.workload_class or "",
+        class_rule=class_rule,
+        route=route,
+        status=status,
+        arrival_time=req.arrival_time,
+        http_status=http_status,
+        metrics=RequestMetrics.of(req),
+        slo=slo,
+        finish_reason=req.status.finish_reason,
+        timeline=timeline,
+    )

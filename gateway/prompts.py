@@ -1,0 +1,37 @@
+"""Prompt templates of the domain routes.
+
+Both put what repeats first: the risk instructions are the same for every event, and a
+document comes before the question, so the prefix cache reuses those blocks (per tenant)
+and only the new tail is prefilled.
+"""
+from __future__ import annotations
+
+import json
+
+from gateway.schemas.risk import RiskEvent
+
+RISK_SYSTEM = (
+    "You are a financial risk analyst. You receive one event from a risk system as JSON. "
+    "Answer the question about it in at most two sentences, starting with the risk level: low, medium or high."
+)
+
+DOCUMENT_SYSTEM = (
+    "You answer questions about the regulatory document below. Use only the document; quote the section "
+    "you rely on, and say so when the document does not answer the question."
+)
+
+
+def risk_messages(event: RiskEvent, question: str) -> list[dict[str, str]]:
+    facts = json.dumps(event.model_dump(mode="json", exclude_none=True), sort_keys=True, ensure_ascii=False)
+    return [
+        {"role": "system", "content": RISK_SYSTEM},
+        {"role": "user", "content": f"Event: {facts}\n\nQuestion: {question}"},
+    ]
+
+
+def document_messages(title: str, text: str, question: str) -> list[dict[str, str]]:
+    header = f"<document title={json.dumps(title, ensure_ascii=False)}>" if title else "<document>"
+    return [
+        {"role": "system", "content": f"{DOCUMENT_SYSTEM}\n\n{header}\n{text}\n</document>"},
+        {"role": "user", "content": question},
+    ]

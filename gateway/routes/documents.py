@@ -1,0 +1,108 @@
+"""Documents: register text once (SQL, tenant-scoped), then ask `document_qa` questions about it.
+
+A question's prompt is the document first and the question last (gateway/prompts.py), and
+the tenant is the prefix-cache salt, so a tenant's later questions on a document reuse its
+KV blocks and only prefill the question. Another tenant's document id answers 404.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request, status
+from sqlalchemy.orm import Session
+
+from engine.outputs import RequestOutput
+from engine.request import SamplingParams
+from gateway.context import get_context
+from gateway.db.models import Document
+from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
+from gateway.errors import APIError
+from gateway.keys import KeyInfo
+from gateway.prompts import document_messages
+from gateway.responses import ERROR_RESPONSES
+from gateway.schemas.common import Timings, Usage
+from gateway.service import raise_if_failed
+from gateway.schemas.documents import Answer, DocumentCreate, DocumentPublic, QuestionCreate
+from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
+from policies import classify
+
+router = APIRouter(tags=["documents"])
+ROUTE = "documents"  # policy route name
+
+
+def _public(doc: Document) -> DocumentPublic:
+    return DocumentPublic(id=doc.id, title=doc.title, num_tokens=doc.token_count, created_at=doc.created_at)
+
+
+async def _load(state: StateDep, key: KeyInfo, document_id: str) -> Document:
+    def get(session: Session) -> Document | None:
+        doc = session.get(Document, document_id)
+        return doc if doc is not None and doc.tenant == key.tenant else None
+
+    doc = await run_db(state, get)
+    if doc is None:  # another tenant's document is as unknown as a missing one
+        raise APIError("document_not_found", f"no document {document_id!r}")
+    return doc
+
+
+@router.post("/documents", status_code=status.HTTP_201_CREATED, response_model=DocumentPublic,
+             responses=ERROR_RESPONSES)
+async def create_document(body: DocumentCreate, key: TenantDep, service: ServiceDep,
+                          state: StateDep) -> DocumentPublic:
+    num_tokens = len(service.client.tokenizer.encode(body.text))
+    cls = state.policy.get(classify(state.policy, explicit=None, route=ROUTE, tenant_default=None,
+                                    input_tokens=num_tokens).workload_class)
+    if num_tokens > cls.max_input_tokens:
+        raise APIError("document_too_long", f"document has {num_tokens} tokens; class {cls.name!r} accepts "
+                       f"prompts up to {cls.max_input_tokens}")
+    doc = Document(id=f"doc-{uuid.uuid4().hex}", tenant=key.tenant, title=body.title, text=body.text,
+                   token_count=num_tokens)
+
+    def insert(session: Session) -> Document:
+        session.add(doc)
+        session.commit()
+        return doc
+
+    return _public(await run_db(state, insert))
+
+
+@router.get("/documents/{document_id}", response_model=DocumentPublic, responses=ERROR_RESPONSES)
+async def get_document(document_id: str, key: TenantDep, state: StateDep) -> DocumentPublic:
+    return _public(await _load(state, key, document_id))
+
+
+async def _answer_events(outputs: AsyncIterator[RequestOutput]) -> AsyncIterator[bytes]:
+    """`{"type": "delta", "text"}` events, then one `{"type": "done", finish_reason, usage, timings}`."""
+    async with aclosing(outputs):
+        async for out in outputs:
+            raise_if_failed(out)
+            if out.new_text:
+                yield sse({"type": "delta", "text": out.new_text})
+            if out.finished and out.metrics is not None:
+                yield sse({"type": "done", "finish_reason": out.finish_reason,
+                           "usage": Usage.of(out.metrics).model_dump(), "timings": Timings.of(out.metrics).model_dump()})
+    yield DONE
+
+
+@router.post("/documents/{document_id}/questions", response_model=Answer, responses=ERROR_RESPONSES)
+async def ask_question(document_id: str, body: QuestionCreate, request: Request, key: TenantDep,
+                       service: ServiceDep, state: StateDep, settings: SettingsDep,
+                       x_workload_class: Annotated[str | None, Header(alias="X-Workload-Class")] = None):
+    ctx = get_context(request)
+    doc = await _load(state, key, document_id)
+    t0 = time.time()
+    ids = service.client.tokenizer.encode_chat(document_messages(doc.title, doc.text, body.question))
+    adm = service.admit(
+        ctx, key, route=ROUTE, prompt_token_ids=ids, sampling=SamplingParams(temperature=body.temperature),
+        max_tokens=body.max_tokens, default_max_tokens=settings.question_max_tokens,
+        explicit_class=x_workload_class, tokenize_start=t0, tokenized=time.time())
+    ctx.fields["document_id"] = doc.id
+    if body.stream:
+        return EventStreamResponse(_answer_events(service.generate(adm)))
+    done = await cancel_on_disconnect(request, service.collect(adm))
+    return Answer(request_id=ctx.request_id, document_id=doc.id, workload_class=adm.cls.name, answer=done.text,
+                  finish_reason=done.finish_reason, usage=Usage.of(done.metrics), timings=Timings.of(done.metrics))

@@ -1,0 +1,50 @@
+"""Liveness, readiness and Prometheus metrics: the only routes that answer without an API key."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
+
+from gateway.deps import StateDep
+from gateway.errors import APIError
+from gateway.responses import ERROR_RESPONSES
+from gateway.state import GatewayState
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up (says nothing about the engine or the database)."""
+    return {"status": "ok"}
+
+
+def _database_ok(state: GatewayState) -> bool:
+    try:
+        with state.db.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return True
+    except Exception:
+        return False
+
+
+@router.get("/readyz", responses={503: ERROR_RESPONSES[503]})
+async def readyz(state: StateDep) -> dict[str, object]:
+    """Ready to serve: the engine is loaded and running, and the database answers."""
+    client = state.engine_client
+    engine_ok = client is not None and client.running
+    db_ok = await run_in_threadpool(_database_ok, state)
+    if not engine_ok:
+        reason = state.engine_error or ("the engine loop stopped" if client is not None else "the engine is loading")
+        raise APIError("engine_not_ready", f"engine not ready: {reason}", retry_after_s=5.0)
+    if not db_ok:
+        raise APIError("database_unavailable", "database is not reachable", retry_after_s=5.0)
+    return {"status": "ready", "engine": "ok", "database": "ok", "ledger": "ok" if state.ledger.healthy else "degraded"}
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(state: StateDep) -> Response:
+    if state.engine_client is not None:
+        state.metrics.update_engine(state.engine_client.stats())
+    body, content_type = state.metrics.render()
+    return Response(body, media_type=content_type)

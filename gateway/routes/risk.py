@@ -1,0 +1,36 @@
+"""POST /v1/risk/assess: a risk event and a question, rendered into a short `realtime_risk` chat request."""
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request
+
+from engine.request import SamplingParams
+from gateway.context import get_context
+from gateway.deps import ServiceDep, SettingsDep, TenantDep
+from gateway.prompts import risk_messages
+from gateway.responses import ERROR_RESPONSES
+from gateway.schemas.common import Timings, Usage
+from gateway.schemas.risk import RiskAssessment, RiskAssessRequest
+from gateway.streaming import cancel_on_disconnect
+
+router = APIRouter(tags=["risk"])
+
+
+@router.post("/risk/assess", response_model=RiskAssessment, responses=ERROR_RESPONSES)
+async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep, service: ServiceDep,
+                      settings: SettingsDep,
+                      x_workload_class: Annotated[str | None, Header(alias="X-Workload-Class")] = None,
+                      ) -> RiskAssessment:
+    ctx = get_context(request)
+    t0 = time.time()
+    ids = service.client.tokenizer.encode_chat(risk_messages(body.event, body.question))
+    adm = service.admit(
+        ctx, key, route="risk", prompt_token_ids=ids, sampling=SamplingParams(temperature=body.temperature),
+        max_tokens=body.max_tokens, default_max_tokens=settings.risk_max_tokens, explicit_class=x_workload_class,
+        tokenize_start=t0, tokenized=time.time())
+    done = await cancel_on_disconnect(request, service.collect(adm))
+    return RiskAssessment(request_id=ctx.request_id, workload_class=adm.cls.name, answer=done.text.strip(),
+                          finish_reason=done.finish_reason, usage=Usage.of(done.metrics),
+                          timings=Timings.of(done.metrics))

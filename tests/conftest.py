@@ -1,0 +1,51 @@
+"""Fixtures shared by every test area: the prepared default model and tiny random Llama models.
+
+Area-specific fixtures belong in tests/<area>/conftest.py.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: takes tens of seconds (run by default; deselect with -m 'not slow')")
+
+
+def _test_cache() -> Path:
+    # Shared across test runs (the conversion takes seconds); CI starts empty and prepares once.
+    return Path(os.environ.get("FINSERVE_TEST_CACHE", Path.home() / ".cache" / "finserve-test"))
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    """SmolLM2-135M-Instruct as an HF-format folder (prepared once, reused by later runs)."""
+    from engine.model.prepare import ensure_default_model  # imported here: tests without models stay light
+
+    return ensure_default_model(home=_test_cache())
+
+
+@pytest.fixture(scope="session")
+def make_tiny_model(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> Callable[..., Path]:
+    """Factory: make_tiny_model(**write_random_llama kwargs) -> folder; equal kwargs share one folder."""
+    from engine.model.random_model import write_random_llama
+
+    made: dict[tuple, Path] = {}
+
+    def make(**kwargs) -> Path:
+        key = tuple(sorted(kwargs.items()))
+        if key not in made:
+            path = tmp_path_factory.mktemp("tiny_llama")
+            made[key] = write_random_llama(path, tokenizer_dir=default_model_dir, **kwargs)
+        return made[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(make_tiny_model: Callable[..., Path]) -> Path:
+    """One random 2-layer Llama (hidden 64, 4 heads, 2 KV heads) with the SmolLM2 tokenizer."""
+    return make_tiny_model()

@@ -1,0 +1,125 @@
+"""The GGUF -> HF folder conversion: tensor layout, config, atomic prepare, and parity with transformers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from engine.model.gguf_import import hf_tensor_name, unpermute_rope_rows
+from engine.model.prepare import (
+    DEFAULT_GGUF_FILE,
+    default_gguf_path,
+    default_model_dir,
+    ensure_default_model,
+    is_prepared,
+)
+from engine.tokenizer import Tokenizer
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def _llama_cpp_permute(weights: np.ndarray, n_head: int) -> np.ndarray:
+    # convert_hf_to_gguf.py LlamaModel.permute, which wrote the GGUF.
+    return weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(
+        weights.shape
+    )
+
+
+@pytest.mark.parametrize("heads, head_dim", [(9, 64), (3, 64), (1, 8), (4, 4)])
+def test_unpermute_inverts_llama_cpp_permutation(heads: int, head_dim: int) -> None:
+    hf = np.random.default_rng(0).standard_normal((heads * head_dim, 12)).astype(np.float32)
+    permuted = _llama_cpp_permute(hf, heads)
+    assert not np.array_equal(permuted, hf)
+    np.testing.assert_array_equal(unpermute_rope_rows(permuted, heads), hf)
+
+
+def test_tensor_names() -> None:
+    assert hf_tensor_name("token_embd.weight") == "model.embed_tokens.weight"
+    assert hf_tensor_name("output.weight") == "lm_head.weight"
+    assert hf_tensor_name("blk.12.attn_output.weight") == "model.layers.12.self_attn.o_proj.weight"
+    assert hf_tensor_name("blk.0.ffn_norm.weight") == "model.layers.0.post_attention_layernorm.weight"
+    with pytest.raises(ValueError, match="unsupported GGUF tensor"):
+        hf_tensor_name("blk.0.attn_q.bias")
+
+
+def test_prepared_folder_matches_smollm2_135m(default_model_dir: Path) -> None:
+    config = json.loads((default_model_dir / "config.json").read_text())
+    expected = {
+        "model_type": "llama", "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+        "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "rms_norm_eps": 1e-5,
+        "rope_theta": 100000.0, "vocab_size": 49152, "max_position_embeddings": 8192,
+        "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+    }  # fmt: skip
+    assert {key: config[key] for key in expected} == expected
+    with safe_open(default_model_dir / "model.safetensors", framework="pt") as weights:
+        names = set(weights.keys())
+        assert weights.get_slice("model.embed_tokens.weight").get_shape() == [49152, 576]
+        assert weights.get_slice("model.layers.0.self_attn.k_proj.weight").get_shape() == [192, 576]
+        assert weights.get_slice("model.layers.29.mlp.down_proj.weight").get_shape() == [576, 1536]
+        assert weights.get_tensor("model.norm.weight").dtype == torch.float32
+    assert len(names) == 2 + 30 * 9 and "lm_head.weight" not in names
+    tok_config = json.loads((default_model_dir / "tokenizer_config.json").read_text())
+    assert tok_config["eos_token"] == "<|im_end|>" and "<|im_start|>assistant" in tok_config["chat_template"]
+
+
+def test_prepare_reuses_a_prepared_folder(default_model_dir: Path) -> None:
+    def fail(*_args) -> None:
+        raise AssertionError("a prepared folder must not be converted again")
+
+    assert ensure_default_model(fail, home=default_model_dir.parent.parent) == default_model_dir
+
+
+def test_interrupted_prepare_leaves_nothing_behind(tmp_path: Path) -> None:
+    def interrupt(description: str, done: int, total: int) -> None:
+        if description == "dequantizing tensors" and done == 10:
+            raise KeyboardInterrupt
+
+    target = default_model_dir(tmp_path)
+    killed = target.parent / f".{target.name}.killed.tmp"  # what a SIGKILLed prepare leaves behind
+    (killed / "partial").mkdir(parents=True)
+    with pytest.raises(KeyboardInterrupt):
+        ensure_default_model(interrupt, home=tmp_path)
+    assert not target.exists() and not is_prepared(target)
+    # Only the lock file may remain next to where the folder would be.
+    assert [p.name for p in target.parent.iterdir()] == [f".{target.name}.lock"]
+
+
+def test_transformers_answers_paris_from_the_folder(default_model_dir: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.set_num_threads(1)
+    model = transformers.LlamaForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
+    tokenizer = Tokenizer.from_folder(default_model_dir)
+    prompt = torch.tensor([tokenizer.encode_chat(QUESTION)])
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=12, do_sample=False, eos_token_id=tokenizer.eos_token_id)
+    answer = tokenizer.decode(out[0, prompt.shape[1] :].tolist())
+    assert "Paris" in answer
+
+
+@pytest.mark.slow
+def test_logits_match_transformers_gguf_loader(default_model_dir: Path) -> None:
+    """Our dequantization, tensor naming and q/k un-permutation against transformers' own GGUF path (~15 s)."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    torch.set_num_threads(1)
+    gguf = default_gguf_path()
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=DEFAULT_GGUF_FILE, dtype=torch.float32
+    ).eval()
+    ours = transformers.LlamaForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
+    # Same dequantized values, same names, same q/k row order: the weights are bit-identical.
+    expected_weights, actual_weights = reference.state_dict(), ours.state_dict()
+    assert expected_weights.keys() == actual_weights.keys()
+    for name, tensor in actual_weights.items():
+        assert torch.equal(tensor, expected_weights[name]), name
+    tokenizer = Tokenizer.from_folder(default_model_dir)
+    ids = torch.tensor([tokenizer.encode_chat(QUESTION) + tokenizer.encode(" The answer is 42, in 2024.")])
+    with torch.no_grad():
+        expected = reference(ids).logits
+        actual = ours(ids).logits
+    assert expected.shape == actual.shape == (1, ids.shape[1], 49152)
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,152 @@
+"""The background ledger writer: batches, survives outages via the spool, never duplicates, flushes on close."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import event, func, select
+
+from gateway.db.models import RequestLedger
+from gateway.ledger import LedgerWriter
+from tests.ledger.factories import make_row
+
+
+def count_rows(engine) -> int:
+    with engine.connect() as conn:
+        return conn.scalar(select(func.count()).select_from(RequestLedger))
+
+
+def ids_in_db(engine) -> list[str]:
+    with engine.connect() as conn:
+        return sorted(conn.scalars(select(RequestLedger.request_id)))
+
+
+def spool_lines(writer: LedgerWriter) -> int:
+    paths = [writer.spool.path, writer.spool.replaying]
+    return sum(len(p.read_text().splitlines()) for p in paths if p.exists())
+
+
+@pytest.fixture
+def make_writer(db_engine, tmp_path):
+    made: list[LedgerWriter] = []
+
+    def make(**kw) -> LedgerWriter:
+        kw.setdefault("spool_path", tmp_path / "spool.ndjson")
+        kw.setdefault("flush_interval_s", 0.02)
+        kw.setdefault("retry_interval_s", 0.05)
+        w = LedgerWriter(db_engine, **kw)
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.close(timeout=10)
+
+
+def test_rows_are_written_in_batches(db_engine, make_writer):
+    commits = []
+    event.listen(db_engine, "commit", lambda conn: commits.append(1))
+    writer = make_writer(batch_size=500)
+    for i in range(1200):  # queued before the thread starts: it sees them all at once
+        writer.submit(make_row(f"r{i:04d}", at_s=i))
+    writer.start()
+    assert writer.flush() is True
+    assert count_rows(db_engine) == 1200
+    assert len(commits) == 3  # 500 + 500 + 200, not 1200 transactions
+
+
+def test_row_round_trips_through_the_database(db_engine, make_writer):
+    writer = make_writer().start()
+    original = make_row("r1", status="aborted", finish_reason="abort", tpot_ms=None, ttft_met=False, slo_met=None)
+    writer.submit(original)
+    assert writer.flush()
+    with db_engine.connect() as conn:
+        stored = conn.execute(select(RequestLedger.__table__)).mappings().one()
+    assert dict(stored) == original.to_dict()
+
+
+def test_same_request_id_is_written_once(db_engine, make_writer):
+    writer = make_writer().start()
+    writer.submit(make_row("dup", ttft_ms=1.0))
+    writer.submit(make_row("dup", ttft_ms=2.0))
+    assert writer.flush()
+    writer.submit(make_row("dup", ttft_ms=3.0))
+    assert writer.flush()
+    with db_engine.connect() as conn:
+        assert conn.scalars(select(RequestLedger.ttft_ms)).all() == [1.0]
+
+
+def test_outage_spills_to_spool_and_replays_without_duplicates(db_engine, make_writer, db_outage):
+    writer = make_writer(max_pending=10).start()
+    writer.submit(make_row("before"))
+    assert writer.flush()
+    with db_outage():
+        for i in range(30):
+            writer.submit(make_row(f"down{i:02d}"))
+        assert writer.flush(timeout=20) is False  # handled, but not in the database
+        assert writer.healthy is False
+        assert spool_lines(writer) >= 20  # beyond max_pending the oldest rows went to disk
+    # Back up: the next attempt writes memory and spool, and the spool disappears.
+    deadline = time.monotonic() + 20
+    while not writer.flush() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert writer.healthy is True
+    assert ids_in_db(db_engine) == sorted(["before"] + [f"down{i:02d}" for i in range(30)])
+    assert not writer.spool.has_data()
+
+
+def test_spool_left_by_a_crash_is_replayed_once(db_engine, make_writer):
+    first = make_writer().start()
+    first.submit(make_row("a"))
+    assert first.flush()
+    # A previous process spooled "a" (already in the database: it crashed after the insert) and "b".
+    first.spool.append([make_row("a"), make_row("b")])
+    first.close()
+    second = make_writer().start()
+    assert second.flush()
+    assert ids_in_db(db_engine) == ["a", "b"]
+
+
+def test_close_flushes_everything(db_engine, make_writer):
+    writer = make_writer(flush_interval_s=1.0).start()
+    for i in range(50):
+        writer.submit(make_row(f"c{i}"))
+    writer.close()
+    assert count_rows(db_engine) == 50
+
+
+def test_close_during_outage_spools_and_next_start_writes(db_engine, make_writer, db_outage):
+    writer = make_writer().start()
+    with db_outage():
+        for i in range(25):
+            writer.submit(make_row(f"x{i}"))
+        writer.close(timeout=20)
+        assert spool_lines(writer) == 25
+        writer.submit(make_row("late"))  # after close: straight to the spool, not lost
+        assert spool_lines(writer) == 26
+    restarted = make_writer().start()
+    assert restarted.flush()
+    assert count_rows(db_engine) == 26
+
+
+def test_submit_never_blocks_when_the_queue_is_full(db_engine, make_writer):
+    writer = make_writer(max_queue=5)  # not started: nothing drains the queue
+    t0 = time.monotonic()
+    for i in range(20):
+        writer.submit(make_row(f"q{i:02d}"))
+    assert time.monotonic() - t0 < 2.0
+    assert spool_lines(writer) == 15
+    writer.start()
+    assert writer.flush()
+    assert count_rows(db_engine) == 20
+
+
+def test_a_bad_row_does_not_hold_up_the_others(db_engine, make_writer):
+    writer = make_writer().start()
+    writer.submit(make_row("good1"))
+    writer.submit(make_row("bad", http_status=None))  # NOT NULL violation on every backend
+    writer.submit(make_row("good2"))
+    assert writer.flush()
+    assert ids_in_db(db_engine) == ["good1", "good2"]
+    rejected = writer.spool.path.with_name(writer.spool.path.name + ".rejected")
+    assert '"request_id":"bad"' in rejected.read_text()

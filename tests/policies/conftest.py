@@ -1,0 +1,59 @@
+"""Helpers that write policy variants to disk, so the tests exercise the real file loader."""
+from __future__ import annotations
+
+import copy
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+
+def default_policy_dict() -> dict[str, Any]:
+    return tomllib.loads(resources.files("policies").joinpath("default.toml").read_text(encoding="utf-8"))
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """Minimal TOML writer for the policy's shape: nested tables of scalars."""
+    lines: list[str] = []
+
+    def emit(table: dict[str, Any], prefix: str) -> None:
+        scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
+        if prefix:
+            lines.append(f"[{prefix}]")
+        for k, v in scalars.items():
+            lines.append(f"{_key(k)} = {_value(v)}")
+        for k, v in table.items():
+            if isinstance(v, dict):
+                emit(v, f"{prefix}.{_key(k)}" if prefix else _key(k))
+
+    emit(data, "")
+    return "\n".join(lines) + "\n"
+
+
+def _key(k: str) -> str:
+    return k if k.replace("_", "").replace("-", "").isalnum() else f'"{k}"'
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(v)
+
+
+@pytest.fixture
+def write_policy(tmp_path: Path) -> Callable[[Callable[[dict[str, Any]], None] | None], Path]:
+    """write_policy(mutate) -> path of the default policy after mutate(dict) edits it in place."""
+
+    def write(mutate: Callable[[dict[str, Any]], None] | None = None, name: str = "policy.toml") -> Path:
+        data = copy.deepcopy(default_policy_dict())
+        if mutate is not None:
+            mutate(data)
+        path = tmp_path / name
+        path.write_text(dump_toml(data), encoding="utf-8")
+        return path
+
+    return write
