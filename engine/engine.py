@@ -173,6 +173,8 @@ class LLMEngine:
             return RequestOutput(req.request_id, [token], delta, False)
         self.scheduler.finish_request(req.request_id, status)
         self._live.pop(req.request_id, None)
+        if req.stop_reason is None or isinstance(req.stop_reason, int):
+            live.text += live.detok.flush()  # a stream may end inside a multi-byte character
         return self._finished_output(live, live.text[live.emitted :], [token], status.value)
 
     @staticmethod

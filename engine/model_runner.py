@@ -49,10 +49,11 @@ class ModelRunner:
         """Computes every scheduled token; returns the sampled token of each seq whose step samples."""
         seqs = sorted(out.seqs, key=lambda s: s.num_new_tokens == 1)  # multi-token prefills first (stable)
         input_ids, positions, meta, logits_rows, sampled_ids = self._prepare(seqs)
-        logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)
-        if not sampled_ids:
-            return {}
-        tokens = sample(logits, [rows[rid] for rid in sampled_ids])
+        with torch.inference_mode():  # the sampler edits the logits in place
+            logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)
+            if not sampled_ids:
+                return {}
+            tokens = sample(logits, [rows[rid] for rid in sampled_ids])
         return dict(zip(sampled_ids, tokens))
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> torch.Tensor:

@@ -35,10 +35,7 @@ def _backend(tokenizer: Tokenizer | tokenizers.Tokenizer) -> tokenizers.Tokenize
     # llguidance needs the `tokenizers` object itself: it reads the vocabulary bytes from its JSON.
     if isinstance(tokenizer, tokenizers.Tokenizer):
         return tokenizer
-    backend = getattr(tokenizer, "backend", None)
-    if backend is None:  # TODO(tokenizer owner): expose `Tokenizer.backend`; until then read the wrapped object
-        backend = tokenizer._tokenizer  # noqa: SLF001
-    return backend
+    return tokenizer.backend
 
 
 def _eos_ids(tokenizer: Tokenizer | tokenizers.Tokenizer) -> list[int] | None:

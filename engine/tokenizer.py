@@ -130,6 +130,11 @@ class Tokenizer:
             config = {**config, "eos_token": _eos_from_model_config(folder, tokenizer)}
         return cls(tokenizer, config, _load_chat_template(folder, config))
 
+    @property
+    def backend(self) -> _HFTokenizer:
+        """The wrapped `tokenizers.Tokenizer` (structured output reads its vocabulary)."""
+        return self._tokenizer
+
     def _id_of(self, key: str) -> int | None:
         text = self.special_tokens.get(key)
         return self._tokenizer.token_to_id(text) if text is not None else None

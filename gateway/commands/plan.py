@@ -98,7 +98,9 @@ def _measure(folder: Path | None, plan: KVPlan, device: str) -> KVMeasurement:
     if plan.inputs.memory_bytes is None:
         raise ValueError("--measure needs --memory: the engine is started with the KV budget it leaves")
     from engine.planner_measure import measure_kv
+    from gateway.logging import configure_logging
 
+    configure_logging()  # engine start-up logs go to stderr, so --json stdout stays one JSON document
     return measure_kv(folder, plan, device=device)
 
 

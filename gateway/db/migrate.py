@@ -14,7 +14,9 @@ from sqlalchemy.engine import make_url
 import migrations
 from gateway.db.base import database_url, make_engine
 
-MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+# __path__ rather than __file__: an editable install made before migrations/ had an
+# __init__.py sees it as a namespace package, whose __file__ is None.
+MIGRATIONS_DIR = Path(next(iter(migrations.__path__))).resolve()
 
 
 def alembic_config(url: str | None = None) -> Config:

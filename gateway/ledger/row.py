@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
+from gateway.db.models import LEDGER_STATUSES
 from policies import SLOTargets
 
 # 429 reasons that are the client's doing, not the service's capacity.
@@ -180,6 +181,8 @@ def row_from_request(
     timeline: dict[str, Any] | None = None,
 ) -> LedgerRow:
     """A ledger row for any outcome; `arrival_time` is the gateway's wall clock (epoch seconds)."""
+    if status not in LEDGER_STATUSES:
+        raise ValueError(f"ledger status must be one of {LEDGER_STATUSES}, got {status!r}")
     ttft_met, tpot_met, e2e_met, slo_met = slo_flags(
         status, metrics, slo, http_status=http_status, rejection_reason=rejection_reason)
     m = metrics

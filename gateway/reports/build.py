@@ -6,7 +6,8 @@ Definitions (DESIGN.md metrics; the SLO counting rule is in gateway/ledger/row.p
 - latency percentiles (nearest-rank, see percentiles.py) over *finished* requests:
   a half-done aborted or failed request would understate E2E.
 - goodput = requests meeting their SLO per second of window.
-- input / output tokens per second = tokens of every request in the window / window seconds.
+- input / output tokens per second = tokens of the requests the engine took (all but
+  rejected ones, whose prompts were never computed) / window seconds.
 - error budget: allowed misses = (1 - goal) x counted requests (summed per row, so
   a goal change inside the window is honoured), remaining = allowed - actual misses,
   remaining_fraction = remaining / allowed (negative once the budget is overspent).
@@ -105,7 +106,8 @@ def class_report(rows: list[Any], window: Window) -> dict[str, Any]:
 
     allowed = sum(1.0 - (r.slo_goal if r.slo_goal is not None else (goal or 1.0)) for r in counted)
     misses = len(counted) - met
-    tokens = {k: sum(getattr(r, f"{k}_tokens") for r in rows) for k in ("input", "cached", "output")}
+    served = [r for r in rows if r.status != "rejected"]  # a rejected prompt was never computed
+    tokens = {k: sum(getattr(r, f"{k}_tokens") for r in served) for k in ("input", "cached", "output")}
     return {
         "requests": len(rows),
         "outcomes": {s: sum(1 for r in rows if r.status == s) for s in LEDGER_STATUSES},

@@ -1,33 +1,45 @@
-"""GET /v1/slo/report: SLO compliance per class and time window (admin keys only)."""
+"""GET /v1/slo/report: SLO compliance per class and time window (admin keys only).
+
+The report is an operator's view: it covers every tenant unless `tenant=` narrows it.
+Times without a zone are read as UTC; the default window is the last 24 hours.
+"""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 
+from gateway.db.base import utcnow
 from gateway.deps import AdminDep, StateDep, run_db
 from gateway.errors import APIError
+from gateway.reports import MEDIA_TYPES, build_report, render_report
 from gateway.responses import ERROR_RESPONSES
 
 router = APIRouter(tags=["reports"])
+DEFAULT_WINDOW = timedelta(hours=24)
 
 
-@router.get("/slo/report", responses=ERROR_RESPONSES)
+def _utc(t: datetime | None) -> datetime | None:
+    return None if t is None else t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+
+
+@router.get("/slo/report", responses={200: {"content": {m: {} for m in MEDIA_TYPES.values()}}, **ERROR_RESPONSES})
 async def slo_report(
     key: AdminDep,
     state: StateDep,
     since: datetime | None = None,
     until: datetime | None = None,
     workload_class: Annotated[str | None, Query(alias="class")] = None,
+    tenant: str | None = None,
     format: Literal["json", "csv", "html"] = "json",
 ) -> Response:
-    from gateway.reports import build_report, render_report
-
     if workload_class is not None and workload_class not in state.policy.classes:
         raise APIError("unknown_workload_class", f"unknown workload class {workload_class!r}; known classes: "
                        f"{', '.join(sorted(state.policy.classes))}")
-    report = await run_db(state, lambda s: build_report(s, since=since, until=until,
-                                                        workload_class=workload_class, policy=state.policy))
-    body, media_type = render_report(report, format)
-    return Response(body, media_type=media_type)
+    end = _utc(until) or utcnow()
+    start = _utc(since) or end - DEFAULT_WINDOW
+    if end <= start:
+        raise APIError("invalid_request", "until must be after since")
+    report = await run_db(state, lambda s: build_report(s, start, end, workload_class=workload_class, tenant=tenant))
+    return Response(render_report(report, format), media_type=MEDIA_TYPES[format])

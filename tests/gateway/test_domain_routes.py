@@ -97,3 +97,20 @@ async def test_rejected_requests_leave_a_ledger_row(client: httpx.AsyncClient, k
     rec = (await client.get(f"/v1/requests/{r.headers['x-request-id']}", headers=auth(keys.acme))).json()
     assert rec["status"] == "rejected" and rec["rejection_reason"] == "max_tokens_too_large"
     assert rec["http_status"] == 400 and rec["workload_class"] == "realtime_risk"
+
+
+async def test_slo_report_for_admins_in_three_formats(client: httpx.AsyncClient, keys: Keys) -> None:
+    h = {**auth(keys.acme), "X-Workload-Class": "realtime_risk"}
+    await client.post("/v1/completions", headers=h, json={"prompt": "VaR", "max_tokens": 2, "ignore_eos": True})
+    await client.get("/v1/requests/req-none", headers=auth(keys.acme))  # forces a ledger flush
+    admin = auth(keys.acme_admin)
+    r = await client.get("/v1/slo/report", headers=admin, params={"class": "realtime_risk"})
+    assert r.status_code == 200, r.text
+    classes = r.json()["classes"]
+    assert list(classes) == ["realtime_risk"] and classes["realtime_risk"]["requests"] >= 1
+    csv = await client.get("/v1/slo/report", headers=admin, params={"format": "csv"})
+    assert csv.headers["content-type"].startswith("text/csv") and "realtime_risk" in csv.text
+    html = await client.get("/v1/slo/report", headers=admin, params={"format": "html"})
+    assert html.headers["content-type"].startswith("text/html") and "<html" in html.text.lower()
+    bad = await client.get("/v1/slo/report", headers=admin, params={"class": "gold"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "unknown_workload_class"

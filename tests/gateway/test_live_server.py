@@ -6,8 +6,10 @@ import time
 
 import httpx
 import openai
+from sqlalchemy import select
 
 from engine.client import EngineClient
+from gateway.db.models import RequestLedger
 from tests.gateway.conftest import Keys, LiveServer, auth, wait_for
 
 
@@ -83,10 +85,6 @@ async def test_disconnect_while_waiting_for_a_whole_answer_aborts_too(live_serve
     assert time.monotonic() - t0 < 5
     state = live_server.state
     await asyncio.to_thread(state.ledger.flush)
-    from sqlalchemy import select
-
-    from gateway.db.models import RequestLedger
-
     with state.sessions() as s:
         row = s.scalars(select(RequestLedger).where(RequestLedger.tenant == "acme")
                         .order_by(RequestLedger.arrival_at.desc())).first()

@@ -132,3 +132,12 @@ async def test_invalid_json_schema(client: httpx.AsyncClient, keys: Keys) -> Non
     r = await client.post("/v1/completions", headers=auth(keys.acme), json={
         "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": 12}}}})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json_schema"
+
+
+async def test_streaming_request_refused_by_the_engine_gets_a_json_error(client: httpx.AsyncClient,
+                                                                         keys: Keys) -> None:
+    r = await client.post("/v1/chat/completions", headers={**auth(keys.acme), "X-Workload-Class": "realtime_risk"},
+                          json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000, "stream": True})
+    assert r.status_code == 400
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["error"]["code"] == "max_tokens_too_large"

@@ -28,11 +28,11 @@ def risk_rows():
         make_row("risk-failed", at_s=55, status="failed", finish_reason="error", http_status=500, slo_met=False,
                  **none, **RISK),
         make_row("risk-full-1", at_s=56, status="rejected", http_status=429, rejection_reason="queue_full",
-                 slo_met=False, finish_reason=None, **{**none, "input_tokens": 0}, **RISK),
+                 slo_met=False, finish_reason=None, **none, **RISK),
         make_row("risk-full-2", at_s=57, status="rejected", http_status=429, rejection_reason="queue_full",
-                 slo_met=False, finish_reason=None, **{**none, "input_tokens": 0}, **RISK),
+                 slo_met=False, finish_reason=None, **none, **RISK),
         make_row("risk-limited", at_s=58, status="rejected", http_status=429, rejection_reason="rate_limited",
-                 slo_met=None, finish_reason=None, **{**none, "input_tokens": 0}, **RISK),
+                 slo_met=None, finish_reason=None, **none, **RISK),
         make_row("risk-aborted", at_s=59, status="aborted", finish_reason="abort", slo_met=None,
                  **{**none, "output_tokens": 4}, **RISK),
     ]
@@ -65,7 +65,7 @@ def test_outcomes_percentiles_goodput_and_throughput(ledger):
         {"count": 10, "p50": 50.0, "p90": 90.0, "p99": 100.0}
     assert (risk["latency_ms"]["e2e"]["p50"], risk["latency_ms"]["queue"]["p90"]) == (500.0, 9.0)
     assert risk["goodput_rps"] == pytest.approx(8 / 100)
-    # input: 10 finished x 100 + failed 100 + aborted 100 (rejections 0) over 100 s; output: 10 x 16 + 4.
+    # input: 10 finished x 100 + failed 100 + aborted 100 (rejections not computed) over 100 s; output: 10 x 16 + 4.
     assert risk["throughput"] == {"input_tokens_per_s": pytest.approx(12.0), "output_tokens_per_s": pytest.approx(1.64)}
     assert risk["rejections"] == {"queue_full": 2, "rate_limited": 1}
 

@@ -1,0 +1,79 @@
+"""Full class queues (429), Prometheus metrics and the canonical log line."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from structlog.testing import capture_logs
+
+from engine.client import EngineClient
+from gateway.app import create_app
+from gateway.settings import Settings
+from tests.gateway.conftest import Keys, auth, make_client, policy_with, wait_for
+
+
+@pytest.fixture
+async def one_slot_client(tiny_model_dir: Path, settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient,
+                                                                                          EngineClient]]:
+    """realtime_risk with one batch slot and a queue of one."""
+    policy = policy_with(realtime_risk={"max_running": 1, "queue_limit": 1, "max_output_tokens": 512})
+    engine = make_client(tiny_model_dir, policy)
+    app = create_app(settings, engine_client=engine)
+    try:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+                yield c, engine
+    finally:
+        engine.shutdown()
+
+
+async def test_full_class_queue_is_429_with_retry_after(one_slot_client, keys: Keys) -> None:
+    c, engine = one_slot_client
+    h = {**auth(keys.acme), "X-Workload-Class": "realtime_risk"}
+    long = {"prompt": "Margin call", "max_tokens": 500, "ignore_eos": True}
+    running = asyncio.create_task(c.post("/v1/completions", headers=h, json=long))
+    assert await wait_for(lambda: engine.stats().per_class["realtime_risk"].running == 1)
+    waiting = asyncio.create_task(c.post("/v1/completions", headers=h, json=long))
+    assert await wait_for(lambda: engine.stats().per_class["realtime_risk"].waiting == 1)
+    r = await c.post("/v1/completions", headers=h, json={"prompt": "x", "max_tokens": 1})
+    assert r.status_code == 429, r.text
+    assert r.json()["error"]["code"] == "queue_full"
+    assert int(r.headers["retry-after"]) >= 1
+    for task in (running, waiting):
+        task.cancel()
+    await asyncio.gather(running, waiting, return_exceptions=True)
+    assert await wait_for(lambda: engine.stats().running == 0 and engine.stats().waiting == 0)
+
+
+async def test_metrics_count_requests_tokens_and_latencies(client: httpx.AsyncClient, keys: Keys) -> None:
+    r = await client.post("/v1/completions", headers={**auth(keys.acme), "X-Workload-Class": "realtime_risk"},
+                          json={"prompt": "FX exposure", "max_tokens": 3, "ignore_eos": True})
+    assert r.status_code == 200
+    await client.post("/v1/completions", headers=auth(keys.risk_only), json={"prompt": "x"})  # 403
+    text = (await client.get("/metrics")).text
+    assert 'finserve_requests_total{outcome="finished",workload_class="realtime_risk"} 1.0' in text
+    assert 'finserve_rejections_total{reason="class_forbidden",workload_class="document_qa"} 1.0' in text
+    assert 'finserve_tokens_total{kind="output",workload_class="realtime_risk"} 3.0' in text
+    for hist in ("ttft", "tpot", "e2e", "queue"):
+        assert f'finserve_{hist}_seconds_count{{workload_class="realtime_risk"}} 1.0' in text
+    assert 'finserve_itl_seconds_count{workload_class="realtime_risk"} 2.0' in text
+    assert 'finserve_running_requests{workload_class="realtime_risk"}' in text
+    assert 'finserve_kv_pool_blocks{state="total"}' in text
+
+
+async def test_one_canonical_log_line_per_request_without_prompt_text(client: httpx.AsyncClient,
+                                                                     keys: Keys) -> None:
+    secret = "ZEBRA-CONFIDENTIAL-4411"
+    with capture_logs() as logs:
+        r = await client.post("/v1/chat/completions", headers=auth(keys.acme),
+                              json={"messages": [{"role": "user", "content": secret}], "max_tokens": 2})
+    lines = [e for e in logs if e["event"] == "request"]
+    assert len(lines) == 1
+    line = lines[0]
+    assert line["status"] == 200 and line["tenant"] == "acme" and line["outcome"] == "finished"
+    assert line["workload_class"] == r.headers["x-workload-class"]
+    assert line["ttft_ms"] > 0 and line["output_tokens"] >= 1
+    assert secret not in repr(logs)
