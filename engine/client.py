@@ -15,7 +15,7 @@ from typing import AsyncIterator
 import structlog
 
 from engine.engine import LLMEngine
-from engine.outputs import EngineStats, RequestOutput
+from engine.outputs import AdmissionError, EngineStats, RequestOutput
 from engine.request import EngineRequest
 
 log = structlog.get_logger(__name__)
@@ -74,15 +74,18 @@ class EngineClient:
         admitted: Future = Future()
         self._inbox.put(("add", req, _Subscriber(loop, q), admitted))
         self._wake.set()
-        await asyncio.wrap_future(admitted)  # re-raises AdmissionError
         finished = False
         try:
+            await asyncio.wrap_future(admitted)  # re-raises AdmissionError
             while not finished:
                 out: RequestOutput = await q.get()
                 finished = out.finished
                 yield out
+        except AdmissionError:
+            finished = True  # never entered the engine: nothing to abort
+            raise
         finally:
-            if not finished:
+            if not finished:  # disconnect or cancellation, possibly while admission was pending
                 self.abort(req.request_id)
 
     def abort(self, request_id: str) -> None:
@@ -115,6 +118,8 @@ class EngineClient:
                 return
             if op == "abort":
                 self.engine.abort_request(arg)
+                continue
+            if not fut.set_running_or_notify_cancel():  # the caller gave up before admission
                 continue
             try:
                 self.engine.add_request(arg)

@@ -218,6 +218,10 @@ class Scheduler:
         if n <= 0:
             step.token_limited = True
             return
+        if not self.kv.fits_class_cap(req, req.num_tokens - num_cached, computed):
+            # Starting a prefill that cannot finish under the class cap would only end in preemption.
+            step.blocked_classes.add(cls)
+            return
         if not self._make_room(req, n, computed, step):
             return
         block_ids = self.kv.allocate_slots(req, n, computed)

@@ -116,6 +116,11 @@ class KVCacheManager:
             return AllocStatus.GUARANTEE_RESERVED
         return AllocStatus.OK
 
+    def fits_class_cap(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> bool:
+        """Whether the class's max share leaves room for `num_new_tokens` more tokens of `req`."""
+        need = self._need(req, num_new_tokens, computed)
+        return self.budget.within_max(req.workload_class or "", need.class_blocks)
+
     def allocate_slots(
         self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()
     ) -> list[int] | None:

@@ -39,11 +39,11 @@ def test_long_prompt_is_chunked_while_running_decodes_keep_going():
 
 
 def test_urgent_request_arriving_during_a_long_prefill_runs_the_next_step():
-    sim = Sim(make_scheduler())
+    sim = Sim(make_scheduler(num_blocks=128))
     d = sim.add("d", 200, "docs", max_tokens=2)
     sim.step(), sim.step()
     assert d.num_computed_tokens == 32
-    sim.add("u", 8, "urgent", max_tokens=2)
+    sim.add("u", list(range(500, 508)), "urgent", max_tokens=2)
     out = scheduled(sim.step())
     assert out["u"] == 8  # the whole event prompt, one step after arrival
     assert out["d"] >= 4  # the document keeps its reserved share and keeps moving
@@ -78,15 +78,18 @@ def test_class_never_grows_past_its_max_share_and_others_keep_running():
     docs = variant(DOCS, kv_min_share=0.0, kv_max_share=0.25)  # 8 of 32 blocks
     sim = Sim(make_scheduler(make_policy(URGENT, docs, BATCH)))
     for i in range(3):
-        sim.add(f"d{i}", 20, "docs", max_tokens=8)
+        sim.add(f"d{i}", list(range(100 * i, 100 * i + 20)), "docs", max_tokens=8)  # distinct documents
     sim.add("b", 20, "batch", max_tokens=8)
     held, concurrent_docs = [], []
     while sim.sched.has_unfinished():
         sim.step()
         held.append(sim.sched.kv.budget.held("docs"))
         concurrent_docs.append(sum(r.workload_class == "docs" for r in sim.sched.running.values()))
-    assert max(held) == 8  # the cap binds ...
-    assert max(concurrent_docs) == 1  # ... so documents run one at a time
+    assert max(held) <= 8
+    # A second document (5 blocks) never fits beside the first (up to 7) under the cap, though
+    # the pool has room: a document starts only when its whole prompt fits under the cap.
+    assert max(concurrent_docs) == 1
+    assert sim.sched.stats().per_class["docs"].preemptions == 0
     assert sim.sched.get_request("b").status is RequestStatus.FINISHED_LENGTH
 
 
@@ -102,7 +105,7 @@ def test_higher_class_takes_blocks_from_preemptible_lower_class():
     fill_pool_with_batch(sim)
     u = sim.add("u", 30, "urgent", max_tokens=16)
     out = sim.step()
-    assert scheduled(out)["u"] == 12  # started at once: 16 tokens minus docs' idle... no, minus nothing
+    assert scheduled(out)["u"] >= 4  # started at once, with at least its reserved share of the step
     assert out.preempted_ids and all(rid.startswith("b") for rid in out.preempted_ids)
     sim.run()
     assert u.status is RequestStatus.FINISHED_LENGTH
@@ -129,13 +132,13 @@ def test_class_under_its_guaranteed_share_takes_it_back_from_a_higher_class():
 def test_higher_class_never_waits_behind_lower_for_blocks():
     docs = variant(DOCS, kv_min_share=0.0, kv_max_share=1.0, max_running=8)
     urgent = variant(URGENT, kv_min_share=0.0)
-    sim = Sim(make_scheduler(make_policy(urgent, docs, BATCH), num_blocks=16))
-    for i in range(4):
-        sim.add(f"d{i}", 14, "docs", max_tokens=3)  # non-preemptible, fills the pool
-    while sim.sched.kv.pool.num_available > 0:
-        sim.step()
-    sim.add("u", 12, "urgent", max_tokens=2)
-    sim.add("b", 4, "batch", max_tokens=2)  # would fit in the first freed block
+    sim = Sim(make_scheduler(make_policy(urgent, docs, BATCH), num_blocks=17, max_num_batched_tokens=64))
+    for i in range(4):  # non-preemptible, 4 blocks each for their whole life: 1 block stays free
+        sim.add(f"d{i}", list(range(100 * i, 100 * i + 13)), "docs", max_tokens=3)
+    sim.step()
+    assert sim.sched.kv.pool.num_available == 1
+    sim.add("u", list(range(900, 912)), "urgent", max_tokens=2)  # needs 3 blocks
+    sim.add("b", 4, "batch", max_tokens=2)  # needs 1: it would fit now, but must not go first
     sim.run()
     assert first_step(sim, "u") <= first_step(sim, "b")
 
