@@ -42,28 +42,21 @@ class Admission:
 
     def check(self, req: EngineRequest, cp: ClassPolicy, *, max_kv_blocks: int, waiting: int) -> None:
         """Raises AdmissionError (and counts it) if `req` may not join class `cp`'s queue."""
-        n_in, n_out = req.num_prompt_tokens, req.sampling.max_tokens
-        if n_in > cp.max_input_tokens:
-            self._reject(cp.name, "prompt_too_long", f"prompt has {n_in} tokens, {cp.name} allows {cp.max_input_tokens}")
-        if n_out > cp.max_output_tokens:
-            self._reject(
-                cp.name, "max_tokens_too_large", f"max_tokens {n_out} is over {cp.name}'s {cp.max_output_tokens}"
-            )
-        if n_in + n_out > self.max_model_len:
-            self._reject(
-                cp.name, "context_overflow", f"{n_in} prompt + {n_out} max_tokens exceed the {self.max_model_len} context"
-            )
+        n_in, n_out, name = req.num_prompt_tokens, req.sampling.max_tokens, cp.name
         # The last sampled token is never fed back, so its KV is never written.
         blocks = math.ceil((n_in + n_out - 1) / self.block_size)
-        if blocks > max_kv_blocks:
-            self._reject(
-                cp.name, "exceeds_kv_budget", f"needs {blocks} KV blocks, {cp.name} may hold at most {max_kv_blocks}"
-            )
+        never_fits = [
+            (n_in > cp.max_input_tokens, "prompt_too_long", f"{n_in} prompt tokens > {cp.max_input_tokens}"),
+            (n_out > cp.max_output_tokens, "max_tokens_too_large", f"max_tokens {n_out} > {cp.max_output_tokens}"),
+            (n_in + n_out > self.max_model_len, "context_overflow", f"{n_in + n_out} tokens > {self.max_model_len}"),
+            (blocks > max_kv_blocks, "exceeds_kv_budget", f"needs {blocks} KV blocks, {name} may hold {max_kv_blocks}"),
+        ]
+        for failed, reason, message in never_fits:
+            if failed:
+                self._reject(name, reason, message)
         if waiting >= cp.queue_limit:
-            retry = self.retry_after_s(cp.name, waiting)
-            self._reject(
-                cp.name, "queue_full", f"{cp.name} queue is full ({waiting} waiting)", retryable=True, retry_after_s=retry
-            )
+            retry = self.retry_after_s(name, waiting)
+            self._reject(name, "queue_full", f"{name} has {waiting} waiting", retryable=True, retry_after_s=retry)
 
     def reject_duplicate(self, cls: str, request_id: str) -> None:
         self._reject(cls, "duplicate_request_id", f"request id {request_id!r} is already in the engine")

@@ -24,6 +24,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     scheduling: str = "class"  # "class" (policy-aware) or "fcfs" (comparison only)
     num_threads: int | None = None  # torch intra-op threads on CPU; None = all cores
+    starvation_steps: int = 256  # a request unscheduled this many steps is promoted (<= 0 disables)
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -45,7 +45,9 @@ class LLMEngine:
         self.tokenizer = Tokenizer.from_folder(config.model)
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, MAX_CONTEXT_CAP)
         self.eos_ids = self._eos_ids(Path(config.model))
-        self.scheduler = Scheduler(config, self.num_blocks, self.max_model_len)
+        self.scheduler = Scheduler(
+            config, self.num_blocks, self.max_model_len, starvation_steps=config.starvation_steps
+        )
         self._live: dict[str, _Live] = {}
         self._aborted_outputs: list[RequestOutput] = []
         self.steps = 0
@@ -135,7 +137,7 @@ class LLMEngine:
         self.steps += 1
         self.scheduler.update_after_step(out)
         for s in out.seqs:
-            kind = "prefill" if s.start_pos < s.request.num_prompt_tokens else "decode"
+            kind = "prefill" if s.is_prefill else "decode"  # recompute after preemption is prefill too
             s.request.events.append(StepEvent(kind, t0, t1, s.num_new_tokens, out.num_batched_tokens))
         for rid, token in sampled.items():
             outputs.append(self._on_token(self._live[rid], token, t1))

@@ -98,7 +98,10 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.mode = SchedulingMode(config.scheduling)
         self.rules = resolve_class_rules(config.policy, self.mode, config.max_num_seqs)
-        shares = {n: ClassShare.of(num_blocks, r.kv_min_share, r.kv_max_share, r.preemptible) for n, r in self.rules.items()}
+        shares = {
+            name: ClassShare.of(num_blocks, r.kv_min_share, r.kv_max_share, r.preemptible)
+            for name, r in self.rules.items()
+        }
         budget = ClassKVBudget(num_blocks, shares)
         self.kv = KVCacheManager(num_blocks, config.block_size, budget, config.enable_prefix_caching)
         self.waiting = create_request_queue(self.mode, self.rules)
@@ -159,7 +162,7 @@ class Scheduler:
         self.num_steps += 1
         self._promote_starved()
         total = self.config.max_num_batched_tokens
-        step = _Step(StepTokenBudget(total, self._reserves, self._classes_with_work()))
+        step = _Step(StepTokenBudget(total, self._reserves, self._token_demand()))
         self._fill(step)
         if step.token_limited and step.budget.remaining > 0 and step.budget.has_reserves:
             step.budget.drop_reserves()  # reserves nobody could use go to whoever can
@@ -304,12 +307,17 @@ class Scheduler:
             if self.num_steps - last > self.starvation_steps:
                 self.waiting.promote(self._requests[rid])
 
-    def _classes_with_work(self) -> set[str]:
-        work = {r.workload_class for r in self.running.values() if self._tokens_left(r) > 0}
-        for name, rules in self.rules.items():
-            if self.waiting.count(name) and self._num_running(name) < rules.max_running:
-                work.add(name)
-        return work
+    def _token_demand(self) -> Counter[str]:
+        """Tokens each class could use this step: running work plus waiting prompts it has slots for."""
+        demand: Counter[str] = Counter()
+        for r in self.running.values():
+            demand[r.workload_class] += self._tokens_left(r)
+        free_slots = {n: rules.max_running - self._num_running(n) for n, rules in self.rules.items()}
+        for r in self.waiting:
+            if free_slots[r.workload_class] > 0:
+                free_slots[r.workload_class] -= 1
+                demand[r.workload_class] += r.num_tokens
+        return demand
 
     def _schedulable(self, req: EngineRequest, step: _Step) -> bool:
         # Requests preempted in this step wait for the next one; snapshots may hold finished ones.

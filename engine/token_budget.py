@@ -1,25 +1,24 @@
 """One step's token budget with per-class reserved shares.
 
-While a class has work this step, `reserve` tokens of the step are kept for it: any other
-class may only take what leaves every other working class's unmet reserve intact. So for
-each class c:  allowance(c) = remaining - sum over working d != c of max(0, reserve_d - used_d),
+Each class's reserve this step is min(its share of the step, the tokens it could use this
+step); any other class may only take what leaves every other class's unmet reserve intact:
+  allowance(c) = remaining - sum over d != c of max(0, reserve_d - used_d),
 which is never below c's own unmet reserve as long as the reserves sum to at most the total.
-Reserves of classes without work are not held back at all; reserves a class could not use
-(its requests were blocked) are released by `drop_reserves` for a second pass.
+A class without work reserves nothing; reserves a class could not use after all (its requests
+were blocked on slots or blocks) are released by `drop_reserves` for a second pass.
 """
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 
 class StepTokenBudget:
-    def __init__(self, total: int, reserves: Mapping[str, int], classes_with_work: Iterable[str]):
-        working = set(classes_with_work)
+    def __init__(self, total: int, reserves: Mapping[str, int], demand: Mapping[str, int]):
         self.total = total
         self.remaining = total
         self._used: Counter[str] = Counter()
-        self._reserves = {c: r for c, r in reserves.items() if r > 0 and c in working}
+        self._reserves = {c: min(r, demand.get(c, 0)) for c, r in reserves.items() if min(r, demand.get(c, 0)) > 0}
 
     def allowance(self, cls: str, *, ignore_reserves: bool = False) -> int:
         if ignore_reserves:

@@ -37,18 +37,22 @@ ERROR_CODES: dict[str, int] = {
     "model_not_found": 404,
     "document_not_found": 404,
     "request_not_found": 404,
+    "job_not_found": 404,
     "method_not_allowed": 405,
+    "idempotency_conflict": 409,
     "request_too_large": 413,
     "prompt_too_long": 413,
     "context_overflow": 413,
     "document_too_long": 413,
     "exceeds_kv_budget": 413,
+    "unsupported_media_type": 415,
     "rate_limited": 429,
     "queue_full": 429,
     "internal_error": 500,
     "engine_error": 500,
     "engine_not_ready": 503,
     "database_unavailable": 503,
+    "queue_unavailable": 503,
 }
 
 

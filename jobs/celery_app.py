@@ -38,6 +38,9 @@ def make_celery(settings: JobsSettings) -> Celery:
         # pending in SQL and `finserve jobs resume` (or an idempotent resubmit) enqueues them.
         task_publish_retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5,
                                    "interval_max": 1.0},
+        # Broker lost (Redis restarted): items already running keep running and store their results
+        # in SQL; their acks are lost with the connection, so a redelivery finds them done (a no-op).
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
     )

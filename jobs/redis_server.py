@@ -52,7 +52,10 @@ class RedisServer:
         args = [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
                 "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "yes",
                 "--loglevel", "warning"]
-        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Its own session: a terminal's Ctrl-C reaches only its owner, which stops it last, after the
+        # worker has finished or handed back its items (they need Redis to be acknowledged).
+        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      start_new_session=True)
         deadline = time.monotonic() + timeout_s
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
         while True:

@@ -95,8 +95,21 @@ def _replay(job: ExtractionJob, digest: str) -> ExtractionJob:
     return job
 
 
-def mark_enqueued(session: Session, job_id: str) -> None:
-    session.execute(update(ExtractionJob).where(ExtractionJob.id == job_id).values(enqueued_at=utcnow()))
+def reserve_enqueue(session: Session, job_id: str) -> bool:
+    """Take the job's one enqueue: True for exactly one caller while the job is not yet on the queue.
+
+    Two concurrent submissions with one Idempotency-Key both see the job; only the one that
+    wins this conditional UPDATE publishes its items, so the queue never gets them twice.
+    """
+    n = session.execute(update(ExtractionJob).where(
+        ExtractionJob.id == job_id, ExtractionJob.enqueued_at.is_(None)).values(enqueued_at=utcnow())).rowcount
+    session.commit()
+    return n == 1
+
+
+def release_enqueue(session: Session, job_id: str) -> None:
+    """The enqueue failed: let a resubmit (or `finserve jobs resume`) publish the items."""
+    session.execute(update(ExtractionJob).where(ExtractionJob.id == job_id).values(enqueued_at=None))
     session.commit()
 
 

@@ -36,3 +36,57 @@ def isolation_bench(
     from bench.isolation import run
 
     run(json_path, n_risk=risk_requests, gap_s=gap_s, bulk_in_flight=bulk_in_flight, model=model)
+
+
+@bench_app.command("gateway")
+def gateway_bench(
+    json_path: str = typer.Option(None, "--json"),
+    n: int = typer.Option(100, "--n", min=1, help="Requests per block and side."),
+    blocks: int = typer.Option(5, "--blocks", min=1, help="Alternating blocks (http, direct, ...)."),
+    warmup: int = typer.Option(20, "--warmup", min=0),
+    model: str = typer.Option(None, "--model"),
+    threads: int = typer.Option(None, "--threads"),
+) -> None:
+    """Latency a 1-token completion gains through HTTP vs calling the EngineClient directly."""
+    from bench.gateway_bench import run
+
+    run(json_path, n=n, blocks=blocks, warmup=warmup, model=model, threads=threads)
+
+
+@bench_app.command("serve")
+def serve_bench(
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", help="A running finserve gateway (loopback only)."),
+    key: str = typer.Option(..., "--key", envvar="FINSERVE_API_KEY", help="API key (use one with a high rate limit)."),
+    json_path: str = typer.Option(None, "--json"),
+    requests: int = typer.Option(200, "--requests", min=1),
+    duration: float = typer.Option(300.0, "--duration", help="Stop sending after this many seconds."),
+    rate: float = typer.Option(1.0, "--rate", help="Mean Poisson arrival rate, requests/s, all classes."),
+    mix: str = typer.Option("realtime_risk=0.5,document_qa=0.3,bulk_extraction=0.2", "--mix"),
+    seed: int = typer.Option(0, "--seed"),
+    documents: int = typer.Option(2, "--documents", min=1),
+    drain_timeout: float = typer.Option(300.0, "--drain-timeout"),
+) -> None:
+    """Open-loop Poisson load mixing the three classes, measured from the client; compared with the ledger."""
+    from bench.serve import run
+
+    run(url, key, json_path, requests=requests, duration_s=duration, rate=rate, mix=mix, seed=seed,
+        documents=documents, drain_timeout_s=drain_timeout)
+
+
+@bench_app.command("bulk")
+def bulk_bench(
+    json_path: str = typer.Option(None, "--json"),
+    items: int = typer.Option(200, "--items", min=1),
+    reps: int = typer.Option(2, "--reps", min=1),
+    model: str = typer.Option(None, "--model"),
+    threads: int = typer.Option(None, "--threads"),
+    workers: int = typer.Option(1, "--workers", min=1),
+    in_flight: int = typer.Option(16, "--in-flight", min=1),
+    max_tokens: int = typer.Option(128, "--max-tokens", min=1),
+    risk_gap_s: float = typer.Option(1.0, "--risk-gap-s"),
+) -> None:
+    """A contract job end to end through the gateway and Celery vs the same items sent straight to the engine."""
+    from bench.bulk import run
+
+    run(json_path, items=items, reps=reps, model=model, threads=threads, workers=workers, in_flight=in_flight,
+        max_tokens=max_tokens, risk_gap_s=risk_gap_s)

@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+QUEUE = "finserve.extraction"  # = jobs.celery_app.QUEUE (not imported: the CLI starts without Celery)
 jobs_app = typer.Typer(help="Bulk contract extraction jobs.", no_args_is_help=True)
 
 
@@ -150,10 +151,11 @@ def resume() -> None:
     typer.echo(f"re-enqueued {n} unfinished items")
 
 
-def worker_argv(concurrency: int, loglevel: str = "INFO") -> list[str]:
+def worker_argv(concurrency: int, loglevel: str = "INFO", name: str | None = None) -> list[str]:
     # Threads: an item is one HTTP call, so threads give `concurrency` items in flight cheaply.
-    return ["worker", "--pool", "threads", "--concurrency", str(concurrency), "--loglevel", loglevel,
-            "--without-gossip", "--without-mingle", "--queues", "finserve.extraction"]
+    argv = ["worker", "--pool", "threads", "--concurrency", str(concurrency), "--loglevel", loglevel,
+            "--without-gossip", "--without-mingle", "--queues", QUEUE]
+    return argv + (["--hostname", name] if name else [])
 
 
 def register(app: typer.Typer) -> None:
@@ -161,6 +163,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def worker(concurrency: Annotated[Optional[int], typer.Option(help="Items in flight (default 4).")] = None,
+               name: Annotated[Optional[str], typer.Option(help="Celery node name, e.g. w1@%h.")] = None,
                loglevel: Annotated[str, typer.Option()] = "INFO") -> None:
         """Run a Celery worker for extraction items."""
         from gateway.logging import configure_logging
@@ -168,4 +171,4 @@ def register(app: typer.Typer) -> None:
         from jobs.config import jobs_settings
 
         configure_logging(level=loglevel.lower())
-        celery_app.worker_main(worker_argv(concurrency or jobs_settings().worker_concurrency, loglevel))
+        celery_app.worker_main(worker_argv(concurrency or jobs_settings().worker_concurrency, loglevel, name))

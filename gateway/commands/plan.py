@@ -1,4 +1,5 @@
-"""Capacity planning commands: `finserve kv-plan` (KV cache arithmetic, optionally checked against the engine)."""
+"""Capacity planning commands: `finserve kv-plan` (KV cache arithmetic, optionally checked against the engine)
+and `finserve sweep` (measured TTFT, TPOT, throughput and KV memory as one workload dimension grows)."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,6 +22,7 @@ MEMORY_CONVENTION = "--memory is the total given to the model: weights + KV cach
 
 def register(app: typer.Typer) -> None:
     app.command("kv-plan")(kv_plan)
+    app.command("sweep")(sweep)
 
 
 def kv_plan(
@@ -173,3 +175,53 @@ def _measured_table(m: KVMeasurement) -> Table:
 
 def _opt(value, fmt=str) -> str:
     return "-" if value is None else fmt(value)
+
+
+def sweep(
+    vary: Annotated[str, typer.Option(help="the dimension that varies: input, output, batch or dtype")],
+    out: Annotated[Path, typer.Option(help="folder for sweep.json, sweep.md and the PNG plots")],
+    values: Annotated[Optional[str], typer.Option(
+        help="comma-separated values (token counts, batch sizes, or float32,bfloat16,float16); "
+             "default per --vary: input 128,512,2048; output 16,64,256; batch 1,2,4,8,16; dtype all three")] = None,
+    repeat: Annotated[int, typer.Option(min=1, help="measured repetitions per point, after one warm-up")] = 3,
+    model: Annotated[Optional[Path], typer.Option(help="HF model folder (default: the prepared default model)")] = None,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads (default: one per usable core)")] = None,
+    fixed_input: Annotated[int, typer.Option(min=1, help="prompt tokens when input does not vary")] = 256,
+    fixed_output: Annotated[int, typer.Option(min=1, help="output tokens when output does not vary")] = 64,
+    fixed_batch: Annotated[int, typer.Option(min=1, help="requests at once when batch does not vary")] = 1,
+    dtype: Annotated[str, typer.Option(help="weights and KV precision when dtype does not vary")] = "float32",
+    dtype_batches: Annotated[str, typer.Option(help="--vary dtype: batch sizes to measure each precision at")] = "1,8",
+    max_batched_tokens: Annotated[int, typer.Option(min=1, help="engine step token budget (prefill chunk)")] = 512,
+    seed: Annotated[int, typer.Option(help="seed of the random prompts")] = 0,
+    bandwidth_gib: Annotated[float, typer.Option(
+        help="size of the memory-bandwidth probe for roofline fractions; 0 skips it")] = 1.0,
+) -> None:
+    """Measure TTFT, TPOT, E2E, input/output tokens/s and peak KV memory as one workload dimension grows."""
+    from bench.sweep import DEFAULT_VALUES, SweepSpec, parse_values
+    from bench.sweep import run as run_sweep
+    from gateway.logging import configure_logging
+
+    try:
+        spec = SweepSpec(
+            vary=vary, values=parse_values(vary, values or DEFAULT_VALUES.get(vary, "")), out_dir=out, repeat=repeat,
+            model=str(model) if model else None, threads=threads, fixed_input=fixed_input, fixed_output=fixed_output,
+            fixed_batch=fixed_batch, dtype=_one_dtype(dtype, parse_values),
+            dtype_batches=tuple(int(b) for b in dtype_batches.split(",") if b.strip()),
+            max_batched_tokens=max_batched_tokens, seed=seed, bandwidth_gib=bandwidth_gib,
+        )
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    configure_logging()  # engine start-up logs go to stderr; stdout gets the table
+    try:
+        data = run_sweep(spec)
+    except ValueError as e:  # e.g. input + output beyond the model's context
+        raise typer.BadParameter(str(e)) from None
+    typer.echo((out / "sweep.md").read_text())
+    typer.echo(f"wrote {out / 'sweep.json'}, {out / 'sweep.md'} and {len(data['plots'])} plots in {out}")
+
+
+def _one_dtype(text: str, parse_values) -> str:
+    names = parse_values("dtype", text)
+    if len(names) != 1:
+        raise ValueError(f"--dtype takes one precision, not {text!r}")
+    return names[0]

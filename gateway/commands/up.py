@@ -53,6 +53,14 @@ def _stop_worker(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+class _Stop(Exception):
+    """SIGTERM, raised in the main thread once uvicorn has drained (it re-raises the signal it caught)."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Stop()
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def up(
@@ -89,6 +97,9 @@ def register(app: typer.Typer) -> None:
                            "FINSERVE_API_KEY": os.environ.get("FINSERVE_API_KEY", dev_key),
                            "FINSERVE_DATABASE_URL": db_url, "FINSERVE_HOME": str(settings.home)})
         worker = None
+        # uvicorn handles SIGINT/SIGTERM while serving, then re-raises the signal once drained; without a
+        # handler of ours a re-raised SIGTERM would kill this process before the worker and Redis stop.
+        signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             from gateway.commands.jobs import resume_unfinished
 
@@ -100,7 +111,14 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"redis: {redis.url}; worker pid {worker.pid}; re-enqueued {resumed} unfinished items")
             typer.echo(_examples(url, dev_key))
             run_server(settings)  # blocks; uvicorn handles SIGINT/SIGTERM and drains
+        except (KeyboardInterrupt, _Stop):
+            pass
         finally:
+            # Bounded (worker stop timeout, then SIGKILL): a second Ctrl-C must not orphan the worker or Redis.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            typer.echo("stopping the worker and Redis ...", err=True)
             if worker is not None:
                 _stop_worker(worker)
             redis.stop()
+            typer.echo("finserve stopped", err=True)

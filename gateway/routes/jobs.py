@@ -53,14 +53,14 @@ async def _parse(request: Request) -> tuple[JobOptions, list[ContractItem]]:
             return ingest.from_form(items_bytes, schema_text, max_tokens if isinstance(max_tokens, str) else None)
     if ctype == "application/json":
         return ingest.from_json(await request.body())
-    raise APIError("invalid_request", f"unsupported Content-Type {ctype!r}; send application/json, "
-                   f"{NDJSON} or multipart/form-data", status=415)
+    raise APIError("unsupported_media_type", f"unsupported Content-Type {ctype!r}; send application/json, "
+                   f"{NDJSON} or multipart/form-data")
 
 
 async def _load(state: GatewayState, key: KeyInfo, job_id: str) -> ExtractionJob:
     job = await run_db(state, lambda s: service.get_job(s, key.tenant, job_id))
     if job is None:
-        raise APIError("job_not_found", f"no extraction job {job_id!r}", status=404)
+        raise APIError("job_not_found", f"no extraction job {job_id!r}")
     return job
 
 
@@ -86,18 +86,19 @@ async def create_extraction_job(
             return service.create_job(session, key.tenant, spec, idempotency_key)[0]
         except service.IdempotencyConflict as exc:
             raise APIError("idempotency_conflict", f"Idempotency-Key already used for a different request "
-                           f"(job {exc.job_id})", status=409) from None
+                           f"(job {exc.job_id})") from None
 
     job = await run_db(state, create)
-    if job.enqueued_at is None:  # new, or a replay of a job whose enqueue failed
+    # New, or a replay of a job whose enqueue failed: exactly one submission publishes the items.
+    if job.enqueued_at is None and await run_db(state, lambda s: service.reserve_enqueue(s, job.id)):
         ids = await run_db(state, lambda s: service.item_ids(s, job.id))
         try:
             await run_in_threadpool(enqueue_items, ids)
         except QueueUnavailable:
+            await run_db(state, lambda s: service.release_enqueue(s, job.id))
             raise APIError("queue_unavailable", f"job {job.id} is saved but the queue is unreachable; resubmit "
                            "with the same Idempotency-Key or run `finserve jobs resume`",
-                           status=503, retry_after_s=QUEUE_RETRY_AFTER_S) from None
-        await run_db(state, lambda s: service.mark_enqueued(s, job.id))
+                           retry_after_s=QUEUE_RETRY_AFTER_S) from None
     response.headers["Location"] = f"/v1/extraction-jobs/{job.id}"
     return await _public(state, job)
 

@@ -47,6 +47,8 @@ def test_urgent_request_arriving_during_a_long_prefill_runs_the_next_step():
     out = scheduled(sim.step())
     assert out["u"] == 8  # the whole event prompt, one step after arrival
     assert out["d"] >= 4  # the document keeps its reserved share and keeps moving
+    out = scheduled(sim.step())
+    assert out == {"u": 1, "d": 15}  # a reserve is never larger than what the class can use
 
 
 def test_lower_class_keeps_its_reserved_token_share_under_higher_class_load():
@@ -117,11 +119,11 @@ def test_higher_class_takes_blocks_from_preemptible_lower_class():
 def test_class_under_its_guaranteed_share_takes_it_back_from_a_higher_class():
     high = variant(BATCH, name="high", priority=300, max_input_tokens=64)  # preemptible, no guarantee
     low = variant(BATCH, name="low", priority=100, kv_min_share=0.5)
-    sim = Sim(make_scheduler(make_policy(high, low, default="high"), num_blocks=16, max_num_seqs=8))
-    for i in range(4):
-        sim.add(f"h{i}", 12, "high", max_tokens=6)
-    while sim.sched.kv.pool.num_available > 0:
-        sim.step()
+    sim = Sim(make_scheduler(make_policy(high, low, default="high"), num_blocks=16, max_num_batched_tokens=64))
+    for i in range(4):  # 4 blocks each for their whole life: the pool is full, nobody needs more
+        sim.add(f"h{i}", list(range(100 * i, 100 * i + 13)), "high", max_tokens=4)
+    sim.step()
+    assert sim.sched.kv.pool.num_available == 0
     lo = sim.add("lo", 12, "low", max_tokens=6)
     out = sim.step()
     assert "lo" in scheduled(out) and out.preempted_ids

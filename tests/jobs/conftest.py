@@ -1,16 +1,23 @@
-"""Jobs fixtures: a migrated SQLite ledger with one tenant, and a real redis-server."""
+"""Jobs fixtures: a migrated SQLite ledger, API keys, a real redis-server, and the whole stack."""
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from sqlalchemy.orm import Session, sessionmaker
+
+from engine.client import EngineClient
+from engine.config import EngineConfig
+from engine.engine import LLMEngine
 
 from gateway.db.base import make_engine, make_session_factory
 from gateway.db.migrate import upgrade
 from gateway.keys import create_key
 from jobs.redis_server import RedisServer
+from policies import load_policy
+from tests.jobs.stack import Stack, start_stack
 
 SCHEMA = {
     "type": "object",
@@ -45,3 +52,28 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(workdir=tmp_path / "redis").start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def jobs_engine(tiny_model_dir: Path) -> Iterator[EngineClient]:
+    """The real engine on a tiny random model, shared by the stack tests (the gateway runs in this process)."""
+    torch.set_num_threads(1)
+    config = EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=4 << 20,
+                          num_threads=1, max_num_batched_tokens=512)
+    client = EngineClient(LLMEngine(config)).start()
+    yield client
+    client.shutdown()
+
+
+@pytest.fixture()
+def stack(tmp_path: Path, db_url: str, jobs_engine: EngineClient) -> Iterator[Stack]:
+    """Redis + gateway (uvicorn thread) on 127.0.0.1; workers are started by the test with stack.start_worker."""
+    engine = make_engine(db_url)
+    with make_session_factory(engine)() as s:
+        key = create_key(s, "acme")
+    engine.dispose()
+    s = start_stack(tmp_path, db_url, key, jobs_engine)
+    try:
+        yield s
+    finally:
+        s.close()

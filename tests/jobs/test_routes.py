@@ -89,3 +89,11 @@ def test_cancel_marks_pending_items_cancelled(client, tenant_keys):
     resp = client.post(f"/v1/extraction-jobs/{job_id}/cancel", headers=auth(tenant_keys["acme"]))
     assert resp.status_code == 200
     assert resp.json()["status"] == "cancelled" and resp.json()["counts"]["cancelled"] == 3
+
+
+def test_unsupported_content_type_is_refused_with_415(client, tenant_keys, sessions):
+    resp = client.post("/v1/extraction-jobs", content="id,text\nc1,hello\n",
+                       headers={**auth(tenant_keys["acme"]), "Content-Type": "text/csv"})
+    assert resp.status_code == 415 and resp.json()["error"]["code"] == "unsupported_media_type"
+    with sessions() as s:
+        assert s.query(ExtractionJob).count() == 0
