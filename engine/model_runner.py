@@ -11,6 +11,7 @@ import torch
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
 from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.config import ModelConfig
+from engine.model.cpu_kernels import paged_decode_kernel
 from engine.model.loader import TORCH_DTYPES, load_model
 from engine.outputs import ScheduledSeq, SchedulerOutput
 from engine.sampler import SamplingRow, sample
@@ -37,6 +38,11 @@ class ModelRunner:
         if self.num_blocks < 1:
             raise ValueError(f"KV budget {config.kv_cache_memory_bytes} B holds no block of {self.kv_spec.bytes_per_block} B")
         slots = self.num_blocks * config.block_size
+        # The native decode kernel serves fp32 on CPU; other dtypes and CUDA use gather + SDPA.
+        self.native_decode = (
+            self.device.type == "cpu" and self.dtype == torch.float32 and self.kv_dtype == torch.float32
+            and paged_decode_kernel() is not None
+        )
         self.kv_cache = torch.zeros(
             (mc.num_layers, 2, slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype, device=self.device
         )
@@ -85,7 +91,7 @@ class ModelRunner:
             if s.samples:
                 logits_rows.append(row - 1)
                 sampled_ids.append(req.request_id)
-        decode_slots, decode_mask = self._decode_meta(decodes)
+        decode_slots, decode_mask, decode_ctx = self._decode_meta(decodes)
         dev = self.device
         meta = AttentionMetadata(
             slot_mapping=torch.cat(slot_parts).to(dev),
@@ -93,6 +99,8 @@ class ModelRunner:
             decode_start=row - len(decodes),
             decode_slots=decode_slots,
             decode_mask=decode_mask,
+            decode_ctx=decode_ctx,
+            native_decode=self.native_decode and decode_slots is not None,
         )
         return (
             torch.tensor(ids, dtype=torch.long, device=dev),
@@ -113,7 +121,7 @@ class ModelRunner:
 
     def _decode_meta(self, decodes: list[ScheduledSeq]):
         if not decodes:
-            return None, None
+            return None, None, None
         bs = self.config.block_size
         ctx = torch.tensor([s.end_pos for s in decodes])  # keys 0..end_pos-1 (incl. the new token)
         lmax = int(ctx.max())
@@ -124,5 +132,7 @@ class ModelRunner:
             table[i, : len(blocks)] = torch.tensor(blocks, dtype=torch.long)
         pos = torch.arange(lmax)
         slots = table[:, pos // bs] * bs + pos % bs  # [Bd, Lmax]
+        if self.native_decode:
+            return slots, None, ctx
         mask = (pos[None, :] < ctx[:, None])[:, None, None, :]  # [Bd, 1, 1, Lmax]
-        return slots.to(self.device), mask.to(self.device)
+        return slots.to(self.device), mask.to(self.device), None

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.model.cpu_kernels import paged_decode
+
 
 @dataclass
 class PrefillMeta:
@@ -26,7 +28,9 @@ class AttentionMetadata:
     prefills: list[PrefillMeta]
     decode_start: int  # rows [decode_start, T) are decode tokens, one per sequence
     decode_slots: torch.Tensor | None  # [Bd, Lmax] slots of each decode sequence's keys (padded)
-    decode_mask: torch.Tensor | None  # [Bd, 1, 1, Lmax] bool, True = real key
+    decode_mask: torch.Tensor | None  # [Bd, 1, 1, Lmax] bool, True = real key (torch path only)
+    decode_ctx: torch.Tensor | None = None  # [Bd] int64 keys per decode sequence (native path)
+    native_decode: bool = False  # use the in-place CPU kernel instead of gather + SDPA
 
 
 def paged_attention(
@@ -51,7 +55,10 @@ def paged_attention(
             vi = v_cache.index_select(0, p.key_slots).to(q.dtype).transpose(0, 1).unsqueeze(0)
             o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=p.mask, enable_gqa=True)
         out[p.q_start : p.q_end] = o[0].transpose(0, 1)
-    if meta.decode_slots is not None:
+    if meta.native_decode:
+        paged_decode(q[meta.decode_start :].contiguous(), k_cache, v_cache, meta.decode_slots, meta.decode_ctx,
+                     out[meta.decode_start :])
+    elif meta.decode_slots is not None:
         bd, lmax = meta.decode_slots.shape
         kvh, d = k_cache.shape[1], k_cache.shape[2]
         flat = meta.decode_slots.reshape(-1)
