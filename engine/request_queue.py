@@ -38,6 +38,7 @@ class ClassRules:
     kv_max_share: float
     preemptible: bool  # may be preempted by another class
     prefix_caching: bool
+    prefill_isolation: bool = False  # while it prefills, lower classes get no prefill tokens
 
 
 def resolve_class_rules(policy: Policy, mode: SchedulingMode, max_num_seqs: int) -> dict[str, ClassRules]:
@@ -46,7 +47,7 @@ def resolve_class_rules(policy: Policy, mode: SchedulingMode, max_num_seqs: int)
         if mode is SchedulingMode.CLASS:
             rules[c.name] = ClassRules(
                 c.name, c.priority, min(c.max_running, max_num_seqs), c.step_token_share,
-                c.kv_min_share, c.kv_max_share, c.preemptible, c.prefix_caching,
+                c.kv_min_share, c.kv_max_share, c.preemptible, c.prefix_caching, c.prefill_isolation,
             )  # fmt: skip
         else:
             rules[c.name] = ClassRules(c.name, 0, max_num_seqs, 0.0, 0.0, 1.0, True, c.prefix_caching)

@@ -19,6 +19,8 @@ Class rules
                     may take blocks back from any preemptible class above its own minimum, and
                     a non-preemptible class never borrows another's unmet minimum
   preemptible       whether other classes may preempt it
+  prefill_isolation while it prefills, lower-priority classes get no prefill tokens in that
+                    step (their decodes still run), so the step, and the class's TTFT, stay short
 A waiting request that cannot get a slot or blocks preempts running preemptible requests of
 lower-priority classes (lowest priority first, newest first), only if that makes enough room.
 If it still cannot start, nothing ranked below it is admitted this step (a higher class never
@@ -68,6 +70,7 @@ class _Step:
     blocked_classes: set[str] = field(default_factory=set)  # hit their own limit: admit no more of them
     admission_closed: bool = False  # a request could not get a shared resource: admit nothing ranked below
     token_limited: bool = False  # something was skipped for want of tokens
+    isolation_floor: int | None = None  # an isolating class prefills: lower priorities get no prefill
 
     def add(self, req: EngineRequest, n: int, block_ids: list[int]) -> None:
         self.seqs[req.request_id] = ScheduledSeq(req, req.num_computed_tokens, n, block_ids)
@@ -188,12 +191,20 @@ class Scheduler:
                 self._schedule_running(req, step)
         candidates: Iterator[EngineRequest] = heapq.merge(self._running_ranked(), self.waiting, key=self._rank)
         for req in candidates:
-            if not self._schedulable(req, step):
+            if not self._schedulable(req, step) or self._isolated_out(req, step):
                 continue
             if req.status is RequestStatus.RUNNING:
                 self._schedule_running(req, step)
             elif not step.admission_closed:
                 self._schedule_waiting(req, step)
+            rules = self.rules[req.workload_class]
+            if rules.prefill_isolation and req.request_id in step.seqs:
+                step.isolation_floor = max(step.isolation_floor or rules.priority, rules.priority)
+
+    def _isolated_out(self, req: EngineRequest, step: _Step) -> bool:
+        """Prefill of a lower class while an isolating class prefills this step (promoted requests exempt)."""
+        floor = step.isolation_floor
+        return floor is not None and self.rules[req.workload_class].priority < floor and not self.waiting.is_promoted(req)
 
     def _schedule_running(self, req: EngineRequest, step: _Step) -> None:
         want = self._tokens_left(req)

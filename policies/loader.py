@@ -27,6 +27,7 @@ _CLASS_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _CLASS_KEYS = frozenset({
     "description", "priority", "max_input_tokens", "max_output_tokens", "max_running", "queue_limit",
     "kv_min_share", "kv_max_share", "step_token_share", "preemptible", "prefix_caching", "slo",
+    "prefill_isolation",
 })
 _OPTIONAL_CLASS_KEYS = frozenset({"description"})
 _SLO_KEYS = frozenset({"ttft_ms", "tpot_ms", "e2e_ms", "percentile", "attainment_goal"})
@@ -98,6 +99,7 @@ def _class_policy(r: _Reader, name: str, raw: Any) -> ClassPolicy:
         preemptible=r.boolean(raw, key, "preemptible"),
         prefix_caching=r.boolean(raw, key, "prefix_caching"),
         description=r.string(raw, key, "description") if "description" in raw else "",
+        prefill_isolation=r.boolean(raw, key, "prefill_isolation"),
     )
 
 

@@ -36,6 +36,10 @@ class ClassPolicy:
     preemptible: bool
     prefix_caching: bool
     description: str = ""
+    # While a request of this class is prefilling, lower-priority classes get no prefill tokens in
+    # that step (their decodes still run): the step stays short, so the first token waits for
+    # little more than the class's own prompt.
+    prefill_isolation: bool = False
 
 
 @dataclass(frozen=True)

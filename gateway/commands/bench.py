@@ -17,11 +17,13 @@ def engine_bench(
     mixed_requests: int = typer.Option(64, "--mixed-requests", min=1),
     threads: int = typer.Option(None, "--threads"),
     model: str = typer.Option(None, "--model"),
+    parts: str = typer.Option("decode,mixed,prefix", "--parts", help="Comma-separated subset to run."),
 ) -> None:
     """Engine vs HF transformers generate(): batch-1 TPOT, mixed-batch output tokens/s, prefix reuse TTFT."""
     from bench.engine_bench import run
 
-    run(json_path, reps=reps, mixed_requests=mixed_requests, threads=threads, model=model)
+    run(json_path, reps=reps, mixed_requests=mixed_requests, threads=threads, model=model,
+        parts=tuple(p.strip() for p in parts.split(",") if p.strip()))
 
 
 @bench_app.command("isolation")

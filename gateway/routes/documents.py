@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, status
 from sqlalchemy.orm import Session
 
-from engine.outputs import RequestOutput
 from engine.request import SamplingParams
 from gateway.context import get_context
 from gateway.db.models import Document
@@ -25,9 +22,9 @@ from gateway.keys import KeyInfo
 from gateway.prompts import document_messages
 from gateway.responses import ERROR_RESPONSES
 from gateway.schemas.common import Timings, Usage
-from gateway.service import raise_if_failed
 from gateway.schemas.documents import Answer, DocumentCreate, DocumentPublic, QuestionCreate
-from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
+from gateway.answer_stream import answer_events
+from gateway.streaming import EventStreamResponse, cancel_on_disconnect
 from policies import classify
 
 router = APIRouter(tags=["documents"])
@@ -75,19 +72,6 @@ async def get_document(document_id: str, key: TenantDep, state: StateDep) -> Doc
     return _public(await _load(state, key, document_id))
 
 
-async def _answer_events(outputs: AsyncIterator[RequestOutput]) -> AsyncIterator[bytes]:
-    """`{"type": "delta", "text"}` events, then one `{"type": "done", finish_reason, usage, timings}`."""
-    async with aclosing(outputs):
-        async for out in outputs:
-            raise_if_failed(out)
-            if out.new_text:
-                yield sse({"type": "delta", "text": out.new_text})
-            if out.finished and out.metrics is not None:
-                yield sse({"type": "done", "finish_reason": out.finish_reason,
-                           "usage": Usage.of(out.metrics).model_dump(), "timings": Timings.of(out.metrics).model_dump()})
-    yield DONE
-
-
 @router.post("/documents/{document_id}/questions", response_model=Answer, responses=ERROR_RESPONSES)
 async def ask_question(document_id: str, body: QuestionCreate, request: Request, key: TenantDep,
                        service: ServiceDep, state: StateDep, settings: SettingsDep,
@@ -102,7 +86,7 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
         explicit_class=x_workload_class, tokenize_start=t0, tokenized=time.time())
     ctx.fields["document_id"] = doc.id
     if body.stream:
-        return EventStreamResponse(_answer_events(service.generate(adm)))
+        return EventStreamResponse(answer_events(service.generate(adm)))
     done = await cancel_on_disconnect(request, service.collect(adm))
     return Answer(request_id=ctx.request_id, document_id=doc.id, workload_class=adm.cls.name, answer=done.text,
                   finish_reason=done.finish_reason, usage=Usage.of(done.metrics), timings=Timings.of(done.metrics))

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Header, Request
 from engine.request import SamplingParams
 from gateway.context import get_context
 from gateway.deps import ServiceDep, SettingsDep, TenantDep
+from gateway.answer_stream import answer_events
 from gateway.prompts import risk_messages
 from gateway.responses import ERROR_RESPONSES
 from gateway.schemas.common import Timings, Usage
 from gateway.schemas.risk import RiskAssessment, RiskAssessRequest
-from gateway.streaming import cancel_on_disconnect
+from gateway.streaming import EventStreamResponse, cancel_on_disconnect
 
 router = APIRouter(tags=["risk"])
 
@@ -22,7 +23,7 @@ router = APIRouter(tags=["risk"])
 async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep, service: ServiceDep,
                       settings: SettingsDep,
                       x_workload_class: Annotated[str | None, Header(alias="X-Workload-Class")] = None,
-                      ) -> RiskAssessment:
+                      ):
     ctx = get_context(request)
     t0 = time.time()
     ids = service.client.tokenizer.encode_chat(risk_messages(body.event, body.question))
@@ -30,6 +31,8 @@ async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep,
         ctx, key, route="risk", prompt_token_ids=ids, sampling=SamplingParams(temperature=body.temperature),
         max_tokens=body.max_tokens, default_max_tokens=settings.risk_max_tokens, explicit_class=x_workload_class,
         tokenize_start=t0, tokenized=time.time())
+    if body.stream:
+        return EventStreamResponse(answer_events(service.generate(adm)))
     done = await cancel_on_disconnect(request, service.collect(adm))
     return RiskAssessment(request_id=ctx.request_id, workload_class=adm.cls.name, answer=done.text.strip(),
                           finish_reason=done.finish_reason, usage=Usage.of(done.metrics),

@@ -30,6 +30,7 @@ class RiskAssessRequest(BaseModel):
     question: str = Field(DEFAULT_QUESTION, min_length=1, max_length=2000)
     max_tokens: int | None = Field(None, ge=1, description="Default: the gateway's risk_max_tokens setting.")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
+    stream: bool = Field(False, description="Server-sent events: delta events, then one done event.")
 
 
 class RiskAssessment(BaseModel):

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from engine.outputs import AdmissionError
-from engine.request import RequestStatus
+from engine.request import EngineRequest, RequestStatus, SamplingParams
 from tests.engine.sched_sim import BATCH, DOCS, URGENT, Sim, make_policy, make_scheduler, scheduled, variant
 
 
@@ -334,3 +334,28 @@ def test_random_mix_of_finish_abort_and_preemption_never_leaks_blocks():
     stats = sim.sched.stats()
     assert stats.used_blocks == 0 and stats.free_blocks + stats.cached_blocks == 24
     assert sum(c.preemptions for c in stats.per_class.values()) > 0 and stats.prefix_cache_hit_tokens > 0
+
+
+def _step(sched) -> dict[str, int]:
+    """One engine step: schedule, compute, append a token to every seq that samples."""
+    out = sched.schedule()
+    sched.update_after_step(out)
+    for s in out.seqs:
+        if s.samples:
+            s.request.output_token_ids.append(7)
+    return {s.request.request_id: s.num_new_tokens for s in out.seqs}
+
+
+def test_prefill_isolation_pauses_lower_prefill_but_not_decodes():
+    urgent = variant(URGENT, prefill_isolation=True)
+    sched = make_scheduler(make_policy(urgent, DOCS, BATCH), num_blocks=64, max_num_batched_tokens=32)
+    sched.add_request(EngineRequest("b1", list(range(4)), SamplingParams(max_tokens=8), "batch"))
+    _step(sched)  # b1 prefilled; it decodes from now on
+    sched.add_request(EngineRequest("d1", list(range(100, 160)), SamplingParams(max_tokens=4), "docs"))
+    assert _step(sched)["d1"] > 1  # the document prefills in chunks
+    sched.add_request(EngineRequest("u1", list(range(200, 212)), SamplingParams(max_tokens=4), "urgent"))
+    isolated = _step(sched)
+    assert isolated["u1"] == 12
+    assert isolated["b1"] == 1  # decodes continue
+    assert "d1" not in isolated  # the document's next chunk waits one step
+    assert _step(sched)["d1"] > 1  # urgent only decodes now: the document prefills again

@@ -22,6 +22,17 @@ async def test_risk_assessment_is_realtime_risk(client: httpx.AsyncClient, keys:
     assert body["timings"]["ttft_ms"] > 0
 
 
+async def test_risk_assessment_streams(client: httpx.AsyncClient, keys: Keys) -> None:
+    r = await client.post("/v1/risk/assess", headers=auth(keys.acme),
+                          json={"event": EVENT, "max_tokens": 4, "stream": True})
+    assert r.status_code == 200 and r.headers["x-workload-class"] == "realtime_risk"
+    events = sse_events(r.text)
+    assert events[-1] == "[DONE]"
+    done = events[-2]
+    assert done["type"] == "done" and done["usage"]["completion_tokens"] <= 4 and done["timings"]["ttft_ms"] > 0
+    assert all(e["type"] == "delta" for e in events[:-2])
+
+
 async def test_risk_refuses_unknown_fields_and_bad_events(client: httpx.AsyncClient, keys: Keys) -> None:
     r = await client.post("/v1/risk/assess", headers=auth(keys.acme), json={"event": {**EVENT, "colour": 1}})
     assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_field"
