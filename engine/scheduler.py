@@ -21,6 +21,9 @@ Class rules
   preemptible       whether other classes may preempt it
   prefill_isolation while it prefills, lower-priority classes get no prefill tokens in that
                     step (their decodes still run), so the step, and the class's TTFT, stay short
+  shield_prefill_tokens  while it has running requests, lower-priority classes share at most
+                    this many prefill tokens per step (-1: no cap), so its decode steps stay
+                    short too (its TPOT); decodes of every class always run
 A waiting request that cannot get a slot or blocks preempts running preemptible requests of
 lower-priority classes (lowest priority first, newest first), only if that makes enough room.
 If it still cannot start, nothing ranked below it is admitted this step (a higher class never
@@ -70,7 +73,15 @@ class _Step:
     blocked_classes: set[str] = field(default_factory=set)  # hit their own limit: admit no more of them
     admission_closed: bool = False  # a request could not get a shared resource: admit nothing ranked below
     token_limited: bool = False  # something was skipped for want of tokens
-    isolation_floor: int | None = None  # an isolating class prefills: lower priorities get no prefill
+    shield_priority: int | None = None  # classes below this priority get at most shield_tokens of prefill
+    shield_tokens: int = 0
+
+    def shield(self, priority: int, tokens: int) -> None:
+        if self.shield_priority is None:
+            self.shield_priority, self.shield_tokens = priority, tokens
+        else:
+            self.shield_priority = max(self.shield_priority, priority)
+            self.shield_tokens = min(self.shield_tokens, tokens)
 
     def add(self, req: EngineRequest, n: int, block_ids: list[int]) -> None:
         self.seqs[req.request_id] = ScheduledSeq(req, req.num_computed_tokens, n, block_ids)
@@ -166,6 +177,7 @@ class Scheduler:
         self._promote_starved()
         total = self.config.max_num_batched_tokens
         step = _Step(StepTokenBudget(total, self._reserves, self._token_demand()))
+        self._shield_step(step)
         self._fill(step)
         if step.token_limited and step.budget.remaining > 0 and step.budget.has_reserves:
             step.budget.drop_reserves()  # reserves nobody could use go to whoever can
@@ -191,7 +203,7 @@ class Scheduler:
                 self._schedule_running(req, step)
         candidates: Iterator[EngineRequest] = heapq.merge(self._running_ranked(), self.waiting, key=self._rank)
         for req in candidates:
-            if not self._schedulable(req, step) or self._isolated_out(req, step):
+            if not self._schedulable(req, step):
                 continue
             if req.status is RequestStatus.RUNNING:
                 self._schedule_running(req, step)
@@ -199,16 +211,31 @@ class Scheduler:
                 self._schedule_waiting(req, step)
             rules = self.rules[req.workload_class]
             if rules.prefill_isolation and req.request_id in step.seqs:
-                step.isolation_floor = max(step.isolation_floor or rules.priority, rules.priority)
+                step.shield(rules.priority, 0)
 
-    def _isolated_out(self, req: EngineRequest, step: _Step) -> bool:
-        """Prefill of a lower class while an isolating class prefills this step (promoted requests exempt)."""
-        floor = step.isolation_floor
-        return floor is not None and self.rules[req.workload_class].priority < floor and not self.waiting.is_promoted(req)
+    def _shield_step(self, step: _Step) -> None:
+        """Classes with running requests and a shield cap lower classes' prefill tokens this step."""
+        for req in self.running.values():
+            rules = self.rules[req.workload_class]
+            if rules.shield_prefill_tokens >= 0:
+                step.shield(rules.priority, rules.shield_prefill_tokens)
+
+    def _prefill_cap(self, req: EngineRequest, step: _Step) -> int:
+        """Prefill tokens `req` may take under the shields of this step (promoted requests are exempt)."""
+        shielded = step.shield_priority is not None and self.rules[req.workload_class].priority < step.shield_priority
+        return step.shield_tokens if shielded and not self.waiting.is_promoted(req) else step.budget.total
+
+    def _take_allowance(self, req: EngineRequest, step: _Step, want: int, *, shielded: bool = True) -> int:
+        allowed = step.budget.allowance(req.workload_class, ignore_reserves=self.waiting.is_promoted(req))
+        return min(want, allowed, self._prefill_cap(req, step) if shielded else want)
+
+    def _charge_shield(self, req: EngineRequest, step: _Step, n: int) -> None:
+        if self._prefill_cap(req, step) < step.budget.total:
+            step.shield_tokens -= n
 
     def _schedule_running(self, req: EngineRequest, step: _Step) -> None:
         want = self._tokens_left(req)
-        n = min(want, step.budget.allowance(req.workload_class, ignore_reserves=self.waiting.is_promoted(req)))
+        n = self._take_allowance(req, step, want, shielded=want > 1)  # decodes are never shielded
         if n <= 0:
             step.token_limited = want > 0
             return
@@ -217,6 +244,8 @@ class Scheduler:
             self._preempt(victim, step)
             if victim is req:
                 return
+        if want > 1:
+            self._charge_shield(req, step, n)
         step.add(req, n, block_ids)
 
     def _schedule_waiting(self, req: EngineRequest, step: _Step) -> None:
@@ -227,8 +256,7 @@ class Scheduler:
             step.blocked_classes.add(cls)
             return
         computed, num_cached = self.kv.get_computed_blocks(req) if self._caching(req) else ([], 0)
-        allowance = step.budget.allowance(cls, ignore_reserves=self.waiting.is_promoted(req))
-        n = min(req.num_tokens - num_cached, allowance)
+        n = self._take_allowance(req, step, req.num_tokens - num_cached)
         if n <= 0:
             step.token_limited = True
             return
@@ -241,6 +269,7 @@ class Scheduler:
         block_ids = self.kv.allocate_slots(req, n, computed)
         assert block_ids is not None  # _make_room checked the same allocation
         self._start(req, num_cached)
+        self._charge_shield(req, step, n)
         step.add(req, n, block_ids)
 
     def _make_room(self, req: EngineRequest, n: int, computed: list[KVBlock], step: _Step) -> bool:

@@ -27,7 +27,7 @@ _CLASS_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _CLASS_KEYS = frozenset({
     "description", "priority", "max_input_tokens", "max_output_tokens", "max_running", "queue_limit",
     "kv_min_share", "kv_max_share", "step_token_share", "preemptible", "prefix_caching", "slo",
-    "prefill_isolation",
+    "prefill_isolation", "shield_prefill_tokens",
 })
 _OPTIONAL_CLASS_KEYS = frozenset({"description"})
 _SLO_KEYS = frozenset({"ttft_ms", "tpot_ms", "e2e_ms", "percentile", "attainment_goal"})
@@ -100,7 +100,15 @@ def _class_policy(r: _Reader, name: str, raw: Any) -> ClassPolicy:
         prefix_caching=r.boolean(raw, key, "prefix_caching"),
         description=r.string(raw, key, "description") if "description" in raw else "",
         prefill_isolation=r.boolean(raw, key, "prefill_isolation"),
+        shield_prefill_tokens=_shield(r, raw, key),
     )
+
+
+def _shield(r: "_Reader", raw: dict[str, Any], key: str) -> int:
+    value = r.integer(raw, key, "shield_prefill_tokens")
+    if value < -1:
+        raise r.error(f"{key}.shield_prefill_tokens", f"{value} is neither -1 (no cap) nor a token count >= 0")
+    return value
 
 
 def _slo(r: _Reader, key: str, raw: dict[str, Any]) -> SLOTargets:

@@ -40,6 +40,9 @@ class ClassPolicy:
     # that step (their decodes still run): the step stays short, so the first token waits for
     # little more than the class's own prompt.
     prefill_isolation: bool = False
+    # While the class has running requests, lower-priority classes share at most this many prefill
+    # tokens per step (-1: no cap), so its decode steps, and so its TPOT, stay short.
+    shield_prefill_tokens: int = -1
 
 
 @dataclass(frozen=True)

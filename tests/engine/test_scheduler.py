@@ -359,3 +359,16 @@ def test_prefill_isolation_pauses_lower_prefill_but_not_decodes():
     assert isolated["b1"] == 1  # decodes continue
     assert "d1" not in isolated  # the document's next chunk waits one step
     assert _step(sched)["d1"] > 1  # urgent only decodes now: the document prefills again
+
+
+def test_shield_caps_lower_prefill_while_the_class_decodes():
+    urgent = variant(URGENT, shield_prefill_tokens=5)
+    sched = make_scheduler(make_policy(urgent, DOCS, BATCH), num_blocks=64, max_num_batched_tokens=32)
+    sched.add_request(EngineRequest("u1", list(range(200, 208)), SamplingParams(max_tokens=6), "urgent"))
+    _step(sched)  # u1 prefilled; it decodes from now on
+    sched.add_request(EngineRequest("d1", list(range(100, 160)), SamplingParams(max_tokens=4), "docs"))
+    shielded = _step(sched)
+    assert shielded == {"u1": 1, "d1": 5}  # u1 runs: the document gets 5 prefill tokens, not 31
+    assert _step(sched) == {"u1": 1, "d1": 5}
+    sched.finish_request("u1", RequestStatus.FINISHED_LENGTH)
+    assert _step(sched)["d1"] > 5  # u1 finished: the document takes the whole budget again
