@@ -18,7 +18,7 @@ class EngineConfig:
     block_size: int = 16
     kv_cache_memory_bytes: int = 1 << 30  # KV block pool budget
     num_blocks_override: int | None = None  # tests: exact number of blocks
-    max_num_batched_tokens: int = 512  # token budget of one step
+    max_num_batched_tokens: int = 256  # token budget of one step: bounds a step (~0.5 s on 2 CPU cores)
     max_num_seqs: int = 64  # batch slots in total
     max_model_len: int | None = None  # None: the model's max_position_embeddings, capped at 8192
     enable_prefix_caching: bool = True

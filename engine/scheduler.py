@@ -226,7 +226,11 @@ class Scheduler:
         return step.shield_tokens if shielded and not self.waiting.is_promoted(req) else step.budget.total
 
     def _take_allowance(self, req: EngineRequest, step: _Step, want: int, *, shielded: bool = True) -> int:
-        allowed = step.budget.allowance(req.workload_class, ignore_reserves=self.waiting.is_promoted(req))
+        # An isolating class's prefill pauses lower classes' prefill this step, so their reserves
+        # cannot be used and do not hold its tokens back.
+        rules = self.rules[req.workload_class]
+        ignore = self.waiting.is_promoted(req) or (shielded and rules.prefill_isolation)
+        allowed = step.budget.allowance(req.workload_class, ignore_reserves=ignore)
         return min(want, allowed, self._prefill_cap(req, step) if shielded else want)
 
     def _charge_shield(self, req: EngineRequest, step: _Step, n: int) -> None:

@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     device: str = "cpu"
     dtype: str = "auto"
     kv_cache_memory_bytes: int = Field(1 << 30, gt=0)
-    max_num_batched_tokens: int = Field(512, gt=0)
+    max_num_batched_tokens: int = Field(256, gt=0)
     max_num_seqs: int = Field(64, gt=0)
     max_model_len: int | None = Field(None, gt=0)
     scheduling: Literal["class", "fcfs"] = "class"
