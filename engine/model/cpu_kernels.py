@@ -21,7 +21,7 @@ import torch
 
 log = structlog.get_logger(__name__)
 
-_SRC = Path(__file__).with_name("kernels") / "paged_decode.c"
+_SOURCES = sorted((Path(__file__).with_name("kernels")).glob("*.c"))
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11"]
 
 
@@ -33,30 +33,55 @@ def _cache_dir() -> Path:
 
 
 @lru_cache(maxsize=1)
-def paged_decode_kernel():
-    """The compiled kernel function, or None when it cannot be built (disabled by FINSERVE_NATIVE_KERNELS=0)."""
+def _library() -> ctypes.CDLL | None:
+    """The compiled kernels, or None when they cannot be built (disabled by FINSERVE_NATIVE_KERNELS=0)."""
     if os.environ.get("FINSERVE_NATIVE_KERNELS", "1") == "0":
         return None
     cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
     if cc is None:
-        log.warning("native_kernels_unavailable", reason="no C compiler; using the torch attention path")
+        log.warning("native_kernels_unavailable", reason="no C compiler; using the torch paths")
         return None
-    src = _SRC.read_bytes()
-    digest = hashlib.sha256(src + " ".join([cc, *_FLAGS]).encode()).hexdigest()[:16]
-    lib_path = _cache_dir() / f"paged_decode-{digest}.so"
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES) + " ".join([cc, *_FLAGS]).encode())
+    lib_path = _cache_dir() / f"finserve_kernels-{digest.hexdigest()[:16]}.so"
     if not lib_path.exists():
         lib_path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=lib_path.parent) as tmp:
             tmp_lib = Path(tmp) / lib_path.name
-            proc = subprocess.run([cc, *_FLAGS, str(_SRC), "-o", str(tmp_lib), "-lm"], capture_output=True, text=True)
+            cmd = [cc, *_FLAGS, *map(str, _SOURCES), "-o", str(tmp_lib), "-lm"]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 log.warning("native_kernels_unavailable", reason="compile failed", stderr=proc.stderr[-500:])
                 return None
             os.replace(tmp_lib, lib_path)  # atomic: concurrent builders never see a half-written file
-    fn = ctypes.CDLL(str(lib_path)).paged_decode_f32
-    fn.restype = None
-    fn.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int]
-    return fn
+    lib = ctypes.CDLL(str(lib_path))
+    lib.paged_decode_f32.restype = None
+    lib.paged_decode_f32.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int]
+    lib.skinny_gemm_f32.restype = None
+    lib.skinny_gemm_f32.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 4
+    return lib
+
+
+def native_kernels_available() -> bool:
+    return _library() is not None
+
+
+def paged_decode_kernel():
+    lib = _library()
+    return None if lib is None else lib.paged_decode_f32
+
+
+SKINNY_MAX_ROWS = 8  # above this a decode batch is compute-bound and MKL's GEMM wins
+
+
+def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear for fp32 CPU tensors with few rows: x [M, K], w [N, K] -> [M, N]."""
+    x = x.contiguous()
+    m, k = x.shape
+    n = w.shape[0]
+    y = torch.empty((m, n), dtype=x.dtype)
+    _library().skinny_gemm_f32(x.data_ptr(), w.data_ptr(), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
+                               m, n, k, torch.get_num_threads())
+    return y
 
 
 def paged_decode(

@@ -10,6 +10,12 @@ import torch.nn.functional as F
 
 from engine.model.attention import AttentionMetadata, paged_attention
 from engine.model.config import ModelConfig
+from engine.model.cpu_kernels import SKINNY_MAX_ROWS, native_kernels_available, skinny_linear
+
+
+def _linear_small_batch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    # Decode-sized batches stream each weight once through the native kernel; prefill uses MKL.
+    return skinny_linear(x, w, b) if x.shape[0] <= SKINNY_MAX_ROWS else F.linear(x, w, b)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -40,8 +46,9 @@ class RotaryEmbedding:
 
 
 class LlamaLayer:
-    def __init__(self, w: dict[str, torch.Tensor], cfg: ModelConfig):
+    def __init__(self, w: dict[str, torch.Tensor], cfg: ModelConfig, linear=F.linear):
         self.cfg = cfg
+        self.linear = linear
         self.input_norm = w["input_norm"]
         self.post_norm = w["post_norm"]
         self.qkv = w["qkv"]  # [(H + 2 KVH) D, hidden]
@@ -56,16 +63,16 @@ class LlamaLayer:
         cfg = self.cfg
         t = x.shape[0]
         h = rms_norm(x, self.input_norm, cfg.rms_norm_eps)
-        qkv = F.linear(h, self.qkv, self.qkv_bias)  # [T, (H + 2 KVH) D]
+        qkv = self.linear(h, self.qkv, self.qkv_bias)  # [T, (H + 2 KVH) D]
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = rope.apply(q.view(t, cfg.num_heads, cfg.head_dim), positions)
         k = rope.apply(k.view(t, cfg.num_kv_heads, cfg.head_dim), positions)
         v = v.view(t, cfg.num_kv_heads, cfg.head_dim)
         attn = paged_attention(q, k, v, k_cache, v_cache, meta)  # [T, H, D]
-        x = x + F.linear(attn.reshape(t, self.q_size), self.o_proj)
+        x = x + self.linear(attn.reshape(t, self.q_size), self.o_proj)
         h = rms_norm(x, self.post_norm, cfg.rms_norm_eps)
-        gate, up = F.linear(h, self.gate_up).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, self.down)
+        gate, up = self.linear(h, self.gate_up).chunk(2, dim=-1)
+        return x + self.linear(F.silu(gate) * up, self.down)
 
 
 class LlamaModel:
@@ -76,8 +83,10 @@ class LlamaModel:
         self.embed = weights["embed"]  # [V, hidden]
         self.lm_head = weights.get("lm_head", self.embed)  # tied embeddings share the tensor
         self.norm = weights["norm"]
+        native = device.type == "cpu" and dtype == torch.float32 and native_kernels_available()
+        self.linear = _linear_small_batch if native else F.linear
         self.layers = [
-            LlamaLayer({k.split(".", 1)[1]: v for k, v in weights.items() if k.startswith(f"{i}.")}, cfg)
+            LlamaLayer({k.split(".", 1)[1]: v for k, v in weights.items() if k.startswith(f"{i}.")}, cfg, self.linear)
             for i in range(cfg.num_layers)
         ]
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.max_position_embeddings, device, dtype)
@@ -95,4 +104,4 @@ class LlamaModel:
         for i, layer in enumerate(self.layers):
             x = layer.forward(x, positions, self.rope, kv_cache[i, 0], kv_cache[i, 1], meta)
         h = rms_norm(x.index_select(0, logits_rows), self.norm, self.cfg.rms_norm_eps)
-        return F.linear(h, self.lm_head).float()
+        return self.linear(h, self.lm_head).float()

@@ -40,3 +40,14 @@ def test_native_decode_matches_gather_and_sdpa(heads, kv_heads, head_dim):
     want = paged_attention(q, k, v, kc.clone(), vc.clone(), torch_meta)
     got = paged_attention(q, k, v, kc.clone(), vc.clone(), native_meta)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(paged_decode_kernel() is None, reason="no C compiler on this machine")
+@pytest.mark.parametrize("rows", [1, 2, 3, 8])
+def test_skinny_linear_matches_torch_linear(rows):
+    from engine.model.cpu_kernels import skinny_linear
+
+    g = torch.Generator().manual_seed(rows)
+    x, w, b = torch.randn(rows, 96, generator=g), torch.randn(200, 96, generator=g), torch.randn(200, generator=g)
+    torch.testing.assert_close(skinny_linear(x, w), torch.nn.functional.linear(x, w), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(skinny_linear(x, w, b), torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-4)
