@@ -112,3 +112,29 @@ def test_abort_and_finish_return_every_block(make_tiny_model):
     stats = engine.stats()
     assert stats.used_blocks == 0
     assert stats.free_blocks + stats.cached_blocks == stats.num_blocks
+
+
+def test_smollm2_greedy_matches_hf_and_answers_paris(default_model_dir):
+    engine = make_engine(default_model_dir, block_size=16, num_blocks_override=64, max_num_batched_tokens=256)
+    ids = engine.tokenizer.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
+    model = transformers.LlamaForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
+    with torch.inference_mode():  # both stop at the chat model's end-of-turn token
+        hf = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                            max_new_tokens=24, do_sample=False)
+    r = EngineRequest("paris", ids, SamplingParams(max_tokens=24), workload_class="document_qa")
+    got = run_engine(engine, {0: [r]})["paris"]
+    assert got == hf[0, len(ids):].tolist()
+    assert r.status == RequestStatus.FINISHED_STOPPED
+    assert "Paris" in engine.tokenizer.decode(got)
+
+
+def test_generate_command_answers_paris(default_model_dir):
+    from typer.testing import CliRunner
+
+    from gateway.cli import app
+
+    result = CliRunner().invoke(app, ["generate", "--chat", "--prompt", "What is the capital of France?",
+                                      "--max-tokens", "16", "--model", str(default_model_dir), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert "Paris" in result.stdout
+    assert "ttft_ms=" in result.output and "output_tokens=" in result.output
