@@ -11,7 +11,7 @@ import torch
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
 from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.config import ModelConfig
-from engine.model.cpu_kernels import paged_decode_kernel
+from engine.model.cpu_kernels import native_kernels_for
 from engine.model.loader import TORCH_DTYPES, load_model
 from engine.outputs import ScheduledSeq, SchedulerOutput
 from engine.sampler import SamplingRow, sample
@@ -39,10 +39,7 @@ class ModelRunner:
             raise ValueError(f"KV budget {config.kv_cache_memory_bytes} B holds no block of {self.kv_spec.bytes_per_block} B")
         slots = self.num_blocks * config.block_size
         # The native decode kernel serves fp32 on CPU; other dtypes and CUDA use gather + SDPA.
-        self.native_decode = (
-            self.device.type == "cpu" and self.dtype == torch.float32 and self.kv_dtype == torch.float32
-            and paged_decode_kernel() is not None
-        )
+        self.native_decode = native_kernels_for(self.device, self.dtype) and self.kv_dtype == torch.float32
         self.kv_cache = torch.zeros(
             (mc.num_layers, 2, slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype, device=self.device
         )
@@ -69,6 +66,7 @@ class ModelRunner:
         return table[pos // bs] * bs + pos % bs
 
     def _prepare(self, seqs: list[ScheduledSeq]):
+        """Flat-batch tensors. `seqs` hold multi-token prefills first, then one-token decodes."""
         ids: list[int] = []
         pos_parts, slot_parts, prefills, decodes = [], [], [], []
         logits_rows: list[int] = []
@@ -76,22 +74,22 @@ class ModelRunner:
         row = 0
         for s in seqs:
             req, n = s.request, s.num_new_tokens
-            n_prompt = req.num_prompt_tokens
-            if s.end_pos <= n_prompt:
+            if s.end_pos <= req.num_prompt_tokens:
                 ids.extend(req.prompt_token_ids[s.start_pos : s.end_pos])
             else:
                 ids.extend(req.token_id_at(p) for p in range(s.start_pos, s.end_pos))
-            pos_parts.append(torch.arange(s.start_pos, s.end_pos))
-            slot_parts.append(self._slots(s.block_ids, s.start_pos, s.end_pos))
             if n > 1:
-                prefills.append(self._prefill_meta(s, row))
+                meta, new_slots = self._prefill_meta(s, row)
+                prefills.append(meta)
+                pos_parts.append(torch.arange(s.start_pos, s.end_pos))
+                slot_parts.append(new_slots)
             else:
                 decodes.append(s)
             row += n
             if s.samples:
                 logits_rows.append(row - 1)
                 sampled_ids.append(req.request_id)
-        decode_slots, decode_mask, decode_ctx = self._decode_meta(decodes)
+        decode_slots, decode_mask, decode_ctx = self._decode_meta(decodes, pos_parts, slot_parts)
         dev = self.device
         meta = AttentionMetadata(
             slot_mapping=torch.cat(slot_parts).to(dev),
@@ -110,16 +108,19 @@ class ModelRunner:
             sampled_ids,
         )
 
-    def _prefill_meta(self, s: ScheduledSeq, row: int) -> PrefillMeta:
+    def _prefill_meta(self, s: ScheduledSeq, row: int) -> tuple[PrefillMeta, torch.Tensor]:
+        """The chunk's attention metadata and the slots its new tokens' K/V go to."""
         n = s.num_new_tokens
         if s.start_pos == 0:
-            return PrefillMeta(row, row + n, None, None)
+            return PrefillMeta(row, row + n, None, None), self._slots(s.block_ids, 0, n)
         ctx = s.end_pos
-        key_slots = self._slots(s.block_ids, 0, ctx).to(self.device)
+        key_slots = self._slots(s.block_ids, 0, ctx)
         mask = torch.arange(ctx)[None, :] <= torch.arange(s.start_pos, ctx)[:, None]  # [n, ctx]
-        return PrefillMeta(row, row + n, key_slots, mask.to(self.device))
+        meta = PrefillMeta(row, row + n, key_slots.to(self.device), mask.to(self.device))
+        return meta, key_slots[s.start_pos :]
 
-    def _decode_meta(self, decodes: list[ScheduledSeq]):
+    def _decode_meta(self, decodes: list[ScheduledSeq], pos_parts: list, slot_parts: list):
+        """Key slots of every decode sequence; appends the decode tokens' positions and slots."""
         if not decodes:
             return None, None, None
         bs = self.config.block_size
@@ -132,6 +133,8 @@ class ModelRunner:
             table[i, : len(blocks)] = torch.tensor(blocks, dtype=torch.long)
         pos = torch.arange(lmax)
         slots = table[:, pos // bs] * bs + pos % bs  # [Bd, Lmax]
+        pos_parts.append(ctx - 1)  # each decode token sits at its sequence's last position
+        slot_parts.append(slots[torch.arange(len(decodes)), ctx - 1])
         if self.native_decode:
             return slots, None, ctx
         mask = (pos[None, :] < ctx[:, None])[:, None, None, :]  # [Bd, 1, 1, Lmax]

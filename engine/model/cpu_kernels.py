@@ -61,8 +61,9 @@ def _library() -> ctypes.CDLL | None:
     return lib
 
 
-def native_kernels_available() -> bool:
-    return _library() is not None
+def native_kernels_for(device: torch.device, dtype: torch.dtype) -> bool:
+    """The kernels serve fp32 on CPU; every other device or dtype uses the torch paths."""
+    return device.type == "cpu" and dtype == torch.float32 and _library() is not None
 
 
 def paged_decode_kernel():

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from engine.model.attention import AttentionMetadata, paged_attention
 from engine.model.config import ModelConfig
-from engine.model.cpu_kernels import SKINNY_MAX_ROWS, native_kernels_available, skinny_linear
+from engine.model.cpu_kernels import SKINNY_MAX_ROWS, native_kernels_for, skinny_linear
 
 
 def _linear_small_batch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -83,8 +83,7 @@ class LlamaModel:
         self.embed = weights["embed"]  # [V, hidden]
         self.lm_head = weights.get("lm_head", self.embed)  # tied embeddings share the tensor
         self.norm = weights["norm"]
-        native = device.type == "cpu" and dtype == torch.float32 and native_kernels_available()
-        self.linear = _linear_small_batch if native else F.linear
+        self.linear = _linear_small_batch if native_kernels_for(device, dtype) else F.linear
         self.layers = [
             LlamaLayer({k.split(".", 1)[1]: v for k, v in weights.items() if k.startswith(f"{i}.")}, cfg, self.linear)
             for i in range(cfg.num_layers)

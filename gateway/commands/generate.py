@@ -25,13 +25,13 @@ def generate(
     threads: int = typer.Option(None, "--threads", help="torch threads on CPU (default: all cores)"),
 ) -> None:
     """Generate text for one prompt and print TTFT / TPOT."""
-    import structlog
-
     from engine.engine import LLMEngine
     from engine.factory import engine_config
     from engine.request import EngineRequest, RequestMetrics, SamplingParams
 
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    from gateway.logging import configure_logging
+
+    configure_logging()  # start-up logs go to stderr; stdout carries only the generated text
     overrides = dict(device=device, dtype=dtype, kv_cache_memory_bytes=256 << 20)
     if threads:
         overrides["num_threads"] = threads
