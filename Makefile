@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 FINSERVE := $(VENV)/bin/finserve
 
-.PHONY: install model run serve test bench clean
+.PHONY: install model run serve lint test bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,7 +25,12 @@ run: model
 serve: model
 	$(FINSERVE) serve
 
-test: install
+# Import direction is checked twice: ruff's per-package banned imports and tests/test_layers.py.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy --strict policies core engine
+
+test: lint
 	$(PY) -m pytest -q tests
 
 clean:

@@ -14,10 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -27,25 +23,23 @@ from itertools import cycle, islice
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 from bench.common import alternate, environment, percentile, summary, write_json
+from core.db.base import make_engine, make_session_factory
+from core.db.migrate import upgrade
+from core.keys import create_key
+from core.logging import configure_logging
+from core.settings import Settings, get_settings
 from engine.client import EngineClient
 from engine.engine import LLMEngine
 from engine.factory import engine_config
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
-from gateway.app import create_app
-from gateway.db.base import make_engine, make_session_factory
-from gateway.db.migrate import upgrade
-from gateway.keys import create_key
-from gateway.logging import configure_logging
-from gateway.settings import Settings
+from finserve.stack import GatewayThread, start_worker, stop_worker
 from jobs import service
 from jobs.celery_app import use_broker
-from jobs.config import jobs_settings
 from jobs.extraction import InvalidOutput, build_messages, normalize_schema, parse_answer
-from jobs.redis_server import RedisServer, free_port
+from jobs.redis_server import RedisServer
 from jobs.worker import RETRY_TEMPERATURE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -105,7 +99,7 @@ class _Bench:
         self.home, self.max_tokens, self.risk_gap_s, self.in_flight = home, max_tokens, risk_gap_s, in_flight
         self.schema = json.loads((EXAMPLES / "contract_schema.json").read_text())
         self.schema_json = normalize_schema(self.schema, max_fields=64)
-        self.invalid_attempts = jobs_settings().jobs_invalid_output_attempts
+        self.invalid_attempts = get_settings().jobs_invalid_output_attempts
         self.db_url = f"sqlite:///{home / 'bench.db'}"
         upgrade(self.db_url)
         self.db = make_engine(self.db_url)
@@ -118,28 +112,20 @@ class _Bench:
         self.engine = EngineClient(LLMEngine(self.config)).start()
         self.redis = RedisServer(workdir=home / "redis").start()
         use_broker(self.redis.url)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(Settings(home=home, database_url=self.db_url, log_level="warning"), engine_client=self.engine)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None,
-                                                    access_log=False, lifespan="on"))
-        self.server_thread = threading.Thread(target=self.server.run, daemon=True)
-        self.server_thread.start()
-        while not self.server.started:
-            if not self.server_thread.is_alive():
-                self.engine.shutdown()
-                self.redis.stop()
-                raise RuntimeError("the gateway did not start")
-            time.sleep(0.02)
-        env = {**os.environ, "FINSERVE_HOME": str(home), "FINSERVE_DATABASE_URL": self.db_url,
-               "FINSERVE_BROKER_URL": self.redis.url, "FINSERVE_GATEWAY_URL": self.url,
-               "FINSERVE_API_KEY": self.bulk_key, "FINSERVE_LOG_JSON": "true"}
+        self.gateway = GatewayThread(Settings(home=home, database_url=self.db_url, log_level="warning"),
+                                     self.engine)
+        try:
+            self.gateway.start()
+        except RuntimeError:
+            self.engine.shutdown()
+            self.redis.stop()
+            raise
+        self.url = self.gateway.url
+        stack = Settings(home=home, database_url=self.db_url, broker_url=self.redis.url, gateway_url=self.url,
+                         api_key=self.bulk_key, log_json=True)
         per_worker = max(1, in_flight // workers)
-        finserve = str(Path(sys.executable).parent / "finserve")
-        self.workers = [subprocess.Popen([finserve, "worker", "--concurrency", str(per_worker), "--name",
-                                          f"bench{i}@%h", "--loglevel", "WARNING"], env=env,
-                                         stdout=(home / f"worker{i}.log").open("wb"), stderr=subprocess.STDOUT,
-                                         start_new_session=True) for i in range(workers)]
+        self.workers = [start_worker(stack, concurrency=per_worker, name=f"bench{i}@%h",
+                                     log=(home / f"worker{i}.log").open("wb")) for i in range(workers)]
 
     def job(self, contracts: list[dict]) -> Run:
         with httpx.Client(base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {self.bulk_key}"}) as c, \
@@ -203,15 +189,8 @@ class _Bench:
 
     def close(self) -> None:
         for w in self.workers:
-            w.send_signal(signal.SIGTERM)
-        for w in self.workers:
-            try:
-                w.wait(30)
-            except subprocess.TimeoutExpired:
-                w.kill()
-                w.wait()
-        self.server.should_exit = True
-        self.server_thread.join(30)
+            stop_worker(w)
+        self.gateway.stop()
         self.engine.shutdown()
         self.redis.stop()
         self.db.dispose()

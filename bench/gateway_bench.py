@@ -61,8 +61,8 @@ def _start_server(app) -> tuple[uvicorn.Server, threading.Thread, str]:
 
 
 def _make_key(db_url: str) -> str:
-    from gateway.db.base import make_engine, make_session_factory
-    from gateway.keys import create_key
+    from core.db.base import make_engine, make_session_factory
+    from core.keys import create_key
 
     db = make_engine(db_url)
     try:
@@ -149,10 +149,10 @@ def _logs_to(path: Path) -> Iterator[None]:
 def run(json_path: str | None = None, *, n: int = 100, blocks: int = 5, warmup: int = 20, model: str | None = None,
         threads: int | None = None, kv_memory: int | None = None, log_level: str = "info") -> dict:
     """Measure, print the JSON (and write it to `json_path`), and return it."""
-    from gateway.app import create_app
-    from gateway.db.migrate import upgrade
-    from gateway.logging import configure_logging
-    from gateway.settings import Settings
+    from core.db.migrate import upgrade
+    from core.logging import configure_logging
+    from core.settings import Settings
+    from finserve.app import create_app
 
     if n < 1 or blocks < 1 or warmup < 0:
         raise ValueError("n and blocks must be >= 1, warmup >= 0")

@@ -38,8 +38,8 @@ class SweepSpec:
     vary: str  # one of VARY
     values: tuple[str, ...]  # token counts / batch sizes, or dtype names
     out_dir: Path
+    model: str  # an HF-format folder (the CLI resolves the default)
     repeat: int = 3
-    model: str | None = None  # None: the prepared default model
     threads: int | None = None  # None: one per usable core (engine.factory.default_threads)
     fixed_input: int = 256
     fixed_output: int = 64

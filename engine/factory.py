@@ -1,10 +1,9 @@
-"""Builds an EngineConfig for the default set-up (the prepared model, the loaded policy)."""
+"""Builds an EngineConfig from a model folder and a policy file, for callers without a Settings object."""
 from __future__ import annotations
 
 import os
 
 from engine.config import EngineConfig
-from engine.model.prepare import ensure_default_model
 from policies import load_policy
 
 
@@ -13,8 +12,7 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def engine_config(model: str | None = None, *, policy_path: str | None = None, **overrides) -> EngineConfig:
-    """`model=None` prepares (once) and uses the default SmolLM2 model."""
-    model_dir = model or str(ensure_default_model())
+def engine_config(model: str, *, policy_path: str | None = None, **overrides: object) -> EngineConfig:
+    """The config for `model` (an HF-format folder) with the policy at `policy_path` (default: packaged)."""
     overrides.setdefault("num_threads", default_threads())
-    return EngineConfig(model=model_dir, policy=load_policy(policy_path), **overrides)
+    return EngineConfig(model=model, policy=load_policy(policy_path), **overrides)  # type: ignore[arg-type]

@@ -1,4 +1,7 @@
-"""The FastAPI application: `create_app(settings=None, engine_client=None)`.
+"""The gateway's FastAPI application: `create_app(settings, engine_client=None, routers=())`.
+
+The composition root (finserve.app) mounts other packages' routers (the jobs routes) through
+`routers`; the gateway itself imports no job code.
 
 The lifespan opens the database and the ledger writer, then loads the engine in a worker
 thread, so /healthz answers at once and /readyz (and every inference route, with 503
@@ -8,22 +11,23 @@ benchmarks, an embedding process) is used as is and not shut down by the app.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import structlog
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
+from core.db.base import make_engine, make_session_factory
+from core.settings import Settings
+from core.web.auth import Authenticator
+from core.web.errors import install_error_handlers
+from core.web.middleware import RequestContextMiddleware
+from core.web.state import STATE_ATTR
 from engine.client import EngineClient
-from gateway.auth import Authenticator
-from gateway.db.base import make_engine, make_session_factory
-from gateway.errors import install_error_handlers
 from gateway.ledger import LedgerWriter
 from gateway.metrics import GatewayMetrics
-from gateway.middleware import RequestContextMiddleware
 from gateway.ratelimit import RateLimiter
-from gateway.routes import documents, health, jobs, openai, reports, requests, risk
-from gateway.settings import Settings
+from gateway.routes import documents, health, openai, reports, requests, risk
 from gateway.state import GatewayState
 from policies import load_policy
 
@@ -62,13 +66,13 @@ def _make_state(settings: Settings, engine_client: EngineClient | None) -> Gatew
     )
 
 
-def create_app(settings: Settings | None = None, engine_client: EngineClient | None = None) -> FastAPI:
-    settings = settings or Settings()
+def create_app(settings: Settings, engine_client: EngineClient | None = None,
+               routers: Sequence[APIRouter] = ()) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = _make_state(settings, engine_client)
-        app.state.finserve = state
+        setattr(app.state, STATE_ATTR, state)
         loader = asyncio.create_task(_load_engine(state)) if engine_client is None else None
         try:
             yield
@@ -91,6 +95,6 @@ def create_app(settings: Settings | None = None, engine_client: EngineClient | N
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.include_router(health.router)
-    for module in (openai, risk, documents, requests, reports, jobs):
-        app.include_router(module.router, prefix="/v1")
+    for router in (openai.router, risk.router, documents.router, requests.router, reports.router, *routers):
+        app.include_router(router, prefix="/v1")
     return app

@@ -5,8 +5,8 @@ import json
 
 import jsonschema
 
+from core.web.errors import APIError
 from engine.request import SamplingParams
-from gateway.errors import APIError
 from gateway.schemas.openai import ResponseFormat, SamplingFields
 
 OPENAI_DEFAULT_TEMPERATURE = 1.0  # OpenAI's documented default; the domain routes default to greedy

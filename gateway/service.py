@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 
+from core.keys import KeyInfo
+from core.web.context import RequestContext
+from core.web.errors import CLIENT_CLOSED_STATUS, ERROR_CODES, APIError
 from engine.client import EngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
-from gateway.context import RequestContext
-from gateway.errors import CLIENT_CLOSED_STATUS, ERROR_CODES, APIError
-from gateway.keys import KeyInfo
 from gateway.ledger import build_timeline, row_from_engine_request, row_from_request
 from gateway.state import GatewayState
 from policies import ClassPolicy, UnknownWorkloadClass, classify

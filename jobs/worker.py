@@ -16,10 +16,9 @@ from typing import Literal
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.db.base import finserve_home, make_engine, make_session_factory
-from gateway.keys import DEV_KEY_FILE
+from core.db.base import make_engine, make_session_factory
+from core.settings import Settings, get_settings
 from jobs import service
-from jobs.config import JobsSettings, jobs_settings
 from jobs.extraction import InvalidOutput, build_messages, parse_answer
 from jobs.gateway_client import GatewayClient, Refused, Saturated
 from jobs.service import ClaimOutcome
@@ -38,7 +37,7 @@ class Step:
 
 @dataclass
 class WorkerRuntime:
-    settings: JobsSettings
+    settings: Settings
     sessions: sessionmaker[Session]
     gateway: GatewayClient
 
@@ -47,10 +46,10 @@ _runtime: WorkerRuntime | None = None
 _runtime_lock = threading.Lock()
 
 
-def worker_api_key(settings: JobsSettings) -> str:
+def worker_api_key(settings: Settings) -> str:
     if settings.api_key:
         return settings.api_key
-    path = finserve_home() / DEV_KEY_FILE
+    path = settings.dev_key_path
     if not path.exists():
         raise RuntimeError(f"no FINSERVE_API_KEY set and no development key at {path}; start `finserve up` "
                            "or create a key with `finserve keys create` and export FINSERVE_API_KEY")
@@ -62,14 +61,14 @@ def worker_runtime() -> WorkerRuntime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            settings = jobs_settings()
-            _runtime = WorkerRuntime(settings, make_session_factory(make_engine()),
+            settings = get_settings()
+            _runtime = WorkerRuntime(settings, make_session_factory(make_engine(settings.resolved_database_url)),
                                      GatewayClient(settings.gateway_url, worker_api_key(settings),
                                                    settings.jobs_request_timeout_s))
         return _runtime
 
 
-def backoff_s(settings: JobsSettings, retries: int, retry_after_s: float | None) -> float:
+def backoff_s(settings: Settings, retries: int, retry_after_s: float | None) -> float:
     """Capped exponential backoff with jitter; never sooner than the server's Retry-After."""
     delay = min(settings.jobs_backoff_max_s, settings.jobs_backoff_base_s * 2 ** min(retries, 16))
     delay *= random.uniform(0.5, 1.0)  # de-synchronise workers that were refused together

@@ -1,8 +1,8 @@
 """Alembic environment for finserve: one migration chain for every table.
 
 The database URL comes from `config.attributes["url"]` (set by
-gateway.db.migrate), else `sqlalchemy.url` in the ini file, else
-FINSERVE_DATABASE_URL / the SQLite default. A caller may also hand over an open
+core.db.migrate), else `sqlalchemy.url` in the ini file, else
+the project's Settings (FINSERVE_DATABASE_URL / the SQLite default). A caller may also hand over an open
 connection in `config.attributes["connection"]`.
 """
 from __future__ import annotations
@@ -11,8 +11,9 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-import gateway.db  # noqa: F401  (imports every model module, so the metadata is complete)
-from gateway.db.base import Base, database_url, make_engine
+import core.db  # noqa: F401  (imports every model module, so the metadata is complete)
+from core.db.base import Base, make_engine
+from core.settings import Settings
 
 config = context.config
 target_metadata = Base.metadata
@@ -22,7 +23,7 @@ _PG_MIGRATION_LOCK = 0x66696E7365727665  # "finserve"
 
 
 def _url() -> str:
-    return config.attributes.get("url") or config.get_main_option("sqlalchemy.url") or database_url()
+    return config.attributes.get("url") or config.get_main_option("sqlalchemy.url") or Settings().resolved_database_url
 
 
 def _run(connection: Connection) -> None:

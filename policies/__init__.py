@@ -5,7 +5,7 @@ No torch, no web framework: this package is imported by everything else.
 from policies.classify import Classification, classify
 from policies.errors import PolicyError, UnknownWorkloadClass
 from policies.loader import load_policy, policy_from_dict
-from policies.model import ClassPolicy, ClassificationRules, Policy, SLOTargets
+from policies.model import ClassificationRules, ClassPolicy, Policy, SLOTargets
 
 __all__ = [
     "ClassPolicy",

@@ -7,16 +7,15 @@ and then finds the finished folder.
 """
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from engine.filelock import exclusive_lock
 
 if TYPE_CHECKING:  # the converter (gguf, numpy) is imported only when a conversion runs
     from engine.model.gguf_import import ProgressFn
@@ -29,12 +28,9 @@ CONVERTER_VERSION = 1
 _MARKER = "finserve_prepare.json"
 
 
-def finserve_home() -> Path:
-    return Path(os.environ.get("FINSERVE_HOME", ".finserve"))
-
-
-def default_model_dir(home: str | Path | None = None) -> Path:
-    return Path(home if home is not None else finserve_home()) / "models" / DEFAULT_MODEL_NAME
+def default_model_dir(home: str | Path) -> Path:
+    """Where the default model lives under a finserve home (`Settings.home`)."""
+    return Path(home) / "models" / DEFAULT_MODEL_NAME
 
 
 def default_gguf_path() -> Path:
@@ -57,25 +53,15 @@ def is_prepared(model_dir: str | Path) -> bool:
         return False
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def ensure_default_model(
-    progress: ProgressFn | None = None, *, home: str | Path | None = None, force: bool = False
+    progress: ProgressFn | None = None, *, home: str | Path, force: bool = False
 ) -> Path:
     """Return the default model folder, converting the GGUF first if it is missing, stale or force is set."""
     target = default_model_dir(home)
     if not force and is_prepared(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.parent / f".{target.name}.lock"):
+    with exclusive_lock(target.parent / f".{target.name}.lock"):
         if not force and is_prepared(target):  # another process finished while we waited
             return target
         from engine.model.gguf_import import convert_gguf

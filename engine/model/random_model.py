@@ -57,19 +57,15 @@ def write_random_llama(
     max_position_embeddings: int = 2048,
     rope_theta: float = 10000.0,
     rms_norm_eps: float = 1e-5,
-    tokenizer_dir: str | Path | None = None,
+    tokenizer_dir: str | Path,
 ) -> Path:
     """Write a random Llama into path (created if needed) and return it.
 
-    tokenizer_dir: folder whose tokenizer files are copied; default: the prepared default model
-    (prepared on first use). The vocabulary size is taken from that tokenizer (49152 for SmolLM2).
+    tokenizer_dir: folder whose tokenizer files are copied (e.g. the prepared default model).
+    The vocabulary size is taken from that tokenizer (49152 for SmolLM2).
     """
     if num_heads % num_kv_heads:
         raise ValueError("num_heads must be a multiple of num_kv_heads")
-    if tokenizer_dir is None:
-        from engine.model.prepare import ensure_default_model  # converts the GGUF only if not done yet
-
-        tokenizer_dir = ensure_default_model()
     source = Path(tokenizer_dir)
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
+from core.db.models import LEDGER_STATUSES
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
-from gateway.db.models import LEDGER_STATUSES
 from policies import SLOTargets
 
 # 429 reasons that are the client's doing, not the service's capacity.
@@ -37,7 +37,7 @@ _STATUS_OF = {
 
 @dataclass
 class LedgerRow:
-    """Field for field a `request_ledger` row (gateway.db.models.RequestLedger)."""
+    """Field for field a `request_ledger` row (core.db.models.RequestLedger)."""
 
     request_id: str
     tenant: str

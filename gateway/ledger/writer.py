@@ -26,8 +26,7 @@ from sqlalchemy import Engine, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
-from gateway.db.base import finserve_home
-from gateway.db.models import RequestLedger
+from core.db.models import RequestLedger
 from gateway.ledger.row import LedgerRow
 from gateway.ledger.spool import Spool
 
@@ -49,7 +48,7 @@ class LedgerWriter:
         self,
         engine: Engine,
         *,
-        spool_path: Path | None = None,
+        spool_path: Path,
         max_queue: int = 10_000,
         max_pending: int = 50_000,
         batch_size: int = 500,
@@ -57,7 +56,7 @@ class LedgerWriter:
         retry_interval_s: float = 2.0,
     ) -> None:
         self.engine = engine
-        self.spool = Spool(spool_path or finserve_home() / DEFAULT_SPOOL_NAME)
+        self.spool = Spool(spool_path)
         self.batch_size = batch_size
         self.max_pending = max_pending
         self.flush_interval_s = flush_interval_s

@@ -22,8 +22,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gateway.db.base import utcnow
-from gateway.db.models import LEDGER_STATUSES, RequestLedger
+from core.db.base import utcnow
+from core.db.models import LEDGER_STATUSES, RequestLedger
 from gateway.reports.percentiles import METHOD, summarize
 
 # Histogram bin edges (ms) for the latency distribution charts: roughly log-spaced.

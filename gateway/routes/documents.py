@@ -13,17 +13,17 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request, status
 from sqlalchemy.orm import Session
 
+from core.db.models import Document
+from core.keys import KeyInfo
+from core.web.context import get_context
+from core.web.errors import APIError
+from core.web.responses import ERROR_RESPONSES
 from engine.request import SamplingParams
-from gateway.context import get_context
-from gateway.db.models import Document
+from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
-from gateway.errors import APIError
-from gateway.keys import KeyInfo
 from gateway.prompts import document_messages
-from gateway.responses import ERROR_RESPONSES
 from gateway.schemas.common import Timings, Usage
 from gateway.schemas.documents import Answer, DocumentCreate, DocumentPublic, QuestionCreate
-from gateway.answer_stream import answer_events
 from gateway.streaming import EventStreamResponse, cancel_on_disconnect
 from policies import classify
 

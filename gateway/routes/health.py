@@ -5,9 +5,9 @@ from fastapi import APIRouter, Response
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
+from core.web.errors import APIError
+from core.web.responses import ERROR_RESPONSES
 from gateway.deps import StateDep
-from gateway.errors import APIError
-from gateway.responses import ERROR_RESPONSES
 from gateway.state import GatewayState
 
 router = APIRouter(tags=["health"])

@@ -7,24 +7,32 @@ OpenAI's shapes; clients that do not know them ignore them.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
 
+from core.web.context import RequestContext, get_context
+from core.web.errors import APIError
+from core.web.responses import ERROR_RESPONSES
 from engine.outputs import RequestOutput
 from engine.tokenizer import ChatTemplateError
-from gateway.context import RequestContext, get_context
 from gateway.deps import ServiceDep, TenantDep
-from gateway.errors import APIError
-from gateway.responses import ERROR_RESPONSES
 from gateway.sampling import explicit_class, sampling_params
 from gateway.schemas.common import Timings, Usage
 from gateway.schemas.openai import (
-    AssistantMessage, ChatChoice, ChatCompletionRequest, ChatCompletionResponse, CompletionChoice, CompletionRequest,
-    CompletionResponse, ModelCard, ModelList, SamplingFields,
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    ModelCard,
+    ModelList,
+    SamplingFields,
 )
 from gateway.service import InferenceService, raise_if_failed
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse

@@ -10,11 +10,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 
-from gateway.db.base import utcnow
+from core.db.base import utcnow
+from core.web.errors import APIError
+from core.web.responses import ERROR_RESPONSES
 from gateway.deps import AdminDep, StateDep, run_db
-from gateway.errors import APIError
 from gateway.reports import MEDIA_TYPES, build_report, render_report
-from gateway.responses import ERROR_RESPONSES
 
 router = APIRouter(tags=["reports"])
 DEFAULT_WINDOW = timedelta(hours=24)

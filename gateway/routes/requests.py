@@ -6,10 +6,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from gateway.db.models import RequestLedger
+from core.db.models import RequestLedger
+from core.web.errors import APIError
+from core.web.responses import ERROR_RESPONSES
 from gateway.deps import StateDep, TenantDep, run_db
-from gateway.errors import APIError
-from gateway.responses import ERROR_RESPONSES
 from gateway.schemas.requests import RequestRecord
 
 router = APIRouter(tags=["requests"])

@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
 
+from core.web.context import get_context
+from core.web.responses import ERROR_RESPONSES
 from engine.request import SamplingParams
-from gateway.context import get_context
-from gateway.deps import ServiceDep, SettingsDep, TenantDep
 from gateway.answer_stream import answer_events
+from gateway.deps import ServiceDep, SettingsDep, TenantDep
 from gateway.prompts import risk_messages
-from gateway.responses import ERROR_RESPONSES
 from gateway.schemas.common import Timings, Usage
 from gateway.schemas.risk import RiskAssessment, RiskAssessRequest
 from gateway.streaming import EventStreamResponse, cancel_on_disconnect

@@ -53,15 +53,3 @@ class Timings(BaseModel):
     def of(cls, m: RequestMetrics) -> "Timings":
         return cls.rounded(queue_ms=m.queue_ms, prefill_ms=m.prefill_ms, ttft_ms=m.ttft_ms, tpot_ms=m.tpot_ms,
                            e2e_ms=m.e2e_ms)
-
-
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-    request_id: str | None
-
-
-class ErrorBody(BaseModel):
-    """Every 4xx/5xx has this body; codes are listed in docs/ERRORS.md."""
-
-    error: ErrorDetail

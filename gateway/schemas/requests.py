@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from gateway.db.models import RequestLedger
+from core.db.models import RequestLedger
 from gateway.schemas.common import Timings
 
 

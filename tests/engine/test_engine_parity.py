@@ -131,7 +131,7 @@ def test_smollm2_greedy_matches_hf_and_answers_paris(default_model_dir):
 def test_generate_command_answers_paris(default_model_dir):
     from typer.testing import CliRunner
 
-    from gateway.cli import app
+    from finserve.cli import app
 
     result = CliRunner().invoke(app, ["generate", "--chat", "--prompt", "What is the capital of France?",
                                       "--max-tokens", "16", "--model", str(default_model_dir), "--threads", "1"])

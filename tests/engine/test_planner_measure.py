@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from engine.planner import PlanInputs, plan_kv, shape_from_folder
 from engine.planner_measure import measure_kv
-from gateway.commands import plan as plan_cmd
+from finserve.commands import plan as plan_cmd
 
 # bytes per token of the tiny model: 2 x 2 layers x 2 kv heads x 16 x 4 B = 512
 

@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from bench.sweep import METRICS, SweepSpec, parse_values, points, run
-from gateway.commands import plan as plan_command
+from finserve.commands import plan as plan_command
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -112,7 +112,7 @@ def test_cli_refuses_what_cannot_run(tmp_path: Path, tiny_model_dir: Path) -> No
 
 
 def test_points_hold_the_other_dimensions_fixed(tmp_path: Path) -> None:
-    spec = SweepSpec(vary="output", values=("16", "64"), out_dir=tmp_path, fixed_input=300, fixed_batch=4,
+    spec = SweepSpec(vary="output", values=("16", "64"), out_dir=tmp_path, model="unused", fixed_input=300, fixed_batch=4,
                      dtype="bfloat16")
     assert [(p.shape.input_tokens, p.shape.output_tokens, p.shape.batch, p.shape.dtype) for p in points(spec)] == [
         (300, 16, 4, "bfloat16"), (300, 64, 4, "bfloat16")]

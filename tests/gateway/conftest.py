@@ -18,14 +18,14 @@ import pytest
 import torch
 import uvicorn
 
+from core.db.base import make_engine, make_session_factory
+from core.db.migrate import upgrade
+from core.keys import create_key
+from core.settings import Settings
 from engine.client import EngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from gateway.app import create_app
-from gateway.db.base import make_engine, make_session_factory
-from gateway.db.migrate import upgrade
-from gateway.keys import create_key
-from gateway.settings import Settings
+from finserve.app import create_app
 from policies import Policy, load_policy, policy_from_dict
 
 KV_BYTES = 4 << 20  # 512 blocks of 16 tokens for the tiny model (512 B of KV per token)

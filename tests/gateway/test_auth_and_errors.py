@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.errors import ERROR_CODES
-from gateway.settings import Settings
+from core.settings import Settings
+from core.web.errors import ERROR_CODES
 from tests.gateway.conftest import Keys, auth
 
 ERRORS_DOC = Path(__file__).resolve().parents[2] / "docs" / "ERRORS.md"
@@ -106,7 +106,7 @@ def missing_model_settings(tmp_path: Path, db_url: str) -> Settings:
 
 
 async def test_engine_not_ready_is_503(missing_model_settings: Settings, keys: Keys) -> None:
-    from gateway.app import create_app
+    from finserve.app import create_app
 
     app = create_app(missing_model_settings)  # no injected engine: the lifespan loads it, and fails
     async with app.router.lifespan_context(app):

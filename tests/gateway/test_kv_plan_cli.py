@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gateway.commands import plan
+from finserve.commands import plan
 
 SMOLLM2_ARGS = ["--layers", "30", "--kv-heads", "3", "--head-dim", "64", "--heads", "9", "--hidden", "576"]
 

@@ -8,8 +8,8 @@ import httpx
 import openai
 from sqlalchemy import select
 
+from core.db.models import RequestLedger
 from engine.client import EngineClient
-from gateway.db.models import RequestLedger
 from tests.gateway.conftest import Keys, LiveServer, auth, wait_for
 
 

@@ -10,7 +10,12 @@ import pytest
 
 from bench import serve
 from bench.loadgen import (
-    RequestResult, SSEDecoder, StreamRecorder, carries_output, parse_mix, poisson_schedule,
+    RequestResult,
+    SSEDecoder,
+    StreamRecorder,
+    carries_output,
+    parse_mix,
+    poisson_schedule,
 )
 from bench.serve_report import class_report, slo_met, ttft_agreement
 from bench.serve_workload import Workload, WorkloadShape

@@ -8,7 +8,7 @@ import typer
 from typer.testing import CliRunner
 
 from engine.model.prepare import default_model_dir, is_prepared
-from gateway.commands import model as model_command
+from finserve.commands import model as model_command
 
 
 def _app() -> typer.Typer:

@@ -9,9 +9,9 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
+from core.settings import Settings
 from engine.client import EngineClient
-from gateway.app import create_app
-from gateway.settings import Settings
+from finserve.app import create_app
 from tests.gateway.conftest import Keys, auth, make_client, policy_with, wait_for
 
 

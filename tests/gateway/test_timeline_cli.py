@@ -9,10 +9,10 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from gateway.commands import timeline as timeline_command
-from gateway.db.base import make_engine, make_session_factory
-from gateway.db.migrate import upgrade
-from gateway.db.models import RequestLedger
+from core.db.base import make_engine, make_session_factory
+from core.db.migrate import upgrade
+from core.db.models import RequestLedger
+from finserve.commands import timeline as timeline_command
 from gateway.ledger import LedgerRow, row_from_engine_request
 from tests.ledger.factories import make_row
 

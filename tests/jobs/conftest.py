@@ -8,13 +8,12 @@ import pytest
 import torch
 from sqlalchemy.orm import Session, sessionmaker
 
+from core.db.base import make_engine, make_session_factory
+from core.db.migrate import upgrade
+from core.keys import create_key
 from engine.client import EngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-
-from gateway.db.base import make_engine, make_session_factory
-from gateway.db.migrate import upgrade
-from gateway.keys import create_key
 from jobs.redis_server import RedisServer
 from policies import load_policy
 from tests.jobs.stack import Stack, start_stack

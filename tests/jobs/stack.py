@@ -6,11 +6,7 @@ calls it), workers with SIGTERM and then SIGKILL, so no test leaves anything run
 """
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,15 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
+from core.settings import Settings
 from engine.client import EngineClient
-from gateway.app import create_app
-from gateway.settings import Settings
+from finserve.stack import FINSERVE, GatewayThread, start_worker, stop_worker, worker_env
 from jobs.celery_app import use_broker
-from jobs.redis_server import RedisServer, free_port
+from jobs.redis_server import RedisServer
 
-FINSERVE = str(Path(sys.executable).parent / "finserve")
 # Short leases so that a lost worker's items come back within seconds, not minutes.
 FAST_JOBS_ENV = {
     "FINSERVE_JOBS_LEASE_S": "10",
@@ -35,31 +29,6 @@ FAST_JOBS_ENV = {
     "FINSERVE_JOBS_BACKOFF_BASE_S": "0.2",
     "FINSERVE_JOBS_BACKOFF_MAX_S": "2",
 }
-
-
-class GatewayThread:
-    """The gateway app behind a real uvicorn server on 127.0.0.1 (workers reach it over HTTP)."""
-
-    def __init__(self, settings: Settings, engine_client: EngineClient) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(uvicorn.Config(create_app(settings, engine_client=engine_client),
-                                                     host="127.0.0.1", port=self.port, log_config=None,
-                                                     access_log=False, lifespan="on"))
-        self._thread = threading.Thread(target=self._server.run, name="gateway", daemon=True)
-
-    def start(self) -> "GatewayThread":
-        self._thread.start()
-        deadline = time.monotonic() + 15
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(15)
 
 
 @dataclass
@@ -72,18 +41,19 @@ class Stack:
     workers: list[subprocess.Popen] = field(default_factory=list)
 
     @property
+    def settings(self) -> Settings:
+        """The configuration of every process of this stack (workers, `finserve jobs resume`)."""
+        return Settings(home=self.home, database_url=self.db_url, broker_url=self.redis.url,
+                        gateway_url=self.gateway.url, api_key=self.api_key, log_json=True)
+
+    @property
     def env(self) -> dict[str, str]:
-        """The environment of every process of this stack (workers, `finserve jobs resume`)."""
-        return {**os.environ, **FAST_JOBS_ENV, "FINSERVE_HOME": str(self.home), "FINSERVE_DATABASE_URL": self.db_url,
-                "FINSERVE_BROKER_URL": self.redis.url, "FINSERVE_GATEWAY_URL": self.gateway.url,
-                "FINSERVE_API_KEY": self.api_key, "FINSERVE_LOG_JSON": "true"}
+        return worker_env(self.settings, **FAST_JOBS_ENV)
 
     def start_worker(self, name: str, concurrency: int = 4) -> subprocess.Popen:
-        log = (self.home / f"worker-{name}.log").open("ab")
-        proc = subprocess.Popen([FINSERVE, "worker", "--concurrency", str(concurrency), "--name", f"{name}@%h",
-                                 "--loglevel", "WARNING"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        log.close()
+        with (self.home / f"worker-{name}.log").open("ab") as log:
+            proc = start_worker(self.settings, concurrency=concurrency, name=f"{name}@%h", log=log,
+                                extra_env=FAST_JOBS_ENV)
         self.workers.append(proc)
         return proc
 
@@ -104,14 +74,7 @@ class Stack:
 
     def close(self) -> None:
         for proc in self.workers:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.workers:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_worker(proc, timeout_s=15)
         self.gateway.stop()
         self.redis.stop()
 

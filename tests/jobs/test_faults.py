@@ -16,8 +16,8 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
-from gateway.db.jobs_models import ExtractionItem, ExtractionJob
-from gateway.db.models import RequestLedger
+from core.db.jobs_models import ExtractionItem, ExtractionJob
+from core.db.models import RequestLedger
 from jobs.celery_app import QUEUE
 from tests.jobs.conftest import SCHEMA
 from tests.jobs.stack import Stack, wait_until

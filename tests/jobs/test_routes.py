@@ -7,9 +7,9 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from gateway.app import create_app
-from gateway.db.jobs_models import ExtractionJob
-from gateway.settings import Settings
+from core.db.jobs_models import ExtractionJob
+from core.settings import Settings
+from finserve.app import create_app
 from jobs.celery_app import QUEUE, use_broker
 from tests.jobs.conftest import SCHEMA
 

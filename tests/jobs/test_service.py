@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from gateway.db.base import utcnow
-from gateway.db.jobs_models import ExtractionItem
+from core.db.base import utcnow
+from core.db.jobs_models import ExtractionItem
 from jobs import service
 from jobs.service import ClaimOutcome, JobSpec
 from tests.jobs.conftest import SCHEMA

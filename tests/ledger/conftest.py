@@ -17,8 +17,8 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from gateway.db.base import make_engine, make_session_factory
-from gateway.db.migrate import upgrade
+from core.db.base import make_engine, make_session_factory
+from core.db.migrate import upgrade
 from tests.ledger.pg import PostgresServer, find_pg_bin
 
 BACKENDS = ("sqlite", "postgres")

@@ -9,11 +9,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gateway.commands import db as db_commands
-from gateway.db.base import make_engine, make_session_factory
-from gateway.db.migrate import current_revision
-from gateway.db.models import RequestLedger
-from gateway.keys import verify_key
+from core.db.base import make_engine, make_session_factory
+from core.db.migrate import current_revision
+from core.db.models import RequestLedger
+from core.keys import verify_key
+from finserve.commands import db as db_commands
 from tests.ledger.factories import T0, make_row
 
 

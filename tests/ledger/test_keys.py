@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from gateway.db.models import ApiKey, Tenant
-from gateway.keys import create_key, ensure_dev_key, hash_key, revoke_key, verify_key
+from core.db.models import ApiKey, Tenant
+from core.keys import create_key, ensure_dev_key, hash_key, revoke_key, verify_key
 
 
 def test_key_is_stored_only_as_hash_and_verifies(session):
@@ -52,16 +52,16 @@ def test_default_class_must_be_allowed(session):
 
 
 def test_dev_key_is_created_once_and_reused(session, tmp_path):
-    first = ensure_dev_key(session, home=tmp_path)
+    first = ensure_dev_key(session, tmp_path / "dev_key")
     assert (tmp_path / "dev_key").read_text().strip() == first
     assert (tmp_path / "dev_key").stat().st_mode & 0o077 == 0
     assert verify_key(session, first).is_admin
-    assert ensure_dev_key(session, home=tmp_path) == first
+    assert ensure_dev_key(session, tmp_path / "dev_key") == first
     assert len(session.scalars(select(ApiKey)).all()) == 1
 
 
 def test_dev_key_is_replaced_when_the_database_lost_it(session, tmp_path):
     (tmp_path / "dev_key").write_text("fsk_not-a-key-in-this-database\n")
-    raw = ensure_dev_key(session, home=tmp_path)
+    raw = ensure_dev_key(session, tmp_path / "dev_key")
     assert raw != "fsk_not-a-key-in-this-database" and verify_key(session, raw) is not None
     assert (tmp_path / "dev_key").read_text().strip() == raw

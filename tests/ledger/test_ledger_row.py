@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from core.db.models import RequestLedger
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
-from gateway.db.models import RequestLedger
 from gateway.ledger import LedgerRow, row_from_engine_request, row_from_request
 from policies import SLOTargets
 

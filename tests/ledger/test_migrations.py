@@ -5,9 +5,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Table, inspect
 
-from gateway.db import Base
-from gateway.db.base import make_engine
-from gateway.db.migrate import current_revision, upgrade
+from core.db import Base
+from core.db.base import make_engine
+from core.db.migrate import current_revision, upgrade
 
 CORE_TABLES = {"tenants", "api_keys", "documents", "request_ledger"}
 

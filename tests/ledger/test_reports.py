@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from gateway.db.models import RequestLedger
+from core.db.models import RequestLedger
 from gateway.reports import build_report, render_report
 from tests.ledger.factories import T0, make_row
 

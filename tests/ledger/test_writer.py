@@ -6,7 +6,7 @@ import time
 import pytest
 from sqlalchemy import event, func, select
 
-from gateway.db.models import RequestLedger
+from core.db.models import RequestLedger
 from gateway.ledger import LedgerWriter
 from tests.ledger.factories import make_row
 

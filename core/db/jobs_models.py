@@ -1,0 +1,68 @@
+"""Bulk extraction tables: a job and one row per contract item. SQL is the ledger of bulk work.
+
+Redis only carries item ids; everything a worker needs (text, schema, state, result) is here,
+so losing Redis or a worker loses nothing. An item's result lives in its own row, written by
+a conditional UPDATE keyed by item id: a redelivered task can never add a second result.
+migrations/versions/0002_jobs.py creates exactly these tables.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from core.db.base import Base, UTCDateTime, utcnow
+
+# Item states. pending -> running -> done | failed; pending (or a running item whose lease ran
+# out) -> cancelled when its job is cancelled. done/failed/cancelled are terminal.
+ITEM_PENDING, ITEM_RUNNING, ITEM_DONE, ITEM_FAILED, ITEM_CANCELLED = "pending", "running", "done", "failed", "cancelled"
+ITEM_STATES = (ITEM_PENDING, ITEM_RUNNING, ITEM_DONE, ITEM_FAILED, ITEM_CANCELLED)
+TERMINAL_ITEM_STATES = (ITEM_DONE, ITEM_FAILED, ITEM_CANCELLED)
+
+
+class ExtractionJob(Base):
+    __tablename__ = "extraction_jobs"
+    __table_args__ = (
+        # One job per (tenant, Idempotency-Key); NULL keys never collide.
+        UniqueConstraint("tenant", "idempotency_key", name="uq_extraction_jobs_tenant_idem"),
+        Index("ix_extraction_jobs_tenant_created", "tenant", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
+    schema_json: Mapped[str] = mapped_column(Text)  # the normalised schema text the engine decodes under
+    max_tokens: Mapped[int] = mapped_column(Integer)
+    num_items: Mapped[int] = mapped_column(Integer)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    request_hash: Mapped[str] = mapped_column(String(64))  # sha256 of the canonical request
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)  # NULL: not yet on the queue
+    cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class ExtractionItem(Base):
+    __tablename__ = "extraction_items"
+    __table_args__ = (
+        UniqueConstraint("job_id", "external_id", name="uq_extraction_items_job_external"),
+        Index("ix_extraction_items_job_status", "job_id", "status"),
+        Index("ix_extraction_items_status_lease", "status", "lease_until"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("extraction_jobs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)  # position in the submission; results come back in this order
+    external_id: Mapped[str] = mapped_column(String(255))  # the caller's id of the contract
+    text: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default=ITEM_PENDING)  # one of ITEM_STATES
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims so far (engine calls started)
+    invalid_outputs: Mapped[int] = mapped_column(Integer, default=0)  # answers that failed validation
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)  # running: owner's deadline
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)  # first claim
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # the validated extraction
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)  # failure reason, or the last retried problem
+    request_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # gateway request id -> SLO ledger row
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)

@@ -1,0 +1,57 @@
+"""Run the Alembic migrations programmatically (`finserve db upgrade`, and serve/up on start)."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.engine import make_url
+
+import migrations
+from core.db.base import make_engine
+from engine.filelock import exclusive_lock
+
+# __path__ rather than __file__: an editable install made before migrations/ had an
+# __init__.py sees it as a namespace package, whose __file__ is None.
+MIGRATIONS_DIR = Path(next(iter(migrations.__path__))).resolve()
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # Passed as an attribute, not an ini option: URLs may hold '%' (configparser interpolation).
+    cfg.attributes["url"] = url
+    return cfg
+
+
+@contextlib.contextmanager
+def _sqlite_file_lock(url: str) -> Iterator[None]:
+    """Serialise concurrent upgrades of one SQLite file (gateway and workers start together).
+
+    PostgreSQL is serialised inside env.py with an advisory lock instead.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        yield
+        return
+    with exclusive_lock(Path(parsed.database).with_suffix(".migrate.lock")):
+        yield
+
+
+def upgrade(url: str, revision: str = "head") -> str | None:
+    """Upgrade the schema at `url` to `revision`; return the new revision."""
+    with _sqlite_file_lock(url):
+        command.upgrade(alembic_config(url), revision)
+    return current_revision(url)
+
+
+def current_revision(url: str) -> str | None:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()

@@ -1,0 +1,109 @@
+"""Core tables: tenants and their API keys, registered documents, the SLO request ledger.
+
+migrations/versions/0001_core.py creates exactly these; tests/ledger checks that
+the migration and the models agree.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from core.db.base import Base, UTCDateTime, utcnow
+
+# Ledger `status` values: every request ends in exactly one of these.
+LEDGER_STATUSES = ("finished", "failed", "aborted", "rejected")
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ApiKey(Base):
+    """An API key, stored as the SHA-256 of the raw key (see gateway/keys.py for why no slow KDF)."""
+
+    __tablename__ = "api_keys"
+
+    key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"), index=True)
+    prefix: Mapped[str] = mapped_column(String(16))  # first characters of the raw key, for display only
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # hex sha256 of the raw key
+    allowed_classes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # None = every class
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    rate_limit_rps: Mapped[float] = mapped_column(Float)
+    default_class: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class Document(Base):
+    __tablename__ = "documents"
+    __table_args__ = (Index("ix_documents_tenant_created", "tenant", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
+    title: Mapped[str] = mapped_column(String(512), default="")
+    text: Mapped[str] = mapped_column(Text)
+    token_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class RequestLedger(Base):
+    """One row per request that reached the gateway with a valid key, whatever its outcome.
+
+    `tenant` is deliberately not a foreign key: a ledger row must never fail to be
+    written because of the state of another table. Latencies follow DESIGN.md's
+    metric definitions (ms from the gateway's arrival timestamp); NULL where the
+    request never reached that point. `*_target_ms` are the class's targets in force
+    when the request ran (NULL = no target); `*_met` are NULL when there was no
+    target; `slo_met` is NULL when the request does not count towards SLO
+    attainment (client errors, client aborts before any target was missed).
+    """
+
+    __tablename__ = "request_ledger"
+    __table_args__ = (
+        Index("ix_request_ledger_arrival_at", "arrival_at"),
+        Index("ix_request_ledger_class_arrival", "workload_class", "arrival_at"),
+        Index("ix_request_ledger_tenant_arrival", "tenant", "arrival_at"),
+    )
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    workload_class: Mapped[str] = mapped_column(String(64))
+    class_rule: Mapped[str] = mapped_column(String(16))  # explicit | route | tenant | heuristic | default
+    route: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))  # one of LEDGER_STATUSES
+    finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)  # stop | length | abort | error
+    rejection_reason: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the error code sent
+    http_status: Mapped[int] = mapped_column(Integer)
+    arrival_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    queue_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    prefill_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ttft_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    tpot_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    e2e_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+
+    ttft_target_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    tpot_target_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    e2e_target_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    slo_goal: Mapped[float | None] = mapped_column(Float, nullable=True)  # attainment goal, e.g. 0.99
+    slo_percentile: Mapped[float | None] = mapped_column(Float, nullable=True)  # targets' percentile, e.g. 99
+    ttft_met: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    tpot_met: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    e2e_met: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    slo_met: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+
+    # {"arrival", "tokenize_start", "tokenized", "first_scheduled", "first_token", "finished": epoch s,
+    #  "steps": [{"kind", "start", "end", "num_tokens", "batch_tokens"}, ...]}
+    timeline: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

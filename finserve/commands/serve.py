@@ -1,0 +1,47 @@
+"""`finserve serve`: migrate the database, then serve the gateway and the engine with uvicorn."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from core.settings import Settings
+
+
+def run_server(settings: Settings) -> None:
+    """Upgrade the schema, then serve until interrupted (also used by `finserve up`)."""
+    import uvicorn
+
+    from core.db.migrate import upgrade
+    from core.logging import configure_logging
+    from finserve.app import create_app
+
+    configure_logging(json=settings.log_json, level=settings.log_level)
+    upgrade(settings.resolved_database_url)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
+                access_log=False, timeout_graceful_shutdown=30)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def serve(
+        host: Annotated[Optional[str], typer.Option(help="Bind address (default 127.0.0.1).")] = None,
+        port: Annotated[Optional[int], typer.Option(help="Port (default 8000).")] = None,
+        model: Annotated[Optional[Path], typer.Option(help="HF-format model folder.")] = None,
+        device: Annotated[Optional[str], typer.Option(help="cpu or cuda[:N].")] = None,
+        dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16 or float16.")] = None,
+        kv_memory: Annotated[Optional[int], typer.Option("--kv-memory", help="KV cache bytes.")] = None,
+        threads: Annotated[Optional[int], typer.Option(help="Torch CPU threads.")] = None,
+        policy: Annotated[Optional[Path], typer.Option(help="Policy TOML file.")] = None,
+        database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL of the ledger database.")] = None,
+    ) -> None:
+        """Serve the HTTP gateway and the engine (settings also come from FINSERVE_* variables)."""
+        given = {"host": host, "port": port, "model": model, "device": device, "dtype": dtype,
+                 "kv_cache_memory_bytes": kv_memory, "threads": threads, "policy": policy,
+                 "database_url": database_url}
+        settings = Settings(**{k: v for k, v in given.items() if v is not None})
+        if not (settings.model_path / "config.json").is_file():
+            typer.echo(f"no model at {settings.model_path}; run `finserve model prepare` or pass --model", err=True)
+            raise typer.Exit(2)
+        run_server(settings)

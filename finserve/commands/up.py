@@ -1,0 +1,107 @@
+"""`finserve up`: the whole stack on one machine: Redis, a Celery worker, the gateway with the engine.
+
+Order of start: database schema and development key, Redis (127.0.0.1, in-memory), re-enqueue
+whatever SQL says is unfinished (Redis starts empty), the worker (its own process group, so a
+terminal Ctrl-C reaches only this process), then the gateway in the foreground. On Ctrl-C or
+SIGTERM uvicorn drains the gateway, then the worker gets SIGTERM (Celery's warm shutdown: items
+in flight finish or, unacknowledged, go back to the queue; SQL keeps them pending either way),
+then Redis stops.
+"""
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def _examples(url: str, key: str) -> str:
+    auth = f'-H "Authorization: Bearer {key}"'
+    return f"""
+  # realtime_risk: score one event
+  curl -s {url}/v1/risk/assess {auth} -H 'Content-Type: application/json' \\
+    -d '{{"event": {{"event_type": "wire_transfer", "amount": 950000, "currency": "USD", "attributes": {{"country": "KY"}}}}, "question": "Is this suspicious?"}}'
+
+  # document_qa: register a document, then ask about it
+  curl -s {url}/v1/documents {auth} -H 'Content-Type: application/json' -d '{{"title": "Basel III", "text": "Banks must hold ..."}}'
+  curl -s {url}/v1/documents/DOC_ID/questions {auth} -H 'Content-Type: application/json' -d '{{"question": "What must banks hold?"}}'
+
+  # bulk_extraction: a job over the sample contracts
+  curl -s {url}/v1/extraction-jobs {auth} -F items=@examples/contracts.ndjson -F schema=@examples/contract_schema.json
+  finserve jobs submit examples/contracts.ndjson --schema examples/contract_schema.json
+
+  # OpenAI-compatible
+  curl -s {url}/v1/chat/completions {auth} -H 'Content-Type: application/json' \\
+    -d '{{"messages": [{{"role": "user", "content": "Hello"}}], "max_tokens": 32}}'
+"""
+
+
+class _Stop(Exception):
+    """SIGTERM, raised in the main thread once uvicorn has drained (it re-raises the signal it caught)."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Stop()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def up(
+        port: Annotated[Optional[int], typer.Option(help="Gateway port (default 8000).")] = None,
+        redis_port: Annotated[int, typer.Option(help="Redis port (0: a free one).")] = 0,
+        workers: Annotated[int, typer.Option(help="Items in flight in the worker.")] = 4,
+        model: Annotated[Optional[Path], typer.Option(help="HF-format model folder.")] = None,
+    ) -> None:
+        """Start Redis, a worker and the gateway+engine; Ctrl-C stops everything."""
+        from core.db.base import make_engine, make_session_factory
+        from core.db.migrate import upgrade
+        from core.keys import ensure_dev_key
+        from core.settings import Settings
+        from finserve.commands.jobs import resume_unfinished
+        from finserve.commands.serve import run_server
+        from finserve.stack import start_worker, stop_worker
+        from jobs.celery_app import use_broker
+        from jobs.redis_server import RedisServer
+
+        given = {"port": port, "model": model}
+        settings = Settings(**{k: v for k, v in given.items() if v is not None})
+        if not (settings.model_path / "config.json").is_file():
+            typer.echo(f"no model at {settings.model_path}; run `finserve model prepare` or pass --model", err=True)
+            raise typer.Exit(2)
+        db_url = settings.resolved_database_url
+        upgrade(db_url)
+        engine = make_engine(db_url)
+        with make_session_factory(engine)() as session:
+            dev_key = ensure_dev_key(session, settings.dev_key_path)
+        engine.dispose()
+
+        redis = RedisServer(port=redis_port, workdir=settings.home / "redis", binary=settings.redis_server).start()
+        url = f"http://{settings.host}:{settings.port}"
+        # One configuration for this process (it enqueues jobs) and the worker (it calls the gateway).
+        settings = settings.model_copy(update={"broker_url": redis.url, "gateway_url": url,
+                                               "api_key": settings.api_key or dev_key, "database_url": db_url})
+        use_broker(redis.url)
+        worker = None
+        # uvicorn handles SIGINT/SIGTERM while serving, then re-raises the signal once drained; without a
+        # handler of ours a re-raised SIGTERM would kill this process before the worker and Redis stop.
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        try:
+            resumed = resume_unfinished(settings)
+            worker = start_worker(settings, concurrency=workers)
+            typer.echo(f"finserve is starting at {url} (docs: {url}/docs)")
+            typer.echo(f"development key (tenant 'dev', admin): {dev_key}")
+            typer.echo(f"redis: {redis.url}; worker pid {worker.pid}; re-enqueued {resumed} unfinished items")
+            typer.echo(_examples(url, dev_key))
+            run_server(settings)  # blocks; uvicorn handles SIGINT/SIGTERM and drains
+        except (KeyboardInterrupt, _Stop):
+            pass
+        finally:
+            # Bounded (worker stop timeout, then SIGKILL): a second Ctrl-C must not orphan the worker or Redis.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            typer.echo("stopping the worker and Redis ...", err=True)
+            if worker is not None:
+                stop_worker(worker)
+            redis.stop()
+            typer.echo("finserve stopped", err=True)

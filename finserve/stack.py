@@ -1,0 +1,93 @@
+"""Starting the stack's processes, in one place: `finserve up`, the bulk benchmark and the job fault tests.
+
+- `worker_env(settings)`: the FINSERVE_* environment a child process (a Celery worker, the CLI) needs to
+  see the same configuration as this process; configuration travels to children this way only, this
+  process's own environment is never rewritten.
+- `start_worker` / `stop_worker`: a Celery worker in its own process group (a terminal Ctrl-C reaches only
+  the parent), stopped with SIGTERM (Celery's warm shutdown), then SIGKILL after a timeout.
+- `GatewayThread`: the app behind a real uvicorn server on 127.0.0.1 in a thread, for tests and benchmarks
+  that inject their own engine.
+Everything binds to 127.0.0.1.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+import uvicorn
+
+from core.settings import Settings
+from engine.client import EngineClient
+from finserve.app import create_app
+from jobs.redis_server import free_port
+
+FINSERVE = str(Path(sys.executable).parent / "finserve")
+WORKER_STOP_TIMEOUT_S = 30.0
+QUEUE = "finserve.extraction"  # = jobs.celery_app.QUEUE (not imported: importing it builds a Celery app)
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """This process's environment plus every field of `settings` (not None) as FINSERVE_* variables."""
+    env = dict(os.environ)
+    for name, value in settings.model_dump(exclude_none=True).items():
+        env[f"FINSERVE_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    env.update(extra)
+    return env
+
+
+def worker_argv(concurrency: int, loglevel: str = "INFO", name: str | None = None) -> list[str]:
+    # Threads: an item is one HTTP call, so threads give `concurrency` items in flight cheaply.
+    argv = ["worker", "--pool", "threads", "--concurrency", str(concurrency), "--loglevel", loglevel,
+            "--without-gossip", "--without-mingle", "--queues", QUEUE]
+    return argv + (["--hostname", name] if name else [])
+
+
+def start_worker(settings: Settings, *, concurrency: int, name: str | None = None, loglevel: str = "WARNING",
+                 log: IO[bytes] | None = None, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`finserve worker`, configured like `settings` (broker, gateway URL, key, database, home)."""
+    argv = [FINSERVE, "worker", "--concurrency", str(concurrency), "--loglevel", loglevel]
+    return subprocess.Popen(argv + (["--name", name] if name else []),
+                            env=worker_env(settings, **(extra_env or {})), stdout=log,
+                            stderr=subprocess.STDOUT if log is not None else None, start_new_session=True)
+
+
+def stop_worker(proc: subprocess.Popen[bytes], timeout_s: float = WORKER_STOP_TIMEOUT_S) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)  # warm shutdown: items in flight finish or go back to the queue
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # unacknowledged items are redelivered; SQL still has them pending/running
+        proc.wait()
+
+
+class GatewayThread:
+    """The finserve app behind a real uvicorn server on 127.0.0.1 (workers reach it over HTTP)."""
+
+    def __init__(self, settings: Settings, engine_client: EngineClient | None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server = uvicorn.Server(uvicorn.Config(create_app(settings, engine_client=engine_client),
+                                                     host="127.0.0.1", port=self.port, log_config=None,
+                                                     access_log=False, lifespan="on"))
+        self._thread = threading.Thread(target=self._server.run, name="gateway", daemon=True)
+
+    def start(self, timeout_s: float = 15.0) -> "GatewayThread":
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the gateway (uvicorn) did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(15)

@@ -1,0 +1,87 @@
+"""Imports flow one way: policies <- engine <- core <- (gateway, jobs) <- (finserve, bench).
+
+Read from the source with `ast` (nothing is imported), so the test also sees imports inside
+functions. A package may import itself and any package below it, never a sibling or one above.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ("policies", "engine", "core", "gateway", "jobs", "migrations", "finserve", "bench")
+# What each package may import from the project (besides itself).
+ALLOWED: dict[str, set[str]] = {
+    "policies": set(),
+    "engine": {"policies"},
+    "core": {"policies", "engine", "migrations"},
+    "migrations": {"core", "engine", "policies"},
+    "gateway": {"policies", "engine", "core"},
+    "jobs": {"policies", "engine", "core"},
+    "finserve": {"policies", "engine", "core", "gateway", "jobs", "bench", "migrations"},
+    "bench": {"policies", "engine", "core", "gateway", "jobs", "finserve"},
+}
+# Inside the engine, the scheduler and the KV cache stay free of torch (unit-tested without it).
+TORCH_FREE = ("engine/scheduler.py", "engine/kv_cache", "engine/request_queue.py", "engine/token_budget.py",
+              "engine/admission.py", "policies")
+WEB_DB_QUEUE = {"fastapi", "starlette", "sqlalchemy", "celery", "redis", "alembic", "httpx", "uvicorn"}
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def files_of(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_flow_one_way(package: str) -> None:
+    bad = []
+    for path in files_of(package):
+        for root in imported_roots(path) & set(PROJECT):
+            if root != package and root not in ALLOWED[package]:
+                bad.append(f"{path.relative_to(ROOT)} imports {root}")
+    assert not bad, "\n".join(bad)
+
+
+def test_engine_imports_no_web_database_or_queue_library() -> None:
+    bad = [f"{p.relative_to(ROOT)} imports {r}" for p in files_of("engine") for r in imported_roots(p) & WEB_DB_QUEUE]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("where", TORCH_FREE)
+def test_scheduler_kv_cache_and_policies_import_no_torch(where: str) -> None:
+    target = ROOT / where
+    paths = [target] if target.is_file() else sorted(target.rglob("*.py"))
+    bad = [str(p.relative_to(ROOT)) for p in paths if "torch" in imported_roots(p)]
+    assert not bad, bad
+
+
+def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
+    """The rule above must be able to fail: a gateway module importing jobs is caught."""
+    module = tmp_path / "bad.py"
+    module.write_text("def f():\n    from jobs.routes import router\n    return router\n")
+    assert "jobs" in imported_roots(module) and "jobs" not in ALLOWED["gateway"]
+
+
+def test_only_the_settings_object_reads_the_environment() -> None:
+    """`os.environ` / `os.getenv` appear only in core/settings.py, the stack helper that builds children's
+    environments, and engine/__init__.py, which *sets* OpenMP's wait policy before torch loads libgomp."""
+    allowed = {"core/settings.py", "finserve/stack.py", "engine/__init__.py"}
+    bad = []
+    for package in ("policies", "engine", "core", "gateway", "jobs", "finserve"):
+        for path in files_of(package):
+            rel = str(path.relative_to(ROOT))
+            text = path.read_text()
+            if rel not in allowed and ("os.environ" in text or "os.getenv" in text):
+                bad.append(rel)
+    assert not bad, bad
