@@ -39,7 +39,8 @@ class Reader:
         optional = {n for n in in_file if knobs[n].optional}
         self.keys(table, key, required=in_file - optional, optional=optional)
         hints = typing.get_type_hints(cls)
-        values = {n: self.value(hints[n], knobs[n], table[n], _join(key, n)) for n in knobs if n in in_file & table.keys()}
+        present = [n for n in knobs if n in in_file and n in table]  # in field order
+        values = {n: self.value(hints[n], knobs[n], table[n], _join(key, n)) for n in present}
         self._check_at_most(knobs, values, key)
         values.update(supplied)
         return cls(**values)
@@ -128,7 +129,7 @@ class Reader:
         hi_ok = (knob.lt is None or value < knob.lt) and (knob.le is None or value <= knob.le)
         if lo_ok and hi_ok:
             return
-        hint = f'; write "{NO_VALUE}" for none' if nullable else ""
+        hint = f'; write "{NO_VALUE}" to leave it unset' if nullable else ""
         raise self.error(key, f"must be {_bounds(knob)}, got {value!r} ({knob.doc}{hint})")
 
     def _check_at_most(self, knobs: Mapping[str, Knob], values: Mapping[str, Any], key: str) -> None:
