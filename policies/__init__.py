@@ -2,6 +2,7 @@
 
 No torch, no web framework: this package is imported by everything else.
 """
+from policies.capacity import check_against_model
 from policies.classify import Classification, classify
 from policies.errors import PolicyError, UnknownWorkloadClass
 from policies.loader import load_policy, policy_from_dict
@@ -15,6 +16,7 @@ __all__ = [
     "PolicyError",
     "SLOTargets",
     "UnknownWorkloadClass",
+    "check_against_model",
     "classify",
     "load_policy",
     "policy_from_dict",

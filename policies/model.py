@@ -1,65 +1,85 @@
-"""Frozen dataclasses that a validated policy file becomes.
+"""Frozen dataclasses that a validated policy file becomes, and the schema of that file.
 
-The engine and gateway only ever ask these objects; no code tests a class
-name to decide behaviour.
+Each field carries its knob(...) metadata (policies/schema.py): the loader derives the
+accepted keys, types and bounds from these declarations alone, so a new policy setting is
+one field here plus its line in default.toml (docs/POLICY.md). All objects are built with
+named fields only (kw_only). The engine and gateway only ever ask these objects; no code
+tests a class name to decide behaviour.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from policies.schema import knob
 
-@dataclass(frozen=True)
+CLASS_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # names travel in an HTTP header and in metric labels
+
+
+@dataclass(frozen=True, kw_only=True)
 class SLOTargets:
-    """Latency targets of a class; None means 'no target for this metric'."""
+    """Latency targets of a class; None ("none" in the file) means 'no target for this metric'."""
 
-    ttft_ms: float | None
-    tpot_ms: float | None
-    e2e_ms: float | None
-    percentile: float  # the percentile the targets apply to, e.g. 99.0
-    attainment_goal: float  # fraction of requests that must meet every target, e.g. 0.99
+    ttft_ms: float | None = field(metadata=knob("time to first token target", gt=0, unit="milliseconds"))
+    tpot_ms: float | None = field(metadata=knob("time per output token target", gt=0, unit="milliseconds"))
+    e2e_ms: float | None = field(metadata=knob("whole-request latency target", gt=0, unit="milliseconds"))
+    percentile: float = field(metadata=knob("the percentile the targets apply to, e.g. 99.0", gt=0, le=100))
+    attainment_goal: float = field(
+        metadata=knob("fraction of requests that must meet every target, e.g. 0.99", gt=0, le=1))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClassPolicy:
-    name: str
-    priority: int  # larger = served first
-    slo: SLOTargets
-    max_input_tokens: int
-    max_output_tokens: int
-    max_running: int  # batch slots this class may hold at once
-    queue_limit: int  # waiting requests before admission answers 429
-    kv_min_share: float  # guaranteed fraction of the KV block pool
-    kv_max_share: float  # the class never holds more than this fraction
-    step_token_share: float  # fraction of every step's token budget reserved for it
-    preemptible: bool
-    prefix_caching: bool
-    description: str = ""
-    # While a request of this class is prefilling, lower-priority classes get no prefill tokens in
-    # that step (their decodes still run): the step stays short, so the first token waits for
-    # little more than the class's own prompt.
-    prefill_isolation: bool = False
-    # While the class has running requests, lower-priority classes share at most this many prefill
-    # tokens per step (-1: no cap), so its decode steps, and so its TPOT, stay short.
-    shield_prefill_tokens: int = -1
+    name: str = field(metadata=knob("the class's name: the key of its [classes.<name>] table", from_key=True))
+    description: str = field(default="", metadata=knob("what the class is for", optional=True))
+    priority: int = field(metadata=knob("larger = served first", unique=True))
+    slo: SLOTargets = field(metadata=knob("latency targets"))
+    max_input_tokens: int = field(metadata=knob("longest prompt admitted", gt=0))
+    max_output_tokens: int = field(metadata=knob("largest max_tokens admitted", gt=0))
+    max_running: int = field(metadata=knob("batch slots the class may hold at once", gt=0))
+    queue_limit: int = field(metadata=knob("waiting requests before admission answers 429", gt=0))
+    kv_min_share: float = field(metadata=knob(
+        "guaranteed fraction of the KV block pool", ge=0, le=1, at_most="kv_max_share", pool_share=True))
+    kv_max_share: float = field(metadata=knob(
+        "the class never holds more than this fraction of the KV block pool", gt=0, le=1))
+    step_token_share: float = field(metadata=knob(
+        "fraction of every step's token budget reserved while the class has work", ge=0, le=1, pool_share=True))
+    preemptible: bool = field(metadata=knob("whether other classes may preempt its requests"))
+    prefix_caching: bool = field(metadata=knob("whether its prompts reuse and feed the prefix cache"))
+    # Prefill shield, phase "prefilling": in a step where a request of this class prefills,
+    # lower-priority classes get no prefill tokens (their decodes still run), so the step, and the
+    # class's TTFT, stay short. (Equivalent to a cap of 0 for that phase; see docs/POLICY.md.)
+    prefill_isolation: bool = field(default=False, metadata=knob(
+        "while the class prefills, lower-priority classes get no prefill tokens in that step"))
+    # Prefill shield, phase "running": while the class has running requests, lower-priority
+    # classes share at most this many prefill tokens per step (-1: no cap), so its decode steps,
+    # and so its TPOT, stay short.
+    shield_prefill_tokens: int = field(default=-1, metadata=knob(
+        "while the class has running requests, lower-priority classes' prefill tokens per step (-1: no cap)",
+        ge=-1))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClassificationRules:
     """Inputs of the ordered classification rules (explicit > route > tenant > heuristic)."""
 
-    routes: Mapping[str, str]  # route name -> class name
-    long_input_tokens: int  # heuristic: inputs at least this long ...
-    long_input_class: str  # ... go to this class
-    default_class: str  # used when no rule decides
+    routes: Mapping[str, str] = field(metadata=knob("route name -> class name", class_ref=True))
+    long_input_tokens: int = field(metadata=knob("heuristic: inputs at least this long ...", gt=0))
+    long_input_class: str = field(metadata=knob("... go to this class", class_ref=True))
+    default_class: str = field(metadata=knob("the class used when no rule decides", class_ref=True))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "routes", MappingProxyType(dict(self.routes)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Policy:
-    classes: Mapping[str, ClassPolicy]
-    classification: ClassificationRules
-    source: str = "<memory>"  # file the policy was loaded from
+    classes: Mapping[str, ClassPolicy] = field(metadata=knob(
+        "the workload classes by name", key_pattern=CLASS_NAME_PATTERN, nonempty=True,
+        key_rule="class names must be lowercase letters, digits and '_', starting with a letter, at most 64 long"))
+    classification: ClassificationRules = field(metadata=knob("how a request gets its class"))
+    source: str = field(default="<memory>", metadata=knob("file the policy was loaded from", in_file=False))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "classes", MappingProxyType(dict(self.classes)))

@@ -11,8 +11,7 @@ from policies import PolicyError, load_policy
 CLASSES = ("realtime_risk", "document_qa", "bulk_extraction")
 
 
-def test_default_policy_has_the_three_classes_in_priority_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("FINSERVE_POLICY", raising=False)
+def test_default_policy_has_the_three_classes_in_priority_order() -> None:
     policy = load_policy()
     assert [c.name for c in policy.by_priority] == list(CLASSES)
     assert policy.source.endswith("default.toml")
@@ -38,27 +37,23 @@ def test_loaded_policy_is_immutable() -> None:
         policy.classification.routes["chat"] = "realtime_risk"  # type: ignore[index]
 
 
-def test_env_var_selects_another_file_and_explicit_path_wins(
-    write_policy: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+def test_explicit_path_is_loaded_and_the_environment_is_ignored(
+    write_policy: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def fewer_slots(d: dict[str, Any]) -> None:
-        d["classes"]["realtime_risk"]["max_running"] = 3
-
-    env_file = write_policy(fewer_slots, name="env.toml")
-    monkeypatch.setenv("FINSERVE_POLICY", str(env_file))
-    policy = load_policy()
-    assert policy.source == str(env_file)
-    assert policy.get("realtime_risk").max_running == 3
-
+    # FINSERVE_POLICY is read by the application's settings, which pass the path on; the
+    # package itself must not pick a file from the environment behind their back.
+    monkeypatch.setenv("FINSERVE_POLICY", str(tmp_path / "nope.toml"))
+    assert load_policy().source.endswith("default.toml")
     explicit = write_policy(_set("classes.realtime_risk.max_running", 5), name="explicit.toml")
-    assert load_policy(explicit).get("realtime_risk").max_running == 5
+    policy = load_policy(explicit)
+    assert policy.source == str(explicit)
+    assert policy.get("realtime_risk").max_running == 5
 
 
-def test_env_var_pointing_nowhere_fails_naming_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_missing_file_fails_naming_the_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.toml"
-    monkeypatch.setenv("FINSERVE_POLICY", str(missing))
     with pytest.raises(PolicyError, match="cannot read policy file") as err:
-        load_policy()
+        load_policy(missing)
     assert str(missing) in str(err.value)
 
 
@@ -109,11 +104,11 @@ BAD_FILES = [
     ("string for boolean", _set("classes.bulk_extraction.preemptible", "yes"),
      "classes.bulk_extraction.preemptible", "must be true or false"),
     ("share above one", _set("classes.bulk_extraction.kv_max_share", 1.5),
-     "classes.bulk_extraction.kv_max_share", "[0, 1]"),
+     "classes.bulk_extraction.kv_max_share", "must be in (0, 1], got 1.5"),
     ("negative share", _set("classes.document_qa.step_token_share", -0.1),
-     "classes.document_qa.step_token_share", "[0, 1]"),
+     "classes.document_qa.step_token_share", "must be in [0, 1], got -0.1"),
     ("zero max share", _set("classes.bulk_extraction.kv_max_share", 0.0),
-     "classes.bulk_extraction.kv_max_share", "must be > 0"),
+     "classes.bulk_extraction.kv_max_share", "must be in (0, 1], got 0.0"),
     ("min above max", _set("classes.realtime_risk.kv_min_share", 0.4),
      "classes.realtime_risk.kv_min_share", "larger than kv_max_share"),
     ("kv minimums over one", _both(_set("classes.document_qa.kv_min_share", 0.7),
@@ -122,11 +117,11 @@ BAD_FILES = [
     ("step shares over one", _set("classes.bulk_extraction.step_token_share", 0.5),
      "classes.*.step_token_share", "sum to 1.25"),
     ("zero limit", _set("classes.realtime_risk.max_output_tokens", 0),
-     "classes.realtime_risk.max_output_tokens", "positive integer"),
+     "classes.realtime_risk.max_output_tokens", "must be > 0, got 0"),
     ("negative queue", _set("classes.bulk_extraction.queue_limit", -1),
-     "classes.bulk_extraction.queue_limit", "positive integer"),
+     "classes.bulk_extraction.queue_limit", "must be > 0, got -1"),
     ("duplicate priority", _set("classes.bulk_extraction.priority", 300),
-     "classes.bulk_extraction.priority", "priorities must be unique"),
+     "classes.bulk_extraction.priority", "priority must be unique"),
     ("negative latency", _set("classes.realtime_risk.slo.ttft_ms", -5), "classes.realtime_risk.slo.ttft_ms",
      "must be > 0"),
     ("word for latency", _set("classes.realtime_risk.slo.tpot_ms", "fast"), "classes.realtime_risk.slo.tpot_ms",
@@ -145,6 +140,17 @@ BAD_FILES = [
     ("threshold above target limit", _set("classification.long_input_tokens", 10000),
      "classification.long_input_tokens", "exceeds max_input_tokens"),
     ("no classes", _set("classes", {}), "classes", "at least one"),
+    ("shield below -1", _set("classes.realtime_risk.shield_prefill_tokens", -2),
+     "classes.realtime_risk.shield_prefill_tokens", "must be >= -1, got -2"),
+    ("infinite share", _set("classes.document_qa.kv_max_share", float("inf")),
+     "classes.document_qa.kv_max_share", "finite"),
+    ("number for description", _set("classes.document_qa.description", 3),
+     "classes.document_qa.description", "must be a string"),
+    ("class given as a value", _set("classes.realtime_risk", 1), "classes.realtime_risk", "must be a table"),
+    ("route given as a number", _set("classification.routes.risk", 1), "classification.routes.risk",
+     "must be a string"),
+    ("missing isolation key", _delete("classes.realtime_risk.prefill_isolation"),
+     "classes.realtime_risk.prefill_isolation", "missing required key"),
 ]
 
 
