@@ -79,9 +79,11 @@ def serve_bench(
 ) -> None:
     """Open-loop Poisson load mixing the three classes, measured from the client; compared with the ledger."""
     from bench.serve import run
+    from core.settings import Settings
 
+    policy = Settings().policy  # the policy the gateway under test was started with (FINSERVE_POLICY)
     run(url, key, json_path, requests=requests, duration_s=duration, rate=rate, mix=mix, seed=seed,
-        documents=documents, drain_timeout_s=drain_timeout)
+        documents=documents, drain_timeout_s=drain_timeout, policy_path=str(policy) if policy else None)
 
 
 @bench_app.command("bulk")

@@ -39,9 +39,10 @@ def _session():
 
 
 def _check_classes(names: list[str]) -> None:
+    from core.settings import Settings
     from policies import load_policy
 
-    known = set(load_policy().classes)
+    known = set(load_policy(Settings().policy).classes)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise typer.BadParameter(f"unknown workload class {', '.join(unknown)}; known: {', '.join(sorted(known))}")

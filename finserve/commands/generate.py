@@ -26,6 +26,7 @@ def generate(
 ) -> None:
     """Generate text for one prompt and print TTFT / TPOT."""
     from core.logging import configure_logging
+    from core.settings import Settings
     from engine.engine import LLMEngine
     from engine.factory import engine_config
     from engine.request import EngineRequest, RequestMetrics, SamplingParams
@@ -35,7 +36,9 @@ def generate(
     overrides = dict(device=device, dtype=dtype, kv_cache_memory_bytes=256 << 20)
     if threads:
         overrides["num_threads"] = threads
-    engine = LLMEngine(engine_config(resolve_model(model), **overrides))
+    settings = Settings()
+    policy = str(settings.policy) if settings.policy else None
+    engine = LLMEngine(engine_config(resolve_model(model, settings), policy_path=policy, **overrides))
     tok = engine.tokenizer
     ids = tok.encode_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
