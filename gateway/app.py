@@ -28,6 +28,7 @@ from gateway.ledger import LedgerWriter
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.routes import documents, health, openai, reports, requests, risk
+from gateway.service import max_token_bytes
 from gateway.state import GatewayState
 from policies import load_policy
 
@@ -40,7 +41,9 @@ def _build_engine(state: GatewayState) -> EngineClient:
     from engine.engine import LLMEngine  # torch import deferred: the app module loads without it
 
     engine = LLMEngine(state.settings.engine_config(state.policy))
-    return EngineClient(engine).start()
+    client = EngineClient(engine).start()
+    max_token_bytes(client.tokenizer)  # scans the vocabulary once, here, not on a request's event loop
+    return client
 
 
 async def _load_engine(state: GatewayState) -> None:
@@ -73,6 +76,8 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = _make_state(settings, engine_client)
         setattr(app.state, STATE_ATTR, state)
+        if engine_client is not None:
+            await asyncio.to_thread(max_token_bytes, engine_client.tokenizer)
         loader = asyncio.create_task(_load_engine(state)) if engine_client is None else None
         try:
             yield

@@ -1,8 +1,13 @@
-"""The request path shared by every inference route.
+"""The one request path every inference route takes: an `InferenceInput` in, a stream or a whole answer out.
 
+    prepare():  size check on bytes -> tokenize (in a worker thread) -> admit()
     admit():    classify -> key may use the class? -> rate limit -> resolve max_tokens -> EngineRequest
     generate(): EngineClient.generate, with the bookkeeping every outcome needs:
                 ledger row, Prometheus metrics, canonical-log fields.
+    collect():  generate() gathered into one Completion.
+
+Routes build an InferenceInput and call prepare() then generate() or collect(); they never reach
+into the engine client or its tokenizer. Timestamps (tokenize start/end) are taken here.
 
 Each request leaves exactly one ledger row (finished, failed, aborted or rejected) once it
 has a class; requests refused before classification (bad JSON, unknown class) leave none,
@@ -10,12 +15,15 @@ because the ledger and the reports are per class.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -25,6 +33,7 @@ from core.web.errors import CLIENT_CLOSED_STATUS, ERROR_CODES, APIError
 from engine.client import EngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
+from engine.tokenizer import ChatTemplateError, Tokenizer
 from gateway.ledger import build_timeline, row_from_engine_request, row_from_request
 from gateway.state import GatewayState
 from policies import ClassPolicy, UnknownWorkloadClass, classify
@@ -46,6 +55,46 @@ _ADMISSION_CODES = {
     "empty_prompt": "invalid_request",
     "invalid_token": "invalid_request",
 }
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What to tokenize: exactly one of plain text, chat messages or token ids."""
+
+    text: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    token_ids: list[int] | None = None
+
+    def num_bytes(self) -> int:
+        if self.text is not None:
+            return len(self.text.encode("utf-8", "surrogatepass"))
+        if self.messages is not None:
+            return sum(len(str(m.get("content") or "").encode("utf-8", "surrogatepass")) for m in self.messages)
+        return 0
+
+
+@dataclass(frozen=True)
+class InferenceInput:
+    """One inference request as every route describes it."""
+
+    route: str  # policy route name, also the ledger's route
+    prompt: Prompt
+    sampling: SamplingParams
+    max_tokens: int | None = None  # None: the route's default, within the class's limit
+    default_max_tokens: int | None = None
+    explicit_class: str | None = None  # from the body or X-Workload-Class
+    log_fields: dict[str, Any] = field(default_factory=dict)  # extra canonical-log fields (e.g. document_id)
+
+
+@lru_cache(maxsize=8)
+def max_token_bytes(tokenizer: Tokenizer) -> int:
+    """An upper bound on the UTF-8 bytes one token stands for (the longest vocabulary entry, as text).
+
+    Byte-level BPE writes each byte as one character of 1-2 UTF-8 bytes, SentencePiece's markers are
+    longer than what they stand for: either way a prompt of B bytes has at least B / this many tokens.
+    """
+    vocab = tokenizer.backend.get_vocab(with_added_tokens=True)
+    return max(len(piece.encode("utf-8", "surrogatepass")) for piece in vocab)
 
 
 @dataclass
@@ -99,23 +148,73 @@ class InferenceService:
     def max_model_len(self) -> int:
         return self.client.engine.max_model_len
 
+    @property
+    def model_folder(self) -> Path:
+        return Path(self.client.engine.config.model)
+
+    def max_prompt_bytes(self, workload_class: str | None = None) -> int:
+        """Prompts longer than this (bytes) are refused before tokenizing: they cannot fit the class
+        (any class when it is not known yet) even at the longest token."""
+        policy = self.state.policy
+        limit = policy.get(workload_class).max_input_tokens if workload_class in policy.classes else \
+            max(c.max_input_tokens for c in policy.classes.values())
+        return limit * max_token_bytes(self.client.tokenizer)
+
+    def _encode(self, prompt: Prompt) -> list[int]:
+        tok = self.client.tokenizer
+        if prompt.token_ids is not None:
+            return list(prompt.token_ids)  # the engine refuses ids outside the vocabulary
+        if prompt.messages is not None:
+            try:
+                return tok.encode_chat(prompt.messages)
+            except ChatTemplateError as exc:
+                raise APIError("invalid_request", f"messages do not fit the model's chat template: {exc}") from None
+        return tok.encode(prompt.text or "", add_special_tokens=True)
+
+    async def tokenize(self, prompt: Prompt, workload_class: str | None = None) -> list[int]:
+        """Token ids of `prompt`, encoded in a worker thread so a long document never stalls the event loop.
+
+        A prompt too long in bytes for any token count the class accepts is refused first (413)."""
+        size, limit = prompt.num_bytes(), self.max_prompt_bytes(workload_class)
+        if size > limit:
+            raise APIError("prompt_too_long", f"prompt of {size} bytes cannot fit in {limit // max_token_bytes(self.client.tokenizer)} "
+                           f"tokens (refused before tokenizing)")
+        if prompt.token_ids is not None or size < 2048:  # short: cheaper inline than a thread hop
+            return self._encode(prompt)
+        return await asyncio.to_thread(self._encode, prompt)
+
+    async def count_tokens(self, text: str, workload_class: str | None = None) -> int:
+        return len(await self.tokenize(Prompt(text=text), workload_class))
+
+    async def prepare(self, ctx: RequestContext, key: KeyInfo, inp: InferenceInput) -> Admitted:
+        """Tokenize and admit `inp`: the Admitted request is ready for generate() or collect()."""
+        t0 = time.time()
+        ids = await self.tokenize(inp.prompt, inp.explicit_class)
+        ctx.fields.update(inp.log_fields)
+        return self.admit(ctx, key, route=inp.route, prompt_token_ids=ids, sampling=inp.sampling,
+                          max_tokens=inp.max_tokens, default_max_tokens=inp.default_max_tokens,
+                          explicit_class=inp.explicit_class, tokenize_start=t0, tokenized=time.time())
+
+    def resolve_class(self, key: KeyInfo, *, route: str, explicit: str | None, input_tokens: int) -> tuple[ClassPolicy, str]:
+        """The request's workload class (decided once, here) and the classification rule that chose it."""
+        try:
+            c = classify(self.state.policy, explicit=explicit, route=route, tenant_default=key.default_class,
+                         input_tokens=input_tokens)
+        except UnknownWorkloadClass as exc:
+            raise APIError("unknown_workload_class", str(exc)) from None
+        return self.state.policy.get(c.workload_class), c.rule
+
     def admit(self, ctx: RequestContext, key: KeyInfo, *, route: str, prompt_token_ids: list[int],
               sampling: SamplingParams, max_tokens: int | None, explicit_class: str | None,
               default_max_tokens: int | None = None, tokenize_start: float | None = None,
               tokenized: float | None = None) -> Admitted:
         """Gateway-side checks; raises APIError (and records rejections that have a class)."""
-        policy = self.state.policy
-        try:
-            c = classify(policy, explicit=explicit_class, route=route, tenant_default=key.default_class,
-                         input_tokens=len(prompt_token_ids))
-        except UnknownWorkloadClass as exc:
-            raise APIError("unknown_workload_class", str(exc)) from None
-        ctx.workload_class, ctx.classification_rule = c.workload_class, c.rule
-        structlog.contextvars.bind_contextvars(workload_class=c.workload_class)
-        cls = policy.get(c.workload_class)
-        adm = Admitted(ctx, key, route, c.rule, cls, EngineRequest(
+        cls, rule = self.resolve_class(key, route=route, explicit=explicit_class, input_tokens=len(prompt_token_ids))
+        ctx.workload_class, ctx.classification_rule = cls.name, rule
+        structlog.contextvars.bind_contextvars(workload_class=cls.name)
+        adm = Admitted(ctx, key, route, rule, cls, EngineRequest(
             request_id=ctx.request_id, prompt_token_ids=prompt_token_ids, sampling=sampling,
-            workload_class=c.workload_class, cache_salt=key.tenant, arrival_time=ctx.arrival_time,
+            workload_class=cls.name, cache_salt=key.tenant, arrival_time=ctx.arrival_time,
         ), tokenize_start, tokenized)
         if not key.allows(cls.name):
             raise self.reject(adm, APIError("class_forbidden", f"this API key may not use class {cls.name!r}"))

@@ -6,7 +6,6 @@ KV blocks and only prefill the question. Another tenant's document id answers 40
 """
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Annotated
 
@@ -24,8 +23,8 @@ from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
 from gateway.prompts import document_messages
 from gateway.schemas.common import Timings, Usage
 from gateway.schemas.documents import Answer, DocumentCreate, DocumentPublic, QuestionCreate
+from gateway.service import InferenceInput, Prompt
 from gateway.streaming import EventStreamResponse, cancel_on_disconnect
-from policies import classify
 
 router = APIRouter(tags=["documents"])
 ROUTE = "documents"  # policy route name
@@ -50,9 +49,16 @@ async def _load(state: StateDep, key: KeyInfo, document_id: str) -> Document:
              responses=ERROR_RESPONSES)
 async def create_document(body: DocumentCreate, key: TenantDep, service: ServiceDep,
                           state: StateDep) -> DocumentPublic:
-    num_tokens = len(service.client.tokenizer.encode(body.text))
-    cls = state.policy.get(classify(state.policy, explicit=None, route=ROUTE, tenant_default=None,
-                                    input_tokens=num_tokens).workload_class)
+    try:
+        num_tokens = await service.count_tokens(body.text)
+    except APIError as exc:
+        if exc.code != "prompt_too_long":
+            raise
+        raise APIError("document_too_long", exc.message) from None
+    # The class its questions will run in: decided by the same rule as every request (tenant default aside).
+    cls, _ = service.resolve_class(key, route=ROUTE, explicit=None, input_tokens=num_tokens)
+    if not key.allows(cls.name):
+        raise APIError("class_forbidden", f"this API key may not use class {cls.name!r}, which answers documents")
     if num_tokens > cls.max_input_tokens:
         raise APIError("document_too_long", f"document has {num_tokens} tokens; class {cls.name!r} accepts "
                        f"prompts up to {cls.max_input_tokens}")
@@ -78,13 +84,11 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
                        x_workload_class: Annotated[str | None, Header(alias="X-Workload-Class")] = None):
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
-    t0 = time.time()
-    ids = service.client.tokenizer.encode_chat(document_messages(doc.title, doc.text, body.question))
-    adm = service.admit(
-        ctx, key, route=ROUTE, prompt_token_ids=ids, sampling=SamplingParams(temperature=body.temperature),
-        max_tokens=body.max_tokens, default_max_tokens=settings.question_max_tokens,
-        explicit_class=x_workload_class, tokenize_start=t0, tokenized=time.time())
-    ctx.fields["document_id"] = doc.id
+    adm = await service.prepare(ctx, key, InferenceInput(
+        route=ROUTE, prompt=Prompt(messages=document_messages(doc.title, doc.text, body.question)),
+        sampling=SamplingParams(temperature=body.temperature), max_tokens=body.max_tokens,
+        default_max_tokens=settings.question_max_tokens, explicit_class=x_workload_class,
+        log_fields={"document_id": doc.id}))
     if body.stream:
         return EventStreamResponse(answer_events(service.generate(adm)))
     done = await cancel_on_disconnect(request, service.collect(adm))

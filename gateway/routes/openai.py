@@ -6,10 +6,8 @@ OpenAI's shapes; clients that do not know them ignore them.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
@@ -18,7 +16,6 @@ from core.web.context import RequestContext, get_context
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES
 from engine.outputs import RequestOutput
-from engine.tokenizer import ChatTemplateError
 from gateway.deps import ServiceDep, TenantDep
 from gateway.sampling import explicit_class, sampling_params
 from gateway.schemas.common import Timings, Usage
@@ -34,7 +31,7 @@ from gateway.schemas.openai import (
     ModelList,
     SamplingFields,
 )
-from gateway.service import InferenceService, raise_if_failed
+from gateway.service import InferenceInput, InferenceService, Prompt, raise_if_failed
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
 
 router = APIRouter(tags=["openai"])
@@ -47,20 +44,15 @@ def _check_model(body: SamplingFields, service: InferenceService) -> None:
                        f"{service.model_name!r} (see /v1/models)")
 
 
-def _prompt_ids(prompt: str | list[Any], service: InferenceService) -> list[int]:
+def _completion_prompt(prompt: str | list[Any]) -> Prompt:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        return service.client.tokenizer.encode(prompt, add_special_tokens=True)
-    return list(prompt)  # token ids; the engine refuses ids outside the vocabulary
+    return Prompt(text=prompt) if isinstance(prompt, str) else Prompt(token_ids=list(prompt))
 
 
-def _chat_ids(body: ChatCompletionRequest, service: InferenceService) -> list[int]:
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
-    try:
-        return service.client.tokenizer.encode_chat(messages)
-    except ChatTemplateError as exc:
-        raise APIError("invalid_request", f"messages do not fit the model's chat template: {exc}") from None
+def _chat_prompt(body: ChatCompletionRequest) -> Prompt:
+    return Prompt(messages=[{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                            for m in body.messages])
 
 
 async def _stream(outputs: AsyncIterator[RequestOutput], ctx: RequestContext, model: str, *, chat: bool,
@@ -99,12 +91,9 @@ async def create_completion(body: CompletionRequest, request: Request, key: Tena
                             x_workload_class: WorkloadHeader = None):
     ctx = get_context(request)
     _check_model(body, service)
-    sampling = sampling_params(body)
-    t0 = time.time()
-    ids = _prompt_ids(body.prompt, service)
-    adm = service.admit(ctx, key, route="completions", prompt_token_ids=ids, sampling=sampling,
-                        max_tokens=body.max_tokens, explicit_class=explicit_class(body.workload_class, x_workload_class),
-                        tokenize_start=t0, tokenized=time.time())
+    adm = await service.prepare(ctx, key, InferenceInput(
+        route="completions", prompt=_completion_prompt(body.prompt), sampling=sampling_params(body),
+        max_tokens=body.max_tokens, explicit_class=explicit_class(body.workload_class, x_workload_class)))
     if body.stream:
         return EventStreamResponse(_stream(service.generate(adm), ctx, service.model_name, chat=False,
                                            include_usage=body.include_usage))
@@ -121,13 +110,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
                                  x_workload_class: WorkloadHeader = None):
     ctx = get_context(request)
     _check_model(body, service)
-    sampling = sampling_params(body)
-    t0 = time.time()
-    ids = _chat_ids(body, service)
-    adm = service.admit(ctx, key, route="chat", prompt_token_ids=ids, sampling=sampling,
-                        max_tokens=body.output_limit,
-                        explicit_class=explicit_class(body.workload_class, x_workload_class),
-                        tokenize_start=t0, tokenized=time.time())
+    adm = await service.prepare(ctx, key, InferenceInput(
+        route="chat", prompt=_chat_prompt(body), sampling=sampling_params(body), max_tokens=body.output_limit,
+        explicit_class=explicit_class(body.workload_class, x_workload_class)))
     if body.stream:
         return EventStreamResponse(_stream(service.generate(adm), ctx, service.model_name, chat=True,
                                            include_usage=body.include_usage))
@@ -140,6 +125,6 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
 
 @router.get("/models", response_model=ModelList, responses=ERROR_RESPONSES)
 async def list_models(key: TenantDep, service: ServiceDep) -> ModelList:
-    folder = Path(service.client.engine.config.model)
+    folder = service.model_folder
     created = int(folder.stat().st_mtime) if folder.exists() else 0
     return ModelList(data=[ModelCard(id=service.model_name, created=created, max_model_len=service.max_model_len)])

@@ -1,7 +1,6 @@
 """POST /v1/risk/assess: a risk event and a question, rendered into a short `realtime_risk` chat request."""
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
@@ -14,6 +13,7 @@ from gateway.deps import ServiceDep, SettingsDep, TenantDep
 from gateway.prompts import risk_messages
 from gateway.schemas.common import Timings, Usage
 from gateway.schemas.risk import RiskAssessment, RiskAssessRequest
+from gateway.service import InferenceInput, Prompt
 from gateway.streaming import EventStreamResponse, cancel_on_disconnect
 
 router = APIRouter(tags=["risk"])
@@ -25,12 +25,10 @@ async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep,
                       x_workload_class: Annotated[str | None, Header(alias="X-Workload-Class")] = None,
                       ):
     ctx = get_context(request)
-    t0 = time.time()
-    ids = service.client.tokenizer.encode_chat(risk_messages(body.event, body.question))
-    adm = service.admit(
-        ctx, key, route="risk", prompt_token_ids=ids, sampling=SamplingParams(temperature=body.temperature),
-        max_tokens=body.max_tokens, default_max_tokens=settings.risk_max_tokens, explicit_class=x_workload_class,
-        tokenize_start=t0, tokenized=time.time())
+    adm = await service.prepare(ctx, key, InferenceInput(
+        route="risk", prompt=Prompt(messages=risk_messages(body.event, body.question)),
+        sampling=SamplingParams(temperature=body.temperature), max_tokens=body.max_tokens,
+        default_max_tokens=settings.risk_max_tokens, explicit_class=x_workload_class))
     if body.stream:
         return EventStreamResponse(answer_events(service.generate(adm)))
     done = await cancel_on_disconnect(request, service.collect(adm))

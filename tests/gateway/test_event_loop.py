@@ -1,0 +1,93 @@
+"""The event loop stays free while long prompts are tokenized or refused (issues 9 and 15).
+
+Tokenizing a long document runs in a worker thread; a prompt too long in bytes for any token count
+its class accepts is refused before tokenizing. Both are checked structurally (which thread encoded)
+and from outside, by a concurrent /healthz probe over a real socket.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from engine.tokenizer import Tokenizer
+from tests.gateway.conftest import Keys, LiveServer, auth
+
+SENTENCE = "Banks must hold common equity tier 1 capital of at least 4.5 percent of risk-weighted assets. "
+
+
+async def _probe_healthz(url: str, stop: asyncio.Event) -> list[float]:
+    """Latencies (ms) of back-to-back /healthz calls until `stop` is set."""
+    latencies: list[float] = []
+    async with httpx.AsyncClient(base_url=url, timeout=10) as c:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            assert (await c.get("/healthz")).status_code == 200
+            latencies.append((time.perf_counter() - t0) * 1000)
+            await asyncio.sleep(0.002)
+    return latencies
+
+
+async def _with_probe(url: str, request: "asyncio.Future[httpx.Response] | asyncio.Task[httpx.Response]",
+                      ) -> tuple[httpx.Response, list[float]]:
+    stop = asyncio.Event()
+    probe = asyncio.create_task(_probe_healthz(url, stop))
+    await asyncio.sleep(0.1)  # the probe is connected and running before the request arrives
+    resp = await request
+    stop.set()
+    return resp, (await probe)[1:]  # the first call includes connecting
+
+
+async def test_a_long_document_is_tokenized_off_the_event_loop(live_server: LiveServer, keys: Keys,
+                                                               monkeypatch) -> None:
+    on_loop: list[bool] = []  # per encode call: did it run on a thread with a running event loop?
+    original = Tokenizer.encode
+
+    def recording_encode(self: Tokenizer, text: str, add_special_tokens: bool = False) -> list[int]:
+        on_loop.append(_in_event_loop())
+        return original(self, text, add_special_tokens)
+
+    monkeypatch.setattr(Tokenizer, "encode", recording_encode)
+    # Best of three documents: the machine is shared, one scheduling hiccup is not the event loop's doing.
+    worst: list[float] = []
+    async with httpx.AsyncClient(base_url=live_server.url, timeout=60) as c:
+        for n in range(3):
+            text = f"Document {n}. " + SENTENCE * 260  # ~6,000 tokens (the document_qa limit is 6,144)
+            request = asyncio.create_task(c.post("/v1/documents", headers=auth(keys.acme),
+                                                 json={"title": "Basel", "text": text}))
+            resp, latencies = await _with_probe(live_server.url, request)
+            assert resp.status_code == 201, resp.text
+            assert resp.json()["num_tokens"] > 5000
+            worst.append(max(latencies))
+    assert on_loop and not any(on_loop), "the document was tokenized on the event loop's thread"
+    assert min(worst) < 20, f"/healthz took up to {worst} ms while each document was tokenized"
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def test_a_huge_prompt_is_refused_before_tokenizing(live_server: LiveServer, keys: Keys, monkeypatch) -> None:
+    calls: list[int] = []
+    original = Tokenizer.encode
+
+    def counting_encode(self: Tokenizer, text: str, add_special_tokens: bool = False) -> list[int]:
+        calls.append(len(text))
+        return original(self, text, add_special_tokens)
+
+    monkeypatch.setattr(Tokenizer, "encode", counting_encode)
+    prompt = "x" * (6 << 20)  # 6 MB, under the 8 MB body limit
+    async with httpx.AsyncClient(base_url=live_server.url, timeout=60) as c:
+        request = asyncio.create_task(c.post("/v1/completions", headers=auth(keys.acme),
+                                             json={"prompt": prompt, "max_tokens": 4}))
+        resp, latencies = await _with_probe(live_server.url, request)
+    assert resp.status_code == 413, resp.text
+    assert resp.json()["error"]["code"] == "prompt_too_long"
+    assert "before tokenizing" in resp.json()["error"]["message"]
+    assert not [n for n in calls if n >= len(prompt)]  # the 6 MB text was never encoded
+    assert max(latencies) < 50, f"/healthz took up to {max(latencies):.1f} ms while a 6 MB prompt was refused"
