@@ -1,0 +1,56 @@
+"""The one Settings object: every engine knob reachable from FINSERVE_* variables, nothing silently dropped."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from core.settings import Settings
+from engine.config import EngineConfig
+from policies import load_policy
+
+# A value for each EngineConfig field that differs from its default, set through Settings.
+CHANGED = {
+    "model": ("model", "/models/x", "/models/x"),
+    "device": ("device", "cuda", "cuda"),
+    "dtype": ("dtype", "bfloat16", "bfloat16"),
+    "kv_cache_dtype": ("kv_cache_dtype", "bfloat16", "bfloat16"),
+    "block_size": ("block_size", 32, 32),
+    "kv_cache_memory_bytes": ("kv_cache_memory_bytes", 123 << 20, 123 << 20),
+    "num_blocks_override": ("kv_cache_num_blocks", 77, 77),
+    "max_num_batched_tokens": ("max_num_batched_tokens", 512, 512),
+    "max_num_seqs": ("max_num_seqs", 8, 8),
+    "max_model_len": ("max_model_len", 1024, 1024),
+    "enable_prefix_caching": ("enable_prefix_caching", False, False),
+    "scheduling": ("scheduling", "fcfs", "fcfs"),
+    "num_threads": ("threads", 3, 3),
+    "starvation_steps": ("starvation_steps", 9, 9),
+    "seed": ("seed", 5, 5),
+}
+
+
+def test_every_engine_config_field_is_reachable_from_settings() -> None:
+    fields = {f.name for f in dataclasses.fields(EngineConfig)} - {"policy"}
+    assert fields <= set(CHANGED), f"EngineConfig fields with no setting: {sorted(fields - set(CHANGED))}"
+    settings = Settings(**{setting: value for setting, value, _ in CHANGED.values()})
+    config = settings.engine_config(load_policy())
+    for field, (_, _, expected) in CHANGED.items():
+        if field in fields:
+            assert getattr(config, field) == expected, field
+
+
+def test_settings_come_from_the_environment_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FINSERVE_HOME", str(tmp_path))
+    monkeypatch.setenv("FINSERVE_BLOCK_SIZE", "32")
+    monkeypatch.setenv("FINSERVE_JOBS_LEASE_S", "60")
+    monkeypatch.setenv("FINSERVE_JOBS_REQUEST_TIMEOUT_S", "30")
+    s = Settings()
+    assert (s.home, s.block_size, s.jobs_lease_s) == (tmp_path, 32, 60.0)
+    assert s.resolved_database_url == f"sqlite:///{(tmp_path / 'finserve.db').resolve()}"
+    assert s.engine_config(load_policy()).block_size == 32
+
+
+def test_a_request_timeout_longer_than_the_lease_is_refused() -> None:
+    with pytest.raises(ValueError, match="LEASE"):
+        Settings(jobs_lease_s=10, jobs_request_timeout_s=20)
