@@ -30,7 +30,7 @@ from gateway.ratelimit import RateLimiter
 from gateway.routes import documents, health, openai, reports, requests, risk
 from gateway.service import max_token_bytes
 from gateway.state import GatewayState
-from policies import load_policy
+from policies import check_against_model, load_policy
 
 log = structlog.get_logger("finserve.gateway")
 
@@ -41,6 +41,11 @@ def _build_engine(state: GatewayState) -> EngineClient:
     from engine.engine import LLMEngine  # torch import deferred: the app module loads without it
 
     engine = LLMEngine(state.settings.engine_config(state.policy))
+    # A policy the model or pool cannot serve fails the start (/readyz says why), not requests later.
+    cfg = engine.config
+    check_against_model(state.policy, max_model_len=engine.max_model_len, block_size=cfg.block_size,
+                        kv_cache_tokens=engine.num_blocks * cfg.block_size if cfg.scheduling == "class" else None,
+                        max_num_batched_tokens=cfg.max_num_batched_tokens)
     client = EngineClient(engine).start()
     max_token_bytes(client.tokenizer)  # scans the vocabulary once, here, not on a request's event loop
     return client

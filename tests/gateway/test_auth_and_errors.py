@@ -122,3 +122,23 @@ async def test_engine_not_ready_is_503(missing_model_settings: Settings, keys: K
             assert "retry-after" in r.headers
             r = await c.post("/v1/completions", headers=auth(keys.acme), json={"prompt": "x"})
             assert_error(r, 503, "engine_not_ready")
+
+
+async def test_a_policy_the_model_cannot_serve_fails_the_start(tmp_path: Path, db_url: str,
+                                                               tiny_model_dir: Path, keys: Keys) -> None:
+    """The tiny model has a 2,048-token context; the default document_qa class needs 6,144 + 512."""
+    from finserve.app import create_app
+
+    app = create_app(Settings(home=tmp_path, database_url=db_url, model=tiny_model_dir,
+                              kv_cache_memory_bytes=4 << 20, threads=1))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+            r = await c.get("/readyz")
+            for _ in range(400):  # loading runs in a thread (model load, then the policy check)
+                if "loading" not in r.json()["error"]["message"]:
+                    break
+                await asyncio.sleep(0.05)
+                r = await c.get("/readyz")
+            assert_error(r, 503, "engine_not_ready")
+            message = r.json()["error"]["message"]
+            assert "PolicyError" in message and "document_qa" in message and "max_input_tokens" in message
