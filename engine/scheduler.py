@@ -35,6 +35,12 @@ num_preemptions += 1, output tokens kept; the request re-enters the waiting queu
 original rank (ahead of every later arrival of its class) and later prefills prompt + output
 tokens, with whatever the prefix cache still holds.
 
+Request lifecycle: after each step the engine loop hands the sampled tokens to `postprocess`,
+which advances the computed tokens, appends each token, and finishes (status, finish_time, freed
+blocks, exactly once) a request that hit a stop token (past min_tokens), max_tokens or the
+context (engine/stop_check.py). The engine loop finishes the rest through `finish_request`:
+stop strings, a completed grammar, aborts and errors.
+
 Starvation guarantee: a live request (waiting, preempted or running) that has not been
 scheduled for `starvation_steps` consecutive steps is promoted for the rest of its life: it
 ranks ahead of every class for slots, blocks and step tokens (reserves do not hold it back),
@@ -48,15 +54,16 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from engine.admission import Admission
 from engine.config import EngineConfig
 from engine.kv_cache import AllocStatus, ClassKVBudget, ClassShare, KVBlock, KVCacheManager
-from engine.outputs import ClassStats, EngineStats, ScheduledSeq, SchedulerOutput
+from engine.outputs import ClassStats, EngineStats, ScheduledSeq, SchedulerOutput, StepResult, TokenUpdate
 from engine.request import EngineRequest, RequestStatus
-from engine.request_queue import SchedulingMode, create_request_queue, resolve_class_rules
+from engine.request_queue import Rank, SchedulingMode, create_request_queue, resolve_class_rules
+from engine.stop_check import finish_status, stop_token_ids
 from engine.token_budget import StepTokenBudget, class_reserves
 
 DEFAULT_STARVATION_STEPS = 256  # ~ tens of seconds at CPU step times: far beyond any interactive SLO
@@ -93,10 +100,7 @@ class _Step:
             self.budget.refund(req.workload_class, seq.num_new_tokens)
 
     def output(self) -> SchedulerOutput:
-        # Multi-token (prefill) seqs first, single-token seqs last: the model runner batches
-        # the trailing single-token rows as decodes.
-        seqs = sorted(self.seqs.values(), key=lambda s: s.num_new_tokens == 1)
-        return SchedulerOutput(seqs, list(self.preempted), sum(s.num_new_tokens for s in seqs))
+        return SchedulerOutput.of(self.seqs.values(), self.preempted)
 
 
 class Scheduler:
@@ -107,9 +111,11 @@ class Scheduler:
         max_model_len: int,
         *,
         starvation_steps: int = DEFAULT_STARVATION_STEPS,  # <= 0 disables the guarantee
+        eos_token_ids: tuple[int, ...] = (),  # the model's end-of-sequence ids: stop unless ignore_eos
     ):
         self.config = config
         self.max_model_len = max_model_len
+        self.eos_token_ids = eos_token_ids
         self.mode = SchedulingMode(config.scheduling)
         self.rules = resolve_class_rules(config.policy, self.mode, config.max_num_seqs)
         shares = {
@@ -134,21 +140,26 @@ class Scheduler:
 
     # ---- requests -----------------------------------------------------------------------
     def add_request(self, req: EngineRequest) -> None:
-        """Queues `req` or raises AdmissionError. Writes the resolved class into req.workload_class."""
+        """Queues `req` or raises AdmissionError (req.workload_class must name a policy class)."""
         cp = self.admission.resolve(req)
         if req.request_id in self._requests:
             self.admission.reject_duplicate(cp.name, req.request_id)
         max_blocks = self.kv.budget.max_usable(cp.name)
         self.admission.check(req, cp, max_kv_blocks=max_blocks, waiting=self.waiting.count(cp.name))
-        req.workload_class = cp.name
         req.status = RequestStatus.WAITING
         self._finished.pop(req.request_id, None)
         self._requests[req.request_id] = req
         self._last_progress[req.request_id] = self.num_steps
         self.waiting.add(req)
 
-    def finish_request(self, request_id: str, status: RequestStatus) -> EngineRequest | None:
-        """Finishes or aborts a request in any state, freeing its blocks. Idempotent."""
+    def finish_request(
+        self, request_id: str, status: RequestStatus, *, now: float | None = None
+    ) -> EngineRequest | None:
+        """Finishes or aborts a request in any state, freeing its blocks.
+
+        The only place that sets a finished status and finish_time: the first call wins, later
+        calls change nothing and return the finished request (None if it was never known).
+        """
         if not status.finished:
             raise ValueError(f"{status} is not a finished status")
         req = self._requests.pop(request_id, None)
@@ -158,7 +169,7 @@ class Scheduler:
         self.kv.free(req)
         self.waiting.forget(req)
         self._last_progress.pop(request_id, None)
-        req.status, req.finish_time = status, time.time()
+        req.status, req.finish_time = status, time.time() if now is None else now
         self.admission.record_finish(req.workload_class, req.finish_time)
         self._finished[request_id] = req
         if len(self._finished) > _FINISHED_KEPT:
@@ -167,6 +178,14 @@ class Scheduler:
 
     def has_unfinished(self) -> bool:
         return bool(self._requests)
+
+    def live_request_ids(self) -> list[str]:
+        """Requests not finished yet: waiting, preempted or running."""
+        return list(self._requests)
+
+    def stop_token_ids(self, req: EngineRequest) -> tuple[int, ...]:
+        """Token ids that end `req` once min_tokens are out: EOS (unless ignore_eos) + stop_token_ids."""
+        return stop_token_ids(req.sampling, self.eos_token_ids)
 
     def get_request(self, request_id: str) -> EngineRequest | None:
         return self._requests.get(request_id) or self._finished.get(request_id)
@@ -187,15 +206,36 @@ class Scheduler:
         self.num_batches += bool(step.seqs)
         return step.output()
 
-    def update_after_step(self, out: SchedulerOutput) -> None:
-        """The step ran: its tokens' KV is written. Registers newly full blocks in the prefix cache."""
+    def postprocess(self, out: SchedulerOutput, sampled: Mapping[str, int], now: float) -> StepResult:
+        """The step ran: its tokens' KV is written and `sampled` holds request id -> new token.
+
+        Advances num_computed_tokens, registers newly full blocks in the prefix cache, appends
+        each sampled token (a sampled token is not computed yet: the next step writes its KV)
+        and finishes the requests that are done. Requests finished or aborted since schedule()
+        are skipped, and so is a seq whose token is missing from `sampled`.
+        """
+        result = StepResult()
         for seq in out.seqs:
             req = seq.request
             if self.running.get(req.request_id) is not req:
-                continue  # finished or aborted since schedule()
+                continue
             req.num_computed_tokens += seq.num_new_tokens
             if self._caching(req):
                 self.kv.cache_full_blocks(req)
+            token = sampled.get(req.request_id)
+            if token is None:
+                continue
+            req.output_token_ids.append(token)
+            req.token_times.append(now)
+            if req.first_token_time is None:
+                req.first_token_time = now
+            status = finish_status(req, token, self.stop_token_ids(req), self.max_model_len)
+            if status is RequestStatus.FINISHED_STOPPED:
+                req.stop_reason = token
+            if status is not None:
+                self.finish_request(req.request_id, status, now=now)
+            result.updates.append(TokenUpdate(req, token, status is not None))
+        return result
 
     def _fill(self, step: _Step) -> None:
         for req in self._running_ranked():
@@ -368,7 +408,7 @@ class Scheduler:
         rid = req.request_id
         return rid in self._requests and rid not in step.seqs and rid not in step.preempted
 
-    def _rank(self, req: EngineRequest) -> tuple:
+    def _rank(self, req: EngineRequest) -> Rank:
         return self.waiting.rank(req)
 
     def _running_ranked(self) -> list[EngineRequest]:

@@ -28,6 +28,7 @@ def generate(
     from engine.engine import LLMEngine
     from engine.factory import engine_config
     from engine.request import EngineRequest, RequestMetrics, SamplingParams
+    from policies import classify
 
     from gateway.logging import configure_logging
 
@@ -39,7 +40,8 @@ def generate(
     tok = engine.tokenizer
     ids = tok.encode_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
-    req = EngineRequest(f"cli-{uuid.uuid4().hex[:8]}", ids, params)
+    cls = classify(engine.config.policy, explicit=None, route=None, tenant_default=None, input_tokens=len(ids))
+    req = EngineRequest(f"cli-{uuid.uuid4().hex[:8]}", ids, params, cls.workload_class)
     engine.add_request(req)
     while engine.has_unfinished():
         for out in engine.step():
