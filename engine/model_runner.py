@@ -75,10 +75,15 @@ class ModelRunner:
         table = torch.tensor(block_ids, dtype=torch.long)
         return table[pos // bs] * bs + pos % bs
 
-    def _prepare(self, seqs: list[ScheduledSeq]):
+    def _prepare(
+        self, seqs: list[ScheduledSeq]
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[str]]:
         """Flat-batch tensors, rows in `seqs` order (SchedulerOutput's: prefill chunks, then one-token seqs)."""
         ids: list[int] = []
-        pos_parts, slot_parts, prefills, decodes = [], [], [], []
+        pos_parts: list[torch.Tensor] = []
+        slot_parts: list[torch.Tensor] = []
+        prefills: list[PrefillMeta] = []
+        decodes: list[ScheduledSeq] = []
         logits_rows: list[int] = []
         sampled_ids: list[str] = []
         row = 0
@@ -89,8 +94,8 @@ class ModelRunner:
             else:
                 ids.extend(req.token_id_at(p) for p in range(s.start_pos, s.end_pos))
             if n > 1:
-                meta, new_slots = self._prefill_meta(s, row)
-                prefills.append(meta)
+                chunk, new_slots = self._prefill_meta(s, row)
+                prefills.append(chunk)
                 pos_parts.append(torch.arange(s.start_pos, s.end_pos))
                 slot_parts.append(new_slots)
             else:
@@ -129,7 +134,9 @@ class ModelRunner:
         meta = PrefillMeta(row, row + n, key_slots.to(self.device), mask.to(self.device))
         return meta, key_slots[s.start_pos :]
 
-    def _decode_meta(self, decodes: list[ScheduledSeq], pos_parts: list, slot_parts: list):
+    def _decode_meta(
+        self, decodes: list[ScheduledSeq], pos_parts: list[torch.Tensor], slot_parts: list[torch.Tensor]
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         """Key slots of every decode sequence; appends the decode tokens' positions and slots."""
         if not decodes:
             return None, None, None

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from engine.request import EngineRequest
 from policies import Policy
 
-Rank = tuple  # smaller = served first
+Rank = tuple[float, ...]  # (not promoted, *mode key, admission sequence); smaller = served first
 
 
 class SchedulingMode(str, enum.Enum):
@@ -65,7 +65,7 @@ class RequestQueue:
     guarantee, see engine/scheduler.py) ranks ahead of everything else.
     """
 
-    def __init__(self, mode_key: Callable[[EngineRequest], tuple]):
+    def __init__(self, mode_key: Callable[[EngineRequest], tuple[float, ...]]):
         self._mode_key = mode_key
         self._items: list[tuple[Rank, EngineRequest]] = []
         self._queued_rank: dict[str, Rank] = {}

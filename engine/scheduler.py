@@ -55,52 +55,19 @@ import heapq
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 
 from engine.admission import Admission
 from engine.config import EngineConfig
 from engine.kv_cache import AllocStatus, ClassKVBudget, ClassShare, KVBlock, KVCacheManager
-from engine.outputs import ClassStats, EngineStats, ScheduledSeq, SchedulerOutput, StepResult, TokenUpdate
+from engine.outputs import ClassStats, EngineStats, SchedulerOutput, StepResult, TokenUpdate
 from engine.request import EngineRequest, RequestStatus
 from engine.request_queue import Rank, SchedulingMode, create_request_queue, resolve_class_rules
+from engine.step_plan import StepPlan
 from engine.stop_check import finish_status, stop_token_ids
 from engine.token_budget import StepTokenBudget, class_reserves
 
 DEFAULT_STARVATION_STEPS = 256  # ~ tens of seconds at CPU step times: far beyond any interactive SLO
 _FINISHED_KEPT = 1024  # finished requests remembered so finish_request stays idempotent
-
-
-@dataclass
-class _Step:
-    """What one schedule() call has decided so far."""
-
-    budget: StepTokenBudget
-    seqs: dict[str, ScheduledSeq] = field(default_factory=dict)  # in scheduling order
-    preempted: list[str] = field(default_factory=list)
-    blocked_classes: set[str] = field(default_factory=set)  # hit their own limit: admit no more of them
-    admission_closed: bool = False  # a request could not get a shared resource: admit nothing ranked below
-    token_limited: bool = False  # something was skipped for want of tokens
-    shield_priority: int | None = None  # classes below this priority get at most shield_tokens of prefill
-    shield_tokens: int = 0
-
-    def shield(self, priority: int, tokens: int) -> None:
-        if self.shield_priority is None:
-            self.shield_priority, self.shield_tokens = priority, tokens
-        else:
-            self.shield_priority = max(self.shield_priority, priority)
-            self.shield_tokens = min(self.shield_tokens, tokens)
-
-    def add(self, req: EngineRequest, n: int, block_ids: list[int]) -> None:
-        self.seqs[req.request_id] = ScheduledSeq(req, req.num_computed_tokens, n, block_ids)
-        self.budget.take(req.workload_class, n)
-
-    def drop(self, req: EngineRequest) -> None:
-        seq = self.seqs.pop(req.request_id, None)
-        if seq is not None:
-            self.budget.refund(req.workload_class, seq.num_new_tokens)
-
-    def output(self) -> SchedulerOutput:
-        return SchedulerOutput.of(self.seqs.values(), self.preempted)
 
 
 class Scheduler:
@@ -195,7 +162,7 @@ class Scheduler:
         self.num_steps += 1
         self._promote_starved()
         total = self.config.max_num_batched_tokens
-        step = _Step(StepTokenBudget(total, self._reserves, self._token_demand()))
+        step = StepPlan(StepTokenBudget(total, self._reserves, self._token_demand()))
         self._shield_step(step)
         self._fill(step)
         if step.token_limited and step.budget.remaining > 0 and step.budget.has_reserves:
@@ -223,21 +190,23 @@ class Scheduler:
             if self._caching(req):
                 self.kv.cache_full_blocks(req)
             token = sampled.get(req.request_id)
-            if token is None:
-                continue
-            req.output_token_ids.append(token)
-            req.token_times.append(now)
-            if req.first_token_time is None:
-                req.first_token_time = now
-            status = finish_status(req, token, self.stop_token_ids(req), self.max_model_len)
-            if status is RequestStatus.FINISHED_STOPPED:
-                req.stop_reason = token
-            if status is not None:
-                self.finish_request(req.request_id, status, now=now)
-            result.updates.append(TokenUpdate(req, token, status is not None))
+            if token is not None:
+                result.updates.append(self._take_token(req, token, now))
         return result
 
-    def _fill(self, step: _Step) -> None:
+    def _take_token(self, req: EngineRequest, token: int, now: float) -> TokenUpdate:
+        req.output_token_ids.append(token)
+        req.token_times.append(now)
+        if req.first_token_time is None:
+            req.first_token_time = now
+        status = finish_status(req, token, self.stop_token_ids(req), self.max_model_len)
+        if status is RequestStatus.FINISHED_STOPPED:
+            req.stop_reason = token
+        if status is not None:
+            self.finish_request(req.request_id, status, now=now)
+        return TokenUpdate(req, token, status is not None)
+
+    def _fill(self, step: StepPlan) -> None:
         for req in self._running_ranked():
             if self._tokens_left(req) == 1 and self._schedulable(req, step):
                 self._schedule_running(req, step)
@@ -253,19 +222,19 @@ class Scheduler:
             if rules.prefill_isolation and req.request_id in step.seqs:
                 step.shield(rules.priority, 0)
 
-    def _shield_step(self, step: _Step) -> None:
+    def _shield_step(self, step: StepPlan) -> None:
         """Classes with running requests and a shield cap lower classes' prefill tokens this step."""
         for req in self.running.values():
             rules = self.rules[req.workload_class]
             if rules.shield_prefill_tokens >= 0:
                 step.shield(rules.priority, rules.shield_prefill_tokens)
 
-    def _prefill_cap(self, req: EngineRequest, step: _Step) -> int:
+    def _prefill_cap(self, req: EngineRequest, step: StepPlan) -> int:
         """Prefill tokens `req` may take under the shields of this step (promoted requests are exempt)."""
         shielded = step.shield_priority is not None and self.rules[req.workload_class].priority < step.shield_priority
         return step.shield_tokens if shielded and not self.waiting.is_promoted(req) else step.budget.total
 
-    def _take_allowance(self, req: EngineRequest, step: _Step, want: int, *, shielded: bool = True) -> int:
+    def _take_allowance(self, req: EngineRequest, step: StepPlan, want: int, *, shielded: bool = True) -> int:
         # An isolating class's prefill pauses lower classes' prefill this step, so their reserves
         # cannot be used and do not hold its tokens back.
         rules = self.rules[req.workload_class]
@@ -273,11 +242,11 @@ class Scheduler:
         allowed = step.budget.allowance(req.workload_class, ignore_reserves=ignore)
         return min(want, allowed, self._prefill_cap(req, step) if shielded else want)
 
-    def _charge_shield(self, req: EngineRequest, step: _Step, n: int) -> None:
+    def _charge_shield(self, req: EngineRequest, step: StepPlan, n: int) -> None:
         if self._prefill_cap(req, step) < step.budget.total:
             step.shield_tokens -= n
 
-    def _schedule_running(self, req: EngineRequest, step: _Step) -> None:
+    def _schedule_running(self, req: EngineRequest, step: StepPlan) -> None:
         want = self._tokens_left(req)
         n = self._take_allowance(req, step, want, shielded=want > 1)  # decodes are never shielded
         if n <= 0:
@@ -292,7 +261,7 @@ class Scheduler:
             self._charge_shield(req, step, n)
         step.add(req, n, block_ids)
 
-    def _schedule_waiting(self, req: EngineRequest, step: _Step) -> None:
+    def _schedule_waiting(self, req: EngineRequest, step: StepPlan) -> None:
         cls = req.workload_class
         if cls in step.blocked_classes:
             return
@@ -316,7 +285,7 @@ class Scheduler:
         self._charge_shield(req, step, n)
         step.add(req, n, block_ids)
 
-    def _make_room(self, req: EngineRequest, n: int, computed: list[KVBlock], step: _Step) -> bool:
+    def _make_room(self, req: EngineRequest, n: int, computed: list[KVBlock], step: StepPlan) -> bool:
         """Preempts lower requests until `req` has a slot and blocks; False (nothing preempted) if it cannot."""
         while True:
             need_slot = len(self.running) >= self.config.max_num_seqs
@@ -372,7 +341,7 @@ class Scheduler:
             return True
         return for_blocks and self.kv.budget.below_min(rq.name)  # taking back a guaranteed share
 
-    def _preempt(self, victim: EngineRequest, step: _Step) -> None:
+    def _preempt(self, victim: EngineRequest, step: StepPlan) -> None:
         self.kv.free(victim, keep_hashes=True)
         del self.running[victim.request_id]
         victim.status = RequestStatus.PREEMPTED
@@ -403,7 +372,7 @@ class Scheduler:
                 demand[r.workload_class] += r.num_tokens
         return demand
 
-    def _schedulable(self, req: EngineRequest, step: _Step) -> bool:
+    def _schedulable(self, req: EngineRequest, step: StepPlan) -> bool:
         # Requests preempted in this step wait for the next one; snapshots may hold finished ones.
         rid = req.request_id
         return rid in self._requests and rid not in step.seqs and rid not in step.preempted
