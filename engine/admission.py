@@ -1,7 +1,9 @@
 """Admission: refuse at once what can never be served, and what a full class queue cannot take.
 
 Reasons (stable codes, mapped to HTTP by the gateway):
-  unknown_workload_class, duplicate_request_id,
+  unknown_workload_class  req.workload_class names no policy class (the caller classifies)
+  duplicate_request_id
+  invalid_sampling       SamplingParams.validate failed (bounds in engine/request.py)
   prompt_too_long        prompt over the class's max_input_tokens
   max_tokens_too_large   max_tokens over the class's max_output_tokens
   context_overflow       prompt + max_tokens over the model's context (max_model_len)
@@ -15,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, defaultdict, deque
+from typing import NoReturn
 
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest
@@ -33,7 +36,8 @@ class Admission:
         self._finishes: defaultdict[str, deque[float]] = defaultdict(lambda: deque(maxlen=_RATE_WINDOW))
 
     def resolve(self, req: EngineRequest) -> ClassPolicy:
-        name = req.workload_class or self.policy.classification.default_class
+        """The policy of req.workload_class, which the caller resolved (policies.classify); never re-classifies."""
+        name = req.workload_class
         if name not in self.policy.classes:
             self._reject(
                 self.policy.classification.default_class, "unknown_workload_class", f"unknown workload class {name!r}"
@@ -43,6 +47,10 @@ class Admission:
     def check(self, req: EngineRequest, cp: ClassPolicy, *, max_kv_blocks: int, waiting: int) -> None:
         """Raises AdmissionError (and counts it) if `req` may not join class `cp`'s queue."""
         n_in, n_out, name = req.num_prompt_tokens, req.sampling.max_tokens, cp.name
+        try:
+            req.sampling.validate()
+        except ValueError as e:
+            self._reject(name, "invalid_sampling", str(e))
         # The last sampled token is never fed back, so its KV is never written.
         blocks = math.ceil((n_in + n_out - 1) / self.block_size)
         never_fits = [
@@ -58,7 +66,7 @@ class Admission:
             retry = self.retry_after_s(name, waiting)
             self._reject(name, "queue_full", f"{name} has {waiting} waiting", retryable=True, retry_after_s=retry)
 
-    def reject_duplicate(self, cls: str, request_id: str) -> None:
+    def reject_duplicate(self, cls: str, request_id: str) -> NoReturn:
         self._reject(cls, "duplicate_request_id", f"request id {request_id!r} is already in the engine")
 
     def record_finish(self, cls: str, when: float) -> None:
@@ -72,6 +80,8 @@ class Admission:
         rate = (len(times) - 1) / max(times[-1] - times[0], time.time() - times[0])
         return min(_RETRY_MAX_S, max(_RETRY_MIN_S, waiting / rate))
 
-    def _reject(self, cls: str, reason: str, message: str, *, retryable=False, retry_after_s=None) -> None:
+    def _reject(
+        self, cls: str, reason: str, message: str, *, retryable: bool = False, retry_after_s: float | None = None
+    ) -> NoReturn:
         self.rejections[cls][reason] += 1
         raise AdmissionError(reason, message, retryable=retryable, retry_after_s=retry_after_s)

@@ -1,46 +1,89 @@
-"""EngineClient: runs the engine loop in a background thread and serves asyncio callers.
+"""EngineClient: runs the engine loop in a supervised background thread and serves asyncio callers.
 
 All engine mutation happens on the loop thread. Callers talk to it through an inbox
 (add / abort), so admission answers come from the same thread that schedules.
+
+Supervision: the engine already fails single requests and single steps without stopping. If the
+loop itself raises, every request in flight gets a finished "error" output (nobody waits
+forever), and the loop starts again after a backoff (base x 2^k, capped). More than
+`max_restarts` crashes within `restart_window_s` leave it dead: `health().alive` turns False
+(liveness fails), `running` turns False (the gateway stops routing to it), and `generate`
+refuses with AdmissionError "engine_unavailable".
 """
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import queue
 import threading
+import time
+from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import Literal
 
 import structlog
 
 from engine.engine import LLMEngine
-from engine.outputs import AdmissionError, EngineStats, RequestOutput
-from engine.request import EngineRequest
+from engine.outputs import AdmissionError, EngineHealth, EngineStats, RequestOutput
+from engine.request import EngineRequest, RequestMetrics
+from engine.tokenizer import Tokenizer
+from policies import Policy
 
 log = structlog.get_logger(__name__)
+
+MAX_RESTARTS = 5  # crashes tolerated within RESTART_WINDOW_S; a loop that keeps crashing is dead
+RESTART_WINDOW_S = 60.0
+RESTART_BACKOFF_S = 0.1  # first restart delay; doubles per crash in the window, capped below
+MAX_BACKOFF_S = 5.0
 
 
 @dataclass
 class _Subscriber:
     loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue
+    queue: asyncio.Queue[RequestOutput]
+    request: EngineRequest
+
+
+_Op = tuple[Literal["add"], EngineRequest, _Subscriber, "Future[None]"] | tuple[Literal["abort"], str, None, None]
 
 
 class EngineClient:
-    def __init__(self, engine: LLMEngine):
+    def __init__(
+        self,
+        engine: LLMEngine,
+        *,
+        max_restarts: int = MAX_RESTARTS,
+        restart_window_s: float = RESTART_WINDOW_S,
+        restart_backoff_s: float = RESTART_BACKOFF_S,
+    ):
         self.engine = engine
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.max_restarts = max_restarts
+        self.restart_window_s = restart_window_s
+        self.restart_backoff_s = restart_backoff_s
+        self._inbox: queue.SimpleQueue[_Op] = queue.SimpleQueue()
+        self._inbox_lock = threading.Lock()  # `_accepting` and puts: no add lands after the loop is gone
+        self._accepting = True
         self._subs: dict[str, _Subscriber] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stats: EngineStats | None = None
+        self._crashes: collections.deque[float] = collections.deque()  # monotonic times, within the window
+        self._restarts = 0
+        self._restarting = False
+        self._dead = False
+        self._last_error: str | None = None
+        self._failed_here = 0  # requests failed by the client when the engine could not fail them
 
     # ---- lifecycle ------------------------------------------------------------------------
-    def start(self) -> "EngineClient":
+    def start(self) -> EngineClient:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="finserve-engine", daemon=True)
+            self._stop.clear()
+            with self._inbox_lock:
+                self._accepting = True
+            self._thread = threading.Thread(target=self._supervise, name="finserve-engine", daemon=True)
             self._thread.start()
         return self
 
@@ -53,14 +96,26 @@ class EngineClient:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """The loop thread is up (possibly waiting to restart): requests sent now will be served."""
+        return self._thread is not None and self._thread.is_alive() and not self._dead
+
+    def health(self) -> EngineHealth:
+        alive = self.running
+        return EngineHealth(
+            alive=alive,
+            ready=alive and not self._restarting and not self._stop.is_set(),
+            restarts=self._restarts,
+            max_restarts=self.max_restarts,
+            last_error=self._last_error,
+            in_flight=len(self._subs),
+        )
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> Tokenizer:
         return self.engine.tokenizer
 
     @property
-    def policy(self):
+    def policy(self) -> Policy:
         return self.engine.config.policy
 
     # ---- caller side ----------------------------------------------------------------------
@@ -70,15 +125,18 @@ class EngineClient:
         Leaving the iteration early (client disconnect, cancellation) aborts the request.
         """
         loop = asyncio.get_running_loop()
-        q: asyncio.Queue = asyncio.Queue()
-        admitted: Future = Future()
-        self._inbox.put(("add", req, _Subscriber(loop, q), admitted))
+        q: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        admitted: Future[None] = Future()
+        with self._inbox_lock:
+            if not self._accepting:
+                raise _unavailable(self._last_error)
+            self._inbox.put(("add", req, _Subscriber(loop, q, req), admitted))
         self._wake.set()
         finished = False
         try:
             await asyncio.wrap_future(admitted)  # re-raises AdmissionError
             while not finished:
-                out: RequestOutput = await q.get()
+                out = await q.get()
                 finished = out.finished
                 yield out
         except AdmissionError:
@@ -94,10 +152,21 @@ class EngineClient:
 
     def stats(self) -> EngineStats:
         """Snapshot taken by the loop thread after its last step (never blocks on the engine)."""
-        return self._stats if self._stats is not None else self.engine.stats()
+        snap = self._stats if self._stats is not None else self.engine.stats()
+        failed = snap.failed_requests + self._failed_here
+        return dataclasses.replace(snap, loop_restarts=self._restarts, failed_requests=failed)
 
     # ---- loop thread ----------------------------------------------------------------------
-    def _run(self) -> None:
+    def _supervise(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._loop()
+            except Exception as e:
+                if not self._recover(e):
+                    break
+        self._close()
+
+    def _loop(self) -> None:
         while not self._stop.is_set():
             self._drain_inbox()
             if not self.engine.has_unfinished():
@@ -108,29 +177,61 @@ class EngineClient:
             outputs = self.engine.step()
             self._stats = self.engine.stats()
             self._deliver(outputs)
-        self._abort_all()
+
+    def _recover(self, exc: Exception) -> bool:
+        """After a loop crash: fail everything in flight; True if the loop may start again."""
+        self._last_error = f"{type(exc).__name__}: {exc}"
+        log.error("engine_loop_crashed", error=self._last_error, in_flight=len(self._subs), exc_info=exc)
+        self._fail_in_flight(f"engine loop crashed: {self._last_error}")
+        now = time.monotonic()
+        self._crashes.append(now)
+        while self._crashes and now - self._crashes[0] > self.restart_window_s:
+            self._crashes.popleft()
+        if len(self._crashes) > self.max_restarts:
+            log.error("engine_loop_dead", crashes=len(self._crashes), window_s=self.restart_window_s)
+            self._dead = True
+            return False
+        delay = min(MAX_BACKOFF_S, self.restart_backoff_s * 2 ** (len(self._crashes) - 1))
+        self._restarting = True
+        self._stop.wait(delay)
+        self._restarting = False
+        self._restarts += 1
+        log.warning("engine_loop_restarted", restarts=self._restarts, after_s=delay)
+        return True
+
+    def _fail_in_flight(self, error: str) -> None:
+        try:
+            self._deliver(self.engine.fail_all(error))
+        except Exception:
+            log.exception("engine_fail_all_failed")
+            self.engine.reset()
+        for rid, sub in list(self._subs.items()):  # whatever the engine could not answer for
+            m = RequestMetrics.of(sub.request)
+            self._deliver([RequestOutput(rid, [], "", True, "error", m, error)])
+            self._failed_here += 1
 
     def _drain_inbox(self) -> None:
         while True:
             try:
-                op, arg, sub, fut = self._inbox.get_nowait()
+                op = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if op == "abort":
-                self.engine.abort_request(arg)
+            if op[0] == "abort":
+                self.engine.abort_request(op[1])
                 continue
+            _, req, sub, fut = op
             if not fut.set_running_or_notify_cancel():  # the caller gave up before admission
                 continue
             try:
-                self.engine.add_request(arg)
+                self.engine.add_request(req)
             except Exception as e:  # AdmissionError or a bug: the caller gets it, the loop goes on
                 fut.set_exception(e)
                 continue
-            self._subs[arg.request_id] = sub
+            self._subs[req.request_id] = sub
             fut.set_result(None)
 
     def _deliver(self, outputs: list[RequestOutput]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[RequestOutput], RequestOutput]]] = {}
         for out in outputs:
             sub = self._subs.get(out.request_id)
             if sub is None:
@@ -144,13 +245,33 @@ class EngineClient:
             except RuntimeError:  # the caller's loop is closed: nobody is listening
                 pass
 
-    def _abort_all(self) -> None:
-        self._drain_inbox()
-        for rid in list(self._subs):
-            self.engine.abort_request(rid)
-        self._deliver(self.engine.step() if self.engine.has_unfinished() else [])
+    def _close(self) -> None:
+        """The loop is gone (shutdown, or dead): answer every caller, refuse new ones."""
+        with self._inbox_lock:
+            self._accepting = False
+        reason = "the engine is shutting down" if not self._dead else f"engine loop dead: {self._last_error}"
+        while True:
+            try:
+                op = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if op[0] == "add" and op[3].set_running_or_notify_cancel():
+                op[3].set_exception(_unavailable(reason))
+        try:
+            for rid in list(self._subs):
+                self.engine.abort_request(rid)
+            self._deliver(self.engine.step() if self.engine.has_unfinished() else [])
+        except Exception:
+            log.exception("engine_shutdown_failed")
+        for rid, sub in list(self._subs.items()):
+            self._deliver([RequestOutput(rid, [], "", True, "abort", RequestMetrics.of(sub.request), reason)])
 
 
-def _put_all(items) -> None:
+def _unavailable(reason: str | None) -> AdmissionError:
+    message = f"the engine is not serving ({reason})" if reason else "the engine is not serving"
+    return AdmissionError("engine_unavailable", message, retryable=True, retry_after_s=5.0)
+
+
+def _put_all(items: list[tuple[asyncio.Queue[RequestOutput], RequestOutput]]) -> None:
     for q, out in items:
         q.put_nowait(out)

@@ -1,6 +1,16 @@
-"""The engine loop: schedule -> run -> update. Synchronous; EngineClient drives it from a thread."""
+"""The engine loop: schedule -> run -> postprocess -> outputs. Synchronous; EngineClient drives it from a thread.
+
+The scheduler owns each request's lifecycle (tokens, finishing, blocks); this loop owns what
+needs the tokenizer or the grammar: detokenization, stop strings, schema termination.
+
+No request can stop the loop. A request that fails on its own (its per-request state cannot be
+built, its row cannot be sampled, its grammar refuses its token) finishes alone with
+finish_reason "error"; a step that fails as a whole fails the requests of that step. Either
+way its blocks are freed and its caller gets a finished output with the error message.
+"""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -11,11 +21,12 @@ import torch
 
 from engine.config import EngineConfig
 from engine.model_runner import ModelRunner
-from engine.outputs import AdmissionError, EngineStats, RequestOutput, SchedulerOutput
+from engine.outputs import AdmissionError, EngineStats, RequestOutput, SchedulerOutput, TokenUpdate
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
 from engine.sampler import SamplingRow
 from engine.scheduler import Scheduler
-from engine.tokenizer import Tokenizer
+from engine.structured import GrammarState
+from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 log = structlog.get_logger(__name__)
 
@@ -27,10 +38,9 @@ class _Live:
     """Engine-side state of a request between its tokens."""
 
     req: EngineRequest
-    detok: object  # IncrementalDetokenizer
-    stop_ids: tuple[int, ...]  # EOS (unless ignore_eos) + stop_token_ids
+    detok: IncrementalDetokenizer
     generator: torch.Generator | None
-    grammar: object | None  # engine.structured.GrammarState
+    grammar: GrammarState | None
     text: str = ""
     emitted: int = 0  # characters of `text` already sent to the caller
 
@@ -45,13 +55,18 @@ class LLMEngine:
         self.tokenizer = Tokenizer.from_folder(config.model)
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, MAX_CONTEXT_CAP)
         self.eos_ids = self._eos_ids(Path(config.model))
-        self.scheduler = Scheduler(
-            config, self.num_blocks, self.max_model_len, starvation_steps=config.starvation_steps
-        )
+        self.scheduler = self._new_scheduler()
         self._live: dict[str, _Live] = {}
-        self._aborted_outputs: list[RequestOutput] = []
+        self._pending: list[RequestOutput] = []  # finished outside a step (abort, failed add): sent next step
         self.steps = 0
+        self.num_failed = 0  # requests finished with "error"
         self._log_kv_sizing()
+
+    def _new_scheduler(self) -> Scheduler:
+        return Scheduler(
+            self.config, self.num_blocks, self.max_model_len,
+            starvation_steps=self.config.starvation_steps, eos_token_ids=self.eos_ids,
+        )  # fmt: skip
 
     # ---- start-up -------------------------------------------------------------------------
     def _eos_ids(self, folder: Path) -> tuple[int, ...]:
@@ -86,22 +101,31 @@ class LLMEngine:
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, req: EngineRequest) -> None:
-        p = req.sampling
-        if p.max_tokens < 1 or p.temperature < 0 or not 0 < p.top_p <= 1 or p.repetition_penalty <= 0:
-            raise AdmissionError("invalid_sampling", "max_tokens >= 1, temperature >= 0, 0 < top_p <= 1 required")
+        """Admits `req` or raises AdmissionError (nothing kept).
+
+        Past admission, a failure to build the request's state fails the request alone: its
+        finished "error" output comes with the next step.
+        """
         if not req.prompt_token_ids:
             raise AdmissionError("empty_prompt", "the prompt has no tokens")
-        if any(t < 0 or t >= self.model_config.vocab_size for t in req.prompt_token_ids):
-            raise AdmissionError("invalid_token", "prompt token id outside the vocabulary")
-        grammar = self._grammar(p.json_schema)
-        self.scheduler.add_request(req)
+        vocab = self.model_config.vocab_size
+        if any(not 0 <= t < vocab for t in (*req.prompt_token_ids, *req.sampling.stop_token_ids)):
+            raise AdmissionError("invalid_token", "prompt or stop token id outside the vocabulary")
+        grammar = self._grammar(req.sampling.json_schema)
+        self.scheduler.add_request(req)  # sampling, class and size checks
+        try:
+            self._live[req.request_id] = self._new_live(req, grammar)
+        except Exception as e:
+            self._pending.append(self._fail_alone(req, e, "add_request"))
+
+    def _new_live(self, req: EngineRequest, grammar: GrammarState | None) -> _Live:
+        p = req.sampling
         gen = None
         if p.seed is not None and not p.greedy:
             gen = torch.Generator(device=self.runner.device).manual_seed(p.seed)
-        stop_ids = tuple(() if p.ignore_eos else self.eos_ids) + tuple(p.stop_token_ids)
-        self._live[req.request_id] = _Live(req, self.tokenizer.incremental(), stop_ids, gen, grammar)
+        return _Live(req, self.tokenizer.incremental(), gen, grammar)
 
-    def _grammar(self, schema: str | None):
+    def _grammar(self, schema: str | None) -> GrammarState | None:
         if schema is None:
             return None
         from engine.structured import compile_json_schema
@@ -115,100 +139,147 @@ class LLMEngine:
         live = self._live.pop(request_id, None)
         req = self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
         if live is not None and req is not None:
-            self._aborted_outputs.append(self._finished_output(live, "", [], "abort"))
+            self._pending.append(self._finished_output(req, "", []))
+
+    def fail_all(self, error: str) -> list[RequestOutput]:
+        """Fails every unfinished request (the loop is restarting); returns their last outputs.
+
+        Never raises for one request: if the scheduler cannot finish one (its state is what broke
+        the loop), that request is marked failed here and the engine starts over with a fresh
+        scheduler over the same KV pool.
+        """
+        outputs, self._pending = self._pending, []
+        broken = False
+        for req in filter(None, map(self.scheduler.get_request, self.scheduler.live_request_ids())):
+            try:
+                outputs.append(self._fail(req, error))
+            except Exception:
+                log.exception("engine_fail_request_failed", request_id=req.request_id)
+                broken = True
+                # The scheduler that owned the request is being replaced: the engine finishes it.
+                req.status, req.finish_time, req.error = RequestStatus.FINISHED_ERROR, time.time(), error
+                self.num_failed += 1
+                outputs.append(self._finished_output(req, "", []))
+        if broken:
+            self.reset()
+        return outputs
+
+    def reset(self) -> None:
+        """Forgets every request and the prefix cache: a fresh scheduler over the same KV pool."""
+        self.scheduler = self._new_scheduler()
+        self._live.clear()
+        self._pending.clear()
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished() or bool(self._aborted_outputs)
+        return self.scheduler.has_unfinished() or bool(self._pending)
 
     # ---- the step -------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        outputs, self._aborted_outputs = self._aborted_outputs, []
+        outputs, self._pending = self._pending, []
         out = self.scheduler.schedule()
         if out.empty:
             return outputs
-        t0 = time.time()
-        rows = {s.request.request_id: self._sampling_row(s.request) for s in out.seqs if s.samples}
         try:
-            sampled = self.runner.run(out, rows)
-        except Exception as e:  # a failed step fails its requests, never the engine
+            return outputs + self._run(out)
+        except Exception as e:  # not attributable to one request: the step's requests fail, never the engine
             log.exception("engine_step_failed", num_seqs=len(out.seqs))
-            return outputs + self._fail(out, f"{type(e).__name__}: {e}")
+            error = _describe(e)
+            return outputs + [self._fail(s.request, error) for s in out.seqs]
+
+    def _run(self, out: SchedulerOutput) -> list[RequestOutput]:
+        outputs: list[RequestOutput] = []
+        rows: dict[str, SamplingRow] = {}
+        for s in out.seqs:
+            if s.samples:
+                try:
+                    rows[s.request.request_id] = self._sampling_row(s.request)
+                except Exception as e:
+                    outputs.append(self._fail_alone(s.request, e, "sampling_row"))
+        t0 = time.time()
+        ran = self.runner.run(out, rows)
         t1 = time.time()
         self.steps += 1
-        self.scheduler.update_after_step(out)
         for s in out.seqs:
             kind = "prefill" if s.is_prefill else "decode"  # recompute after preemption is prefill too
             s.request.events.append(StepEvent(kind, t0, t1, s.num_new_tokens, out.num_batched_tokens))
-        for rid, token in sampled.items():
-            outputs.append(self._on_token(self._live[rid], token, t1))
+        for s in out.seqs:
+            error = ran.errors.get(s.request.request_id)
+            if error is not None:
+                log.error("engine_request_failed", request_id=s.request.request_id, where="sample", error=error)
+                outputs.append(self._fail(s.request, error))
+        for update in self.scheduler.postprocess(out, ran.tokens, t1).updates:
+            try:
+                outputs.append(self._on_token(update))
+            except Exception as e:
+                outputs.append(self._fail_alone(update.request, e, "on_token"))
         return outputs
 
     def _sampling_row(self, req: EngineRequest) -> SamplingRow:
         live = self._live[req.request_id]
         p = req.sampling
         history = req.all_token_ids if p.repetition_penalty != 1.0 else ()
-        return SamplingRow(p, len(req.output_token_ids), live.stop_ids, live.generator, live.grammar, history)
+        stop_ids = self.scheduler.stop_token_ids(req)
+        return SamplingRow(p, len(req.output_token_ids), stop_ids, live.generator, live.grammar, history)
 
-    def _on_token(self, live: _Live, token: int, now: float) -> RequestOutput:
-        req, p = live.req, live.req.sampling
-        req.output_token_ids.append(token)
-        req.token_times.append(now)
-        if req.first_token_time is None:
-            req.first_token_time = now
-        if live.grammar is not None:
-            live.grammar.accept(token)
-        status = None
-        if token in live.stop_ids:
-            status, req.stop_reason = RequestStatus.FINISHED_STOPPED, token
+    def _on_token(self, update: TokenUpdate) -> RequestOutput:
+        """Detokenizes the token the scheduler took in; finishes on a stop string or a completed grammar."""
+        req, token = update.request, update.token_id
+        live, p = self._live[req.request_id], req.sampling
+        if live.grammar is not None and not update.finished:
+            live.grammar.accept(token)  # ValueError if the token leaves the schema: the request fails
         prev_len = len(live.text)
         live.text += live.detok.push(token)
-        if status is None and p.stop:
-            status = self._check_stop_strings(live, prev_len)
-        if status is None and live.grammar is not None and live.grammar.is_terminated():
-            status = RequestStatus.FINISHED_STOPPED
-        if status is None and (len(req.output_token_ids) >= p.max_tokens or req.num_tokens >= self.max_model_len):
-            status = RequestStatus.FINISHED_LENGTH
-        if status is None:
+        stop = self._cut_at_stop_string(live, prev_len) if p.stop else None  # cut even when already finished
+        if not update.finished:
+            if stop is not None:
+                req.stop_reason = stop
+            if stop is not None or (live.grammar is not None and live.grammar.is_terminated()):
+                self.scheduler.finish_request(req.request_id, RequestStatus.FINISHED_STOPPED)
+        if not req.is_finished:
             hold = max((len(s) for s in p.stop), default=1) - 1  # a stop string may still be forming
             upto = max(live.emitted, len(live.text) - hold)
             delta, live.emitted = live.text[live.emitted : upto], upto
             return RequestOutput(req.request_id, [token], delta, False)
-        self.scheduler.finish_request(req.request_id, status)
         self._live.pop(req.request_id, None)
-        if req.stop_reason is None or isinstance(req.stop_reason, int):
+        if stop is None:
             live.text += live.detok.flush()  # a stream may end inside a multi-byte character
-        return self._finished_output(live, live.text[live.emitted :], [token], status.value)
+        return self._finished_output(req, live.text[live.emitted :], [token])
 
     @staticmethod
-    def _check_stop_strings(live: _Live, prev_len: int) -> RequestStatus | None:
-        longest = max(len(s) for s in live.req.sampling.stop)
-        start = max(0, prev_len - longest + 1)
-        hits = [(i, s) for s in live.req.sampling.stop if (i := live.text.find(s, start)) >= 0]
+    def _cut_at_stop_string(live: _Live, prev_len: int) -> str | None:
+        """The earliest stop string completed by the new text; cuts the text before it."""
+        stops = live.req.sampling.stop
+        start = max(0, prev_len - max(len(s) for s in stops) + 1)
+        hits = [(i, s) for s in stops if (i := live.text.find(s, start)) >= 0]
         if not hits:
             return None
         idx, stop = min(hits)
         live.text = live.text[:idx]
         live.emitted = min(live.emitted, idx)
-        live.req.stop_reason = stop
-        return RequestStatus.FINISHED_STOPPED
+        return stop
 
-    def _finished_output(self, live: _Live, delta: str, tokens: list[int], reason: str, error=None) -> RequestOutput:
-        req = live.req
-        if req.finish_time is None:
-            req.finish_time = time.time()
-        return RequestOutput(req.request_id, tokens, delta, True, reason, RequestMetrics.of(req), error)
+    @staticmethod
+    def _finished_output(req: EngineRequest, delta: str, tokens: list[int]) -> RequestOutput:
+        error = req.error if req.status is RequestStatus.FINISHED_ERROR else None
+        return RequestOutput(req.request_id, tokens, delta, True, req.status.finish_reason, RequestMetrics.of(req), error)
 
-    def _fail(self, out: SchedulerOutput, error: str) -> list[RequestOutput]:
-        failed = []
-        for s in out.seqs:
-            rid = s.request.request_id
-            s.request.error = error
-            self.scheduler.finish_request(rid, RequestStatus.FINISHED_ERROR)
-            live = self._live.pop(rid, None)
-            if live is not None:
-                failed.append(self._finished_output(live, "", [], "error", error))
-        return failed
+    def _fail_alone(self, req: EngineRequest, exc: Exception, where: str) -> RequestOutput:
+        log.error("engine_request_failed", request_id=req.request_id, where=where, exc_info=exc)
+        return self._fail(req, _describe(exc))
+
+    def _fail(self, req: EngineRequest, error: str) -> RequestOutput:
+        """Finishes `req` with "error" (unless it finished already) and builds its last output."""
+        self._live.pop(req.request_id, None)
+        if not req.is_finished:
+            req.error = error
+            self.scheduler.finish_request(req.request_id, RequestStatus.FINISHED_ERROR)
+            self.num_failed += 1
+        return self._finished_output(req, "", [])
 
     # ---- introspection --------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        return self.scheduler.stats()
+        return dataclasses.replace(self.scheduler.stats(), failed_requests=self.num_failed)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -13,7 +13,7 @@ from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.config import ModelConfig
 from engine.model.cpu_kernels import native_kernels_for
 from engine.model.loader import TORCH_DTYPES, load_model
-from engine.outputs import ScheduledSeq, SchedulerOutput
+from engine.outputs import RunnerOutput, ScheduledSeq, SchedulerOutput
 from engine.sampler import SamplingRow, sample
 
 
@@ -48,16 +48,26 @@ class ModelRunner:
     def kv_cache_bytes(self) -> int:
         return self.kv_cache.numel() * self.kv_cache.element_size()
 
-    def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow]) -> dict[str, int]:
-        """Computes every scheduled token; returns the sampled token of each seq whose step samples."""
-        seqs = sorted(out.seqs, key=lambda s: s.num_new_tokens == 1)  # multi-token prefills first (stable)
-        input_ids, positions, meta, logits_rows, sampled_ids = self._prepare(seqs)
+    def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow]) -> RunnerOutput:
+        """Computes every scheduled token; samples a token for each seq that samples and has a row.
+
+        `out.seqs` arrive in SchedulerOutput's batch order (prefill chunks, then one-token seqs).
+        Raises only for a failure of the whole step; a row that cannot be sampled is in `errors`.
+        """
+        input_ids, positions, meta, logits_rows, sampled_ids = self._prepare(out.seqs)
         with torch.inference_mode():  # the sampler edits the logits in place
-            logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)
-            if not sampled_ids:
-                return {}
-            tokens = sample(logits, [rows[rid] for rid in sampled_ids])
-        return dict(zip(sampled_ids, tokens))
+            logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
+            keep = [i for i, rid in enumerate(sampled_ids) if rid in rows]  # a failed request has no row
+            if not keep:
+                return RunnerOutput()
+            if len(keep) < len(sampled_ids):
+                logits = logits[keep]
+            ids = [sampled_ids[i] for i in keep]
+            sampled = sample(logits, [rows[rid] for rid in ids])
+        return RunnerOutput(
+            tokens={rid: t for rid, t in zip(ids, sampled.tokens) if t is not None},
+            errors={ids[i]: e for i, e in sampled.errors.items()},
+        )
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> torch.Tensor:
         bs = self.config.block_size
@@ -65,10 +75,15 @@ class ModelRunner:
         table = torch.tensor(block_ids, dtype=torch.long)
         return table[pos // bs] * bs + pos % bs
 
-    def _prepare(self, seqs: list[ScheduledSeq]):
-        """Flat-batch tensors. `seqs` hold multi-token prefills first, then one-token decodes."""
+    def _prepare(
+        self, seqs: list[ScheduledSeq]
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[str]]:
+        """Flat-batch tensors, rows in `seqs` order (SchedulerOutput's: prefill chunks, then one-token seqs)."""
         ids: list[int] = []
-        pos_parts, slot_parts, prefills, decodes = [], [], [], []
+        pos_parts: list[torch.Tensor] = []
+        slot_parts: list[torch.Tensor] = []
+        prefills: list[PrefillMeta] = []
+        decodes: list[ScheduledSeq] = []
         logits_rows: list[int] = []
         sampled_ids: list[str] = []
         row = 0
@@ -79,8 +94,8 @@ class ModelRunner:
             else:
                 ids.extend(req.token_id_at(p) for p in range(s.start_pos, s.end_pos))
             if n > 1:
-                meta, new_slots = self._prefill_meta(s, row)
-                prefills.append(meta)
+                chunk, new_slots = self._prefill_meta(s, row)
+                prefills.append(chunk)
                 pos_parts.append(torch.arange(s.start_pos, s.end_pos))
                 slot_parts.append(new_slots)
             else:
@@ -119,7 +134,9 @@ class ModelRunner:
         meta = PrefillMeta(row, row + n, key_slots.to(self.device), mask.to(self.device))
         return meta, key_slots[s.start_pos :]
 
-    def _decode_meta(self, decodes: list[ScheduledSeq], pos_parts: list, slot_parts: list):
+    def _decode_meta(
+        self, decodes: list[ScheduledSeq], pos_parts: list[torch.Tensor], slot_parts: list[torch.Tensor]
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         """Key slots of every decode sequence; appends the decode tokens' positions and slots."""
         if not decodes:
             return None, None, None

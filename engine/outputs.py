@@ -1,6 +1,7 @@
 """Plain data passed between scheduler, model runner, engine loop and async callers."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engine.request import EngineRequest, RequestMetrics
@@ -29,13 +30,50 @@ class ScheduledSeq:
 
 @dataclass
 class SchedulerOutput:
-    seqs: list[ScheduledSeq] = field(default_factory=list)  # batch order: prefills, then decodes
-    preempted_ids: list[str] = field(default_factory=list)  # requests preempted by this step
-    num_batched_tokens: int = 0  # sum of num_new_tokens
+    """One step: the whole contract between the scheduler and the model runner.
+
+    Batch order (built only by `of`, relied on by the runner without re-sorting): every
+    multi-token seq (a prefill chunk) first, then every one-token seq (decodes, and one-token
+    prefill tails), each group in scheduling order. The runner lays its flat token rows out in
+    this order and runs the trailing one-token rows as one decode batch.
+    """
+
+    seqs: list[ScheduledSeq] = field(default_factory=list)  # batch order above; one seq per request
+    preempted_ids: list[str] = field(default_factory=list)  # requests preempted while building this step
+    num_batched_tokens: int = 0  # sum of num_new_tokens, <= max_num_batched_tokens
+
+    @classmethod
+    def of(cls, seqs: Iterable[ScheduledSeq], preempted_ids: Iterable[str]) -> SchedulerOutput:
+        ordered = sorted(seqs, key=lambda s: s.num_new_tokens == 1)  # stable: keeps scheduling order
+        return cls(ordered, list(preempted_ids), sum(s.num_new_tokens for s in ordered))
 
     @property
     def empty(self) -> bool:
         return not self.seqs
+
+
+@dataclass(frozen=True)
+class TokenUpdate:
+    """One request's sampled token, after the scheduler's postprocess took it in."""
+
+    request: EngineRequest
+    token_id: int  # already appended to request.output_token_ids (and its time to token_times)
+    finished: bool  # postprocess finished the request: status, stop_reason, finish_time set, blocks freed
+
+
+@dataclass
+class StepResult:
+    """What Scheduler.postprocess did with one step: the engine loop turns it into RequestOutputs."""
+
+    updates: list[TokenUpdate] = field(default_factory=list)  # requests that got a token, in batch order
+
+
+@dataclass
+class RunnerOutput:
+    """The model runner's answer for one step."""
+
+    tokens: dict[str, int] = field(default_factory=dict)  # request id -> sampled token (seqs that sample)
+    errors: dict[str, str] = field(default_factory=dict)  # request id -> why its row could not be sampled
 
 
 class AdmissionError(Exception):
@@ -83,3 +121,17 @@ class EngineStats:
     steps: int = 0
     prefix_cache_hit_tokens: int = 0
     prefix_cache_query_tokens: int = 0
+    failed_requests: int = 0  # requests finished with finish_reason "error" since start
+    loop_restarts: int = 0  # times EngineClient restarted its engine loop after a crash
+
+
+@dataclass(frozen=True)
+class EngineHealth:
+    """EngineClient.health(): what /healthz (liveness) and /readyz (readiness) report."""
+
+    alive: bool  # the loop thread runs or will be restarted; False = dead for good (liveness fails)
+    ready: bool  # alive, started, not shutting down and not waiting to restart (readiness)
+    restarts: int  # loop restarts after a crash since start
+    max_restarts: int  # restarts allowed within the restart window before the loop stays dead
+    last_error: str | None  # the last loop crash, "ExcType: message"; None if it never crashed
+    in_flight: int  # requests a caller is waiting on

@@ -2,8 +2,20 @@
 from __future__ import annotations
 
 import enum
+import math
 import time
 from dataclasses import dataclass, field
+
+# Sampling bounds the engine enforces (SamplingParams.validate), whatever the caller checked.
+# Temperature: 0 (greedy) or at least MIN_TEMPERATURE. Sampling divides the logits by T; below
+# 0.01 a 0.1-logit gap already gives the runner-up e^-10 of the winner's chance, so the output
+# is greedy in all but name, while values such as 1e-300 make 1/T overflow to inf and the
+# probabilities NaN (vLLM clamps to the same 0.01 for the same reason).
+MIN_TEMPERATURE = 1e-2
+# A repetition penalty divides (or multiplies) a seen token's logit by p. Beyond 100x either way
+# the token is already certain or impossible, and values such as 1e-300 overflow the logits.
+MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 1e-2, 1e2
+SEED_LIMIT = 2**64  # torch generators take an unsigned 64-bit seed
 
 
 @dataclass(frozen=True)
@@ -23,6 +35,25 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first field outside the bounds above (vocabulary checks are the engine's)."""
+        t, rp = self.temperature, self.repetition_penalty
+        checks = [
+            (self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}"),
+            (self.min_tokens >= 0, f"min_tokens must be >= 0, got {self.min_tokens}"),
+            (t == 0.0 or (math.isfinite(t) and t >= MIN_TEMPERATURE),
+             f"temperature must be 0 (greedy) or a finite value >= {MIN_TEMPERATURE}, got {t}"),
+            (0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}"),
+            (MIN_REPETITION_PENALTY <= rp <= MAX_REPETITION_PENALTY,
+             f"repetition_penalty must be in [{MIN_REPETITION_PENALTY}, {MAX_REPETITION_PENALTY}], got {rp}"),
+            (self.seed is None or 0 <= self.seed < SEED_LIMIT, f"seed must be in [0, 2**64), got {self.seed}"),
+            (all(isinstance(s, str) and s for s in self.stop), "stop strings must be non-empty"),
+            (all(t_id >= 0 for t_id in self.stop_token_ids), "stop_token_ids must be >= 0"),
+        ]  # fmt: skip
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
 
 
 class RequestStatus(enum.Enum):
@@ -66,8 +97,8 @@ class StepEvent:
 class EngineRequest:
     request_id: str
     prompt_token_ids: list[int]
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    workload_class: str | None = None  # None -> the policy's default class
+    sampling: SamplingParams
+    workload_class: str  # resolved by the caller (policies.classify); an unknown name is refused
     cache_salt: str = ""  # per tenant: prefix-cache blocks are never shared across salts
     arrival_time: float = field(default_factory=time.time)  # wall clock, seconds
 

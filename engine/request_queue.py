@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from engine.request import EngineRequest
 from policies import Policy
 
-Rank = tuple  # smaller = served first
+Rank = tuple[float, ...]  # (not promoted, *mode key, admission sequence); smaller = served first
 
 
 class SchedulingMode(str, enum.Enum):
@@ -65,7 +65,7 @@ class RequestQueue:
     guarantee, see engine/scheduler.py) ranks ahead of everything else.
     """
 
-    def __init__(self, mode_key: Callable[[EngineRequest], tuple]):
+    def __init__(self, mode_key: Callable[[EngineRequest], tuple[float, ...]]):
         self._mode_key = mode_key
         self._items: list[tuple[Rank, EngineRequest]] = []
         self._queued_rank: dict[str, Rank] = {}
@@ -84,7 +84,7 @@ class RequestQueue:
         rank = self.rank(req)
         self._queued_rank[req.request_id] = rank
         bisect.insort(self._items, (rank, req), key=lambda item: item[0])
-        self._per_class[req.workload_class or ""] += 1
+        self._per_class[req.workload_class] += 1
 
     def remove(self, req: EngineRequest) -> bool:
         rank = self._queued_rank.pop(req.request_id, None)
@@ -92,7 +92,7 @@ class RequestQueue:
             return False
         i = bisect.bisect_left(self._items, rank, key=lambda item: item[0])
         del self._items[i]
-        self._per_class[req.workload_class or ""] -= 1
+        self._per_class[req.workload_class] -= 1
         return True
 
     def promote(self, req: EngineRequest) -> None:

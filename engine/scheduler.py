@@ -35,6 +35,12 @@ num_preemptions += 1, output tokens kept; the request re-enters the waiting queu
 original rank (ahead of every later arrival of its class) and later prefills prompt + output
 tokens, with whatever the prefix cache still holds.
 
+Request lifecycle: after each step the engine loop hands the sampled tokens to `postprocess`,
+which advances the computed tokens, appends each token, and finishes (status, finish_time, freed
+blocks, exactly once) a request that hit a stop token (past min_tokens), max_tokens or the
+context (engine/stop_check.py). The engine loop finishes the rest through `finish_request`:
+stop strings, a completed grammar, aborts and errors.
+
 Starvation guarantee: a live request (waiting, preempted or running) that has not been
 scheduled for `starvation_steps` consecutive steps is promoted for the rest of its life: it
 ranks ahead of every class for slots, blocks and step tokens (reserves do not hold it back),
@@ -48,55 +54,20 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 
 from engine.admission import Admission
 from engine.config import EngineConfig
 from engine.kv_cache import AllocStatus, ClassKVBudget, ClassShare, KVBlock, KVCacheManager
-from engine.outputs import ClassStats, EngineStats, ScheduledSeq, SchedulerOutput
+from engine.outputs import ClassStats, EngineStats, SchedulerOutput, StepResult, TokenUpdate
 from engine.request import EngineRequest, RequestStatus
-from engine.request_queue import SchedulingMode, create_request_queue, resolve_class_rules
+from engine.request_queue import Rank, SchedulingMode, create_request_queue, resolve_class_rules
+from engine.step_plan import StepPlan
+from engine.stop_check import finish_status, stop_token_ids
 from engine.token_budget import StepTokenBudget, class_reserves
 
 DEFAULT_STARVATION_STEPS = 256  # ~ tens of seconds at CPU step times: far beyond any interactive SLO
 _FINISHED_KEPT = 1024  # finished requests remembered so finish_request stays idempotent
-
-
-@dataclass
-class _Step:
-    """What one schedule() call has decided so far."""
-
-    budget: StepTokenBudget
-    seqs: dict[str, ScheduledSeq] = field(default_factory=dict)  # in scheduling order
-    preempted: list[str] = field(default_factory=list)
-    blocked_classes: set[str] = field(default_factory=set)  # hit their own limit: admit no more of them
-    admission_closed: bool = False  # a request could not get a shared resource: admit nothing ranked below
-    token_limited: bool = False  # something was skipped for want of tokens
-    shield_priority: int | None = None  # classes below this priority get at most shield_tokens of prefill
-    shield_tokens: int = 0
-
-    def shield(self, priority: int, tokens: int) -> None:
-        if self.shield_priority is None:
-            self.shield_priority, self.shield_tokens = priority, tokens
-        else:
-            self.shield_priority = max(self.shield_priority, priority)
-            self.shield_tokens = min(self.shield_tokens, tokens)
-
-    def add(self, req: EngineRequest, n: int, block_ids: list[int]) -> None:
-        self.seqs[req.request_id] = ScheduledSeq(req, req.num_computed_tokens, n, block_ids)
-        self.budget.take(req.workload_class, n)
-
-    def drop(self, req: EngineRequest) -> None:
-        seq = self.seqs.pop(req.request_id, None)
-        if seq is not None:
-            self.budget.refund(req.workload_class, seq.num_new_tokens)
-
-    def output(self) -> SchedulerOutput:
-        # Multi-token (prefill) seqs first, single-token seqs last: the model runner batches
-        # the trailing single-token rows as decodes.
-        seqs = sorted(self.seqs.values(), key=lambda s: s.num_new_tokens == 1)
-        return SchedulerOutput(seqs, list(self.preempted), sum(s.num_new_tokens for s in seqs))
 
 
 class Scheduler:
@@ -107,9 +78,11 @@ class Scheduler:
         max_model_len: int,
         *,
         starvation_steps: int = DEFAULT_STARVATION_STEPS,  # <= 0 disables the guarantee
+        eos_token_ids: tuple[int, ...] = (),  # the model's end-of-sequence ids: stop unless ignore_eos
     ):
         self.config = config
         self.max_model_len = max_model_len
+        self.eos_token_ids = eos_token_ids
         self.mode = SchedulingMode(config.scheduling)
         self.rules = resolve_class_rules(config.policy, self.mode, config.max_num_seqs)
         shares = {
@@ -134,21 +107,26 @@ class Scheduler:
 
     # ---- requests -----------------------------------------------------------------------
     def add_request(self, req: EngineRequest) -> None:
-        """Queues `req` or raises AdmissionError. Writes the resolved class into req.workload_class."""
+        """Queues `req` or raises AdmissionError (req.workload_class must name a policy class)."""
         cp = self.admission.resolve(req)
         if req.request_id in self._requests:
             self.admission.reject_duplicate(cp.name, req.request_id)
         max_blocks = self.kv.budget.max_usable(cp.name)
         self.admission.check(req, cp, max_kv_blocks=max_blocks, waiting=self.waiting.count(cp.name))
-        req.workload_class = cp.name
         req.status = RequestStatus.WAITING
         self._finished.pop(req.request_id, None)
         self._requests[req.request_id] = req
         self._last_progress[req.request_id] = self.num_steps
         self.waiting.add(req)
 
-    def finish_request(self, request_id: str, status: RequestStatus) -> EngineRequest | None:
-        """Finishes or aborts a request in any state, freeing its blocks. Idempotent."""
+    def finish_request(
+        self, request_id: str, status: RequestStatus, *, now: float | None = None
+    ) -> EngineRequest | None:
+        """Finishes or aborts a request in any state, freeing its blocks.
+
+        The only place that sets a finished status and finish_time: the first call wins, later
+        calls change nothing and return the finished request (None if it was never known).
+        """
         if not status.finished:
             raise ValueError(f"{status} is not a finished status")
         req = self._requests.pop(request_id, None)
@@ -158,7 +136,7 @@ class Scheduler:
         self.kv.free(req)
         self.waiting.forget(req)
         self._last_progress.pop(request_id, None)
-        req.status, req.finish_time = status, time.time()
+        req.status, req.finish_time = status, time.time() if now is None else now
         self.admission.record_finish(req.workload_class, req.finish_time)
         self._finished[request_id] = req
         if len(self._finished) > _FINISHED_KEPT:
@@ -168,6 +146,14 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self._requests)
 
+    def live_request_ids(self) -> list[str]:
+        """Requests not finished yet: waiting, preempted or running."""
+        return list(self._requests)
+
+    def stop_token_ids(self, req: EngineRequest) -> tuple[int, ...]:
+        """Token ids that end `req` once min_tokens are out: EOS (unless ignore_eos) + stop_token_ids."""
+        return stop_token_ids(req.sampling, self.eos_token_ids)
+
     def get_request(self, request_id: str) -> EngineRequest | None:
         return self._requests.get(request_id) or self._finished.get(request_id)
 
@@ -176,7 +162,7 @@ class Scheduler:
         self.num_steps += 1
         self._promote_starved()
         total = self.config.max_num_batched_tokens
-        step = _Step(StepTokenBudget(total, self._reserves, self._token_demand()))
+        step = StepPlan(StepTokenBudget(total, self._reserves, self._token_demand()))
         self._shield_step(step)
         self._fill(step)
         if step.token_limited and step.budget.remaining > 0 and step.budget.has_reserves:
@@ -187,17 +173,40 @@ class Scheduler:
         self.num_batches += bool(step.seqs)
         return step.output()
 
-    def update_after_step(self, out: SchedulerOutput) -> None:
-        """The step ran: its tokens' KV is written. Registers newly full blocks in the prefix cache."""
+    def postprocess(self, out: SchedulerOutput, sampled: Mapping[str, int], now: float) -> StepResult:
+        """The step ran: its tokens' KV is written and `sampled` holds request id -> new token.
+
+        Advances num_computed_tokens, registers newly full blocks in the prefix cache, appends
+        each sampled token (a sampled token is not computed yet: the next step writes its KV)
+        and finishes the requests that are done. Requests finished or aborted since schedule()
+        are skipped, and so is a seq whose token is missing from `sampled`.
+        """
+        result = StepResult()
         for seq in out.seqs:
             req = seq.request
             if self.running.get(req.request_id) is not req:
-                continue  # finished or aborted since schedule()
+                continue
             req.num_computed_tokens += seq.num_new_tokens
             if self._caching(req):
                 self.kv.cache_full_blocks(req)
+            token = sampled.get(req.request_id)
+            if token is not None:
+                result.updates.append(self._take_token(req, token, now))
+        return result
 
-    def _fill(self, step: _Step) -> None:
+    def _take_token(self, req: EngineRequest, token: int, now: float) -> TokenUpdate:
+        req.output_token_ids.append(token)
+        req.token_times.append(now)
+        if req.first_token_time is None:
+            req.first_token_time = now
+        status = finish_status(req, token, self.stop_token_ids(req), self.max_model_len)
+        if status is RequestStatus.FINISHED_STOPPED:
+            req.stop_reason = token
+        if status is not None:
+            self.finish_request(req.request_id, status, now=now)
+        return TokenUpdate(req, token, status is not None)
+
+    def _fill(self, step: StepPlan) -> None:
         for req in self._running_ranked():
             if self._tokens_left(req) == 1 and self._schedulable(req, step):
                 self._schedule_running(req, step)
@@ -213,19 +222,19 @@ class Scheduler:
             if rules.prefill_isolation and req.request_id in step.seqs:
                 step.shield(rules.priority, 0)
 
-    def _shield_step(self, step: _Step) -> None:
+    def _shield_step(self, step: StepPlan) -> None:
         """Classes with running requests and a shield cap lower classes' prefill tokens this step."""
         for req in self.running.values():
             rules = self.rules[req.workload_class]
             if rules.shield_prefill_tokens >= 0:
                 step.shield(rules.priority, rules.shield_prefill_tokens)
 
-    def _prefill_cap(self, req: EngineRequest, step: _Step) -> int:
+    def _prefill_cap(self, req: EngineRequest, step: StepPlan) -> int:
         """Prefill tokens `req` may take under the shields of this step (promoted requests are exempt)."""
         shielded = step.shield_priority is not None and self.rules[req.workload_class].priority < step.shield_priority
         return step.shield_tokens if shielded and not self.waiting.is_promoted(req) else step.budget.total
 
-    def _take_allowance(self, req: EngineRequest, step: _Step, want: int, *, shielded: bool = True) -> int:
+    def _take_allowance(self, req: EngineRequest, step: StepPlan, want: int, *, shielded: bool = True) -> int:
         # An isolating class's prefill pauses lower classes' prefill this step, so their reserves
         # cannot be used and do not hold its tokens back.
         rules = self.rules[req.workload_class]
@@ -233,11 +242,11 @@ class Scheduler:
         allowed = step.budget.allowance(req.workload_class, ignore_reserves=ignore)
         return min(want, allowed, self._prefill_cap(req, step) if shielded else want)
 
-    def _charge_shield(self, req: EngineRequest, step: _Step, n: int) -> None:
+    def _charge_shield(self, req: EngineRequest, step: StepPlan, n: int) -> None:
         if self._prefill_cap(req, step) < step.budget.total:
             step.shield_tokens -= n
 
-    def _schedule_running(self, req: EngineRequest, step: _Step) -> None:
+    def _schedule_running(self, req: EngineRequest, step: StepPlan) -> None:
         want = self._tokens_left(req)
         n = self._take_allowance(req, step, want, shielded=want > 1)  # decodes are never shielded
         if n <= 0:
@@ -252,7 +261,7 @@ class Scheduler:
             self._charge_shield(req, step, n)
         step.add(req, n, block_ids)
 
-    def _schedule_waiting(self, req: EngineRequest, step: _Step) -> None:
+    def _schedule_waiting(self, req: EngineRequest, step: StepPlan) -> None:
         cls = req.workload_class
         if cls in step.blocked_classes:
             return
@@ -276,7 +285,7 @@ class Scheduler:
         self._charge_shield(req, step, n)
         step.add(req, n, block_ids)
 
-    def _make_room(self, req: EngineRequest, n: int, computed: list[KVBlock], step: _Step) -> bool:
+    def _make_room(self, req: EngineRequest, n: int, computed: list[KVBlock], step: StepPlan) -> bool:
         """Preempts lower requests until `req` has a slot and blocks; False (nothing preempted) if it cannot."""
         while True:
             need_slot = len(self.running) >= self.config.max_num_seqs
@@ -332,7 +341,7 @@ class Scheduler:
             return True
         return for_blocks and self.kv.budget.below_min(rq.name)  # taking back a guaranteed share
 
-    def _preempt(self, victim: EngineRequest, step: _Step) -> None:
+    def _preempt(self, victim: EngineRequest, step: StepPlan) -> None:
         self.kv.free(victim, keep_hashes=True)
         del self.running[victim.request_id]
         victim.status = RequestStatus.PREEMPTED
@@ -363,12 +372,12 @@ class Scheduler:
                 demand[r.workload_class] += r.num_tokens
         return demand
 
-    def _schedulable(self, req: EngineRequest, step: _Step) -> bool:
+    def _schedulable(self, req: EngineRequest, step: StepPlan) -> bool:
         # Requests preempted in this step wait for the next one; snapshots may hold finished ones.
         rid = req.request_id
         return rid in self._requests and rid not in step.seqs and rid not in step.preempted
 
-    def _rank(self, req: EngineRequest) -> tuple:
+    def _rank(self, req: EngineRequest) -> Rank:
         return self.waiting.rank(req)
 
     def _running_ranked(self) -> list[EngineRequest]:

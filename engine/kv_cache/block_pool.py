@@ -106,6 +106,7 @@ class BlockPool:
 
     def _evict_lru(self) -> KVBlock:
         _, block = self._evictable.popitem(last=False)
+        assert block.block_hash is not None  # only hashed blocks are evictable
         del self._by_hash[block.block_hash]
         block.block_hash = None
         return block

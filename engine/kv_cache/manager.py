@@ -105,7 +105,7 @@ class KVCacheManager:
     # ---- allocation ---------------------------------------------------------------------
     def check(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> AllocStatus:
         """Whether `allocate_slots` with the same arguments would succeed, and if not, why."""
-        cls = req.workload_class or ""
+        cls = req.workload_class
         need = self._need(req, num_new_tokens, computed)
         if not self.budget.within_max(cls, need.class_blocks):
             return AllocStatus.CLASS_MAX_SHARE
@@ -119,7 +119,7 @@ class KVCacheManager:
     def fits_class_cap(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> bool:
         """Whether the class's max share leaves room for `num_new_tokens` more tokens of `req`."""
         need = self._need(req, num_new_tokens, computed)
-        return self.budget.within_max(req.workload_class or "", need.class_blocks)
+        return self.budget.within_max(req.workload_class, need.class_blocks)
 
     def allocate_slots(
         self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()
@@ -132,7 +132,7 @@ class KVCacheManager:
         """
         if self.check(req, num_new_tokens, computed) is not AllocStatus.OK:
             return None
-        rid, cls = req.request_id, req.workload_class or ""
+        rid, cls = req.request_id, req.workload_class
         need = self._need(req, num_new_tokens, computed)
         table = self._tables.setdefault(rid, [])
         if computed:
@@ -149,7 +149,7 @@ class KVCacheManager:
         rid = req.request_id
         table = self._tables.pop(rid, None)
         if table:
-            self.budget.release(req.workload_class or "", [b.block_id for b in table])
+            self.budget.release(req.workload_class, [b.block_id for b in table])
             # Tail first: the deepest blocks of a prefix become the first to be evicted.
             self.pool.release(reversed(table))
         self._num_registered.pop(rid, None)
@@ -166,7 +166,7 @@ class KVCacheManager:
 
     def shortfall(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> int:
         """Blocks that must become available before this allocation passes the pool and reserve checks."""
-        cls = req.workload_class or ""
+        cls = req.workload_class
         need = self._need(req, num_new_tokens, computed).pool_blocks
         if not self.budget.share(cls).preemptible:
             need += self.budget.unmet_min_of_others(cls)
@@ -185,7 +185,7 @@ class KVCacheManager:
             raise ValueError("cached blocks can only start an empty block table")
         tokens = req.num_computed_tokens + len(computed) * self.block_size + num_new_tokens
         new = max(0, _cdiv(tokens, self.block_size) - len(table) - len(computed))
-        cls = req.workload_class or ""
+        cls = req.workload_class
         revived = sum(1 for b in computed if b.ref_cnt == 0)
         not_held = sum(1 for b in computed if not self.budget.holds(cls, b.block_id))
         return _Need(new, new + revived, new + not_held)
@@ -197,7 +197,7 @@ class KVCacheManager:
         return chain
 
     def _swap(self, req: EngineRequest, index: int, cached: KVBlock) -> None:
-        table, cls = self._tables[req.request_id], req.workload_class or ""
+        table, cls = self._tables[req.request_id], req.workload_class
         own = table[index]
         self.pool.touch([cached])
         self.budget.acquire(cls, [cached.block_id])

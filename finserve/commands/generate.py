@@ -31,6 +31,7 @@ def generate(
     from engine.factory import engine_config
     from engine.request import EngineRequest, RequestMetrics, SamplingParams
     from finserve.models import resolve_model
+    from policies import classify
 
     configure_logging()  # start-up logs go to stderr; stdout carries only the generated text
     overrides = dict(device=device, dtype=dtype, kv_cache_memory_bytes=256 << 20)
@@ -42,7 +43,8 @@ def generate(
     tok = engine.tokenizer
     ids = tok.encode_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
-    req = EngineRequest(f"cli-{uuid.uuid4().hex[:8]}", ids, params)
+    cls = classify(engine.config.policy, explicit=None, route=None, tenant_default=None, input_tokens=len(ids))
+    req = EngineRequest(f"cli-{uuid.uuid4().hex[:8]}", ids, params, cls.workload_class)
     engine.add_request(req)
     while engine.has_unfinished():
         for out in engine.step():

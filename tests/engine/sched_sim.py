@@ -1,8 +1,9 @@
 """Test helpers for the scheduler and KV cache: a policy built in code, and a fake engine loop.
 
-No torch and no model: `Sim.step` does what engine.LLMEngine.step does around the model
-(schedule -> update_after_step -> append a sampled token where the seq samples -> finish at
-max_tokens) and checks block accounting after every step.
+No torch and no model: `Sim.step` is engine.LLMEngine.step with a fake model: schedule, "sample"
+a token for every seq that samples (`Sim.next_token`, 1000 + its index unless a test scripts
+one), and hand them to the real `Scheduler.postprocess`, which appends, finishes and frees. Block
+accounting is checked after every step.
 """
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from collections import Counter
 from dataclasses import replace
 
 from engine.config import EngineConfig
-from engine.outputs import SchedulerOutput
-from engine.request import EngineRequest, RequestStatus, SamplingParams
+from engine.outputs import SchedulerOutput, StepResult
+from engine.request import EngineRequest, SamplingParams
 from engine.scheduler import Scheduler
 from policies.model import ClassificationRules, ClassPolicy, Policy, SLOTargets
 
@@ -46,13 +47,16 @@ def variant(base: ClassPolicy, **changes) -> ClassPolicy:
     return replace(base, **changes)
 
 
+EOS = 2  # the fake model's end-of-sequence id
+
+
 def make_scheduler(
     policy: Policy | None = None, *, num_blocks: int = 32, max_model_len: int = 512, starvation_steps: int = 0, **config
 ) -> Scheduler:
-    """A scheduler over a fake pool; block_size 4, 16-token steps, 8 slots unless overridden."""
+    """A scheduler over a fake pool; block_size 4, 16-token steps, 8 slots, EOS id 2 unless overridden."""
     settings = dict(block_size=4, max_num_batched_tokens=16, max_num_seqs=8) | config
     cfg = EngineConfig(model="unused", policy=policy or make_policy(), **settings)
-    return Scheduler(cfg, num_blocks, max_model_len, starvation_steps=starvation_steps)
+    return Scheduler(cfg, num_blocks, max_model_len, starvation_steps=starvation_steps, eos_token_ids=(EOS,))
 
 
 class Sim:
@@ -63,29 +67,30 @@ class Sim:
         self.check = check
         self.clock = itertools.count(1)
         self.steps: list[SchedulerOutput] = []
+        self.results: list[StepResult] = []
+        self.scripted: dict[str, list[int]] = {}  # request id -> tokens the fake model samples next
 
     def add(
-        self, rid: str, prompt: int | list[int], cls: str | None = None, *, max_tokens: int = 4, salt: str = ""
+        self, rid: str, prompt: int | list[int], cls: str, *, max_tokens: int = 4, salt: str = "", **sampling
     ) -> EngineRequest:
         tokens = list(range(1, prompt + 1)) if isinstance(prompt, int) else list(prompt)
         req = EngineRequest(
-            rid, tokens, SamplingParams(max_tokens=max_tokens), workload_class=cls, cache_salt=salt,
+            rid, tokens, SamplingParams(max_tokens=max_tokens, **sampling), workload_class=cls, cache_salt=salt,
             arrival_time=float(next(self.clock)),
         )  # fmt: skip
         self.sched.add_request(req)
         return req
 
+    def next_token(self, req: EngineRequest) -> int:
+        script = self.scripted.get(req.request_id)
+        return script.pop(0) if script else 1000 + len(req.output_token_ids)
+
     def step(self) -> SchedulerOutput:
         out = self.sched.schedule()
         assert out.num_batched_tokens <= self.sched.config.max_num_batched_tokens
         assert len(out.seqs) <= self.sched.config.max_num_seqs
-        self.sched.update_after_step(out)
-        for seq in out.seqs:
-            req = seq.request
-            if seq.samples:
-                req.output_token_ids.append(1000 + len(req.output_token_ids))
-                if len(req.output_token_ids) >= req.sampling.max_tokens:
-                    self.sched.finish_request(req.request_id, RequestStatus.FINISHED_LENGTH)
+        sampled = {s.request.request_id: self.next_token(s.request) for s in out.seqs if s.samples}
+        self.results.append(self.sched.postprocess(out, sampled, now=float(next(self.clock))))
         if self.check:
             check_block_accounting(self.sched)
         self.steps.append(out)

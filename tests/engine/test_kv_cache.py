@@ -8,14 +8,14 @@ import pytest
 
 from engine.kv_cache import AllocStatus, ClassKVBudget, ClassShare, KVCacheManager
 from engine.kv_cache.hashing import BlockHashChain, hash_block
-from engine.request import EngineRequest
+from engine.request import EngineRequest, SamplingParams
 
 BS = 4
 
 
 def req(rid: str, tokens: list[int] | int, cls: str = "c", salt: str = "") -> EngineRequest:
     ids = list(range(1, tokens + 1)) if isinstance(tokens, int) else tokens
-    return EngineRequest(rid, ids, workload_class=cls, cache_salt=salt)
+    return EngineRequest(rid, ids, SamplingParams(), workload_class=cls, cache_salt=salt)
 
 
 def prefill(kv: KVCacheManager, r: EngineRequest, *, cache: bool = True) -> list[int]:

@@ -16,7 +16,8 @@ def _engine(model_dir) -> LLMEngine:
 
 
 def _run(engine: LLMEngine, prompt: list[int], **params) -> tuple[EngineRequest, str]:
-    req = EngineRequest(f"r{len(engine.scheduler._requests)}-{id(params)}", prompt, SamplingParams(**params))
+    rid = f"r{len(engine.scheduler.live_request_ids())}-{id(params)}"
+    req = EngineRequest(rid, prompt, SamplingParams(**params), workload_class="document_qa")
     engine.add_request(req)
     text = ""
     while engine.has_unfinished():
@@ -74,17 +75,17 @@ def test_top_k_one_is_greedy_and_top_p_keeps_the_nucleus():
     torch.manual_seed(0)
     logits = torch.randn(4, 50)
     best = logits.argmax(-1).tolist()
-    assert sample(logits.clone(), [_row(temperature=1.0, top_k=1, seed=i) for i in range(4)]) == best
+    assert sample(logits.clone(), [_row(temperature=1.0, top_k=1, seed=i) for i in range(4)]).tokens == best
     # top_p tiny -> only the most likely token survives
-    assert sample(logits.clone(), [_row(temperature=1.0, top_p=1e-6, seed=i) for i in range(4)]) == best
+    assert sample(logits.clone(), [_row(temperature=1.0, top_p=1e-6, seed=i) for i in range(4)]).tokens == best
 
 
 def test_min_tokens_masks_stop_ids_and_repetition_penalty_discourages_repeats():
     logits = torch.zeros(1, 10)
     logits[0, 0] = 5.0  # the stop id would win
-    assert sample(logits.clone(), [SamplingRow(SamplingParams(min_tokens=2), 1, (0,))]) != [0]
-    assert sample(logits.clone(), [SamplingRow(SamplingParams(min_tokens=2), 2, (0,))]) == [0]
+    assert sample(logits.clone(), [SamplingRow(SamplingParams(min_tokens=2), 1, (0,))]).tokens != [0]
+    assert sample(logits.clone(), [SamplingRow(SamplingParams(min_tokens=2), 2, (0,))]).tokens == [0]
     logits = torch.zeros(1, 10)
     logits[0, 3], logits[0, 4] = 2.0, 1.5
     row = SamplingRow(SamplingParams(repetition_penalty=2.0), 0, (), history=[3])
-    assert sample(logits, [row]) == [4]
+    assert sample(logits, [row]).tokens == [4]

@@ -218,6 +218,7 @@ def test_without_the_guarantee_the_flood_starves_the_lowest_class():
         ("docs", 250, 30, "context_overflow"),  # max_model_len 256 below
         ("urgent", 60, 10, "exceeds_kv_budget"),  # 69 - 1 tokens = 17 blocks > urgent's 16
         ("no_such_class", 8, 4, "unknown_workload_class"),
+        ("", 8, 4, "unknown_workload_class"),  # the engine never picks a class: the caller classifies
     ],
 )
 def test_requests_that_can_never_fit_are_refused_at_once(cls, prompt, max_tokens, reason):
@@ -238,8 +239,6 @@ def test_full_class_queue_is_refused_with_a_retry_hint_and_other_classes_still_q
         sim.add("u4", 4, "urgent")
     assert exc.value.reason == "queue_full" and exc.value.retryable and exc.value.retry_after_s >= 1.0
     sim.add("d", 4, "docs")
-    sim.add("x", 4, None)  # no class -> the policy's default
-    assert sim.sched.get_request("x").workload_class == "docs"
     with pytest.raises(AdmissionError) as dup:
         sim.add("d", 4, "docs")
     assert dup.value.reason == "duplicate_request_id"
@@ -308,7 +307,8 @@ def test_abort_between_schedule_and_update_is_safe():
     sim.add("a", 8, "docs")
     out = sim.sched.schedule()
     sim.sched.finish_request("a", RequestStatus.FINISHED_ABORTED)
-    sim.sched.update_after_step(out)
+    result = sim.sched.postprocess(out, {"a": 1000}, now=1.0)
+    assert result.updates == [] and sim.sched.get_request("a").output_token_ids == []
     assert sim.sched.stats().used_blocks == 0
 
 
@@ -337,12 +337,9 @@ def test_random_mix_of_finish_abort_and_preemption_never_leaks_blocks():
 
 
 def _step(sched) -> dict[str, int]:
-    """One engine step: schedule, compute, append a token to every seq that samples."""
+    """One engine step: schedule, compute, sample token 7 for every seq that samples."""
     out = sched.schedule()
-    sched.update_after_step(out)
-    for s in out.seqs:
-        if s.samples:
-            s.request.output_token_ids.append(7)
+    sched.postprocess(out, {s.request.request_id: 7 for s in out.seqs if s.samples}, now=1.0)
     return {s.request.request_id: s.num_new_tokens for s in out.seqs}
 
 

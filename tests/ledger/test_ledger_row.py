@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 from core.db.models import RequestLedger
-from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
+from engine.request import EngineRequest, RequestMetrics, RequestStatus, SamplingParams, StepEvent
 from gateway.ledger import LedgerRow, row_from_engine_request, row_from_request
 from policies import SLOTargets
 
@@ -74,7 +74,7 @@ def test_client_abort_counts_only_if_a_target_was_already_broken():
 
 def test_row_from_engine_request_carries_metrics_and_timeline():
     t = 1_700_000_000.0
-    req = EngineRequest("req-9", list(range(40)), workload_class="document_qa", arrival_time=t)
+    req = EngineRequest("req-9", list(range(40)), SamplingParams(), workload_class="document_qa", arrival_time=t)
     req.status = RequestStatus.FINISHED_LENGTH
     req.num_cached_tokens = 32
     req.first_scheduled_time = t + 0.010
