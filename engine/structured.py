@@ -68,7 +68,7 @@ def validate_json_schema(schema_json: str) -> tuple[dict[str, Any], str]:
         where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
         raise ValueError(f"invalid JSON schema at {where}: {exc.message}") from None
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_OPTIONS)
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_OPTIONS)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ValueError(f"unsupported JSON schema: {exc}") from None
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)

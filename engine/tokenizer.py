@@ -27,7 +27,8 @@ def _raise_exception(message: str) -> None:
     raise ChatTemplateError(message)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys=False) -> str:
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
     # jinja2's own tojson escapes HTML characters; transformers' does not, and templates rely on that.
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -35,8 +36,9 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, s
 def _token_text(value: Any) -> str | None:
     # tokenizer_config.json spells special tokens either as "<s>" or as {"content": "<s>", ...}.
     if isinstance(value, dict):
-        return value.get("content")
-    return value
+        content = value.get("content")
+        return content if isinstance(content, str) else None
+    return value if isinstance(value, str) else None
 
 
 def _load_chat_template(folder: Path, config: dict[str, Any]) -> str | None:
@@ -166,12 +168,12 @@ class Tokenizer:
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         return env.from_string(self.chat_template)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kwargs: Any) -> str:
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any) -> str:
         """Render messages ([{"role", "content"}, ...]) into the prompt text the model expects."""
         return self._compiled_template.render(
             messages=messages, add_generation_prompt=add_generation_prompt, **self.special_tokens, **kwargs
         )
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
+    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
         # The template writes its own special tokens; adding BOS again would duplicate it.
         return self.encode(self.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
