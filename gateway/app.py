@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import structlog
 from fastapi import APIRouter, FastAPI
@@ -24,6 +25,7 @@ from core.web.errors import install_error_handlers
 from core.web.middleware import RequestContextMiddleware
 from core.web.state import STATE_ATTR
 from engine.client import EngineClient
+from gateway.docs_ui import mount_docs
 from gateway.ledger import LedgerWriter
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
@@ -62,13 +64,20 @@ async def _load_engine(state: GatewayState) -> None:
     log.info("engine_ready", model=str(state.settings.model_path))
 
 
+def served_model_name(settings: Settings, engine_client: EngineClient | None) -> str:
+    """The `model` id clients use and every metric is labelled with: the configured name, else the folder's."""
+    if settings.served_model_name:
+        return settings.served_model_name
+    return Path(engine_client.engine.config.model).name if engine_client is not None else settings.model_path.name
+
+
 def _make_state(settings: Settings, engine_client: EngineClient | None) -> GatewayState:
     policy = engine_client.policy if engine_client is not None else load_policy(settings.policy)
     db = make_engine(settings.resolved_database_url)
     sessions = make_session_factory(db)
     ledger = LedgerWriter(db, spool_path=settings.home / LEDGER_SPOOL_NAME).start()
     return GatewayState(
-        settings=settings, policy=policy, metrics=GatewayMetrics(),
+        settings=settings, policy=policy, metrics=GatewayMetrics(served_model_name(settings, engine_client)),
         limiter=RateLimiter(burst_s=settings.rate_limit_burst_s), db=db, sessions=sessions, ledger=ledger,
         auth=Authenticator(sessions, ttl_s=settings.auth_cache_ttl_s), engine_client=engine_client,
     )
@@ -101,7 +110,10 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
                     "Errors: one JSON shape, codes in docs/ERRORS.md.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served by mount_docs from local assets, not a CDN
+        redoc_url=None,
     )
+    mount_docs(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.include_router(health.router)

@@ -312,7 +312,7 @@ class InferenceService:
                                         first_token=req.first_token_time, finished=time.time()))
         outcome = {"finished": "finished", "failed": "error", "aborted": "aborted"}[row.status]
         self.state.ledger.submit(row)
-        self.state.metrics.observe_request(adm.cls.name, outcome, metrics)
+        self.state.metrics.observe_request(adm.cls.name, outcome, metrics, slo_met=row.slo_met)
         ctx.outcome = outcome
         ctx.fields.update(
             finish_reason=row.finish_reason, input_tokens=metrics.input_tokens, cached_tokens=metrics.cached_tokens,

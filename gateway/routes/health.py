@@ -13,9 +13,16 @@ from gateway.state import GatewayState
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-async def healthz() -> dict[str, str]:
-    """The process is up (says nothing about the engine or the database)."""
+@router.get("/healthz", responses={503: ERROR_RESPONSES[503]})
+async def healthz(state: StateDep) -> dict[str, str]:
+    """Liveness: the process is up and its engine loop is alive (or still loading, or restarting after a
+    crash). 503 only when the loop is dead for good, so an orchestrator restarts the process; says
+    nothing about the database (see /readyz)."""
+    client = state.engine_client
+    if client is not None and not client.health().alive:
+        health = client.health()
+        raise APIError("engine_not_ready", f"the engine loop is dead after {health.restarts} restarts: "
+                       f"{health.last_error or 'stopped'}; restart the process")
     return {"status": "ok"}
 
 
@@ -32,10 +39,16 @@ def _database_ok(state: GatewayState) -> bool:
 async def readyz(state: StateDep) -> dict[str, object]:
     """Ready to serve: the engine is loaded and running, and the database answers."""
     client = state.engine_client
-    engine_ok = client is not None and client.running
+    health = client.health() if client is not None else None
+    engine_ok = health is not None and health.ready
     db_ok = await run_in_threadpool(_database_ok, state)
     if not engine_ok:
-        reason = state.engine_error or ("the engine loop stopped" if client is not None else "the engine is loading")
+        if health is None:
+            reason = state.engine_error or "the engine is loading"
+        elif health.alive:
+            reason = f"the engine loop is restarting after a crash ({health.last_error})"
+        else:
+            reason = f"the engine loop is dead after {health.restarts} restarts ({health.last_error or 'stopped'})"
         raise APIError("engine_not_ready", f"engine not ready: {reason}", retry_after_s=5.0)
     if not db_ok:
         raise APIError("database_unavailable", "database is not reachable", retry_after_s=5.0)

@@ -10,6 +10,7 @@ import pytest
 
 from core.settings import Settings
 from core.web.errors import ERROR_CODES
+from policies import load_policy
 from tests.gateway.conftest import Keys, auth
 
 ERRORS_DOC = Path(__file__).resolve().parents[2] / "docs" / "ERRORS.md"
@@ -142,3 +143,45 @@ async def test_a_policy_the_model_cannot_serve_fails_the_start(tmp_path: Path, d
             assert_error(r, 503, "engine_not_ready")
             message = r.json()["error"]["message"]
             assert "PolicyError" in message and "document_qa" in message and "max_input_tokens" in message
+
+
+async def test_a_dead_engine_loop_fails_liveness_and_readiness(settings: Settings, tiny_model_dir: Path,
+                                                               keys: Keys, monkeypatch) -> None:
+    """An engine loop that crashed past its restart budget makes /healthz 503 (an orchestrator restarts
+    the process) and /readyz say why; a loop that is alive keeps /healthz 200."""
+    from finserve.app import create_app
+    from tests.gateway.conftest import make_client
+
+    client = make_client(tiny_model_dir, load_policy())
+    client.max_restarts = 0
+
+    def crash() -> list:
+        raise RuntimeError("loop bug")
+
+    monkeypatch.setattr(client.engine, "step", crash)
+    app = create_app(settings, engine_client=client)
+    try:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+                assert (await c.get("/healthz")).status_code == 200
+                r = await c.post("/v1/completions", headers=auth(keys.acme), json={"prompt": "x", "max_tokens": 2})
+                assert_error(r, 500, "engine_error")  # the request in flight fails, never hangs
+                for _ in range(100):
+                    if not client.health().alive:
+                        break
+                    await asyncio.sleep(0.02)
+                r = await c.get("/healthz")
+                assert_error(r, 503, "engine_not_ready")
+                assert "dead" in r.json()["error"]["message"] and "loop bug" in r.json()["error"]["message"]
+                assert_error(await c.get("/readyz"), 503, "engine_not_ready")
+    finally:
+        client.shutdown()
+
+
+async def test_api_docs_load_without_a_cdn(client: httpx.AsyncClient) -> None:
+    page = (await client.get("/docs")).text
+    assert "swagger-ui-bundle.js" in page and "cdn" not in page.lower() and "https://" not in page
+    for asset in re.findall(r'(?:src|href)="(/docs/assets/[^"]+)"', page):
+        r = await client.get(asset)
+        assert r.status_code == 200 and len(r.content) > 500, asset
+    assert (await client.get("/openapi.json")).status_code == 200

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import httpx
 
@@ -17,26 +18,29 @@ from tests.gateway.conftest import Keys, LiveServer, auth
 SENTENCE = "Banks must hold common equity tier 1 capital of at least 4.5 percent of risk-weighted assets. "
 
 
-async def _probe_healthz(url: str, stop: asyncio.Event) -> list[float]:
-    """Latencies (ms) of back-to-back /healthz calls until `stop` is set."""
-    latencies: list[float] = []
+async def _probe_healthz(url: str, latencies: list[float], stop: asyncio.Event) -> None:
+    """Appends the latency (ms) of back-to-back /healthz calls to `latencies` until `stop` is set."""
     async with httpx.AsyncClient(base_url=url, timeout=10) as c:
         while not stop.is_set():
             t0 = time.perf_counter()
             assert (await c.get("/healthz")).status_code == 200
             latencies.append((time.perf_counter() - t0) * 1000)
             await asyncio.sleep(0.002)
-    return latencies
 
 
-async def _with_probe(url: str, request: "asyncio.Future[httpx.Response] | asyncio.Task[httpx.Response]",
-                      ) -> tuple[httpx.Response, list[float]]:
+async def _with_probe(url: str, send: Callable[[], Awaitable[httpx.Response]]) -> tuple[httpx.Response, list[float]]:
+    """Runs `request` while /healthz is probed; the latencies of the probes after the first (which connects)."""
+    latencies: list[float] = []
     stop = asyncio.Event()
-    probe = asyncio.create_task(_probe_healthz(url, stop))
-    await asyncio.sleep(0.1)  # the probe is connected and running before the request arrives
-    resp = await request
+    probe = asyncio.create_task(_probe_healthz(url, latencies, stop))
+    while len(latencies) < 1:  # connected and answering before the request is sent
+        await asyncio.sleep(0.01)
+    resp = await send()
+    while len(latencies) < 4:  # a few samples even when the request was quick
+        await asyncio.sleep(0.01)
     stop.set()
-    return resp, (await probe)[1:]  # the first call includes connecting
+    await probe
+    return resp, latencies[1:]
 
 
 async def test_a_long_document_is_tokenized_off_the_event_loop(live_server: LiveServer, keys: Keys,
@@ -54,9 +58,8 @@ async def test_a_long_document_is_tokenized_off_the_event_loop(live_server: Live
     async with httpx.AsyncClient(base_url=live_server.url, timeout=60) as c:
         for n in range(3):
             text = f"Document {n}. " + SENTENCE * 260  # ~6,000 tokens (the document_qa limit is 6,144)
-            request = asyncio.create_task(c.post("/v1/documents", headers=auth(keys.acme),
-                                                 json={"title": "Basel", "text": text}))
-            resp, latencies = await _with_probe(live_server.url, request)
+            resp, latencies = await _with_probe(live_server.url, lambda: c.post(
+                "/v1/documents", headers=auth(keys.acme), json={"title": "Basel", "text": text}))
             assert resp.status_code == 201, resp.text
             assert resp.json()["num_tokens"] > 5000
             worst.append(max(latencies))
@@ -83,9 +86,8 @@ async def test_a_huge_prompt_is_refused_before_tokenizing(live_server: LiveServe
     monkeypatch.setattr(Tokenizer, "encode", counting_encode)
     prompt = "x" * (6 << 20)  # 6 MB, under the 8 MB body limit
     async with httpx.AsyncClient(base_url=live_server.url, timeout=60) as c:
-        request = asyncio.create_task(c.post("/v1/completions", headers=auth(keys.acme),
-                                             json={"prompt": prompt, "max_tokens": 4}))
-        resp, latencies = await _with_probe(live_server.url, request)
+        resp, latencies = await _with_probe(live_server.url, lambda: c.post(
+            "/v1/completions", headers=auth(keys.acme), json={"prompt": prompt, "max_tokens": 4}))
     assert resp.status_code == 413, resp.text
     assert resp.json()["error"]["code"] == "prompt_too_long"
     assert "before tokenizing" in resp.json()["error"]["message"]

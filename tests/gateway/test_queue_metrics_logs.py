@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from core.settings import Settings
@@ -54,14 +55,34 @@ async def test_metrics_count_requests_tokens_and_latencies(client: httpx.AsyncCl
     assert r.status_code == 200
     await client.post("/v1/completions", headers=auth(keys.risk_only), json={"prompt": "x"})  # 403
     text = (await client.get("/metrics")).text
-    assert 'finserve_requests_total{outcome="finished",workload_class="realtime_risk"} 1.0' in text
-    assert 'finserve_rejections_total{reason="class_forbidden",workload_class="document_qa"} 1.0' in text
-    assert 'finserve_tokens_total{kind="output",workload_class="realtime_risk"} 3.0' in text
+    model = (await client.get("/v1/models", headers=auth(keys.acme))).json()["data"][0]["id"]
+    risk = {"model_name": model, "workload_class": "realtime_risk"}
+    assert sample(text, "finserve_requests_total", outcome="finished", **risk) == 1
+    assert sample(text, "finserve_rejections_total", reason="class_forbidden", model_name=model,
+                  workload_class="document_qa") == 1
+    assert sample(text, "finserve_tokens_total", kind="output", **risk) == 3
+    assert sample(text, "finserve_slo_requests_total", slo_met="true", **risk) + \
+        (sample(text, "finserve_slo_requests_total", slo_met="false", **risk) or 0) == 1
     for hist in ("ttft", "tpot", "e2e", "queue"):
-        assert f'finserve_{hist}_seconds_count{{workload_class="realtime_risk"}} 1.0' in text
-    assert 'finserve_itl_seconds_count{workload_class="realtime_risk"} 2.0' in text
-    assert 'finserve_running_requests{workload_class="realtime_risk"}' in text
-    assert 'finserve_kv_pool_blocks{state="total"}' in text
+        assert sample(text, f"finserve_{hist}_seconds_count", **risk) == 1
+    assert sample(text, "finserve_itl_seconds_count", **risk) == 2
+    assert sample(text, "finserve_running_requests", **risk) is not None
+    assert sample(text, "finserve_kv_pool_blocks", state="total", model_name=model) > 0
+    # The model-server protocol's gauges, under vLLM's names, with the KV use as a 0-1 fraction.
+    assert 0 <= sample(text, "vllm:kv_cache_usage_perc", model_name=model) <= 1
+    assert sample(text, "vllm:num_requests_running", model_name=model) is not None
+    assert sample(text, "vllm:num_requests_waiting", model_name=model) is not None
+    assert sample(text, "vllm:prefix_cache_queries_total", model_name=model) >= 0
+    assert "_created" not in text  # no doubled series
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample `name{labels}` in a Prometheus exposition, None if absent."""
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return s.value
+    return None
 
 
 async def test_one_canonical_log_line_per_request_without_prompt_text(client: httpx.AsyncClient,
