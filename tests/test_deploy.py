@@ -33,3 +33,23 @@ def test_burn_rate_alerts_fire_as_designed(promtool: str) -> None:
     document_qa at a 0.2x burn alerts on nothing (deploy/prometheus/rules_test.yml)."""
     result = subprocess.run([promtool, "test", "rules", "rules_test.yml"], cwd=DEPLOY, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dashboard_queries_name_series_that_exist() -> None:
+    """Every series the Grafana dashboard queries is exported by the gateway or recorded by the rules."""
+    import json
+    import re
+
+    from prometheus_client import generate_latest
+
+    from gateway.metrics import GatewayMetrics
+
+    dashboard = json.loads((DEPLOY.parent / "grafana" / "finserve-slo.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    names = {n for e in exprs for n in re.findall(r"\b(?:finserve|vllm)[a-z_:0-9]*", e)}
+    metrics = GatewayMetrics("m")
+    metrics.requests.labels("m", "c", "finished").inc()  # families appear in the exposition once used
+    exported = {m.name for m in metrics.registry.collect()} | set(generate_latest(metrics.registry).decode().split())
+    recorded = set(re.findall(r"record: (\S+)", (DEPLOY / "rules.yml").read_text()))
+    missing = sorted(n for n in names if n not in recorded and not any(n.startswith(e) for e in exported))
+    assert not missing, missing
