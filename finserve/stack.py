@@ -74,7 +74,8 @@ class GatewayThread:
     def __init__(self, settings: Settings, engine_client: EngineClient | None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(uvicorn.Config(create_app(settings, engine_client=engine_client),
+        self.app = create_app(settings, engine_client=engine_client)
+        self._server = uvicorn.Server(uvicorn.Config(self.app,
                                                      host="127.0.0.1", port=self.port, log_config=None,
                                                      access_log=False, lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, name="gateway", daemon=True)

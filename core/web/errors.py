@@ -1,6 +1,6 @@
 """One error shape for every 4xx/5xx: `{"error": {"code", "message", "request_id"}}`.
 
-Routes raise `APIError(status, code, message)`; FastAPI's own failures (validation, unknown
+Routes raise `APIError(code, message)` (the status comes from ERROR_CODES); FastAPI's own failures (validation, unknown
 route, wrong method) and unexpected exceptions are converted to the same shape here.
 Every code is listed in docs/ERRORS.md; the table below is the single source for their
 HTTP status, and a test checks that the document and the table agree.

@@ -3,8 +3,6 @@ and the app served either in-process (httpx ASGI transport) or by a real uvicorn
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
 import tomllib
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -16,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 import torch
-import uvicorn
 
 from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
@@ -26,6 +23,7 @@ from engine.client import EngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from finserve.app import create_app
+from finserve.stack import GatewayThread
 from policies import Policy, load_policy, policy_from_dict
 
 KV_BYTES = 4 << 20  # 512 blocks of 16 tokens for the tiny model (512 B of KV per token)
@@ -106,12 +104,6 @@ def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class LiveServer:
     url: str
@@ -125,20 +117,9 @@ class LiveServer:
 @pytest.fixture
 def live_server(settings: Settings, engine_client: EngineClient) -> Iterator[LiveServer]:
     """The app behind a real uvicorn server on 127.0.0.1 (streams and disconnects are real)."""
-    application = create_app(settings, engine_client=engine_client)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, log_config=None,
-                                           access_log=False, lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    yield LiveServer(f"http://127.0.0.1:{port}", application)
-    server.should_exit = True
-    thread.join(10)
+    gateway = GatewayThread(settings, engine_client).start()
+    yield LiveServer(gateway.url, gateway.app)
+    gateway.stop()
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
