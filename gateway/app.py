@@ -17,12 +17,13 @@ from pathlib import Path
 
 import structlog
 from fastapi import APIRouter, FastAPI
+from starlette.types import Scope
 
 from core.db.base import make_engine, make_session_factory
 from core.settings import Settings
 from core.web.auth import Authenticator
 from core.web.errors import install_error_handlers
-from core.web.middleware import RequestContextMiddleware
+from core.web.middleware import BodyLimit, RequestContextMiddleware
 from core.web.state import STATE_ATTR
 from engine.client import EngineClient
 from gateway.docs_ui import mount_docs
@@ -30,7 +31,7 @@ from gateway.ledger import LedgerWriter
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.routes import documents, health, openai, reports, requests, risk
-from gateway.service import max_token_bytes
+from gateway.service import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
 from gateway.state import GatewayState
 from policies import check_against_model, load_policy
 
@@ -62,6 +63,25 @@ async def _load_engine(state: GatewayState) -> None:
         return
     state.engine_client, state.owns_engine = client, True
     log.info("engine_ready", model=str(state.settings.model_path))
+
+
+# POST routes whose body is (mostly) a prompt: bounded by what the largest class can take.
+_PROMPT_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/risk/assess", "/v1/documents")
+
+
+def prompt_body_limit(scope: Scope) -> BodyLimit | None:
+    """A prompt route's body limit: the largest admissible prompt (max_input_tokens x the longest
+    token's bytes), JSON-escaped, plus room for the other fields. None until the engine is loaded."""
+    if scope.get("method") != "POST" or not str(scope.get("path", "")).startswith(_PROMPT_ROUTES):
+        return None
+    state = getattr(scope["app"].state, STATE_ATTR, None)
+    client = getattr(state, "engine_client", None)
+    if state is None or client is None:
+        return None
+    max_tokens = max(c.max_input_tokens for c in state.policy.classes.values())
+    limit = max_tokens * max_token_bytes(client.tokenizer) * JSON_ESCAPE_FACTOR + BODY_OVERHEAD_BYTES
+    return BodyLimit(limit, "prompt_too_long", f"request body over {limit} bytes: its prompt cannot fit in "
+                     f"{max_tokens} tokens (refused before reading or tokenizing it)")
 
 
 def served_model_name(settings: Settings, engine_client: EngineClient | None) -> str:
@@ -114,7 +134,8 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
         redoc_url=None,
     )
     mount_docs(app)
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes,
+                       route_limit=prompt_body_limit)
     install_error_handlers(app)
     app.include_router(health.router)
     for router in (openai.router, risk.router, documents.router, requests.router, reports.router, *routers):

@@ -88,13 +88,21 @@ class InferenceInput:
 
 @lru_cache(maxsize=8)
 def max_token_bytes(tokenizer: Tokenizer) -> int:
-    """An upper bound on the UTF-8 bytes one token stands for (the longest vocabulary entry, as text).
+    """The most UTF-8 bytes one token decodes to: a prompt of B bytes has at least B / this many tokens.
 
-    Byte-level BPE writes each byte as one character of 1-2 UTF-8 bytes, SentencePiece's markers are
-    longer than what they stand for: either way a prompt of B bytes has at least B / this many tokens.
+    Every token is decoded on its own (~0.1 s for 49k tokens; done once, at start-up, off the event
+    loop). A token holding part of a multi-byte character decodes to U+FFFD (3 bytes), an over-estimate,
+    so the bound stays safe.
     """
-    vocab = tokenizer.backend.get_vocab(with_added_tokens=True)
-    return max(len(piece.encode("utf-8", "surrogatepass")) for piece in vocab)
+    ids = [[i] for i in range(tokenizer.vocab_size)]
+    texts = tokenizer.backend.decode_batch(ids, skip_special_tokens=False)
+    return max(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+
+
+# A JSON string escape writes at most 6 bytes for one byte of text (\u00XX), and the rest of a request
+# body (sampling fields, messages' roles) is small: bodies past this cannot hold an admissible prompt.
+JSON_ESCAPE_FACTOR = 6
+BODY_OVERHEAD_BYTES = 64 << 10
 
 
 @dataclass

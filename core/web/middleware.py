@@ -9,6 +9,8 @@ For every HTTP request it:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -29,10 +31,38 @@ class _BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"request body is larger than {limit} bytes")
 
 
+@dataclass(frozen=True)
+class BodyLimit:
+    """The most body bytes a request may send, and the error a larger one gets (before it is read)."""
+
+    max_bytes: int
+    code: str = "request_too_large"
+    message: str = ""
+
+    def error(self) -> APIError:
+        return APIError(self.code, self.message or f"request body is larger than {self.max_bytes} bytes")
+
+
+RouteBodyLimit = Callable[[Scope], "BodyLimit | None"]
+
+
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    """Request id, arrival time, body size limits and the canonical log line of every HTTP request.
+
+    `route_limit(scope)` may set a tighter limit for a route than `max_body_bytes` (e.g. inference
+    routes, whose prompts cannot exceed what the model's classes accept): such bodies are refused from
+    their Content-Length, or as they stream in, never parsed.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, route_limit: RouteBodyLimit | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.route_limit = route_limit
+
+    def _limit(self, scope: Scope) -> BodyLimit:
+        default = BodyLimit(self.max_body_bytes)
+        route = self.route_limit(scope) if self.route_limit is not None else None
+        return route if route is not None and route.max_bytes < default.max_bytes else default
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -54,14 +84,15 @@ class RequestContextMiddleware:
                 message = {**message, "headers": headers}
             await send(message)
 
+        limit = self._limit(scope)
         try:
-            if self._declared_too_large(scope):
-                await self._reject_too_large(ctx, send_with_headers)
+            if self._declared_too_large(scope, limit):
+                await self._reject_too_large(ctx, send_with_headers, limit)
                 return
-            await self.app(scope, self._limited(receive), send_with_headers)
+            await self.app(scope, self._limited(receive, limit), send_with_headers)
         except _BodyTooLarge:
             if not status["started"]:
-                await self._reject_too_large(ctx, send_with_headers)
+                await self._reject_too_large(ctx, send_with_headers, limit)
         except BaseException:
             ctx.outcome = ctx.outcome or "error"
             status["code"] = status["code"] or 500
@@ -73,16 +104,16 @@ class RequestContextMiddleware:
             log.info("request", **fields)
             structlog.contextvars.clear_contextvars()
 
-    def _declared_too_large(self, scope: Scope) -> bool:
+    def _declared_too_large(self, scope: Scope, limit: BodyLimit) -> bool:
         for key, value in scope.get("headers", []):
             if key == b"content-length":
                 try:
-                    return int(value) > self.max_body_bytes
+                    return int(value) > limit.max_bytes
                 except ValueError:
                     return False
         return False
 
-    def _limited(self, receive: Receive) -> Receive:
+    def _limited(self, receive: Receive, limit: BodyLimit) -> Receive:
         """Counts body bytes as they arrive (chunked uploads have no Content-Length)."""
         seen = 0
 
@@ -91,14 +122,14 @@ class RequestContextMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_body_bytes:
-                    raise _BodyTooLarge(self.max_body_bytes)
+                if seen > limit.max_bytes:
+                    raise _BodyTooLarge(limit.max_bytes)
             return message
 
         return wrapped
 
-    async def _reject_too_large(self, ctx: RequestContext, send: Send) -> None:
-        err = APIError("request_too_large", f"request body is larger than {self.max_body_bytes} bytes")
+    async def _reject_too_large(self, ctx: RequestContext, send: Send, limit: BodyLimit) -> None:
+        err = limit.error()
         ctx.error_code = err.code
         body = json.dumps(err.body(ctx.request_id)).encode()
         await send({"type": "http.response.start", "status": err.status,

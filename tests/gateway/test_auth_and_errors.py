@@ -97,8 +97,11 @@ async def test_unknown_route_method_and_oversized_body(client: httpx.AsyncClient
     assert_error(await client.get("/v1/nothing", headers=auth(keys.acme)), 404, "not_found")
     assert_error(await client.get("/v1/completions", headers=auth(keys.acme)), 405, "method_not_allowed")
     big = b'{"prompt": "' + b"a" * settings.max_body_bytes + b'"}'
-    assert_error(await client.post("/v1/completions", headers={**auth(keys.acme), "content-type": "application/json"},
-                                   content=big), 413, "request_too_large")
+    headers = {**auth(keys.acme), "content-type": "application/json"}
+    # Past the global limit on any route; prompt routes refuse at their tighter, model-derived limit.
+    assert_error(await client.post("/v1/extraction-jobs", headers=headers, content=big), 413, "request_too_large")
+    r = assert_error(await client.post("/v1/completions", headers=headers, content=big), 413, "prompt_too_long")
+    assert "refused before reading" in r["message"]
 
 
 @pytest.fixture
