@@ -121,7 +121,7 @@ def test_jobs_run_in_the_class_the_policy_routes_extraction_to(tmp_path, db_url,
     app = create_app(Settings(home=tmp_path, database_url=db_url, model=tmp_path / "no-model", policy=policy))
     with TestClient(app) as c:
         ok = c.post("/v1/extraction-jobs", json=body(max_tokens=64), headers=auth(tenant_keys["acme_risk"]))
-        assert ok.status_code == 202, ok.text
+        assert ok.status_code == 202 and ok.json()["workload_class"] == "realtime_risk", ok.text
         too_long = c.post("/v1/extraction-jobs", json=body(max_tokens=65), headers=auth(tenant_keys["acme_risk"]))
         assert too_long.status_code == 400 and "64" in too_long.json()["error"]["message"]
 
@@ -141,6 +141,7 @@ def test_max_tokens_over_the_class_limit_is_refused_up_front(client, tenant_keys
     assert queued(redis_server) == 0
     ok = client.post("/v1/extraction-jobs", json=body(max_tokens=512), headers=auth(tenant_keys["acme"]))
     assert ok.status_code == 202 and ok.json()["max_tokens"] == 512
+    assert ok.json()["workload_class"] == "bulk_extraction"
 
 
 def test_cancelling_a_completed_job_returns_it_unchanged(client, tenant_keys, sessions):
