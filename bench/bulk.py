@@ -107,6 +107,8 @@ class _Bench:
         with self.sessions() as s:
             self.bulk_key = create_key(s, "bench", rate_limit_rps=UNLIMITED_RPS)
             self.risk_key = create_key(s, "bench-risk", rate_limit_rps=UNLIMITED_RPS)
+            # Workers run the job's items as its owner (bulk_key): they need a worker key of their own.
+            self.worker_key = create_key(s, "bench-workers", worker=True, rate_limit_rps=UNLIMITED_RPS)
         kw = {"num_threads": threads} if threads else {}
         self.config = engine_config(model, **kw)
         self.engine = EngineClient(LLMEngine(self.config)).start()
@@ -122,7 +124,7 @@ class _Bench:
             raise
         self.url = self.gateway.url
         stack = Settings(home=home, database_url=self.db_url, broker_url=self.redis.url, gateway_url=self.url,
-                         api_key=self.bulk_key, log_json=True)
+                         api_key=self.worker_key, log_json=True)
         per_worker = max(1, in_flight // workers)
         self.workers = [start_worker(stack, concurrency=per_worker, name=f"bench{i}@%h",
                                      log=(home / f"worker{i}.log").open("wb")) for i in range(workers)]

@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.db.base import utcnow
+from core.db.jobs_models import ITEM_RUNNING, ExtractionItem, ExtractionJob
 from core.db.models import ApiKey, Tenant
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ KEY_PREFIX = "fsk_"  # recognisable in logs and secret scanners
 DISPLAY_PREFIX_LEN = len(KEY_PREFIX) + 8  # "fsk_" + 8 random chars shown in listings
 DEFAULT_RATE_LIMIT_RPS = 50.0
 DEV_TENANT = "dev"
+# Sent by a worker (worker or admin key) running a job item: the request acts as the item's owner.
+JOB_ITEM_HEADER = "X-Finserve-Job-Item"
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,12 @@ class KeyInfo:
     is_admin: bool
     rate_limit_rps: float
     default_class: str | None
+    is_worker: bool = False  # may act as the owner of a running job item (X-Finserve-Job-Item)
+
+    @property
+    def may_act_for_items(self) -> bool:
+        """Worker keys, and admin keys (which are trusted with every tenant's data anyway)."""
+        return self.is_worker or self.is_admin
 
     def allows(self, workload_class: str) -> bool:
         return self.allowed_classes is None or workload_class in self.allowed_classes
@@ -57,12 +66,13 @@ def create_key(
     admin: bool = False,
     rate_limit_rps: float = DEFAULT_RATE_LIMIT_RPS,
     default_class: str | None = None,
+    worker: bool = False,
 ) -> str:
     """Create a key for `tenant` (creating the tenant if new), commit, and return the raw key.
 
     The raw key is returned once and never stored. Class names are checked by the
     caller against the policy (the CLI does); `default_class` must be one of `classes`
-    when both are given.
+    when both are given. A `worker` key may run job items as their owner (docs/JOBS.md).
     """
     if not tenant or len(tenant) > 64:
         raise ValueError("tenant name must be 1-64 characters")
@@ -86,6 +96,7 @@ def create_key(
             is_admin=admin,
             rate_limit_rps=float(rate_limit_rps),
             default_class=default_class,
+            is_worker=worker,
         )
     )
     session.commit()
@@ -96,7 +107,15 @@ def verify_key(session: Session, raw: str | None) -> KeyInfo | None:
     """The key's permissions, or None for a missing, unknown or revoked key."""
     if not raw or not raw.startswith(KEY_PREFIX):
         return None
-    row = session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(raw)))
+    return _info(session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(raw))))
+
+
+def key_info(session: Session, key_id: str) -> KeyInfo | None:
+    """The permissions of the key with this id, or None when it is unknown or revoked."""
+    return _info(session.get(ApiKey, key_id))
+
+
+def _info(row: ApiKey | None) -> KeyInfo | None:
     if row is None or row.revoked_at is not None:
         return None
     return KeyInfo(
@@ -106,7 +125,32 @@ def verify_key(session: Session, raw: str | None) -> KeyInfo | None:
         is_admin=row.is_admin,
         rate_limit_rps=row.rate_limit_rps,
         default_class=row.default_class,
+        is_worker=row.is_worker,
     )
+
+
+class ItemNotRunning(Exception):
+    """No such job item, or it is not running (finished, cancelled, or handed back): nobody to act for."""
+
+
+class ItemOwnerUnavailable(Exception):
+    """The item's job has no usable submitting key (revoked, or the job predates owner keys)."""
+
+
+def item_owner(session: Session, item_id: int) -> KeyInfo:
+    """The identity a running job item acts as: its job's submitting key (tenant, classes, rate limit).
+
+    Only running items have one, so a worker that lost its claim cannot spend the owner's
+    identity any more, and neither can anyone holding an old item id.
+    """
+    row = session.execute(select(ExtractionItem.status, ExtractionJob.id, ExtractionJob.key_id).join(
+        ExtractionJob, ExtractionJob.id == ExtractionItem.job_id).where(ExtractionItem.id == item_id)).first()
+    if row is None or row.status != ITEM_RUNNING:
+        raise ItemNotRunning(f"job item {item_id} is not running")
+    owner = key_info(session, row.key_id) if row.key_id else None
+    if owner is None:
+        raise ItemOwnerUnavailable(f"the API key that submitted job {row.id} is revoked or unknown")
+    return owner
 
 
 def revoke_key(session: Session, key_id: str) -> bool:

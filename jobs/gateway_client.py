@@ -1,8 +1,10 @@
-"""How a worker reaches the engine: the gateway's chat route, as `bulk_extraction`.
+"""How a worker reaches the engine: the gateway's chat route, in the job's class, as the job's owner.
 
 Going through the gateway (not a private engine handle) means every item's engine request is
 admitted, scheduled and recorded in the SLO ledger exactly like any other request, and the
 engine's back-pressure (429 queue_full / rate_limited, 503 engine_not_ready) reaches workers.
+The worker's key (a worker or admin key) sends X-Finserve-Job-Item: the gateway then admits,
+limits and ledgers the request as the key that submitted the job (core/web/deps.py).
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import httpx
 
-WORKLOAD_CLASS = "bulk_extraction"
+from core.keys import JOB_ITEM_HEADER
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,23 @@ class Refused(Exception):
     """The gateway refused the request itself (4xx other than 429): retrying cannot help."""
 
 
+class ClaimLost(Exception):
+    """The gateway says the item is not running any more (409 job_item_not_running): not ours to finish."""
+
+
 def _error_message(resp: httpx.Response) -> str:
     try:
         err = resp.json()["error"]
         return f"{resp.status_code} {err['code']}: {err['message']}"
     except (ValueError, KeyError, TypeError):
         return f"HTTP {resp.status_code}"
+
+
+def _error_code(resp: httpx.Response) -> str | None:
+    try:
+        return str(resp.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -60,22 +73,25 @@ class GatewayClient:
     def close(self) -> None:
         self._http.close()
 
-    def extract(self, messages: list[dict[str, str]], schema: dict[str, Any], *, max_tokens: int,
-                temperature: float, seed: int | None) -> Answer:
+    def extract(self, messages: list[dict[str, str]], schema: dict[str, Any], *, item_id: int,
+                workload_class: str | None, max_tokens: int, temperature: float, seed: int | None) -> Answer:
+        """Item `item_id`'s answer, asked for as its job's owner in the job's class."""
         body = {
             "messages": messages, "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
-            "workload_class": WORKLOAD_CLASS,
+            "workload_class": workload_class,
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": "extraction", "schema": schema, "strict": True}},
         }
         try:
-            resp = self._http.post("/v1/chat/completions", json=body)
+            resp = self._http.post("/v1/chat/completions", json=body, headers={JOB_ITEM_HEADER: str(item_id)})
         except httpx.TransportError as exc:  # connect/read errors and timeouts
             raise Saturated(f"gateway unreachable: {type(exc).__name__}: {exc}") from exc
         if resp.status_code in (429, 502, 503, 504):
             raise Saturated(_error_message(resp), _retry_after(resp))
         if resp.status_code >= 500:
             raise Saturated(_error_message(resp))
+        if resp.status_code == 409 and _error_code(resp) == "job_item_not_running":
+            raise ClaimLost(_error_message(resp))
         if resp.status_code >= 400:
             raise Refused(_error_message(resp))
         data = resp.json()

@@ -16,6 +16,7 @@ from core.settings import Settings
 from jobs.extraction import normalize_schema
 from jobs.schemas import ContractItem, JobCreate, JobOptions
 from jobs.service import JobSpec
+from policies import ClassPolicy
 
 
 class IngestError(ValueError):
@@ -86,8 +87,22 @@ def from_form(items_file: bytes | None, schema_text: str | bytes | None,
     return options, parse_ndjson_items(items_file)
 
 
-def build_spec(options: JobOptions, items: list[ContractItem], settings: Settings) -> JobSpec:
-    """Size and content checks, then the normalised spec."""
+def answer_budget(requested: int | None, cls: ClassPolicy, settings: Settings) -> int:
+    """Each item's max_tokens: checked against the class now, not refused item by item by the gateway later.
+
+    Unset: the server default, at most what the class allows.
+    """
+    if requested is None:
+        return min(settings.jobs_default_max_tokens, cls.max_output_tokens)
+    if requested > cls.max_output_tokens:
+        raise IngestError("max_tokens_too_large", f"max_tokens {requested} is larger than {cls.max_output_tokens}, "
+                          f"the most class {cls.name!r} (which runs extraction jobs) allows", 400)
+    return requested
+
+
+def build_spec(options: JobOptions, items: list[ContractItem], settings: Settings, cls: ClassPolicy) -> JobSpec:
+    """Size and content checks against the settings and the items' class `cls`, then the normalised spec."""
+    max_tokens = answer_budget(options.max_tokens, cls, settings)
     if not items:
         raise _invalid("a job needs at least one item")
     if len(items) > settings.jobs_max_items:
@@ -105,5 +120,5 @@ def build_spec(options: JobOptions, items: list[ContractItem], settings: Setting
         schema_json = normalize_schema(options.schema_, max_fields=settings.jobs_max_schema_fields)
     except ValueError as exc:
         raise IngestError("invalid_json_schema", str(exc), 400) from None
-    return JobSpec(items=tuple((i.id, i.text) for i in items), schema_json=schema_json,
-                   max_tokens=options.max_tokens or settings.jobs_default_max_tokens)
+    return JobSpec(items=tuple((i.id, i.text) for i in items), schema_json=schema_json, max_tokens=max_tokens,
+                   workload_class=cls.name)

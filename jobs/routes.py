@@ -3,7 +3,8 @@
 The job and its items are committed to SQL before a single id is put on the queue; a job that
 could not be enqueued (Redis down) still exists, answers 503 queue_unavailable, and is enqueued
 by an idempotent resubmit or `finserve jobs resume`. Jobs are tenant-scoped: another tenant's
-job id answers 404 like a missing one.
+job id answers 404 like a missing one. A job records its submitting key and the class the
+policy routes extraction to; its items run as that key, in that class (docs/JOBS.md).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, ErrorBody
 from core.web.state import CoreState
 from jobs import ingest, service
+from jobs.classes import extraction_class
 from jobs.queue import QueueUnavailable, enqueue_items
 from jobs.schemas import ContractItem, ItemResult, JobOptions, JobPublic, ResultsPage
 
@@ -73,16 +75,20 @@ async def create_extraction_job(
     request: Request, response: Response, key: TenantDep, state: StateDep,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> JobPublic:
-    """Accept a job: JSON `{schema, items, max_tokens?}`, NDJSON (header line, then items) or multipart."""
+    """Accept a job: JSON `{schema, items, max_tokens?}`, NDJSON (header line, then items) or multipart.
+
+    The key must be allowed the class the policy routes extraction to (403 class_forbidden), and
+    max_tokens must fit that class (400 max_tokens_too_large); nothing is stored otherwise."""
     try:
+        cls = extraction_class(state.policy, key)
         options, items = await _parse(request)
-        spec = ingest.build_spec(options, items, state.settings)
+        spec = ingest.build_spec(options, items, state.settings, cls)
     except ingest.IngestError as exc:
         raise APIError(exc.code, exc.message, status=exc.status) from None
 
     def create(session: Session) -> ExtractionJob:
         try:
-            return service.create_job(session, key.tenant, spec, idempotency_key)[0]
+            return service.create_job(session, key.tenant, spec, idempotency_key, key_id=key.key_id)[0]
         except service.IdempotencyConflict as exc:
             raise APIError("idempotency_conflict", f"Idempotency-Key already used for a different request "
                            f"(job {exc.job_id})") from None
@@ -110,9 +116,10 @@ async def get_extraction_job(job_id: str, key: TenantDep, state: StateDep) -> Jo
 
 @router.post("/extraction-jobs/{job_id}/cancel", response_model=JobPublic, responses=_RESPONSES)
 async def cancel_extraction_job(job_id: str, key: TenantDep, state: StateDep) -> JobPublic:
-    """Stop the job's remaining items; results already stored stay."""
+    """Cancel the job's pending items; running items finish and keep their results. A job that is
+    already completed or cancelled is returned unchanged (200)."""
     job = await _load(state, key, job_id)
-    await run_db(state, lambda s: service.cancel_job(s, s.merge(job)))
+    await run_db(state, lambda s: service.cancel_job(s, job.id))
     return await _public(state, await _load(state, key, job_id))
 
 

@@ -51,6 +51,7 @@ class JobPublic(BaseModel):
     output_tokens_per_s: float | None
     eta_s: float | None  # remaining items at the rate so far; None until a first item finished
     max_tokens: int
+    workload_class: str | None  # the class the items run in (None only for jobs made before it was recorded)
     json_schema: dict[str, Any] = Field(serialization_alias="schema")
 
     @classmethod
@@ -62,6 +63,7 @@ class JobPublic(BaseModel):
             last_finished_at=p.last_finished_at, items_per_minute=p.items_per_minute(now),
             output_tokens_per_s=p.output_tokens / elapsed if elapsed else None,
             eta_s=None if job.cancelled_at else p.eta_s(now), max_tokens=job.max_tokens,
+            workload_class=job.workload_class,
             json_schema=json.loads(job.schema_json),
         )
 

@@ -30,14 +30,17 @@ from core.db.jobs_models import (
     ExtractionJob,
 )
 
+_OPEN = (ITEM_PENDING, ITEM_RUNNING)  # unfinished item states
+
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A validated submission: items in order, the normalised schema text, the answer budget."""
+    """A validated submission: items in order, the normalised schema text, the answer budget, the class."""
 
     items: tuple[tuple[str, str], ...]  # (external id, contract text)
     schema_json: str
-    max_tokens: int
+    max_tokens: int  # already checked against the class's max_output_tokens
+    workload_class: str  # what the policy routes extraction to; not part of the request hash (the server chose it)
 
     @property
     def request_hash(self) -> str:
@@ -56,10 +59,11 @@ class IdempotencyConflict(Exception):
         self.job_id = job_id
 
 
-def create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: str | None) -> tuple[ExtractionJob, bool]:
+def create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: str | None, *,
+               key_id: str) -> tuple[ExtractionJob, bool]:
     """The job for this submission and whether it was created now (False: an idempotent replay).
 
-    Job and items are committed together; nothing is enqueued here (the caller enqueues after
+    `key_id` is the submitting key: the job's items run as it (core.keys.item_owner). Job and items are committed together; nothing is enqueued here (the caller enqueues after
     the commit, so a worker never sees an id SQL does not have).
     """
     digest = spec.request_hash
@@ -68,7 +72,8 @@ def create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: st
         if existing is not None:
             return _replay(existing, digest), False
     job = ExtractionJob(
-        id="job_" + secrets.token_hex(12), tenant=tenant, schema_json=spec.schema_json, max_tokens=spec.max_tokens,
+        id="job_" + secrets.token_hex(12), tenant=tenant, key_id=key_id, workload_class=spec.workload_class,
+        schema_json=spec.schema_json, max_tokens=spec.max_tokens,
         num_items=len(spec.items), idempotency_key=idempotency_key, request_hash=digest, created_at=utcnow(),
     )
     session.add(job)
@@ -198,24 +203,40 @@ def iter_results(session: Session, job_id: str, batch: int = 500) -> Iterator[Ex
         last = rows[-1].seq
 
 
-def cancel_job(session: Session, job: ExtractionJob) -> int:
-    """Cancel: pending items become cancelled at once; running ones finish and keep their results."""
-    if job.cancelled_at is None:
-        job.cancelled_at = utcnow()
-    n = session.execute(update(ExtractionItem).where(
-        ExtractionItem.job_id == job.id, ExtractionItem.status == ITEM_PENDING,
-    ).values(status=ITEM_CANCELLED, finished_at=utcnow())).rowcount
+def cancel_job(session: Session, job_id: str) -> int:
+    """Cancel a job that still has work: its pending items become cancelled, its running items finish.
+
+    A job that is already cancelled, or whose items have all finished, is left exactly as it is
+    (returns 0): a cancel never rewrites history. The conditional UPDATE makes that hold against
+    a concurrent last item finishing or a second cancel. An item running at the cancel keeps
+    running: if it is handed back for a retry (429, invalid output) it is claimed and finished
+    all the same (claim_item), and its result is kept.
+    """
+    now = utcnow()
+    unfinished = select(ExtractionItem.id).where(
+        ExtractionItem.job_id == job_id, ExtractionItem.status.in_(_OPEN)).exists()
+    marked = session.execute(update(ExtractionJob).where(
+        ExtractionJob.id == job_id, ExtractionJob.cancelled_at.is_(None), unfinished,
+    ).values(cancelled_at=now), execution_options={"synchronize_session": False}).rowcount
+    n = 0
+    if marked == 1:
+        n = session.execute(update(ExtractionItem).where(
+            ExtractionItem.job_id == job_id, ExtractionItem.status == ITEM_PENDING,
+        ).values(status=ITEM_CANCELLED, finished_at=now), execution_options={"synchronize_session": False}).rowcount
     session.commit()
     return n
 
 
 def resumable_item_ids(session: Session, now: datetime | None = None) -> list[int]:
-    """Items SQL says are unfinished and unowned: pending, or running past their lease; live jobs only."""
+    """Items SQL says are unfinished and unowned: pending, or running past their lease.
+
+    Cancelled jobs too: their only pending items are ones running at the cancel and handed back
+    since (they still finish), and a claim of their abandoned running items cancels those.
+    """
     now = now or utcnow()
     stale = (ExtractionItem.status == ITEM_RUNNING) & (ExtractionItem.lease_until < now)
     return list(session.scalars(
-        select(ExtractionItem.id).join(ExtractionJob, ExtractionJob.id == ExtractionItem.job_id)
-        .where(ExtractionJob.cancelled_at.is_(None), (ExtractionItem.status == ITEM_PENDING) | stale)
+        select(ExtractionItem.id).where((ExtractionItem.status == ITEM_PENDING) | stale)
         .order_by(ExtractionItem.job_id, ExtractionItem.seq)))
 
 
@@ -223,7 +244,7 @@ class ClaimOutcome(enum.Enum):
     CLAIMED = "claimed"  # this caller owns the item until its lease ends
     FINISHED = "finished"  # already done/failed/cancelled: nothing to do (a redelivery)
     BUSY = "busy"  # another worker holds a live lease: look again when it ends
-    CANCELLED = "cancelled"  # the job was cancelled; the item is now cancelled too
+    CANCELLED = "cancelled"  # the job was cancelled and the item's worker was lost since: now cancelled too
     MISSING = "missing"  # no such item (the job was deleted)
 
 
@@ -234,6 +255,7 @@ class Claim:
     text: str = ""
     schema_json: str = ""
     max_tokens: int = 0
+    workload_class: str | None = None  # the job's class (None: a job made before classes were stored)
     invalid_outputs: int = 0
     retry_in_s: float = 0.0  # BUSY: seconds until the holder's lease ends
 
@@ -241,7 +263,9 @@ class Claim:
 def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
     now = utcnow()
     row = session.execute(select(ExtractionItem, ExtractionJob).join(
-        ExtractionJob, ExtractionJob.id == ExtractionItem.job_id).where(ExtractionItem.id == item_id)).first()
+        ExtractionJob, ExtractionJob.id == ExtractionItem.job_id).where(ExtractionItem.id == item_id)
+        # the rows as SQL has them now, not as this session last saw them
+        .execution_options(populate_existing=True)).first()
     if row is None:
         return Claim(ClaimOutcome.MISSING)
     item, job = row
@@ -251,13 +275,16 @@ def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
         return Claim(ClaimOutcome.BUSY, retry_in_s=(item.lease_until - now).total_seconds())
     seen = (ExtractionItem.id == item_id) & (ExtractionItem.status == item.status) & (
         ExtractionItem.attempts == item.attempts)
-    if job.cancelled_at is not None:
+    # Cancel left no pending items, so a pending one here was running at the cancel and handed back
+    # since: it finishes. A running one past its lease lost its worker after the cancel: not re-run.
+    if job.cancelled_at is not None and item.status == ITEM_RUNNING:
         session.execute(update(ExtractionItem).where(seen).values(
             status=ITEM_CANCELLED, lease_until=None, finished_at=now))
         session.commit()
         return Claim(ClaimOutcome.CANCELLED)
     claim = Claim(ClaimOutcome.CLAIMED, attempt=item.attempts + 1, text=item.text, schema_json=job.schema_json,
-                  max_tokens=job.max_tokens, invalid_outputs=item.invalid_outputs)
+                  max_tokens=job.max_tokens, workload_class=job.workload_class,
+                  invalid_outputs=item.invalid_outputs)
     claimed = session.execute(update(ExtractionItem).where(seen).values(
         status=ITEM_RUNNING, attempts=claim.attempt, lease_until=now + timedelta(seconds=lease_s),
         started_at=item.started_at or now,
@@ -266,9 +293,6 @@ def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
     if claimed != 1:  # someone else changed it between our read and write: look again later
         return Claim(ClaimOutcome.BUSY, retry_in_s=1.0)
     return claim
-
-
-_OPEN = (ITEM_PENDING, ITEM_RUNNING)
 
 
 def complete_item(session: Session, item_id: int, result: dict, *, request_id: str | None,

@@ -20,7 +20,7 @@ from core.db.base import make_engine, make_session_factory
 from core.settings import Settings, get_settings
 from jobs import service
 from jobs.extraction import InvalidOutput, build_messages, parse_answer
-from jobs.gateway_client import GatewayClient, Refused, Saturated
+from jobs.gateway_client import ClaimLost, GatewayClient, Refused, Saturated
 from jobs.service import ClaimOutcome
 
 log = structlog.get_logger("finserve.jobs")
@@ -88,7 +88,8 @@ def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
     sampled = claim.invalid_outputs > 0
     try:
         answer = rt.gateway.extract(
-            build_messages(claim.schema_json, claim.text), schema, max_tokens=claim.max_tokens,
+            build_messages(claim.schema_json, claim.text), schema, item_id=item_id,
+            workload_class=claim.workload_class, max_tokens=claim.max_tokens,
             temperature=RETRY_TEMPERATURE if sampled else 0.0,
             seed=item_id * 1000 + claim.invalid_outputs if sampled else None)
     except Saturated as exc:
@@ -98,6 +99,8 @@ def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
                 return Step("failed", detail=str(exc))
             service.release_item(s, item_id, claim.attempt, f"retrying: {exc}")
         return Step("retry", backoff_s(cfg, retries, exc.retry_after_s), str(exc))
+    except ClaimLost as exc:  # our lease ran out and the item moved on: whoever holds it now finishes it
+        return Step("skipped", detail=str(exc))
     except Refused as exc:
         with rt.sessions() as s:
             service.fail_item(s, item_id, f"refused by the gateway: {exc}")

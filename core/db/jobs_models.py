@@ -3,7 +3,7 @@
 Redis only carries item ids; everything a worker needs (text, schema, state, result) is here,
 so losing Redis or a worker loses nothing. An item's result lives in its own row, written by
 a conditional UPDATE keyed by item id: a redelivered task can never add a second result.
-migrations/versions/0002_jobs.py creates exactly these tables.
+migrations/versions/0002_jobs.py creates these tables, 0003 adds the job's owner key and class.
 """
 from __future__ import annotations
 
@@ -32,6 +32,12 @@ class ExtractionJob(Base):
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
+    # The submitting key: its items run under its identity (tenant, classes, rate limit). NULL only
+    # for jobs made before 0003; their items are refused (nobody to act for).
+    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # The class the policy routed extraction to at submission: what the items ask for and what
+    # max_tokens was checked against. NULL only for jobs made before 0003, whose items are refused anyway (no owner key).
+    workload_class: Mapped[str | None] = mapped_column(String(64), nullable=True)
     schema_json: Mapped[str] = mapped_column(Text)  # the normalised schema text the engine decodes under
     max_tokens: Mapped[int] = mapped_column(Integer)
     num_items: Mapped[int] = mapped_column(Integer)

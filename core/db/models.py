@@ -1,14 +1,14 @@
 """Core tables: tenants and their API keys, registered documents, the SLO request ledger.
 
-migrations/versions/0001_core.py creates exactly these; tests/ledger checks that
-the migration and the models agree.
+migrations/versions/0001_core.py creates these (0003 adds api_keys.is_worker); tests/ledger
+checks that the migrations and the models agree.
 """
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.db.base import Base, UTCDateTime, utcnow
@@ -35,6 +35,8 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # hex sha256 of the raw key
     allowed_classes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # None = every class
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    # May present X-Finserve-Job-Item and so act as a running job item's owner (0003 adds it).
+    is_worker: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     rate_limit_rps: Mapped[float] = mapped_column(Float)
     default_class: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from core.keys import KeyInfo
+from core.keys import JOB_ITEM_HEADER, ItemNotRunning, ItemOwnerUnavailable, KeyInfo, item_owner
 from core.web.context import get_context
 from core.web.errors import APIError
 from core.web.state import STATE_ATTR, CoreState
@@ -49,7 +49,24 @@ def _raw_key(request: Request) -> str | None:
 
 
 async def authenticate(request: Request, state: Annotated[CoreState, Depends(get_core_state)]) -> KeyInfo:
-    """The caller's key: 401 when missing or unknown. Binds the tenant to the request's logs."""
+    """The identity the request acts as: 401 when the key is missing or unknown. Binds the tenant to the logs.
+
+    Normally the caller's key. A worker key (or an admin key) sending X-Finserve-Job-Item acts as
+    the owner of that running item instead (docs/JOBS.md): the submitting key's tenant, classes
+    and rate limit, so ledger rows and limits are the owner's whichever worker runs the item.
+    """
+    info = await _caller(request, state)
+    item = request.headers.get(JOB_ITEM_HEADER)
+    if item is not None:
+        ctx = get_context(request)
+        ctx.fields.update(worker_key_id=info.key_id, job_item_id=item)
+        info = await _item_owner(state, info, item)
+    get_context(request).tenant = info.tenant
+    structlog.contextvars.bind_contextvars(tenant=info.tenant)
+    return info
+
+
+async def _caller(request: Request, state: CoreState) -> KeyInfo:
     raw = _raw_key(request)
     if raw is None:
         raise APIError("missing_api_key", "send an API key as 'Authorization: Bearer <key>' or 'x-api-key'")
@@ -61,9 +78,21 @@ async def authenticate(request: Request, state: Annotated[CoreState, Depends(get
             raise APIError("database_unavailable", "cannot verify the API key: database unavailable") from exc
     if info is None:
         raise APIError("invalid_api_key", "unknown or revoked API key")
-    get_context(request).tenant = info.tenant
-    structlog.contextvars.bind_contextvars(tenant=info.tenant)
     return info
+
+
+async def _item_owner(state: CoreState, caller: KeyInfo, header: str) -> KeyInfo:
+    """The owner of the running job item `header` names; only worker and admin keys may ask."""
+    if not caller.may_act_for_items:
+        raise APIError("worker_required", f"only a worker key may send {JOB_ITEM_HEADER}")
+    if not (header.isascii() and header.isdigit() and len(header) <= 18):  # fits a 64-bit id column
+        raise APIError("invalid_request", f"{JOB_ITEM_HEADER} must be a job item id (an integer)")
+    try:
+        return await run_db(state, lambda s: item_owner(s, int(header)))
+    except ItemNotRunning as exc:
+        raise APIError("job_item_not_running", str(exc)) from None
+    except ItemOwnerUnavailable as exc:
+        raise APIError("invalid_api_key", str(exc)) from None
 
 
 async def require_admin(key: Annotated[KeyInfo, Depends(authenticate)]) -> KeyInfo:

@@ -72,6 +72,8 @@ def register(app: typer.Typer) -> None:
         tenant: Annotated[str, typer.Option(help="Tenant the key belongs to (created if new)")],
         classes: Annotated[Optional[str], typer.Option(help="Comma-separated classes the key may use (default: all)")] = None,
         admin: Annotated[bool, typer.Option("--admin", help="May read SLO reports and every tenant's data")] = False,
+        worker: Annotated[bool, typer.Option("--worker", help="For extraction workers: may run a job's items as "
+                                             "the job's owner (X-Finserve-Job-Item)")] = False,
         rate_limit: Annotated[float, typer.Option("--rate-limit", help="Requests per second")] = 50.0,
         default_class: Annotated[Optional[str], typer.Option(help="Class used when a request names none")] = None,
     ) -> None:
@@ -84,7 +86,7 @@ def register(app: typer.Typer) -> None:
         with _session() as session:
             try:
                 raw = create_key(session, tenant, class_list, admin=admin, rate_limit_rps=rate_limit,
-                                 default_class=default_class)
+                                 default_class=default_class, worker=worker)
             except ValueError as exc:
                 raise typer.BadParameter(str(exc)) from None
         typer.echo(raw)
@@ -100,7 +102,7 @@ def register(app: typer.Typer) -> None:
                 state = "revoked" if k.revoked_at else "active"
                 classes = ",".join(k.allowed_classes) if k.allowed_classes else "all"
                 typer.echo(f"{k.key_id}  {k.prefix}…  tenant={k.tenant}  classes={classes}  "
-                           f"admin={k.is_admin}  rps={k.rate_limit_rps:g}  {state}")
+                           f"admin={k.is_admin}  worker={k.is_worker}  rps={k.rate_limit_rps:g}  {state}")
 
     @keys_app.command("revoke")
     def keys_revoke(key_id: str) -> None:

@@ -42,8 +42,11 @@ def sessions(db_url: str) -> Iterator[sessionmaker[Session]]:
 
 @pytest.fixture()
 def tenant_keys(sessions) -> dict[str, str]:
+    """Two tenants' plain keys, a key of acme's limited to realtime_risk, and a worker key of tenant "ops"."""
     with sessions() as s:
-        return {"acme": create_key(s, "acme"), "globex": create_key(s, "globex")}
+        return {"acme": create_key(s, "acme"), "globex": create_key(s, "globex"),
+                "acme_risk": create_key(s, "acme", classes=["realtime_risk"]),
+                "worker": create_key(s, "ops", worker=True)}
 
 
 @pytest.fixture()
@@ -66,12 +69,16 @@ def jobs_engine(tiny_model_dir: Path) -> Iterator[EngineClient]:
 
 @pytest.fixture()
 def stack(tmp_path: Path, db_url: str, jobs_engine: EngineClient) -> Iterator[Stack]:
-    """Redis + gateway (uvicorn thread) on 127.0.0.1; workers are started by the test with stack.start_worker."""
+    """Redis + gateway (uvicorn thread) on 127.0.0.1; workers are started by the test with stack.start_worker.
+
+    Jobs are submitted with a plain key of tenant "acme"; workers call the gateway with a worker
+    key of tenant "ops", acting as each item's owner.
+    """
     engine = make_engine(db_url)
     with make_session_factory(engine)() as s:
-        key = create_key(s, "acme")
+        key, worker_key = create_key(s, "acme"), create_key(s, "ops", worker=True)
     engine.dispose()
-    s = start_stack(tmp_path, db_url, key, jobs_engine)
+    s = start_stack(tmp_path, db_url, key, worker_key, jobs_engine)
     try:
         yield s
     finally:

@@ -35,7 +35,8 @@ FAST_JOBS_ENV = {
 class Stack:
     home: Path
     db_url: str
-    api_key: str
+    api_key: str  # the client's key (tenant "acme"): submits jobs, reads them
+    worker_key: str  # the workers' key: a worker key of another tenant, acting as each item's owner
     redis: RedisServer
     gateway: GatewayThread
     workers: list[subprocess.Popen] = field(default_factory=list)
@@ -44,7 +45,7 @@ class Stack:
     def settings(self) -> Settings:
         """The configuration of every process of this stack (workers, `finserve jobs resume`)."""
         return Settings(home=self.home, database_url=self.db_url, broker_url=self.redis.url,
-                        gateway_url=self.gateway.url, api_key=self.api_key, log_json=True)
+                        gateway_url=self.gateway.url, api_key=self.worker_key, log_json=True)
 
     @property
     def env(self) -> dict[str, str]:
@@ -65,9 +66,9 @@ class Stack:
         self.redis.stop()
         self.redis = RedisServer(port=self.redis.port, workdir=self.redis.workdir).start()
 
-    def http(self) -> httpx.Client:
+    def http(self, key: str | None = None) -> httpx.Client:
         return httpx.Client(base_url=self.gateway.url, timeout=30,
-                            headers={"Authorization": f"Bearer {self.api_key}"})
+                            headers={"Authorization": f"Bearer {key or self.api_key}"})
 
     def worker_logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.home.glob("worker-*.log")))
@@ -79,7 +80,7 @@ class Stack:
         self.redis.stop()
 
 
-def start_stack(home: Path, db_url: str, api_key: str, engine_client: EngineClient) -> Stack:
+def start_stack(home: Path, db_url: str, api_key: str, worker_key: str, engine_client: EngineClient) -> Stack:
     redis = RedisServer(workdir=home / "redis").start()
     use_broker(redis.url)  # the gateway (this process) enqueues to the test's Redis
     try:
@@ -87,7 +88,7 @@ def start_stack(home: Path, db_url: str, api_key: str, engine_client: EngineClie
     except Exception:
         redis.stop()
         raise
-    return Stack(home, db_url, api_key, redis, gateway)
+    return Stack(home, db_url, api_key, worker_key, redis, gateway)
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.25) -> Any:

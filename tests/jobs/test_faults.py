@@ -1,8 +1,9 @@
 """Fault tests against the real stack: redis-server, worker processes, the gateway over HTTP, the engine.
 
 What a user relies on: a job finishes with exactly one result per contract however many workers
-die or however often Redis loses its queue, one Idempotency-Key makes one job, and a cancel
-stops the remaining work without taking back what was already extracted.
+die or however often Redis loses its queue, one Idempotency-Key makes one job, a cancel
+stops the remaining work without taking back what was already extracted, and a job's engine
+requests are its owner's (ledger, report), never the worker's or another tenant's.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from sqlalchemy import func, select
 
 from core.db.jobs_models import ExtractionItem, ExtractionJob
 from core.db.models import RequestLedger
+from core.keys import create_key
 from jobs.celery_app import QUEUE
 from tests.jobs.conftest import SCHEMA
 from tests.jobs.stack import Stack, wait_until
@@ -36,33 +38,34 @@ def job_body(n: int) -> dict:
     return {"schema": SCHEMA, "items": contracts(n), "max_tokens": MAX_TOKENS}
 
 
-def submit(stack: Stack, n: int, headers: dict[str, str] | None = None) -> str:
-    with stack.http() as http:
+def submit(stack: Stack, n: int, headers: dict[str, str] | None = None, key: str | None = None) -> str:
+    with stack.http(key) as http:
         resp = http.post("/v1/extraction-jobs", json=job_body(n), headers=headers or {})
     assert resp.status_code == 202, resp.text
     return resp.json()["id"]
 
 
-def job(stack: Stack, job_id: str) -> dict:
-    with stack.http() as http:
+def job(stack: Stack, job_id: str, key: str | None = None) -> dict:
+    with stack.http(key) as http:
         resp = http.get(f"/v1/extraction-jobs/{job_id}")
     assert resp.status_code == 200, resp.text
     return resp.json()
 
 
-def results(stack: Stack, job_id: str) -> list[dict]:
-    with stack.http() as http:
+def results(stack: Stack, job_id: str, key: str | None = None) -> list[dict]:
+    with stack.http(key) as http:
         resp = http.get(f"/v1/extraction-jobs/{job_id}/results", params={"format": "ndjson"})
     assert resp.status_code == 200, resp.text
     return [json.loads(line) for line in resp.text.splitlines()]
 
 
-def wait_completed(stack: Stack, job_id: str, timeout_s: float) -> dict:
+def wait_completed(stack: Stack, job_id: str, timeout_s: float, key: str | None = None) -> dict:
     try:
-        return wait_until(lambda: (j := job(stack, job_id))["status"] == "completed" and j, timeout_s,
+        return wait_until(lambda: (j := job(stack, job_id, key))["status"] == "completed" and j, timeout_s,
                           f"job {job_id} to complete")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; last state {job(stack, job_id)['counts']}\n{stack.worker_logs()}") from None
+        raise AssertionError(f"{exc}; last state {job(stack, job_id, key)['counts']}\n{stack.worker_logs()}") \
+            from None
 
 
 def assert_one_valid_result_per_contract(stack: Stack, job_id: str, n: int, sessions) -> None:
@@ -147,10 +150,41 @@ def test_cancel_stops_remaining_items_and_keeps_finished_results(stack: Stack, s
     wait_until(lambda: counts(stack, job_id)["running"] == 0 and
                redis.Redis.from_url(stack.redis.url).llen(QUEUE) == 0, 60, "the queue to drain")
     final = job(stack, job_id)
-    c = final["counts"]
+    c, at_cancel = final["counts"], cancelled["counts"]
     assert final["status"] == "cancelled" and c["pending"] == 0 and c["done"] + c["failed"] + c["cancelled"] == 200
-    assert c["done"] >= cancelled["counts"]["done"] and c["cancelled"] == cancelled["counts"]["cancelled"]
+    # every item running at the cancel finished (none was dropped), nothing else was started
+    assert c["done"] + c["failed"] == at_cancel["done"] + at_cancel["failed"] + at_cancel["running"]
+    assert c["cancelled"] == at_cancel["cancelled"]
     records = results(stack, job_id)
     done = [r for r in records if r["status"] == "done"]
     assert len(done) == c["done"] and all(jsonschema.validate(r["result"], SCHEMA) is None for r in done)
     assert all(r["result"] is None for r in records if r["status"] == "cancelled")
+
+
+def test_each_tenants_job_items_are_its_own_requests(stack: Stack, sessions):
+    """Workers call the gateway with a worker key of tenant "ops"; the rows are the job owners'."""
+    with sessions() as s:
+        globex = create_key(s, "globex")
+    stack.start_worker("w1")
+    owners = {"acme": stack.api_key, "globex": globex}
+    jobs = {tenant: submit(stack, 3, key=key) for tenant, key in owners.items()}
+    request_ids = {}
+    for tenant, key in owners.items():
+        wait_completed(stack, jobs[tenant], 120, key)
+        request_ids[tenant] = [r["request_id"] for r in results(stack, jobs[tenant], key)]
+        assert all(request_ids[tenant]), request_ids[tenant]
+    for tenant, other in (("acme", "globex"), ("globex", "acme")):
+        for rid in request_ids[tenant]:
+            with stack.http(owners[tenant]) as http:
+                mine = http.get(f"/v1/requests/{rid}")
+            assert mine.status_code == 200, mine.text
+            assert mine.json()["workload_class"] == "bulk_extraction" and mine.json()["status"] == "finished"
+            with stack.http(owners[other]) as http:
+                theirs = http.get(f"/v1/requests/{rid}")
+            assert theirs.status_code == 404 and theirs.json()["error"]["code"] == "request_not_found"
+    # The SLO report per tenant counts each tenant's own items, and none under the workers' tenant.
+    for tenant in ("acme", "globex", "ops"):
+        report = stack.cli("report", "--since", "1h", "--tenant", tenant)
+        assert report.returncode == 0, report.stderr
+        bulk = json.loads(report.stdout)["classes"].get("bulk_extraction")
+        assert (bulk or {}).get("requests", 0) == (0 if tenant == "ops" else 3), (tenant, bulk)

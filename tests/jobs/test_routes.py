@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
 from core.db.jobs_models import ExtractionJob
+from core.keys import JOB_ITEM_HEADER, revoke_key, verify_key
 from core.settings import Settings
 from finserve.app import create_app
+from jobs import service
 from jobs.celery_app import QUEUE, use_broker
+from policies import load_policy
 from tests.jobs.conftest import SCHEMA
 
 
@@ -97,3 +101,99 @@ def test_unsupported_content_type_is_refused_with_415(client, tenant_keys, sessi
     assert resp.status_code == 415 and resp.json()["error"]["code"] == "unsupported_media_type"
     with sessions() as s:
         assert s.query(ExtractionJob).count() == 0
+
+
+def test_a_key_without_the_extraction_class_may_not_submit_jobs(client, tenant_keys, sessions, redis_server):
+    resp = client.post("/v1/extraction-jobs", json=body(), headers=auth(tenant_keys["acme_risk"]))
+    assert resp.status_code == 403 and resp.json()["error"]["code"] == "class_forbidden"
+    assert "bulk_extraction" in resp.json()["error"]["message"]
+    with sessions() as s:
+        assert s.query(ExtractionJob).count() == 0
+    assert queued(redis_server) == 0
+
+
+def test_jobs_run_in_the_class_the_policy_routes_extraction_to(tmp_path, db_url, tenant_keys, redis_server):
+    """The route asks the policy, not a literal: route extraction to realtime_risk and that is the class."""
+    default = Path(load_policy().source).read_text()
+    policy = tmp_path / "policy.toml"
+    policy.write_text(default.replace('extraction = "bulk_extraction"', 'extraction = "realtime_risk"'))
+    use_broker(redis_server.url)
+    app = create_app(Settings(home=tmp_path, database_url=db_url, model=tmp_path / "no-model", policy=policy))
+    with TestClient(app) as c:
+        ok = c.post("/v1/extraction-jobs", json=body(max_tokens=64), headers=auth(tenant_keys["acme_risk"]))
+        assert ok.status_code == 202 and ok.json()["workload_class"] == "realtime_risk", ok.text
+        too_long = c.post("/v1/extraction-jobs", json=body(max_tokens=65), headers=auth(tenant_keys["acme_risk"]))
+        assert too_long.status_code == 400 and "64" in too_long.json()["error"]["message"]
+
+
+def test_max_tokens_over_the_class_limit_is_refused_up_front(client, tenant_keys, sessions, redis_server):
+    resp = client.post("/v1/extraction-jobs", json=body(max_tokens=600), headers=auth(tenant_keys["acme"]))
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["code"] == "max_tokens_too_large" and "512" in err["message"] and "bulk_extraction" in err["message"]
+    assert err["request_id"] == resp.headers["x-request-id"]
+    ndjson = "\n".join([json.dumps({"schema": SCHEMA, "max_tokens": 600}), json.dumps({"id": "a", "text": "x"})])
+    resp = client.post("/v1/extraction-jobs", content=ndjson,
+                       headers={**auth(tenant_keys["acme"]), "Content-Type": "application/x-ndjson"})
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "max_tokens_too_large"
+    with sessions() as s:
+        assert s.query(ExtractionJob).count() == 0
+    assert queued(redis_server) == 0
+    ok = client.post("/v1/extraction-jobs", json=body(max_tokens=512), headers=auth(tenant_keys["acme"]))
+    assert ok.status_code == 202 and ok.json()["max_tokens"] == 512
+    assert ok.json()["workload_class"] == "bulk_extraction"
+
+
+def test_cancelling_a_completed_job_returns_it_unchanged(client, tenant_keys, sessions):
+    job_id = client.post("/v1/extraction-jobs", json=body(2), headers=auth(tenant_keys["acme"])).json()["id"]
+    with sessions() as s:
+        for item_id in service.item_ids(s, job_id):
+            service.claim_item(s, item_id, 60)
+            service.complete_item(s, item_id, {"currency": "USD", "auto_renew": True}, request_id=None,
+                                  input_tokens=1, output_tokens=1)
+    resp = client.post(f"/v1/extraction-jobs/{job_id}/cancel", headers=auth(tenant_keys["acme"]))
+    assert resp.status_code == 200
+    job = resp.json()
+    assert job["status"] == "completed" and job["cancelled_at"] is None and job["counts"]["done"] == 2
+
+
+def _running_item(sessions, job_id: str) -> int:
+    with sessions() as s:
+        item_id = service.item_ids(s, job_id)[0]
+        assert service.claim_item(s, item_id, 60).outcome is service.ClaimOutcome.CLAIMED
+    return item_id
+
+
+def test_a_worker_key_naming_a_running_item_acts_as_the_job_owner(client, tenant_keys, sessions):
+    job_id = client.post("/v1/extraction-jobs", json=body(2), headers=auth(tenant_keys["acme"])).json()["id"]
+    item_id = _running_item(sessions, job_id)
+    as_worker = auth(tenant_keys["worker"])  # tenant "ops": acme's job is not its own
+    assert client.get(f"/v1/extraction-jobs/{job_id}", headers=as_worker).status_code == 404
+    acting = client.get(f"/v1/extraction-jobs/{job_id}", headers={**as_worker, JOB_ITEM_HEADER: str(item_id)})
+    assert acting.status_code == 200 and acting.json()["id"] == job_id
+    with sessions() as s:
+        pending = service.item_ids(s, job_id)[0]  # claimed by nobody: no identity to lend
+    refused = client.get(f"/v1/extraction-jobs/{job_id}", headers={**as_worker, JOB_ITEM_HEADER: str(pending)})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "job_item_not_running"
+    bad = client.get(f"/v1/extraction-jobs/{job_id}", headers={**as_worker, JOB_ITEM_HEADER: "1 OR 1=1"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+
+
+@pytest.mark.parametrize("caller", ["acme", "globex", "acme_risk"])
+def test_a_plain_tenant_key_cannot_act_as_a_job_owner(client, tenant_keys, sessions, caller):
+    job_id = client.post("/v1/extraction-jobs", json=body(1), headers=auth(tenant_keys["acme"])).json()["id"]
+    item_id = _running_item(sessions, job_id)
+    resp = client.get(f"/v1/extraction-jobs/{job_id}",
+                      headers={**auth(tenant_keys[caller]), JOB_ITEM_HEADER: str(item_id)})
+    assert resp.status_code == 403 and resp.json()["error"]["code"] == "worker_required"
+
+
+def test_items_of_a_job_whose_key_was_revoked_cannot_run(client, tenant_keys, sessions):
+    owner = tenant_keys["acme"]
+    job_id = client.post("/v1/extraction-jobs", json=body(1), headers=auth(owner)).json()["id"]
+    item_id = _running_item(sessions, job_id)
+    with sessions() as s:
+        assert revoke_key(s, verify_key(s, owner).key_id)
+    resp = client.get(f"/v1/extraction-jobs/{job_id}",
+                      headers={**auth(tenant_keys["worker"]), JOB_ITEM_HEADER: str(item_id)})
+    assert resp.status_code == 401 and "revoked" in resp.json()["error"]["message"]

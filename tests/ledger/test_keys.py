@@ -2,10 +2,23 @@
 from __future__ import annotations
 
 import pytest
+import typer
 from sqlalchemy import select
+from typer.testing import CliRunner
 
+from core.db.jobs_models import ExtractionItem, ExtractionJob
 from core.db.models import ApiKey, Tenant
-from core.keys import create_key, ensure_dev_key, hash_key, revoke_key, verify_key
+from core.keys import (
+    ItemNotRunning,
+    ItemOwnerUnavailable,
+    create_key,
+    ensure_dev_key,
+    hash_key,
+    item_owner,
+    revoke_key,
+    verify_key,
+)
+from finserve.commands import db as db_commands
 
 
 def test_key_is_stored_only_as_hash_and_verifies(session):
@@ -65,3 +78,44 @@ def test_dev_key_is_replaced_when_the_database_lost_it(session, tmp_path):
     raw = ensure_dev_key(session, tmp_path / "dev_key")
     assert raw != "fsk_not-a-key-in-this-database" and verify_key(session, raw) is not None
     assert (tmp_path / "dev_key").read_text().strip() == raw
+
+
+def test_worker_keys_and_admin_keys_may_act_for_job_items_plain_keys_may_not(session):
+    worker = verify_key(session, create_key(session, "ops", worker=True))
+    admin = verify_key(session, create_key(session, "dev", admin=True))
+    plain = verify_key(session, create_key(session, "acme"))
+    assert worker.is_worker and worker.may_act_for_items and not worker.is_admin
+    assert admin.may_act_for_items and not admin.is_worker
+    assert not plain.is_worker and not plain.may_act_for_items
+
+
+def test_a_running_item_acts_as_the_key_that_submitted_its_job(session):
+    raw = create_key(session, "acme", classes=["bulk_extraction"], rate_limit_rps=3)
+    owner = verify_key(session, raw)
+    job = ExtractionJob(id="job_1", tenant="acme", key_id=owner.key_id, workload_class="bulk_extraction",
+                        schema_json="{}", max_tokens=8, num_items=3, request_hash="h")
+    session.add(job)
+    session.flush()
+    items = [ExtractionItem(job_id=job.id, seq=i, external_id=f"c{i}", text="t", status=status)
+             for i, status in enumerate(("running", "pending", "done"))]
+    session.add_all(items)
+    session.commit()
+    running, pending, done = (i.id for i in items)
+    assert item_owner(session, running) == owner  # tenant, classes and rate limit of the submitter
+    for not_running in (pending, done, 10_000):
+        with pytest.raises(ItemNotRunning):
+            item_owner(session, not_running)
+    revoke_key(session, owner.key_id)
+    with pytest.raises(ItemOwnerUnavailable):
+        item_owner(session, running)
+
+
+def test_keys_create_worker_flag(session, db_url, monkeypatch, tmp_path):
+    monkeypatch.setenv("FINSERVE_DATABASE_URL", db_url)
+    monkeypatch.setenv("FINSERVE_HOME", str(tmp_path / "home"))
+    app = typer.Typer()
+    db_commands.register(app)
+    res = CliRunner().invoke(app, ["keys", "create", "--tenant", "ops", "--worker"])
+    assert res.exit_code == 0, res.output
+    assert verify_key(session, res.stdout.strip().splitlines()[0]).is_worker
+    assert "worker=True" in CliRunner().invoke(app, ["keys", "list"]).stdout
