@@ -74,7 +74,7 @@ def _time_axis(ax: Axes, report: dict[str, Any]) -> None:
 def _svg(fig: Figure) -> str:
     buf = io.StringIO()
     with plt.rc_context({"svg.fonttype": "none"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight")
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # same report, same bytes
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]  # drop the XML prolog and doctype so it inlines into HTML
@@ -158,7 +158,8 @@ def burn_down_figure(report: dict[str, Any]) -> Figure:
         low = min(low, *ys)
         ax.plot(xs, ys, label=name, **_plot_kw(i))  # type: ignore[arg-type]
     ax.axhline(0.0, color="#b3261e", linewidth=1)
-    ax.set_ylim(max(low, -400.0) - 5, 105)  # a hugely overspent class is clipped rather than flattening the rest
+    bottom = max(low, -400.0) - 5  # a hugely overspent class is clipped rather than flattening the rest
+    ax.set_ylim(bottom, 100 + 0.05 * (100 - bottom))
     ax.set_ylabel("error budget left (%)")
     ax.set_xlabel("time (UTC); below the red line = budget overspent")
     ax.set_title("Error budget burn-down")

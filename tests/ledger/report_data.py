@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
+from core.db.base import make_engine, make_session_factory
+from core.db.migrate import upgrade
+from core.db.models import RequestLedger
 from gateway.ledger import LedgerRow
+from gateway.reports import build_report
 from tests.ledger.factories import T0, make_row
 
 DAY_SINCE = T0
@@ -45,3 +51,17 @@ def day_rows(seed: int = 7) -> list[LedgerRow]:
                              tpot_ms=rng.uniform(200, 900), e2e_ms=e2e, input_tokens=1500, output_tokens=300,
                              e2e_met=not miss, slo_met=not miss, **BULK))
     return rows
+
+
+def build_day_report(db_path: Path) -> dict[str, Any]:
+    """The report over day_rows(), from a fresh SQLite ledger at db_path."""
+    url = f"sqlite:///{db_path}"
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        with make_session_factory(engine)() as s:
+            s.add_all(RequestLedger(**r.to_dict()) for r in day_rows())
+            s.commit()
+            return build_report(s, DAY_SINCE, DAY_UNTIL)
+    finally:
+        engine.dispose()
