@@ -31,7 +31,7 @@ DATE_FORMAT = "%Y-%m-%d %H:%M"  # tick labels: the full date, so a label can be 
 @dataclass(frozen=True)
 class LineStyle:
     color: str
-    linestyle: str
+    linestyle: str | tuple[float, tuple[float, ...]]  # a name, or (offset, (on, off, ...)) dashes
     marker: str
     linewidth: float
 
@@ -41,7 +41,7 @@ _STYLES = (
     LineStyle("#d62728", "--", "s", 3.2),
     LineStyle("#2ca02c", ":", "^", 2.2),
     LineStyle("#9467bd", "-.", "D", 1.6),
-    LineStyle("#ff7f0e", (0, (5, 1, 1, 1)), "v", 1.2),  # type: ignore[arg-type]
+    LineStyle("#ff7f0e", (0, (5, 1, 1, 1)), "v", 1.2),
 )
 
 
@@ -64,8 +64,8 @@ def _time_axis(ax: Axes, report: dict[str, Any]) -> None:
     """x = the report window exactly, ticks labelled with full UTC dates."""
     since, until = window_of(report)
     ax.set_xlim(since, until)  # type: ignore[arg-type]
-    ax.xaxis.set_major_locator(mdates.AutoDateLocator(tz=timezone.utc, minticks=4, maxticks=8))
-    ax.xaxis.set_major_formatter(mdates.DateFormatter(DATE_FORMAT, tz=timezone.utc))
+    ax.xaxis.set_major_locator(mdates.AutoDateLocator(tz=timezone.utc, minticks=4, maxticks=8))  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_formatter(mdates.DateFormatter(DATE_FORMAT, tz=timezone.utc))  # type: ignore[no-untyped-call]
     for label in ax.get_xticklabels():
         label.set_rotation(20)
         label.set_horizontalalignment("right")
@@ -146,7 +146,7 @@ def burn_down_figure(report: dict[str, Any]) -> Figure:
     """Error budget left (% of the window's budget) through the window, per class."""
     fig, ax = plt.subplots(figsize=(13, 3.8))
     since, until = window_of(report)
-    ax.plot([since, until], [100.0, 0.0], color="0.5", linestyle=(0, (4, 3)), linewidth=1,  # type: ignore[list-item]
+    ax.plot([since, until], [100.0, 0.0], color="0.5", linestyle=(0, (4, 3)), linewidth=1,  # type: ignore[arg-type]
             label="burn rate 1 (budget spent exactly at the end)")
     low = 0.0
     for i, (name, cls) in enumerate(report["classes"].items()):
