@@ -37,7 +37,8 @@ CSV_FIELDS = (
     "active_from", "active_until", "active_s", "goodput_rps", "input_tokens_per_s", "output_tokens_per_s",
     "input_tokens", "cached_tokens", "output_tokens", "preemptions",
     "error_budget_allowed", "error_budget_misses", "error_budget_remaining", "error_budget_used_fraction",
-    "error_budget_remaining_fraction", *(f"burn_rate_{w}" for w in BURN_WINDOWS), "alert_state", "alerts_firing",
+    "error_budget_remaining_fraction", *(f"burn_rate_{w}" for w in BURN_WINDOWS),
+    *(f"burn_{w}_{k}" for w in BURN_WINDOWS for k in ("counted", "missed")), "alert_state", "alerts_firing",
     "time_to_exhaustion_s", "rejections",
 )
 
@@ -90,6 +91,7 @@ def _csv_row(scope: str, tenant: str, name: str, c: dict[str, Any], window: dict
         "error_budget_remaining": eb["remaining"], "error_budget_used_fraction": eb["used_fraction"],
         "error_budget_remaining_fraction": eb["remaining_fraction"],
         **{f"burn_rate_{w}": eb["burn_rates"].get(w, {}).get("burn_rate") for w in BURN_WINDOWS},
+        **{f"burn_{w}_{k}": eb["burn_rates"].get(w, {}).get(k) for w in BURN_WINDOWS for k in ("counted", "missed")},
         "alert_state": eb["alert_state"], "alerts_firing": ";".join(a["rule"] for a in eb["alerts"] if a["firing"]),
         "time_to_exhaustion_s": eb["time_to_exhaustion_s"],
         "rejections": ";".join(f"{k}={v}" for k, v in c["rejections"].items()),

@@ -167,6 +167,7 @@ def test_csv_has_one_line_per_class_then_per_tenant_and_class(ledger):
     assert risk["low_sample_percentiles"] == "ttft_p99;tpot_p99;e2e_p99;queue_p99"
     assert float(risk["error_budget_remaining"]) == pytest.approx(-3.7)
     assert float(risk["burn_rate_1h"]) == pytest.approx(50 / 13) and float(risk["burn_rate_3d"]) == pytest.approx(50 / 13)
+    assert (risk["burn_1h_counted"], risk["burn_1h_missed"]) == ("13", "5")
     assert (risk["alert_state"], risk["alerts_firing"], risk["time_to_exhaustion_s"]) == ("ticket", "budget_burn", "0.0")
     assert (float(risk["active_s"]), float(risk["goodput_rps"])) == (91.0, pytest.approx(8 / 91))
 
