@@ -117,20 +117,27 @@ def register(app: typer.Typer) -> None:
 
     @app.command("report")
     def report(
-        since: Annotated[str, typer.Option(help="Window start: ISO 8601, or a duration ago (24h, 7d)")] = "24h",
+        window: Annotated[Optional[str], typer.Option(help="Rolling window before --until: 24h, 7d, 28d (default 28d)")] = None,
+        since: Annotated[Optional[str], typer.Option(help="Window start instead of --window: ISO 8601 or a duration ago")] = None,
         until: Annotated[str, typer.Option(help="Window end (exclusive): ISO 8601 or 'now'")] = "now",
         workload_class: Annotated[Optional[str], typer.Option("--class", help="Only this class")] = None,
-        tenant: Annotated[Optional[str], typer.Option(help="Only this tenant")] = None,
+        tenant: Annotated[Optional[str], typer.Option(help="Only this tenant (default: all, with a per-tenant table)")] = None,
         fmt: Annotated[str, typer.Option("--format", help="json | csv | html")] = "json",
         out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout")] = None,
     ) -> None:
-        """SLO compliance report per workload class, from the request ledger."""
-        from gateway.reports import FORMATS, build_report, render_report
+        """SLO report per workload class from the request ledger: attainment, error budget, burn rates, alerts."""
+        from gateway.reports import DEFAULT_WINDOW, FORMATS, build_report, parse_duration, render_report
 
         if fmt not in FORMATS:
             raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
+        if since is not None and window is not None:
+            raise typer.BadParameter("give --since or --window, not both")
         now = datetime.now(timezone.utc)
-        t0, t1 = parse_time(since, now), parse_time(until, now)
+        t1 = parse_time(until, now)
+        try:
+            t0 = parse_time(since, now) if since is not None else t1 - (parse_duration(window) if window else DEFAULT_WINDOW)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--window: {exc}") from None
         if t1 <= t0:
             raise typer.BadParameter("--until must be after --since")
         with _session() as session:

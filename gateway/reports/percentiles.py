@@ -39,3 +39,20 @@ def summarize(values: Iterable[float | None], percentiles: Sequence[float] = DEF
         out[f"p{p:g}"] = nearest_rank(data, p)
     out["max"] = data[-1] if data else None
     return out
+
+
+def min_samples(p: float) -> int:
+    """Fewest values for which the nearest-rank p-th percentile can be below the maximum.
+
+    With n < 100 / (100 - p) values, rank ceil(p/100 * n) is n: p99 over 23 requests
+    is simply the slowest request, which says nothing about the 99th percentile.
+    p100 (the maximum) needs one value.
+    """
+    if p >= 100.0:
+        return 1
+    return math.ceil(round(100.0 / (100.0 - p), 9))
+
+
+def low_sample(count: int, percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> list[str]:
+    """Names ("p99", ...) of the percentiles that `count` values are too few to estimate (see min_samples)."""
+    return [f"p{p:g}" for p in percentiles if 0 < count < min_samples(p)]

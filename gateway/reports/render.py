@@ -1,24 +1,51 @@
-"""Render a report dict as JSON, CSV (one line per class) or a self-contained HTML page."""
+"""Render a report dict as JSON, CSV (one line per class, then per tenant and class) or an HTML page.
+
+The three carry the same figures: the HTML page (templates/report.html.j2) shows
+nothing that the JSON and the CSV lack. The CSV's columns are fixed (CSV_FIELDS),
+so an empty window still gives a header row.
+"""
 from __future__ import annotations
 
 import csv
 import io
 import json
-from html import escape
+import math
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from gateway.reports.charts import attainment_over_time_svg, latency_distribution_svg
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
+
+from gateway.reports import charts
+from gateway.reports.budget import ALERT_RULES, BURN_WINDOWS, EXHAUSTION_WINDOW
 from gateway.reports.percentiles import DEFAULT_PERCENTILES
 
 FORMATS = ("json", "csv", "html")
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8"}
 _PCTS = tuple(f"p{p:g}" for p in DEFAULT_PERCENTILES)
 _LATENCIES = ("ttft", "tpot", "e2e", "queue")
+_TARGETED = ("ttft", "tpot", "e2e")
+_OUTCOMES = ("finished", "failed", "aborted", "rejected")
+
+CSV_FIELDS = (
+    "scope", "tenant", "workload_class", "since", "until", "window_s", "requests", *_OUTCOMES,
+    "slo_counted", "slo_met", "slo_missed", "attainment", "goal", "goal_met", "slo_percentile",
+    *(f"{m}_target_ms" for m in _TARGETED),
+    *(f"{m}_at_slo_percentile_{k}" for m in _TARGETED for k in ("ms", "met", "n", "low_sample")),
+    *(f"{m}_{p}_ms" for m in _LATENCIES for p in _PCTS), *(f"{m}_n" for m in _LATENCIES), "low_sample_percentiles",
+    "active_from", "active_until", "active_s", "goodput_rps", "input_tokens_per_s", "output_tokens_per_s",
+    "input_tokens", "cached_tokens", "output_tokens", "preemptions",
+    "error_budget_allowed", "error_budget_misses", "error_budget_remaining", "error_budget_used_fraction",
+    "error_budget_remaining_fraction", *(f"burn_rate_{w}" for w in BURN_WINDOWS),
+    *(f"burn_{w}_{k}" for w in BURN_WINDOWS for k in ("counted", "missed")), "alert_state", "alerts_firing",
+    "time_to_exhaustion_s", "rejections",
+)
 
 
 def render_report(report: dict[str, Any], fmt: str = "json") -> str:
     if fmt == "json":
-        return json.dumps(report, indent=2)
+        return json.dumps(_finite(report), indent=2, allow_nan=False)
     if fmt == "csv":
         return _csv(report)
     if fmt == "html":
@@ -26,106 +53,107 @@ def render_report(report: dict[str, Any], fmt: str = "json") -> str:
     raise ValueError(f"unknown report format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def _csv_row(name: str, c: dict[str, Any], window: dict[str, Any]) -> dict[str, Any]:
-    slo, eb = c["slo"], c["error_budget"]
+def _finite(v: Any) -> Any:
+    """inf (a miss against a 100% goal burns an empty budget) as the string "inf": JSON has no infinity."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def _csv_row(scope: str, tenant: str, name: str, c: dict[str, Any], window: dict[str, Any]) -> dict[str, Any]:
+    slo, eb, active = c["slo"], c["error_budget"], c["active"]
     row: dict[str, Any] = {
-        "workload_class": name, "since": window["since"], "until": window["until"], "requests": c["requests"],
-        **c["outcomes"],
-        "slo_counted": slo["counted"], "slo_met": slo["met"], "attainment": slo["attainment"], "goal": slo["goal"],
+        "scope": scope, "tenant": tenant, "workload_class": name, "since": window["since"],
+        "until": window["until"], "window_s": window["seconds"], "requests": c["requests"], **c["outcomes"],
+        "slo_counted": slo["counted"], "slo_met": slo["met"], "slo_missed": slo["missed"],
+        "attainment": slo["attainment"], "goal": slo["goal"], "goal_met": slo["goal_met"],
+        "slo_percentile": slo["percentile"],
     }
+    for m in _TARGETED:
+        row[f"{m}_target_ms"] = slo["targets_ms"][m]
+        vs = slo["percentile_vs_target"].get(m, {})
+        for k, key in (("ms", "value_ms"), ("met", "met"), ("n", "samples"), ("low_sample", "low_sample")):
+            row[f"{m}_at_slo_percentile_{k}"] = vs.get(key)
     for m in _LATENCIES:
+        row[f"{m}_n"] = c["latency_ms"][m]["count"]
         for p in _PCTS:
             row[f"{m}_{p}_ms"] = c["latency_ms"][m][p]
+    row["low_sample_percentiles"] = ";".join(f"{m}_{p}" for m in _LATENCIES for p in c["latency_ms"][m]["low_sample"])
     row.update({
-        "goodput_rps": c["goodput_rps"],
-        "input_tokens_per_s": c["throughput"]["input_tokens_per_s"],
-        "output_tokens_per_s": c["throughput"]["output_tokens_per_s"],
-        "cached_tokens": c["tokens"]["cached"],
+        "active_from": active["first_at"], "active_until": active["last_at"], "active_s": active["seconds"],
+        "goodput_rps": c["goodput_rps"], **c["throughput"], **{f"{k}_tokens": v for k, v in c["tokens"].items()},
         "preemptions": c["preemptions"],
         "error_budget_allowed": eb["allowed_misses"], "error_budget_misses": eb["misses"],
-        "error_budget_remaining": eb["remaining"], "error_budget_remaining_fraction": eb["remaining_fraction"],
+        "error_budget_remaining": eb["remaining"], "error_budget_used_fraction": eb["used_fraction"],
+        "error_budget_remaining_fraction": eb["remaining_fraction"],
+        **{f"burn_rate_{w}": eb["burn_rates"].get(w, {}).get("burn_rate") for w in BURN_WINDOWS},
+        **{f"burn_{w}_{k}": eb["burn_rates"].get(w, {}).get(k) for w in BURN_WINDOWS for k in ("counted", "missed")},
+        "alert_state": eb["alert_state"], "alerts_firing": ";".join(a["rule"] for a in eb["alerts"] if a["firing"]),
+        "time_to_exhaustion_s": eb["time_to_exhaustion_s"],
         "rejections": ";".join(f"{k}={v}" for k, v in c["rejections"].items()),
     })
     return row
 
 
 def _csv(report: dict[str, Any]) -> str:
-    rows = [_csv_row(name, c, report["window"]) for name, c in report["classes"].items()]
+    w, scoped_tenant = report["window"], report["filters"]["tenant"] or ""
+    rows = [_csv_row("class", scoped_tenant, name, c, w) for name, c in report["classes"].items()]
+    rows += [_csv_row("tenant", t, name, c, w) for t, classes in report["tenants"].items() for name, c in classes.items()]
     buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
     return buf.getvalue()
 
 
-def _fmt(v: Any, digits: int = 1) -> str:
+def _num(v: Any, digits: int = 1) -> str:
     if v is None:
         return "–"
     if isinstance(v, float):
-        return f"{v:,.{digits}f}"
-    return escape(str(v))
+        return "∞" if math.isinf(v) else f"{v:,.{digits}f}"
+    return str(v)
 
 
-def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{100.0 * v:.2f}%"
+def _pct(v: float | None, digits: int = 2) -> str:
+    return "–" if v is None else f"{100.0 * v:.{digits}f}%"
 
 
-def _class_section(name: str, c: dict[str, Any]) -> str:
-    slo, eb = c["slo"], c["error_budget"]
-    verdict = {True: ("meets goal", "ok"), False: ("below goal", "bad"), None: ("no SLO data", "")}[slo["goal_met"]]
-    targets = ", ".join(f"{m.upper()} ≤ {_fmt(t, 0)} ms" for m, t in slo["targets_ms"].items() if t is not None)
-    lat_rows = "".join(
-        f"<tr><th>{m.upper()}</th><td>{c['latency_ms'][m]['count']}</td>"
-        + "".join(f"<td>{_fmt(c['latency_ms'][m][p])}</td>" for p in _PCTS)
-        + f"<td>{_fmt(slo['targets_ms'].get(m))}</td></tr>"
-        for m in _LATENCIES
-    )
-    outcomes = " · ".join(f"{k} {v}" for k, v in c["outcomes"].items())
-    rejections = ", ".join(f"{escape(k)}: {v}" for k, v in c["rejections"].items()) or "none"
-    pvt = "; ".join(f"p{slo['percentile']:g} {m.upper()} {_fmt(x['value_ms'])} ms vs {_fmt(x['target_ms'], 0)} ms"
-                    f" ({'met' if x['met'] else 'missed' if x['met'] is False else '–'})"
-                    for m, x in slo["percentile_vs_target"].items())
-    return f"""
-<section><h2>{escape(name)} <span class="{verdict[1]}">{verdict[0]}</span></h2>
-<table class="kv">
-<tr><th>Requests</th><td>{c['requests']} ({outcomes})</td></tr>
-<tr><th>SLO targets</th><td>{escape(targets) or 'none'}; goal {_pct(slo['goal'])} of requests</td></tr>
-<tr><th>SLO attainment</th><td><b>{_pct(slo['attainment'])}</b> ({slo['met']} of {slo['counted']} counted)</td></tr>
-<tr><th>Percentiles vs targets</th><td>{pvt or '–'}</td></tr>
-<tr><th>Error budget</th><td>{_fmt(eb['allowed_misses'], 2)} misses allowed, {eb['misses']} used,
- {_fmt(eb['remaining'], 2)} left ({_pct(eb['remaining_fraction'])} of budget)</td></tr>
-<tr><th>Goodput</th><td>{_fmt(c['goodput_rps'], 3)} requests meeting SLO / s</td></tr>
-<tr><th>Throughput</th><td>input {_fmt(c['throughput']['input_tokens_per_s'], 2)} tokens/s ·
- output {_fmt(c['throughput']['output_tokens_per_s'], 2)} tokens/s · {c['tokens']['cached']} input tokens from
- prefix cache · {c['preemptions']} preemptions</td></tr>
-<tr><th>Rejections</th><td>{rejections}</td></tr>
-</table>
-<table><tr><th>latency (ms)</th><th>n</th>{''.join(f'<th>{p}</th>' for p in _PCTS)}<th>target</th></tr>
-{lat_rows}</table></section>"""
+def _burn(v: float | str | None) -> str:
+    if v is None:
+        return "–"
+    return "∞" if isinstance(v, str) or math.isinf(v) else f"{v:.2f}×"
 
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:2rem;color:#222;max-width:1300px}
-table{border-collapse:collapse;margin:.5rem 0 1rem}td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:right}
-table.kv td,table.kv th{text-align:left}th{background:#f4f4f4}.ok{color:#17702f}.bad{color:#b3261e}
-h2 span{font-size:.7em;margin-left:.5rem}.meta{color:#666}figure{margin:1rem 0}svg{max-width:100%;height:auto}"""
+def _dur(seconds: float | None) -> str:
+    """A duration for people: '3 d 4 h', '2 h 5 min', '42 s'."""
+    if seconds is None:
+        return "–"
+    s = int(round(seconds))
+    d, h, m = s // 86400, s % 86400 // 3600, s % 3600 // 60
+    parts = [f"{d} d"] * bool(d) + [f"{h} h"] * bool(h) + [f"{m} min"] * bool(m and not d)
+    return " ".join(parts[:2]) or f"{seconds:.0f} s"
+
+
+def _when(iso: str) -> str:
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+_ENV = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True,
+                   undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+_ENV.filters.update(num=_num, pct=_pct, burn=_burn, dur=_dur, when=_when)
 
 
 def _html(report: dict[str, Any]) -> str:
-    w, f = report["window"], report["filters"]
-    filters = ", ".join(f"{k} = {escape(str(v))}" for k, v in f.items() if v) or "all classes and tenants"
-    sections = "".join(_class_section(n, c) for n, c in report["classes"].items())
-    charts = ""
+    figures = {}
     if report["classes"]:
-        charts = (f"<h2>Charts</h2><figure>{latency_distribution_svg(report)}</figure>"
-                  f"<figure>{attainment_over_time_svg(report)}</figure>")
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>finserve SLO report</title><style>{_CSS}</style></head>
-<body><h1>SLO compliance report</h1>
-<p class="meta">Window {escape(w['since'])} → {escape(w['until'])} ({w['seconds']:,.0f} s); {filters}.
-Percentiles: {escape(report['percentile_method'])}; latency percentiles cover finished requests.
-Generated {escape(report['generated_at'])}.</p>
-{sections or '<p>No requests in this window.</p>'}
-{charts}
-</body></html>
-"""
+        figures = {"attainment": charts.attainment_over_time_svg(report), "burn_down": charts.burn_down_svg(report),
+                   "latency": charts.latency_distribution_svg(report)}
+    return _ENV.get_template("report.html.j2").render(
+        report=report, charts={k: Markup(v) for k, v in figures.items()},  # matplotlib's own SVG, not user text
+        pcts=_PCTS, latencies=_LATENCIES, burn_windows=list(BURN_WINDOWS), rules=ALERT_RULES, exhaustion_window=EXHAUSTION_WINDOW,
+        class_styles={name: charts.class_style(i) for i, name in enumerate(report["classes"])},
+    )

@@ -1,7 +1,9 @@
 """GET /v1/slo/report: SLO compliance per class and time window (admin keys only).
 
-The report is an operator's view: it covers every tenant unless `tenant=` narrows it.
-Times without a zone are read as UTC; the default window is the last 24 hours.
+The report is an operator's view: it covers every tenant (with a per-tenant breakdown)
+unless `tenant=` narrows it. The window ends at `until` (default now) and starts at
+`since`, or `window` before the end (a duration such as 24h or 28d; default 28 days,
+the rolling window error budgets are judged over). Times without a zone are UTC.
 """
 from __future__ import annotations
 
@@ -14,10 +16,9 @@ from core.db.base import utcnow
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES
 from gateway.deps import AdminDep, StateDep, run_db
-from gateway.reports import MEDIA_TYPES, build_report, render_report
+from gateway.reports import DEFAULT_WINDOW, MEDIA_TYPES, build_report, parse_duration, render_report
 
 router = APIRouter(tags=["reports"])
-DEFAULT_WINDOW = timedelta(hours=24)
 
 
 def _utc(t: datetime | None) -> datetime | None:
@@ -30,6 +31,7 @@ async def slo_report(
     state: StateDep,
     since: datetime | None = None,
     until: datetime | None = None,
+    window: Annotated[str | None, Query(description="duration before `until`, e.g. 24h or 28d")] = None,
     workload_class: Annotated[str | None, Query(alias="class")] = None,
     tenant: str | None = None,
     format: Literal["json", "csv", "html"] = "json",
@@ -37,9 +39,20 @@ async def slo_report(
     if workload_class is not None and workload_class not in state.policy.classes:
         raise APIError("unknown_workload_class", f"unknown workload class {workload_class!r}; known classes: "
                        f"{', '.join(sorted(state.policy.classes))}")
+    if since is not None and window is not None:
+        raise APIError("invalid_request", "give since or window, not both")
     end = _utc(until) or utcnow()
-    start = _utc(since) or end - DEFAULT_WINDOW
+    start = _utc(since) or end - _window(window)
     if end <= start:
         raise APIError("invalid_request", "until must be after since")
     report = await run_db(state, lambda s: build_report(s, start, end, workload_class=workload_class, tenant=tenant))
     return Response(render_report(report, format), media_type=MEDIA_TYPES[format])
+
+
+def _window(text: str | None) -> timedelta:
+    if text is None:
+        return DEFAULT_WINDOW
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise APIError("invalid_request", f"window: {exc}") from None
