@@ -193,8 +193,10 @@ class EngineClient:
             return False
         delay = min(MAX_BACKOFF_S, self.restart_backoff_s * 2 ** (len(self._crashes) - 1))
         self._restarting = True
-        self._stop.wait(delay)
+        stopping = self._stop.wait(delay)
         self._restarting = False
+        if stopping:
+            return False
         self._restarts += 1
         log.warning("engine_loop_restarted", restarts=self._restarts, after_s=delay)
         return True

@@ -101,7 +101,7 @@ class LLMEngine:
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, req: EngineRequest) -> None:
-        """Admits `req` or raises AdmissionError (nothing kept).
+        """Admits `req` or raises (AdmissionError for a refusal); nothing is kept when it raises.
 
         Past admission, a failure to build the request's state fails the request alone: its
         finished "error" output comes with the next step.
@@ -202,7 +202,6 @@ class LLMEngine:
         for s in out.seqs:
             kind = "prefill" if s.is_prefill else "decode"  # recompute after preemption is prefill too
             s.request.events.append(StepEvent(kind, t0, t1, s.num_new_tokens, out.num_batched_tokens))
-        for s in out.seqs:
             error = ran.errors.get(s.request.request_id)
             if error is not None:
                 log.error("engine_request_failed", request_id=s.request.request_id, where="sample", error=error)

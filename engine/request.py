@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 # Temperature: 0 (greedy) or at least MIN_TEMPERATURE. Sampling divides the logits by T; below
 # 0.01 a 0.1-logit gap already gives the runner-up e^-10 of the winner's chance, so the output
 # is greedy in all but name, while values such as 1e-300 make 1/T overflow to inf and the
-# probabilities NaN (vLLM clamps to the same 0.01 for the same reason).
+# probabilities NaN (vLLM raises temperatures below 0.01 to 0.01 for the same reason).
 MIN_TEMPERATURE = 1e-2
 # A repetition penalty divides (or multiplies) a seen token's logit by p. Beyond 100x either way
 # the token is already certain or impossible, and values such as 1e-300 overflow the logits.

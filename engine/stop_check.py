@@ -1,8 +1,8 @@
 """When a sampled token ends a request: the token-level stop rules the scheduler applies.
 
 Text-level rules (stop strings, a completed grammar) need the detokenized text and stay in the
-engine loop. Precedence for one token: stop token, then length; the engine's text rules only
-apply to a request the token did not finish.
+engine loop. Precedence for one token: stop token, then length, then the engine's text rules
+(a request the token already finished keeps its reason; a stop string is still cut from its text).
 """
 from __future__ import annotations
 
