@@ -54,6 +54,7 @@ _ADMISSION_CODES = {
     "invalid_sampling": "invalid_request",
     "empty_prompt": "invalid_request",
     "invalid_token": "invalid_request",
+    "engine_unavailable": "engine_not_ready",  # the loop is dead or shutting down: 503, not a full queue
 }
 
 
@@ -130,7 +131,8 @@ class Completion:
 
 def admission_error(exc: AdmissionError) -> APIError:
     code = _ADMISSION_CODES.get(exc.reason) or ("queue_full" if exc.retryable else "invalid_request")
-    retry = exc.retry_after_s if exc.retry_after_s is not None else (1.0 if ERROR_CODES[code] == 429 else None)
+    default_retry = {429: 1.0, 503: 5.0}.get(ERROR_CODES[code])
+    retry = exc.retry_after_s if exc.retry_after_s is not None else default_retry
     return APIError(code, exc.message, retry_after_s=retry)
 
 

@@ -242,7 +242,7 @@ def row_from_engine_request(
     return row_from_request(
         request_id=req.request_id,
         tenant=tenant,
-        workload_class=req.workload_class or "",
+        workload_class=req.workload_class,
         class_rule=class_rule,
         route=route,
         status=status,
