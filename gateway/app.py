@@ -43,13 +43,16 @@ LEDGER_SPOOL_NAME = "ledger-spool.ndjson"
 def _build_engine(state: GatewayState) -> EngineClient:
     from engine.engine import LLMEngine  # torch import deferred: the app module loads without it
 
-    engine = LLMEngine(state.settings.engine_config(state.policy))
-    # A policy the model or pool cannot serve fails the start (/readyz says why), not requests later.
-    cfg = engine.config
-    check_against_model(state.policy, max_model_len=engine.max_model_len, block_size=cfg.block_size,
-                        kv_cache_tokens=engine.num_blocks * cfg.block_size if cfg.scheduling == "class" else None,
-                        max_num_batched_tokens=cfg.max_num_batched_tokens)
-    client = EngineClient(engine).start()
+    def build() -> LLMEngine:
+        engine = LLMEngine(state.settings.engine_config(state.policy))
+        # A policy the model or pool cannot serve fails the start (/readyz says why), not requests later.
+        cfg = engine.config
+        check_against_model(state.policy, max_model_len=engine.max_model_len, block_size=cfg.block_size,
+                            kv_cache_tokens=engine.num_blocks * cfg.block_size if cfg.scheduling == "class" else None,
+                            max_num_batched_tokens=cfg.max_num_batched_tokens)
+        return engine
+
+    client = EngineClient.launch(build)  # loaded and stepped on one thread: one OpenMP team
     max_token_bytes(client.tokenizer)  # scans the vocabulary once, here, not on a request's event loop
     return client
 

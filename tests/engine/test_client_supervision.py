@@ -97,3 +97,32 @@ async def test_a_bad_request_through_the_client_fails_alone(engine, monkeypatch)
         assert client.health().restarts == 0 and client.stats().failed_requests == 1
     finally:
         client.shutdown()
+
+
+async def test_launch_builds_the_engine_on_the_loop_thread(tiny_model_dir):
+    """One thread loads and steps the engine, so OpenMP keeps one team (see EngineClient.launch)."""
+    import threading
+
+    built_on: list[str] = []
+
+    def factory() -> LLMEngine:
+        built_on.append(threading.current_thread().name)
+        return LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), block_size=4,
+                                      num_blocks_override=64, max_num_batched_tokens=32, num_threads=1))
+
+    client = EngineClient.launch(factory)
+    try:
+        assert built_on == ["finserve-engine"] and client.running
+        outs = await _collect(client, _req("launched"))
+        assert outs[-1].finish_reason == "length"
+    finally:
+        client.shutdown()
+    assert not client.running
+
+
+def test_launch_raises_what_the_factory_raised():
+    def factory() -> LLMEngine:
+        raise FileNotFoundError("no model here")
+
+    with pytest.raises(FileNotFoundError, match="no model here"):
+        EngineClient.launch(factory)
