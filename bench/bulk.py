@@ -111,7 +111,7 @@ class _Bench:
             self.worker_key = create_key(s, "bench-workers", worker=True, rate_limit_rps=UNLIMITED_RPS)
         kw = {"num_threads": threads} if threads else {}
         self.config = engine_config(model, **kw)
-        self.engine = EngineClient(LLMEngine(self.config)).start()
+        self.engine = EngineClient.launch(lambda: LLMEngine(self.config))
         self.redis = RedisServer(workdir=home / "redis").start()
         use_broker(self.redis.url)
         self.gateway = GatewayThread(Settings(home=home, database_url=self.db_url, log_level="warning"),

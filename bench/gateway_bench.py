@@ -166,7 +166,7 @@ def run(json_path: str | None = None, *, n: int = 100, blocks: int = 5, warmup: 
         upgrade(db_url)
         key = _make_key(db_url)
         configure_logging(json=True, level=log_level)
-        client = EngineClient(LLMEngine(config)).start()
+        client = EngineClient.launch(lambda: LLMEngine(config))
         app = create_app(Settings(home=home, database_url=db_url, log_json=True, log_level=log_level),
                          engine_client=client)
         with _logs_to(home / "gateway.log"):

@@ -64,7 +64,7 @@ def _bulk_tps(done: list[EngineRequest], t0: float, t1: float) -> float:
 
 
 async def _situation(scheduling: str, load: bool, n_risk: int, gap_s: float, bulk_in_flight: int, seed: int, model) -> dict:
-    client = EngineClient(LLMEngine(engine_config(model, scheduling=scheduling))).start()
+    client = EngineClient.launch(lambda: LLMEngine(engine_config(model, scheduling=scheduling)))
     rng = random.Random(seed)
     try:
         await _one(client, _new(rng, 64, 4, "realtime_risk"))  # warm-up
@@ -113,7 +113,7 @@ def _report(metrics, bulk_done, t0, t1, doc_metrics, policy) -> dict:
 
 
 async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model) -> float:
-    client = EngineClient(LLMEngine(engine_config(model))).start()
+    client = EngineClient.launch(lambda: LLMEngine(engine_config(model)))
     rng = random.Random(seed)
     try:
         stop, done = asyncio.Event(), []
