@@ -11,8 +11,9 @@ benchmarks, an embedding process) is used as is and not shut down by the app.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import structlog
 from fastapi import APIRouter, FastAPI
@@ -28,9 +29,10 @@ from gateway.ledger import LedgerWriter
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.routes import documents, health, openai, reports, requests, risk
+from gateway.schemas.common import CLASS_NAME_PATTERN
 from gateway.service import max_token_bytes
 from gateway.state import GatewayState
-from policies import load_policy
+from policies import Policy, load_policy
 
 log = structlog.get_logger("finserve.gateway")
 
@@ -57,8 +59,7 @@ async def _load_engine(state: GatewayState) -> None:
     log.info("engine_ready", model=str(state.settings.model_path))
 
 
-def _make_state(settings: Settings, engine_client: EngineClient | None) -> GatewayState:
-    policy = engine_client.policy if engine_client is not None else load_policy(settings.policy)
+def _make_state(settings: Settings, policy: Policy, engine_client: EngineClient | None) -> GatewayState:
     db = make_engine(settings.resolved_database_url)
     sessions = make_session_factory(db)
     ledger = LedgerWriter(db, spool_path=settings.home / LEDGER_SPOOL_NAME).start()
@@ -71,10 +72,11 @@ def _make_state(settings: Settings, engine_client: EngineClient | None) -> Gatew
 
 def create_app(settings: Settings, engine_client: EngineClient | None = None,
                routers: Sequence[APIRouter] = ()) -> FastAPI:
+    policy = engine_client.policy if engine_client is not None else load_policy(settings.policy)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = _make_state(settings, engine_client)
+        state = _make_state(settings, policy, engine_client)
         setattr(app.state, STATE_ATTR, state)
         if engine_client is not None:
             await asyncio.to_thread(max_token_bytes, engine_client.tokenizer)
@@ -102,4 +104,46 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
     app.include_router(health.router)
     for router in (openai.router, risk.router, documents.router, requests.router, reports.router, *routers):
         app.include_router(router, prefix="/v1")
+    app.openapi = _openapi_naming_classes(app, sorted(policy.classes))  # type: ignore[method-assign]
     return app
+
+
+def _openapi_naming_classes(app: FastAPI, classes: list[str]) -> Callable[[], dict[str, Any]]:
+    """/openapi.json with the policy's class names as the enum of every explicit-class field.
+
+    The routes only know the name pattern; which names exist is the policy's, known when the app is
+    built. A client (or schemathesis) can then tell from the schema that `X-Workload-Class: null` is refused.
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        for node in _walk(schema):
+            if node.get("in") == "header" and "anyOf" in node.get("schema", {}):
+                # An optional header is absent or a string, never JSON null (which clients send as "null").
+                branches = [b for b in node["schema"]["anyOf"] if b.get("type") != "null"]
+                if len(branches) == 1:
+                    node["schema"] = {**{k: v for k, v in node["schema"].items() if k != "anyOf"}, **branches[0]}
+        for node in _walk(schema):
+            if node.get("pattern") == CLASS_NAME_PATTERN:
+                node.pop("pattern")
+                node["enum"] = classes
+        app.openapi_schema = schema
+        return schema
+
+    return openapi
+
+
+def _walk(node: Any) -> list[dict[str, Any]]:
+    """Every JSON object inside `node`, depth first."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        found.append(node)
+        for v in node.values():
+            found.extend(_walk(v))
+    elif isinstance(node, list):
+        for v in node:
+            found.extend(_walk(v))
+    return found
