@@ -3,7 +3,8 @@
 The composition root (finserve.app) mounts other packages' routers (the jobs routes) through
 `routers`; the gateway itself imports no job code.
 
-The lifespan opens the database and the ledger writer, then loads the engine in a worker
+The lifespan opens the database and the ledger writer (first turning what a previous run of this
+gateway left `running` into `interrupted` and replaying the spool), then loads the engine in a worker
 thread, so /healthz answers at once and /readyz (and every inference route, with 503
 engine_not_ready) says when the model is ready. An injected `engine_client` (tests,
 benchmarks, an embedding process) is used as is and not shut down by the app.
@@ -11,6 +12,8 @@ benchmarks, an embedding process) is used as is and not shut down by the app.
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,6 +40,22 @@ from policies import Policy, load_policy
 log = structlog.get_logger("finserve.gateway")
 
 LEDGER_SPOOL_NAME = "ledger-spool.ndjson"
+GATEWAY_ID_NAME = "gateway-id"
+# The ledger's own connections give up on a locked SQLite file quickly: a request waits for its row to
+# be durable, and the spool is the fallback, so waiting the default 5 s for a lock would only add latency.
+LEDGER_SQLITE_BUSY_TIMEOUT_MS = 250
+
+
+def gateway_id(settings: Settings) -> str:
+    """This gateway's stable id (one per FINSERVE_HOME, which also holds its spool): a restart finds the
+    rows its previous run left running by it, and never touches another gateway's."""
+    path = settings.home / GATEWAY_ID_NAME
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{uuid.uuid4().hex}")
+        tmp.write_text(f"gw-{uuid.uuid4().hex[:16]}\n")
+        tmp.replace(path)
+    return path.read_text().strip()
 
 
 def _build_engine(state: GatewayState) -> EngineClient:
@@ -60,9 +79,15 @@ async def _load_engine(state: GatewayState) -> None:
 
 
 def _make_state(settings: Settings, policy: Policy, engine_client: EngineClient | None) -> GatewayState:
+    started = time.time()
     db = make_engine(settings.resolved_database_url)
     sessions = make_session_factory(db)
-    ledger = LedgerWriter(db, spool_path=settings.home / LEDGER_SPOOL_NAME).start()
+    ledger_db = make_engine(settings.resolved_database_url, sqlite_busy_timeout_ms=LEDGER_SQLITE_BUSY_TIMEOUT_MS)
+    ledger = LedgerWriter(ledger_db, spool_path=settings.home / LEDGER_SPOOL_NAME, gateway_id=gateway_id(settings))
+    interrupted = ledger.recover(started)
+    if interrupted:
+        log.warning("ledger_spooled_rows_interrupted", rows=interrupted)
+    ledger.start()
     return GatewayState(
         settings=settings, policy=policy, metrics=GatewayMetrics(),
         limiter=RateLimiter(burst_s=settings.rate_limit_burst_s), db=db, sessions=sessions, ledger=ledger,
@@ -89,6 +114,7 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
             if state.owns_engine and state.engine_client is not None:
                 await asyncio.to_thread(state.engine_client.shutdown)
             await asyncio.to_thread(state.ledger.close)  # nothing is lost on a clean shutdown
+            state.ledger.engine.dispose()
             state.db.dispose()
 
     app = FastAPI(

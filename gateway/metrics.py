@@ -43,6 +43,18 @@ class GatewayMetrics:
         self.kv_pool = Gauge("finserve_kv_pool_blocks", "KV block pool by state (total, free, used, cached).",
                              ["state"], registry=r)
 
+        self.ledger_spool = Gauge("finserve_ledger_spool_bytes", "Bytes of ledger rows waiting in the on-disk spool "
+                                  "for the database (alarm when above 0 for long, or near the bound).", registry=r)
+        self.ledger_lost = Gauge("finserve_ledger_rows_lost", "Ledger rows kept nowhere since start (spool full or "
+                                 "unwritable); anything above 0 is an alarm.", registry=r)
+        self.ledger_healthy = Gauge("finserve_ledger_database_up", "1 while the ledger database takes writes.",
+                                    registry=r)
+
+    def update_ledger(self, stats: dict[str, object]) -> None:
+        self.ledger_spool.set(float(stats["spool_bytes"]))  # type: ignore[arg-type]
+        self.ledger_lost.set(float(stats["lost"]))  # type: ignore[arg-type]
+        self.ledger_healthy.set(1.0 if stats["healthy"] else 0.0)
+
     def observe_request(self, workload_class: str, outcome: str, m: RequestMetrics | None) -> None:
         """Count one inference request that reached the engine; latencies only for completed ones."""
         self.requests.labels(workload_class, outcome).inc()
