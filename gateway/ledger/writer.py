@@ -34,7 +34,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from core.db.models import RUNNING_STATUS, RequestLedger
 from gateway.ledger.row import LedgerRow, interrupted_row, replaces
-from gateway.ledger.spool import Spool
+from gateway.ledger.spool import Spool, SpoolFull
 
 log = structlog.get_logger("finserve.ledger")
 
@@ -221,17 +221,27 @@ class LedgerWriter:
             return
         try:
             self._spool_rows([row for row, _ in items], raise_errors=True)
+        except SpoolFull:
+            if len(items) > 1:  # near the bound: keep as many rows as still fit
+                for item in items:
+                    self._keep([item])
+                return
+            self._lose(items, SpoolFull(f"ledger spool is full ({self.spool.max_bytes} bytes)"))
+            return
         except Exception as exc:
-            self.lost += len(items)
-            log.error("ledger_rows_lost", rows=len(items), error=str(exc)[:300],
-                      request_ids=[row.request_id for row, _ in items][:20])
-            for _, done in items:
-                if not done.done():
-                    done.set_exception(exc)
+            self._lose(items, exc)
             return
         for _, done in items:
             if not done.done():
                 done.set_result(False)
+
+    def _lose(self, items: list[_Item], exc: Exception) -> None:
+        self.lost += len(items)
+        log.error("ledger_rows_lost", rows=len(items), error=str(exc)[:300],
+                  request_ids=[row.request_id for row, _ in items][:20])
+        for _, done in items:
+            if not done.done():
+                done.set_exception(exc)
 
     def _spool_rows(self, rows: list[LedgerRow], *, raise_errors: bool = False) -> None:
         if not rows:
@@ -284,8 +294,8 @@ class LedgerWriter:
                               and_(old == _INTERRUPTED, new != _RUNNING, new != _INTERRUPTED)))
                 conn.execute(stmt, values)
             else:  # portable fallback: one writer per database makes check-then-write safe enough
-                have = dict(conn.execute(select(table.c.request_id, table.c.status).where(
-                    table.c.request_id.in_(list(by_id)))).tuples())
+                have = {rid: st for rid, st in conn.execute(select(table.c.request_id, table.c.status).where(
+                    table.c.request_id.in_(list(by_id))))}
                 fresh = [v for v in values if v["request_id"] not in have]
                 if fresh:
                     conn.execute(insert(table), fresh)
