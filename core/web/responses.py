@@ -35,8 +35,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 # A route that can answer `stream: true` with server-sent events documents both media types of its 200.
+# Before OpenAPI 3.2 (`itemSchema`), the `schema` of an event stream describes one event, in the
+# shape OpenAPI 3.2 gives events: its `data` is one JSON document (or `[DONE]`, the OpenAI stream's end).
 SSE_CONTENT: dict[str, Any] = {"text/event-stream": {"schema": {
-    "type": "string", "description": "Server-sent events: `data: {json}` lines, each followed by a blank line."}}}
+    "type": "object", "required": ["data"],
+    "description": "One server-sent event (`data: ...` then a blank line).",
+    "properties": {"data": {"type": "string", "description": "A JSON document, or `[DONE]` at the end of an "
+                                                             "OpenAI-compatible stream."},
+                   "event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"}}}}}
 STREAMING_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The answer as JSON, or with `stream: true` as server-sent events", "content": SSE_CONTENT},
     **ERROR_RESPONSES,
