@@ -13,9 +13,13 @@ from gateway.state import GatewayState
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-async def healthz() -> dict[str, str]:
-    """The process is up (says nothing about the engine or the database)."""
+@router.get("/healthz", responses={503: ERROR_RESPONSES[503]})
+async def healthz(state: StateDep) -> dict[str, str]:
+    """The process is alive: fails only when the engine loop it started has stopped for good, which no
+    request can fix (a restart does). Says nothing about the database, or about a model still loading."""
+    client = state.engine_client
+    if client is not None and not client.running:
+        raise APIError("engine_not_ready", "the engine loop has stopped; this process needs a restart")
     return {"status": "ok"}
 
 

@@ -136,3 +136,18 @@ async def test_streaming_routes_document_server_sent_events(client: httpx.AsyncC
         content = paths[path]["post"]["responses"]["200"]["content"]
         assert {"application/json", "text/event-stream"} <= set(content), path
 
+
+
+async def test_liveness_fails_once_the_engine_loop_is_dead(settings, tiny_model_dir) -> None:
+    from finserve.app import create_app
+    from policies import load_policy
+    from tests.gateway.conftest import make_client
+
+    engine = make_client(tiny_model_dir, load_policy())
+    app = create_app(settings, engine_client=engine)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+            assert (await c.get("/healthz")).status_code == 200
+            engine.shutdown()  # the loop thread ends, as it would if it died
+            r = await c.get("/healthz")
+            assert r.status_code == 503 and r.json()["error"]["code"] == "engine_not_ready"
