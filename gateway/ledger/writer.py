@@ -25,10 +25,10 @@ import time
 from concurrent.futures import Future
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
-from sqlalchemy import Engine, and_, insert, literal_column, or_, select, update
+from sqlalchemy import ColumnClause, Engine, Table, and_, insert, literal_column, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
@@ -42,8 +42,9 @@ DEFAULT_SPOOL_NAME = "ledger-spool.ndjson"
 DEFAULT_MAX_SPOOL_BYTES = 1 << 30
 _Item = tuple[LedgerRow, "Future[bool]"]
 # SQL literals, not bound parameters: the upsert runs as executemany, where every bound value is per row.
-_RUNNING = literal_column(f"'{RUNNING_STATUS}'")
-_INTERRUPTED = literal_column("'interrupted'")
+_RUNNING: ColumnClause[str] = literal_column(f"'{RUNNING_STATUS}'")
+_INTERRUPTED: ColumnClause[str] = literal_column("'interrupted'")
+_TABLE = cast(Table, RequestLedger.__table__)
 
 
 class _Flush:
@@ -277,11 +278,11 @@ class LedgerWriter:
         """One transaction: new request ids are inserted; an existing row is replaced only as `replaces()` says."""
         by_id: dict[str, LedgerRow] = {}
         for r in rows:
-            old = by_id.get(r.request_id)
-            if old is None or replaces(r.status, old.status):
+            kept = by_id.get(r.request_id)
+            if kept is None or replaces(r.status, kept.status):
                 by_id[r.request_id] = r
         values = [r.to_dict() for r in by_id.values()]
-        table = RequestLedger.__table__
+        table = _TABLE
         with self.engine.begin() as conn:
             dialect = conn.dialect.name
             if dialect in ("postgresql", "sqlite"):
@@ -306,7 +307,7 @@ class LedgerWriter:
 
     def _interrupt_running(self, before: datetime) -> int:
         """Rows of this gateway left `running` by an earlier run become `interrupted`."""
-        table = RequestLedger.__table__
+        table = _TABLE
         with self.engine.begin() as conn:
             stale = conn.execute(select(table).where(table.c.status == RUNNING_STATUS,
                                                      table.c.arrival_at < before)).mappings().all()

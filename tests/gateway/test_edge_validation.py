@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request
 
+from core.web.responses import request_body
+from jobs.schemas import JobCreate
 from tests.gateway.conftest import Keys, auth
 
 CHAT = "/v1/chat/completions"
@@ -151,3 +154,19 @@ async def test_liveness_fails_once_the_engine_loop_is_dead(settings, tiny_model_
             engine.shutdown()  # the loop thread ends, as it would if it died
             r = await c.get("/healthz")
             assert r.status_code == 503 and r.json()["error"]["code"] == "engine_not_ready"
+
+
+def test_request_body_helper_documents_a_body_the_route_parses_itself() -> None:
+    """How jobs/routes.py can describe its job-creation body (it reads JSON, NDJSON or multipart itself)."""
+    app = FastAPI()
+
+    @app.post("/v1/extraction-jobs", openapi_extra=request_body(JobCreate, ("application/json",)))
+    async def create(request: Request) -> dict[str, str]:
+        return {}
+
+    body = app.openapi()["paths"]["/v1/extraction-jobs"]["post"]["requestBody"]
+    schema = body["content"]["application/json"]["schema"]
+    assert body["required"] is True and set(schema["required"]) == {"schema", "items"}
+    item = schema["properties"]["items"]["items"]
+    assert item["properties"]["text"]["type"] == "string"  # ContractItem inlined, no dangling $defs reference
+    assert "$ref" not in str(schema)
