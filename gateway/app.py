@@ -32,10 +32,10 @@ from gateway.ledger import LedgerWriter
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.routes import documents, health, openai, reports, requests, risk
-from gateway.schemas.common import CLASS_NAME_PATTERN
 from gateway.service import max_token_bytes
 from gateway.state import GatewayState
 from policies import Policy, load_policy
+from policies.model import CLASS_NAME_PATTERN
 
 log = structlog.get_logger("finserve.gateway")
 

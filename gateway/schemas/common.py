@@ -13,6 +13,7 @@ from fastapi import Header
 from pydantic import AfterValidator, BaseModel, Field
 
 from engine.request import RequestMetrics
+from policies.model import CLASS_NAME_PATTERN  # the policy's own rule; the app narrows it to an enum of names
 
 MIN_TEMPERATURE = 0.01  # below this (but above 0, greedy) logits / T overflow float32 for ordinary logits
 MAX_TEMPERATURE = 2.0
@@ -20,7 +21,6 @@ SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes [0, 2^64)
 MAX_REPETITION_PENALTY = 10.0
 MIN_REPETITION_PENALTY = 0.01  # logits are divided by it: like a temperature, it must not reach 0
 INT32_LIMIT = 2**31  # token ids, counts: anything larger cannot be a real value and would overflow kernels
-CLASS_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # policies' class names (the app narrows it to an enum)
 
 
 def _zero_or_at_least_min(value: float) -> float:
