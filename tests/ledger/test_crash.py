@@ -7,7 +7,9 @@ busy, SIGKILL the process mid-load, start it again, and read the ledger. The bar
   `finished` (its end was recorded, the last bytes were not sent) or `interrupted`;
 - no row is left `running`, and every other row is `interrupted` (admitted, not yet streaming).
 SQLite "down" is a second connection holding an exclusive transaction: the gateway cannot write (in WAL
-mode it can still read, so API keys still verify), which is how a locked ledger database looks.
+mode it can still read, so API keys still verify), which is how a locked ledger database looks; the gateway
+is restarted while it is still down. PostgreSQL "down" refuses every connection; keys verified just before
+stay in the gateway's auth cache, and the restart waits for the database (`finserve serve` migrates first).
 """
 from __future__ import annotations
 
@@ -24,14 +26,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, select
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
 
 from core.db.base import make_engine, make_session_factory
-from core.db.migrate import upgrade
 from core.db.models import RequestLedger
 from core.keys import create_key
 from finserve.stack import FINSERVE
 from jobs.redis_server import free_port
+from tests.ledger.pg import PostgresServer
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENTS = 6
@@ -40,7 +43,7 @@ CLIENTS = 6
 @dataclass
 class Server:
     home: Path
-    db_path: Path
+    db_url: str
     model: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
@@ -51,7 +54,7 @@ class Server:
 
     def start(self) -> "Server":
         env = {**os.environ, "PYTHONPATH": str(REPO), "FINSERVE_HOME": str(self.home),
-               "FINSERVE_MODEL": str(self.model), "FINSERVE_DATABASE_URL": f"sqlite:///{self.db_path}",
+               "FINSERVE_MODEL": str(self.model), "FINSERVE_DATABASE_URL": self.db_url,
                "FINSERVE_PORT": str(self.port), "FINSERVE_KV_CACHE_MEMORY_BYTES": str(4 << 20),
                "FINSERVE_THREADS": "1", "FINSERVE_LOG_JSON": "true", "FINSERVE_LOG_LEVEL": "warning"}
         with (self.home / "server.log").open("ab") as log:
@@ -134,8 +137,16 @@ def load_then_kill(server: Server, key: str, min_answered: int) -> Seen:
 
 
 @contextmanager
-def sqlite_locked(path: Path) -> Iterator[None]:
-    conn = sqlite3.connect(path, isolation_level=None)
+def database_down(db_url: str, pg: PostgresServer | None) -> Iterator[None]:
+    url = make_url(db_url)
+    if pg is not None:
+        pg.set_connections_allowed(str(url.database), False)
+        try:
+            yield
+        finally:
+            pg.set_connections_allowed(str(url.database), True)
+        return
+    conn = sqlite3.connect(str(url.database), isolation_level=None)
     conn.execute("BEGIN EXCLUSIVE")
     try:
         yield
@@ -144,8 +155,8 @@ def sqlite_locked(path: Path) -> Iterator[None]:
         conn.close()
 
 
-def ledger(db_path: Path) -> dict[str, str]:
-    engine = create_engine(f"sqlite:///{db_path}")
+def ledger(db_url: str) -> dict[str, str]:
+    engine = make_engine(db_url)
     with engine.connect() as conn:
         rows = {rid: st for rid, st in conn.execute(select(RequestLedger.request_id, RequestLedger.status))}
     engine.dispose()
@@ -171,16 +182,14 @@ def check(rows: dict[str, str], seen: Seen, before: set[str]) -> dict[str, int]:
 
 
 @pytest.fixture
-def setup(tmp_path: Path, tiny_model_dir: Path) -> Iterator[tuple[Server, str]]:
+def setup(tmp_path: Path, tiny_model_dir: Path, migrated_url: str) -> Iterator[tuple[Server, str]]:
     home = tmp_path / "home"
     home.mkdir()
-    db_path = tmp_path / "ledger.db"
-    upgrade(f"sqlite:///{db_path}")
-    engine = make_engine(f"sqlite:///{db_path}")
+    engine = make_engine(migrated_url)
     with make_session_factory(engine)() as s:
         key = create_key(s, "acme")
     engine.dispose()
-    server = Server(home, db_path, tiny_model_dir)
+    server = Server(home, migrated_url, tiny_model_dir)
     yield server, key
     server.stop()
 
@@ -199,30 +208,39 @@ def finish(server: Server, key: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("db_backend", ["sqlite"])  # the database-down test covers PostgreSQL
 def test_kill9_with_the_database_up_loses_no_row(setup: tuple[Server, str]) -> None:
     server, key = setup
     seen = load_then_kill(server.start(), key, min_answered=12)
     server.start()
     after = finish(server, key)
-    rows = ledger(server.db_path)
+    rows = ledger(server.db_url)
     assert rows.pop(after) == "finished"
     counts = check(rows, seen, before=set())
-    print("kill -9, database up:", counts)
+    print(f"kill -9, {make_url(server.db_url).get_backend_name()} up:", counts)
     assert counts["answered"] >= 12 and counts["interrupted"] >= 1
 
 
 @pytest.mark.slow
-def test_kill9_with_the_database_down_loses_no_row(setup: tuple[Server, str]) -> None:
+def test_kill9_with_the_database_down_loses_no_row(setup: tuple[Server, str], db_backend: str,
+                                                   request: pytest.FixtureRequest) -> None:
     server, key = setup
+    pg = request.getfixturevalue("pg_server") if db_backend == "postgres" else None
     server.start()
-    before = set(ledger(server.db_path))
-    with sqlite_locked(server.db_path):
+    warm = httpx.get(f"{server.url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    assert warm.status_code == 200  # the key is now in the auth cache, for the outage
+    before = set(ledger(server.db_url))
+    with database_down(server.db_url, pg):
         seen = load_then_kill(server, key, min_answered=12)
-        assert not (set(ledger(server.db_path)) - before)  # nothing reached the database: all in the spool
-        server.start()  # still down: the spool's running rows become interrupted in the spool
+        if pg is None:
+            assert not (set(ledger(server.db_url)) - before)  # nothing reached the database: all in the spool
+            server.start()  # still down: the spool's running rows become interrupted in the spool
+    if pg is not None:
+        assert not (set(ledger(server.db_url)) - before)
+        server.start()
     after = finish(server, key)
-    rows = ledger(server.db_path)
+    rows = ledger(server.db_url)
     assert rows.pop(after) == "finished"
     counts = check(rows, seen, before=before)
-    print("kill -9, database down:", counts)
+    print(f"kill -9, {db_backend} down:", counts)
     assert counts["answered"] >= 12 and counts["interrupted"] >= 1
