@@ -123,6 +123,7 @@ class QuantizedLinear:
         self.weight = qw
         self.bias = bias
         self.lib = lib
+        self.mirror = False  # without lib: True runs reference_linear (tests), False dequantized weights
         self._dense: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x [T, K] -> [T, N]
@@ -131,6 +132,8 @@ class QuantizedLinear:
             y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", x.float().contiguous(), qw.packed, qw.scales,
                                   qw.mins, qw.n, self.bias)
             return y.to(x.dtype)
+        if self.mirror:
+            return reference_linear(x, self.weight, self.bias).to(x.dtype)
         if self._dense is None:  # portable path (CUDA, no native library): keep a dequantized copy
             self._dense = dequantize(self.weight, x.dtype).to(x.device)
         return F.linear(x, self._dense, self.bias)
@@ -138,3 +141,18 @@ class QuantizedLinear:
     @property
     def nbytes(self) -> int:
         return self.weight.nbytes
+
+
+def embedding_rows(qw: QuantizedWeight, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` of the stored matrix, dequantized: [T] -> [T, K] fp32 (a tied lm_head doubling as
+    the embedding table, so the fp32 table need not stay in memory)."""
+    ids = ids.cpu()
+    g, r = ids // QR, ids % QR
+    rows = qw.packed[g, :, :, r, :]  # [T, KB, C, 4]: row r's bytes of every block, in k order
+    t, kb = rows.shape[:2]
+    per_row = rows.reshape(t, kb, -1)
+    q = per_row.to(torch.int16) - 128 if qw.kind == "int8" else torch.cat([per_row & 0x0F, per_row >> 4], -1)
+    w = q.float() * qw.scales[g, :, r].float()[..., None]  # [T, KB, 32]
+    if qw.mins is not None:
+        w = w + qw.mins[g, :, r].float()[..., None]
+    return w.reshape(t, -1)[:, : qw.k]
