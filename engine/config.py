@@ -16,8 +16,8 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
     kv_cache_dtype: str = "auto"  # auto: same as dtype
-    # Matmul weight format: auto | fp32 | bf16 | int8 | q4 (engine/model/linear.py). auto: int8 on CPU
-    # with the native kernels (quality-checked, 1/4 of fp32's bytes), else the compute dtype.
+    # Matmul weight format: auto | fp32 | bf16 | int8 | q4 (engine/model/linear.py). auto on CPU with
+    # the native kernels: q4 when the weights are already 4-bit (lossless), else int8; else the dtype.
     weights: str = "auto"
     block_size: int = 16
     kv_cache_memory_bytes: int = 1 << 30  # KV block pool budget

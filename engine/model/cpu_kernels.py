@@ -44,7 +44,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.skinny_gemm_f32.restype = None
     lib.skinny_gemm_f32.argtypes = [_P] * 4 + [_I] * 4
     lib.qgemm_f32.restype = None
-    lib.qgemm_f32.argtypes = [_I, _P, _I, _I, _I, _P, _P, _P, _I, _P, _P, _I, _I]
+    lib.qgemm_f32.argtypes = [_I, _I, _P, _I, _I, _I, _P, _P, _P, _I, _P, _P, _I, _I]
     lib.finserve_kernel_isa.restype = _I
     lib.finserve_cpu_features.restype = _I
     return lib
@@ -136,10 +136,11 @@ def qgemm(
     mins: torch.Tensor | None,  # fp16 [G, KB, 16] (q4 only)
     n: int,
     bias: torch.Tensor | None,
+    act16: bool = True,  # int16 activations (precise); False: int8 (faster, Q8_0-like precision)
 ) -> torch.Tensor:  # [M, N] fp32
     m, k = x.shape
     y = torch.empty((m, n), dtype=torch.float32)
-    lib.qgemm_f32(int(q4), x.data_ptr(), m, k, k, packed.data_ptr(), scales.data_ptr(),
+    lib.qgemm_f32(int(q4), int(act16), x.data_ptr(), m, k, k, packed.data_ptr(), scales.data_ptr(),
                   0 if mins is None else mins.data_ptr(), n, 0 if bias is None else bias.data_ptr(),
                   y.data_ptr(), n, torch.get_num_threads())
     return y

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.model import cpu_kernels
-from engine.model.quant import QuantizedLinear, quantize
+from engine.model.quant import QuantizedLinear, dequantize, quantize
 
 log = structlog.get_logger(__name__)
 
@@ -46,11 +46,22 @@ class DenseLinear:
         return F.linear(x.to(self.weight.dtype), self.weight, self.bias).to(x.dtype)
 
 
+def is_exactly_4bit(weight: torch.Tensor) -> bool:
+    """True when every block of 32 already holds at most 16 evenly spaced values (a model converted
+    from a Q4_1/Q4_0 GGUF): the q4 format then stores these very weights, losslessly."""
+    w = weight.float()
+    err = (dequantize(quantize(w, "q4")) - w).abs().max()
+    return bool(err <= 1e-5 * w.abs().max())
+
+
 def resolve_weight_format(
-    requested: str, device: torch.device, dtype: torch.dtype, dtype_explicit: bool = False
+    requested: str, device: torch.device, dtype: torch.dtype, dtype_explicit: bool = False,
+    probe: torch.Tensor | None = None,
 ) -> tuple[str, str]:
-    """(format, reason). `auto`: int8 on CPU with the native kernels, else the compute dtype; an
-    explicitly chosen compute dtype (EngineConfig.dtype != "auto") keeps dense weights of that dtype."""
+    """(format, reason). `auto` on CPU with the native kernels: q4 when the weights are already 4-bit
+    (`probe`, one matmul weight, passes is_exactly_4bit), else int8; without them, or off the CPU, the
+    compute dtype. An explicitly chosen compute dtype (EngineConfig.dtype != "auto") keeps dense
+    weights of that dtype."""
     if requested not in WEIGHT_FORMATS:
         raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, not {requested!r}")
     if requested != "auto":
@@ -63,7 +74,9 @@ def resolve_weight_format(
     if isa is None:
         return _NAMES[dtype], "native kernels not built: quantized formats would run the slow torch path"
     # Measured (docs/BENCHMARKS.md, bench/quality.py): int8 keeps perplexity within 1% of fp32 and
-    # reads a quarter of its bytes; it is the fastest format at batch 1-16 decode and in prefill here.
+    # streams a quarter of its bytes; q4 an eighth, and it is lossless when the source is 4-bit.
+    if probe is not None and is_exactly_4bit(probe):
+        return "q4", f"the weights are already 4-bit: q4 keeps them exactly and streams the fewest bytes ({isa})"
     return "int8", f"int8 passes the quality check and streams 1/4 of fp32's bytes (kernels: {isa})"
 
 

@@ -68,8 +68,9 @@ def load_model(
     folder = Path(folder)
     t0 = time.perf_counter()
     cfg = ModelConfig.from_folder(folder)
-    fmt, reason = resolve_weight_format(weights, device, dtype, dtype_explicit)
-    model = LlamaModel(cfg, _fuse(_read_tensors(folder), cfg), device, dtype, fmt)
+    fused = _fuse(_read_tensors(folder), cfg)
+    fmt, reason = resolve_weight_format(weights, device, dtype, dtype_explicit, probe=fused["0.gate_up"])
+    model = LlamaModel(cfg, fused, device, dtype, fmt)
     log.info("model_loaded", folder=str(folder), layers=cfg.num_layers, weights=fmt, weights_reason=reason,
              weight_mb=round(weight_bytes(model) / 2**20, 1), seconds=round(time.perf_counter() - t0, 2))
     return model, cfg

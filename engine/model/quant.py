@@ -7,8 +7,10 @@ Quantizing a tensor that came from a GGUF Q8_0 / Q4_1 block gives back that bloc
 exactly (a block's extreme values land on q = +-127, or on 0 and 15), so a model converted from
 the shipped Q4_1 file runs on its original 4-bit weights.
 
-Activations are quantized per block of 32 to int8 at run time (as llama.cpp does), so the kernel's
-inner product is an integer dot. `reference_linear` is the torch mirror of the kernel, used by
+Activations are quantized per block of 32 at run time, so the kernel's inner product is an integer
+dot: to int16 by default (`act16`: within fp32 rounding of dequantized weights x fp32 activations),
+or to int8 as llama.cpp's Q8_0 dot does (faster, but it moves SmolLM2's logits about as much as the
+int8 weights do: bench/quality.py). `reference_linear` is the torch mirror of the kernel, used by
 the tests and by machines without the native library.
 """
 from __future__ import annotations
@@ -101,11 +103,12 @@ def dequantize(qw: QuantizedWeight, dtype: torch.dtype = torch.float32) -> torch
     return w.reshape(w.shape[0], -1)[: qw.n, : qw.k].to(dtype)
 
 
-def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Torch mirror of the kernel: activations quantized per block to int8, integer block dots."""
+def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | None = None,
+                     act16: bool = True) -> torch.Tensor:
+    """Torch mirror of the kernel: activations quantized per block to int16 (or int8), integer block dots."""
     m = x.shape[0]
     xb = F.pad(x.float(), (0, _pad_k(qw.k) - qw.k)).view(m, -1, QK)  # [M, KB, 32]
-    xd = xb.abs().amax(-1) / 127.0  # [M, KB]
+    xd = xb.abs().amax(-1) / (32767.0 if act16 else 127.0)  # [M, KB]
     xq = torch.round(xb * torch.where(xd > 0, 1.0 / xd, torch.zeros_like(xd))[..., None])
     wq = unpack_q(qw).double()  # [Np, KB, 32]; float64 keeps the integer sums exact
     isum = torch.einsum("mbk,nbk->mnb", xq.double(), wq).float()  # [M, Np, KB]
@@ -119,10 +122,12 @@ def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | 
 class QuantizedLinear:
     """y = x @ W^T (+ b) with W quantized; native kernel on CPU when built, else dequantize + F.linear."""
 
-    def __init__(self, qw: QuantizedWeight, bias: torch.Tensor | None, lib: ctypes.CDLL | None):
+    def __init__(self, qw: QuantizedWeight, bias: torch.Tensor | None, lib: ctypes.CDLL | None,
+                 act16: bool = True):
         self.weight = qw
         self.bias = bias
         self.lib = lib
+        self.act16 = act16
         self.mirror = False  # without lib: True runs reference_linear (tests), False dequantized weights
         self._dense: torch.Tensor | None = None
 
@@ -130,10 +135,10 @@ class QuantizedLinear:
         if self.lib is not None:
             qw = self.weight
             y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", x.float().contiguous(), qw.packed, qw.scales,
-                                  qw.mins, qw.n, self.bias)
+                                  qw.mins, qw.n, self.bias, self.act16)
             return y.to(x.dtype)
         if self.mirror:
-            return reference_linear(x, self.weight, self.bias).to(x.dtype)
+            return reference_linear(x, self.weight, self.bias, self.act16).to(x.dtype)
         if self._dense is None:  # portable path (CUDA, no native library): keep a dequantized copy
             self._dense = dequantize(self.weight, x.dtype).to(x.device)
         return F.linear(x, self._dense, self.bias)

@@ -25,17 +25,18 @@ def _case(m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 @needs_kernels
+@pytest.mark.parametrize("act16", [True, False], ids=["act16", "act8"])
 @pytest.mark.parametrize("kind", ["int8", "q4"])
 @pytest.mark.parametrize("m,n,k", SHAPES)
-def test_every_variant_matches_the_torch_mirror(kind: str, m: int, n: int, k: int) -> None:
+def test_every_variant_matches_the_torch_mirror(kind: str, act16: bool, m: int, n: int, k: int) -> None:
     x, w, b = _case(m, n, k, seed=m * n + k)
     qw = quantize(w, kind)
-    want = reference_linear(x, qw, b)
+    want = reference_linear(x, qw, b, act16)
     outs = {}
     for isa in VARIANTS:
         lib = cpu_kernels.load_variant(isa)
         assert lib is not None and cpu_kernels.ISA_VARIANTS[lib.finserve_kernel_isa()] == isa
-        outs[isa] = cpu_kernels.qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, n, b)
+        outs[isa] = cpu_kernels.qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, n, b, act16)
         torch.testing.assert_close(outs[isa], want, rtol=1e-5, atol=1e-4)
     # Same integer sums and the same float operations in the same order: identical on every ISA.
     for isa in VARIANTS:
@@ -51,6 +52,20 @@ def test_quantized_linear_stays_close_to_fp32(kind: str, tol: float) -> None:
     rel = (reference_linear(x, qw) - exact).norm() / exact.norm()
     assert rel < tol
     assert (dequantize(qw) - w).abs().max() < w.abs().max() * (1 / 127 if kind == "int8" else 1 / 15)
+
+
+@needs_kernels
+@pytest.mark.parametrize("kind", ["int8", "q4"])
+def test_int16_activations_match_dequantized_weights_in_fp32(kind: str) -> None:
+    """act16 adds no error a user could see: the result is dequantized weights x fp32 activations."""
+    x, w, b = _case(5, 64, 576, seed=9)
+    qw = quantize(w, kind)
+    exact = x @ dequantize(qw).T + b
+    lib = cpu_kernels.load_variant(VARIANTS[-1])
+    got = cpu_kernels.qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, 64, b, True)
+    coarse = cpu_kernels.qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, 64, b, False)
+    assert (got - exact).abs().max() < 1e-3 * exact.abs().max()
+    assert (got - exact).abs().max() < (coarse - exact).abs().max() / 50
 
 
 def test_gguf_blocks_survive_a_round_trip_through_their_values() -> None:
