@@ -71,7 +71,11 @@ def print_json(doc: Any) -> None:
 
 
 def stdout() -> Console:
-    return Console()
+    """Tables on stdout; piped (not a terminal), as wide as they need: rich would squeeze them into 80 columns."""
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 240)
+    return console
 
 
 def stderr() -> Console:
@@ -80,8 +84,16 @@ def stderr() -> Console:
 
 @contextmanager
 def status(message: str) -> Iterator[None]:
-    """A spinner on stderr while a long step runs (stdout stays clean for JSON and tables)."""
-    with stderr().status(message):
+    """A spinner and the elapsed time on stderr while a long step runs; nothing when stderr is not a terminal.
+
+    stdout is left alone (rich's default would route it through the spinner's console, i.e. to stderr), so a
+    benchmark's JSON on stdout stays there; stderr lines (logs) print above the spinner."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = stderr()
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=True, redirect_stdout=False, disable=not console.is_terminal) as bar:
+        bar.add_task(message, total=None)
         yield
 
 

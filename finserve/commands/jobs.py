@@ -191,7 +191,9 @@ def list_jobs(
         return
     from rich.table import Table
 
-    table = Table("id", "tenant", "class", "status", "items", "done", "failed", "to go", "created (UTC)")
+    table = Table()
+    for name in ("id", "tenant", "class", "status", "items", "done", "failed", "to go", "created (UTC)"):
+        table.add_column(name, no_wrap=name in ("id", "created (UTC)"))  # ids are copied into other commands
     for r in rows:
         c = r["counts"]
         table.add_row(r["id"], r["tenant"], r["workload_class"] or "-", r["status"], str(r["num_items"]),

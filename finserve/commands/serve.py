@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from core.settings import Settings
 from finserve.console import no_model
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 
 def run_server(settings: Settings) -> None:
@@ -38,6 +40,8 @@ def register(app: typer.Typer) -> None:
         database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL of the database (default: FINSERVE_DATABASE_URL, else SQLite under FINSERVE_HOME).")] = None,
     ) -> None:
         """Serve the HTTP gateway and the engine (settings also come from FINSERVE_* variables)."""
+        from core.settings import Settings
+
         given = {"host": host, "port": port, "model": model, "device": device, "dtype": dtype,
                  "kv_cache_memory_bytes": kv_memory, "threads": threads, "policy": policy,
                  "database_url": database_url}

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from finserve.cli import app
+from tests.jobs.conftest import db_url, jobs_engine, stack  # noqa: F401  (the live stack, for test_jobs_live.py)
 
 Cli = Callable[..., Result]
 
