@@ -118,3 +118,12 @@ def test_exit_codes_are_in_the_root_help(cli: Cli) -> None:
     assert res.exit_code == 0
     flat = " ".join(res.stdout.split())
     assert " ".join(EXIT_CODES_HELP.split()[:12]) in flat and "--debug" in flat
+
+
+def test_readme_and_help_document_every_exit_code() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    conventions = readme[readme.index("**Conventions.**"):]
+    conventions = conventions[:conventions.index("\n\n")]
+    for code in ExitCode:
+        assert f"`{int(code)}`" in conventions, code
+        assert f"{int(code)} " in EXIT_CODES_HELP, code
