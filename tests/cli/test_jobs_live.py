@@ -52,3 +52,14 @@ def test_unreachable_gateway_in_a_real_process(stack: Stack, tmp_path: Path) -> 
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr == (f"error: cannot reach the gateway at {stack.gateway.url} (is `finserve serve` or "
                           "`finserve up` running? pass --url or set FINSERVE_GATEWAY_URL)\n")
+
+
+def test_resume_with_redis_down_is_one_line_and_exit_2(stack: Stack, tmp_path: Path) -> None:
+    items, schema = _files(tmp_path)
+    sub = stack.cli("jobs", "submit", items, "--schema", schema, "--no-wait", "--key", stack.api_key)
+    assert sub.returncode == 0, sub.stderr
+    stack.redis.stop()
+    res = stack.cli("jobs", "resume")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("error: cannot reach Redis (") and res.stderr.count("\n") == 1
+    assert "FINSERVE_BROKER_URL" in res.stderr
