@@ -111,22 +111,34 @@ def http_error(status_code: int, body: Any, url: str) -> CLIError:
 
 
 def explain(exc: BaseException) -> CLIError | None:
-    """The one-line error for an exception we know, or None (an unexpected failure)."""
+    """The one-line error for an exception we know, or None (an unexpected failure).
+
+    The libraries are imported here, on the error path only, so that `finserve --help` stays quick."""
+    import httpx
+    import pydantic
+    import sqlalchemy.exc
+    from kombu.exceptions import OperationalError as BrokerError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from policies.errors import PolicyError
+
     if isinstance(exc, CLIError):
         return exc
-    name, module = type(exc).__name__, type(exc).__module__.split(".")[0]
-    if module == "httpx" and name in ("ConnectError", "ConnectTimeout"):
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
         return CLIError(f"cannot reach the gateway at {_base_url(exc)} (is `finserve serve` or `finserve up` "
                         "running? pass --url or set FINSERVE_GATEWAY_URL)", ExitCode.UNREACHABLE)
-    if (module in ("redis", "kombu") and "Connection" in name or module == "kombu" and name == "OperationalError"
-            or name == "QueueUnavailable"):
+    if isinstance(exc, httpx.TimeoutException):
+        return CLIError(f"the gateway at {_base_url(exc)} did not answer in time ({type(exc).__name__}); "
+                        "is it overloaded? see its logs", ExitCode.UNREACHABLE)
+    # jobs.queue.QueueUnavailable by name: importing jobs.queue builds the Celery app from the settings.
+    if isinstance(exc, (RedisConnectionError, BrokerError)) or type(exc).__name__ == "QueueUnavailable":
         return CLIError(f"cannot reach Redis ({_first_line(exc)}); is `finserve up` running? "
                         "set FINSERVE_BROKER_URL to your Redis", ExitCode.UNREACHABLE)
-    if module == "sqlalchemy" and name == "OperationalError":
+    if isinstance(exc, sqlalchemy.exc.OperationalError):
         return _database_error(exc)
-    if name == "PolicyError":
+    if isinstance(exc, PolicyError):
         return config_error(f"bad policy: {_first_line(exc)} (fix the file FINSERVE_POLICY / --policy names)")
-    if module in ("pydantic", "pydantic_core") and name == "ValidationError":
+    if isinstance(exc, pydantic.ValidationError) and exc.title == "Settings":
         return config_error(f"bad settings: {_settings_errors(exc)} (fix the FINSERVE_* variables or options)")
     return None
 

@@ -127,3 +127,27 @@ def test_readme_and_help_document_every_exit_code() -> None:
     for code in ExitCode:
         assert f"`{int(code)}`" in conventions, code
         assert f"{int(code)} " in EXIT_CODES_HELP, code
+
+
+def test_unexpected_failure_is_one_line_exit_70(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    from finserve.commands import jobs
+
+    def broken(*args: object) -> list[dict]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(jobs, "recent_jobs", broken)
+    res = cli("jobs", "list")
+    assert res.exit_code == ExitCode.INTERNAL == 70
+    assert one_line(res.stderr) == "error: RuntimeError: boom (unexpected: rerun with --debug and report the traceback)\n"
+    assert isinstance(cli("--debug", "jobs", "list").exception, RuntimeError)
+
+
+def test_only_the_settings_validation_is_called_bad_settings() -> None:
+    import pydantic
+
+    class Body(pydantic.BaseModel):
+        n: int
+
+    with pytest.raises(pydantic.ValidationError) as info:
+        Body(n="x")  # type: ignore[arg-type]
+    assert explain(info.value) is None
