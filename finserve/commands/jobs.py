@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -26,7 +27,13 @@ UrlOpt = Annotated[Optional[str], typer.Option(help="Gateway URL (default: FINSE
 KeyOpt = Annotated[Optional[str], typer.Option(help="API key (default: FINSERVE_API_KEY, else the development key of "
                                                     "`finserve up`).")]
 JobIdArg = Annotated[str, typer.Argument(help="The job id `finserve jobs submit` printed (see `finserve jobs list`).")]
-JOB_STATES = ("queued", "running", "completed", "cancelled")
+
+
+class JobState(str, Enum):  # as jobs.service.JobProgress.status names them
+    queued = "queued"
+    running = "running"
+    completed = "completed"
+    cancelled = "cancelled"
 
 
 def _client(url: str | None, key: str | None) -> httpx.Client:
@@ -172,22 +179,20 @@ def cancel(job_id: JobIdArg, url: UrlOpt = None, key: KeyOpt = None, output: Out
 
 @jobs_app.command("list")
 def list_jobs(
-    status: Annotated[Optional[list[str]], typer.Option(
-        help=f"Only jobs in this state ({', '.join(JOB_STATES)}); repeat for several.")] = None,
+    status: Annotated[Optional[list[JobState]], typer.Option(
+        help="Only jobs in this state; repeat for several.")] = None,
     tenant: Annotated[Optional[str], typer.Option(help="Only this tenant's jobs (default: every tenant).")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many jobs, newest first.")] = 20,
     output: OutputOpt = Output.table,
 ) -> None:
     """Recent jobs with their state and item counts, read from the database (FINSERVE_DATABASE_URL)."""
-    unknown = sorted(set(status or ()) - set(JOB_STATES))
-    if unknown:
-        raise CLIError(f"unknown job state {', '.join(unknown)}; known: {', '.join(JOB_STATES)}")
-    rows = recent_jobs(set(status or JOB_STATES), tenant, limit)
+    states = {s.value for s in status or JobState}
+    rows = recent_jobs(states, tenant, limit)
     if output is Output.json:
         print_json(rows)
         return
     if not rows:
-        typer.echo("no jobs" + (f" in state {', '.join(status or ())}" if status else ""), err=True)
+        typer.echo("no jobs" + (f" in state {', '.join(sorted(states))}" if status else ""), err=True)
         return
     from rich.table import Table
 
