@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from finserve.console import Output, OutputOpt, no_model, print_json
+from finserve.console import Output, OutputOpt, no_model, print_json, status
 
 
 def register(app: typer.Typer) -> None:
@@ -50,7 +50,8 @@ def generate(
         overrides["num_threads"] = threads
     settings = Settings()
     policy = str(settings.policy) if settings.policy else None
-    engine = LLMEngine(engine_config(resolve_model(model, settings), policy_path=policy, **overrides))
+    with status("loading the model ..."):
+        engine = LLMEngine(engine_config(resolve_model(model, settings), policy_path=policy, **overrides))
     tok = engine.tokenizer
     ids = tok.encode_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
