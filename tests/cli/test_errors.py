@@ -151,3 +151,17 @@ def test_only_the_settings_validation_is_called_bad_settings() -> None:
     with pytest.raises(pydantic.ValidationError) as info:
         Body(n="x")  # type: ignore[arg-type]
     assert explain(info.value) is None
+
+
+def test_locked_sqlite_database_in_a_real_command(cli: Cli, cli_env: dict[str, str]) -> None:
+    """A write that waits out SQLite's busy timeout (5 s) behind another writer."""
+    assert cli("db", "upgrade").exit_code == 0
+    holder = sqlite3.connect(cli_env["FINSERVE_DATABASE_URL"].removeprefix("sqlite:///"))
+    holder.execute("BEGIN EXCLUSIVE")  # another process in the middle of a write
+    try:
+        res = cli("keys", "create", "--tenant", "acme")
+    finally:
+        holder.rollback()
+        holder.close()
+    assert res.exit_code == ExitCode.UNREACHABLE
+    assert "the database is locked by another process" in res.stderr.splitlines()[-1]
