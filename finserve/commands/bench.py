@@ -11,7 +11,7 @@ from finserve.console import CLIError, status
 
 bench_app = typer.Typer(help="Benchmarks; each prints JSON. Not tests: no timing asserts.", no_args_is_help=True)
 
-JsonFileOpt = Annotated[Optional[str], typer.Option("--json-file", help="Also write the JSON to this file.")]
+JsonFileOpt = Annotated[Optional[str], typer.Option("--json-file", metavar="PATH", help="Also write the JSON to this file.")]
 # The old name of --json-file, hidden: commands recorded in docs and scripts keep running (with a warning).
 OldJsonOpt = Annotated[Optional[str], typer.Option("--json", hidden=True, help="Deprecated: use --json-file.")]
 ModelOpt = Annotated[Optional[str], typer.Option(
@@ -97,9 +97,9 @@ def gateway_bench(
 @bench_app.command("serve")
 def serve_bench(
     url: Annotated[Optional[str], typer.Option(
-        "--url", help="A running finserve gateway, loopback only (default: FINSERVE_GATEWAY_URL).")] = None,
+        "--url", metavar="URL", help="A running finserve gateway, loopback only (default: FINSERVE_GATEWAY_URL).")] = None,
     key: Annotated[str, typer.Option(
-        "--key", envvar="FINSERVE_API_KEY", help="API key (use one with a high rate limit).")] = ...,  # type: ignore[assignment]
+        "--key", envvar="FINSERVE_API_KEY", metavar="KEY", help="API key (use one with a high rate limit).")] = ...,  # type: ignore[assignment]
     json_file: JsonFileOpt = None,
     requests: Annotated[int, typer.Option("--requests", min=1, help="Requests to send in all.")] = 200,
     duration: Annotated[float, typer.Option("--duration", help="Stop sending after this many seconds.")] = 300.0,

@@ -120,10 +120,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("report")
     def report(
-        window: Annotated[Optional[str], typer.Option(help="Rolling window before --until: 24h, 7d, 28d (default 28d)")] = None,
-        since: Annotated[Optional[str], typer.Option(help="Window start instead of --window: ISO 8601 or a duration ago")] = None,
-        until: Annotated[str, typer.Option(help="Window end (exclusive): ISO 8601 or 'now'")] = "now",
-        workload_class: Annotated[Optional[str], typer.Option("--class", help="Only this class")] = None,
+        window: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Rolling window before --until: 24h, 7d, 28d (default 28d)")] = None,
+        since: Annotated[Optional[str], typer.Option(metavar="TIME", help="Window start instead of --window: ISO 8601 or a duration ago")] = None,
+        until: Annotated[str, typer.Option(metavar="TIME", help="Window end (exclusive): ISO 8601 or 'now'")] = "now",
+        workload_class: Annotated[Optional[str], typer.Option("--class", metavar="CLASS", help="Only this class")] = None,
         tenant: Annotated[Optional[str], typer.Option(help="Only this tenant (default: all, with a per-tenant table)")] = None,
         fmt: Annotated[str, typer.Option("--format", help="json, csv or html (the report's document format)")] = "json",
         out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout")] = None,

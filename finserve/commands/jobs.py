@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 jobs_app = typer.Typer(help="Bulk contract extraction jobs.", no_args_is_help=True)
 
-UrlOpt = Annotated[Optional[str], typer.Option(help="Gateway URL (default: FINSERVE_GATEWAY_URL, else http://127.0.0.1:8000).")]
-KeyOpt = Annotated[Optional[str], typer.Option(help="API key (default: FINSERVE_API_KEY, else the development key of "
+UrlOpt = Annotated[Optional[str], typer.Option(metavar="URL", help="Gateway URL (default: FINSERVE_GATEWAY_URL, else http://127.0.0.1:8000).")]
+KeyOpt = Annotated[Optional[str], typer.Option(metavar="KEY", help="API key (default: FINSERVE_API_KEY, else the development key of "
                                                     "`finserve up`).")]
 JobIdArg = Annotated[str, typer.Argument(help="The job id `finserve jobs submit` printed (see `finserve jobs list`).")]
 

@@ -49,7 +49,7 @@ def kv_plan(
         help=f"weights dtype: {', '.join(WEIGHT_DTYPES)} (default: --dtype; bf16 when the KV cache is fp8/int8)")] = None,
     context: Annotated[int, typer.Option(help="KV tokens per request (prompt + output)")] = 4096,
     batch: Annotated[int, typer.Option(help="concurrent requests to size for")] = 1,
-    memory: Annotated[Optional[str], typer.Option(help="total memory incl. weights, e.g. 8GiB, 512MiB")] = None,
+    memory: Annotated[Optional[str], typer.Option(metavar="SIZE", help="total memory incl. weights, e.g. 8GiB, 512MiB")] = None,
     block_size: Annotated[int, typer.Option(help="tokens per KV block")] = 16,
     measure: Annotated[bool, typer.Option(
         help="start the engine with the KV budget left after weights and fill it with requests of --context "
