@@ -19,7 +19,13 @@ from pathlib import Path
 
 import torch
 
-from bench.common import alternate, environment, measure_bandwidth_gbs, summary, write_json
+from bench.common import (
+    alternate,
+    environment,
+    measure_bandwidth_gbs,
+    summary,
+    write_json,
+)
 from engine.engine import LLMEngine
 from engine.factory import engine_config
 from engine.model.cpu_kernels import kernel_isa
@@ -79,8 +85,8 @@ def run(json_path: str | None = "results/formats.json", formats: str = "fp32,bf1
     ttft: dict[str, list[float]] = {n: [] for n in systems}
     tpot: dict[str, list[float]] = {n: [] for n in systems}
     for rep in range(reps):
-        for name in systems:
-            alternate({name: systems[name]}, 1)
+        for name, fn in systems.items():
+            alternate({name: fn}, 1)
             ttft[name].append(figures[name][0])
             tpot[name].append(figures[name][1])
         print(json.dumps({"rep": rep, "tpot_ms": {n: v[-1] for n, v in tpot.items()},
@@ -119,7 +125,7 @@ def _record(figures: dict[str, tuple[float, float]], name: str, value: tuple[flo
 
 def _peer_version(python: str) -> str:
     out = subprocess.run([python, "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True,
-                         text=True)
+                         text=True, check=True)
     return out.stdout.strip()
 
 

@@ -26,11 +26,11 @@ class ModelConfig:
     model_type: str = "llama"
 
     @classmethod
-    def from_folder(cls, path: str | Path) -> "ModelConfig":
+    def from_folder(cls, path: str | Path) -> ModelConfig:
         return cls.from_hf(json.loads((Path(path) / "config.json").read_text()))
 
     @classmethod
-    def from_hf(cls, cfg: dict) -> "ModelConfig":
+    def from_hf(cls, cfg: dict) -> ModelConfig:
         model_type = cfg.get("model_type", "llama")
         if model_type not in _SUPPORTED:
             raise ValueError(f"unsupported model_type {model_type!r}; finserve runs {sorted(_SUPPORTED)}")

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-import structlog
 import time
 from pathlib import Path
 
+import structlog
 import torch
 from safetensors import safe_open
 
