@@ -160,6 +160,8 @@ def create_engine_app(settings: Settings, engine_client: EngineClient | None = N
 
     @app.get("/healthz", response_model=None)
     async def healthz() -> dict[str, str] | JSONResponse:
+        if state.error is not None:  # the engine could not be built: restarting the process is the cure
+            return JSONResponse({"status": "dead", "error": state.error}, status_code=_GONE)
         if state.client is not None and not state.client.health().alive:
             return JSONResponse({"status": "dead", "error": state.client.health().last_error}, status_code=_GONE)
         return {"status": "ok"}

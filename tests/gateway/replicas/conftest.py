@@ -48,7 +48,7 @@ class ServerThread:
 
 
 def engine_settings(model_dir: Path, home: Path) -> Settings:
-    return Settings(home=home, model=model_dir, threads=1, kv_cache_memory_bytes=KV_BYTES)
+    return Settings(home=home, model=model_dir, threads=1, kv_cache_memory_bytes=4 * KV_BYTES)
 
 
 @pytest.fixture(scope="module")
