@@ -106,3 +106,24 @@ def bulk_bench(
 
     run(json_path, items=items, reps=reps, model=model, threads=threads, workers=workers, in_flight=in_flight,
         max_tokens=max_tokens, risk_gap_s=risk_gap_s)
+
+
+@bench_app.command("replicas")
+def replicas_bench(
+    json_path: str = typer.Option(None, "--json"),
+    replicas: int = typer.Option(2, "--replicas", min=1),
+    threads: int = typer.Option(1, "--threads", min=1, help="Threads per replica."),
+    docs: int = typer.Option(8, "--docs", min=1),
+    questions: int = typer.Option(6, "--questions", min=2),
+    clients: int = typer.Option(4, "--clients", min=1),
+    doc_tokens: int = typer.Option(800, "--doc-tokens", min=64),
+    n: int = typer.Option(30, "--n", min=1, help="Overhead: requests per block and side."),
+    blocks: int = typer.Option(4, "--blocks", min=1),
+    model: str = typer.Option(None, "--model"),
+) -> None:
+    """Affinity vs round-robin routing over engine replicas (hit rate, TTFT); remote vs embedded overhead."""
+    from bench.replicas import run
+    from finserve.models import resolve_model
+
+    run(json_path, replicas=replicas, threads_per_replica=threads, docs=docs, questions=questions, clients=clients,
+        doc_tokens=doc_tokens, n=n, blocks=blocks, model=resolve_model(model))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from core.settings import Settings
 from engine.config import EngineConfig
 from engine.outputs import AdmissionError, ClassStats, EngineHealth, EngineStats, RequestOutput
 from engine.request import EngineRequest
@@ -186,3 +187,10 @@ def _sum_stats(all_stats: list[EngineStats]) -> EngineStats:
     numeric = [f.name for f in dataclasses.fields(EngineStats) if f.name != "per_class"]
     totals = {name: sum(getattr(s, name) for s in all_stats) for name in numeric}
     return EngineStats(per_class=per_class, **totals)
+
+
+def build_replica_set(settings: Settings, policy: Policy) -> ReplicaSet:
+    """The gateway's replica set from FINSERVE_ENGINES; the tokenizer comes from the same model folder."""
+    return ReplicaSet(settings.engine_urls, tokenizer=Tokenizer.from_folder(settings.model_path), policy=policy,
+                      config=settings.engine_config(policy), mode=settings.engine_routing,
+                      probe_interval_s=settings.engine_probe_interval_s)
