@@ -25,7 +25,9 @@ class ModelRunner:
         self.kv_dtype = TORCH_DTYPES[config.resolved_kv_dtype]
         if self.device.type == "cpu" and config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.model, self.model_config = load_model(config.model, self.device, self.dtype)
+        self.model, self.model_config = load_model(
+            config.model, self.device, self.dtype, config.weights, dtype_explicit=config.dtype != "auto"
+        )
         mc: ModelConfig = self.model_config
         self.kv_spec = KVCacheSpec(
             num_layers=mc.num_layers,
