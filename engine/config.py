@@ -19,6 +19,8 @@ class EngineConfig:
     # Matmul weight format: auto | fp32 | bf16 | int8 | q4 (engine/model/linear.py). auto on CPU with
     # the native kernels: q4 when the weights are already 4-bit (lossless), else int8; else the dtype.
     weights: str = "auto"
+    native_kernels: bool = True  # False: the torch paths only (same results, slower)
+    kernel_isa: str = "auto"  # auto: the best variant this CPU runs; generic | avx2 | avx512 forces one
     block_size: int = 16
     kv_cache_memory_bytes: int = 1 << 30  # KV block pool budget
     num_blocks_override: int | None = None  # tests: exact number of blocks
@@ -36,6 +38,8 @@ class EngineConfig:
             raise ValueError(f"scheduling must be 'class' or 'fcfs', not {self.scheduling!r}")
         if self.weights not in WEIGHT_FORMATS:
             raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, not {self.weights!r}")
+        if self.kernel_isa not in ("auto", "generic", "avx2", "avx512"):
+            raise ValueError(f"kernel_isa must be auto, generic, avx2 or avx512, not {self.kernel_isa!r}")
         if self.block_size <= 0 or self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
             raise ValueError("block_size, max_num_batched_tokens and max_num_seqs must be positive")
 

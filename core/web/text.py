@@ -19,6 +19,8 @@ NO_NUL_PATTERN = "^[^\\u0000]*$"  # JSON Schema (ECMA-262) spelling, for /openap
 def unicode_problem(value: Any) -> str | None:
     """Why `value` (a string, or lists / dicts of them) is not valid Unicode text, or None."""
     if isinstance(value, str):
+        if value.isascii():  # O(1) in CPython (a flag of the string object): the common case costs nothing
+            return None
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:

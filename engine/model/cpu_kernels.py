@@ -3,8 +3,9 @@
 Variants: `generic` (no ISA flags), `avx2` (AVX2+FMA+F16C), `avx512` (AVX-512 F/BW/VL/VNNI).
 The generic library answers CPUID (`finserve_cpu_features`); the best variant this CPU can run is
 loaded. So a build shared between machines never runs an instruction the CPU lacks, and no request
-ever pays for a compile. FINSERVE_KERNEL_ISA=generic|avx2|avx512 forces a lower variant (tests
-cover the AVX2 path on an AVX-512 machine); FINSERVE_NATIVE_KERNELS=0 disables them all. When no
+ever pays for a compile. `configure(isa=...)` (EngineConfig.kernel_isa, FINSERVE_KERNEL_ISA through
+Settings) forces a lower variant (tests cover the AVX2 path on an AVX-512 machine);
+`configure(enabled=False)` (FINSERVE_NATIVE_KERNELS=false) disables them all. When no
 library was built (no compiler at install time) the engine logs it and uses the torch paths:
 same results, slower.
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.machinery
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -72,20 +72,32 @@ def load_variant(isa: str) -> ctypes.CDLL | None:
     return None if path is None else _declare(ctypes.CDLL(str(path)))
 
 
+_choice: dict[str, object] = {"enabled": True, "isa": None}  # set by configure(); one per process
+
+
+def configure(*, enabled: bool = True, isa: str | None = None) -> None:
+    """Which kernels this process uses: all off, the best runnable variant (isa None or "auto"), or the
+    one named. The kernels are process-wide, so the engine calls this from its config before loading."""
+    choice = {"enabled": enabled, "isa": None if isa in (None, "auto") else isa}
+    if choice != _choice:
+        _choice.update(choice)
+        _library.cache_clear()
+
+
 @lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL | None:
-    """The best runnable variant (or the one FINSERVE_KERNEL_ISA names), None when disabled or absent."""
-    if os.environ.get("FINSERVE_NATIVE_KERNELS", "1") == "0":
+    """The best runnable variant (or the one configure() named), None when disabled or absent."""
+    if not _choice["enabled"]:
         return None
     variants = supported_variants()
     if not variants:
         log.warning("native_kernels_unavailable", reason="not built (pip install -e . builds them); using torch")
         return None
-    forced = os.environ.get("FINSERVE_KERNEL_ISA")
+    forced = _choice["isa"]
     isa = variants[-1]
-    if forced:
+    if isinstance(forced, str):
         if forced not in variants:
-            raise RuntimeError(f"FINSERVE_KERNEL_ISA={forced!r} cannot run here; this CPU runs {list(variants)}")
+            raise RuntimeError(f"kernel ISA {forced!r} cannot run here; this CPU runs {list(variants)}")
         isa = forced
     log.debug("native_kernels_loaded", isa=isa, runnable=list(variants))
     return load_variant(isa)

@@ -13,18 +13,19 @@ import structlog
 import torch
 import torch.nn.functional as F
 
+from engine.config import WEIGHT_FORMATS
 from engine.model import cpu_kernels
 from engine.model.quant import QuantizedLinear, dequantize, quantize
 
 log = structlog.get_logger(__name__)
 
-from engine.config import WEIGHT_FORMATS
 _DENSE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 class Linear(Protocol):
-    nbytes: int  # bytes of weights one call streams
+    @property
+    def nbytes(self) -> int: ...  # bytes of weights one call streams
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...  # x [T, K] -> [T, N]
 

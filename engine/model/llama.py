@@ -57,12 +57,13 @@ class LlamaLayer:
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
 
-    def forward(self, x, positions, rope, k_cache, v_cache, meta: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         cfg = self.cfg
         t = x.shape[0]
         h = rms_norm(x, self.input_norm, cfg.rms_norm_eps)
         qkv = self.qkv(h)  # [T, (H + 2 KVH) D]
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k, v = torch.split(qkv, [self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = rope.apply(q.view(t, cfg.num_heads, cfg.head_dim), positions)
         k = rope.apply(k.view(t, cfg.num_kv_heads, cfg.head_dim), positions)
         v = v.view(t, cfg.num_kv_heads, cfg.head_dim)

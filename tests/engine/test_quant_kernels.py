@@ -2,10 +2,6 @@
 the formats keep what they promise, and the variant a CPU cannot run is never loaded."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -86,13 +82,17 @@ def test_gguf_blocks_survive_a_round_trip_through_their_values() -> None:
 
 @needs_kernels
 def test_forced_variant_is_used_and_an_unrunnable_one_refused() -> None:
-    code = "from engine.model.cpu_kernels import kernel_isa; print(kernel_isa())"
-    env = {**os.environ, "FINSERVE_KERNEL_ISA": VARIANTS[0]}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip().splitlines()[-1] == VARIANTS[0]
-    missing = [isa for isa in cpu_kernels.ISA_VARIANTS if isa not in VARIANTS]
-    if missing:  # e.g. avx512 on an AVX2-only machine: never loaded, even when asked for
-        assert cpu_kernels.load_variant(missing[0]) is None
-        env["FINSERVE_KERNEL_ISA"] = missing[0]
-        bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-        assert bad.returncode != 0 and "cannot run here" in bad.stderr
+    try:
+        cpu_kernels.configure(isa=VARIANTS[0])
+        assert cpu_kernels.kernel_isa() == VARIANTS[0]
+        cpu_kernels.configure(enabled=False)
+        assert cpu_kernels.kernel_isa() is None
+        missing = [isa for isa in cpu_kernels.ISA_VARIANTS if isa not in VARIANTS]
+        if missing:  # e.g. avx512 on an AVX2-only machine: never loaded, even when asked for
+            assert cpu_kernels.load_variant(missing[0]) is None
+            cpu_kernels.configure(isa=missing[0])
+            with pytest.raises(RuntimeError, match="cannot run here"):
+                cpu_kernels.kernel_isa()
+    finally:
+        cpu_kernels.configure()
+    assert cpu_kernels.kernel_isa() == VARIANTS[-1]

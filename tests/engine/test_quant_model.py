@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-import torch
 
 from bench.quality import agreement, greedy_outputs, perplexity, prompts_from_text, text_ids
 from engine.config import EngineConfig
