@@ -7,7 +7,8 @@ real gateway app (uvicorn, in this process) with FINSERVE_ENGINES pointing at th
 routing   For each routing mode (round_robin, then policy = document affinity) a gateway is started over
           the same replicas with a tenant of its own (the tenant salts the prefix cache, so neither mode
           reuses the other's blocks). `docs` documents are registered, then `docs x questions` questions
-          are asked by `clients` concurrent clients, the first question of every document first.
+          are asked by `clients` concurrent clients, the first question of every document first, the
+          others in a seeded shuffle (the same for both modes).
           Per mode: follow-up hit rate (questions after a document's first whose cached tokens cover at
           least half the prompt, i.e. the document), token hit rate (cached / prompt tokens of follow-ups)
           and TTFT p50 of all questions, from the gateway's own `timings`.
@@ -63,10 +64,14 @@ def _ask_all(url: str, key: str, *, docs: int, questions: int, clients: int, doc
             r = http.post("/v1/documents", json={"title": f"Circular {d}", "text": document_text(d, doc_tokens)})
             r.raise_for_status()
             ids.append(r.json()["id"])
+    # Every document's first question goes out before any other; the rest in a seeded shuffle, the same
+    # for every mode (in order, round robin over an even number of documents would pin each document to
+    # one replica by accident).
+    later = [(d, q) for q in range(1, questions) for d in range(docs)]
+    random.Random(0).shuffle(later)
     work: SimpleQueue[tuple[int, int]] = SimpleQueue()
-    for q in range(questions):  # every document's first question goes out before any second question
-        for d in range(docs):
-            work.put((d, q))
+    for item in [(d, 0) for d in range(docs)] + later:
+        work.put(item)
     results: list[dict[str, Any]] = []
     errors: list[str] = []
 

@@ -5,9 +5,12 @@ Three strategies, chosen per class by `RoutingConfig.strategies` (data, not an `
 - "affinity" (document_qa): the tenant-salted hash of the prompt's leading tokens (the document, which
   comes before the question) ranks the replicas by rendezvous hashing (highest random weight), so every
   question on a document lands where its KV blocks are, and adding or losing a replica moves only the
-  documents that hashed to it. The load bound of consistent hashing with bounded loads (Mirrokni et al.)
-  keeps one hot document from piling up on one replica: a replica already holding more than
-  `load_factor` x the mean in-flight load is skipped for the next in rank ("affinity_spill").
+  documents that hashed to it. A load bound keeps one hot document from piling up on one replica: a
+  replica is skipped for the next in rank ("affinity_spill") when it holds more than `load_factor` x the
+  mean in-flight load (consistent hashing with bounded loads, Mirrokni et al.) AND at least
+  `spill_min_excess` more than the least loaded replica (SGLang's router pairs a relative and an absolute
+  threshold the same way). The absolute part matters: a spilled document question pays a cold prefill of
+  the whole document (~10 s for 2,458 tokens here) to avoid waiting behind a few warm questions (~0.2 s each).
 - "least_waiting" (realtime_risk): power of two choices on the class's waiting requests: two random
   healthy replicas, the one with fewer waiting (then fewer in flight) wins. Near-best balance without
   every request stampeding to the same "best" replica between two load probes.
@@ -36,7 +39,8 @@ class RoutingConfig:
     # at most half the prompt so a short prompt's question never enters the key.
     affinity_tokens: int = 512
     block_size: int = 16  # the key covers whole KV blocks only, as the prefix cache does
-    load_factor: float = 1.5  # affinity: a replica may hold up to this x the mean in-flight load
+    load_factor: float = 1.5  # affinity: a replica may hold up to this x the mean in-flight load...
+    spill_min_excess: int = 8  # ...or this many in flight more than the least loaded one, whichever is more
     saturated_kv: float = 0.9  # least_kv: a replica at or over this KV use (0-1) is saturated...
     saturated_waiting: int = 8  # ...or with this many requests waiting
     shed_retry_after_s: float = 2.0
@@ -97,7 +101,8 @@ def pick_affinity(key: bytes, replicas: Sequence[ReplicaLoad], cfg: RoutingConfi
         return Decision(None, "no_healthy_replica")
     by_name = {r.name: r for r in healthy}
     total = sum(r.in_flight for r in healthy) + 1  # counting this request
-    bound = math.ceil(cfg.load_factor * total / len(healthy))
+    least = min(r.in_flight for r in healthy)
+    bound = max(math.ceil(cfg.load_factor * total / len(healthy)), least + cfg.spill_min_excess)
     order = rendezvous_order(key, list(by_name))
     for rank, name in enumerate(order):
         if by_name[name].in_flight + 1 <= bound:

@@ -76,6 +76,14 @@ def test_a_hot_replica_spills_to_the_next_in_rank() -> None:
     assert decision.replica == rendezvous_order(key, NAMES)[1] and decision.reason == "affinity_spill"
 
 
+def test_a_few_requests_more_never_move_a_document_off_its_cache() -> None:
+    """Under the absolute threshold a question waits behind a few others rather than pay a cold prefill."""
+    key = affinity_key(doc_prompt(3, 0), "acme", CFG)
+    home = rendezvous_order(key, NAMES)[0]
+    busy = replicas(**{home: {"in_flight": CFG.spill_min_excess - 1}})
+    assert pick_affinity(key, busy, CFG).replica == home
+
+
 def test_unhealthy_replicas_are_never_picked() -> None:
     rs = [ReplicaLoad(n, healthy=(i == 2)) for i, n in enumerate(NAMES)]
     rng = random.Random(0)
@@ -94,7 +102,7 @@ def test_realtime_goes_to_the_fewer_waiting_of_two_choices() -> None:
     picks = Counter(pick_least_waiting("realtime_risk", rs, rng).replica for _ in range(400))
     # The idle replica wins every pair it is drawn into: half the draws of two out of four.
     assert picks[NAMES[0]] == pytest.approx(200, abs=40)
-    assert all(d.reason == "p2c" for d in [pick_least_waiting("realtime_risk", rs, rng)])
+    assert pick_least_waiting("realtime_risk", rs, rng).reason == "p2c"
 
 
 def test_realtime_ignores_other_classes_waiting() -> None:
