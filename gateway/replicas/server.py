@@ -3,6 +3,7 @@
     POST /v1/engine/generate        EngineRequest as JSON -> NDJSON stream of outputs (wire.py);
                                     an admission refusal is a JSON error with its reason (400/429/503)
     POST /v1/engine/abort/{id}      abort a request (a closed stream aborts it too)
+    POST /v1/completions            OpenAI-compatible completions (text or token ids; openai_compat.py)
     GET  /v1/engine/info            model folder name, max_model_len, block size, block count
     GET  /v1/engine/stats           EngineStats and EngineHealth (the gateway's load probe)
     GET  /healthz, /readyz          liveness, readiness (as the gateway's)
@@ -32,7 +33,7 @@ from engine.client import EngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest
 from gateway.metrics import GatewayMetrics
-from gateway.replicas import wire
+from gateway.replicas import openai_compat, wire
 from policies import check_against_model, load_policy
 
 log = structlog.get_logger("finserve.engine_server")
@@ -136,6 +137,12 @@ def create_engine_app(settings: Settings, engine_client: EngineClient | None = N
             return JSONResponse(wire.admission_to_json(exc), status_code=_status_of(exc))
         return StreamingResponse(_lines(client, req, first, outputs, state.metrics),
                                  media_type="application/x-ndjson")
+
+    @app.post("/v1/completions", response_model=None)
+    async def openai_completions(body: openai_compat.CompletionBody, request: Request) -> Response:
+        if state.client is None:
+            return not_ready()
+        return await openai_compat.completions(body, request, state.client, name)
 
     @app.post("/v1/engine/abort/{request_id}")
     async def abort(request_id: str) -> dict[str, str]:

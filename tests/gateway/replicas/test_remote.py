@@ -3,6 +3,7 @@ embedded engine, admission reasons kept, affinity lands on the KV cache, failove
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import httpx
@@ -143,3 +144,43 @@ def test_failover_to_a_live_replica_and_rejoin(replica_servers, tiny_model_dir: 
         asyncio.run(scenario())
     finally:
         dead.stop() if dead._server is not None else None
+
+
+def test_bulk_is_shed_when_every_replica_is_saturated(replica_servers, tiny_model_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    from gateway.replicas.router import RoutingConfig
+
+    urls = [s.url for s, _ in replica_servers]
+
+    async def shed() -> tuple[AdmissionError, str | None]:
+        rs = await make_set(urls, tiny_model_dir, routing=RoutingConfig(saturated_waiting=0)).start()
+        try:
+            with pytest.raises(AdmissionError) as info:
+                await collect(rs, request("bulk-1", doc(9, 30), "bulk_extraction"))
+            realtime = await collect(rs, request("risk-1", doc(9, 30), "realtime_risk"))  # other classes still go
+            assert realtime[-1].finished
+            placed = rs.pop_placement("bulk-1")
+            return info.value, placed.reason if placed else None
+        finally:
+            await rs.aclose()
+
+    exc, reason = asyncio.run(shed())
+    assert exc.reason == "queue_full" and exc.retryable and exc.retry_after_s and reason == "shed_saturated"
+
+
+def test_openai_compatible_completions_on_the_engine_server(replica_servers) -> None:  # type: ignore[no-untyped-def]
+    (server, _), _ = replica_servers
+    ids = doc(11, 30)
+    whole = httpx.post(f"{server.url}/v1/completions", json={"prompt": ids, "max_tokens": 5, "temperature": 0},
+                       headers={"X-Workload-Class": "realtime_risk"}, timeout=30).json()
+    choice = whole["choices"][0]
+    assert len(choice["token_ids"]) == 5 and choice["finish_reason"] == "length"
+    assert whole["usage"]["prompt_tokens"] == 30 and whole["usage"]["completion_tokens"] == 5
+    with httpx.stream("POST", f"{server.url}/v1/completions", timeout=30,
+                      json={"prompt": ids, "max_tokens": 5, "temperature": 0, "stream": True}) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    streamed = [t for e in events[:-1] for t in json.loads(e)["choices"][0]["token_ids"]]
+    assert streamed == choice["token_ids"]  # greedy: the same answer either way
+    bad = httpx.post(f"{server.url}/v1/completions", json={"prompt": ids, "max_tokens": 5},
+                     headers={"X-Workload-Class": "nope"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "unknown_workload_class"
