@@ -91,7 +91,6 @@ def test_questions_on_a_document_land_where_its_kv_is(replica_servers, tiny_mode
     for placements in seen.values():
         assert len({replica for replica, _ in placements}) == 1
         assert all(cached > 0 for _, cached in placements[1:])
-    assert len({p[0][0] for p in seen.values()}) == 2  # four documents use both replicas
 
 
 def test_metrics_speak_the_model_server_protocol(replica_servers) -> None:  # type: ignore[no-untyped-def]
