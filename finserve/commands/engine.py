@@ -31,10 +31,11 @@ def register(app: typer.Typer) -> None:
         policy: Annotated[Optional[Path], typer.Option(help="Policy TOML file.")] = None,
     ) -> None:
         """Serve one engine replica (token ids in, NDJSON out; model-server metrics at /metrics)."""
+        from finserve.console import no_model
+
         given: dict[str, Any] = {"host": host, "port": port, "model": model, "threads": threads, "kv_cache_memory_bytes": kv_memory,
                  "policy": policy}
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
         if not (settings.model_path / "config.json").is_file():
-            typer.echo(f"no model at {settings.model_path}; run `finserve model prepare` or pass --model", err=True)
-            raise typer.Exit(2)
+            raise no_model(settings.model_path)
         run_engine_server(settings)
