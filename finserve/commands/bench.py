@@ -184,3 +184,28 @@ def bulk_bench(
     with status(f"bench bulk: {items} items, {reps} repetitions ..."):
         run(path, items=items, reps=reps, model=model, threads=threads, workers=workers, in_flight=in_flight,
             max_tokens=max_tokens, risk_gap_s=risk_gap_s)
+
+
+@bench_app.command("replicas")
+def replicas_bench(
+    json_file: JsonFileOpt = None,
+    replicas: Annotated[int, typer.Option("--replicas", min=1, help="Engine processes.")] = 2,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="Threads per replica.")] = 1,
+    docs: Annotated[int, typer.Option("--docs", min=1, help="Documents registered per routing mode.")] = 8,
+    questions: Annotated[int, typer.Option("--questions", min=2, help="Questions per document.")] = 6,
+    clients: Annotated[int, typer.Option("--clients", min=1, help="Concurrent clients asking.")] = 4,
+    doc_tokens: Annotated[int, typer.Option("--doc-tokens", min=64, help="Approximate tokens per document.")] = 800,
+    n: Annotated[int, typer.Option("--n", min=1, help="Overhead: requests per block and side.")] = 30,
+    blocks: Annotated[int, typer.Option("--blocks", min=1, help="Overhead: alternating blocks per side.")] = 4,
+    model: ModelOpt = None,
+    old_json: OldJsonOpt = None,
+) -> None:
+    """Affinity vs round-robin routing over engine replicas (hit rate, TTFT); remote vs embedded overhead."""
+    from bench.replicas import run
+    from finserve.models import resolve_model
+
+    path = _json_path(json_file, old_json)
+    model = resolve_model(model)
+    with status(f"bench replicas: {replicas} engine processes, affinity vs round robin, then overhead ..."):
+        run(path, replicas=replicas, threads_per_replica=threads, docs=docs, questions=questions, clients=clients,
+            doc_tokens=doc_tokens, n=n, blocks=blocks, model=model)
