@@ -140,3 +140,31 @@ def compile_json_schema(tokenizer: Tokenizer | tokenizers.Tokenizer, schema_json
 def _compile(tokenizer: Tokenizer | tokenizers.Tokenizer, schema_json: str) -> CompiledGrammar:
     schema, grammar = validate_json_schema(schema_json)
     return CompiledGrammar(schema=schema, grammar=grammar, ll_tokenizer=_ll_tokenizer(tokenizer))
+
+
+def describe_fields(schema: dict[str, Any]) -> list[str]:
+    """One instruction line per top-level property of an object schema: name, kind, description.
+
+    Prompts are built from the schema itself, so the model is told exactly what the grammar will
+    force it to write, and a field's `description` is the one place its meaning is written.
+    """
+    required = set(schema.get("required", []))
+    return [_describe(name, field, name in required) for name, field in schema.get("properties", {}).items()]
+
+
+def _describe(name: str, field: dict[str, Any], required: bool) -> str:
+    if "enum" in field:
+        kind = "one of " + ", ".join(json.dumps(v) for v in field["enum"])
+    elif field.get("format") == "date":
+        kind = "date, YYYY-MM-DD"
+    elif field.get("type") == "array":
+        items = field.get("items", {})
+        kind = f"list of {field.get('minItems', 0)} to {field.get('maxItems', 'any')} {items.get('type', 'value')}s"
+        if "maxLength" in items:
+            kind += f", each at most {items['maxLength']} characters"
+    elif field.get("type") == "integer" and "minimum" in field and "maximum" in field:
+        kind = f"integer {field['minimum']} to {field['maximum']}"
+    else:
+        kind = str(field.get("type", "value"))
+    note = f": {field['description']}" if field.get("description") else ""
+    return f"- {name} ({kind}{'' if required else ', optional'}){note}"

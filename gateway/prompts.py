@@ -7,7 +7,9 @@ and only the new tail is prefilled.
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from engine.structured import describe_fields
 from gateway.schemas.risk import RiskEvent
 
 RISK_SYSTEM = (
@@ -21,12 +23,26 @@ DOCUMENT_SYSTEM = (
 )
 
 
+VERDICT_SYSTEM = (
+    "You are a financial risk analyst. You receive one event from a risk system as JSON. "
+    "Answer the question with one JSON object holding these fields:"
+)
+
+
 def risk_messages(event: RiskEvent, question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": RISK_SYSTEM}, {"role": "user", "content": _event_turn(event, question)}]
+
+
+def verdict_messages(event: RiskEvent, question: str, schema: dict[str, Any]) -> list[dict[str, str]]:
+    """The verdict prompt: the field list comes from the schema, so it is the same for every event
+    under one schema (a shared, cached prefix) and always says what the grammar will enforce."""
+    system = "\n".join([VERDICT_SYSTEM, *describe_fields(schema)])
+    return [{"role": "system", "content": system}, {"role": "user", "content": _event_turn(event, question)}]
+
+
+def _event_turn(event: RiskEvent, question: str) -> str:
     facts = json.dumps(event.model_dump(mode="json", exclude_none=True), sort_keys=True, ensure_ascii=False)
-    return [
-        {"role": "system", "content": RISK_SYSTEM},
-        {"role": "user", "content": f"Event: {facts}\n\nQuestion: {question}"},
-    ]
+    return f"Event: {facts}\n\nQuestion: {question}"
 
 
 def document_messages(title: str, text: str, question: str) -> list[dict[str, str]]:
