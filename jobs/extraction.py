@@ -8,6 +8,7 @@ what the engine decodes under and what every answer is validated against before 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -102,6 +103,23 @@ def build_messages(schema_json: str, contract_text: str) -> list[dict[str, str]]
     fields = "\n".join(_describe(n, f, n in required) for n, f in schema["properties"].items())
     user = f"Fields to extract:\n{fields}\n\nContract:\n{contract_text}"
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+@dataclass(frozen=True)
+class ItemPlan:
+    """How one item is decoded: the chat messages and the schema text the grammar enforces."""
+
+    messages: list[dict[str, str]]
+    decode_schema: str
+
+
+def plan_item(schema_json: str, contract_text: str) -> ItemPlan:
+    return ItemPlan(build_messages(schema_json, contract_text), schema_json)
+
+
+def finish_item(text: str, finish_reason: str | None, schema_json: str, contract_text: str) -> dict[str, Any]:
+    """The stored answer of one item, or InvalidOutput."""
+    return parse_answer(text, finish_reason, json.loads(schema_json))
 
 
 def parse_answer(text: str, finish_reason: str | None, schema: dict[str, Any]) -> dict[str, Any]:
