@@ -85,22 +85,22 @@ class Report:
 
 
 def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: str, *, max_tokens: int = 256,
-               progress: Callable[[int], None] | None = None) -> Report:
-    """All items submitted at once (the engine batches them as a job's items would be), then scored."""
+               in_flight: int = 48, progress: Callable[[int], None] | None = None) -> Report:
+    """Items kept `in_flight` at a time (under the class's queue limit, as job workers do), then scored."""
     items = list(contracts)
-    plans = {c.id: plan_item(schema_json, c.text) for c in items}
+    pending = list(reversed(items))
     t0 = time.perf_counter()
     reqs: dict[str, tuple[Contract, EngineRequest]] = {}
-    for c in items:
-        plan = plans[c.id]
-        ids = engine.tokenizer.encode_chat(plan.messages)
-        req = EngineRequest(f"eval-{uuid.uuid4().hex[:12]}", ids,
-                            SamplingParams(max_tokens=max_tokens, json_schema=plan.decode_schema), CLASS)
-        engine.add_request(req)
-        reqs[req.request_id] = (c, req)
-    texts: dict[str, list[str]] = {rid: [] for rid in reqs}
+    texts: dict[str, list[str]] = {}
     done = 0
-    while engine.has_unfinished():
+    while pending or engine.has_unfinished():
+        while pending and len(reqs) - done < in_flight:
+            c = pending.pop()
+            plan = plan_item(schema_json, c.text)
+            req = EngineRequest(f"eval-{uuid.uuid4().hex[:12]}", engine.tokenizer.encode_chat(plan.messages),
+                                SamplingParams(max_tokens=max_tokens, json_schema=plan.decode_schema), CLASS)
+            engine.add_request(req)
+            reqs[req.request_id], texts[req.request_id] = (c, req), []
         for out in engine.step():
             texts[out.request_id].append(out.new_text)
             if out.finished:
