@@ -18,7 +18,7 @@ from typing import Any
 from bench.contracts_gen import Contract
 from engine.engine import LLMEngine
 from engine.request import EngineRequest, SamplingParams
-from jobs.extraction import InvalidOutput, finish_item, plan_item
+from jobs.extraction import InvalidOutput, ItemPlan, finish_item, plan_item
 
 CLASS = "bulk_extraction"
 
@@ -92,6 +92,7 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
     t0 = time.perf_counter()
     reqs: dict[str, tuple[Contract, EngineRequest]] = {}
     texts: dict[str, list[str]] = {}
+    plans: dict[str, ItemPlan] = {}
     done = 0
     while pending or engine.has_unfinished():
         while pending and len(reqs) - done < in_flight:
@@ -100,7 +101,7 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
             req = EngineRequest(f"eval-{uuid.uuid4().hex[:12]}", engine.tokenizer.encode_chat(plan.messages),
                                 SamplingParams(max_tokens=max_tokens, json_schema=plan.decode_schema), CLASS)
             engine.add_request(req)
-            reqs[req.request_id], texts[req.request_id] = (c, req), []
+            reqs[req.request_id], texts[req.request_id], plans[req.request_id] = (c, req), [], plan
         for out in engine.step():
             texts[out.request_id].append(out.new_text)
             if out.finished:
@@ -111,7 +112,7 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
     for rid, (c, req) in reqs.items():
         text = "".join(texts[rid])
         try:
-            answer: dict[str, Any] | None = finish_item(text, req.status.finish_reason, schema_json, c.text)
+            answer: dict[str, Any] | None = finish_item(text, req.status.finish_reason, plans[rid])
             error = None
         except InvalidOutput as exc:
             answer, error = None, str(exc)
