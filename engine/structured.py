@@ -200,7 +200,8 @@ def text_spans(source: str, *, max_chars: int = 80, max_words: int = _MAX_SPAN_W
 
 
 def grounded_schema(schema: dict[str, Any], source: str) -> dict[str, Any]:
-    """`schema` with each top-level `x-grounded` string property replaced by an enum of spans of `source`.
+    """`schema` with each top-level `x-grounded` string property replaced by an enum of spans of `source`
+    (those that match the property's `pattern`, if it has one).
 
     The grammar then only admits text that occurs in `source`, so a grounded value can never be
     invented. A property whose source has no span keeps its plain string type (the caller's check
@@ -210,7 +211,9 @@ def grounded_schema(schema: dict[str, Any], source: str) -> dict[str, Any]:
     for name, field in props.items():
         if isinstance(field, dict) and field.get(GROUNDED) and field.get("type") == "string":
             spans = text_spans(source, max_chars=int(field.get("maxLength", 80)))
-            base = {k: v for k, v in field.items() if k not in (GROUNDED, "type", "maxLength", "minLength")}
+            if "pattern" in field:  # the field's own pattern narrows the spans (JSON Schema: search, not match)
+                spans = [s for s in spans if re.search(field["pattern"], s)]
+            base = {k: v for k, v in field.items() if k not in (GROUNDED, "type", "maxLength", "minLength", "pattern")}
             props[name] = {**base, "enum": spans} if spans else {k: v for k, v in field.items() if k != GROUNDED}
     return {**schema, "properties": props}
 
