@@ -60,3 +60,34 @@ def extraction(
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(text + "\n", encoding="utf-8")
+
+
+@eval_app.command("verdict")
+def verdict(
+    reps: int = typer.Option(2, "--reps", min=1, help="Passes over the events (after one warm-up pass)."),
+    json_path: str = typer.Option(None, "--json", help="Also write the JSON here."),
+    model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
+    threads: int = typer.Option(None, "--threads"),
+) -> None:
+    """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity."""
+    from bench.verdict_eval import run
+    from core.logging import configure_logging
+    from core.settings import Settings
+    from engine.engine import LLMEngine
+    from engine.factory import engine_config
+    from finserve.models import resolve_model
+
+    configure_logging()
+    settings = Settings()
+    overrides: dict[str, object] = {"kv_cache_memory_bytes": 256 << 20}
+    if threads:
+        overrides["num_threads"] = threads
+    engine = LLMEngine(engine_config(resolve_model(model, settings),
+                                     policy_path=str(settings.policy) if settings.policy else None, **overrides))
+    policy = engine.config.policy
+    cls = policy.get(policy.classification.routes["risk"])  # the class /v1/risk/assess runs in
+    text = json.dumps(run(engine, cls.response_schema, cls.name, reps=reps), indent=2, ensure_ascii=False)
+    typer.echo(text)
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(text + "\n", encoding="utf-8")

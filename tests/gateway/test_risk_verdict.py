@@ -5,7 +5,6 @@ import json
 
 import httpx
 import jsonschema
-import pytest
 
 from policies import load_policy
 from tests.gateway.conftest import Keys, auth
@@ -28,19 +27,21 @@ def policy_schema() -> dict:
     return json.loads(load_policy().get("realtime_risk").response_schema)
 
 
-@pytest.mark.parametrize("event", EVENTS)
-async def test_default_answer_is_a_verdict_of_the_policy_schema(client: httpx.AsyncClient, keys: Keys,
-                                                                event: dict) -> None:
-    r = await client.post("/v1/risk/assess", headers=auth(keys.acme), json={"event": event})
-    assert r.status_code == 200, r.text
-    body = r.json()
-    if body["finish_reason"] == "length":  # a random model may ramble to max_tokens: then no verdict
-        assert body["verdict"] is None
-        return
-    verdict = body["verdict"]
-    jsonschema.validate(verdict, policy_schema())
-    assert set(verdict) == {"risk_level", "score", "recommended_action", "reasons"}
-    assert json.loads(body["answer"]) == verdict
+async def test_default_answer_is_a_verdict_of_the_policy_schema(client: httpx.AsyncClient, keys: Keys) -> None:
+    complete = 0
+    for event in EVENTS:
+        r = await client.post("/v1/risk/assess", headers=auth(keys.acme), json={"event": event})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        if body["finish_reason"] == "length":  # a random model may spell a reason out to max_tokens
+            assert body["verdict"] is None
+            continue
+        verdict = body["verdict"]
+        jsonschema.validate(verdict, policy_schema())
+        assert list(verdict) == ["risk_level", "score", "recommended_action", "reasons"]
+        assert json.loads(body["answer"]) == verdict
+        complete += 1
+    assert complete >= 1
 
 
 async def test_request_schema_overrides_the_policy(client: httpx.AsyncClient, keys: Keys) -> None:
