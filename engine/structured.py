@@ -221,3 +221,20 @@ def grounded_schema(schema: dict[str, Any], source: str) -> dict[str, Any]:
 def is_grounded(value: str, source: str) -> bool:
     """True when `value` occurs verbatim in `source` (the check after decoding)."""
     return bool(value) and value in source
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+
+
+def sentence_spans(source: str, *, max_chars: int = 400) -> list[str]:
+    """Distinct sentences (and lines) of `source`, stripped, at most max_chars each: what a quote may be.
+
+    A document of thousands of tokens has tens of thousands of word spans but only hundreds of
+    sentences, so an enum of sentences stays small enough to compile per request.
+    """
+    seen: dict[str, None] = {}
+    for part in _SENTENCE_END.split(source):
+        s = part.strip()
+        if s and len(s) <= max_chars:
+            seen.setdefault(s, None)
+    return list(seen)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.structured import describe_fields
+from engine.structured import describe_fields, sentence_spans
 from gateway.schemas.risk import RiskEvent
 
 RISK_SYSTEM = (
@@ -45,9 +45,25 @@ def _event_turn(event: RiskEvent, question: str) -> str:
     return f"Event: {facts}\n\nQuestion: {question}"
 
 
-def document_messages(title: str, text: str, question: str) -> list[dict[str, str]]:
+QUOTED_ANSWER = (
+    "\n\nAnswer with one JSON object: \"quotes\", the one or two sentences of the document that answer "
+    "the question, copied exactly; then \"answer\", a short answer in your own words."
+)
+
+
+def document_messages(title: str, text: str, question: str, *, quotes: bool = False) -> list[dict[str, str]]:
+    """The document first (a cached prefix per tenant), the question last; a quoted answer's
+    instructions go after the question, so both kinds of question share the document's blocks."""
     header = f"<document title={json.dumps(title, ensure_ascii=False)}>" if title else "<document>"
     return [
         {"role": "system", "content": f"{DOCUMENT_SYSTEM}\n\n{header}\n{text}\n</document>"},
-        {"role": "user", "content": question},
+        {"role": "user", "content": question + (QUOTED_ANSWER if quotes else "")},
     ]
+
+
+def quoted_answer_schema(text: str) -> dict[str, Any]:
+    """Quotes first (each one of the document's sentences: grounded by the grammar), then the answer."""
+    return {"type": "object", "properties": {
+        "quotes": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"enum": sentence_spans(text)}},
+        "answer": {"type": "string", "minLength": 1, "maxLength": 400}},
+        "required": ["quotes", "answer"], "additionalProperties": False}
