@@ -38,7 +38,7 @@ from engine.request import EngineRequest, SamplingParams
 from finserve.stack import GatewayThread, start_worker, stop_worker
 from jobs import service
 from jobs.celery_app import use_broker
-from jobs.extraction import InvalidOutput, build_messages, normalize_schema, parse_answer
+from jobs.extraction import InvalidOutput, finish_item, normalize_schema, plan_item
 from jobs.redis_server import RedisServer
 from jobs.worker import RETRY_TEMPERATURE
 
@@ -147,7 +147,8 @@ class _Bench:
 
     def direct(self, contracts: list[dict]) -> Run:
         tok = self.engine.tokenizer
-        prompts = [tok.encode_chat(build_messages(self.schema_json, c["text"])) for c in contracts]
+        plans = [plan_item(self.schema_json, c["text"]) for c in contracts]  # prompt and grammar, as a worker does
+        prompts = [tok.encode_chat(p.messages) for p in plans]
 
         async def generate(ids: list[int], sampling: SamplingParams) -> tuple[str, str | None, int]:
             while True:
@@ -167,11 +168,11 @@ class _Bench:
             async with gate:
                 for attempt in range(self.invalid_attempts):
                     sampling = SamplingParams(
-                        max_tokens=self.max_tokens, json_schema=self.schema_json,
+                        max_tokens=self.max_tokens, json_schema=plans[n].decode_schema,
                         temperature=RETRY_TEMPERATURE if attempt else 0.0, seed=n * 1000 + attempt if attempt else None)
                     text, finish, num_tokens = await generate(ids, sampling)
                     try:
-                        parse_answer(text, finish, self.schema)
+                        finish_item(text, finish, plans[n])
                         return num_tokens, None
                     except InvalidOutput as exc:
                         error = str(exc)

@@ -8,25 +8,33 @@ what the engine decodes under and what every answer is validated against before 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 
-from engine.structured import validate_json_schema
+from engine.structured import GROUNDED, describe_fields, grounded_schema, is_grounded, validate_json_schema
+from jobs import normalize
+
+EXAMPLE = "x-example"
 
 _SCALAR_TYPES = ("string", "number", "integer", "boolean")
 # Keywords a field may carry. Anything else is refused: a keyword we silently ignored would be
 # a constraint the caller believes holds and does not.
 _FIELD_KEYWORDS = {
-    "type", "enum", "format", "description", "title",
+    "type", "enum", "format", "description", "title", GROUNDED,
     "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
 }
-_ROOT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "title", "description", "$schema"}
+# "x-example": {"text": <a contract>, "answer": <its extraction>}, shown to the model as a worked example.
+_ROOT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "title", "description", "$schema",
+                  EXAMPLE}
 _FORMAT_CHECKER = jsonschema.FormatChecker()
 
 SYSTEM_PROMPT = (
     "You extract structured data from contracts. Read the contract and answer with one JSON object "
-    "holding exactly the requested fields. Dates are YYYY-MM-DD. Use only what the contract says."
+    "holding exactly the requested fields. Copy names, amounts, dates and durations exactly as the "
+    "contract writes them. Use only what the contract says."
 )
 
 
@@ -58,6 +66,8 @@ def normalize_schema(schema: Any, *, max_fields: int) -> str:
         raise ValueError(f"schema: required fields {missing} are not in 'properties'")
     if schema.get("additionalProperties", False) is not False:
         raise ValueError("schema: additionalProperties must be false (only the listed fields are extracted)")
+    if EXAMPLE in schema:
+        _check_example(schema[EXAMPLE], schema)
     normalized = {**schema, "type": "object", "additionalProperties": False}
     text = json.dumps(normalized, separators=(",", ":"), ensure_ascii=False)
     validate_json_schema(text)  # meta-schema + grammar: refused here, not item by item in the engine
@@ -82,26 +92,150 @@ def _check_field(name: str, field: Any) -> None:
         raise ValueError(f"schema: field {name!r} must have a type among {list(_SCALAR_TYPES)} or an enum")
     if "format" in field and (kind != "string" or field["format"] != "date"):
         raise ValueError(f"schema: field {name!r}: the only supported format is 'date' on strings")
+    if GROUNDED in field and (kind != "string" or field[GROUNDED] is not True):
+        raise ValueError(f"schema: field {name!r}: {GROUNDED} must be true, on a string field")
 
 
-def _describe(name: str, field: dict[str, Any], required: bool) -> str:
-    if "enum" in field:
-        kind = "one of " + ", ".join(json.dumps(v) for v in field["enum"])
-    elif field.get("format") == "date":
-        kind = "date, YYYY-MM-DD"
-    else:
-        kind = field["type"]
-    note = f": {field['description']}" if field.get("description") else ""
-    return f"- {name} ({kind}{'' if required else ', optional'}){note}"
+def _check_example(example: Any, schema: dict[str, Any]) -> None:
+    if not isinstance(example, dict) or set(example) != {"text", "answer"} or not isinstance(example["text"], str):
+        raise ValueError(f"schema: {EXAMPLE} must be {{\"text\": <contract text>, \"answer\": <its extraction>}}")
+    plain = {k: v for k, v in schema.items() if k != EXAMPLE}
+    try:
+        jsonschema.validate(example["answer"], plain, format_checker=_FORMAT_CHECKER)
+    except jsonschema.ValidationError as exc:
+        raise ValueError(f"schema: {EXAMPLE} answer does not fit the schema: {exc.message}") from None
+
+
+@dataclass(frozen=True)
+class ItemPlan:
+    """How one item is decoded: its messages, the schema the grammar enforces, and how to read the answer.
+
+    `decode_schema` differs from the job's schema where code does better than the model: a number,
+    a date or a duration in months/years is asked for as a span of the contract (an enum of the
+    candidate spans found there) and converted afterwards (`conversions`: field -> kind); an
+    `x-grounded` string may only be a span of the contract.
+    """
+
+    messages: list[dict[str, str]]
+    decode_schema: str
+    schema: dict[str, Any]  # the job's schema: what the stored answer is validated against
+    conversions: dict[str, str]  # field -> "amount" | "date" | "month" | "year"
+    source: str  # the contract text (grounded fields are checked against it)
+
+
+def plan_item(schema_json: str, contract_text: str) -> ItemPlan:
+    """The decoding plan of one item; deterministic in (schema, text)."""
+    schema = json.loads(schema_json)
+    decode, conversions = decoding_schema(schema, contract_text)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    example = schema.get(EXAMPLE)
+    if example is not None:  # one worked example, decoded the same way as the item
+        ex_decode, ex_conv = decoding_schema(schema, example["text"])
+        messages += [{"role": "user", "content": _user_turn(schema, ex_decode, ex_conv, example["text"])},
+                     {"role": "assistant", "content": _example_answer(example, ex_decode, ex_conv)}]
+    messages.append({"role": "user", "content": _user_turn(schema, decode, conversions, contract_text)})
+    return ItemPlan(messages, json.dumps(decode, separators=(",", ":"), ensure_ascii=False),
+                    {k: v for k, v in schema.items() if k != EXAMPLE}, conversions, contract_text)
 
 
 def build_messages(schema_json: str, contract_text: str) -> list[dict[str, str]]:
-    """Chat messages for one item: instructions, the field list, then the contract."""
-    schema = json.loads(schema_json)
-    required = set(schema.get("required", []))
-    fields = "\n".join(_describe(n, f, n in required) for n, f in schema["properties"].items())
-    user = f"Fields to extract:\n{fields}\n\nContract:\n{contract_text}"
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    """The chat messages of one item (see plan_item for the schema they go with)."""
+    return plan_item(schema_json, contract_text).messages
+
+
+def decoding_schema(schema: dict[str, Any], text: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The schema the model decodes under for `text`, and the fields whose spans code converts."""
+    props: dict[str, Any] = {}
+    conversions: dict[str, str] = {}
+    for name, field in schema["properties"].items():
+        kind = _conversion(name, field)
+        spans = _SPANS[kind](text) if kind else []
+        if kind and spans:
+            props[name] = {"enum": spans, **({"description": field["description"]} if "description" in field else {})}
+            conversions[name] = kind
+        else:
+            props[name] = _mentioned_only(field, text)
+    plain = {k: v for k, v in schema.items() if k != EXAMPLE}
+    return grounded_schema({**plain, "properties": props}, text), conversions
+
+
+def _mentioned_only(field: dict[str, Any], text: str) -> dict[str, Any]:
+    """A string enum narrowed to the values the text mentions (as words, any case), when it mentions any.
+
+    A contract titled SUPPLY AGREEMENT that states its amount in USD leaves the model one or two
+    choices instead of six or five; a text that mentions none of the values keeps them all.
+    """
+    values = field.get("enum")
+    if not values or not all(isinstance(v, str) for v in values):
+        return field
+    mentioned = [v for v in values if re.search(rf"\b{re.escape(v)}", text, re.IGNORECASE)]
+    return {**field, "enum": mentioned} if mentioned else field
+
+
+def _conversion(name: str, field: dict[str, Any]) -> str | None:
+    if "enum" in field:
+        return None
+    if field.get("type") == "number":
+        return "amount"
+    if field.get("type") == "string" and field.get("format") == "date":
+        return "date"
+    if field.get("type") == "integer":
+        return normalize.duration_unit(name, str(field.get("description", "")))
+    return None
+
+
+_SPANS = {"amount": normalize.amount_spans, "date": normalize.date_spans, "month": normalize.duration_spans,
+          "year": normalize.duration_spans}
+_KIND_NOTES = {"grounded": "copied from the contract", "amount": "the amount as the contract writes it", "date": "the date as the contract writes it",
+               "month": "the duration as the contract writes it", "year": "the duration as the contract writes it"}
+
+
+def _user_turn(schema: dict[str, Any], decode: dict[str, Any], conversions: dict[str, str], text: str) -> str:
+    """The field list (from the schema's descriptions, saying which values are copied) and the contract."""
+    lines = []
+    for line, (name, field) in zip(describe_fields(decode), decode["properties"].items()):
+        kind = "grounded" if schema["properties"][name].get(GROUNDED) else conversions.get(name)
+        if kind is not None:
+            note = f": {field['description']}" if field.get("description") else ""
+            line = f"- {name} ({_KIND_NOTES[kind]}){note}"
+        lines.append(line)
+    return "Fields to extract:\n" + "\n".join(lines) + f"\n\nContract:\n{text}"
+
+
+def _example_answer(example: dict[str, Any], decode: dict[str, Any], conversions: dict[str, str]) -> str:
+    """The example's answer as the model must write it: converted fields as their spans in the example text."""
+    answer = dict(example["answer"])
+    for name, kind in conversions.items():
+        spans = decode["properties"][name]["enum"]
+        match = [s for s in spans if _convert(kind, s) == answer.get(name)]
+        if match:
+            answer[name] = match[0]
+    ordered = {k: answer[k] for k in decode["properties"] if k in answer}
+    return json.dumps(ordered, separators=(",", ":"), ensure_ascii=False)
+
+
+def _convert(kind: str, span: str) -> Any:
+    if kind == "amount":
+        return normalize.parse_amount(span)
+    if kind == "date":
+        return normalize.parse_date(span)
+    return normalize.parse_duration(span, kind)
+
+
+def finish_item(text: str, finish_reason: str | None, plan: ItemPlan) -> dict[str, Any]:
+    """The stored answer of one item: parsed, grounded fields checked, spans converted, validated; or InvalidOutput."""
+    doc = parse_answer(text, finish_reason, {"type": "object"})
+    for name, field in plan.schema["properties"].items():
+        if field.get(GROUNDED) and isinstance(doc.get(name), str) and not is_grounded(doc[name], plan.source):
+            raise InvalidOutput(f"{name} {doc[name]!r} does not occur in the contract")
+    doc = parse_answer(text, finish_reason, json.loads(plan.decode_schema))
+    for name, kind in plan.conversions.items():
+        if name in doc:
+            value = _convert(kind, doc[name])
+            if value is None:
+                raise InvalidOutput(f"{name}: cannot read {doc[name]!r} as {kind}")
+            doc[name] = value
+    return parse_answer(json.dumps(doc), "stop", plan.schema)
 
 
 def parse_answer(text: str, finish_reason: str | None, schema: dict[str, Any]) -> dict[str, Any]:

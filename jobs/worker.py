@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core.db.base import make_engine, make_session_factory
 from core.settings import Settings, get_settings
 from jobs import service
-from jobs.extraction import InvalidOutput, build_messages, parse_answer
+from jobs.extraction import InvalidOutput, finish_item, plan_item
 from jobs.gateway_client import ClaimLost, GatewayClient, Refused, Saturated
 from jobs.service import ClaimOutcome
 
@@ -84,11 +84,11 @@ def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
     if claim.outcome is not ClaimOutcome.CLAIMED:
         return Step("skipped", detail=claim.outcome.value)
 
-    schema = json.loads(claim.schema_json)
+    plan = plan_item(claim.schema_json, claim.text)  # prompt, and the schema the grammar enforces for this text
     sampled = claim.invalid_outputs > 0
     try:
         answer = rt.gateway.extract(
-            build_messages(claim.schema_json, claim.text), schema, item_id=item_id,
+            plan.messages, json.loads(plan.decode_schema), item_id=item_id,
             workload_class=claim.workload_class, max_tokens=claim.max_tokens,
             temperature=RETRY_TEMPERATURE if sampled else 0.0,
             seed=item_id * 1000 + claim.invalid_outputs if sampled else None)
@@ -107,7 +107,7 @@ def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
         return Step("failed", detail=str(exc))
 
     try:
-        doc = parse_answer(answer.text, answer.finish_reason, schema)
+        doc = finish_item(answer.text, answer.finish_reason, plan)
     except InvalidOutput as exc:
         with rt.sessions() as s:
             if claim.invalid_outputs + 1 >= cfg.jobs_invalid_output_attempts:

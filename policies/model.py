@@ -58,6 +58,11 @@ class ClassPolicy:
     shield_prefill_tokens: int = field(default=-1, metadata=knob(
         "while the class has running requests, lower-priority classes' prefill tokens per step (-1: no cap)",
         ge=-1))
+    # The default shape of the class's domain answers (e.g. a risk verdict): a request that does
+    # not ask for free text or pass its own schema decodes under this one. Empty: free text.
+    response_schema: str = field(default="", metadata=knob(
+        "JSON Schema the class's domain answers are constrained to by default (empty: free text)",
+        optional=True, json_object=True))
 
 
 @dataclass(frozen=True, kw_only=True)

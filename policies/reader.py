@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import math
 import re
 import types
@@ -92,7 +93,10 @@ class Reader:
         if hint is bool:
             return self._typed(raw, key, (bool,), f"true or false{none}")
         if hint is str:
-            return self._typed(raw, key, (str,), f"a string{none}")
+            text: str = self._typed(raw, key, (str,), f"a string{none}")
+            if knob.json_object and text:
+                self._check_json_object(text, knob, key)
+            return text
         if isinstance(hint, type) and issubclass(hint, enum.Enum):
             return self._enum(hint, raw, key)
         if hint is int:
@@ -105,6 +109,14 @@ class Reader:
             raise TypeError(f"{key}: a policy field cannot have type {hint!r}")
         self._check_bounds(knob, value, key, nullable)
         return value
+
+    def _check_json_object(self, text: str, knob: Knob, key: str) -> None:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise self.error(key, f"must be the text of a JSON object ({knob.doc}): {exc}") from None
+        if not isinstance(doc, dict):
+            raise self.error(key, f"must be the text of a JSON object ({knob.doc}), not {_type_name(doc)}")
 
     def _typed(self, raw: object, key: str, types_: tuple[type, ...], what: str) -> Any:
         # bool is an int subclass in Python; `priority = true` is a mistake, not 1.

@@ -36,6 +36,7 @@ class Knob:
     key_pattern: str | None = None  # for tables of entries: the entries' names must match this regex ...
     key_rule: str = ""  # ... which this says in words, for the error message
     nonempty: bool = False  # for tables of entries: at least one entry
+    json_object: bool = False  # for strings: empty, or the text of one JSON object (e.g. a JSON Schema)
 
 
 def knob(doc: str, **spec: Any) -> Mapping[str, Knob]:

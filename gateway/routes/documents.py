@@ -6,7 +6,9 @@ KV blocks and only prefill the question. Another tenant's document id answers 40
 """
 from __future__ import annotations
 
+import json
 import uuid
+from typing import Any
 
 from fastapi import APIRouter, Request, status
 from sqlalchemy.orm import Session
@@ -19,7 +21,7 @@ from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
-from gateway.prompts import document_messages
+from gateway.prompts import document_messages, quoted_answer_schema
 from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.schemas.documents import Answer, DocumentCreate, DocumentPublic, QuestionCreate
 from gateway.service import InferenceInput, Prompt
@@ -83,13 +85,40 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
                        x_workload_class: WorkloadClassHeader = None):
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
+    schema = json.dumps(quoted_answer_schema(doc.text), ensure_ascii=False) if body.quotes else None
     adm = await service.prepare(ctx, key, InferenceInput(
-        route=ROUTE, prompt=Prompt(messages=document_messages(doc.title, doc.text, body.question)),
-        sampling=SamplingParams(temperature=body.temperature), max_tokens=body.max_tokens,
+        route=ROUTE, prompt=Prompt(messages=document_messages(doc.title, doc.text, body.question, quotes=body.quotes)),
+        sampling=SamplingParams(temperature=body.temperature, json_schema=schema), max_tokens=body.max_tokens,
         default_max_tokens=settings.question_max_tokens, explicit_class=x_workload_class,
         log_fields={"document_id": doc.id}))
     if body.stream:
-        return EventStreamResponse(answer_events(service.generate(adm)))
+        fields = None if schema is None else (lambda text, reason: _quoted(doc.text, text, reason))
+        return EventStreamResponse(answer_events(service.generate(adm), fields))
     done = await cancel_on_disconnect(request, service.collect(adm))
-    return Answer(request_id=ctx.request_id, document_id=doc.id, workload_class=adm.cls.name, answer=done.text,
-                  finish_reason=done.finish_reason, usage=Usage.of(done.metrics), timings=Timings.of(done.metrics))
+    answer, quotes = done.text, None
+    if schema is not None:
+        parsed = _quoted(doc.text, done.text, done.finish_reason)
+        answer, quotes = parsed["answer"], parsed["quotes"]
+    return Answer(request_id=ctx.request_id, document_id=doc.id, workload_class=adm.cls.name, answer=answer,
+                  quotes=quotes, finish_reason=done.finish_reason, usage=Usage.of(done.metrics),
+                  timings=Timings.of(done.metrics))
+
+
+def _quoted(document: str, text: str, finish_reason: str | None) -> dict[str, Any]:
+    """{"answer", "quotes": [{text, start, end}]} from a quoted answer; the raw text and no quotes if it was cut.
+
+    The grammar only admits sentences of the document, so every quote is found in it; the offsets
+    are those of its first occurrence.
+    """
+    try:
+        doc = json.loads(text) if finish_reason == "stop" else None
+    except json.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        return {"answer": text, "quotes": None}
+    quotes = []
+    for q in doc.get("quotes", []):
+        start = document.find(q)
+        if start >= 0:
+            quotes.append({"text": q, "start": start, "end": start + len(q)})
+    return {"answer": doc.get("answer", ""), "quotes": quotes}

@@ -30,6 +30,14 @@ class QuestionCreate(EdgeModel):
     max_tokens: MaxTokens | None = Field(None, description="Default: the gateway's question_max_tokens setting.")
     temperature: Temperature = 0.0
     stream: bool = False
+    quotes: bool = Field(False, description="Answer with verbatim sentences of the document that support it "
+                                            "(each with its character offsets).")
+
+
+class Quote(BaseModel):
+    text: str = Field(description="A sentence of the document, verbatim.")
+    start: int = Field(description="Character offset of its first character in the document text.")
+    end: int = Field(description="Offset just past its last character: text == document[start:end].")
 
 
 class Answer(BaseModel):
@@ -37,6 +45,8 @@ class Answer(BaseModel):
     document_id: str
     workload_class: str
     answer: str
+    quotes: list[Quote] | None = Field(None, description="With quotes=true: the supporting sentences; null "
+                                                         "otherwise, or when the answer was cut at max_tokens.")
     finish_reason: str
     usage: Usage
     timings: Timings

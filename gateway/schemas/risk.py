@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,12 +33,20 @@ class RiskAssessRequest(EdgeModel):
     max_tokens: MaxTokens | None = Field(None, description="Default: the gateway's risk_max_tokens setting.")
     temperature: Temperature = 0.0
     stream: bool = Field(False, description="Server-sent events: delta events, then one done event.")
+    format: Literal["json", "text"] = Field(
+        "json", description="json: a verdict constrained to the schema (the class's policy schema unless "
+                            "response_schema is given); text: a free-text answer.")
+    response_schema: dict[str, Any] | None = Field(
+        None, description="A JSON Schema for this request's verdict, instead of the class's policy schema.")
 
 
 class RiskAssessment(BaseModel):
     request_id: str
     workload_class: str
-    answer: str
+    answer: str = Field(description="The answer text as decoded (for a verdict: its JSON text).")
+    verdict: dict[str, Any] | None = Field(
+        None, description="The decoded verdict, valid against the schema; null for format=text, or when the "
+                          "answer was cut at max_tokens (finish_reason 'length').")
     finish_reason: str
     usage: Usage
     timings: Timings

@@ -1,0 +1,93 @@
+"""`finserve eval ...`: quality measurements on labelled data; each prints JSON (and writes it to --json PATH)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+eval_app = typer.Typer(help="Quality evaluations on labelled data; each prints JSON.", no_args_is_help=True)
+DEFAULT_SCHEMA = Path(__file__).resolve().parents[2] / "examples" / "contract_schema.json"
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")
+
+
+@eval_app.command("extraction")
+def extraction(
+    items: int = typer.Option(300, "--items", min=1, help="Generated contracts to evaluate."),
+    seed: int = typer.Option(0, "--seed", help="Generator seed: the same seed gives the same contracts."),
+    schema: Path = typer.Option(DEFAULT_SCHEMA, "--schema", help="The job schema (default: examples/)."),
+    direct: bool = typer.Option(True, "--direct/--no-direct",
+                                help="Run the engine in this process (the only mode so far)."),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1),
+    json_path: str = typer.Option(None, "--json", help="Also write the JSON here (e.g. results/...json)."),
+    model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    threads: int = typer.Option(None, "--threads"),
+) -> None:
+    """Per-field accuracy, exact match per item, invalid-output rate and items/min of the extraction pipeline."""
+    from bench.contracts_gen import generate
+    from bench.extraction_eval import run_direct, to_json
+    from core.logging import configure_logging
+    from core.settings import Settings
+    from engine.engine import LLMEngine
+    from engine.factory import engine_config
+    from finserve.models import resolve_model
+    from jobs.extraction import normalize_schema
+
+    if not direct:
+        raise typer.BadParameter("only --direct is implemented: the engine runs in this process", param_hint="--direct")
+    configure_logging()
+    settings = Settings()
+    overrides: dict[str, object] = {"device": device, "kv_cache_memory_bytes": 512 << 20}
+    if threads:
+        overrides["num_threads"] = threads
+    folder = resolve_model(model, settings)
+    engine = LLMEngine(engine_config(folder, policy_path=str(settings.policy) if settings.policy else None,
+                                     **overrides))
+    schema_json = normalize_schema(json.loads(schema.read_text(encoding="utf-8")), max_fields=64)
+
+    def progress(done: int) -> None:
+        if done % 25 == 0 or done == items:
+            print(f"{done}/{items} items", file=sys.stderr, flush=True)
+
+    report = run_direct(engine, generate(items, seed), schema_json, max_tokens=max_tokens, progress=progress)
+    text = to_json(report, model=Path(folder).name, seed=seed, device=device)
+    typer.echo(text)
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(text + "\n", encoding="utf-8")
+
+
+@eval_app.command("verdict")
+def verdict(
+    reps: int = typer.Option(2, "--reps", min=1, help="Passes over the events (after one warm-up pass)."),
+    json_path: str = typer.Option(None, "--json", help="Also write the JSON here."),
+    model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
+    threads: int = typer.Option(None, "--threads"),
+) -> None:
+    """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity."""
+    from bench.verdict_eval import run
+    from core.logging import configure_logging
+    from core.settings import Settings
+    from engine.engine import LLMEngine
+    from engine.factory import engine_config
+    from finserve.models import resolve_model
+
+    configure_logging()
+    settings = Settings()
+    overrides: dict[str, object] = {"kv_cache_memory_bytes": 256 << 20}
+    if threads:
+        overrides["num_threads"] = threads
+    engine = LLMEngine(engine_config(resolve_model(model, settings),
+                                     policy_path=str(settings.policy) if settings.policy else None, **overrides))
+    policy = engine.config.policy
+    cls = policy.get(policy.classification.routes["risk"])  # the class /v1/risk/assess runs in
+    text = json.dumps(run(engine, cls.response_schema, cls.name, reps=reps), indent=2, ensure_ascii=False)
+    typer.echo(text)
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(text + "\n", encoding="utf-8")

@@ -1,0 +1,78 @@
+"""Risk verdicts: by default the answer is a JSON object valid against the class's policy schema."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+
+from policies import load_policy
+from tests.gateway.conftest import Keys, auth
+from tests.gateway.test_openai_api import sse_events
+
+EVENTS = [
+    {"event_type": "wire_transfer", "entity": "ACME-7781", "amount": 950_000, "currency": "USD",
+     "attributes": {"country": "KY", "new_beneficiary": True}},
+    {"event_type": "card_payment", "amount": 12.5, "currency": "EUR", "attributes": {"merchant": "coffee"}},
+    {"event_type": "login", "entity": "user-19", "attributes": {"ip_country": "RU", "failed_attempts": 7}},
+]
+# Short strings: the tiny random model must finish the object well within the class's 64 tokens.
+SMALL = {"type": "object", "properties": {
+    "level": {"enum": ["ok", "bad"]},
+    "why": {"type": "string", "maxLength": 6}},
+    "required": ["level", "why"], "additionalProperties": False}
+
+
+def policy_schema() -> dict:
+    return json.loads(load_policy().get("realtime_risk").response_schema)
+
+
+async def test_default_answer_is_a_verdict_of_the_policy_schema(client: httpx.AsyncClient, keys: Keys) -> None:
+    complete = 0
+    for event in EVENTS:
+        r = await client.post("/v1/risk/assess", headers=auth(keys.acme), json={"event": event})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        if body["finish_reason"] == "length":  # a random model may spell a reason out to max_tokens
+            assert body["verdict"] is None
+            continue
+        verdict = body["verdict"]
+        jsonschema.validate(verdict, policy_schema())
+        assert list(verdict) == ["risk_level", "score", "recommended_action", "reasons"]
+        assert json.loads(body["answer"]) == verdict
+        complete += 1
+    assert complete >= 1
+
+
+async def test_request_schema_overrides_the_policy(client: httpx.AsyncClient, keys: Keys) -> None:
+    for event in EVENTS:
+        r = await client.post("/v1/risk/assess", headers=auth(keys.acme),
+                              json={"event": event, "response_schema": SMALL})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["finish_reason"] == "stop"
+        jsonschema.validate(body["verdict"], SMALL)
+
+
+async def test_text_format_keeps_free_text(client: httpx.AsyncClient, keys: Keys) -> None:
+    r = await client.post("/v1/risk/assess", headers=auth(keys.acme),
+                          json={"event": EVENTS[0], "format": "text", "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    assert r.json()["verdict"] is None
+
+
+async def test_streamed_verdict_arrives_in_the_done_event(client: httpx.AsyncClient, keys: Keys) -> None:
+    r = await client.post("/v1/risk/assess", headers=auth(keys.acme),
+                          json={"event": EVENTS[1], "response_schema": SMALL, "stream": True})
+    events = sse_events(r.text)
+    done = events[-2]
+    text = "".join(e["text"] for e in events[:-2])
+    assert done["type"] == "done" and done["verdict"] == json.loads(text)
+    jsonschema.validate(done["verdict"], SMALL)
+
+
+async def test_invalid_request_schema_is_refused(client: httpx.AsyncClient, keys: Keys) -> None:
+    r = await client.post("/v1/risk/assess", headers=auth(keys.acme),
+                          json={"event": EVENTS[0], "response_schema": {"type": "nonsense"}})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "invalid_json_schema"
