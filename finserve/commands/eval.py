@@ -22,11 +22,11 @@ def extraction(
     schema: Path = typer.Option(DEFAULT_SCHEMA, "--schema", help="The job schema (default: examples/)."),
     direct: bool = typer.Option(True, "--direct/--no-direct",
                                 help="Run the engine in this process (the only mode so far)."),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1),
-    json_path: str = typer.Option(None, "--json", help="Also write the JSON here (e.g. results/...json)."),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Answer budget per contract."),
+    json_path: str = typer.Option(None, "--json-file", "--json", help="Also write the JSON to this file (e.g. results/...json)."),
     model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
-    threads: int = typer.Option(None, "--threads"),
+    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores)."),
 ) -> None:
     """Per-field accuracy, exact match per item, invalid-output rate and items/min of the extraction pipeline."""
     from bench.contracts_gen import generate
@@ -65,9 +65,9 @@ def extraction(
 @eval_app.command("verdict")
 def verdict(
     reps: int = typer.Option(2, "--reps", min=1, help="Passes over the events (after one warm-up pass)."),
-    json_path: str = typer.Option(None, "--json", help="Also write the JSON here."),
+    json_path: str = typer.Option(None, "--json-file", "--json", help="Also write the JSON to this file."),
     model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
-    threads: int = typer.Option(None, "--threads"),
+    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores)."),
 ) -> None:
     """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity."""
     from bench.verdict_eval import run
