@@ -49,7 +49,9 @@ def configure_logging(*, json: bool | None = None, level: str = "info") -> None:
                     structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
+        # Not cached: one log line per request costs microseconds either way, and an uncached logger
+        # follows a later reconfiguration (a test capturing logs, a command changing the level).
+        cache_logger_on_first_use=False,
     )
     handler = _StderrHandler()
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
