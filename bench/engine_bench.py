@@ -139,6 +139,7 @@ def run(json_path: str | None, reps: int = 3, mixed_requests: int = 64, threads:
         "benchmark": "engine",
         "environment": environment(engine.config.num_threads, engine.config.resolved_dtype, engine.config.model),
         "bandwidth_gbs": bw,
+        "weights": engine.runner.model.weight_format,  # EngineConfig.weights "auto" resolved (q4 for SmolLM2)
         "weight_bytes_per_decode_step": wbytes,
         "targets": {"tpot_ratio_max": 0.5, "mixed_output_tps_ratio_min": 3.0, "warm_over_cold_max": 0.1},
     }

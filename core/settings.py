@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     device: str = "cpu"
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"  # auto: same as dtype
+    weights: Literal["auto", "fp32", "bf16", "int8", "q4"] = "auto"  # matmul weight format (EngineConfig.weights)
+    native_kernels: bool = True  # false: torch paths only
+    kernel_isa: Literal["auto", "generic", "avx2", "avx512"] = "auto"  # force a kernel variant (tests, debugging)
     block_size: int = Field(16, gt=0)
     kv_cache_memory_bytes: int = Field(1 << 30, gt=0)
     kv_cache_num_blocks: int | None = Field(None, gt=0)  # an exact block count; overrides the byte budget
@@ -108,6 +111,9 @@ class Settings(BaseSettings):
             device=self.device,
             dtype=self.dtype,
             kv_cache_dtype=self.kv_cache_dtype,
+            weights=self.weights,
+            native_kernels=self.native_kernels,
+            kernel_isa=self.kernel_isa,
             block_size=self.block_size,
             kv_cache_memory_bytes=self.kv_cache_memory_bytes,
             num_blocks_override=self.kv_cache_num_blocks,

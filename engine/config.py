@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from policies import Policy
 
+WEIGHT_FORMATS = ("auto", "fp32", "bf16", "int8", "q4")
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 
@@ -15,6 +16,11 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
     kv_cache_dtype: str = "auto"  # auto: same as dtype
+    # Matmul weight format: auto | fp32 | bf16 | int8 | q4 (engine/model/linear.py). auto on CPU with
+    # the native kernels: q4 when the weights are already 4-bit (lossless), else int8; else the dtype.
+    weights: str = "auto"
+    native_kernels: bool = True  # False: the torch paths only (same results, slower)
+    kernel_isa: str = "auto"  # auto: the best variant this CPU runs; generic | avx2 | avx512 forces one
     block_size: int = 16
     kv_cache_memory_bytes: int = 1 << 30  # KV block pool budget
     num_blocks_override: int | None = None  # tests: exact number of blocks
@@ -30,6 +36,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.scheduling not in ("class", "fcfs"):
             raise ValueError(f"scheduling must be 'class' or 'fcfs', not {self.scheduling!r}")
+        if self.weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, not {self.weights!r}")
+        if self.kernel_isa not in ("auto", "generic", "avx2", "avx512"):
+            raise ValueError(f"kernel_isa must be auto, generic, avx2 or avx512, not {self.kernel_isa!r}")
         if self.block_size <= 0 or self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
             raise ValueError("block_size, max_num_batched_tokens and max_num_seqs must be positive")
 

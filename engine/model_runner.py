@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
+from engine.model import cpu_kernels
 from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.config import ModelConfig
 from engine.model.cpu_kernels import native_kernels_for
@@ -25,7 +26,10 @@ class ModelRunner:
         self.kv_dtype = TORCH_DTYPES[config.resolved_kv_dtype]
         if self.device.type == "cpu" and config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.model, self.model_config = load_model(config.model, self.device, self.dtype)
+        cpu_kernels.configure(enabled=config.native_kernels, isa=config.kernel_isa)  # before any weight is packed
+        self.model, self.model_config = load_model(
+            config.model, self.device, self.dtype, config.weights, dtype_explicit=config.dtype != "auto"
+        )
         mc: ModelConfig = self.model_config
         self.kv_spec = KVCacheSpec(
             num_layers=mc.num_layers,

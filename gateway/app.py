@@ -3,7 +3,8 @@
 The composition root (finserve.app) mounts other packages' routers (the jobs routes) through
 `routers`; the gateway itself imports no job code.
 
-The lifespan opens the database and the ledger writer, then loads the engine in a worker
+The lifespan opens the database and the ledger writer (first turning what a previous run of this
+gateway left `running` into `interrupted` and replaying the spool), then loads the engine in a worker
 thread, so /healthz answers at once and /readyz (and every inference route, with 503
 engine_not_ready) says when the model is ready. An injected `engine_client` (tests,
 benchmarks, an embedding process) is used as is and not shut down by the app.
@@ -11,9 +12,12 @@ benchmarks, an embedding process) is used as is and not shut down by the app.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import structlog
 from fastapi import APIRouter, FastAPI
@@ -33,11 +37,28 @@ from gateway.ratelimit import RateLimiter
 from gateway.routes import documents, health, openai, reports, requests, risk
 from gateway.service import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
 from gateway.state import GatewayState
-from policies import check_against_model, load_policy
+from policies import Policy, check_against_model, load_policy
+from policies.model import CLASS_NAME_PATTERN
 
 log = structlog.get_logger("finserve.gateway")
 
 LEDGER_SPOOL_NAME = "ledger-spool.ndjson"
+GATEWAY_ID_NAME = "gateway-id"
+# The ledger's own connections give up on a locked SQLite file quickly: a request waits for its row to
+# be durable, and the spool is the fallback, so waiting the default 5 s for a lock would only add latency.
+LEDGER_SQLITE_BUSY_TIMEOUT_MS = 250
+
+
+def gateway_id(settings: Settings) -> str:
+    """This gateway's stable id (one per FINSERVE_HOME, which also holds its spool): a restart finds the
+    rows its previous run left running by it, and never touches another gateway's."""
+    path = settings.home / GATEWAY_ID_NAME
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{uuid.uuid4().hex}")
+        tmp.write_text(f"gw-{uuid.uuid4().hex[:16]}\n")
+        tmp.replace(path)
+    return path.read_text().strip()
 
 
 def _build_engine(state: GatewayState) -> EngineClient:
@@ -94,11 +115,16 @@ def served_model_name(settings: Settings, engine_client: EngineClient | None) ->
     return Path(engine_client.engine.config.model).name if engine_client is not None else settings.model_path.name
 
 
-def _make_state(settings: Settings, engine_client: EngineClient | None) -> GatewayState:
-    policy = engine_client.policy if engine_client is not None else load_policy(settings.policy)
+def _make_state(settings: Settings, policy: Policy, engine_client: EngineClient | None) -> GatewayState:
+    started = time.time()
     db = make_engine(settings.resolved_database_url)
     sessions = make_session_factory(db)
-    ledger = LedgerWriter(db, spool_path=settings.home / LEDGER_SPOOL_NAME).start()
+    ledger_db = make_engine(settings.resolved_database_url, sqlite_busy_timeout_ms=LEDGER_SQLITE_BUSY_TIMEOUT_MS)
+    ledger = LedgerWriter(ledger_db, spool_path=settings.home / LEDGER_SPOOL_NAME, gateway_id=gateway_id(settings))
+    interrupted = ledger.recover(started)
+    if interrupted:
+        log.warning("ledger_spooled_rows_interrupted", rows=interrupted)
+    ledger.start()
     return GatewayState(
         settings=settings, policy=policy, metrics=GatewayMetrics(served_model_name(settings, engine_client)),
         limiter=RateLimiter(burst_s=settings.rate_limit_burst_s), db=db, sessions=sessions, ledger=ledger,
@@ -108,10 +134,11 @@ def _make_state(settings: Settings, engine_client: EngineClient | None) -> Gatew
 
 def create_app(settings: Settings, engine_client: EngineClient | None = None,
                routers: Sequence[APIRouter] = ()) -> FastAPI:
+    policy = engine_client.policy if engine_client is not None else load_policy(settings.policy)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = _make_state(settings, engine_client)
+        state = _make_state(settings, policy, engine_client)
         setattr(app.state, STATE_ATTR, state)
         if engine_client is not None:
             await asyncio.to_thread(max_token_bytes, engine_client.tokenizer)
@@ -124,6 +151,7 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
             if state.owns_engine and state.engine_client is not None:
                 await asyncio.to_thread(state.engine_client.shutdown)
             await asyncio.to_thread(state.ledger.close)  # nothing is lost on a clean shutdown
+            state.ledger.engine.dispose()
             state.db.dispose()
 
     app = FastAPI(
@@ -143,4 +171,46 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
     app.include_router(health.router)
     for router in (openai.router, risk.router, documents.router, requests.router, reports.router, *routers):
         app.include_router(router, prefix="/v1")
+    app.openapi = _openapi_naming_classes(app, sorted(policy.classes))  # type: ignore[method-assign]
     return app
+
+
+def _openapi_naming_classes(app: FastAPI, classes: list[str]) -> Callable[[], dict[str, Any]]:
+    """/openapi.json with the policy's class names as the enum of every explicit-class field.
+
+    The routes only know the name pattern; which names exist is the policy's, known when the app is
+    built. A client (or schemathesis) can then tell from the schema that `X-Workload-Class: null` is refused.
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        for node in _walk(schema):
+            if node.get("in") == "header" and "anyOf" in node.get("schema", {}):
+                # An optional header is absent or a string, never JSON null (which clients send as "null").
+                branches = [b for b in node["schema"]["anyOf"] if b.get("type") != "null"]
+                if len(branches) == 1:
+                    node["schema"] = {**{k: v for k, v in node["schema"].items() if k != "anyOf"}, **branches[0]}
+        for node in _walk(schema):
+            if node.get("pattern") == CLASS_NAME_PATTERN:
+                node.pop("pattern")
+                node["enum"] = classes
+        app.openapi_schema = schema
+        return schema
+
+    return openapi
+
+
+def _walk(node: Any) -> list[dict[str, Any]]:
+    """Every JSON object inside `node`, depth first."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        found.append(node)
+        for v in node.values():
+            found.extend(_walk(v))
+    elif isinstance(node, list):
+        for v in node:
+            found.extend(_walk(v))
+    return found

@@ -89,6 +89,19 @@ class GatewayMetrics:
         self.vllm_prefix_hits = Counter("vllm:prefix_cache_hits", "Prompt tokens served from the prefix cache.",
                                         [MODEL], registry=r)
         self._prefix_seen = (0, 0)  # (queries, hits) already counted
+        self.ledger_spool = Gauge("finserve_ledger_spool_bytes", "Bytes of ledger rows waiting in the on-disk spool "
+                                  "for the database (alarm when above 0 for long, or near the bound).", [MODEL],
+                                  registry=r)
+        self.ledger_lost = Gauge("finserve_ledger_rows_lost", "Ledger rows kept nowhere since start (spool full or "
+                                 "unwritable); anything above 0 is an alarm.", [MODEL], registry=r)
+        self.ledger_healthy = Gauge("finserve_ledger_database_up", "1 while the ledger database takes writes.",
+                                    [MODEL], registry=r)
+
+    def update_ledger(self, stats: dict[str, object]) -> None:
+        model = self.model_name
+        self.ledger_spool.labels(model).set(float(stats["spool_bytes"]))  # type: ignore[arg-type]
+        self.ledger_lost.labels(model).set(float(stats["lost"]))  # type: ignore[arg-type]
+        self.ledger_healthy.labels(model).set(1.0 if stats["healthy"] else 0.0)
 
     def observe_request(self, workload_class: str, outcome: str, m: RequestMetrics | None,
                         slo_met: bool | None = None) -> None:

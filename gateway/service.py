@@ -9,9 +9,12 @@
 Routes build an InferenceInput and call prepare() then generate() or collect(); they never reach
 into the engine client or its tokenizer. Timestamps (tokenize start/end) are taken here.
 
-Each request leaves exactly one ledger row (finished, failed, aborted or rejected) once it
-has a class; requests refused before classification (bad JSON, unknown class) leave none,
-because the ledger and the reports are per class.
+Each request leaves exactly one ledger row (finished, failed, aborted, rejected or interrupted) once
+it has a class; requests refused before classification (bad JSON, unknown class) leave none,
+because the ledger and the reports are per class. The row is written ahead: an admitted request's
+`running` row is durable (database or fsynced spool) before the engine sees it, and the final row
+replaces it; a whole answer is sent, and a stream's `[DONE]`, only once the final row is durable too.
+So kill -9 at any moment leaves every admitted request one row, `interrupted` at worst (docs/ERRORS.md).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -34,7 +38,7 @@ from engine.client import EngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from engine.tokenizer import ChatTemplateError, Tokenizer
-from gateway.ledger import build_timeline, row_from_engine_request, row_from_request
+from gateway.ledger import LedgerRow, build_timeline, row_from_engine_request, row_from_request
 from gateway.state import GatewayState
 from policies import ClassPolicy, UnknownWorkloadClass, classify
 
@@ -145,9 +149,12 @@ def raise_if_failed(out: RequestOutput) -> None:
 
 
 class InferenceService:
+    """One per request (built by the ServiceDep dependency)."""
+
     def __init__(self, state: GatewayState, client: EngineClient) -> None:
         self.state = state
         self.client = client
+        self._ledgered: Future[bool] | None = None  # durability of this request's latest ledger row
 
     @property
     def model_name(self) -> str:
@@ -201,9 +208,13 @@ class InferenceService:
         t0 = time.time()
         ids = await self.tokenize(inp.prompt, inp.explicit_class)
         ctx.fields.update(inp.log_fields)
-        return self.admit(ctx, key, route=inp.route, prompt_token_ids=ids, sampling=inp.sampling,
-                          max_tokens=inp.max_tokens, default_max_tokens=inp.default_max_tokens,
-                          explicit_class=inp.explicit_class, tokenize_start=t0, tokenized=time.time())
+        try:
+            return self.admit(ctx, key, route=inp.route, prompt_token_ids=ids, sampling=inp.sampling,
+                              max_tokens=inp.max_tokens, default_max_tokens=inp.default_max_tokens,
+                              explicit_class=inp.explicit_class, tokenize_start=t0, tokenized=time.time())
+        except APIError:
+            await self._ledger_durable()  # a refusal is an answer too: its row is safe before it is sent
+            raise
 
     def resolve_class(self, key: KeyInfo, *, route: str, explicit: str | None, input_tokens: int) -> tuple[ClassPolicy, str]:
         """The request's workload class (decided once, here) and the classification rule that chose it."""
@@ -249,7 +260,7 @@ class InferenceService:
         adm.ctx.outcome, adm.ctx.error_code = "rejected", err.code
         adm.ctx.fields["rejection_reason"] = reason
         self.state.metrics.observe_rejection(adm.cls.name, reason)
-        self.state.ledger.submit(row_from_request(
+        self._submit(row_from_request(
             request_id=adm.request.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name,
             class_rule=adm.rule, route=adm.route, status="rejected", arrival_time=adm.ctx.arrival_time,
             http_status=err.status, slo=adm.cls.slo, rejection_reason=reason,
@@ -268,25 +279,67 @@ class InferenceService:
         last: RequestOutput | None = None
         rejected = False
         try:
+            kept = await self._write_ahead(adm)
+        except BaseException:
+            self._record(adm, None)  # the client left while the row was being written: aborted
+            raise
+        if not kept:
+            raise self.reject(adm, APIError("database_unavailable", "the ledger can record no more requests "
+                                            "(database down and spool full); retry later", retry_after_s=30.0))
+        try:
             async with aclosing(self.client.generate(req)) as outputs:
                 try:
                     first = await anext(outputs)
                 except AdmissionError as exc:
                     rejected = True
-                    raise self.reject(adm, admission_error(exc), reason=exc.reason) from None
+                    err = self.reject(adm, admission_error(exc), reason=exc.reason)
+                    await self._ledger_durable()
+                    raise err from None
                 last = first
                 yield first
                 if not first.finished:
                     async for out in outputs:
                         last = out
                         yield out
-        finally:
+        except BaseException:
             if not rejected:
-                if last is None or not last.finished:
-                    # Idempotent; also covers a cancel that raced admission, before the client's
-                    # own iterator had taken charge of aborting.
-                    self.client.abort(req.request_id)
-                self._record(adm, last)
+                self._finish(adm, last)  # the client left or something failed: no waiting here
+            raise
+        self._finish(adm, last)
+        await self._ledger_durable()  # the answer's last word waits until its row is safe
+
+    async def _write_ahead(self, adm: Admitted) -> bool:
+        """The `running` row, durable before the engine sees the request; False if it can be kept nowhere."""
+        req = adm.request
+        timeline = build_timeline(req.arrival_time, tokenize_start=adm.tokenize_start, tokenized=adm.tokenized)
+        timeline["gateway"] = self.state.ledger.gateway_id
+        self._submit(row_from_request(
+            request_id=req.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name, class_rule=adm.rule,
+            route=adm.route, status="running", arrival_time=req.arrival_time, http_status=0,
+            metrics=RequestMetrics.of(req), slo=adm.cls.slo, timeline=timeline))
+        return await self._ledger_durable()
+
+    def _finish(self, adm: Admitted, last: RequestOutput | None) -> None:
+        if last is None or not last.finished:
+            # Idempotent; also covers a cancel that raced admission, before the client's
+            # own iterator had taken charge of aborting.
+            self.client.abort(adm.request.request_id)
+        self._record(adm, last)
+
+    def _submit(self, row: LedgerRow) -> None:
+        self._ledgered = self.state.ledger.submit(row)
+
+    async def _ledger_durable(self) -> bool:
+        """Wait until this request's latest row is in the database or the spool; False if it is in neither."""
+        if self._ledgered is None:
+            return True
+        try:
+            await asyncio.wrap_future(self._ledgered)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return False  # the writer has logged it and counted it as lost
+        return True
 
     async def collect(self, adm: Admitted) -> Completion:
         parts: list[str] = []
@@ -321,7 +374,7 @@ class InferenceService:
                                         first_scheduled=req.first_scheduled_time,
                                         first_token=req.first_token_time, finished=time.time()))
         outcome = {"finished": "finished", "failed": "error", "aborted": "aborted"}[row.status]
-        self.state.ledger.submit(row)
+        self._submit(row)
         self.state.metrics.observe_request(adm.cls.name, outcome, metrics, slo_met=row.slo_met)
         ctx.outcome = outcome
         ctx.fields.update(

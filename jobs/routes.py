@@ -24,12 +24,12 @@ from core.keys import KeyInfo
 from core.web.deps import CoreStateDep as StateDep
 from core.web.deps import TenantDep, run_db
 from core.web.errors import APIError
-from core.web.responses import ERROR_RESPONSES, ErrorBody
+from core.web.responses import ERROR_RESPONSES, ErrorBody, request_body
 from core.web.state import CoreState
 from jobs import ingest, service
 from jobs.classes import extraction_class
 from jobs.queue import QueueUnavailable, enqueue_items
-from jobs.schemas import ContractItem, ItemResult, JobOptions, JobPublic, ResultsPage
+from jobs.schemas import ContractItem, ItemResult, JobCreate, JobOptions, JobPublic, ResultsPage
 
 router = APIRouter(tags=["extraction jobs"])
 
@@ -70,7 +70,10 @@ async def _public(state: CoreState, job: ExtractionJob) -> JobPublic:
 
 
 @router.post("/extraction-jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic,
-             responses=_RESPONSES)
+             responses=_RESPONSES, openapi_extra=request_body(
+                 JobCreate, ("application/json",),
+                 "The job as one JSON object; NDJSON (a header line, then one item per line) and "
+                 "multipart/form-data (items, schema, max_tokens) are accepted too."))
 async def create_extraction_job(
     request: Request, response: Response, key: TenantDep, state: StateDep,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,

@@ -8,16 +8,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.db.jobs_models import ExtractionItem, ExtractionJob
+from core.web.text import EdgeModel, StoredStr
 from jobs.service import JobProgress
 
 
-class ContractItem(BaseModel):
+class ContractItem(EdgeModel):
+    """One contract: stored as sent, so valid Unicode without NUL (PostgreSQL cannot store it)."""
+
     model_config = ConfigDict(extra="forbid")
-    id: str = Field(min_length=1, max_length=255)
-    text: str = Field(min_length=1)
+    id: StoredStr = Field(min_length=1, max_length=255)
+    text: StoredStr = Field(min_length=1)
 
 
-class JobOptions(BaseModel):
+class JobOptions(EdgeModel):
     """Everything of a submission but its items (the NDJSON header line, or multipart fields)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

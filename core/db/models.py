@@ -13,8 +13,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from core.db.base import Base, UTCDateTime, utcnow
 
-# Ledger `status` values: every request ends in exactly one of these.
-LEDGER_STATUSES = ("finished", "failed", "aborted", "rejected")
+# Ledger `status` values: every request ends in exactly one of these. `interrupted`: the gateway died
+# (kill -9, power loss) while the request was in flight; the row holds what was known when it was admitted.
+LEDGER_STATUSES = ("finished", "failed", "aborted", "rejected", "interrupted")
+# Written ahead, when a request is admitted and before the engine sees it; replaced by its final status.
+RUNNING_STATUS = "running"
 
 
 class Tenant(Base):
@@ -79,10 +82,10 @@ class RequestLedger(Base):
     workload_class: Mapped[str] = mapped_column(String(64))
     class_rule: Mapped[str] = mapped_column(String(16))  # explicit | route | tenant | heuristic | default
     route: Mapped[str] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16))  # one of LEDGER_STATUSES
+    status: Mapped[str] = mapped_column(String(16))  # one of LEDGER_STATUSES, or RUNNING_STATUS while in flight
     finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)  # stop | length | abort | error
     rejection_reason: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the error code sent
-    http_status: Mapped[int] = mapped_column(Integer)
+    http_status: Mapped[int] = mapped_column(Integer)  # 0 while running, and when interrupted (none was sent)
     arrival_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     queue_ms: Mapped[float | None] = mapped_column(Float, nullable=True)

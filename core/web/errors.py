@@ -62,7 +62,7 @@ class APIError(Exception):
     """An error answered to the client. `retry_after_s` becomes a Retry-After header."""
 
     def __init__(self, code: str, message: str, *, status: int | None = None,
-                 retry_after_s: float | None = None) -> None:
+                 retry_after_s: float | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         if status is None and code not in ERROR_CODES:
             raise ValueError(f"undocumented error code {code!r}")
@@ -70,13 +70,14 @@ class APIError(Exception):
         self.message = message
         self.status = status if status is not None else ERROR_CODES[code]
         self.retry_after_s = retry_after_s
+        self.extra_headers = dict(headers or {})  # e.g. `Allow` on 405
 
     @property
     def headers(self) -> dict[str, str]:
         if self.retry_after_s is None:
-            return {}
+            return dict(self.extra_headers)
         # Retry-After is whole seconds; never 0, so a client that honours it does back off.
-        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+        return {**self.extra_headers, "Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
     def body(self, request_id: str | None) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, "request_id": request_id}}
@@ -96,17 +97,30 @@ def error_response(request: Request, err: APIError) -> JSONResponse:
     return JSONResponse(err.body(ctx.request_id), status_code=err.status, headers=headers)
 
 
+def _is_union_tag(part: Any) -> bool:
+    """pydantic names the member of a union it tried in `loc` ("str", "list[TextPart]", "constrained-int")."""
+    return isinstance(part, str) and (part in _TYPE_NAMES or "[" in part or part.startswith("constrained-"))
+
+
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+
+
+def _most_telling(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """For a value that matches no member of a union, the member that got furthest: not a mere type mismatch."""
+    return next((e for e in errors if not str(e.get("type", "")).endswith("_type")), errors[0]) if errors else {}
+
+
 def _validation_error(errors: list[dict[str, Any]]) -> APIError:
-    first = errors[0] if errors else {}
+    first = _most_telling(errors)
     kind = first.get("type", "")
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and not _is_union_tag(p)) or "body"
     if kind == "json_invalid":
         return APIError("invalid_json", "request body is not valid JSON")
     if kind == "extra_forbidden":
         return APIError("unknown_field", f"unknown field '{where}'")
     if kind == "missing" and where == "body":
         return APIError("invalid_request", "request body is required")
-    msg = first.get("msg", "invalid request")
+    msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
     return APIError("invalid_request", f"{where}: {msg}{more}")
 
@@ -126,7 +140,9 @@ def install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}"
-        return error_response(request, APIError(code, message, status=exc.status_code))
+        # Starlette's own headers (405's `Allow`) are part of the answer (RFC 9110 requires Allow on 405).
+        keep = {k: v for k, v in (exc.headers or {}).items() if k.lower() in ("allow", "www-authenticate")}
+        return error_response(request, APIError(code, message, status=exc.status_code, headers=keep))
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         # The traceback goes to the log (bound to the request id); the client gets the id only.

@@ -3,6 +3,8 @@
 For every HTTP request it:
 - creates the RequestContext (request id, arrival time) and binds the id to structlog's contextvars;
 - refuses bodies over the size limit with 413 before they are read into memory;
+- refuses a NUL (`%00`) in the path or query with 400: no id, name or filter holds one, and PostgreSQL
+  fails on it (a 503 "database unavailable" that invites endless retries of a hopeless request);
 - adds `X-Request-Id` and, once the request has been classified, `X-Workload-Class` to the response;
 - logs the single canonical line when the response has ended (stream finished, failed or abandoned).
 """
@@ -89,6 +91,10 @@ class RequestContextMiddleware:
             if self._declared_too_large(scope, limit):
                 await self._reject_too_large(ctx, send_with_headers, limit)
                 return
+            if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
+                await _send_error(ctx, send_with_headers, APIError(
+                    "invalid_request", "the URL contains a NUL character (%00), which no path or query may hold"))
+                return
             await self.app(scope, self._limited(receive, limit), send_with_headers)
         except _BodyTooLarge:
             if not status["started"]:
@@ -129,9 +135,13 @@ class RequestContextMiddleware:
         return wrapped
 
     async def _reject_too_large(self, ctx: RequestContext, send: Send, limit: BodyLimit) -> None:
-        err = limit.error()
-        ctx.error_code = err.code
-        body = json.dumps(err.body(ctx.request_id)).encode()
-        await send({"type": "http.response.start", "status": err.status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _send_error(ctx, send, limit.error())
+
+
+async def _send_error(ctx: RequestContext, send: Send, err: APIError) -> None:
+    """The JSON error shape, sent before the app (and its exception handlers) ever sees the request."""
+    ctx.error_code = err.code
+    body = json.dumps(err.body(ctx.request_id)).encode()
+    await send({"type": "http.response.start", "status": err.status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,4 +1,5 @@
-"""OpenAPI descriptions of the error responses routes can give (all share the ErrorBody shape)."""
+"""OpenAPI descriptions routes share: error responses (one ErrorBody shape), server-sent event streams,
+and request bodies a route parses itself (`request_body`, for routes that accept several media types)."""
 from __future__ import annotations
 
 from typing import Any
@@ -31,3 +32,48 @@ _DESCRIPTIONS = {
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text} for status, text in _DESCRIPTIONS.items()
 }
+
+
+# A route that can answer `stream: true` with server-sent events documents both media types of its 200.
+# Before OpenAPI 3.2 (`itemSchema`), the `schema` of an event stream describes one event, in the
+# shape OpenAPI 3.2 gives events: its `data` is one JSON document (or `[DONE]`, the OpenAI stream's end).
+SSE_CONTENT: dict[str, Any] = {"text/event-stream": {"schema": {
+    "type": "object", "required": ["data"],
+    "description": "One server-sent event (`data: ...` then a blank line).",
+    "properties": {"data": {"type": "string", "description": "A JSON document, or `[DONE]` at the end of an "
+                                                             "OpenAI-compatible stream."},
+                   "event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"}}}}}
+STREAMING_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "The answer as JSON, or with `stream: true` as server-sent events", "content": SSE_CONTENT},
+    **ERROR_RESPONSES,
+}
+
+
+def request_body(model: type[BaseModel], media_types: tuple[str, ...] = ("application/json",),
+                 description: str | None = None) -> dict[str, Any]:
+    """`openapi_extra` describing the body of a route that reads `request.body()` itself.
+
+    The model's JSON Schema is inlined (its `$defs` resolved in place), because a `$ref` inside an
+    operation would resolve against the OpenAPI document, where those `$defs` do not exist.
+    """
+    schema = _inline_refs(model.model_json_schema())
+    body: dict[str, Any] = {"required": True, "content": {m: {"schema": schema} for m in media_types}}
+    if description:
+        body["description"] = description
+    return {"requestBody": body}
+
+
+def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(defs[ref.removeprefix("#/$defs/")])
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)  # type: ignore[no-any-return]

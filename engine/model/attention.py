@@ -56,6 +56,7 @@ def paged_attention(
             o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=p.mask, enable_gqa=True)
         out[p.q_start : p.q_end] = o[0].transpose(0, 1)
     if meta.native_decode:
+        assert meta.decode_slots is not None and meta.decode_ctx is not None  # set with native_decode
         paged_decode(q[meta.decode_start :].contiguous(), k_cache, v_cache, meta.decode_slots, meta.decode_ctx,
                      out[meta.decode_start :])
     elif meta.decode_slots is not None:

@@ -1,18 +1,21 @@
-"""Native CPU kernels, compiled once on the machine that runs them (gcc, -march=native).
+"""Native CPU kernels, built at install time (setup.py) once per ISA variant, chosen at run time.
 
-The paged decode kernel reads K/V rows in place from the block pool. The portable torch path
-gathers every sequence's keys into a padded copy first; at batch 64 and ~1k-token contexts that
-copy (plus attention over padding) took ~60% of a decode step here. If no compiler is available
-the engine logs it and keeps the torch path: same results, slower.
+Variants: `generic` (no ISA flags), `avx2` (AVX2+FMA+F16C), `avx512` (AVX-512 F/BW/VL/VNNI).
+The generic library answers CPUID (`finserve_cpu_features`); the best variant this CPU can run is
+loaded. So a build shared between machines never runs an instruction the CPU lacks, and no request
+ever pays for a compile. `configure(isa=...)` (EngineConfig.kernel_isa, FINSERVE_KERNEL_ISA through
+Settings) forces a lower variant (tests cover the AVX2 path on an AVX-512 machine);
+`configure(enabled=False)` (FINSERVE_NATIVE_KERNELS=false) disables them all. When no
+library was built (no compiler at install time) the engine logs it and uses the torch paths:
+same results, slower.
+
+Kernels: paged decode attention (K/V read in place from the block pool), an fp32 skinny GEMM, and
+the quantized GEMM of engine/model/quant.py (int8 and 4-bit weights).
 """
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
+import importlib.machinery
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,52 +24,101 @@ import torch
 
 log = structlog.get_logger(__name__)
 
-_SOURCES = sorted((Path(__file__).with_name("kernels")).glob("*.c"))
-_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11"]
+ISA_VARIANTS = ("generic", "avx2", "avx512")  # ascending: each runs wherever the next one does
+_FEATURE_BIT = {"generic": 0, "avx2": 1, "avx512": 2}
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("FINSERVE_KERNEL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")), "finserve", "kernels"
+def _library_file(isa: str) -> Path | None:
+    folder = Path(__file__).parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = folder / f"_kernels_{isa}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    lib.paged_decode_f32.restype = None
+    lib.paged_decode_f32.argtypes = [_P] * 6 + [_I] * 5 + [_F, _I]
+    lib.skinny_gemm_f32.restype = None
+    lib.skinny_gemm_f32.argtypes = [_P] * 4 + [_I] * 4
+    lib.qgemm_f32.restype = None
+    lib.qgemm_f32.argtypes = [_I, _I, _P, _I, _I, _I, _P, _P, _P, _I, _P, _P, _I, _I]
+    lib.finserve_kernel_isa.restype = _I
+    lib.finserve_cpu_features.restype = _I
+    return lib
+
+
+@lru_cache(maxsize=1)
+def supported_variants() -> tuple[str, ...]:
+    """The variants built here that this CPU can run, ascending; () when none was built."""
+    generic = _library_file("generic")
+    if generic is None:
+        return ()
+    features = ctypes.CDLL(str(generic)).finserve_cpu_features()
+    return tuple(
+        isa for isa in ISA_VARIANTS
+        if _library_file(isa) is not None and (isa == "generic" or features & _FEATURE_BIT[isa])
     )
-    return Path(base)
+
+
+@lru_cache(maxsize=None)
+def load_variant(isa: str) -> ctypes.CDLL | None:
+    """The library of one variant, or None when it was not built or this CPU cannot run it."""
+    if isa not in supported_variants():
+        return None
+    path = _library_file(isa)
+    return None if path is None else _declare(ctypes.CDLL(str(path)))
+
+
+_choice: dict[str, object] = {"enabled": True, "isa": None}  # set by configure(); one per process
+
+
+def configure(*, enabled: bool = True, isa: str | None = None) -> None:
+    """Which kernels this process uses: all off, the best runnable variant (isa None or "auto"), or the
+    one named. The kernels are process-wide, so the engine calls this from its config before loading."""
+    choice = {"enabled": enabled, "isa": None if isa in (None, "auto") else isa}
+    if choice != _choice:
+        _choice.update(choice)
+        _library.cache_clear()
 
 
 @lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL | None:
-    """The compiled kernels, or None when they cannot be built (disabled by FINSERVE_NATIVE_KERNELS=0)."""
-    if os.environ.get("FINSERVE_NATIVE_KERNELS", "1") == "0":
+    """The best runnable variant (or the one configure() named), None when disabled or absent."""
+    if not _choice["enabled"]:
         return None
-    cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
-    if cc is None:
-        log.warning("native_kernels_unavailable", reason="no C compiler; using the torch paths")
+    variants = supported_variants()
+    if not variants:
+        log.warning("native_kernels_unavailable", reason="not built (pip install -e . builds them); using torch")
         return None
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES) + " ".join([cc, *_FLAGS]).encode())
-    lib_path = _cache_dir() / f"finserve_kernels-{digest.hexdigest()[:16]}.so"
-    if not lib_path.exists():
-        lib_path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=lib_path.parent) as tmp:
-            tmp_lib = Path(tmp) / lib_path.name
-            cmd = [cc, *_FLAGS, *map(str, _SOURCES), "-o", str(tmp_lib), "-lm"]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                log.warning("native_kernels_unavailable", reason="compile failed", stderr=proc.stderr[-500:])
-                return None
-            os.replace(tmp_lib, lib_path)  # atomic: concurrent builders never see a half-written file
-    lib = ctypes.CDLL(str(lib_path))
-    lib.paged_decode_f32.restype = None
-    lib.paged_decode_f32.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int]
-    lib.skinny_gemm_f32.restype = None
-    lib.skinny_gemm_f32.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 4
-    return lib
+    forced = _choice["isa"]
+    isa = variants[-1]
+    if isinstance(forced, str):
+        if forced not in variants:
+            raise RuntimeError(f"kernel ISA {forced!r} cannot run here; this CPU runs {list(variants)}")
+        isa = forced
+    log.debug("native_kernels_loaded", isa=isa, runnable=list(variants))
+    return load_variant(isa)
+
+
+def kernel_isa() -> str | None:
+    """The variant in use ("generic", "avx2", "avx512"), None when the torch paths are used."""
+    lib = _library()
+    return None if lib is None else ISA_VARIANTS[lib.finserve_kernel_isa()]
 
 
 def native_kernels_for(device: torch.device, dtype: torch.dtype) -> bool:
-    """The kernels serve fp32 on CPU; every other device or dtype uses the torch paths."""
+    """The fp32 kernels serve fp32 on CPU; every other device or dtype uses the torch paths."""
     return device.type == "cpu" and dtype == torch.float32 and _library() is not None
 
 
-def paged_decode_kernel():
+def native_available(device: torch.device) -> bool:
+    return device.type == "cpu" and _library() is not None
+
+
+def paged_decode_kernel() -> object | None:
     lib = _library()
     return None if lib is None else lib.paged_decode_f32
 
@@ -76,12 +128,33 @@ SKINNY_MAX_ROWS = 8  # above this a decode batch is compute-bound and MKL's GEMM
 
 def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear for fp32 CPU tensors with few rows: x [M, K], w [N, K] -> [M, N]."""
+    lib = _library()
+    assert lib is not None
     x = x.contiguous()
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty((m, n), dtype=x.dtype)
-    _library().skinny_gemm_f32(x.data_ptr(), w.data_ptr(), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
-                               m, n, k, torch.get_num_threads())
+    lib.skinny_gemm_f32(x.data_ptr(), w.data_ptr(), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
+                        m, n, k, torch.get_num_threads())
+    return y
+
+
+def qgemm(
+    lib: ctypes.CDLL,
+    q4: bool,
+    x: torch.Tensor,  # [M, K] fp32 contiguous
+    packed: torch.Tensor,  # uint8, layout of engine/model/quant.py
+    scales: torch.Tensor,  # fp16 [G, KB, 16]
+    mins: torch.Tensor | None,  # fp16 [G, KB, 16] (q4 only)
+    n: int,
+    bias: torch.Tensor | None,
+    act16: bool = True,  # int16 activations (precise); False: int8 (faster, Q8_0-like precision)
+) -> torch.Tensor:  # [M, N] fp32
+    m, k = x.shape
+    y = torch.empty((m, n), dtype=torch.float32)
+    lib.qgemm_f32(int(q4), int(act16), x.data_ptr(), m, k, k, packed.data_ptr(), scales.data_ptr(),
+                  0 if mins is None else mins.data_ptr(), n, 0 if bias is None else bias.data_ptr(),
+                  y.data_ptr(), n, torch.get_num_threads())
     return y
 
 
@@ -93,7 +166,9 @@ def paged_decode(
     ctx: torch.Tensor,  # [B] int64
     out: torch.Tensor,  # [B, H, D] fp32 contiguous, written
 ) -> None:
-    fn = paged_decode_kernel()
+    lib = _library()
+    assert lib is not None
     b, h, d = q.shape
-    fn(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), ctx.data_ptr(), out.data_ptr(),
-       b, h, k_cache.shape[1], d, slots.shape[1], d ** -0.5, torch.get_num_threads())
+    lib.paged_decode_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), ctx.data_ptr(),
+                         out.data_ptr(), b, h, k_cache.shape[1], d, slots.shape[1], d ** -0.5,
+                         torch.get_num_threads())

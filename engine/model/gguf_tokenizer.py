@@ -74,8 +74,9 @@ def build_tokenizer(meta: dict[str, Any]) -> Tokenizer:
         raise ValueError("GGUF vocabulary has duplicate tokens")
     merges = [tuple(merge.split(" ", 1)) for merge in meta["tokenizer.ggml.merges"]]
 
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    tokenizer.pre_tokenizer = _PRE_TOKENIZERS[pre]()
+    bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
+    tokenizer = Tokenizer(bpe)
+    tokenizer.pre_tokenizer = _PRE_TOKENIZERS[pre]()  # type: ignore[no-untyped-call]
     tokenizer.decoder = decoders.ByteLevel()
 
     # Special and user-defined tokens are matched whole in raw text (never split by BPE) and keep
@@ -93,7 +94,9 @@ def build_tokenizer(meta: dict[str, Any]) -> Tokenizer:
 
 def _post_processor(meta: dict[str, Any], tokens: list[str]) -> processors.PostProcessor:
     """What encode(add_special_tokens=True) adds: BOS/EOS only where the GGUF asks for them."""
-    prefix, suffix, specials = [], [], []
+    prefix: list[str] = []
+    suffix: list[str] = []
+    specials: list[tuple[str, int]] = []
     for key, side in (("bos", prefix), ("eos", suffix)):
         token_id = meta.get(f"tokenizer.ggml.{key}_token_id")
         if meta.get(f"tokenizer.ggml.add_{key}_token", False) and token_id is not None:

@@ -1,21 +1,20 @@
 """Llama-family decoder (RMSNorm, RoPE, GQA/MQA/MHA, SwiGLU) over a flat token batch with paged KV.
 
 Weights are fused at load time (QKV in one matmul, gate+up in one) to cut per-layer kernel launches,
-which dominate small-model decode on CPU.
+which dominate small-model decode on CPU. Each matmul is a `Linear` of the chosen weight format
+(engine/model/linear.py): dense fp32/bf16, or int8/4-bit through the native quantized kernels.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from engine.model.attention import AttentionMetadata, paged_attention
 from engine.model.config import ModelConfig
-from engine.model.cpu_kernels import SKINNY_MAX_ROWS, native_kernels_for, skinny_linear
-
-
-def _linear_small_batch(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    # Decode-sized batches stream each weight once through the native kernel; prefill uses MKL.
-    return skinny_linear(x, w, b) if x.shape[0] <= SKINNY_MAX_ROWS else F.linear(x, w, b)
+from engine.model.linear import Linear, make_linear
+from engine.model.quant import QuantizedLinear, embedding_rows
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -46,46 +45,57 @@ class RotaryEmbedding:
 
 
 class LlamaLayer:
-    def __init__(self, w: dict[str, torch.Tensor], cfg: ModelConfig, linear=F.linear):
+    def __init__(self, w: dict[str, torch.Tensor], cfg: ModelConfig, linear: Callable[..., Linear],
+                 norm_dtype: torch.dtype):
         self.cfg = cfg
-        self.linear = linear
-        self.input_norm = w["input_norm"]
-        self.post_norm = w["post_norm"]
-        self.qkv = w["qkv"]  # [(H + 2 KVH) D, hidden]
-        self.qkv_bias = w.get("qkv_bias")
-        self.o_proj = w["o_proj"]  # [hidden, H D]
-        self.gate_up = w["gate_up"]  # [2 I, hidden]
-        self.down = w["down"]  # [hidden, I]
+        self.input_norm = w["input_norm"].to(norm_dtype)
+        self.post_norm = w["post_norm"].to(norm_dtype)
+        self.qkv = linear(w["qkv"], w.get("qkv_bias"))  # [(H + 2 KVH) D, hidden]
+        self.o_proj = linear(w["o_proj"])  # [hidden, H D]
+        self.gate_up = linear(w["gate_up"])  # [2 I, hidden]
+        self.down = linear(w["down"])  # [hidden, I]
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
 
-    def forward(self, x, positions, rope, k_cache, v_cache, meta: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         cfg = self.cfg
         t = x.shape[0]
         h = rms_norm(x, self.input_norm, cfg.rms_norm_eps)
-        qkv = self.linear(h, self.qkv, self.qkv_bias)  # [T, (H + 2 KVH) D]
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        qkv = self.qkv(h)  # [T, (H + 2 KVH) D]
+        q, k, v = torch.split(qkv, [self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = rope.apply(q.view(t, cfg.num_heads, cfg.head_dim), positions)
         k = rope.apply(k.view(t, cfg.num_kv_heads, cfg.head_dim), positions)
         v = v.view(t, cfg.num_kv_heads, cfg.head_dim)
         attn = paged_attention(q, k, v, k_cache, v_cache, meta)  # [T, H, D]
-        x = x + self.linear(attn.reshape(t, self.q_size), self.o_proj)
+        x = x + self.o_proj(attn.reshape(t, self.q_size))
         h = rms_norm(x, self.post_norm, cfg.rms_norm_eps)
-        gate, up = self.linear(h, self.gate_up).chunk(2, dim=-1)
-        return x + self.linear(F.silu(gate) * up, self.down)
+        gate, up = self.gate_up(h).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
 
 
 class LlamaModel:
     """Inference-only model; `kv_cache` is [layers, 2, slots, KVH, D] owned by the model runner."""
 
-    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype):
+    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype,
+                 weight_format: str = "fp32"):
+        """weights: fused tensors as loaded (CPU, any float dtype); weight_format: a resolved format."""
         self.cfg = cfg
-        self.embed = weights["embed"]  # [V, hidden]
-        self.lm_head = weights.get("lm_head", self.embed)  # tied embeddings share the tensor
-        self.norm = weights["norm"]
-        self.linear = _linear_small_batch if native_kernels_for(device, dtype) else F.linear
+        self.weight_format = weight_format
+
+        def linear(w: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+            return make_linear(w, bias, weight_format, device, dtype)
+
+        head_format = "int8" if weight_format == "q4" else weight_format  # as llama.cpp keeps Q8_0 there
+        self.lm_head: Linear = make_linear(weights.get("lm_head", weights["embed"]), None, head_format, device, dtype)
+        tied_quantized = "lm_head" not in weights and isinstance(self.lm_head, QuantizedLinear)
+        # A tied quantized head doubles as the embedding table (rows dequantized on lookup).
+        self.embed = None if tied_quantized else weights["embed"].to(device=device, dtype=dtype)  # [V, hidden]
+        self.device, self.dtype = device, dtype
+        self.norm = weights["norm"].to(device=device, dtype=dtype)
         self.layers = [
-            LlamaLayer({k.split(".", 1)[1]: v for k, v in weights.items() if k.startswith(f"{i}.")}, cfg, self.linear)
+            LlamaLayer({k.split(".", 1)[1]: v.to(device) for k, v in weights.items() if k.startswith(f"{i}.")},
+                       cfg, linear, dtype)
             for i in range(cfg.num_layers)
         ]
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.max_position_embeddings, device, dtype)
@@ -99,8 +109,14 @@ class LlamaModel:
         meta: AttentionMetadata,
         logits_rows: torch.Tensor,  # [N] rows of the batch whose next-token logits are needed
     ) -> torch.Tensor:  # [N, V] float32
-        x = F.embedding(input_ids, self.embed)  # [T, hidden]
+        x = self.embed_tokens(input_ids)  # [T, hidden]
         for i, layer in enumerate(self.layers):
             x = layer.forward(x, positions, self.rope, kv_cache[i, 0], kv_cache[i, 1], meta)
         h = rms_norm(x.index_select(0, logits_rows), self.norm, self.cfg.rms_norm_eps)
-        return self.linear(h, self.lm_head).float()
+        return self.lm_head(h).float()
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [T, hidden]
+        if self.embed is not None:
+            return F.embedding(input_ids, self.embed)
+        assert isinstance(self.lm_head, QuantizedLinear)
+        return embedding_rows(self.lm_head.weight, input_ids).to(device=self.device, dtype=self.dtype)

@@ -10,6 +10,7 @@ import torch
 from safetensors import safe_open
 
 from engine.model.config import ModelConfig
+from engine.model.linear import resolve_weight_format
 from engine.model.llama import LlamaModel
 
 log = structlog.get_logger(__name__)
@@ -60,20 +61,25 @@ def _fuse(raw: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Ten
     return out
 
 
-def load_model(folder: str | Path, device: torch.device, dtype: torch.dtype) -> tuple[LlamaModel, ModelConfig]:
+def load_model(
+    folder: str | Path, device: torch.device, dtype: torch.dtype, weights: str = "auto", dtype_explicit: bool = False
+) -> tuple[LlamaModel, ModelConfig]:
+    """weights: "auto" | "fp32" | "bf16" | "int8" | "q4" (engine/model/linear.py); dtype: activations and norms."""
     folder = Path(folder)
     t0 = time.perf_counter()
     cfg = ModelConfig.from_folder(folder)
     fused = _fuse(_read_tensors(folder), cfg)
-    weights = {k: v.to(device=device, dtype=dtype).contiguous() for k, v in fused.items()}
-    model = LlamaModel(cfg, weights, device, dtype)
-    log.info("model_loaded", folder=str(folder), layers=cfg.num_layers, seconds=round(time.perf_counter() - t0, 2))
+    fmt, reason = resolve_weight_format(weights, device, dtype, dtype_explicit, probe=fused["0.gate_up"])
+    model = LlamaModel(cfg, fused, device, dtype, fmt)
+    log.info("model_loaded", folder=str(folder), layers=cfg.num_layers, weights=fmt, weights_reason=reason,
+             weight_mb=round(weight_bytes(model) / 2**20, 1), seconds=round(time.perf_counter() - t0, 2))
     return model, cfg
 
 
 def weight_bytes(model: LlamaModel) -> int:
     """Bytes of weights one decode step streams (tied embeddings counted once, as lm_head)."""
-    tensors = [model.lm_head, model.norm]
+    total = model.lm_head.nbytes + model.norm.numel() * model.norm.element_size()
     for layer in model.layers:
-        tensors += [layer.qkv, layer.o_proj, layer.gate_up, layer.down, layer.input_norm, layer.post_norm]
-    return sum(t.numel() * t.element_size() for t in tensors)
+        total += sum(lin.nbytes for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down))
+        total += sum(t.numel() * t.element_size() for t in (layer.input_norm, layer.post_norm))
+    return total

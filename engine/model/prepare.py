@@ -48,7 +48,7 @@ def is_prepared(model_dir: str | Path) -> bool:
     """True when model_dir holds a complete folder written by this converter version."""
     marker = Path(model_dir) / _MARKER
     try:
-        return json.loads(marker.read_text())["converter_version"] == CONVERTER_VERSION
+        return bool(json.loads(marker.read_text())["converter_version"] == CONVERTER_VERSION)
     except (OSError, ValueError, KeyError):
         return False
 

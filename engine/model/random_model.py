@@ -37,9 +37,10 @@ def _layer_shapes(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: 
 def _init(name: str, shape: tuple[int, ...], hidden: int, gen: torch.Generator) -> torch.Tensor:
     noise = torch.randn(shape, generator=gen, dtype=torch.float32)
     if name.endswith("norm.weight"):
-        return 1.0 + 0.1 * noise
+        return torch.ones_like(noise) + noise * 0.1
     if "q_proj" in name or "k_proj" in name:
-        return noise * hidden**-0.5
+        scale: float = hidden**-0.5
+        return noise * scale
     return noise * 0.02
 
 

@@ -9,7 +9,9 @@ holds. Which requests count towards attainment at all:
   class queue was full); not counted when the client was at fault (4xx such as
   a too-long prompt, or 429 `rate_limited` for exceeding its key's rate);
 - aborted by the client: a miss if a target was already broken when it left
-  (e.g. it waited past the TTFT target for a first token), otherwise not counted.
+  (e.g. it waited past the TTFT target for a first token), otherwise not counted;
+- interrupted (the gateway died with it in flight): always, as a miss;
+- running (the row written ahead, before the engine sees the request): not counted yet.
 `slo_met` None means "not counted"; a per-target flag None means "no target" or
 "not known".
 """
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from core.db.models import LEDGER_STATUSES
+from core.db.models import LEDGER_STATUSES, RUNNING_STATUS
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
 from policies import SLOTargets
 
@@ -44,7 +46,7 @@ class LedgerRow:
     workload_class: str
     class_rule: str
     route: str
-    status: str  # finished | failed | aborted | rejected
+    status: str  # finished | failed | aborted | rejected | interrupted, or running while in flight
     http_status: int
     arrival_at: datetime  # UTC, aware
     finish_reason: str | None = None
@@ -111,6 +113,8 @@ def slo_flags(
     rejection_reason: str | None = None,
 ) -> tuple[bool | None, bool | None, bool | None, bool | None]:
     """(ttft_met, tpot_met, e2e_met, slo_met) by the rule in the module docstring."""
+    if status == RUNNING_STATUS:
+        return None, None, None, None
     if status == "rejected":
         client_fault = http_status < 500 and (http_status != 429 or rejection_reason in CLIENT_FAULT_REJECTIONS)
         return None, None, None, None if client_fault else False
@@ -181,8 +185,8 @@ def row_from_request(
     timeline: dict[str, Any] | None = None,
 ) -> LedgerRow:
     """A ledger row for any outcome; `arrival_time` is the gateway's wall clock (epoch seconds)."""
-    if status not in LEDGER_STATUSES:
-        raise ValueError(f"ledger status must be one of {LEDGER_STATUSES}, got {status!r}")
+    if status not in (*LEDGER_STATUSES, RUNNING_STATUS):
+        raise ValueError(f"ledger status must be one of {LEDGER_STATUSES} or {RUNNING_STATUS!r}, got {status!r}")
     ttft_met, tpot_met, e2e_met, slo_met = slo_flags(
         status, metrics, slo, http_status=http_status, rejection_reason=rejection_reason)
     m = metrics
@@ -253,3 +257,24 @@ def row_from_engine_request(
         finish_reason=req.status.finish_reason,
         timeline=timeline,
     )
+
+
+def interrupted_row(row: LedgerRow, *, at: float) -> LedgerRow:
+    """What a `running` row becomes when the gateway that wrote it died: a miss, with what was known.
+
+    `at` (epoch seconds) is when the death was noticed (the next start); it goes in the timeline only,
+    because the request's true end is unknown.
+    """
+    timeline = {**(row.timeline or {}), "interrupted_noticed": at}
+    return dataclasses.replace(row, status="interrupted", http_status=0, slo_met=False, timeline=timeline)
+
+
+# Which status may replace which, so that rows of one request arriving in any order (spool replays,
+# retries, a restart's recovery) leave its most final state: a final status replaces `running` and
+# `interrupted` (the request did end after all); `interrupted` replaces `running`; nothing else changes.
+def replaces(new: str, old: str) -> bool:
+    if old == RUNNING_STATUS:
+        return new != RUNNING_STATUS
+    if old == "interrupted":
+        return new not in (RUNNING_STATUS, "interrupted")
+    return False

@@ -1,38 +1,50 @@
-"""Background ledger writer: batched, idempotent inserts, never on a request's critical path.
+"""Background ledger writer: batched, idempotent upserts, durable before the caller is told so.
 
 Contract:
-- `submit(row)` never blocks and never raises. It puts the row on a bounded
-  in-memory queue; if that queue is full the row goes straight to the spool file.
-- The writer thread takes up to `batch_size` rows at a time (waiting at most
-  `flush_interval_s` for more) and inserts them in one transaction.
-- If the database is down, rows stay in memory (`max_pending` at most; older rows
-  beyond that move to the on-disk NDJSON spool) and are retried every
-  `retry_interval_s`. Once a write succeeds, the spool is replayed.
-- Inserts skip request ids already present (INSERT ... ON CONFLICT DO NOTHING),
-  so a replayed spool or a retried batch never duplicates a row.
-- `close()` writes everything still queued; what the database will not take is
-  spooled, and the next writer on the same spool path replays it.
+- `submit(row)` never blocks and never raises. It returns a Future that resolves once the row is
+  durable: True when it is in the database, False when it is in the fsynced on-disk spool; it fails
+  (SpoolFull, a disk error) only when the row could be kept nowhere. Callers that must not answer
+  before their row is safe (the write-ahead `running` row, a final row) wait for it; others need not.
+- The writer thread takes up to `batch_size` rows at a time, as soon as they arrive (group commit:
+  rows that arrive during a write go in the next one), and upserts them in one transaction.
+- When the database refuses a write, that batch goes to the spool at once (fsync), and so does every
+  row until `retry_interval_s` has passed; then the database is tried again and the spool replayed.
+  Nothing waits in memory for the database, so kill -9 at any moment loses no durable row.
+- Rows of one request may arrive in any order (spool replays, retries): `replaces()` decides, so a
+  final status always wins over `running`/`interrupted` and nothing else is ever overwritten.
+- `recover(gateway_id, started_at)`: rows a previous run of this gateway left `running` become
+  `interrupted`, in the spool at once and in the database as soon as it answers (only rows older than
+  this run, so the current run's requests are never touched).
+- `close()` writes everything still queued; later submits go to the spool.
 """
 from __future__ import annotations
 
 import queue
 import threading
 import time
+from concurrent.futures import Future
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import ColumnClause, Engine, Table, and_, insert, literal_column, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
-from core.db.models import RequestLedger
-from gateway.ledger.row import LedgerRow
-from gateway.ledger.spool import Spool
+from core.db.models import RUNNING_STATUS, RequestLedger
+from gateway.ledger.row import LedgerRow, interrupted_row, replaces
+from gateway.ledger.spool import Spool, SpoolFull
 
 log = structlog.get_logger("finserve.ledger")
 
 DEFAULT_SPOOL_NAME = "ledger-spool.ndjson"
+DEFAULT_MAX_SPOOL_BYTES = 1 << 30
+_Item = tuple[LedgerRow, "Future[bool]"]
+# SQL literals, not bound parameters: the upsert runs as executemany, where every bound value is per row.
+_RUNNING: ColumnClause[str] = literal_column(f"'{RUNNING_STATUS}'")
+_INTERRUPTED: ColumnClause[str] = literal_column("'interrupted'")
+_TABLE = cast(Table, RequestLedger.__table__)
 
 
 class _Flush:
@@ -50,25 +62,27 @@ class LedgerWriter:
         *,
         spool_path: Path,
         max_queue: int = 10_000,
-        max_pending: int = 50_000,
         batch_size: int = 500,
         flush_interval_s: float = 0.2,
         retry_interval_s: float = 2.0,
+        max_spool_bytes: int = DEFAULT_MAX_SPOOL_BYTES,
+        gateway_id: str = "",
     ) -> None:
         self.engine = engine
-        self.spool = Spool(spool_path)
+        self.spool = Spool(spool_path, max_bytes=max_spool_bytes)
         self.batch_size = batch_size
-        self.max_pending = max_pending
         self.flush_interval_s = flush_interval_s
         self.retry_interval_s = retry_interval_s
-        self._queue: queue.Queue[LedgerRow | _Flush] = queue.Queue(maxsize=max_queue)
-        self._pending: list[LedgerRow] = []  # writer thread only: rows the database has not taken yet
+        self.gateway_id = gateway_id  # written into running rows' timeline, so a restart finds its own
+        self._queue: queue.Queue[_Item | _Flush] = queue.Queue(maxsize=max_queue)
         self._next_try = 0.0  # monotonic time before which a failed database is not retried
+        self._recovery: datetime | None = None  # set: running rows older than this are to be interrupted
         self._stopping = threading.Event()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self.written = 0  # rows handed to the database (duplicates skipped by it included)
         self.spooled = 0  # rows appended to the spool file
+        self.lost = 0  # rows kept nowhere (spool full or unwritable): each one is logged as an error
         self.healthy = True  # False while the database is refusing writes
 
     # ---- caller side ----
@@ -76,16 +90,29 @@ class LedgerWriter:
         self._thread.start()
         return self
 
-    def submit(self, row: LedgerRow) -> None:
+    def recover(self, started_at: float) -> int:
+        """Interrupt what a previous run left `running` (call before start()); returns rows spooled as such."""
+        at = datetime.fromtimestamp(started_at, timezone.utc)
+        self._recovery = at
+        stale = [interrupted_row(r, at=started_at) for r in self.spool.unfinished()
+                 if r.arrival_at < at and (r.timeline or {}).get("gateway") == self.gateway_id]
+        self._spool_rows(stale)
+        return len(stale)
+
+    def submit(self, row: LedgerRow) -> "Future[bool]":
+        done: Future[bool] = Future()
         try:
             if self._closed:
-                self._spool_rows([row])
-                return
-            self._queue.put_nowait(row)
+                self._keep([(row, done)])
+            else:
+                self._queue.put_nowait((row, done))
         except queue.Full:
-            self._spool_rows([row])
-        except Exception:  # never let the ledger break a request
+            self._keep([(row, done)])
+        except Exception as exc:  # never let the ledger break a request
             log.exception("ledger_submit_failed", request_id=getattr(row, "request_id", None))
+            if not done.done():
+                done.set_exception(exc)
+        return done
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Wait until every row submitted so far was handled; True if all of it is in the database."""
@@ -106,76 +133,137 @@ class LedgerWriter:
         if self._thread.is_alive():
             self._thread.join(timeout)
         self._closed = True
-        # Rows that raced with the thread's last drain, or everything if it is stuck: spool them.
-        leftovers = self._drain(block=False)[0]
-        if not self._thread.is_alive():
-            leftovers = self._pending + leftovers
-            self._pending = []
-        self._spool_rows(leftovers)
+        self._keep(self._drain(block=False)[0])  # rows that raced with the thread's last drain
 
     def stats(self) -> dict[str, Any]:
-        return {"queued": self._queue.qsize(), "pending": len(self._pending), "written": self.written,
-                "spooled": self.spooled, "healthy": self.healthy}
+        return {"queued": self._queue.qsize(), "written": self.written, "spooled": self.spooled,
+                "lost": self.lost, "spool_bytes": self.spool.size_bytes(), "healthy": self.healthy}
 
     # ---- writer thread ----
     def _run(self) -> None:
         while True:
             stopping = self._stopping.is_set()
-            rows, markers = self._drain(block=not stopping)
-            self._pending.extend(rows)
-            # On shutdown, one more attempt unless the database just refused; the rest is spooled.
-            force = bool(markers) or (stopping and self.healthy)
-            if (self._pending or self.spool.has_data()) and (force or time.monotonic() >= self._next_try):
-                self._write_all()
-            self._bound_memory(spill_all=stopping and not self.healthy)
-            done = not self._pending and not self.spool.has_data()
+            items, markers = self._drain(block=not stopping)
+            if items:
+                self._write(items, force=stopping)
+            if (self.spool.has_data() or self._recovery is not None) and (markers or self._may_try()):
+                self._catch_up()
+            done = not self.spool.has_data() and self._recovery is None
             for m in markers:
                 m.ok = done
                 m.event.set()
             if stopping and self._queue.empty():
                 return
 
-    def _drain(self, *, block: bool) -> tuple[list[LedgerRow], list[_Flush]]:
-        rows: list[LedgerRow] = []
+    def _may_try(self) -> bool:
+        return self.healthy or time.monotonic() >= self._next_try
+
+    def _drain(self, *, block: bool) -> tuple[list[_Item], list[_Flush]]:
+        items: list[_Item] = []
         markers: list[_Flush] = []
         try:
             item = self._queue.get(timeout=self.flush_interval_s) if block else self._queue.get_nowait()
             while True:
-                (markers if isinstance(item, _Flush) else rows).append(item)  # type: ignore[arg-type]
-                if len(rows) >= self.batch_size or markers:
+                if isinstance(item, _Flush):
+                    markers.append(item)
+                    break
+                items.append(item)
+                if len(items) >= self.batch_size:
                     break
                 item = self._queue.get_nowait()
         except queue.Empty:
             pass
-        return rows, markers
+        return items, markers
 
-    def _write_all(self) -> None:
+    def _write(self, items: list[_Item], *, force: bool = False) -> None:
+        """Into the database if it may be tried, else (or when it refuses) into the spool at once."""
+        if force or self._may_try():
+            try:
+                self._insert_safe([row for row, _ in items])
+            except Exception as exc:
+                self._outage(exc)
+            else:
+                self._back()
+                for _, done in items:
+                    done.set_result(True)
+                return
+        self._keep(items)
+
+    def _catch_up(self) -> None:
+        """Replay the spool, then interrupt what a previous run left running (in that order: a spooled
+        final row must land before its request is judged interrupted)."""
         try:
-            while self._pending:
-                batch = self._pending[: self.batch_size]
-                self._insert_safe(batch)
-                del self._pending[: len(batch)]
             replayed = self.spool.replay(self._insert_safe, self.batch_size)
             if replayed:
                 log.info("ledger_spool_replayed", rows=replayed)
-            if not self.healthy:
-                log.info("ledger_database_back")
-            self.healthy = True
+            if self._recovery is not None:
+                n = self._interrupt_running(self._recovery)
+                self._recovery = None
+                if n:
+                    log.warning("ledger_rows_interrupted", rows=n, gateway=self.gateway_id)
+            self._back()
         except Exception as exc:
-            if self.healthy:
-                log.warning("ledger_database_unavailable", error=str(exc)[:300], pending=len(self._pending))
-            self.healthy = False
-            self._next_try = time.monotonic() + self.retry_interval_s
+            self._outage(exc)
+
+    def _outage(self, exc: BaseException) -> None:
+        if self.healthy:
+            log.warning("ledger_database_unavailable", error=str(exc)[:300])
+        self.healthy = False
+        self._next_try = time.monotonic() + self.retry_interval_s
+
+    def _back(self) -> None:
+        if not self.healthy:
+            log.info("ledger_database_back")
+        self.healthy = True
+
+    def _keep(self, items: list[_Item]) -> None:
+        """Spool rows (fsync) and resolve their futures; a row kept nowhere is an error, loudly."""
+        if not items:
+            return
+        try:
+            self._spool_rows([row for row, _ in items], raise_errors=True)
+        except SpoolFull:
+            if len(items) > 1:  # near the bound: keep as many rows as still fit
+                for item in items:
+                    self._keep([item])
+                return
+            self._lose(items, SpoolFull(f"ledger spool is full ({self.spool.max_bytes} bytes)"))
+            return
+        except Exception as exc:
+            self._lose(items, exc)
+            return
+        for _, done in items:
+            if not done.done():
+                done.set_result(False)
+
+    def _lose(self, items: list[_Item], exc: Exception) -> None:
+        self.lost += len(items)
+        log.error("ledger_rows_lost", rows=len(items), error=str(exc)[:300],
+                  request_ids=[row.request_id for row, _ in items][:20])
+        for _, done in items:
+            if not done.done():
+                done.set_exception(exc)
+
+    def _spool_rows(self, rows: list[LedgerRow], *, raise_errors: bool = False) -> None:
+        if not rows:
+            return
+        try:
+            self.spool.append(rows)
+            self.spooled += len(rows)
+        except Exception:
+            if raise_errors:
+                raise
+            log.exception("ledger_spool_failed", rows=len(rows))
 
     def _insert_safe(self, rows: list[LedgerRow]) -> None:
-        """Insert rows; raise only when the database is unavailable.
+        """Upsert rows; raise only when the database is unavailable.
 
         A row the database refuses on its own (too long a value, a constraint) must
         not hold up every row behind it: the batch is retried row by row and a
         refused row is logged and kept in the dead-letter file `<spool>.rejected`.
         """
         try:
-            self._insert(rows)
+            self._upsert(rows)
         except Exception as exc:
             if _is_outage(exc):
                 raise
@@ -186,41 +274,47 @@ class LedgerWriter:
             log.error("ledger_row_rejected", request_id=rows[0].request_id, error=str(exc)[:300])
             Spool(self.spool.path.with_name(self.spool.path.name + ".rejected")).append(rows)
 
-    def _insert(self, rows: list[LedgerRow]) -> None:
-        """Insert rows in one transaction, skipping request ids already in the table."""
-        by_id: dict[str, dict[str, Any]] = {}
+    def _upsert(self, rows: list[LedgerRow]) -> None:
+        """One transaction: new request ids are inserted; an existing row is replaced only as `replaces()` says."""
+        by_id: dict[str, LedgerRow] = {}
         for r in rows:
-            by_id.setdefault(r.request_id, r.to_dict())  # first row of an id wins
-        unique = list(by_id.values())
-        table = RequestLedger.__table__
+            kept = by_id.get(r.request_id)
+            if kept is None or replaces(r.status, kept.status):
+                by_id[r.request_id] = r
+        values = [r.to_dict() for r in by_id.values()]
+        table = _TABLE
         with self.engine.begin() as conn:
             dialect = conn.dialect.name
             if dialect in ("postgresql", "sqlite"):
                 ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
-                conn.execute(ins.on_conflict_do_nothing(index_elements=["request_id"]), unique)
-            else:  # portable fallback: one writer per database makes check-then-insert safe enough
-                ids = [r["request_id"] for r in unique]
-                have = set(conn.scalars(select(table.c.request_id).where(table.c.request_id.in_(ids))))
-                fresh = [r for r in unique if r["request_id"] not in have]
+                new, old = ins.excluded.status, table.c.status
+                stmt = ins.on_conflict_do_update(
+                    index_elements=["request_id"],
+                    set_={c.name: ins.excluded[c.name] for c in table.columns if c.name != "request_id"},
+                    where=or_(and_(old == _RUNNING, new != _RUNNING),
+                              and_(old == _INTERRUPTED, new != _RUNNING, new != _INTERRUPTED)))
+                conn.execute(stmt, values)
+            else:  # portable fallback: one writer per database makes check-then-write safe enough
+                have = {rid: st for rid, st in conn.execute(select(table.c.request_id, table.c.status).where(
+                    table.c.request_id.in_(list(by_id))))}
+                fresh = [v for v in values if v["request_id"] not in have]
                 if fresh:
                     conn.execute(insert(table), fresh)
-        self.written += len(unique)
+                for v in values:
+                    if v["request_id"] in have and replaces(v["status"], have[v["request_id"]]):
+                        conn.execute(update(table).where(table.c.request_id == v["request_id"]).values(v))
+        self.written += len(values)
 
-    def _bound_memory(self, *, spill_all: bool) -> None:
-        keep = 0 if spill_all else self.max_pending
-        if len(self._pending) > keep:
-            spill = self._pending[: len(self._pending) - keep]  # oldest first to disk
-            self._spool_rows(spill)
-            del self._pending[: len(spill)]
-
-    def _spool_rows(self, rows: list[LedgerRow]) -> None:
-        if not rows:
-            return
-        try:
-            self.spool.append(rows)
-            self.spooled += len(rows)
-        except Exception:
-            log.exception("ledger_spool_failed", rows=len(rows))
+    def _interrupt_running(self, before: datetime) -> int:
+        """Rows of this gateway left `running` by an earlier run become `interrupted`."""
+        table = _TABLE
+        with self.engine.begin() as conn:
+            stale = conn.execute(select(table).where(table.c.status == RUNNING_STATUS,
+                                                     table.c.arrival_at < before)).mappings().all()
+        mine = [LedgerRow(**dict(r)) for r in stale if (r["timeline"] or {}).get("gateway") == self.gateway_id]
+        if mine:
+            self._upsert([interrupted_row(r, at=before.timestamp()) for r in mine])
+        return len(mine)
 
 
 def _is_outage(exc: BaseException) -> bool:

@@ -28,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.db.base import utcnow
-from core.db.models import LEDGER_STATUSES, RequestLedger
+from core.db.models import LEDGER_STATUSES, RUNNING_STATUS, RequestLedger
 from gateway.reports import budget as eb
 from gateway.reports.percentiles import METHOD, low_sample, summarize
 
@@ -100,8 +100,9 @@ def build_report(
         raise ValueError("until must be after since")
     window = Window(since, until, bucket_s or choose_bucket_s((until - since).total_seconds()))
 
+    # A `running` row is a request still in flight (write-ahead ledger): it has no outcome to count yet.
     stmt = select(*_COLUMNS).where(RequestLedger.arrival_at >= min(since, until - LOOKBACK),
-                                   RequestLedger.arrival_at < until)
+                                   RequestLedger.arrival_at < until, RequestLedger.status != RUNNING_STATUS)
     if workload_class is not None:
         stmt = stmt.where(RequestLedger.workload_class == workload_class)
     if tenant is not None:

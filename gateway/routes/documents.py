@@ -7,21 +7,20 @@ KV blocks and only prefill the question. Another tenant's document id answers 40
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
 
-from fastapi import APIRouter, Header, Request, status
+from fastapi import APIRouter, Request, status
 from sqlalchemy.orm import Session
 
 from core.db.models import Document
 from core.keys import KeyInfo
 from core.web.context import get_context
 from core.web.errors import APIError
-from core.web.responses import ERROR_RESPONSES
+from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
 from gateway.prompts import document_messages
-from gateway.schemas.common import Timings, Usage
+from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.schemas.documents import Answer, DocumentCreate, DocumentPublic, QuestionCreate
 from gateway.service import InferenceInput, Prompt
 from gateway.streaming import EventStreamResponse, cancel_on_disconnect
@@ -78,10 +77,10 @@ async def get_document(document_id: str, key: TenantDep, state: StateDep) -> Doc
     return _public(await _load(state, key, document_id))
 
 
-@router.post("/documents/{document_id}/questions", response_model=Answer, responses=ERROR_RESPONSES)
+@router.post("/documents/{document_id}/questions", response_model=Answer, responses=STREAMING_RESPONSES)
 async def ask_question(document_id: str, body: QuestionCreate, request: Request, key: TenantDep,
                        service: ServiceDep, state: StateDep, settings: SettingsDep,
-                       x_workload_class: Annotated[str | None, Header(alias="X-Workload-Class")] = None):
+                       x_workload_class: WorkloadClassHeader = None):
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
     adm = await service.prepare(ctx, key, InferenceInput(

@@ -59,5 +59,6 @@ async def readyz(state: StateDep) -> dict[str, object]:
 async def metrics(state: StateDep) -> Response:
     if state.engine_client is not None:
         state.metrics.update_engine(state.engine_client.stats())
+    state.metrics.update_ledger(await run_in_threadpool(state.ledger.stats))
     body, content_type = state.metrics.render()
     return Response(body, media_type=content_type)

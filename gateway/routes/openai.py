@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Request
 
 from core.web.context import RequestContext, get_context
 from core.web.errors import APIError
-from core.web.responses import ERROR_RESPONSES
+from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.outputs import RequestOutput
 from gateway.deps import ServiceDep, TenantDep
 from gateway.sampling import explicit_class, sampling_params
-from gateway.schemas.common import Timings, Usage
+from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.schemas.openai import (
     AssistantMessage,
     ChatChoice,
@@ -35,7 +35,6 @@ from gateway.service import InferenceInput, InferenceService, Prompt, raise_if_f
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
 
 router = APIRouter(tags=["openai"])
-WorkloadHeader = Annotated[str | None, Header(alias="X-Workload-Class")]
 
 
 def _check_model(body: SamplingFields, service: InferenceService) -> None:
@@ -86,9 +85,9 @@ async def _stream(outputs: AsyncIterator[RequestOutput], ctx: RequestContext, mo
     yield DONE
 
 
-@router.post("/completions", response_model=CompletionResponse, responses=ERROR_RESPONSES)
+@router.post("/completions", response_model=CompletionResponse, responses=STREAMING_RESPONSES)
 async def create_completion(body: CompletionRequest, request: Request, key: TenantDep, service: ServiceDep,
-                            x_workload_class: WorkloadHeader = None):
+                            x_workload_class: WorkloadClassHeader = None):
     ctx = get_context(request)
     _check_model(body, service)
     adm = await service.prepare(ctx, key, InferenceInput(
@@ -104,10 +103,10 @@ async def create_completion(body: CompletionRequest, request: Request, key: Tena
         usage=Usage.of(done.metrics), timings=Timings.of(done.metrics), workload_class=adm.cls.name)
 
 
-@router.post("/chat/completions", response_model=ChatCompletionResponse, responses=ERROR_RESPONSES)
+@router.post("/chat/completions", response_model=ChatCompletionResponse, responses=STREAMING_RESPONSES)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request, key: TenantDep,
                                  service: ServiceDep,
-                                 x_workload_class: WorkloadHeader = None):
+                                 x_workload_class: WorkloadClassHeader = None):
     ctx = get_context(request)
     _check_model(body, service)
     adm = await service.prepare(ctx, key, InferenceInput(

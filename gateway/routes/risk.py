@@ -1,17 +1,15 @@
 """POST /v1/risk/assess: a risk event and a question, rendered into a short `realtime_risk` chat request."""
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Request
 
 from core.web.context import get_context
-from core.web.responses import ERROR_RESPONSES
+from core.web.responses import STREAMING_RESPONSES
 from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, TenantDep
 from gateway.prompts import risk_messages
-from gateway.schemas.common import Timings, Usage
+from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.schemas.risk import RiskAssessment, RiskAssessRequest
 from gateway.service import InferenceInput, Prompt
 from gateway.streaming import EventStreamResponse, cancel_on_disconnect
@@ -19,10 +17,10 @@ from gateway.streaming import EventStreamResponse, cancel_on_disconnect
 router = APIRouter(tags=["risk"])
 
 
-@router.post("/risk/assess", response_model=RiskAssessment, responses=ERROR_RESPONSES)
+@router.post("/risk/assess", response_model=RiskAssessment, responses=STREAMING_RESPONSES)
 async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep, service: ServiceDep,
                       settings: SettingsDep,
-                      x_workload_class: Annotated[str | None, Header(alias="X-Workload-Class")] = None,
+                      x_workload_class: WorkloadClassHeader = None,
                       ):
     ctx = get_context(request)
     adm = await service.prepare(ctx, key, InferenceInput(

@@ -1,9 +1,49 @@
-"""Shapes shared by every completion-like response: token usage and server-side timings."""
+"""Shapes shared by the request schemas (bounded sampling fields) and by every completion-like response
+(token usage and server-side timings).
+
+The bounds are the edge's promise that the engine only ever sees numbers it can compute with
+(docs/ERRORS.md, `invalid_request`): a temperature between 0 and MIN_TEMPERATURE divides the logits
+into infinities, a seed must fit torch's 64-bit generator, and so on.
+"""
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Annotated
+
+from fastapi import Header
+from pydantic import AfterValidator, BaseModel, Field
 
 from engine.request import RequestMetrics
+from policies.model import CLASS_NAME_PATTERN  # the policy's own rule; the app narrows it to an enum of names
+
+MIN_TEMPERATURE = 0.01  # below this (but above 0, greedy) logits / T overflow float32 for ordinary logits
+MAX_TEMPERATURE = 2.0
+SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes [0, 2^64)
+MAX_REPETITION_PENALTY = 10.0
+MIN_REPETITION_PENALTY = 0.01  # logits are divided by it: like a temperature, it must not reach 0
+INT32_LIMIT = 2**31  # token ids, counts: anything larger cannot be a real value and would overflow kernels
+
+
+def _zero_or_at_least_min(value: float) -> float:
+    if 0.0 < value < MIN_TEMPERATURE:
+        raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}")
+    return value
+
+
+# 0 (greedy) or in [MIN_TEMPERATURE, MAX_TEMPERATURE]; the `not` makes /openapi.json say the same.
+Temperature = Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE, json_schema_extra={
+    "not": {"exclusiveMinimum": 0, "exclusiveMaximum": MIN_TEMPERATURE}}), AfterValidator(_zero_or_at_least_min)]
+Seed = Annotated[int, Field(ge=0, lt=SEED_LIMIT)]
+TopP = Annotated[float, Field(gt=0.0, le=1.0)]
+TopK = Annotated[int, Field(ge=-1, lt=INT32_LIMIT)]  # vLLM: -1 or 0 disables
+RepetitionPenalty = Annotated[float, Field(ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY)]
+OpenAIPenalty = Annotated[float, Field(ge=-2.0, le=2.0)]  # OpenAI's range (finserve refuses non-zero ones)
+MaxTokens = Annotated[int, Field(ge=1, lt=INT32_LIMIT)]
+TokenCount = Annotated[int, Field(ge=0, lt=INT32_LIMIT)]
+TokenId = Annotated[int, Field(ge=0, lt=INT32_LIMIT)]
+ClassName = Annotated[str, Field(pattern=CLASS_NAME_PATTERN)]
+WorkloadClassHeader = Annotated[str | None, Header(
+    alias="X-Workload-Class", pattern=CLASS_NAME_PATTERN,
+    description="Explicit workload class (one of the policy's classes); overrides the route's default.")]
 
 
 class PromptTokensDetails(BaseModel):

@@ -5,14 +5,15 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.schemas.common import Timings, Usage
+from core.web.text import EdgeModel, StoredStr
+from gateway.schemas.common import MaxTokens, Temperature, Timings, Usage
 
 
-class DocumentCreate(BaseModel):
+class DocumentCreate(EdgeModel):
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(min_length=1)
-    title: str = Field("", max_length=512)
+    text: StoredStr = Field(min_length=1)
+    title: StoredStr = Field("", max_length=512)
 
 
 class DocumentPublic(BaseModel):
@@ -22,12 +23,12 @@ class DocumentPublic(BaseModel):
     created_at: datetime
 
 
-class QuestionCreate(BaseModel):
+class QuestionCreate(EdgeModel):
     model_config = ConfigDict(extra="forbid")
 
     question: str = Field(min_length=1, max_length=4000)
-    max_tokens: int | None = Field(None, ge=1, description="Default: the gateway's question_max_tokens setting.")
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: MaxTokens | None = Field(None, description="Default: the gateway's question_max_tokens setting.")
+    temperature: Temperature = 0.0
     stream: bool = False
 
 

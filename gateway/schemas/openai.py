@@ -7,19 +7,36 @@ implement (n > 1, logprobs, echo, penalties, logit_bias, tools) are refused with
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.schemas.common import Timings, Usage
+from core.web.text import EdgeModel
+from gateway.schemas.common import (
+    ClassName,
+    MaxTokens,
+    OpenAIPenalty,
+    RepetitionPenalty,
+    Seed,
+    Temperature,
+    Timings,
+    TokenCount,
+    TokenId,
+    TopK,
+    TopP,
+    Usage,
+)
+
+NonEmptyText = Annotated[str, Field(min_length=1)]
+TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(EdgeModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False
 
 
-class JsonSchemaSpec(BaseModel):
+class JsonSchemaSpec(EdgeModel):
     model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
     name: str | None = None
     description: str | None = None
@@ -27,37 +44,37 @@ class JsonSchemaSpec(BaseModel):
     strict: bool | None = None
 
 
-class ResponseFormat(BaseModel):
+class ResponseFormat(EdgeModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaSpec | None = None
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(EdgeModel):
     """Generation knobs shared by both OpenAI routes (OpenAI names plus vLLM's extensions)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = None  # optional: one model is served; a different name is 404 model_not_found
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=-1)  # vLLM: -1 or 0 disables
-    min_tokens: int = Field(0, ge=0)
-    repetition_penalty: float | None = Field(None, gt=0.0)
-    seed: int | None = None
+    max_tokens: MaxTokens | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None  # vLLM: -1 or 0 disables
+    min_tokens: TokenCount = 0
+    repetition_penalty: RepetitionPenalty | None = None
+    seed: Seed | None = None
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
-    n: int = Field(1, ge=1)
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    n: int = Field(1, ge=1, lt=2**31)
+    presence_penalty: OpenAIPenalty | None = None
+    frequency_penalty: OpenAIPenalty | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None  # accepted, not used (the tenant comes from the API key)
-    workload_class: str | None = None  # finserve: explicit class (like the X-Workload-Class header)
+    workload_class: ClassName | None = None  # finserve: explicit class (like the X-Workload-Class header)
 
     def unsupported(self) -> str | None:
         """Name of a requested feature that is not implemented, or None."""
@@ -81,10 +98,11 @@ class SamplingFields(BaseModel):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)] | TokenIds \
+        | Annotated[list[TokenIds], Field(min_length=1)]
     echo: bool = False
-    logprobs: int | None = None
-    best_of: int | None = None
+    logprobs: int | None = Field(None, ge=0, lt=2**31)
+    best_of: int | None = Field(None, ge=1, lt=2**31)
     suffix: str | None = None
 
     def unsupported(self) -> str | None:
@@ -102,13 +120,13 @@ class CompletionRequest(SamplingFields):
         return super().unsupported()
 
 
-class TextPart(BaseModel):
+class TextPart(EdgeModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(EdgeModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart] | None = None
@@ -124,9 +142,9 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)  # newer OpenAI name of max_tokens
+    max_completion_tokens: MaxTokens | None = None  # newer OpenAI name of max_tokens
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, lt=2**31)
     tools: list[Any] | None = None
     tool_choice: Any = None
 

@@ -50,10 +50,11 @@ class RequestRecord(BaseModel):
     workload_class: str
     classification_rule: str
     route: str
-    status: str = Field(description="finished | failed | aborted | rejected")
+    status: str = Field(description="finished | failed | aborted | rejected | interrupted (the gateway died with "
+                                    "it in flight), or running while it is in flight")
     finish_reason: str | None
     rejection_reason: str | None
-    http_status: int
+    http_status: int = Field(description="The status answered; 0 while running and when interrupted.")
     arrival_at: datetime
     timings: Timings
     tokens: TokenCounts

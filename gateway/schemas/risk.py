@@ -5,12 +5,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.schemas.common import Timings, Usage
+from core.web.text import EdgeModel
+from gateway.schemas.common import MaxTokens, Temperature, Timings, Usage
 
 DEFAULT_QUESTION = "How risky is this event? Answer with a risk level (low, medium or high) and one short reason."
 
 
-class RiskEvent(BaseModel):
+class RiskEvent(EdgeModel):
     model_config = ConfigDict(extra="forbid")
 
     event_type: str = Field(min_length=1, max_length=64, examples=["wire_transfer"])
@@ -23,13 +24,13 @@ class RiskEvent(BaseModel):
         default_factory=dict, max_length=64, description="Further flat facts about the event.")
 
 
-class RiskAssessRequest(BaseModel):
+class RiskAssessRequest(EdgeModel):
     model_config = ConfigDict(extra="forbid")
 
     event: RiskEvent
     question: str = Field(DEFAULT_QUESTION, min_length=1, max_length=2000)
-    max_tokens: int | None = Field(None, ge=1, description="Default: the gateway's risk_max_tokens setting.")
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: MaxTokens | None = Field(None, description="Default: the gateway's risk_max_tokens setting.")
+    temperature: Temperature = 0.0
     stream: bool = Field(False, description="Server-sent events: delta events, then one done event.")
 
 

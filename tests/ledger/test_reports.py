@@ -59,7 +59,7 @@ def test_outcomes_percentiles_goodput_and_throughput(ledger):
     assert set(rep["classes"]) == {"realtime_risk", "document_qa"}
     risk = rep["classes"]["realtime_risk"]
     assert risk["requests"] == 15
-    assert risk["outcomes"] == {"finished": 10, "failed": 1, "aborted": 1, "rejected": 3}
+    assert risk["outcomes"] == {"finished": 10, "failed": 1, "aborted": 1, "rejected": 3, "interrupted": 0}
     # Nearest rank over the 10 finished requests: p50 -> 5th, p90 -> 9th, p99 -> 10th value.
     assert {k: risk["latency_ms"]["ttft"][k] for k in ("count", "p50", "p90", "p99")} == \
         {"count": 10, "p50": 50.0, "p90": 90.0, "p99": 100.0}

@@ -8,7 +8,7 @@ from sqlalchemy import event, func, select
 
 from core.db.models import RequestLedger
 from gateway.ledger import LedgerWriter
-from tests.ledger.factories import make_row
+from tests.ledger.factories import T0, make_row
 
 
 def count_rows(engine) -> int:
@@ -77,7 +77,7 @@ def test_same_request_id_is_written_once(db_engine, make_writer):
 
 
 def test_outage_spills_to_spool_and_replays_without_duplicates(db_engine, make_writer, db_outage):
-    writer = make_writer(max_pending=10).start()
+    writer = make_writer().start()
     writer.submit(make_row("before"))
     assert writer.flush()
     with db_outage():
@@ -85,7 +85,7 @@ def test_outage_spills_to_spool_and_replays_without_duplicates(db_engine, make_w
             writer.submit(make_row(f"down{i:02d}"))
         assert writer.flush(timeout=20) is False  # handled, but not in the database
         assert writer.healthy is False
-        assert spool_lines(writer) >= 20  # beyond max_pending the oldest rows went to disk
+        assert spool_lines(writer) == 30  # every row went to disk at once, none waits in memory
     # Back up: the next attempt writes memory and spool, and the spool disappears.
     deadline = time.monotonic() + 20
     while not writer.flush() and time.monotonic() < deadline:
@@ -150,3 +150,85 @@ def test_a_bad_row_does_not_hold_up_the_others(db_engine, make_writer):
     assert ids_in_db(db_engine) == ["good1", "good2"]
     rejected = writer.spool.path.with_name(writer.spool.path.name + ".rejected")
     assert '"request_id":"bad"' in rejected.read_text()
+
+
+def statuses(engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        return {rid: st for rid, st in conn.execute(select(RequestLedger.request_id, RequestLedger.status))}
+
+
+def test_final_status_wins_whatever_order_rows_arrive_in(db_engine, make_writer):
+    writer = make_writer().start()
+    # Same batch: running then finished; separate batches: finished first, then a late running/interrupted.
+    writer.submit(make_row("same", status="running", http_status=0))
+    writer.submit(make_row("same", status="finished"))
+    writer.submit(make_row("late", status="aborted", http_status=499))
+    assert writer.flush()
+    writer.submit(make_row("late", status="running", http_status=0))
+    writer.submit(make_row("late", status="interrupted", http_status=0))
+    writer.submit(make_row("crash", status="running", http_status=0))
+    assert writer.flush()
+    writer.submit(make_row("crash", status="interrupted", http_status=0))
+    writer.submit(make_row("revived", status="interrupted", http_status=0))
+    assert writer.flush()
+    writer.submit(make_row("revived", status="finished"))  # its final row was spooled; it did finish
+    writer.submit(make_row("crash", status="running", http_status=0))
+    assert writer.flush()
+    assert statuses(db_engine) == {"same": "finished", "late": "aborted", "crash": "interrupted",
+                                   "revived": "finished"}
+
+
+def test_a_refused_write_goes_to_the_spool_at_once(db_engine, make_writer, db_outage):
+    writer = make_writer(retry_interval_s=60.0).start()
+    with db_outage():
+        durable = writer.submit(make_row("one", status="running", http_status=0))
+        assert durable.result(timeout=10) is False  # durable, in the spool, not waiting in memory
+        assert spool_lines(writer) == 1
+        assert writer.submit(make_row("two")).result(timeout=10) is False
+        assert spool_lines(writer) == 2
+        assert writer.stats()["spool_bytes"] > 0
+    writer.retry_interval_s = 0.05
+    writer._next_try = 0.0
+    deadline = time.monotonic() + 20
+    while not writer.flush() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert statuses(db_engine) == {"one": "running", "two": "finished"}
+    assert writer.submit(make_row("three")).result(timeout=10) is True  # in the database
+
+
+def test_spool_bound_loses_loudly_never_silently(db_engine, make_writer, db_outage):
+    writer = make_writer(retry_interval_s=60.0, max_spool_bytes=2000).start()
+    with db_outage():
+        results = [writer.submit(make_row(f"s{i}")) for i in range(10)]
+        kept = lost = 0
+        for f in results:
+            try:
+                f.result(timeout=10)
+                kept += 1
+            except OSError:
+                lost += 1
+    assert kept >= 1 and lost >= 1 and kept + lost == 10
+    assert writer.stats()["lost"] == lost
+    assert writer.spool.size_bytes() <= 2000
+
+
+def test_restart_interrupts_only_its_own_earlier_running_rows(db_engine, make_writer, tmp_path):
+    old = T0.timestamp() + 100  # rows before this belong to the previous run
+    first = make_writer(gateway_id="gw-a").start()
+    for rid, gw, at in (("a-old", "gw-a", 1), ("b-old", "gw-b", 1), ("a-new", "gw-a", 200)):
+        first.submit(make_row(rid, status="running", http_status=0, at_s=at, timeline={"gateway": gw}))
+    assert first.flush()
+    first.close()
+    # What the crashed run had only in its spool: one request still running, one that finished.
+    first.spool.append([make_row("spooled-run", status="running", http_status=0, timeline={"gateway": "gw-a"}),
+                        make_row("spooled-done", status="running", http_status=0, timeline={"gateway": "gw-a"}),
+                        make_row("spooled-done", status="finished")])
+    second = make_writer(gateway_id="gw-a")
+    assert second.recover(old) == 1  # "spooled-run": interrupted in the spool before anything else
+    second.start()
+    assert second.flush()
+    assert statuses(db_engine) == {"a-old": "interrupted", "b-old": "running", "a-new": "running",
+                                   "spooled-run": "interrupted", "spooled-done": "finished"}
+    with db_engine.connect() as conn:
+        row = conn.execute(select(RequestLedger).where(RequestLedger.request_id == "a-old")).mappings().one()
+    assert row["slo_met"] is False and row["input_tokens"] == 100  # a miss, with what was known

@@ -1,0 +1,134 @@
+"""`finserve bench quality`: what each weight format costs in quality, against fp32 on the same model.
+
+1. Perplexity on a fixed text shipped with the project (bench/data/regulatory_text.txt, ~3,100
+   SmolLM2 tokens of regulatory prose written for finserve), scored in windows of `window` tokens.
+2. Greedy agreement: 20 prompts (slices of that text) x 64 greedy tokens per format; the score of a
+   prompt is the fraction of its 64 tokens produced before the first token that differs from fp32.
+Targets (issue #10): int8 perplexity within 1% of fp32 and agreement >= 95%; 4-bit within 6%, >= 80%.
+"""
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from engine.config import EngineConfig
+from engine.engine import LLMEngine
+from engine.model.attention import AttentionMetadata, PrefillMeta
+from engine.model.llama import LlamaModel
+from engine.request import EngineRequest, SamplingParams
+
+TEXT_PATH = Path(__file__).with_name("data") / "regulatory_text.txt"
+TARGETS = {"int8": (0.01, 0.95), "q4": (0.06, 0.80)}  # (max perplexity rise, min greedy agreement)
+
+
+@dataclass(frozen=True)
+class FormatQuality:
+    weights: str
+    perplexity: float
+    agreement: float  # mean fraction of tokens before the first divergence from fp32 (1.0 for fp32)
+    seconds: float
+
+
+def text_ids(tokenize, max_tokens: int | None = None) -> list[int]:
+    ids: list[int] = tokenize(TEXT_PATH.read_text(encoding="utf-8"))
+    return ids if max_tokens is None else ids[:max_tokens]
+
+
+@torch.inference_mode()
+def perplexity(model: LlamaModel, ids: list[int], window: int = 512) -> float:
+    """exp(mean next-token NLL) over non-overlapping windows; each window starts a fresh context."""
+    cfg = model.cfg
+    nll, count = 0.0, 0
+    for start in range(0, len(ids) - 1, window):
+        chunk = torch.tensor(ids[start : start + window + 1], dtype=torch.long)
+        t = chunk.numel() - 1
+        if t < 1:
+            break
+        kv = torch.zeros((cfg.num_layers, 2, t, cfg.num_kv_heads, cfg.head_dim), dtype=model.dtype)
+        meta = AttentionMetadata(slot_mapping=torch.arange(t), prefills=[PrefillMeta(0, t, None, None)],
+                                 decode_start=t, decode_slots=None, decode_mask=None)
+        logits = model.forward(chunk[:-1], torch.arange(t), kv, meta, torch.arange(t))  # [t, V]
+        nll += F.cross_entropy(logits.float(), chunk[1:], reduction="sum").item()
+        count += t
+    return math.exp(nll / count)
+
+
+def greedy_outputs(engine: LLMEngine, prompts: list[list[int]], n: int) -> list[list[int]]:
+    reqs = [EngineRequest(uuid.uuid4().hex, p, SamplingParams(max_tokens=n, ignore_eos=True), "bulk_extraction")
+            for p in prompts]
+    for r in reqs:
+        engine.add_request(r)
+    while engine.has_unfinished():
+        engine.step()
+    return [r.output_token_ids for r in reqs]
+
+
+def agreement(reference: list[list[int]], other: list[list[int]]) -> float:
+    """Mean over prompts of (tokens equal to the reference before the first difference) / length."""
+    scores = []
+    for ref, out in zip(reference, other):
+        same = next((i for i, (a, b) in enumerate(zip(ref, out)) if a != b), min(len(ref), len(out)))
+        scores.append(same / len(ref))
+    return sum(scores) / len(scores)
+
+
+def prompts_from_text(ids: list[int], count: int, length: int) -> list[list[int]]:
+    step = max(1, (len(ids) - length) // count)
+    return [ids[i * step : i * step + length] for i in range(count)]
+
+
+def evaluate(base: EngineConfig, formats: list[str], ids: list[int], prompts: list[list[int]], new_tokens: int,
+             window: int = 512) -> list[FormatQuality]:
+    """fp32 first (the reference), then every other format; one engine alive at a time."""
+    from dataclasses import replace
+
+    results: list[FormatQuality] = []
+    reference: list[list[int]] = []
+    for fmt in ["fp32", *[f for f in formats if f != "fp32"]]:
+        t0 = time.perf_counter()
+        engine = LLMEngine(replace(base, weights=fmt))
+        ppl = perplexity(engine.runner.model, ids, window)
+        outs = greedy_outputs(engine, prompts, new_tokens)
+        reference = reference or outs
+        results.append(FormatQuality(fmt, ppl, agreement(reference, outs), time.perf_counter() - t0))
+        del engine
+    return results
+
+
+def run(model_dir: str | None = None, formats: str = "fp32,bf16,int8,q4", threads: int | None = None,
+        prompts: int = 20, new_tokens: int = 64, out: str = "results/quality.json") -> dict:
+    from bench.common import environment, write_json
+    from engine.factory import engine_config
+    from engine.tokenizer import Tokenizer
+
+    base = engine_config(model_dir, num_threads=threads) if threads else engine_config(model_dir)
+    tok = Tokenizer.from_folder(base.model)
+    ids = text_ids(tok.encode)
+    results = evaluate(base, formats.split(","), ids, prompts_from_text(ids, prompts, 48), new_tokens)
+    fp32 = results[0].perplexity
+    rows = []
+    for r in results:
+        rise = r.perplexity / fp32 - 1
+        target = TARGETS.get(r.weights)
+        rows.append({
+            "weights": r.weights, "perplexity": round(r.perplexity, 4), "perplexity_rise_vs_fp32": round(rise, 5),
+            "greedy_agreement": round(r.agreement, 4), "seconds": round(r.seconds, 1),
+            "meets_target": None if target is None else (rise <= target[0] and r.agreement >= target[1]),
+        })
+    env = environment(base.num_threads or torch.get_num_threads(), "float32 activations", base.model)
+    report = {"bench": "quality", "environment": env, "text": TEXT_PATH.name, "text_tokens": len(ids),
+              "window": 512, "prompts": prompts, "new_tokens": new_tokens, "targets": TARGETS, "formats": rows}
+    write_json(out, report)
+    return report
+
+
+if __name__ == "__main__":
+    import sys
+
+    run(formats=sys.argv[1] if len(sys.argv) > 1 else "fp32,bf16,int8,q4")

@@ -1,0 +1,432 @@
+// Quantized GEMM y[M, N] = x[M, K] @ W[N, K]^T for int8 (Q8) and 4-bit (Q4, Q4_1-like) weights.
+//
+// Decode streams every weight once per step, so bytes per weight set the speed: int8 reads a
+// quarter of fp32, 4-bit about an eighth. Activations are quantized per block of 32 to int8
+// (scale xd = amax / 127, as llama.cpp's Q8_0), so the inner product is an integer dot.
+//
+// Weight layout ("row-interleaved"): rows in groups of 16, K in blocks of 32. One (group, block)
+// tile holds 16 rows x 32 values with row r's 4 consecutive values k..k+3 adjacent, so one
+// 512-bit load is 16 rows x 4 values: one VNNI dpbusd (u8 x s8 -> s32) per 4 values does 16
+// rows at once, against the 4 activation bytes broadcast. Every weight tile is read once for all
+// M activation rows (M small at decode, any M works).
+//   Q8: w  u8 [G][KB][8][16][4], value q + 128 (q in -127..127); wd fp16 [G][KB][16]
+//   Q4: w  u8 [G][KB][4][16][4], low nibble = q at k = 4j+i, high nibble = q at k = 16+4j+i
+//       (q in 0..15, the nibble order of GGUF Q4_1); wd, wm fp16 [G][KB][16]; value = wd q + wm
+// The unsigned weight is dotted with the signed activation; Q8 subtracts 128 * sum(xq) after.
+//
+// The same source is compiled once per ISA (generic, -mavx2, -mavx512*) at install time; the
+// Python side picks the library the CPU can run (CPUID). Every path does the same integer sums
+// and the same float operations per output lane, in the same order.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#define QG_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define QG_AVX2 1
+#endif
+
+#define QK 32    // values per block
+#define QR 16    // rows per group
+#define MT 4     // activation rows per register tile
+
+int finserve_kernel_isa(void) {  // what this library was compiled for: 0 generic, 1 avx2, 2 avx512
+#if defined(QG_AVX512)
+    return 2;
+#elif defined(QG_AVX2)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+// Bit 0: AVX2+FMA+F16C; bit 1: AVX-512 F/BW/VL/VNNI (and the OS saves their registers).
+int finserve_cpu_features(void) {
+    int f = 0;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= 1;
+    if ((f & 1) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        f |= 2;
+#endif
+    return f;
+}
+
+static inline float half_to_float(uint16_t h) {
+#if defined(QG_AVX512) || defined(QG_AVX2)
+    return _cvtsh_ss(h);
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {  // subnormal: normalise
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) { man <<= 1; exp--; }
+            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
+}
+
+// x [M, K] (row stride ldx) -> xq int8 [M, KB*32] (zero padded), xd [M, KB], xs [M, KB] = sum(xq).
+static void quantize_rows(const float *x, int M, int K, int ldx, int KB, int8_t *xq, float *xd, int32_t *xs) {
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (int64_t)m * ldx;
+        for (int b = 0; b < KB; b++) {
+            float v[QK], amax = 0.f;
+            for (int i = 0; i < QK; i++) {
+                const int k = b * QK + i;
+                v[i] = k < K ? xr[k] : 0.f;
+                amax = fmaxf(amax, fabsf(v[i]));
+            }
+            const float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+            int32_t s = 0;
+            int8_t *q = xq + (int64_t)m * KB * QK + b * QK;
+            for (int i = 0; i < QK; i++) {
+                q[i] = (int8_t)nearbyintf(v[i] * id);
+                s += q[i];
+            }
+            xd[(int64_t)m * KB + b] = d;
+            xs[(int64_t)m * KB + b] = s;
+        }
+    }
+}
+
+static inline int32_t load4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+// One group (16 output rows) x MT activation rows, all K blocks: out[t][r] for t < mt.
+static void group_tile(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int8_t *xq,
+                       const float *xd, const int32_t *xs, int mt, float out[MT][QR]) {
+    const int tile_bytes = q4 ? 256 : 512;
+#if defined(QG_AVX512)
+    __m512 facc[MT];
+    for (int t = 0; t < MT; t++) facc[t] = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int b = 0; b < KB; b++) {
+        const uint8_t *wt = w + (int64_t)b * tile_bytes;
+        const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + b * QR)));
+        __m512i iacc[MT];
+        for (int t = 0; t < MT; t++) iacc[t] = _mm512_setzero_si512();
+        if (q4) {
+            for (int j = 0; j < 4; j++) {
+                const __m512i wv = _mm512_loadu_si512((const void *)(wt + j * 64));
+                const __m512i lo = _mm512_and_si512(wv, low), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), low);
+                for (int t = 0; t < mt; t++) {
+                    const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                    iacc[t] = _mm512_dpbusd_epi32(iacc[t], lo, _mm512_set1_epi32(load4(xb + 4 * j)));
+                    iacc[t] = _mm512_dpbusd_epi32(iacc[t], hi, _mm512_set1_epi32(load4(xb + 16 + 4 * j)));
+                }
+            }
+            const __m512 wmv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wm + b * QR)));
+            for (int t = 0; t < mt; t++) {
+                const float d = xd[(int64_t)t * KB + b];
+                const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[t]), wdv);
+                facc[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(d), facc[t]);
+                facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(d * (float)xs[(int64_t)t * KB + b]), facc[t]);
+            }
+        } else {
+            for (int j = 0; j < 8; j++) {
+                const __m512i wv = _mm512_loadu_si512((const void *)(wt + j * 64));
+                for (int t = 0; t < mt; t++) {
+                    const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                    iacc[t] = _mm512_dpbusd_epi32(iacc[t], wv, _mm512_set1_epi32(load4(xb + 4 * j)));
+                }
+            }
+            for (int t = 0; t < mt; t++) {
+                const __m512i c = _mm512_set1_epi32(128 * xs[(int64_t)t * KB + b]);
+                const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[t], c)), wdv);
+                facc[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(xd[(int64_t)t * KB + b]), facc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
+#elif defined(QG_AVX2)
+    const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    for (int h = 0; h < 2; h++) {  // rows 8h..8h+7: 32 bytes of each 64-byte row-quad
+        __m256 facc[MT];
+        for (int t = 0; t < MT; t++) facc[t] = _mm256_setzero_ps();
+        for (int b = 0; b < KB; b++) {
+            const uint8_t *wt = w + (int64_t)b * tile_bytes + 32 * h;
+            const __m256 wdv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wd + b * QR + 8 * h)));
+            __m256i iacc[MT];
+            for (int t = 0; t < MT; t++) iacc[t] = _mm256_setzero_si256();
+            if (q4) {
+                for (int j = 0; j < 4; j++) {
+                    const __m256i wv = _mm256_loadu_si256((const __m256i *)(wt + j * 64));
+                    const __m256i lo = _mm256_and_si256(wv, low), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low);
+                    for (int t = 0; t < mt; t++) {
+                        const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                        // u4 x s8 pairs stay far below the int16 limit: 2 * 15 * 127 * 2 < 32767
+                        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load4(xb + 4 * j))),
+                                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load4(xb + 16 + 4 * j))));
+                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(p, ones));
+                    }
+                }
+                const __m256 wmv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wm + b * QR + 8 * h)));
+                for (int t = 0; t < mt; t++) {
+                    const float d = xd[(int64_t)t * KB + b];
+                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(iacc[t]), wdv);
+                    facc[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(d), facc[t]);
+                    facc[t] = _mm256_fmadd_ps(wmv, _mm256_set1_ps(d * (float)xs[(int64_t)t * KB + b]), facc[t]);
+                }
+            } else {
+                for (int j = 0; j < 8; j++) {
+                    // maddubs needs u8 x s8 without int16 overflow: |q| x sign-adjusted x, |q| <= 127.
+                    const __m256i ws = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wt + j * 64)), flip);
+                    const __m256i aw = _mm256_abs_epi8(ws);
+                    for (int t = 0; t < mt; t++) {
+                        const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                        const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(load4(xb + 4 * j)), ws);
+                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+                    }
+                }
+                for (int t = 0; t < mt; t++) {
+                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(iacc[t]), wdv);
+                    facc[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(xd[(int64_t)t * KB + b]), facc[t]);
+                }
+            }
+        }
+        for (int t = 0; t < mt; t++) _mm256_storeu_ps(out[t] + 8 * h, facc[t]);
+    }
+#else
+    for (int t = 0; t < mt; t++) {
+        const int8_t *xr = xq + (int64_t)t * KB * QK;
+        for (int r = 0; r < QR; r++) {
+            float acc = 0.f;
+            for (int b = 0; b < KB; b++) {
+                const uint8_t *wt = w + (int64_t)b * tile_bytes;
+                int32_t s = 0;
+                for (int k = 0; k < QK; k++) {
+                    int32_t q;
+                    if (q4) {
+                        const uint8_t byte = wt[((k % 16) / 4) * 64 + r * 4 + k % 4];
+                        q = k < 16 ? (byte & 0x0f) : (byte >> 4);
+                    } else {
+                        q = (int32_t)wt[(k / 4) * 64 + r * 4 + k % 4] - 128;
+                    }
+                    s += q * xr[b * QK + k];
+                }
+                const float d = xd[(int64_t)t * KB + b];
+                acc = fmaf((float)s * half_to_float(wd[b * QR + r]), d, acc);
+                if (q4) acc = fmaf(half_to_float(wm[b * QR + r]), d * (float)xs[(int64_t)t * KB + b], acc);
+            }
+            out[t][r] = acc;
+        }
+    }
+#endif
+}
+
+// Precise activations: int16 per block of 32 (xd = amax / 32767), 256x finer than int8, so the
+// result is within fp32 rounding of the dequantized weights times fp32 activations. Each quad of
+// values k..k+3 is stored as (x[k], x[k+2], x[k+1], x[k+3]): a weight lane's bytes (w0 w1 w2 w3)
+// split into int16 pairs (w0, w2) = lane & 0x00ff00ff and (w1, w3) = lane >> 8, each dotted with
+// one broadcast 32-bit activation pair (VNNI vpdpwssd / AVX2 pmaddwd).
+static void quantize_rows16(const float *x, int M, int K, int ldx, int KB, int16_t *xq, float *xd, int32_t *xs) {
+    static const int order[4] = {0, 2, 1, 3};
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (int64_t)m * ldx;
+        for (int b = 0; b < KB; b++) {
+            float v[QK], amax = 0.f;
+            for (int i = 0; i < QK; i++) {
+                const int k = b * QK + i;
+                v[i] = k < K ? xr[k] : 0.f;
+                amax = fmaxf(amax, fabsf(v[i]));
+            }
+            const float d = amax / 32767.f, id = d > 0.f ? 1.f / d : 0.f;
+            int32_t s = 0;
+            int16_t *q = xq + (int64_t)m * KB * QK + b * QK;
+            for (int i = 0; i < QK; i++) {
+                const int16_t qi = (int16_t)nearbyintf(v[i] * id);
+                q[(i & ~3) + order[i & 3]] = qi;
+                s += qi;
+            }
+            xd[(int64_t)m * KB + b] = d;
+            xs[(int64_t)m * KB + b] = s;
+        }
+    }
+}
+
+static inline int32_t load2x16(const int16_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static void group_tile16(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int16_t *xq,
+                         const float *xd, const int32_t *xs, int mt, float out[MT][QR]) {
+    const int tile_bytes = q4 ? 256 : 512;
+#if defined(QG_AVX512)
+    __m512 facc[MT];
+    for (int t = 0; t < MT; t++) facc[t] = _mm512_setzero_ps();
+    const __m512i even = _mm512_set1_epi32(0x00ff00ff), nib = _mm512_set1_epi16(0x000f);
+    for (int b = 0; b < KB; b++) {
+        const uint8_t *wt = w + (int64_t)b * tile_bytes;
+        const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + b * QR)));
+        __m512i iacc[MT];
+        for (int t = 0; t < MT; t++) iacc[t] = _mm512_setzero_si512();
+        const int quads = q4 ? 4 : 8;
+        for (int j = 0; j < quads; j++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(wt + j * 64));
+            __m512i pa, pb, ha = _mm512_setzero_si512(), hb = _mm512_setzero_si512();
+            if (q4) {  // nibbles: low = k 4j.., high = k 16+4j..
+                pa = _mm512_and_si512(v, nib);
+                pb = _mm512_and_si512(_mm512_srli_epi16(v, 8), nib);
+                ha = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                hb = _mm512_srli_epi16(v, 12);
+            } else {
+                pa = _mm512_and_si512(v, even);
+                pb = _mm512_srli_epi16(v, 8);
+            }
+            for (int t = 0; t < mt; t++) {
+                const int16_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                iacc[t] = _mm512_dpwssd_epi32(iacc[t], pa, _mm512_set1_epi32(load2x16(xb + 4 * j)));
+                iacc[t] = _mm512_dpwssd_epi32(iacc[t], pb, _mm512_set1_epi32(load2x16(xb + 4 * j + 2)));
+                if (q4) {
+                    iacc[t] = _mm512_dpwssd_epi32(iacc[t], ha, _mm512_set1_epi32(load2x16(xb + 16 + 4 * j)));
+                    iacc[t] = _mm512_dpwssd_epi32(iacc[t], hb, _mm512_set1_epi32(load2x16(xb + 18 + 4 * j)));
+                }
+            }
+        }
+        const __m512 wmv = q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wm + b * QR))) : _mm512_setzero_ps();
+        for (int t = 0; t < mt; t++) {
+            const float d = xd[(int64_t)t * KB + b];
+            const int32_t sx = xs[(int64_t)t * KB + b];
+            const __m512i isum = q4 ? iacc[t] : _mm512_sub_epi32(iacc[t], _mm512_set1_epi32(128 * sx));
+            facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), wdv), _mm512_set1_ps(d), facc[t]);
+            if (q4) facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(d * (float)sx), facc[t]);
+        }
+    }
+    for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
+#elif defined(QG_AVX2)
+    const __m256i even = _mm256_set1_epi32(0x00ff00ff), nib = _mm256_set1_epi16(0x000f);
+    for (int h = 0; h < 2; h++) {  // rows 8h..8h+7: 32 bytes of each 64-byte row-quad
+        __m256 facc[MT];
+        for (int t = 0; t < MT; t++) facc[t] = _mm256_setzero_ps();
+        for (int b = 0; b < KB; b++) {
+            const uint8_t *wt = w + (int64_t)b * tile_bytes + 32 * h;
+            const __m256 wdv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wd + b * QR + 8 * h)));
+            __m256i iacc[MT];
+            for (int t = 0; t < MT; t++) iacc[t] = _mm256_setzero_si256();
+            const int quads = q4 ? 4 : 8;
+            for (int j = 0; j < quads; j++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(wt + j * 64));
+                __m256i pa, pb, ha = _mm256_setzero_si256(), hb = _mm256_setzero_si256();
+                if (q4) {
+                    pa = _mm256_and_si256(v, nib);
+                    pb = _mm256_and_si256(_mm256_srli_epi16(v, 8), nib);
+                    ha = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                    hb = _mm256_srli_epi16(v, 12);
+                } else {
+                    pa = _mm256_and_si256(v, even);
+                    pb = _mm256_srli_epi16(v, 8);
+                }
+                for (int t = 0; t < mt; t++) {
+                    const int16_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(pa, _mm256_set1_epi32(load2x16(xb + 4 * j))),
+                                                 _mm256_madd_epi16(pb, _mm256_set1_epi32(load2x16(xb + 4 * j + 2))));
+                    if (q4) {
+                        p = _mm256_add_epi32(p, _mm256_madd_epi16(ha, _mm256_set1_epi32(load2x16(xb + 16 + 4 * j))));
+                        p = _mm256_add_epi32(p, _mm256_madd_epi16(hb, _mm256_set1_epi32(load2x16(xb + 18 + 4 * j))));
+                    }
+                    iacc[t] = _mm256_add_epi32(iacc[t], p);
+                }
+            }
+            const __m256 wmv = q4 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wm + b * QR + 8 * h)))
+                                  : _mm256_setzero_ps();
+            for (int t = 0; t < mt; t++) {
+                const float d = xd[(int64_t)t * KB + b];
+                const int32_t sx = xs[(int64_t)t * KB + b];
+                const __m256i isum = q4 ? iacc[t] : _mm256_sub_epi32(iacc[t], _mm256_set1_epi32(128 * sx));
+                facc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(isum), wdv), _mm256_set1_ps(d), facc[t]);
+                if (q4) facc[t] = _mm256_fmadd_ps(wmv, _mm256_set1_ps(d * (float)sx), facc[t]);
+            }
+        }
+        for (int t = 0; t < mt; t++) _mm256_storeu_ps(out[t] + 8 * h, facc[t]);
+    }
+#else
+    static const int order[4] = {0, 2, 1, 3};
+    for (int t = 0; t < mt; t++) {
+        const int16_t *xr = xq + (int64_t)t * KB * QK;
+        for (int r = 0; r < QR; r++) {
+            float acc = 0.f;
+            for (int b = 0; b < KB; b++) {
+                const uint8_t *wt = w + (int64_t)b * tile_bytes;
+                int32_t s = 0;
+                for (int k = 0; k < QK; k++) {
+                    int32_t q;
+                    if (q4) {
+                        const uint8_t byte = wt[((k % 16) / 4) * 64 + r * 4 + k % 4];
+                        q = k < 16 ? (byte & 0x0f) : (byte >> 4);
+                    } else {
+                        q = wt[(k / 4) * 64 + r * 4 + k % 4];
+                    }
+                    s += q * xr[b * QK + (k & ~3) + order[k & 3]];
+                }
+                const int32_t sx = xs[(int64_t)t * KB + b];
+                const float d = xd[(int64_t)t * KB + b];
+                if (!q4) s -= 128 * sx;
+                acc = fmaf((float)s * half_to_float(wd[b * QR + r]), d, acc);
+                if (q4) acc = fmaf(half_to_float(wm[b * QR + r]), d * (float)sx, acc);
+            }
+            out[t][r] = acc;
+        }
+    }
+#endif
+}
+
+// y[M, N] (row stride ldy) = x[M, K] @ W^T (+ bias). q4 = 0: Q8 weights, 1: Q4 weights (wm used);
+// act16 = 1: int16 activations (precise), 0: int8 activations (fastest, llama.cpp's Q8_0 precision).
+void qgemm_f32(int q4, int act16, const float *x, int M, int K, int ldx, const uint8_t *w, const uint16_t *wd,
+               const uint16_t *wm, int N, const float *bias, float *y, int ldy, int nthreads) {
+    const int KB = (K + QK - 1) / QK, G = (N + QR - 1) / QR;
+    const int64_t tile_bytes = q4 ? 256 : 512;
+    void *xq = malloc((size_t)M * KB * QK * (act16 ? 2 : 1));
+    float *xd = (float *)malloc(sizeof(float) * (size_t)M * KB);
+    int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)M * KB);
+    if (act16)
+        quantize_rows16(x, M, K, ldx, KB, (int16_t *)xq, xd, xs);
+    else
+        quantize_rows(x, M, K, ldx, KB, (int8_t *)xq, xd, xs);
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int g = 0; g < G; g++) {
+        float out[MT][QR];
+        const uint8_t *wg = w + (int64_t)g * KB * tile_bytes;
+        const uint16_t *wdg = wd + (int64_t)g * KB * QR, *wmg = wm ? wm + (int64_t)g * KB * QR : NULL;
+        const int rows = N - g * QR < QR ? N - g * QR : QR;
+        for (int m0 = 0; m0 < M; m0 += MT) {
+            const int mt = M - m0 < MT ? M - m0 : MT;
+            const int64_t xo = (int64_t)m0 * KB * QK;
+            if (act16)
+                group_tile16(q4, wg, wdg, wmg, KB, (const int16_t *)xq + xo, xd + (int64_t)m0 * KB,
+                             xs + (int64_t)m0 * KB, mt, out);
+            else
+                group_tile(q4, wg, wdg, wmg, KB, (const int8_t *)xq + xo, xd + (int64_t)m0 * KB,
+                           xs + (int64_t)m0 * KB, mt, out);
+            for (int t = 0; t < mt; t++) {
+                float *yr = y + (int64_t)(m0 + t) * ldy + g * QR;
+                for (int r = 0; r < rows; r++) yr[r] = bias ? out[t][r] + bias[g * QR + r] : out[t][r];
+            }
+        }
+    }
+    free(xq);
+    free(xd);
+    free(xs);
+}

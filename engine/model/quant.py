@@ -1,0 +1,163 @@
+"""Quantized weights (int8 and 4-bit, blocks of 32 along K) and the linear layers that use them.
+
+Formats (GGUF's Q8_0 and Q4_1 in values, re-laid out for the kernel in kernels/qgemm.c):
+  int8: w = d * q,      q in -127..127, one fp16 scale d per block of 32
+  q4:   w = d * q + m,  q in 0..15,     fp16 scale d and fp16 min m per block of 32
+Quantizing a tensor that came from a GGUF Q8_0 / Q4_1 block gives back that block's q, d and m
+exactly (a block's extreme values land on q = +-127, or on 0 and 15), so a model converted from
+the shipped Q4_1 file runs on its original 4-bit weights.
+
+Activations are quantized per block of 32 at run time, so the kernel's inner product is an integer
+dot: to int16 by default (`act16`: within fp32 rounding of dequantized weights x fp32 activations),
+or to int8 as llama.cpp's Q8_0 dot does (faster, but it moves SmolLM2's logits about as much as the
+int8 weights do: bench/quality.py). `reference_linear` is the torch mirror of the kernel, used by
+the tests and by machines without the native library.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.model import cpu_kernels
+
+QK = 32  # values per block
+QR = 16  # rows per interleaved group
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    kind: str  # "int8" | "q4"
+    n: int  # output features (rows of W)
+    k: int  # input features
+    packed: torch.Tensor  # uint8 [G, KB, 8 (int8) | 4 (q4), 16, 4]: see kernels/qgemm.c
+    scales: torch.Tensor  # fp16 [G, KB, 16]
+    mins: torch.Tensor | None  # fp16 [G, KB, 16], q4 only
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self.mins is None else self.mins.numel() * 2
+        return self.packed.numel() + self.scales.numel() * 2 + extra
+
+
+def _pad(w: torch.Tensor) -> torch.Tensor:  # [N, K] -> [Np, Kp], zero rows/columns up to 16 / 32
+    n, k = w.shape
+    np_, kp = -(-n // QR) * QR, -(-k // QK) * QK
+    return F.pad(w.float(), (0, kp - k, 0, np_ - n))
+
+
+def _interleave(per_row: torch.Tensor) -> torch.Tensor:  # [Np, KB, C] -> [G, KB, C/4, 16, 4]
+    np_, kb, c = per_row.shape
+    return per_row.view(np_ // QR, QR, kb, c // 4, 4).permute(0, 2, 3, 1, 4).contiguous()
+
+
+def _group_scales(s: torch.Tensor) -> torch.Tensor:  # [Np, KB] -> fp16 [G, KB, 16]
+    np_, kb = s.shape
+    return s.to(torch.float16).view(np_ // QR, QR, kb).transpose(1, 2).contiguous()
+
+
+def quantize(w: torch.Tensor, kind: str) -> QuantizedWeight:
+    """w [N, K] (any float dtype) -> the packed format `kind`."""
+    n, k = w.shape
+    blocks = _pad(w).view(-1, _pad_k(k) // QK, QK)  # [Np, KB, 32]
+    if kind == "int8":
+        d = blocks.abs().amax(-1) / 127.0  # [Np, KB]
+        inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+        q = torch.round(blocks * inv[..., None]).clamp(-127, 127).to(torch.int16) + 128
+        return QuantizedWeight(kind, n, k, _interleave(q.to(torch.uint8)), _group_scales(d), None)
+    if kind == "q4":
+        lo, hi = blocks.amin(-1), blocks.amax(-1)
+        d = (hi - lo) / 15.0
+        inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+        q = torch.round((blocks - lo[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8)
+        nibbles = q[..., :16] | (q[..., 16:] << 4)  # [Np, KB, 16]: GGUF Q4_1 nibble order
+        return QuantizedWeight(kind, n, k, _interleave(nibbles), _group_scales(d), _group_scales(lo))
+    raise ValueError(f"unknown quantized format {kind!r}")
+
+
+def _pad_k(k: int) -> int:
+    return -(-k // QK) * QK
+
+
+def _ungroup(s: torch.Tensor) -> torch.Tensor:  # fp16 [G, KB, 16] -> fp32 [Np, KB]
+    g, kb, _ = s.shape
+    return s.float().transpose(1, 2).reshape(g * QR, kb)
+
+
+def unpack_q(qw: QuantizedWeight) -> torch.Tensor:
+    """Integer values q [Np, KB, 32] (int16: -127..127 for int8, 0..15 for q4)."""
+    g, kb, c = qw.packed.shape[:3]
+    per_row = qw.packed.permute(0, 3, 1, 2, 4).reshape(g * QR, kb, c * 4)  # [Np, KB, 32 | 16]
+    if qw.kind == "int8":
+        return per_row.to(torch.int16) - 128
+    return torch.cat([per_row & 0x0F, per_row >> 4], dim=-1).to(torch.int16)
+
+
+def dequantize(qw: QuantizedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The weights the format stores: [N, K] in dtype."""
+    w = unpack_q(qw).float() * _ungroup(qw.scales)[..., None]
+    if qw.mins is not None:
+        w = w + _ungroup(qw.mins)[..., None]
+    return w.reshape(w.shape[0], -1)[: qw.n, : qw.k].to(dtype)
+
+
+def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | None = None,
+                     act16: bool = True) -> torch.Tensor:
+    """Torch mirror of the kernel: activations quantized per block to int16 (or int8), integer block dots."""
+    m = x.shape[0]
+    xb = F.pad(x.float(), (0, _pad_k(qw.k) - qw.k)).view(m, -1, QK)  # [M, KB, 32]
+    xd = xb.abs().amax(-1) / (32767.0 if act16 else 127.0)  # [M, KB]
+    xq = torch.round(xb * torch.where(xd > 0, 1.0 / xd, torch.zeros_like(xd))[..., None])
+    wq = unpack_q(qw).double()  # [Np, KB, 32]; float64 keeps the integer sums exact
+    isum = torch.einsum("mbk,nbk->mnb", xq.double(), wq).float()  # [M, Np, KB]
+    y = (isum * _ungroup(qw.scales)[None] * xd[:, None, :]).sum(-1)  # [M, Np]
+    if qw.mins is not None:
+        y = y + (_ungroup(qw.mins)[None] * (xd * xq.sum(-1))[:, None, :]).sum(-1)
+    y = y[:, : qw.n]
+    return y if bias is None else y + bias
+
+
+class QuantizedLinear:
+    """y = x @ W^T (+ b) with W quantized; native kernel on CPU when built, else dequantize + F.linear."""
+
+    def __init__(self, qw: QuantizedWeight, bias: torch.Tensor | None, lib: ctypes.CDLL | None,
+                 act16: bool = True):
+        self.weight = qw
+        self.bias = bias
+        self.lib = lib
+        self.act16 = act16
+        self.mirror = False  # without lib: True runs reference_linear (tests), False dequantized weights
+        self._dense: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x [T, K] -> [T, N]
+        if self.lib is not None:
+            qw = self.weight
+            y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", x.float().contiguous(), qw.packed, qw.scales,
+                                  qw.mins, qw.n, self.bias, self.act16)
+            return y.to(x.dtype)
+        if self.mirror:
+            return reference_linear(x, self.weight, self.bias, self.act16).to(x.dtype)
+        if self._dense is None:  # portable path (CUDA, no native library): keep a dequantized copy
+            self._dense = dequantize(self.weight, x.dtype).to(x.device)
+        return F.linear(x, self._dense, self.bias)
+
+    @property
+    def nbytes(self) -> int:
+        return self.weight.nbytes
+
+
+def embedding_rows(qw: QuantizedWeight, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` of the stored matrix, dequantized: [T] -> [T, K] fp32 (a tied lm_head doubling as
+    the embedding table, so the fp32 table need not stay in memory)."""
+    ids = ids.cpu()
+    g, r = ids // QR, ids % QR
+    rows = qw.packed[g, :, :, r, :]  # [T, KB, C, 4]: row r's bytes of every block, in k order
+    t, kb = rows.shape[:2]
+    per_row = rows.reshape(t, kb, -1)
+    q = per_row.to(torch.int16) - 128 if qw.kind == "int8" else torch.cat([per_row & 0x0F, per_row >> 4], -1)
+    w = q.float() * qw.scales[g, :, r].float()[..., None]  # [T, KB, 32]
+    if qw.mins is not None:
+        w = w + qw.mins[g, :, r].float()[..., None]
+    return w.reshape(t, -1)[:, : qw.k]

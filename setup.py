@@ -1,0 +1,49 @@
+"""Builds the native CPU kernels at install time (`pip install -e .`), once per ISA variant.
+
+Each variant is a plain shared library (loaded with ctypes, not imported): `generic` (no ISA
+flags, runs anywhere), `avx2` and `avx512`. engine/model/cpu_kernels.py asks the CPU (CPUID,
+through the generic library) which one it can run, so a build shared between machines never
+executes instructions the CPU lacks. A variant the compiler cannot build (another architecture,
+an old compiler) is skipped; the engine then uses the next one down, or the torch paths.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class _BuildPerVariant(build_ext):
+    """Gives each variant its own object folder: the variants share source names, and objects
+    compiled with other ISA flags must never be linked into (or reused by) another variant."""
+
+    def build_extension(self, ext: Extension) -> None:
+        base = self.build_temp
+        self.build_temp = str(Path(base) / ext.name)
+        try:
+            super().build_extension(ext)
+        finally:
+            self.build_temp = base
+
+_SOURCES = sorted(str(p) for p in Path("engine/model/kernels").glob("*.c"))
+_COMMON = ["-O3", "-fopenmp", "-std=c11", "-fno-math-errno"]
+_VARIANTS = {
+    "generic": [],
+    "avx2": ["-mavx2", "-mfma", "-mf16c"],
+    "avx512": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"],
+}
+
+setup(
+    cmdclass={"build_ext": _BuildPerVariant},
+    ext_modules=[
+        Extension(
+            f"engine.model._kernels_{name}",
+            sources=_SOURCES,
+            extra_compile_args=_COMMON + flags,
+            extra_link_args=["-fopenmp", "-lm"],
+            optional=True,
+        )
+        for name, flags in _VARIANTS.items()
+    ]
+)
