@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES
+from core.web.text import EdgeModel
 from gateway.deps import ServiceDep, StateDep, TenantDep
 from gateway.schemas.openai import ModelCard
 from gateway.service import InferenceService
@@ -25,7 +26,7 @@ models_router = APIRouter(tags=["openai"])  # mounted under /v1
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 
 
-class UtilityModel(BaseModel):
+class UtilityModel(EdgeModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
@@ -67,7 +68,7 @@ def _check_model(model: str | None, service: InferenceService) -> None:
                        f"{service.model_name!r}")
 
 
-@router.get("/health", responses={503: ERROR_RESPONSES[503]})
+@router.get("/health", response_class=Response, responses={503: ERROR_RESPONSES[503]})
 async def health(state: StateDep) -> Response:
     """200, empty, while the engine serves (vLLM's contract); 503 engine_not_ready while it loads or is dead."""
     client = state.engine_client
