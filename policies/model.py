@@ -58,6 +58,10 @@ class ClassPolicy:
     shield_prefill_tokens: int = field(default=-1, metadata=knob(
         "while the class has running requests, lower-priority classes' prefill tokens per step (-1: no cap)",
         ge=-1))
+    # Sampling default for requests that leave `temperature` unset on the OpenAI routes (whose own
+    # default is OpenAI's 1.0); None keeps the route's default. Domain routes are greedy regardless.
+    default_temperature: float | None = field(default=None, metadata=knob(
+        "temperature when an OpenAI-route request leaves it unset (none: the route's default, 1.0)", ge=0, le=2))
 
 
 @dataclass(frozen=True, kw_only=True)

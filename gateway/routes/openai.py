@@ -119,7 +119,8 @@ async def create_completion(body: CompletionRequest, request: Request, key: Tena
     cls = explicit_class(body.workload_class, x_workload_class)
     prompts = body.prompts
     inputs = [InferenceInput(route="completions", prompt=Prompt(text=p) if isinstance(p, str) else Prompt(token_ids=p),
-                             sampling=sampling, max_tokens=body.max_tokens, explicit_class=cls) for p in prompts]
+                             sampling=sampling, max_tokens=body.max_tokens, explicit_class=cls,
+                             temperature_unset=body.temperature is None) for p in prompts]
     choices = await prepare_choices(service, ctx, key, inputs, body.n)
     tok = service.client.tokenizer
     echo = [_echo_text(prompts[c.index // body.n], tok) for c in choices] if body.echo else None
@@ -149,7 +150,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
         raise APIError("invalid_request", "top_logprobs needs logprobs: true", param="top_logprobs")
     inp = InferenceInput(route="chat", prompt=_chat_prompt(body),
                          sampling=sampling_params(body, logprobs=body.num_logprobs), max_tokens=body.output_limit,
-                         explicit_class=explicit_class(body.workload_class, x_workload_class))
+                         explicit_class=explicit_class(body.workload_class, x_workload_class),
+                         temperature_unset=body.temperature is None)
     choices = await prepare_choices(service, ctx, key, [inp], body.n)
     tok = service.client.tokenizer
     if body.stream:

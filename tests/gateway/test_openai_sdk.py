@@ -128,3 +128,16 @@ def test_vllm_utility_routes(live_server: LiveServer, keys: Keys) -> None:
         assert c.get(f"/v1/models/{model}").json()["id"] == model
         missing = c.get("/v1/models/gpt-9")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+def test_a_class_default_temperature_applies_only_when_the_request_leaves_it_unset(sdk: openai.OpenAI) -> None:
+    # default.toml: realtime_risk answers greedily on the OpenAI routes; document_qa keeps OpenAI's 1.0.
+    model = sdk.models.list().data[0].id
+    risk = {"workload_class": "realtime_risk", "ignore_eos": True}
+    greedy = sdk.completions.create(model=model, prompt="Wire transfer", max_tokens=8, temperature=0, extra_body=risk)
+    unset = [sdk.completions.create(model=model, prompt="Wire transfer", max_tokens=8, seed=s, extra_body=risk)
+             for s in (1, 2)]
+    assert all(u.choices[0].text == greedy.choices[0].text for u in unset)
+    sampled = [sdk.completions.create(model=model, prompt="Wire transfer", max_tokens=8, seed=s, temperature=1.0,
+                                      extra_body=risk) for s in (1, 2)]
+    assert sampled[0].choices[0].text != sampled[1].choices[0].text  # an explicit temperature wins
