@@ -76,13 +76,18 @@ def _logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
-def sampling_params(body: SamplingFields, *, logprobs: int | None = None) -> SamplingParams:
-    """Everything but max_tokens, which the service resolves once the class is known."""
+def sampling_params(body: SamplingFields, *, logprobs: int | None = None, tool_schema: str | None = None
+                    ) -> SamplingParams:
+    """Everything but max_tokens, which the service resolves once the class is known.
+
+    `tool_schema`: the JSON Schema (text) a tool call must follow (gateway/tools.py), if any."""
     problem = body.unsupported()
     if problem:
         param, message = problem
         raise APIError("unsupported_parameter", message, param=param)
     constraints = _constraints(body)
+    if tool_schema is not None:
+        constraints.append(("tool_choice", {"json_schema": _schema_text(tool_schema, "tools")}))
     if len(constraints) > 1:
         names = ", ".join(name for name, _ in constraints)
         raise APIError("invalid_request", f"send at most one output constraint, got {names}",

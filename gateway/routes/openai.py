@@ -44,6 +44,7 @@ from gateway.schemas.openai import (
 )
 from gateway.service import InferenceInput, InferenceService, Prompt, raise_if_failed
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
+from gateway.tools import describe_tools, tool_calls, tool_schema
 
 router = APIRouter(tags=["openai"])
 
@@ -55,8 +56,9 @@ def _check_model(body: SamplingFields, service: InferenceService) -> None:
 
 
 def _chat_prompt(body: ChatCompletionRequest) -> Prompt:
-    return Prompt(messages=[{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                            for m in body.messages])
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+    tools = describe_tools(body)
+    return Prompt(messages=messages if tools is None else [tools, *messages])
 
 
 def _echo_text(prompt: str | list[int], tok: Tokenizer) -> str:
@@ -148,8 +150,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     _check_model(body, service)
     if body.top_logprobs and not body.logprobs:
         raise APIError("invalid_request", "top_logprobs needs logprobs: true", param="top_logprobs")
-    inp = InferenceInput(route="chat", prompt=_chat_prompt(body),
-                         sampling=sampling_params(body, logprobs=body.num_logprobs), max_tokens=body.output_limit,
+    calls = tool_schema(body)
+    inp = InferenceInput(route="chat", prompt=_chat_prompt(body), max_tokens=body.output_limit,
+                         sampling=sampling_params(body, logprobs=body.num_logprobs, tool_schema=calls),
                          explicit_class=explicit_class(body.workload_class, x_workload_class),
                          temperature_unset=body.temperature is None)
     choices = await prepare_choices(service, ctx, key, [inp], body.n)
@@ -159,13 +162,20 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
                          logprobs=body.logprobs)
         return EventStreamResponse(stream.events(choices))
     done = await cancel_on_disconnect(request, collect_all(choices))
-    out = [ChatChoice(index=c.index, message=AssistantMessage(content=d.text), finish_reason=d.finish_reason,
+    out = [ChatChoice(index=c.index, message=_message(body, d.text, calls is not None),
+                      finish_reason="tool_calls" if calls is not None and d.finish_reason == "stop" else d.finish_reason,
                       logprobs=chat_logprobs(tok, d.logprobs) if body.logprobs else None)
            for c, d in zip(choices, done)]
     return ChatCompletionResponse(
         id=ctx.request_id, created=int(ctx.arrival_time), model=service.model_name, choices=out,
         usage=usage(choices, [d.metrics for d in done]), timings=Timings.of(done[0].metrics),
         workload_class=choices[0].admitted.cls.name)
+
+
+def _message(body: ChatCompletionRequest, text: str, is_call: bool) -> AssistantMessage:
+    if is_call:
+        return AssistantMessage(content=None, tool_calls=tool_calls(body, text))
+    return AssistantMessage(content=text)
 
 
 @router.get("/models", response_model=ModelList, responses=ERROR_RESPONSES)

@@ -176,12 +176,39 @@ class ChatMessage(EdgeModel):
         return "".join(p.text for p in self.content)
 
 
+class FunctionDef(EdgeModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON Schema; None: any object
+    strict: bool | None = None  # finserve always enforces the schema
+
+
+class ToolDef(EdgeModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ToolName(EdgeModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str
+
+
+class NamedToolChoice(EdgeModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["function"]
+    function: ToolName
+
+
 class ChatCompletionRequest(SamplingFields):
     _not_used: ClassVar[dict[str, tuple[Any, ...]]] = CHAT_NOT_USED
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: MaxTokens | None = None  # newer OpenAI name of max_tokens
     logprobs: bool = False
     top_logprobs: Logprobs | None = None  # alternatives per token; needs logprobs: true (OpenAI's rule)
+    tools: list[ToolDef] | None = None  # see gateway/tools.py for what each tool_choice does
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
 
     @property
     def num_logprobs(self) -> int | None:
@@ -236,9 +263,21 @@ class CompletionResponse(BaseModel):
     workload_class: str
 
 
+class ToolCallFunction(BaseModel):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(BaseModel):

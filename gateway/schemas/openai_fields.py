@@ -56,8 +56,6 @@ _CHAT: dict[str, tuple[Any, ...]] = {
     "web_search_options": (None,),
     "functions": (None, []),  # deprecated form of tools
     "function_call": (None, "none"),
-    "tools": (None, []),
-    "tool_choice": (None, "none", "auto"),  # with no tools, "auto" and "none" both mean plain text
     "parallel_tool_calls": (None, True, False),  # meaningless without tools
     # vLLM
     "echo": (None, False),  # vLLM's chat echo (repeat the last message) is not implemented

@@ -63,6 +63,9 @@ SAMPLE = {
     "top_k": 5, "min_p": 0.1, "repetition_penalty": 1.1, "stop_token_ids": [5], "ignore_eos": True,
     "min_tokens": 1, "guided_json": {"type": "object"}, "guided_regex": "[a-z]{3}",
     "guided_choice": ["yes", "no"], "structured_outputs": {"choice": ["a", "b"]}, "top_logprobs": 2,
+    "tools": [{"type": "function", "function": {"name": "flag", "parameters": {
+        "type": "object", "properties": {"risky": {"type": "boolean"}}, "required": ["risky"]}}}],
+    "tool_choice": "none",
 }
 CHAT_BASE = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
 COMPLETION_BASE = {"prompt": "Hello", "max_tokens": 2}
@@ -103,6 +106,8 @@ async def _walk(client: httpx.AsyncClient, keys: Keys, path: str, base: dict, fi
             body = {**base, f: (SAMPLE | sample_extra)[f]}
             if f == "top_logprobs":
                 body["logprobs"] = True
+            if f == "tools":
+                body["tool_choice"] = "required"
             r = await client.post(path, headers=auth(keys.acme), json=body)
             if r.status_code != 200:
                 problems.append(f"{f} -> {r.status_code} {r.text[:200]}")

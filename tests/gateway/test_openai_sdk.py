@@ -141,3 +141,36 @@ def test_a_class_default_temperature_applies_only_when_the_request_leaves_it_uns
     sampled = [sdk.completions.create(model=model, prompt="Wire transfer", max_tokens=8, seed=s, temperature=1.0,
                                       extra_body=risk) for s in (1, 2)]
     assert sampled[0].choices[0].text != sampled[1].choices[0].text  # an explicit temperature wins
+
+
+FLAG = {"type": "function", "function": {"name": "flag_transaction", "description": "Flag a risky transfer",
+                                         "parameters": {"type": "object", "properties": {
+                                             "risky": {"type": "boolean"},
+                                             "level": {"enum": ["low", "high"]}},
+                                             "required": ["risky", "level"], "additionalProperties": False}}}
+NOTE = {"type": "function", "function": {"name": "add_note", "parameters": {
+    "type": "object", "properties": {"text": {"type": "string", "maxLength": 20}}, "required": ["text"],
+    "additionalProperties": False}}}
+
+
+def test_tool_calls_follow_the_function_schema(sdk: openai.OpenAI) -> None:
+    import json
+
+    model = sdk.models.list().data[0].id
+    named = sdk.chat.completions.create(model=model, messages=HI, tools=[FLAG, NOTE], max_tokens=60,
+                                        tool_choice={"type": "function", "function": {"name": "flag_transaction"}})
+    call = named.choices[0].message.tool_calls[0]
+    assert named.choices[0].finish_reason == "tool_calls" and named.choices[0].message.content is None
+    assert call.function.name == "flag_transaction"
+    args = json.loads(call.function.arguments)
+    assert isinstance(args["risky"], bool) and args["level"] in ("low", "high")
+    required = sdk.chat.completions.create(model=model, messages=HI, tools=[FLAG, NOTE], max_tokens=60,
+                                           tool_choice="required", seed=3)
+    call = required.choices[0].message.tool_calls[0]
+    assert call.function.name in ("flag_transaction", "add_note")
+    json.loads(call.function.arguments)
+    plain = sdk.chat.completions.create(model=model, messages=HI, tools=[FLAG], tool_choice="none", max_tokens=3)
+    assert plain.choices[0].message.tool_calls is None and plain.choices[0].message.content is not None
+    with pytest.raises(openai.BadRequestError) as auto:
+        sdk.chat.completions.create(model=model, messages=HI, tools=[FLAG], max_tokens=3)  # "auto" by default
+    assert (auto.value.code, auto.value.param) == ("unsupported_parameter", "tool_choice")
