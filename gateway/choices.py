@@ -93,7 +93,15 @@ async def collect(choice: Choice) -> Collected:
 
 
 async def collect_all(choices: list[Choice]) -> list[Collected]:
-    return list(await asyncio.gather(*(collect(c) for c in choices)))
+    """Every choice's answer; when one fails (or the client leaves) the others are cancelled, which aborts them."""
+    tasks = [asyncio.ensure_future(collect(c)) for c in choices]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
