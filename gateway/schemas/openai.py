@@ -8,6 +8,7 @@ it (`param`); a field of neither is refused the same way. A known field of the w
 """
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -162,18 +163,35 @@ class TextPart(EdgeModel):
     text: str
 
 
+class MessageToolCall(EdgeModel):
+    """A tool call of an earlier assistant turn, sent back in the conversation."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: dict[str, Any]
+
+
 class ChatMessage(EdgeModel):
     model_config = ConfigDict(extra="ignore", strict=True)
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None  # assistant turns that called tools
+    tool_call_id: str | None = None  # a tool's answer: which call it answers
 
     def text(self) -> str:
+        """The turn as the chat template sees it: tool calls as their JSON, tool answers as they are."""
         if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(p.text for p in self.content)
+            text = ""
+        elif isinstance(self.content, str):
+            text = self.content
+        else:
+            text = "".join(p.text for p in self.content)
+        if self.tool_calls:
+            calls = [{"name": c.function.get("name"), "arguments": c.function.get("arguments")} for c in self.tool_calls]
+            text = (text + "\n" if text else "") + json.dumps(calls)
+        return text
 
 
 class FunctionDef(EdgeModel):

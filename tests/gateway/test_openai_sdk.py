@@ -174,3 +174,16 @@ def test_tool_calls_follow_the_function_schema(sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as auto:
         sdk.chat.completions.create(model=model, messages=HI, tools=[FLAG], max_tokens=3)  # "auto" by default
     assert (auto.value.code, auto.value.param) == ("unsupported_parameter", "tool_choice")
+
+
+def test_a_conversation_with_a_tool_call_and_its_answer(sdk: openai.OpenAI) -> None:
+    messages = [*HI, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "flag_transaction", "arguments": "{\"risky\": true, \"level\": \"high\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "flagged"}]
+    r = sdk.chat.completions.create(model=sdk.models.list().data[0].id, messages=messages, max_tokens=3,
+                                    extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    longer = sdk.chat.completions.create(model=r.model, messages=messages[:1], max_tokens=3,
+                                         extra_body={"ignore_eos": True})
+    assert r.usage.prompt_tokens > longer.usage.prompt_tokens + 10  # the call and its answer reached the model
