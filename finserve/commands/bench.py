@@ -1,108 +1,150 @@
-"""`finserve bench ...`: benchmarks that print JSON (and write it to --json PATH)."""
+"""`finserve bench ...`: benchmarks that print JSON on stdout (and write it to --json-file PATH).
+
+A spinner with the elapsed time shows on stderr while one runs (only on a terminal)."""
 from __future__ import annotations
+
+from typing import Annotated, Optional
 
 import typer
 
+from finserve.console import CLIError, status
+
 bench_app = typer.Typer(help="Benchmarks; each prints JSON. Not tests: no timing asserts.", no_args_is_help=True)
+
+JsonFileOpt = Annotated[Optional[str], typer.Option("--json-file", metavar="PATH", help="Also write the JSON to this file.")]
+# The old name of --json-file, hidden: commands recorded in docs and scripts keep running (with a warning).
+OldJsonOpt = Annotated[Optional[str], typer.Option("--json", hidden=True, help="Deprecated: use --json-file.")]
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="torch threads on CPU (default: all cores).")]
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")
 
 
+def _json_path(json_file: str | None, old_json: str | None) -> str | None:
+    if json_file and old_json:
+        raise CLIError("give --json-file only (--json is its old name)")
+    if old_json:
+        typer.echo("warning: --json PATH is deprecated; use --json-file PATH", err=True)
+    return json_file or old_json
+
+
 @bench_app.command("engine")
 def engine_bench(
-    json_path: str = typer.Option(None, "--json", help="Also write the JSON here."),
-    reps: int = typer.Option(3, "--reps", min=1, help="Side-by-side repetitions (A B A B ...)."),
-    mixed_requests: int = typer.Option(64, "--mixed-requests", min=1),
-    threads: int = typer.Option(None, "--threads"),
-    model: str = typer.Option(None, "--model"),
-    parts: str = typer.Option("decode,mixed,prefix", "--parts", help="Comma-separated subset to run."),
+    json_file: JsonFileOpt = None,
+    reps: Annotated[int, typer.Option("--reps", min=1, help="Side-by-side repetitions (A B A B ...).")] = 3,
+    mixed_requests: Annotated[int, typer.Option(
+        "--mixed-requests", min=1, help="Requests in the mixed-batch throughput part.")] = 64,
+    threads: ThreadsOpt = None,
+    model: ModelOpt = None,
+    parts: Annotated[str, typer.Option("--parts", help="Comma-separated subset of decode,mixed,prefix.")]
+        = "decode,mixed,prefix",
+    old_json: OldJsonOpt = None,
 ) -> None:
     """Engine vs HF transformers generate(): batch-1 TPOT, mixed-batch output tokens/s, prefix reuse TTFT."""
     from bench.engine_bench import run
     from finserve.models import resolve_model
 
+    path = _json_path(json_file, old_json)
     model = resolve_model(model)
-
-    run(json_path, reps=reps, mixed_requests=mixed_requests, threads=threads, model=model,
-        parts=tuple(p.strip() for p in parts.split(",") if p.strip()))
+    with status("bench engine: engine and HF generate() side by side ..."):
+        run(path, reps=reps, mixed_requests=mixed_requests, threads=threads, model=model,
+            parts=tuple(p.strip() for p in parts.split(",") if p.strip()))
 
 
 @bench_app.command("isolation")
 def isolation_bench(
-    json_path: str = typer.Option(None, "--json"),
-    risk_requests: int = typer.Option(30, "--risk-requests", min=2),
-    gap_s: float = typer.Option(1.0, "--gap-s", help="Mean gap between risk requests."),
-    bulk_in_flight: int = typer.Option(16, "--bulk-in-flight", min=1),
-    model: str = typer.Option(None, "--model"),
+    json_file: JsonFileOpt = None,
+    risk_requests: Annotated[int, typer.Option("--risk-requests", min=2, help="realtime_risk requests per run.")] = 30,
+    gap_s: Annotated[float, typer.Option("--gap-s", help="Mean gap between risk requests, seconds.")] = 1.0,
+    bulk_in_flight: Annotated[int, typer.Option(
+        "--bulk-in-flight", min=1, help="Bulk requests kept in flight as background load.")] = 16,
+    model: ModelOpt = None,
+    old_json: OldJsonOpt = None,
 ) -> None:
     """Realtime-risk TTFT idle vs under bulk + document load, class policy vs fcfs."""
     from bench.isolation import run
     from finserve.models import resolve_model
 
+    path = _json_path(json_file, old_json)
     model = resolve_model(model)
-
-    run(json_path, n_risk=risk_requests, gap_s=gap_s, bulk_in_flight=bulk_in_flight, model=model)
+    with status("bench isolation: risk TTFT idle, then under load, class policy vs fcfs ..."):
+        run(path, n_risk=risk_requests, gap_s=gap_s, bulk_in_flight=bulk_in_flight, model=model)
 
 
 @bench_app.command("gateway")
 def gateway_bench(
-    json_path: str = typer.Option(None, "--json"),
-    n: int = typer.Option(100, "--n", min=1, help="Requests per block and side."),
-    blocks: int = typer.Option(5, "--blocks", min=1, help="Alternating blocks (http, direct, ...)."),
-    warmup: int = typer.Option(20, "--warmup", min=0),
-    model: str = typer.Option(None, "--model"),
-    threads: int = typer.Option(None, "--threads"),
+    json_file: JsonFileOpt = None,
+    n: Annotated[int, typer.Option("--n", min=1, help="Requests per block and side.")] = 100,
+    blocks: Annotated[int, typer.Option("--blocks", min=1, help="Alternating blocks (http, direct, ...).")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured requests first.")] = 20,
+    model: ModelOpt = None,
+    threads: ThreadsOpt = None,
+    old_json: OldJsonOpt = None,
 ) -> None:
     """Latency a 1-token completion gains through HTTP vs calling the EngineClient directly."""
     from bench.gateway_bench import run
     from finserve.models import resolve_model
 
+    path = _json_path(json_file, old_json)
     model = resolve_model(model)
-
-    run(json_path, n=n, blocks=blocks, warmup=warmup, model=model, threads=threads)
+    with status("bench gateway: HTTP vs direct, alternating blocks ..."):
+        run(path, n=n, blocks=blocks, warmup=warmup, model=model, threads=threads)
 
 
 @bench_app.command("serve")
 def serve_bench(
-    url: str = typer.Option("http://127.0.0.1:8000", "--url", help="A running finserve gateway (loopback only)."),
-    key: str = typer.Option(..., "--key", envvar="FINSERVE_API_KEY", help="API key (use one with a high rate limit)."),
-    json_path: str = typer.Option(None, "--json"),
-    requests: int = typer.Option(200, "--requests", min=1),
-    duration: float = typer.Option(300.0, "--duration", help="Stop sending after this many seconds."),
-    rate: float = typer.Option(1.0, "--rate", help="Mean Poisson arrival rate, requests/s, all classes."),
-    mix: str = typer.Option("realtime_risk=0.5,document_qa=0.3,bulk_extraction=0.2", "--mix"),
-    seed: int = typer.Option(0, "--seed"),
-    documents: int = typer.Option(2, "--documents", min=1),
-    drain_timeout: float = typer.Option(300.0, "--drain-timeout"),
+    url: Annotated[Optional[str], typer.Option(
+        "--url", metavar="URL", help="A running finserve gateway, loopback only (default: FINSERVE_GATEWAY_URL).")] = None,
+    key: Annotated[str, typer.Option(
+        "--key", envvar="FINSERVE_API_KEY", metavar="KEY", help="API key (use one with a high rate limit).")] = ...,  # type: ignore[assignment]
+    json_file: JsonFileOpt = None,
+    requests: Annotated[int, typer.Option("--requests", min=1, help="Requests to send in all.")] = 200,
+    duration: Annotated[float, typer.Option("--duration", help="Stop sending after this many seconds.")] = 300.0,
+    rate: Annotated[float, typer.Option("--rate", help="Mean Poisson arrival rate, requests/s, all classes.")] = 1.0,
+    mix: Annotated[str, typer.Option("--mix", help="Share of each class, class=fraction, comma-separated.")]
+        = "realtime_risk=0.5,document_qa=0.3,bulk_extraction=0.2",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of arrivals and prompts.")] = 0,
+    documents: Annotated[int, typer.Option("--documents", min=1, help="Documents the questions are about.")] = 2,
+    drain_timeout: Annotated[float, typer.Option(
+        "--drain-timeout", help="Seconds to wait for answers after the last request.")] = 300.0,
+    old_json: OldJsonOpt = None,
 ) -> None:
     """Open-loop Poisson load mixing the three classes, measured from the client; compared with the ledger."""
     from bench.serve import run
     from core.settings import Settings
 
-    policy = Settings().policy  # the policy the gateway under test was started with (FINSERVE_POLICY)
-    run(url, key, json_path, requests=requests, duration_s=duration, rate=rate, mix=mix, seed=seed,
-        documents=documents, drain_timeout_s=drain_timeout, policy_path=str(policy) if policy else None)
+    path = _json_path(json_file, old_json)
+    settings = Settings()
+    policy = settings.policy  # the policy the gateway under test was started with (FINSERVE_POLICY)
+    with status(f"bench serve: {requests} requests at {rate:g}/s ..."):
+        run(url or settings.gateway_url, key, path, requests=requests, duration_s=duration, rate=rate, mix=mix,
+            seed=seed, documents=documents, drain_timeout_s=drain_timeout,
+            policy_path=str(policy) if policy else None)
 
 
 @bench_app.command("bulk")
 def bulk_bench(
-    json_path: str = typer.Option(None, "--json"),
-    items: int = typer.Option(200, "--items", min=1),
-    reps: int = typer.Option(2, "--reps", min=1),
-    model: str = typer.Option(None, "--model"),
-    threads: int = typer.Option(None, "--threads"),
-    workers: int = typer.Option(1, "--workers", min=1),
-    in_flight: int = typer.Option(16, "--in-flight", min=1),
-    max_tokens: int = typer.Option(128, "--max-tokens", min=1),
-    risk_gap_s: float = typer.Option(1.0, "--risk-gap-s"),
+    json_file: JsonFileOpt = None,
+    items: Annotated[int, typer.Option("--items", min=1, help="Contracts in the job.")] = 200,
+    reps: Annotated[int, typer.Option("--reps", min=1, help="Side-by-side repetitions.")] = 2,
+    model: ModelOpt = None,
+    threads: ThreadsOpt = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Celery worker processes.")] = 1,
+    in_flight: Annotated[int, typer.Option("--in-flight", min=1, help="Items in flight per worker.")] = 16,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Answer budget per item.")] = 128,
+    risk_gap_s: Annotated[float, typer.Option(
+        "--risk-gap-s", help="Mean gap between realtime_risk probes sent during the job, seconds.")] = 1.0,
+    old_json: OldJsonOpt = None,
 ) -> None:
     """A contract job end to end through the gateway and Celery vs the same items sent straight to the engine."""
     from bench.bulk import run
     from finserve.models import resolve_model
 
+    path = _json_path(json_file, old_json)
     model = resolve_model(model)
-
-    run(json_path, items=items, reps=reps, model=model, threads=threads, workers=workers, in_flight=in_flight,
-        max_tokens=max_tokens, risk_gap_s=risk_gap_s)
+    with status(f"bench bulk: {items} items, {reps} repetitions ..."):
+        run(path, items=items, reps=reps, model=model, threads=threads, workers=workers, in_flight=in_flight,
+            max_tokens=max_tokens, risk_gap_s=risk_gap_s)

@@ -5,9 +5,11 @@ import re
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
+
+from finserve.console import CLIError, Output, OutputOpt, print_json, stdout
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -24,7 +26,7 @@ def parse_time(text: str, now: datetime) -> datetime:
     try:
         t = datetime.fromisoformat(text)
     except ValueError:
-        raise typer.BadParameter(f"{text!r}: use ISO 8601 (2025-03-01T09:00), 'now', or a duration like 24h") from None
+        raise CLIError(f"{text!r}: use ISO 8601 (2025-03-01T09:00), 'now', or a duration like 24h") from None
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
@@ -39,13 +41,14 @@ def _session():
 
 
 def _check_classes(names: list[str]) -> None:
+    """Refuse class names the policy in use (FINSERVE_POLICY) does not define, as the API does."""
     from core.settings import Settings
     from policies import load_policy
 
     known = set(load_policy(Settings().policy).classes)
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise typer.BadParameter(f"unknown workload class {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise CLIError(f"unknown workload class {', '.join(unknown)}; known classes: {', '.join(sorted(known))}")
 
 
 def register(app: typer.Typer) -> None:
@@ -88,58 +91,60 @@ def register(app: typer.Typer) -> None:
                 raw = create_key(session, tenant, class_list, admin=admin, rate_limit_rps=rate_limit,
                                  default_class=default_class, worker=worker)
             except ValueError as exc:
-                raise typer.BadParameter(str(exc)) from None
+                raise CLIError(str(exc)) from None
         typer.echo(raw)
         typer.echo("store this key now: it is not shown again", err=True)
 
     @keys_app.command("list")
-    def keys_list(tenant: Annotated[Optional[str], typer.Option(help="Only this tenant")] = None) -> None:
+    def keys_list(tenant: Annotated[Optional[str], typer.Option(help="Only this tenant")] = None,
+                  output: OutputOpt = Output.table) -> None:
         """List keys (prefix only, never the key)."""
         from core.keys import list_keys
 
         with _session() as session:
-            for k in list_keys(session, tenant):
-                state = "revoked" if k.revoked_at else "active"
-                classes = ",".join(k.allowed_classes) if k.allowed_classes else "all"
-                typer.echo(f"{k.key_id}  {k.prefix}…  tenant={k.tenant}  classes={classes}  "
-                           f"admin={k.is_admin}  worker={k.is_worker}  rps={k.rate_limit_rps:g}  {state}")
+            rows = [_key_row(k) for k in list_keys(session, tenant)]
+        if output is Output.json:
+            print_json(rows)
+        else:
+            _print_keys(rows)
 
     @keys_app.command("revoke")
-    def keys_revoke(key_id: str) -> None:
+    def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (see `finserve keys list`).")]) -> None:
         """Revoke a key by its id (see `finserve keys list`)."""
         from core.keys import revoke_key
 
         with _session() as session:
             if not revoke_key(session, key_id):
-                typer.echo(f"no active key {key_id}", err=True)
-                raise typer.Exit(1)
+                raise CLIError(f"no active key {key_id} (see `finserve keys list`)")
         typer.echo(f"revoked {key_id}")
 
     @app.command("report")
     def report(
-        window: Annotated[Optional[str], typer.Option(help="Rolling window before --until: 24h, 7d, 28d (default 28d)")] = None,
-        since: Annotated[Optional[str], typer.Option(help="Window start instead of --window: ISO 8601 or a duration ago")] = None,
-        until: Annotated[str, typer.Option(help="Window end (exclusive): ISO 8601 or 'now'")] = "now",
-        workload_class: Annotated[Optional[str], typer.Option("--class", help="Only this class")] = None,
+        window: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Rolling window before --until: 24h, 7d, 28d (default 28d)")] = None,
+        since: Annotated[Optional[str], typer.Option(metavar="TIME", help="Window start instead of --window: ISO 8601 or a duration ago")] = None,
+        until: Annotated[str, typer.Option(metavar="TIME", help="Window end (exclusive): ISO 8601 or 'now'")] = "now",
+        workload_class: Annotated[Optional[str], typer.Option("--class", metavar="CLASS", help="Only this class")] = None,
         tenant: Annotated[Optional[str], typer.Option(help="Only this tenant (default: all, with a per-tenant table)")] = None,
-        fmt: Annotated[str, typer.Option("--format", help="json | csv | html")] = "json",
+        fmt: Annotated[str, typer.Option("--format", help="json, csv or html (the report's document format)")] = "json",
         out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout")] = None,
     ) -> None:
         """SLO report per workload class from the request ledger: attainment, error budget, burn rates, alerts."""
         from gateway.reports import DEFAULT_WINDOW, FORMATS, build_report, parse_duration, render_report
 
         if fmt not in FORMATS:
-            raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
+            raise CLIError(f"--format must be one of {', '.join(FORMATS)}")
         if since is not None and window is not None:
-            raise typer.BadParameter("give --since or --window, not both")
+            raise CLIError("give --since or --window, not both")
+        if workload_class is not None:
+            _check_classes([workload_class])
         now = datetime.now(timezone.utc)
         t1 = parse_time(until, now)
         try:
             t0 = parse_time(since, now) if since is not None else t1 - (parse_duration(window) if window else DEFAULT_WINDOW)
         except ValueError as exc:
-            raise typer.BadParameter(f"--window: {exc}") from None
+            raise CLIError(f"--window: {exc}") from None
         if t1 <= t0:
-            raise typer.BadParameter("--until must be after --since")
+            raise CLIError("--until must be after --since")
         with _session() as session:
             text = render_report(build_report(session, t0, t1, workload_class, tenant), fmt)
         if out is None:
@@ -148,3 +153,26 @@ def register(app: typer.Typer) -> None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text)
             typer.echo(f"wrote {out}", err=True)
+
+
+def _key_row(k: Any) -> dict[str, Any]:
+    return {"key_id": k.key_id, "prefix": k.prefix, "tenant": k.tenant, "classes": k.allowed_classes or None,
+            "default_class": k.default_class, "admin": k.is_admin, "worker": k.is_worker,
+            "rate_limit_rps": k.rate_limit_rps, "state": "revoked" if k.revoked_at else "active",
+            "created_at": k.created_at, "revoked_at": k.revoked_at}
+
+
+def _print_keys(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        typer.echo("no keys (create one with `finserve keys create --tenant NAME`)", err=True)
+        return
+    from rich.table import Table
+
+    table = Table()
+    for name in ("id", "prefix", "tenant", "classes", "admin", "worker", "rps", "state"):
+        table.add_column(name, no_wrap=name in ("id", "prefix"))  # ids are copied into `keys revoke`
+    for r in rows:
+        table.add_row(r["key_id"], f"{r['prefix']}…", r["tenant"], ",".join(r["classes"] or ["all"]),
+                      "yes" if r["admin"] else "no", "yes" if r["worker"] else "no", f"{r['rate_limit_rps']:g}",
+                      r["state"])
+    stdout().print(table)

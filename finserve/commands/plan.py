@@ -3,7 +3,6 @@ and `finserve sweep` (measured TTFT, TPOT, throughput and KV memory as one workl
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -24,6 +23,7 @@ from engine.planner import (
     plan_kv,
     shape_from_folder,
 )
+from finserve.console import CLIError, Output, OutputOpt, config_error, print_json, status
 
 if TYPE_CHECKING:
     from engine.planner_measure import KVMeasurement
@@ -49,13 +49,13 @@ def kv_plan(
         help=f"weights dtype: {', '.join(WEIGHT_DTYPES)} (default: --dtype; bf16 when the KV cache is fp8/int8)")] = None,
     context: Annotated[int, typer.Option(help="KV tokens per request (prompt + output)")] = 4096,
     batch: Annotated[int, typer.Option(help="concurrent requests to size for")] = 1,
-    memory: Annotated[Optional[str], typer.Option(help="total memory incl. weights, e.g. 8GiB, 512MiB")] = None,
+    memory: Annotated[Optional[str], typer.Option(metavar="SIZE", help="total memory incl. weights, e.g. 8GiB, 512MiB")] = None,
     block_size: Annotated[int, typer.Option(help="tokens per KV block")] = 16,
     measure: Annotated[bool, typer.Option(
         help="start the engine with the KV budget left after weights and fill it with requests of --context "
              "(one prefill over the whole budget: keep --memory small on CPU)")] = False,
     device: Annotated[str, typer.Option(help="device for --measure")] = "cpu",
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+    output: OutputOpt = Output.table,
 ) -> None:
     """How many requests of a given context fit at once, and what GQA saves over MHA."""
     try:
@@ -67,13 +67,15 @@ def kv_plan(
                             block_size=block_size, memory_bytes=parse_bytes(memory) if memory else None)
         plan = plan_kv(inputs)
         measured = _measure(folder, plan, device) if measure else None
-    except (ValueError, FileNotFoundError) as e:
-        raise typer.BadParameter(str(e)) from None
-    if as_json:
+    except FileNotFoundError as e:  # no model folder
+        raise config_error(str(e)) from None
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    if output is Output.json:
         doc = {"memory_convention": MEMORY_CONVENTION, **dataclasses.asdict(plan)}
         if measured is not None:
             doc["measured"] = {**dataclasses.asdict(measured), "agrees": measured.agrees}
-        typer.echo(json.dumps(doc, indent=2))
+        print_json(doc)
         return
     console = Console()
     console.print(_assumptions_table(plan, wdtype_defaulted=weights_dtype is None))
@@ -113,7 +115,7 @@ def _measure(folder: Path | None, plan: KVPlan, device: str) -> KVMeasurement:
     from core.logging import configure_logging
     from engine.planner_measure import measure_kv
 
-    configure_logging()  # engine start-up logs go to stderr, so --json stdout stays one JSON document
+    configure_logging()  # engine start-up logs go to stderr, so --output json stdout stays one JSON document
     return measure_kv(folder, plan, device=device)
 
 
@@ -206,6 +208,7 @@ def sweep(
     seed: Annotated[int, typer.Option(help="seed of the random prompts")] = 0,
     bandwidth_gib: Annotated[float, typer.Option(
         help="size of the memory-bandwidth probe for roofline fractions; 0 skips it")] = 1.0,
+    output: OutputOpt = Output.table,
 ) -> None:
     """Measure TTFT, TPOT, E2E, input/output tokens/s and peak KV memory as one workload dimension grows."""
     from bench.sweep import DEFAULT_VALUES, SweepSpec, parse_values
@@ -222,14 +225,18 @@ def sweep(
             max_batched_tokens=max_batched_tokens, seed=seed, bandwidth_gib=bandwidth_gib,
         )
     except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
+        raise CLIError(str(e)) from None
     configure_logging()  # engine start-up logs go to stderr; stdout gets the table
     try:
-        data = run_sweep(spec)
+        with status(f"sweeping {vary} over {', '.join(map(str, spec.values))} ({repeat} repetitions each) ..."):
+            data = run_sweep(spec)
     except ValueError as e:  # e.g. input + output beyond the model's context
-        raise typer.BadParameter(str(e)) from None
-    typer.echo((out / "sweep.md").read_text())
-    typer.echo(f"wrote {out / 'sweep.json'}, {out / 'sweep.md'} and {len(data['plots'])} plots in {out}")
+        raise CLIError(str(e)) from None
+    if output is Output.json:
+        print_json(data)
+    else:
+        typer.echo((out / "sweep.md").read_text())
+    typer.echo(f"wrote {out / 'sweep.json'}, {out / 'sweep.md'} and {len(data['plots'])} plots in {out}", err=True)
 
 
 def _one_dtype(text: str, parse_values) -> str:

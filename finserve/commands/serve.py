@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from core.settings import Settings
+from finserve.console import no_model
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 
 def run_server(settings: Settings) -> None:
@@ -26,22 +29,23 @@ def run_server(settings: Settings) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
-        host: Annotated[Optional[str], typer.Option(help="Bind address (default 127.0.0.1).")] = None,
-        port: Annotated[Optional[int], typer.Option(help="Port (default 8000).")] = None,
-        model: Annotated[Optional[Path], typer.Option(help="HF-format model folder.")] = None,
+        host: Annotated[Optional[str], typer.Option(help="Bind address (default: FINSERVE_HOST, else 127.0.0.1).")] = None,
+        port: Annotated[Optional[int], typer.Option(help="Gateway port (default: FINSERVE_PORT, else 8000); clients: --url or FINSERVE_GATEWAY_URL.")] = None,
+        model: Annotated[Optional[Path], typer.Option(help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
         device: Annotated[Optional[str], typer.Option(help="cpu or cuda[:N].")] = None,
         dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16 or float16.")] = None,
-        kv_memory: Annotated[Optional[int], typer.Option("--kv-memory", help="KV cache bytes.")] = None,
-        threads: Annotated[Optional[int], typer.Option(help="Torch CPU threads.")] = None,
-        policy: Annotated[Optional[Path], typer.Option(help="Policy TOML file.")] = None,
-        database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL of the ledger database.")] = None,
+        kv_memory: Annotated[Optional[int], typer.Option("--kv-memory", help="KV cache size in bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
+        threads: Annotated[Optional[int], typer.Option(help="Torch CPU threads (default: all cores).")] = None,
+        policy: Annotated[Optional[Path], typer.Option(help="Workload policy TOML (default: FINSERVE_POLICY, else the bundled default.toml).")] = None,
+        database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL of the database (default: FINSERVE_DATABASE_URL, else SQLite under FINSERVE_HOME).")] = None,
     ) -> None:
         """Serve the HTTP gateway and the engine (settings also come from FINSERVE_* variables)."""
+        from core.settings import Settings
+
         given = {"host": host, "port": port, "model": model, "device": device, "dtype": dtype,
                  "kv_cache_memory_bytes": kv_memory, "threads": threads, "policy": policy,
                  "database_url": database_url}
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
         if not (settings.model_path / "config.json").is_file():
-            typer.echo(f"no model at {settings.model_path}; run `finserve model prepare` or pass --model", err=True)
-            raise typer.Exit(2)
+            raise no_model(settings.model_path)
         run_server(settings)

@@ -8,12 +8,16 @@ lists every step); `--html FILE` writes the same timeline as a page with a Gantt
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from gateway.reports.timeline import Phase, render_timeline_html, timeline_phases
+from finserve.console import CLIError, ExitCode, Output, OutputOpt, print_json
+
+if TYPE_CHECKING:  # gateway.reports pulls in the HTML/plot stack: imported when a timeline is drawn, not for --help
+    from gateway.reports.timeline import Phase
 
 _DECODE_RUN = ("decode", "gap")  # a decode run: decode steps and the waits between them
 
@@ -27,14 +31,29 @@ def timeline(
     html: Annotated[Optional[Path], typer.Option(help="also write the timeline as an HTML page here")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="list every decode step instead of a summary")] = False,
     slowest: Annotated[int, typer.Option(min=0, help="slowest decode steps (and longest waits) to show")] = 3,
+    output: OutputOpt = Output.table,
 ) -> None:
     """Show how one request spent its time: tokenize, queue, prefill chunks, decode steps, stop."""
     row = _load(request_id)
-    typer.echo(render_text(row, show_all=show_all, slowest=slowest))
+    if output is Output.json:
+        print_json(timeline_doc(row))
+    else:
+        typer.echo(render_text(row, show_all=show_all, slowest=slowest))
     if html is not None:
+        from gateway.reports.timeline import render_timeline_html
+
         html.parent.mkdir(parents=True, exist_ok=True)
         html.write_text(render_timeline_html(row))
-        typer.echo(f"wrote {html}")
+        typer.echo(f"wrote {html}", err=True)
+
+
+def timeline_doc(row: Any) -> dict[str, Any]:
+    """The ledger row (without its raw timeline) and every phase, each with its duration."""
+    from gateway.reports.timeline import timeline_phases
+
+    request = {c.name: getattr(row, c.name) for c in row.__table__.columns if c.name != "timeline"}
+    phases = [{**asdict(p), "duration_ms": p.duration_ms} for p in timeline_phases(row)]
+    return {"request": request, "phases": phases}
 
 
 def _load(request_id: str) -> Any:
@@ -50,23 +69,19 @@ def _load(request_id: str) -> Any:
         with make_session_factory(engine)() as session:
             row = session.get(RequestLedger, request_id)
     except SQLAlchemyError as e:
-        _fail(f"cannot read the request ledger at {redact_url(url)} ({type(e).__name__}); "
-              "is FINSERVE_DATABASE_URL right, and has `finserve db upgrade` run?")
+        raise CLIError(f"cannot read the request ledger at {redact_url(url)} ({type(e).__name__}); "
+                       "is FINSERVE_DATABASE_URL right, and has `finserve db upgrade` run?", ExitCode.UNREACHABLE) from None
     finally:
         engine.dispose()
     if row is None:
-        _fail(f"no request {request_id!r} in the ledger at {redact_url(url)}")
+        raise CLIError(f"no request {request_id!r} in the ledger at {redact_url(url)}")
     return row
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
-
 
 
 # ---- text rendering ------------------------------------------------------------------------
 def render_text(row: Any, *, show_all: bool = False, slowest: int = 3) -> str:
+    from gateway.reports.timeline import timeline_phases
+
     phases = timeline_phases(row)
     lines = _header(row)
     if not phases:

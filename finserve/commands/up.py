@@ -17,8 +17,12 @@ import typer
 
 
 def _examples(url: str, key: str) -> str:
+    """Commands that work against this stack as printed, whatever its port: each names the URL."""
     auth = f'-H "Authorization: Bearer {key}"'
     return f"""
+  # the finserve client commands below read these (or take --url / --key)
+  export FINSERVE_GATEWAY_URL={url} FINSERVE_API_KEY={key}
+
   # realtime_risk: score one event
   curl -s {url}/v1/risk/assess {auth} -H 'Content-Type: application/json' \\
     -d '{{"event": {{"event_type": "wire_transfer", "amount": 950000, "currency": "USD", "attributes": {{"country": "KY"}}}}, "question": "Is this suspicious?"}}'
@@ -29,7 +33,8 @@ def _examples(url: str, key: str) -> str:
 
   # bulk_extraction: a job over the sample contracts
   curl -s {url}/v1/extraction-jobs {auth} -F items=@examples/contracts.ndjson -F schema=@examples/contract_schema.json
-  finserve jobs submit examples/contracts.ndjson --schema examples/contract_schema.json
+  finserve jobs submit examples/contracts.ndjson --schema examples/contract_schema.json --url {url}
+  finserve jobs list
 
   # OpenAI-compatible
   curl -s {url}/v1/chat/completions {auth} -H 'Content-Type: application/json' \\
@@ -48,18 +53,26 @@ def _on_sigterm(signum: int, frame: object) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def up(
-        port: Annotated[Optional[int], typer.Option(help="Gateway port (default 8000).")] = None,
-        redis_port: Annotated[int, typer.Option(help="Redis port (0: a free one).")] = 0,
-        workers: Annotated[int, typer.Option(help="Items in flight in the worker.")] = 4,
-        model: Annotated[Optional[Path], typer.Option(help="HF-format model folder.")] = None,
+        port: Annotated[Optional[int], typer.Option(
+            help="Gateway HTTP port on FINSERVE_HOST (default: FINSERVE_PORT, else 8000).")] = None,
+        redis_port: Annotated[int, typer.Option(help="Redis port on 127.0.0.1 (0: a free one, printed at start).")] = 0,
+        workers: Annotated[int, typer.Option(min=1, help="Items in flight in the worker.")] = 4,
+        model: Annotated[Optional[Path], typer.Option(
+            help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
     ) -> None:
-        """Start Redis, a worker and the gateway+engine; Ctrl-C stops everything."""
+        """Start Redis, a worker and the gateway+engine; Ctrl-C stops everything.
+
+        Ports opened: the gateway's HTTP port (--port, on FINSERVE_HOST, default 127.0.0.1:8000) and Redis
+        (--redis-port, always 127.0.0.1; a free port unless given). The worker opens none: it reaches Redis and
+        the gateway. The printed example commands name the gateway URL, so they work on any --port.
+        """
         from core.db.base import make_engine, make_session_factory
         from core.db.migrate import upgrade
         from core.keys import ensure_dev_key
         from core.settings import Settings
         from finserve.commands.jobs import resume_unfinished
         from finserve.commands.serve import run_server
+        from finserve.console import no_model
         from finserve.stack import start_worker, stop_worker
         from jobs.celery_app import use_broker
         from jobs.redis_server import RedisServer
@@ -67,8 +80,7 @@ def register(app: typer.Typer) -> None:
         given = {"port": port, "model": model}
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
         if not (settings.model_path / "config.json").is_file():
-            typer.echo(f"no model at {settings.model_path}; run `finserve model prepare` or pass --model", err=True)
-            raise typer.Exit(2)
+            raise no_model(settings.model_path)
         db_url = settings.resolved_database_url
         upgrade(db_url)
         engine = make_engine(db_url)

@@ -17,6 +17,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from core.db.models import LEDGER_STATUSES
 from gateway.reports import charts
 from gateway.reports.budget import ALERT_RULES, BURN_WINDOWS, EXHAUSTION_WINDOW
 from gateway.reports.percentiles import DEFAULT_PERCENTILES
@@ -26,7 +27,7 @@ MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "ht
 _PCTS = tuple(f"p{p:g}" for p in DEFAULT_PERCENTILES)
 _LATENCIES = ("ttft", "tpot", "e2e", "queue")
 _TARGETED = ("ttft", "tpot", "e2e")
-_OUTCOMES = ("finished", "failed", "aborted", "rejected")
+_OUTCOMES = LEDGER_STATUSES  # finished, failed, aborted, rejected, interrupted (a crash cut it short)
 
 CSV_FIELDS = (
     "scope", "tenant", "workload_class", "since", "until", "window_s", "requests", *_OUTCOMES,

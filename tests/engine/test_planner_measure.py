@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import typer
 from typer.testing import CliRunner
 
 from engine.planner import PlanInputs, plan_kv, shape_from_folder
 from engine.planner_measure import measure_kv
-from finserve.commands import plan as plan_cmd
+from finserve.cli import app
 
 # bytes per token of the tiny model: 2 x 2 layers x 2 kv heads x 16 x 4 B = 512
 
@@ -56,12 +55,9 @@ def test_engine_allocates_and_fills_what_the_formula_says(
 
 
 def test_cli_measure_reports_agreement_as_json(tiny: Path) -> None:
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    plan_cmd.register(app)
     memory = _memory_for_blocks(tiny, 40, 16, 10)
     result = CliRunner().invoke(app, ["kv-plan", "--model", str(tiny), "--context", "40", "--memory", str(memory),
-                                      "--measure", "--json"])
+                                      "--measure", "--output", "json"])
     assert result.exit_code == 0, result.output
     measured = json.loads(result.stdout)["measured"]  # logs go to stderr
     assert (measured["allocated_blocks"], measured["concurrency_reached"], measured["agrees"]) == (10, 3, True)

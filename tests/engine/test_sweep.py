@@ -6,11 +6,10 @@ import struct
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from bench.sweep import METRICS, SweepSpec, parse_values, points, run
-from finserve.commands import plan as plan_command
+from finserve.cli import app
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -87,8 +86,6 @@ def test_vary_dtype_runs_each_precision_for_real(tmp_path: Path, tiny_model_dir:
 
 
 def test_cli_writes_outputs_and_prints_the_table(tmp_path: Path, tiny_model_dir: Path) -> None:
-    app = typer.Typer()
-    plan_command.register(app)
     out = tmp_path / "cli"
     res = CliRunner().invoke(app, ["sweep", "--vary", "output", "--values", "2,6", "--repeat", "1", "--model",
                                    str(tiny_model_dir), "--threads", "1", "--fixed-input", "10", "--out", str(out),
@@ -100,14 +97,12 @@ def test_cli_writes_outputs_and_prints_the_table(tmp_path: Path, tiny_model_dir:
 
 
 def test_cli_refuses_what_cannot_run(tmp_path: Path, tiny_model_dir: Path) -> None:
-    app = typer.Typer()
-    plan_command.register(app)
     runner = CliRunner()
     too_long = runner.invoke(app, ["sweep", "--vary", "input", "--values", "5000", "--model", str(tiny_model_dir),
                                    "--out", str(tmp_path / "x")])
-    assert too_long.exit_code == 2 and "exceeds the model's context" in too_long.output
+    assert too_long.exit_code == 1 and "exceeds the model's context" in too_long.output
     bad_dtype = runner.invoke(app, ["sweep", "--vary", "dtype", "--values", "fp32,int4", "--out", str(tmp_path / "x")])
-    assert bad_dtype.exit_code == 2 and "unknown dtype int4" in bad_dtype.output
+    assert bad_dtype.exit_code == 1 and "unknown dtype int4" in bad_dtype.output
     assert not (tmp_path / "x").exists()
 
 

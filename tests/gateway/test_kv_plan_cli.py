@@ -1,4 +1,4 @@
-"""`finserve kv-plan` as an operator uses it: explicit shapes, --json, tables, and clear refusals."""
+"""`finserve kv-plan` as an operator uses it: explicit shapes, --output json, tables, and clear refusals."""
 from __future__ import annotations
 
 import json
@@ -8,17 +8,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from finserve.commands import plan
+from finserve.cli import app as finserve_app
 
 SMOLLM2_ARGS = ["--layers", "30", "--kv-heads", "3", "--head-dim", "64", "--heads", "9", "--hidden", "576"]
 
 
 @pytest.fixture(scope="module")
 def app() -> typer.Typer:
-    app = typer.Typer()
-    app.callback()(lambda: None)  # keep `kv-plan` a named subcommand, as under `finserve`
-    plan.register(app)
-    return app
+    return finserve_app
 
 
 def _run(app: typer.Typer, *args: str):
@@ -28,7 +25,7 @@ def _run(app: typer.Typer, *args: str):
 
 def test_json_plan_for_an_explicit_shape(app: typer.Typer) -> None:
     result = _run(app, *SMOLLM2_ARGS, "--params", "134515008", "--context", "4096", "--batch", "8",
-                  "--memory", "2GiB", "--json")
+                  "--memory", "2GiB", "--output", "json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert "weights + KV cache" in doc["memory_convention"]
@@ -57,11 +54,11 @@ def test_table_spells_out_assumptions_and_variants(app: typer.Typer) -> None:
 ])
 def test_bad_arguments_are_refused_with_a_reason(app: typer.Typer, args: list[str], message: str) -> None:
     result = _run(app, *args)
-    assert result.exit_code == 2
-    assert message in result.output
+    assert result.exit_code == 1  # a usage error
+    assert message in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_model_folder_without_config_is_refused(app: typer.Typer, tmp_path: Path) -> None:
     result = _run(app, "--model", str(tmp_path))
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # bad configuration: no model there
     assert "no config.json" in result.output and "finserve model prepare" in result.output

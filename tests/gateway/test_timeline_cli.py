@@ -1,18 +1,18 @@
 """`finserve timeline REQUEST_ID` against a real ledger database (SQLite, migrated)."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 import torch
-import typer
 from typer.testing import CliRunner
 
 from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.db.models import RequestLedger
-from finserve.commands import timeline as timeline_command
+from finserve.cli import app
 from gateway.ledger import LedgerRow, row_from_engine_request
 from tests.ledger.factories import make_row
 
@@ -53,9 +53,6 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def _cli(*args: str):
-    app = typer.Typer()
-    app.callback()(lambda: None)  # a group, as in gateway/cli.py (a lone command would swallow its name)
-    timeline_command.register(app)
     return CliRunner().invoke(app, list(args))
 
 
@@ -102,7 +99,19 @@ def test_html_report_written(ledger, tmp_path: Path) -> None:
 def test_unknown_request_is_a_clear_error(ledger) -> None:
     res = _cli("timeline", "nope")
     assert res.exit_code == 1
-    assert "no request 'nope' in the ledger" in res.output
+    assert res.stderr.startswith("error: no request 'nope' in the ledger") and res.stderr.count("\n") == 1
+
+
+def test_json_output_has_the_row_and_every_phase(ledger) -> None:
+    ledger(make_row("req-json", timeline=_long_decode_timeline(), finish_reason="length", output_tokens=31))
+    res = _cli("timeline", "req-json", "--output", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["request"]["request_id"] == "req-json" and doc["request"]["output_tokens"] == 31
+    assert "timeline" not in doc["request"]
+    names = [p["name"] for p in doc["phases"]]
+    assert names[:3] == ["receive", "tokenize", "queue"] and sum(p["kind"] == "decode" for p in doc["phases"]) == 30
+    assert round(doc["phases"][1]["duration_ms"], 2) == 3.0  # tokenized 1 ms -> 4 ms after arrival
 
 
 def test_rejected_request_has_no_engine_path(ledger) -> None:

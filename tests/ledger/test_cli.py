@@ -3,17 +3,19 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from datetime import timedelta
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from core.db.base import make_engine, make_session_factory
 from core.db.migrate import current_revision
 from core.db.models import RequestLedger
 from core.keys import verify_key
+from finserve.cli import app
 from finserve.commands import db as db_commands
+from finserve.console import CLIError
 from tests.ledger.factories import T0, make_row
 
 
@@ -21,12 +23,10 @@ from tests.ledger.factories import T0, make_row
 def cli(db_url, monkeypatch, tmp_path):
     monkeypatch.setenv("FINSERVE_DATABASE_URL", db_url)
     monkeypatch.setenv("FINSERVE_HOME", str(tmp_path / "home"))
-    app = typer.Typer()
-    db_commands.register(app)
     runner = CliRunner()
 
     def run(*args: str):
-        # Usage errors (typer.BadParameter) become exit code 2 with a message, as on a terminal.
+        # Usage errors exit 1 with a one-line message on stderr, as on a terminal.
         return runner.invoke(app, list(args))
 
     return run
@@ -52,11 +52,14 @@ def test_keys_create_prints_a_working_key_once(cli, db_url):
         engine.dispose()
     listing = cli("keys", "list").stdout
     assert "acme" in listing and raw not in listing and raw[:12] in listing
+    (key,) = json.loads(cli("keys", "list", "--output", "json").stdout)
+    assert (key["tenant"], key["prefix"], key["admin"], key["rate_limit_rps"]) == ("acme", raw[:12], False, 7.0)
+    assert sorted(key["classes"]) == ["document_qa", "realtime_risk"] and key["state"] == "active"
 
 
 def test_keys_create_refuses_unknown_class(cli):
     res = cli("keys", "create", "--tenant", "acme", "--classes", "crypto_hft")
-    assert res.exit_code == 2 and "unknown workload class" in res.output
+    assert res.exit_code == 1 and "unknown workload class crypto_hft" in res.stderr
 
 
 def test_report_to_file_in_each_format(cli, db_url, tmp_path):
@@ -84,5 +87,5 @@ def test_parse_time():
     assert db_commands.parse_time("24h", now) == T0 - timedelta(hours=24)
     assert db_commands.parse_time("30m", now) == T0 - timedelta(minutes=30)
     assert db_commands.parse_time("2025-03-03T08:00:00", now) == T0 - timedelta(hours=1)
-    with pytest.raises(typer.BadParameter):
+    with pytest.raises(CLIError):
         db_commands.parse_time("yesterday", now)

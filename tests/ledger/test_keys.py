@@ -1,6 +1,8 @@
 """API keys: stored hashed, verified, limited to classes, revocable; the dev key survives restarts."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import typer
 from sqlalchemy import select
@@ -118,4 +120,5 @@ def test_keys_create_worker_flag(session, db_url, monkeypatch, tmp_path):
     res = CliRunner().invoke(app, ["keys", "create", "--tenant", "ops", "--worker"])
     assert res.exit_code == 0, res.output
     assert verify_key(session, res.stdout.strip().splitlines()[0]).is_worker
-    assert "worker=True" in CliRunner().invoke(app, ["keys", "list"]).stdout
+    listing = json.loads(CliRunner().invoke(app, ["keys", "list", "--output", "json"]).stdout)
+    assert [k["worker"] for k in listing if k["tenant"] == "ops"] == [True]

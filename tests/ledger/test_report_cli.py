@@ -7,13 +7,12 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.db.models import RequestLedger
-from finserve.commands import db as db_commands
+from finserve.cli import app
 from tests.ledger.factories import T0, make_row
 
 NOW = datetime.now(timezone.utc)
@@ -38,8 +37,6 @@ def report(db_url, monkeypatch, tmp_path):
             s.commit()
     finally:
         engine.dispose()
-    app = typer.Typer()
-    db_commands.register(app)
     return lambda *args: CliRunner().invoke(app, ["report", *args])
 
 
@@ -75,6 +72,15 @@ def test_empty_window_csv_still_has_its_header(report):
 
 
 def test_bad_window_options_are_usage_errors(report):
-    assert report("--window", "28x").exit_code == 2
+    res = report("--window", "28x")
+    assert res.exit_code == 1 and "is not a duration" in res.stderr
     res = report("--window", "7d", "--since", "24h")
-    assert res.exit_code == 2 and "not both" in res.output
+    assert res.exit_code == 1 and "not both" in res.stderr
+
+
+def test_unknown_class_is_refused_with_the_known_ones(report):
+    """As GET /v1/slo/report answers 400: not an empty report with exit 0."""
+    res = report("--class", "foo")
+    assert res.exit_code == 1 and res.stdout == ""
+    assert res.stderr.strip() == ("error: unknown workload class foo; known classes: bulk_extraction, document_qa, "
+                                  "realtime_risk")
