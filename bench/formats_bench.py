@@ -19,7 +19,13 @@ from pathlib import Path
 
 import torch
 
-from bench.common import alternate, environment, measure_bandwidth_gbs, summary, write_json
+from bench.common import (
+    alternate,
+    environment,
+    measure_bandwidth_gbs,
+    summary,
+    write_json,
+)
 from engine.engine import LLMEngine
 from engine.factory import engine_config
 from engine.model.cpu_kernels import kernel_isa
@@ -64,7 +70,8 @@ def run(json_path: str | None = "results/formats.json", formats: str = "fp32,bf1
         model: str | None = None) -> dict:
     torch.set_num_threads(threads)
     prompt = [random.Random(0).randrange(200, 40000) for _ in range(prompt_len)]
-    engines = {f: LLMEngine(engine_config(model, weights=f, num_threads=threads, max_num_batched_tokens=2048))
+    engines = {f: LLMEngine(engine_config(model, weights=f, num_threads=threads, max_num_batched_tokens=2048,
+                                          kv_cache_memory_bytes=64 << 20))
                for f in formats.split(",")}
     figures: dict[str, tuple[float, float]] = {}
     systems = {}
@@ -79,8 +86,8 @@ def run(json_path: str | None = "results/formats.json", formats: str = "fp32,bf1
     ttft: dict[str, list[float]] = {n: [] for n in systems}
     tpot: dict[str, list[float]] = {n: [] for n in systems}
     for rep in range(reps):
-        for name in systems:
-            alternate({name: systems[name]}, 1)
+        for name, fn in systems.items():
+            alternate({name: fn}, 1)
             ttft[name].append(figures[name][0])
             tpot[name].append(figures[name][1])
         print(json.dumps({"rep": rep, "tpot_ms": {n: v[-1] for n, v in tpot.items()},
@@ -119,14 +126,14 @@ def _record(figures: dict[str, tuple[float, float]], name: str, value: tuple[flo
 
 def _peer_version(python: str) -> str:
     out = subprocess.run([python, "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True,
-                         text=True)
+                         text=True, check=True)
     return out.stdout.strip()
 
 
 if __name__ == "__main__":
-    # python -m bench.formats_bench [PEER_PYTHON|-] [REPS] [NEW_TOKENS] [FORMATS]
-    args = sys.argv[1:] + [""] * 4
+    # python -m bench.formats_bench [PEER_PYTHON|-] [REPS] [NEW_TOKENS] [FORMATS] [THREADS]
+    args = sys.argv[1:] + [""] * 5
     t0 = time.perf_counter()
     run(peer_python=None if args[0] in ("", "-") else args[0], reps=int(args[1] or 3),
-        new_tokens=int(args[2] or 128), formats=args[3] or "fp32,bf16,int8,q4")
+        new_tokens=int(args[2] or 128), formats=args[3] or "fp32,bf16,int8,q4", threads=int(args[4] or 2))
     print(f"took {time.perf_counter() - t0:.0f} s")

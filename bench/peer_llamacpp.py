@@ -19,19 +19,19 @@ def measure(path: str, threads: int, new_tokens: int, prompt: list[int]) -> dict
     llm = llama_cpp.Llama(model_path=path, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=threads,
                           n_threads_batch=threads, verbose=False)
 
-    def once() -> tuple[float, float]:
+    def once(n: int) -> tuple[float, float]:
         llm.reset()
         gen = llm.generate(prompt, temp=0.0, top_k=1, reset=True)
         t0 = time.perf_counter()
         next(gen)  # prefill + first token: TTFT
         t1 = time.perf_counter()
-        for _ in range(new_tokens - 1):
+        for _ in range(n - 1):
             next(gen)
         t2 = time.perf_counter()
-        return (t1 - t0) * 1000, (t2 - t1) * 1000 / (new_tokens - 1)
+        return (t1 - t0) * 1000, (t2 - t1) * 1000 / (n - 1)
 
-    once()  # warm-up
-    ttft, tpot = once()
+    once(4)  # warm-up
+    ttft, tpot = once(new_tokens)
     return {"ttft_ms": ttft, "tpot_ms": tpot, "llama_cpp_python": llama_cpp.__version__}
 
 

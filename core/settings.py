@@ -54,6 +54,13 @@ class Settings(BaseSettings):
     starvation_steps: int = 256  # a request unscheduled this many steps is promoted (<= 0 disables)
     seed: int = 0
 
+    # --- engine replicas (docs/DEPLOY.md) ---
+    # Comma-separated engine server URLs (`finserve engine`): the gateway routes to these replicas instead of
+    # loading an engine of its own. None: the embedded engine (one process, as `make run`).
+    engines: str | None = None
+    engine_routing: Literal["policy", "round_robin"] = "policy"  # round_robin: a baseline for benchmarks
+    engine_probe_interval_s: float = Field(1.0, gt=0)  # how often the gateway probes each replica's load
+
     # --- gateway ---
     database_url: str | None = None  # None: sqlite:///$FINSERVE_HOME/finserve.db
     policy: Path | None = None  # None: packaged policies/default.toml
@@ -98,6 +105,11 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.home / 'finserve.db').resolve()}"
+
+    @property
+    def engine_urls(self) -> list[str]:
+        """The replica URLs of `engines`, in order; empty: the embedded engine."""
+        return [u.strip().rstrip("/") for u in (self.engines or "").split(",") if u.strip()]
 
     @property
     def dev_key_path(self) -> Path:

@@ -5,6 +5,8 @@
   process's own environment is never rewritten.
 - `start_worker` / `stop_worker`: a Celery worker in its own process group (a terminal Ctrl-C reaches only
   the parent), stopped with SIGTERM (Celery's warm shutdown), then SIGKILL after a timeout.
+- `start_engines` / `wait_engines_ready`: N engine servers (`finserve engine`) on 127.0.0.1, the machine's
+  threads split between them, for `finserve up --replicas N`, the replica benchmark and the failover tests.
 - `GatewayThread`: the app behind a real uvicorn server on 127.0.0.1 in a thread, for tests and benchmarks
   that inject their own engine.
 Everything binds to 127.0.0.1.
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -66,6 +69,66 @@ def stop_worker(proc: subprocess.Popen[bytes], timeout_s: float = WORKER_STOP_TI
     except subprocess.TimeoutExpired:
         proc.kill()  # unacknowledged items are redelivered; SQL still has them pending/running
         proc.wait()
+
+
+@dataclass
+class EngineProcess:
+    url: str
+    port: int
+    threads: int
+    proc: subprocess.Popen[bytes]
+
+
+def split_threads(total: int, replicas: int) -> list[int]:
+    """Threads per replica: `total` shared as evenly as possible, at least one each."""
+    base, extra = divmod(max(total, replicas), replicas)
+    return [base + (1 if i < extra else 0) for i in range(replicas)]
+
+
+def start_engine(settings: Settings, *, port: int, threads: int, log: IO[bytes] | None = None) -> EngineProcess:
+    """One `finserve engine` process on 127.0.0.1:port (its own process group), configured like `settings`."""
+    argv = [FINSERVE, "engine", "--host", "127.0.0.1", "--port", str(port), "--threads", str(threads)]
+    proc = subprocess.Popen(argv, env=worker_env(settings, OMP_NUM_THREADS=str(threads)), stdout=log,
+                            stderr=subprocess.STDOUT if log is not None else None, start_new_session=True)
+    return EngineProcess(f"http://127.0.0.1:{port}", port, threads, proc)
+
+
+def start_engines(settings: Settings, replicas: int, *, total_threads: int | None = None,
+                  log: IO[bytes] | None = None) -> list[EngineProcess]:
+    total = total_threads or settings.threads or os.cpu_count() or 1
+    return [start_engine(settings, port=free_port(), threads=t, log=log) for t in split_threads(total, replicas)]
+
+
+def wait_engines_ready(engines: list[EngineProcess], timeout_s: float = 180.0) -> None:
+    """Until every engine's /readyz answers 200; raises if one exits or the time runs out."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    pending = list(engines)
+    while pending:
+        for e in list(pending):
+            if e.proc.poll() is not None:
+                raise RuntimeError(f"engine {e.url} exited with {e.proc.returncode}")
+            try:
+                if httpx.get(f"{e.url}/readyz", timeout=1.0).status_code == 200:
+                    pending.remove(e)
+                elif (live := httpx.get(f"{e.url}/healthz", timeout=1.0)).status_code != 200:
+                    raise RuntimeError(f"engine {e.url} failed to start: {live.text}")
+            except httpx.TransportError:
+                pass
+        if pending and time.monotonic() > deadline:
+            raise RuntimeError(f"engines not ready after {timeout_s:.0f} s: {[e.url for e in pending]}")
+        time.sleep(0.2)
+
+
+def stop_engine(engine: EngineProcess, timeout_s: float = 15.0) -> None:
+    if engine.proc.poll() is None:
+        engine.proc.terminate()
+        try:
+            engine.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            engine.proc.kill()
+            engine.proc.wait()
 
 
 class GatewayThread:

@@ -5,7 +5,8 @@ The composition root (finserve.app) mounts other packages' routers (the jobs rou
 
 The lifespan opens the database and the ledger writer (first turning what a previous run of this
 gateway left `running` into `interrupted` and replaying the spool), then loads the engine in a worker
-thread, so /healthz answers at once and /readyz (and every inference route, with 503
+thread (or, with FINSERVE_ENGINES set, connects to those engine replicas: gateway/replicas/), so
+/healthz answers at once and /readyz (and every inference route, with 503
 engine_not_ready) says when the model is ready. An injected `engine_client` (tests,
 benchmarks, an embedding process) is used as is and not shut down by the app.
 """
@@ -34,6 +35,7 @@ from gateway.docs_ui import mount_docs
 from gateway.ledger import LedgerWriter
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
+from gateway.replicas.replica_set import ReplicaSet, build_replica_set
 from gateway.routes import documents, health, openai, reports, requests, risk, utility
 from gateway.service import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
 from gateway.state import GatewayState
@@ -76,6 +78,21 @@ def _build_engine(state: GatewayState) -> EngineClient:
     client = EngineClient.launch(build)  # loaded and stepped on one thread: one OpenMP team
     max_token_bytes(client.tokenizer)  # scans the vocabulary once, here, not on a request's event loop
     return client
+
+
+async def _connect_replicas(state: GatewayState) -> None:
+    """FINSERVE_ENGINES: route to engine servers instead of loading an engine here. A replica that is not
+    up yet joins when its probe answers; until one does, /readyz and inference routes say not ready."""
+    try:
+        replicas = await asyncio.to_thread(build_replica_set, state.settings, state.policy)
+        await asyncio.to_thread(max_token_bytes, replicas.tokenizer)
+        await replicas.start()
+    except Exception as exc:
+        state.engine_error = f"{type(exc).__name__}: {exc}"
+        log.exception("replicas_connect_failed", engines=state.settings.engine_urls)
+        return
+    state.engine_client = replicas
+    log.info("replicas_connected", engines=state.settings.engine_urls, ready=replicas.health().ready)
 
 
 async def _load_engine(state: GatewayState) -> None:
@@ -142,12 +159,16 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
         setattr(app.state, STATE_ATTR, state)
         if engine_client is not None:
             await asyncio.to_thread(max_token_bytes, engine_client.tokenizer)
-        loader = asyncio.create_task(_load_engine(state)) if engine_client is None else None
+        loader = None
+        if engine_client is None:
+            loader = asyncio.create_task(_connect_replicas(state) if settings.engine_urls else _load_engine(state))
         try:
             yield
         finally:
             if loader is not None and not loader.done():
                 loader.cancel()  # the loading thread finishes on its own; its engine is never started
+            if isinstance(state.engine_client, ReplicaSet):
+                await state.engine_client.aclose()
             if state.owns_engine and state.engine_client is not None:
                 await asyncio.to_thread(state.engine_client.shutdown)
             await asyncio.to_thread(state.ledger.close)  # nothing is lost on a clean shutdown

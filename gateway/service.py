@@ -39,6 +39,8 @@ from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from engine.tokenizer import ChatTemplateError, Tokenizer
 from gateway.ledger import LedgerRow, build_timeline, row_from_engine_request, row_from_request
+from gateway.replicas.client import REPLICA_LOST
+from gateway.replicas.replica_set import ReplicaSet
 from gateway.state import GatewayState
 from policies import ClassPolicy, UnknownWorkloadClass, classify
 
@@ -143,6 +145,8 @@ def admission_error(exc: AdmissionError) -> APIError:
 
 def raise_if_failed(out: RequestOutput) -> None:
     """A finished output that is not an answer becomes the client's error."""
+    if out.finished and out.finish_reason == "error" and (out.error or "").startswith(REPLICA_LOST):
+        raise APIError("engine_not_ready", out.error or REPLICA_LOST, retry_after_s=1.0)  # nothing wrong with it
     if out.finished and out.finish_reason == "error":
         raise APIError("engine_error", f"the engine failed this request: {out.error or 'unknown error'}")
     if out.finished and out.finish_reason == "abort":  # only an engine shutdown aborts a request we wait on
@@ -265,15 +269,24 @@ class InferenceService:
         adm.ctx.outcome, adm.ctx.error_code = "rejected", err.code
         adm.ctx.fields["rejection_reason"] = reason
         self.state.metrics.observe_rejection(adm.cls.name, reason)
+        placed = self._placement(adm)
         self._submit(row_from_request(
             request_id=adm.request.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name,
             class_rule=adm.rule, route=adm.route, status="rejected", arrival_time=adm.ctx.arrival_time,
             http_status=err.status, slo=adm.cls.slo, rejection_reason=reason,
             metrics=RequestMetrics.of(adm.request),
             timeline=build_timeline(adm.ctx.arrival_time, tokenize_start=adm.tokenize_start,
-                                    tokenized=adm.tokenized, finished=time.time()),
+                                    tokenized=adm.tokenized, finished=time.time()) | placed,
         ))
         return err
+
+    def _placement(self, adm: Admitted) -> dict[str, Any]:
+        """With engine replicas: where the request went and why, for the ledger's timeline and the log line."""
+        placed = self.client.pop_placement(adm.request.request_id) if isinstance(self.client, ReplicaSet) else None
+        if placed is None:
+            return {}
+        adm.ctx.fields.update(replica=placed.replica, replica_reason=placed.reason)
+        return {"replica": {"url": placed.replica, "reason": placed.reason, "tried": placed.tried}}
 
     async def generate(self, adm: Admitted) -> AsyncIterator[RequestOutput]:
         """The engine's outputs for `adm`. APIError before the first output if the engine refuses it.
@@ -378,6 +391,7 @@ class InferenceService:
                                         tokenize_start=adm.tokenize_start, tokenized=adm.tokenized,
                                         first_scheduled=req.first_scheduled_time,
                                         first_token=req.first_token_time, finished=time.time()))
+        row.timeline = (row.timeline or {}) | self._placement(adm)
         outcome = {"finished": "finished", "failed": "error", "aborted": "aborted"}[row.status]
         self._submit(row)
         self.state.metrics.observe_request(adm.cls.name, outcome, metrics, slo_met=row.slo_met)

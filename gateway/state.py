@@ -8,6 +8,7 @@ from engine.client import EngineClient
 from gateway.ledger import LedgerWriter
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
+from gateway.replicas.replica_set import ReplicaSet
 
 
 @dataclass
@@ -15,6 +16,7 @@ class GatewayState(CoreState):
     metrics: GatewayMetrics
     limiter: RateLimiter
     ledger: LedgerWriter
-    engine_client: EngineClient | None = None  # None while the engine is still loading (503 engine_not_ready)
+    # None while the engine is still loading (503 engine_not_ready); a ReplicaSet with FINSERVE_ENGINES
+    engine_client: EngineClient | ReplicaSet | None = None
     engine_error: str | None = None  # set when loading failed; /readyz reports it
     owns_engine: bool = False  # an injected client is shut down by whoever made it

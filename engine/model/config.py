@@ -27,7 +27,7 @@ class ModelConfig:
     model_type: str = "llama"
 
     @classmethod
-    def from_folder(cls, path: str | Path) -> "ModelConfig":
+    def from_folder(cls, path: str | Path) -> ModelConfig:
         return cls.from_hf(json.loads((Path(path) / "config.json").read_text()))
 
     @classmethod

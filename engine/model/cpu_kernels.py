@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.machinery
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import structlog
@@ -63,7 +63,7 @@ def supported_variants() -> tuple[str, ...]:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_variant(isa: str) -> ctypes.CDLL | None:
     """The library of one variant, or None when it was not built or this CPU cannot run it."""
     if isa not in supported_variants():

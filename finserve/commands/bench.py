@@ -125,6 +125,42 @@ def serve_bench(
             policy_path=str(policy) if policy else None)
 
 
+@bench_app.command("formats")
+def formats_bench(
+    json_file: JsonFileOpt = None,
+    formats: Annotated[str, typer.Option("--formats", help="Comma-separated weight formats: fp32,bf16,int8,q4.")]
+    = "fp32,int8,q4",
+    reps: Annotated[int, typer.Option("--reps", min=1, help="Side-by-side repetitions (A B A B ...).")] = 3,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="Torch and kernel threads.")] = 2,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", min=1, help="Greedy tokens per run (TPOT).")] = 128,
+    peer_python: Annotated[Optional[str], typer.Option(
+        "--peer-python", help="A Python with llama-cpp-python installed (kept outside finserve's venv): "
+                              "adds llama.cpp Q4_1 and Q8_0 of the same model, alternating.")] = None,
+    model: ModelOpt = None,
+) -> None:
+    """Batch-1 TPOT and 256-token prefill per weight format, with roofline fractions (and llama.cpp)."""
+    from bench.formats_bench import run
+    from finserve.models import resolve_model
+
+    with status(f"bench formats: {formats}, {reps} repetitions ..."):
+        run(json_file or "results/formats.json", formats=formats, reps=reps, threads=threads,
+            new_tokens=new_tokens, peer_python=peer_python, model=resolve_model(model))
+
+
+@bench_app.command("quality")
+def quality_bench(
+    formats: Annotated[str, typer.Option("--formats", help="Comma-separated weight formats.")] = "fp32,int8,q4",
+    json_file: JsonFileOpt = None,
+    model: ModelOpt = None,
+) -> None:
+    """Perplexity on the shipped regulatory text and greedy agreement with fp32, per weight format."""
+    from bench.quality import run
+    from finserve.models import resolve_model
+
+    with status(f"bench quality: {formats} ..."):
+        run(resolve_model(model), formats=formats, out=json_file or "results/quality.json")
+
+
 @bench_app.command("bulk")
 def bulk_bench(
     json_file: JsonFileOpt = None,
@@ -148,3 +184,28 @@ def bulk_bench(
     with status(f"bench bulk: {items} items, {reps} repetitions ..."):
         run(path, items=items, reps=reps, model=model, threads=threads, workers=workers, in_flight=in_flight,
             max_tokens=max_tokens, risk_gap_s=risk_gap_s)
+
+
+@bench_app.command("replicas")
+def replicas_bench(
+    json_file: JsonFileOpt = None,
+    replicas: Annotated[int, typer.Option("--replicas", min=1, help="Engine processes.")] = 2,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="Threads per replica.")] = 1,
+    docs: Annotated[int, typer.Option("--docs", min=1, help="Documents registered per routing mode.")] = 8,
+    questions: Annotated[int, typer.Option("--questions", min=2, help="Questions per document.")] = 6,
+    clients: Annotated[int, typer.Option("--clients", min=1, help="Concurrent clients asking.")] = 4,
+    doc_tokens: Annotated[int, typer.Option("--doc-tokens", min=64, help="Approximate tokens per document.")] = 800,
+    n: Annotated[int, typer.Option("--n", min=1, help="Overhead: requests per block and side.")] = 30,
+    blocks: Annotated[int, typer.Option("--blocks", min=1, help="Overhead: alternating blocks per side.")] = 4,
+    model: ModelOpt = None,
+    old_json: OldJsonOpt = None,
+) -> None:
+    """Affinity vs round-robin routing over engine replicas (hit rate, TTFT); remote vs embedded overhead."""
+    from bench.replicas import run
+    from finserve.models import resolve_model
+
+    path = _json_path(json_file, old_json)
+    model = resolve_model(model)
+    with status(f"bench replicas: {replicas} engine processes, affinity vs round robin, then overhead ..."):
+        run(path, replicas=replicas, threads_per_replica=threads, docs=docs, questions=questions, clients=clients,
+            doc_tokens=doc_tokens, n=n, blocks=blocks, model=model)

@@ -29,6 +29,8 @@ def generate(
     device: Annotated[str, typer.Option("--device", help="cpu or cuda")] = "cpu",
     dtype: Annotated[str, typer.Option(
         "--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")] = "auto",
+    weights: Annotated[str, typer.Option(
+        "--weights", help="Matmul weight format: auto, fp32, bf16, int8 or q4 (see docs/BENCHMARKS.md).")] = "auto",
     threads: Annotated[Optional[int], typer.Option(
         "--threads", help="torch threads on CPU (default: all cores)")] = None,
     output: OutputOpt = Output.table,
@@ -45,7 +47,7 @@ def generate(
     if model is not None and not (Path(model) / "config.json").is_file():
         raise no_model(model)
     configure_logging()  # start-up logs go to stderr; stdout carries only the generated text
-    overrides: dict[str, Any] = dict(device=device, dtype=dtype, kv_cache_memory_bytes=256 << 20)
+    overrides: dict[str, Any] = dict(device=device, dtype=dtype, weights=weights, kv_cache_memory_bytes=256 << 20)
     if threads:
         overrides["num_threads"] = threads
     settings = Settings()

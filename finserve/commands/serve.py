@@ -34,6 +34,9 @@ def register(app: typer.Typer) -> None:
         model: Annotated[Optional[Path], typer.Option(help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
         device: Annotated[Optional[str], typer.Option(help="cpu or cuda[:N].")] = None,
         dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16 or float16.")] = None,
+        weights: Annotated[Optional[str], typer.Option(
+            help="Matmul weight format: auto (q4 for 4-bit weights, else int8, on CPU with the native kernels), "
+                 "fp32, bf16, int8 or q4 (default: FINSERVE_WEIGHTS).")] = None,
         kv_memory: Annotated[Optional[int], typer.Option("--kv-memory", help="KV cache size in bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
         threads: Annotated[Optional[int], typer.Option(help="Torch CPU threads (default: all cores).")] = None,
         policy: Annotated[Optional[Path], typer.Option(help="Workload policy TOML (default: FINSERVE_POLICY, else the bundled default.toml).")] = None,
@@ -42,7 +45,7 @@ def register(app: typer.Typer) -> None:
         """Serve the HTTP gateway and the engine (settings also come from FINSERVE_* variables)."""
         from core.settings import Settings
 
-        given = {"host": host, "port": port, "model": model, "device": device, "dtype": dtype,
+        given = {"host": host, "port": port, "model": model, "device": device, "dtype": dtype, "weights": weights,
                  "kv_cache_memory_bytes": kv_memory, "threads": threads, "policy": policy,
                  "database_url": database_url}
         settings = Settings(**{k: v for k, v in given.items() if v is not None})

@@ -121,6 +121,9 @@ def _header(row: Any) -> list[str]:
         outcome += f", rejected: {g('rejection_reason')}"
     arrival = g("arrival_at")
     slo = {True: "met", False: "MISSED", None: "not counted"}[g("slo_met")]
+    placed = (g("timeline") or {}).get("replica")  # set when the gateway routes to engine replicas
+    where = [f"engine replica {placed['url'] or '-'} ({placed['reason']}"
+             + (f", tried first: {', '.join(placed['tried'])}" if placed.get("tried") else "") + ")"] if placed else []
     return [
         f"request {g('request_id')}  tenant {g('tenant')}  class {g('workload_class')} (rule {g('class_rule')}, "
         f"route {g('route')})",
@@ -129,6 +132,7 @@ def _header(row: Any) -> list[str]:
         f"; preemptions {g('preemptions')}",
         f"queue {_ms(g('queue_ms'))}, prefill {_ms(g('prefill_ms'))}, TTFT {_ms(g('ttft_ms'))}, "
         f"TPOT {_ms(g('tpot_ms'))}, E2E {_ms(g('e2e_ms'))}; SLO {slo}",
+        *where,
     ]
 
 

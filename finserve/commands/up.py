@@ -2,7 +2,9 @@
 
 Order of start: database schema and development key, Redis (127.0.0.1, in-memory), re-enqueue
 whatever SQL says is unfinished (Redis starts empty), the worker (its own process group, so a
-terminal Ctrl-C reaches only this process), then the gateway in the foreground. On Ctrl-C or
+terminal Ctrl-C reaches only this process), then the gateway in the foreground. With `--replicas N` the gateway routes to N engine processes
+(`finserve engine` on free loopback ports, the machine's threads split between them; they start before
+the gateway and stop after it) instead of loading an engine of its own. On Ctrl-C or
 SIGTERM uvicorn drains the gateway, then the worker gets SIGTERM (Celery's warm shutdown: items
 in flight finish or, unacknowledged, go back to the queue; SQL keeps them pending either way),
 then Redis stops.
@@ -59,11 +61,14 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[int, typer.Option(min=1, help="Items in flight in the worker.")] = 4,
         model: Annotated[Optional[Path], typer.Option(
             help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
+        replicas: Annotated[int, typer.Option(min=0, help="Engine processes behind the gateway (0: the engine "
+                                              "runs inside the gateway).")] = 0,
     ) -> None:
-        """Start Redis, a worker and the gateway+engine; Ctrl-C stops everything.
+        """Start Redis, a worker and the gateway+engine (or N engine replicas); Ctrl-C stops everything.
 
         Ports opened: the gateway's HTTP port (--port, on FINSERVE_HOST, default 127.0.0.1:8000) and Redis
-        (--redis-port, always 127.0.0.1; a free port unless given). The worker opens none: it reaches Redis and
+        (--redis-port, always 127.0.0.1; a free port unless given); with --replicas N, N engine ports on
+        127.0.0.1 (free ones, printed at start). The worker opens none: it reaches Redis and
         the gateway. The printed example commands name the gateway URL, so they work on any --port.
         """
         from core.db.base import make_engine, make_session_factory
@@ -73,7 +78,14 @@ def register(app: typer.Typer) -> None:
         from finserve.commands.jobs import resume_unfinished
         from finserve.commands.serve import run_server
         from finserve.console import no_model
-        from finserve.stack import start_worker, stop_worker
+        from finserve.stack import (
+            EngineProcess,
+            start_engines,
+            start_worker,
+            stop_engine,
+            stop_worker,
+            wait_engines_ready,
+        )
         from jobs.celery_app import use_broker
         from jobs.redis_server import RedisServer
 
@@ -95,11 +107,18 @@ def register(app: typer.Typer) -> None:
                                                "api_key": settings.api_key or dev_key, "database_url": db_url})
         use_broker(redis.url)
         worker = None
+        engines: list[EngineProcess] = []
         # uvicorn handles SIGINT/SIGTERM while serving, then re-raises the signal once drained; without a
         # handler of ours a re-raised SIGTERM would kill this process before the worker and Redis stop.
         signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             resumed = resume_unfinished(settings)
+            if replicas:
+                engines = start_engines(settings, replicas)
+                typer.echo(f"starting {replicas} engine replicas: " + ", ".join(
+                    f"{e.url} ({e.threads} threads, pid {e.proc.pid})" for e in engines))
+                wait_engines_ready(engines)
+                settings = settings.model_copy(update={"engines": ",".join(e.url for e in engines)})
             worker = start_worker(settings, concurrency=workers)
             typer.echo(f"finserve is starting at {url} (docs: {url}/docs)")
             typer.echo(f"development key (tenant 'dev', admin): {dev_key}")
@@ -112,8 +131,10 @@ def register(app: typer.Typer) -> None:
             # Bounded (worker stop timeout, then SIGKILL): a second Ctrl-C must not orphan the worker or Redis.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            typer.echo("stopping the worker and Redis ...", err=True)
+            typer.echo("stopping the worker, the engine replicas and Redis ...", err=True)
             if worker is not None:
                 stop_worker(worker)
+            for e in engines:
+                stop_engine(e)
             redis.stop()
             typer.echo("finserve stopped", err=True)

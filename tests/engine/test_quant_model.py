@@ -2,12 +2,18 @@
 outputs (tiny random MHA/GQA/MQA models, odd head dims), and int8 keeps SmolLM2's quality targets."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from bench.quality import agreement, greedy_outputs, perplexity, prompts_from_text, text_ids
+from bench.quality import (
+    agreement,
+    greedy_outputs,
+    perplexity,
+    prompts_from_text,
+    text_ids,
+)
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
@@ -19,8 +25,9 @@ needs_kernels = pytest.mark.skipif(not cpu_kernels.supported_variants(), reason=
 
 
 def make_engine(model_dir: Path, weights: str, **kw: object) -> LLMEngine:
-    cfg = dict(model=str(model_dir), policy=load_policy(), block_size=4, num_blocks_override=512,
-               max_num_batched_tokens=64, num_threads=1, weights=weights)
+    cfg: dict[str, object] = {"model": str(model_dir), "policy": load_policy(), "block_size": 4,
+                              "num_blocks_override": 512, "max_num_batched_tokens": 64, "num_threads": 1,
+                              "weights": weights}
     cfg.update(kw)
     return LLMEngine(EngineConfig(**cfg))  # type: ignore[arg-type]
 
@@ -37,10 +44,10 @@ def use_torch_mirror(engine: LLMEngine) -> int:
 
 
 TINY = {
-    "gqa": dict(num_heads=4, num_kv_heads=2, head_dim=16),
-    "mqa": dict(num_heads=4, num_kv_heads=1, head_dim=16, tie_word_embeddings=False),
-    "mha": dict(num_heads=4, num_kv_heads=4, head_dim=8),
-    "odd-head-dim": dict(num_heads=3, num_kv_heads=1, head_dim=24, hidden_size=72, intermediate_size=100),
+    "gqa": {"num_heads": 4, "num_kv_heads": 2, "head_dim": 16},
+    "mqa": {"num_heads": 4, "num_kv_heads": 1, "head_dim": 16, "tie_word_embeddings": False},
+    "mha": {"num_heads": 4, "num_kv_heads": 4, "head_dim": 8},
+    "odd-head-dim": {"num_heads": 3, "num_kv_heads": 1, "head_dim": 24, "hidden_size": 72, "intermediate_size": 100},
 }
 
 
@@ -68,7 +75,7 @@ def test_quantized_formats_keep_smollm2_quality(default_model_dir: Path) -> None
     tok = Tokenizer.from_folder(default_model_dir)
     ids = text_ids(tok.encode, max_tokens=1025)
     prompts = prompts_from_text(ids, 6, 40)
-    kw = dict(block_size=16, max_num_batched_tokens=256)
+    kw = {"block_size": 16, "max_num_batched_tokens": 256}
     engines = {w: make_engine(default_model_dir, w, **kw) for w in ("fp32", "int8", "q4")}
     ppl = {w: perplexity(e.runner.model, ids) for w, e in engines.items()}
     assert ppl["int8"] <= ppl["fp32"] * 1.01

@@ -19,7 +19,7 @@ import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +55,7 @@ class Server:
     def start(self) -> "Server":
         env = {**os.environ, "PYTHONPATH": str(REPO), "FINSERVE_HOME": str(self.home),
                "FINSERVE_MODEL": str(self.model), "FINSERVE_DATABASE_URL": self.db_url,
-               "FINSERVE_PORT": str(self.port), "FINSERVE_KV_CACHE_MEMORY_BYTES": str(4 << 20),
+               "FINSERVE_PORT": str(self.port), "FINSERVE_KV_CACHE_MEMORY_BYTES": str(8 << 20),
                "FINSERVE_THREADS": "1", "FINSERVE_LOG_JSON": "true", "FINSERVE_LOG_LEVEL": "warning"}
         with (self.home / "server.log").open("ab") as log:
             self.proc = subprocess.Popen([FINSERVE, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -182,14 +182,15 @@ def check(rows: dict[str, str], seen: Seen, before: set[str]) -> dict[str, int]:
 
 
 @pytest.fixture
-def setup(tmp_path: Path, tiny_model_dir: Path, migrated_url: str) -> Iterator[tuple[Server, str]]:
+def setup(tmp_path: Path, make_tiny_model: Callable[..., Path], migrated_url: str) -> Iterator[tuple[Server, str]]:
     home = tmp_path / "home"
     home.mkdir()
     engine = make_engine(migrated_url)
     with make_session_factory(engine)() as s:
         key = create_key(s, "acme")
     engine.dispose()
-    server = Server(home, migrated_url, tiny_model_dir)
+    # A context the default policy's classes fit in (serve checks the policy against the model at start).
+    server = Server(home, migrated_url, make_tiny_model(max_position_embeddings=8192))
     yield server, key
     server.stop()
 

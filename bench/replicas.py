@@ -1,0 +1,231 @@
+"""`finserve bench replicas`: document-affinity routing vs round robin over engine replicas, and what a
+remote engine adds to a request compared with the embedded one.
+
+Setup: `replicas` engine processes (`finserve engine`, 1 thread each by default) on 127.0.0.1, and the
+real gateway app (uvicorn, in this process) with FINSERVE_ENGINES pointing at them.
+
+routing   For each routing mode (round_robin, then policy = document affinity) a gateway is started over
+          the same replicas with a tenant of its own (the tenant salts the prefix cache, so neither mode
+          reuses the other's blocks). `docs` documents are registered, then `docs x questions` questions
+          are asked by `clients` concurrent clients, the first question of every document first, the
+          others in a seeded shuffle (the same for both modes).
+          Per mode: follow-up hit rate (questions after a document's first whose cached tokens cover at
+          least half the prompt, i.e. the document), token hit rate (cached / prompt tokens of follow-ups)
+          and TTFT p50 of all questions, from the gateway's own `timings`.
+overhead  One replica behind the gateway vs an embedded engine (same model, same threads) behind another
+          gateway in this process: 1-token completions at batch 1, blocks alternating (embedded, remote,
+          ...), p50 per block, medians over blocks; added p50 = remote - embedded.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from queue import Empty, SimpleQueue
+from typing import Any
+
+import httpx
+
+from bench.common import environment, summary, write_json
+from bench.gateway_bench import _logs_to
+from gateway.reports.percentiles import nearest_rank
+
+PROMPT = "Rate the counterparty risk of an overnight repo with a BBB-rated bank as low, medium or high."
+QUESTIONS = ("What capital must the bank hold?", "Which exposures are excluded?", "When does the rule apply?",
+             "Who supervises compliance?", "What are the reporting deadlines?", "Which penalties apply?",
+             "How is liquidity measured?", "What counts as a large exposure?")
+WORDS = ("capital", "liquidity", "exposure", "counterparty", "institution", "supervisor", "requirement", "tier",
+         "leverage", "ratio", "collateral", "derivative", "settlement", "reporting", "threshold", "buffer",
+         "sovereign", "covered", "bond", "netting", "margin", "haircut", "stress", "scenario", "governance",
+         "disclosure", "valuation", "impairment", "provision", "credit", "market", "operational", "risk")
+TARGET_HIT_RATE, TARGET_TTFT_RATIO, TARGET_ADDED_P50_MS = 0.9, 3.0, 3.0
+
+
+def document_text(i: int, approx_tokens: int) -> str:
+    """A synthetic regulation, different from its first sentence on (seeded by `i`)."""
+    rng = random.Random(i)
+    sentences, words = [], 0
+    while words < approx_tokens * 0.75:  # ~1.3 tokens per word for this vocabulary
+        n = rng.randint(8, 16)
+        body = " ".join(rng.choice(WORDS) for _ in range(n))
+        sentences.append(f"Article {i}.{len(sentences) + 1}: the {body}.")
+        words += n + 2
+    return " ".join(sentences)
+
+
+def _ask_all(url: str, key: str, *, docs: int, questions: int, clients: int, doc_tokens: int) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=900.0) as http:
+        ids = []
+        for d in range(docs):
+            r = http.post("/v1/documents", json={"title": f"Circular {d}", "text": document_text(d, doc_tokens)})
+            r.raise_for_status()
+            ids.append(r.json()["id"])
+    # Every document's first question goes out before any other; the rest in a seeded shuffle, the same
+    # for every mode (in order, round robin over an even number of documents would pin each document to
+    # one replica by accident).
+    later = [(d, q) for q in range(1, questions) for d in range(docs)]
+    random.Random(0).shuffle(later)
+    work: SimpleQueue[tuple[int, int]] = SimpleQueue()
+    for item in [(d, 0) for d in range(docs)] + later:
+        work.put(item)
+    results: list[dict[str, Any]] = []
+    errors: list[str] = []
+
+    def client() -> None:
+        with httpx.Client(base_url=url, headers=headers, timeout=900.0) as http:
+            while True:
+                try:
+                    d, q = work.get_nowait()
+                except Empty:
+                    return
+                r = http.post(f"/v1/documents/{ids[d]}/questions",
+                              json={"question": QUESTIONS[q % len(QUESTIONS)], "max_tokens": 4, "temperature": 0})
+                if r.status_code != 200:
+                    errors.append(f"HTTP {r.status_code}: {r.text[:200]}")
+                    continue
+                a = r.json()
+                results.append({"doc": d, "q": q, "input_tokens": a["usage"]["prompt_tokens"],
+                                "cached_tokens": a["usage"]["cached_tokens"], "ttft_ms": a["timings"]["ttft_ms"]})
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} questions failed, first: {errors[0]}")
+    return results
+
+
+def _routing_report(results: list[dict[str, Any]]) -> dict[str, Any]:
+    follow = [r for r in results if r["q"] > 0]
+    hits = [r for r in follow if r["cached_tokens"] * 2 >= r["input_tokens"]]
+    ttft = sorted(r["ttft_ms"] for r in results)
+    return {"questions": len(results), "follow_ups": len(follow),
+            "hit_rate": len(hits) / len(follow) if follow else None,
+            "token_hit_rate": sum(r["cached_tokens"] for r in follow) / max(1, sum(r["input_tokens"] for r in follow)),
+            "ttft_p50_ms": nearest_rank(ttft, 50.0), "ttft_p90_ms": nearest_rank(ttft, 90.0),
+            "follow_up_ttft_p50_ms": nearest_rank(sorted(r["ttft_ms"] for r in follow), 50.0) if follow else None,
+            "mean_prompt_tokens": statistics.fmean(r["input_tokens"] for r in results)}
+
+
+def _latency_block(http: httpx.Client, n: int) -> list[float]:
+    body = {"prompt": PROMPT, "max_tokens": 1, "temperature": 0.0, "workload_class": "realtime_risk"}
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        r = http.post("/v1/completions", json=body)
+        out.append((time.perf_counter() - t0) * 1e3)
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+    return out
+
+
+def _overhead(systems: dict[str, tuple[str, str]], *, n: int, blocks: int, warmup: int) -> dict[str, Any]:
+    clients = {name: httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60.0)
+               for name, (url, key) in systems.items()}
+    try:
+        for http in clients.values():
+            _latency_block(http, warmup)
+        p50s: dict[str, list[float]] = {name: [] for name in clients}
+        for _ in range(blocks):
+            for name, http in clients.items():
+                p50s[name].append(nearest_rank(sorted(_latency_block(http, n)), 50.0))
+    finally:
+        for http in clients.values():
+            http.close()
+    report: dict[str, Any] = {name: {"p50_ms": summary(v)} for name, v in p50s.items()}
+    report["added_p50_ms"] = report["remote"]["p50_ms"]["median"] - report["embedded"]["p50_ms"]["median"]
+    return report
+
+
+def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while httpx.get(f"{url}/readyz", timeout=5.0).status_code != 200:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gateway {url} not ready")
+        time.sleep(0.2)
+
+
+def run(json_path: str | None = None, *, replicas: int = 2, threads_per_replica: int = 1, docs: int = 8,
+        questions: int = 6, clients: int = 4, doc_tokens: int = 800, n: int = 30, blocks: int = 4,
+        warmup: int = 10, model: str | None = None) -> dict[str, Any]:
+    from core.db.base import make_engine, make_session_factory
+    from core.db.migrate import upgrade
+    from core.keys import create_key
+    from core.logging import configure_logging
+    from core.settings import Settings
+    from engine.client import EngineClient
+    from engine.engine import LLMEngine
+    from finserve.stack import GatewayThread, start_engines, stop_engine, wait_engines_ready
+    from policies import load_policy
+
+    with tempfile.TemporaryDirectory(prefix="finserve-bench-replicas-") as tmp:
+        home = Path(tmp)
+        db_url = f"sqlite:///{home / 'finserve.db'}"
+        settings = Settings(home=home, database_url=db_url, model=Path(model) if model else None,
+                            threads=threads_per_replica, log_json=True, log_level="warning")
+        upgrade(db_url)
+        db = make_engine(db_url)
+        with make_session_factory(db)() as s:
+            keys = {t: create_key(s, t, rate_limit_rps=1e9) for t in ("rr", "affinity", "overhead")}
+        db.dispose()
+        configure_logging(json=True, level="warning")
+        with open(home / "engines.log", "wb") as log, _logs_to(home / "gateway.log"):
+            engines = start_engines(settings, replicas, total_threads=replicas * threads_per_replica, log=log)
+            try:
+                wait_engines_ready(engines)
+                urls = ",".join(e.url for e in engines)
+                routing = {}
+                for mode, tenant in (("round_robin", "rr"), ("policy", "affinity")):
+                    gw = GatewayThread(settings.model_copy(update={"engines": urls, "engine_routing": mode}),
+                                       None).start()
+                    try:
+                        _wait_ready(gw.url)
+                        results = _ask_all(gw.url, keys[tenant], docs=docs, questions=questions, clients=clients,
+                                           doc_tokens=doc_tokens)
+                        routing[mode] = _routing_report(results)
+                    finally:
+                        gw.stop()
+                policy = load_policy(settings.policy)
+                embedded_client = EngineClient.launch(lambda: LLMEngine(settings.engine_config(policy)))
+                embedded = GatewayThread(settings, embedded_client).start()
+                remote = GatewayThread(settings.model_copy(update={"engines": engines[0].url}), None).start()
+                try:
+                    _wait_ready(remote.url)
+                    overhead = _overhead({"embedded": (embedded.url, keys["overhead"]),
+                                          "remote": (remote.url, keys["overhead"])},
+                                         n=n, blocks=blocks, warmup=warmup)
+                finally:
+                    remote.stop()
+                    embedded.stop()
+                    embedded_client.shutdown()
+            finally:
+                for e in engines:
+                    stop_engine(e)
+    out = _report(routing, overhead, settings, replicas=replicas, threads=threads_per_replica, docs=docs,
+                  questions=questions, clients=clients, doc_tokens=doc_tokens, n=n, blocks=blocks)
+    write_json(json_path, out)
+    return out
+
+
+def _report(routing: dict[str, Any], overhead: dict[str, Any], settings: Any, **config: Any) -> dict[str, Any]:
+    rr, aff = routing["round_robin"], routing["policy"]
+    ratio = rr["ttft_p50_ms"] / aff["ttft_p50_ms"] if aff["ttft_p50_ms"] else None
+    return {
+        "benchmark": "replicas",
+        "environment": environment(config["threads"], settings.dtype, str(settings.model_path)),
+        "config": {**config, "documents": "synthetic regulations, first question of every document first",
+                   "hit": "a follow-up question whose cached tokens cover >= half its prompt"},
+        "routing": {"round_robin": rr, "affinity": aff, "ttft_p50_ratio_rr_over_affinity": ratio},
+        "overhead": overhead,
+        "targets": {
+            "hit_rate": {"min": TARGET_HIT_RATE, "met": (aff["hit_rate"] or 0) >= TARGET_HIT_RATE},
+            "ttft_ratio": {"min": TARGET_TTFT_RATIO, "met": (ratio or 0) >= TARGET_TTFT_RATIO},
+            "added_p50_ms": {"max": TARGET_ADDED_P50_MS, "met": overhead["added_p50_ms"] <= TARGET_ADDED_P50_MS},
+        },
+    }
