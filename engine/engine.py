@@ -21,8 +21,8 @@ import torch
 
 from engine.config import EngineConfig
 from engine.model_runner import ModelRunner
-from engine.outputs import AdmissionError, EngineStats, RequestOutput, SchedulerOutput, TokenUpdate
-from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
+from engine.outputs import AdmissionError, EngineStats, RequestOutput, SchedulerOutput, TokenLogprobs, TokenUpdate
+from engine.request import EngineRequest, RequestMetrics, RequestStatus, SamplingParams, StepEvent
 from engine.sampler import SamplingRow
 from engine.scheduler import Scheduler
 from engine.structured import GrammarState
@@ -109,9 +109,10 @@ class LLMEngine:
         if not req.prompt_token_ids:
             raise AdmissionError("empty_prompt", "the prompt has no tokens")
         vocab = self.model_config.vocab_size
-        if any(not 0 <= t < vocab for t in (*req.prompt_token_ids, *req.sampling.stop_token_ids)):
-            raise AdmissionError("invalid_token", "prompt or stop token id outside the vocabulary")
-        grammar = self._grammar(req.sampling.json_schema)
+        biased = (t for t, _ in req.sampling.logit_bias)
+        if any(not 0 <= t < vocab for t in (*req.prompt_token_ids, *req.sampling.stop_token_ids, *biased)):
+            raise AdmissionError("invalid_token", "prompt, stop or logit_bias token id outside the vocabulary")
+        grammar = self._grammar(req.sampling)
         self.scheduler.add_request(req)  # sampling, class and size checks
         try:
             self._live[req.request_id] = self._new_live(req, grammar)
@@ -125,15 +126,20 @@ class LLMEngine:
             gen = torch.Generator(device=self.runner.device).manual_seed(p.seed)
         return _Live(req, self.tokenizer.incremental(), gen, grammar)
 
-    def _grammar(self, schema: str | None) -> GrammarState | None:
-        if schema is None:
+    def _grammar(self, p: SamplingParams) -> GrammarState | None:
+        if not p.constrained:
             return None
-        from engine.structured import compile_json_schema
+        from engine.structured import compile_choice, compile_json_schema, compile_regex
 
         try:
-            return compile_json_schema(self.tokenizer, schema).new_state()
+            if p.regex is not None:
+                return compile_regex(self.tokenizer, p.regex).new_state()
+            if p.choice is not None:
+                return compile_choice(self.tokenizer, p.choice).new_state()
+            assert p.json_schema is not None  # p.constrained
+            return compile_json_schema(self.tokenizer, p.json_schema).new_state()
         except ValueError as e:
-            raise AdmissionError("invalid_schema", f"response schema is not usable: {e}") from e
+            raise AdmissionError("invalid_schema", f"output constraint is not usable: {e}") from e
 
     def abort_request(self, request_id: str) -> None:
         live = self._live.pop(request_id, None)
@@ -208,7 +214,7 @@ class LLMEngine:
                 outputs.append(self._fail(s.request, error))
         for update in self.scheduler.postprocess(out, ran.tokens, t1).updates:
             try:
-                outputs.append(self._on_token(update))
+                outputs.append(self._on_token(update, ran.logprobs.get(update.request.request_id)))
             except Exception as e:
                 outputs.append(self._fail_alone(update.request, e, "on_token"))
         return outputs
@@ -217,10 +223,11 @@ class LLMEngine:
         live = self._live[req.request_id]
         p = req.sampling
         history = req.all_token_ids if p.repetition_penalty != 1.0 else ()
+        output_ids = req.output_token_ids if p.presence_penalty or p.frequency_penalty else ()
         stop_ids = self.scheduler.stop_token_ids(req)
-        return SamplingRow(p, len(req.output_token_ids), stop_ids, live.generator, live.grammar, history)
+        return SamplingRow(p, len(req.output_token_ids), stop_ids, live.generator, live.grammar, history, output_ids)
 
-    def _on_token(self, update: TokenUpdate) -> RequestOutput:
+    def _on_token(self, update: TokenUpdate, logprobs: TokenLogprobs | None) -> RequestOutput:
         """Detokenizes the token the scheduler took in; finishes on a stop string or a completed grammar."""
         req, token = update.request, update.token_id
         live, p = self._live[req.request_id], req.sampling
@@ -238,11 +245,13 @@ class LLMEngine:
             hold = max((len(s) for s in p.stop), default=1) - 1  # a stop string may still be forming
             upto = max(live.emitted, len(live.text) - hold)
             delta, live.emitted = live.text[live.emitted : upto], upto
-            return RequestOutput(req.request_id, [token], delta, False)
+            return RequestOutput(req.request_id, [token], delta, False, logprobs=_listed(logprobs))
         self._live.pop(req.request_id, None)
         if stop is None:
             live.text += live.detok.flush()  # a stream may end inside a multi-byte character
-        return self._finished_output(req, live.text[live.emitted :], [token])
+        return dataclasses.replace(
+            self._finished_output(req, live.text[live.emitted :], [token]), logprobs=_listed(logprobs)
+        )
 
     @staticmethod
     def _cut_at_stop_string(live: _Live, prev_len: int) -> str | None:
@@ -278,6 +287,10 @@ class LLMEngine:
     # ---- introspection --------------------------------------------------------------------
     def stats(self) -> EngineStats:
         return dataclasses.replace(self.scheduler.stats(), failed_requests=self.num_failed)
+
+
+def _listed(logprobs: TokenLogprobs | None) -> list[TokenLogprobs] | None:
+    return None if logprobs is None else [logprobs]
 
 
 def _describe(exc: BaseException) -> str:

@@ -71,6 +71,7 @@ class ModelRunner:
         return RunnerOutput(
             tokens={rid: t for rid, t in zip(ids, sampled.tokens) if t is not None},
             errors={ids[i]: e for i, e in sampled.errors.items()},
+            logprobs={ids[i]: lp for i, lp in sampled.logprobs.items()},
         )
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> torch.Tensor:

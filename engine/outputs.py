@@ -68,12 +68,30 @@ class StepResult:
     updates: list[TokenUpdate] = field(default_factory=list)  # requests that got a token, in batch order
 
 
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """Log-probabilities of one output token under the distribution it was sampled from.
+
+    That distribution is the processed one: penalties, logit bias, min_tokens and grammar masks,
+    then (for random sampling) temperature and the top-k / top-p / min-p cut. A token those
+    removed has probability 0 and is never listed; greedy rows use temperature 1 and no cut.
+    """
+
+    token_id: int
+    logprob: float  # of the chosen token; finite (a -inf that slipped through is LOGPROB_FLOOR)
+    top: tuple[tuple[int, float], ...] = ()  # up to k (token id, logprob), most likely first, finite only
+
+
+LOGPROB_FLOOR = -9999.0  # what JSON gets instead of -inf (JSON has no infinities); vLLM does the same
+
+
 @dataclass
 class RunnerOutput:
     """The model runner's answer for one step."""
 
     tokens: dict[str, int] = field(default_factory=dict)  # request id -> sampled token (seqs that sample)
     errors: dict[str, str] = field(default_factory=dict)  # request id -> why its row could not be sampled
+    logprobs: dict[str, TokenLogprobs] = field(default_factory=dict)  # request id -> its token's, when asked
 
 
 class AdmissionError(Exception):
@@ -98,6 +116,7 @@ class RequestOutput:
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     metrics: RequestMetrics | None = None  # set when finished
     error: str | None = None
+    logprobs: list[TokenLogprobs] | None = None  # one per new_token_ids entry when sampling.logprobs is set
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,12 @@ MIN_TEMPERATURE = 1e-2
 # the token is already certain or impossible, and values such as 1e-300 overflow the logits.
 MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 1e-2, 1e2
 SEED_LIMIT = 2**64  # torch generators take an unsigned 64-bit seed
+# OpenAI's bounds: presence/frequency penalties in [-2, 2], a logit bias in [-100, 100] (a bias
+# of +-100 already bans or forces a token; larger values only risk overflow in float16 logits).
+MAX_PENALTY = 2.0
+MAX_LOGIT_BIAS = 100.0
+# Alternatives per output token (OpenAI's top_logprobs allows 20, vLLM's default max_logprobs).
+MAX_LOGPROBS = 20
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,19 @@ class SamplingParams:
     ignore_eos: bool = False
     min_tokens: int = 0  # EOS / stop tokens are masked until this many tokens exist
     repetition_penalty: float = 1.0
-    json_schema: str | None = None  # JSON text of a schema; output is constrained to it
+    presence_penalty: float = 0.0  # subtracted once from the logit of every token already generated
+    frequency_penalty: float = 0.0  # subtracted per occurrence of a token already generated
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
+    min_p: float = 0.0  # drop tokens whose probability is below min_p x the top token's (0 disables)
+    logprobs: int | None = None  # None: no logprobs; k: the chosen token's logprob and the top k alternatives
+    # At most one of these constrains the output (llguidance grammar, engine/structured.py):
+    json_schema: str | None = None  # JSON text of a schema
+    regex: str | None = None  # the whole output matches this regular expression
+    choice: tuple[str, ...] | None = None  # the output is exactly one of these strings
+
+    @property
+    def constrained(self) -> bool:
+        return self.json_schema is not None or self.regex is not None or self.choice is not None
 
     @property
     def greedy(self) -> bool:
@@ -50,10 +68,27 @@ class SamplingParams:
             (self.seed is None or 0 <= self.seed < SEED_LIMIT, f"seed must be in [0, 2**64), got {self.seed}"),
             (all(isinstance(s, str) and s for s in self.stop), "stop strings must be non-empty"),
             (all(t_id >= 0 for t_id in self.stop_token_ids), "stop_token_ids must be >= 0"),
+            *self._extra_checks(),
         ]  # fmt: skip
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+
+
+    def _extra_checks(self) -> list[tuple[bool, str]]:
+        pp, fp, k = self.presence_penalty, self.frequency_penalty, self.logprobs
+        guides = [g for g in (self.json_schema, self.regex, self.choice) if g is not None]
+        return [
+            (-MAX_PENALTY <= pp <= MAX_PENALTY, f"presence_penalty must be in [-2, 2], got {pp}"),
+            (-MAX_PENALTY <= fp <= MAX_PENALTY, f"frequency_penalty must be in [-2, 2], got {fp}"),
+            (all(t_id >= 0 and -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS for t_id, b in self.logit_bias),
+             "logit_bias maps token ids >= 0 to biases in [-100, 100]"),
+            (0.0 <= self.min_p <= 1.0, f"min_p must be in [0, 1], got {self.min_p}"),
+            (k is None or 0 <= k <= MAX_LOGPROBS, f"logprobs must be in [0, {MAX_LOGPROBS}], got {k}"),
+            (len(guides) <= 1, "at most one of json_schema, regex and choice may be set"),
+            (self.choice is None or (bool(self.choice) and all(isinstance(c, str) and c for c in self.choice)),
+             "choice must be a non-empty list of non-empty strings"),
+        ]  # fmt: skip
 
 
 class RequestStatus(enum.Enum):

@@ -1,4 +1,4 @@
-"""Token sampling: greedy, temperature, top-k, top-p, per-request seed, penalties and masks.
+"""Token sampling: greedy, temperature, top-k, top-p, min-p, per-request seed, penalties, bias, masks, logprobs.
 
 Rows of one batch can have different parameters. Greedy rows share one argmax; random rows are
 sampled one by one because each may own a seeded generator (reproducible whatever the batch).
@@ -11,12 +11,14 @@ win an argmax, and a row that still raises (a grammar failure, a bad stop id) is
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 
+from engine.outputs import LOGPROB_FLOOR, TokenLogprobs
 from engine.request import MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY, MIN_TEMPERATURE, SamplingParams
 
 
@@ -32,12 +34,14 @@ class SamplingRow:
     generator: torch.Generator | None = None
     grammar: TokenMask | None = None
     history: Sequence[int] = ()  # prompt + output ids, only needed for repetition_penalty
+    output_ids: Sequence[int] = ()  # output ids so far, only needed for presence/frequency penalties
 
 
 @dataclass
 class SampledBatch:
     tokens: list[int | None] = field(default_factory=list)  # one per row; None where the row failed
     errors: dict[int, str] = field(default_factory=dict)  # row index -> "ExcType: message"
+    logprobs: dict[int, TokenLogprobs] = field(default_factory=dict)  # row index -> for rows that asked
 
 
 def _apply_repetition_penalty(row: torch.Tensor, history: Sequence[int], penalty: float) -> None:
@@ -46,6 +50,31 @@ def _apply_repetition_penalty(row: torch.Tensor, history: Sequence[int], penalty
     ids = torch.tensor(sorted(set(history)), dtype=torch.long, device=row.device)
     vals = row.index_select(0, ids)
     row.index_copy_(0, ids, torch.where(vals > 0, vals / penalty, vals * penalty))
+
+
+def _apply_presence_frequency(row: torch.Tensor, output_ids: Sequence[int], p: SamplingParams) -> None:
+    # row: [V]; OpenAI's rule: logit -= count * frequency_penalty + (count > 0) * presence_penalty,
+    # counting the tokens generated so far (not the prompt's).
+    counts = Counter(output_ids)
+    ids = torch.tensor(list(counts), dtype=torch.long, device=row.device)  # [U]
+    n = torch.tensor(list(counts.values()), dtype=row.dtype, device=row.device)  # [U]
+    row.index_add_(0, ids, -(n * p.frequency_penalty + p.presence_penalty))
+
+
+def _apply_logit_bias(row: torch.Tensor, bias: tuple[tuple[int, float], ...]) -> None:
+    # row: [V]; ids outside the row are refused at admission (engine), skipped here all the same
+    pairs = [(t, b) for t, b in bias if 0 <= t < row.shape[-1]]
+    if pairs:
+        ids = torch.tensor([t for t, _ in pairs], dtype=torch.long, device=row.device)
+        row.index_add_(0, ids, torch.tensor([b for _, b in pairs], dtype=row.dtype, device=row.device))
+
+
+def _min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    # logits: [V] (temperature applied); p_i < min_p * p_max  <=>  logit_i < logit_max + log(min_p)
+    if min_p <= 0.0:
+        return logits
+    cut = logits.max() + torch.log(torch.tensor(min_p, dtype=logits.dtype))
+    return logits.masked_fill(logits < cut, float("-inf"))
 
 
 def _top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -66,20 +95,52 @@ def _mask_row(row: torch.Tensor, r: SamplingRow) -> None:
     p = r.params
     if p.repetition_penalty != 1.0 and r.history:
         _apply_repetition_penalty(row, r.history, p.repetition_penalty)
+    if (p.presence_penalty or p.frequency_penalty) and r.output_ids:
+        _apply_presence_frequency(row, r.output_ids, p)
+    if p.logit_bias:
+        _apply_logit_bias(row, p.logit_bias)
     if r.num_output_tokens < p.min_tokens and r.stop_ids:
         row[list(r.stop_ids)] = float("-inf")
     if r.grammar is not None:
         row.masked_fill_(~r.grammar.allowed_mask(row.shape[-1]).to(row.device), float("-inf"))
 
 
-def _sample_row(row: torch.Tensor, p: SamplingParams, generator: torch.Generator | None, greedy: int) -> int:
-    # row: [V] float32, masked. A temperature that slipped past validation (NaN, 1e-300) is
-    # clamped, so logits / T stays finite for finite logits.
+def _sample_row(
+    row: torch.Tensor, p: SamplingParams, generator: torch.Generator | None, greedy: int
+) -> tuple[int, torch.Tensor]:
+    """(token, the logits it was drawn from [V]). row: [V] float32, masked.
+
+    A temperature that slipped past validation (NaN, 1e-300) is clamped, so logits / T stays
+    finite for finite logits. A row with no usable probability falls back to the greedy token
+    and reports the masked row itself as its distribution.
+    """
     t = p.temperature if p.temperature >= MIN_TEMPERATURE else MIN_TEMPERATURE
-    probs = _top_k_top_p(row / t, p.top_k, p.top_p).softmax(-1)
+    final = _top_k_top_p(_min_p(row / t, p.min_p), p.top_k, p.top_p)  # [V]
+    probs = final.softmax(-1)
     if not bool(torch.isfinite(probs).all()) or float(probs.sum()) <= 0.0:
-        return greedy
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+        return greedy, row
+    return int(torch.multinomial(probs, 1, generator=generator).item()), final
+
+
+def token_logprobs(logits: torch.Tensor, token: int, k: int) -> TokenLogprobs:
+    """The chosen token's logprob and the k most likely tokens' under log_softmax(logits [V])."""
+    logp = logits.log_softmax(-1)  # [V]
+    chosen = float(logp[token])
+    top: tuple[tuple[int, float], ...] = ()
+    if k > 0:
+        vals, ids = torch.topk(logp, min(k, logp.shape[-1]))  # [k], [k], most likely first
+        top = tuple((int(t), float(v)) for t, v in zip(ids.tolist(), vals.tolist()) if v > float("-inf"))
+    return TokenLogprobs(token, chosen if chosen > LOGPROB_FLOOR else LOGPROB_FLOOR, top)
+
+
+def _pick(row: torch.Tensor, r: SamplingRow, greedy: int) -> tuple[int, TokenLogprobs | None]:
+    """One row's token and, when asked, its logprobs. row: [V] float32, masked."""
+    if r.params.greedy:
+        token, dist = greedy, row
+    else:
+        token, dist = _sample_row(row, r.params, r.generator, greedy)
+    k = r.params.logprobs
+    return token, (None if k is None else token_logprobs(dist, token, k))
 
 
 def sample(logits: torch.Tensor, rows: list[SamplingRow]) -> SampledBatch:
@@ -96,12 +157,14 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow]) -> SampledBatch:
     for i, r in enumerate(rows):
         if i in out.errors:
             out.tokens.append(None)
-        elif r.params.greedy:
-            out.tokens.append(greedy[i])
-        else:
-            try:
-                out.tokens.append(_sample_row(logits[i], r.params, r.generator, greedy[i]))
-            except Exception as e:
-                out.errors[i] = f"{type(e).__name__}: {e}"
-                out.tokens.append(None)
+            continue
+        try:
+            token, lp = _pick(logits[i], r, greedy[i])
+        except Exception as e:
+            out.errors[i] = f"{type(e).__name__}: {e}"
+            out.tokens.append(None)
+            continue
+        out.tokens.append(token)
+        if lp is not None:
+            out.logprobs[i] = lp
     return out

@@ -82,7 +82,7 @@ def validate_json_schema(schema_json: str) -> tuple[dict[str, Any], str]:
 class CompiledGrammar:
     """A validated schema compiled for one tokenizer. Immutable and shared between requests."""
 
-    schema: dict[str, Any]
+    schema: dict[str, Any]  # the JSON schema; {} for a regex or choice grammar
     grammar: str  # llguidance's serialized grammar
     ll_tokenizer: llguidance.LLTokenizer
 
@@ -238,3 +238,47 @@ def sentence_spans(source: str, *, max_chars: int = 400) -> list[str]:
         if s and len(s) <= max_chars:
             seen.setdefault(s, None)
     return list(seen)
+
+
+# ---- regex and choice grammars (vLLM's guided_regex / guided_choice) ------------------------------
+
+
+def _checked(grammar: str, what: str) -> str:
+    """`grammar` if llguidance accepts it; ValueError naming `what` otherwise."""
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if is_error:
+        raise ValueError(f"unsupported {what}: {messages[0] if messages else 'rejected by llguidance'}")
+    return grammar
+
+
+def regex_grammar(pattern: str) -> str:
+    """llguidance grammar whose documents are the strings fully matching `pattern` (Rust regex syntax)."""
+    if not pattern:
+        raise ValueError("regex must not be empty")
+    return _checked(llguidance.LLMatcher.grammar_from_regex(pattern), "regex")
+
+
+def choice_grammar(choices: tuple[str, ...]) -> str:
+    """llguidance grammar whose documents are exactly the given strings (literals, never patterns)."""
+    if not choices or not all(choices):
+        raise ValueError("choice must be a non-empty list of non-empty strings")
+    # JSON string syntax is a valid lark literal: quotes, backslashes and control characters escaped.
+    alternatives = " | ".join(json.dumps(c) for c in dict.fromkeys(choices))
+    return _checked(llguidance.LLMatcher.grammar_from_lark(f"start: {alternatives}"), "choice")
+
+
+def compile_regex(tokenizer: Tokenizer | tokenizers.Tokenizer, pattern: str) -> CompiledGrammar:
+    """Output constrained to match `pattern` as a whole; cached. ValueError on a pattern llguidance refuses."""
+    return _compile_other(tokenizer, "regex", pattern)
+
+
+def compile_choice(tokenizer: Tokenizer | tokenizers.Tokenizer, choices: tuple[str, ...]) -> CompiledGrammar:
+    """Output constrained to exactly one of `choices`; cached. ValueError on an empty list or string."""
+    return _compile_other(tokenizer, "choice", json.dumps(list(choices)))
+
+
+@lru_cache(maxsize=256)
+def _compile_other(tokenizer: Tokenizer | tokenizers.Tokenizer, kind: str, spec: str) -> CompiledGrammar:
+    # `spec` is the regex itself or the JSON list of choices: hashable, so lru_cache can key on it.
+    grammar = regex_grammar(spec) if kind == "regex" else choice_grammar(tuple(json.loads(spec)))
+    return CompiledGrammar(schema={}, grammar=grammar, ll_tokenizer=_ll_tokenizer(tokenizer))

@@ -36,7 +36,7 @@ from gateway.ledger import LedgerWriter
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.replicas.replica_set import ReplicaSet, build_replica_set
-from gateway.routes import documents, health, openai, reports, requests, risk
+from gateway.routes import documents, health, openai, reports, requests, risk, utility
 from gateway.service import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
 from gateway.state import GatewayState
 from policies import Policy, check_against_model, load_policy
@@ -190,7 +190,8 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
                        route_limit=prompt_body_limit)
     install_error_handlers(app)
     app.include_router(health.router)
-    for router in (openai.router, risk.router, documents.router, requests.router, reports.router, *routers):
+    app.include_router(utility.router)
+    for router in (openai.router, utility.models_router, risk.router, documents.router, requests.router, reports.router, *routers):
         app.include_router(router, prefix="/v1")
     app.openapi = _openapi_naming_classes(app, sorted(policy.classes))  # type: ignore[method-assign]
     return app

@@ -90,6 +90,7 @@ class InferenceInput:
     max_tokens: int | None = None  # None: the route's default, within the class's limit
     default_max_tokens: int | None = None
     explicit_class: str | None = None  # from the body or X-Workload-Class
+    temperature_unset: bool = False  # the class's default_temperature (policy) applies, when it has one
     log_fields: dict[str, Any] = field(default_factory=dict)  # extra canonical-log fields (e.g. document_id)
 
 
@@ -213,9 +214,13 @@ class InferenceService:
         ids = await self.tokenize(inp.prompt, inp.explicit_class)
         ctx.fields.update(inp.log_fields)
         try:
-            return self.admit(ctx, key, route=inp.route, prompt_token_ids=ids, sampling=inp.sampling,
-                              max_tokens=inp.max_tokens, default_max_tokens=inp.default_max_tokens,
-                              explicit_class=inp.explicit_class, tokenize_start=t0, tokenized=time.time())
+            adm = self.admit(ctx, key, route=inp.route, prompt_token_ids=ids, sampling=inp.sampling,
+                             max_tokens=inp.max_tokens, default_max_tokens=inp.default_max_tokens,
+                             explicit_class=inp.explicit_class, tokenize_start=t0, tokenized=time.time())
+            if inp.temperature_unset and adm.cls.default_temperature is not None:
+                adm.request.sampling = dataclasses.replace(adm.request.sampling,
+                                                           temperature=adm.cls.default_temperature)
+            return adm
         except APIError:
             await self._ledger_durable()  # a refusal is an answer too: its row is safe before it is sent
             raise

@@ -63,6 +63,10 @@ class ClassPolicy:
     response_schema: str = field(default="", metadata=knob(
         "JSON Schema the class's domain answers are constrained to by default (empty: free text)",
         optional=True, json_object=True))
+    # Sampling default for requests that leave `temperature` unset on the OpenAI routes (whose own
+    # default is OpenAI's 1.0); None keeps the route's default. Domain routes are greedy regardless.
+    default_temperature: float | None = field(default=None, metadata=knob(
+        "temperature when an OpenAI-route request leaves it unset (none: the route's default, 1.0)", ge=0, le=2))
 
 
 @dataclass(frozen=True, kw_only=True)

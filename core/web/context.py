@@ -31,6 +31,7 @@ class RequestContext:
     path: str
     arrival_time: float = field(default_factory=time.time)  # wall clock, seconds (engine timestamps use it)
     arrival_perf: float = field(default_factory=time.perf_counter)
+    client_request_id: str | None = None  # the client's own X-Request-Id, kept when it is a safe token
     tenant: str | None = None
     workload_class: str | None = None
     classification_rule: str | None = None

@@ -1,4 +1,4 @@
-"""One error shape for every 4xx/5xx: `{"error": {"code", "message", "request_id"}}`.
+"""One error shape for every 4xx/5xx: OpenAI's `{"error": {"message", "type", "param", "code"}}` plus `request_id`.
 
 Routes raise `APIError(code, message)` (the status comes from ERROR_CODES); FastAPI's own failures (validation, unknown
 route, wrong method) and unexpected exceptions are converted to the same shape here.
@@ -58,16 +58,34 @@ ERROR_CODES: dict[str, int] = {
 }
 
 
+# HTTP status -> OpenAI's error `type` (SDKs read it; the `code` says more).
+_OPENAI_TYPES: dict[int, str] = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type(status: int) -> str:
+    if status >= 500:
+        return "server_error"
+    return _OPENAI_TYPES.get(status, "invalid_request_error")
+
+
 class APIError(Exception):
-    """An error answered to the client. `retry_after_s` becomes a Retry-After header."""
+    """An error answered to the client. `retry_after_s` becomes a Retry-After header; `param` names
+    the request field at fault (OpenAI's `param`, dotted for nested fields), when one is."""
 
     def __init__(self, code: str, message: str, *, status: int | None = None,
-                 retry_after_s: float | None = None, headers: dict[str, str] | None = None) -> None:
+                 retry_after_s: float | None = None, headers: dict[str, str] | None = None,
+                 param: str | None = None) -> None:
         super().__init__(message)
         if status is None and code not in ERROR_CODES:
             raise ValueError(f"undocumented error code {code!r}")
         self.code = code
         self.message = message
+        self.param = param
         self.status = status if status is not None else ERROR_CODES[code]
         self.retry_after_s = retry_after_s
         self.extra_headers = dict(headers or {})  # e.g. `Allow` on 405
@@ -80,7 +98,8 @@ class APIError(Exception):
         return {**self.extra_headers, "Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
     def body(self, request_id: str | None) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message, "request_id": request_id}}
+        return {"error": {"message": self.message, "type": error_type(self.status), "param": self.param,
+                          "code": self.code, "request_id": request_id}}
 
 
 class ClientDisconnected(Exception):
@@ -116,13 +135,14 @@ def _validation_error(errors: list[dict[str, Any]]) -> APIError:
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and not _is_union_tag(p)) or "body"
     if kind == "json_invalid":
         return APIError("invalid_json", "request body is not valid JSON")
+    param = None if where == "body" else where
     if kind == "extra_forbidden":
-        return APIError("unknown_field", f"unknown field '{where}'")
+        return APIError("unknown_field", f"unknown field '{where}'", param=param)
     if kind == "missing" and where == "body":
         return APIError("invalid_request", "request body is required")
     msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-    return APIError("invalid_request", f"{where}: {msg}{more}")
+    return APIError("invalid_request", f"{where}: {msg}{more}", param=param)
 
 
 _HTTP_CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}

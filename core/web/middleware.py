@@ -5,12 +5,18 @@ For every HTTP request it:
 - refuses bodies over the size limit with 413 before they are read into memory;
 - refuses a NUL (`%00`) in the path or query with 400: no id, name or filter holds one, and PostgreSQL
   fails on it (a 503 "database unavailable" that invites endless retries of a hopeless request);
-- adds `X-Request-Id` and, once the request has been classified, `X-Workload-Class` to the response;
+- keeps a client's own `X-Request-Id` when it is a safe token (1-128 of `A-Za-z0-9._:-`, starting with a
+  letter or digit) and echoes it back; finserve's own id (engine, ledger, `/v1/requests/{id}`, error
+  bodies) is always generated, so no client can collide with or probe another tenant's ids, and is
+  sent as `X-Finserve-Request-Id` (and as `X-Request-Id` when the client sent none). An unsafe client
+  id is replaced, and `X-Request-Id-Replaced` says why;
+- adds `X-Workload-Class` to the response once the request has been classified;
 - logs the single canonical line when the response has ended (stream finished, failed or abandoned).
 """
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +30,21 @@ from core.web.context import STATE_KEY, RequestContext, new_request_id
 from core.web.errors import APIError
 
 log = structlog.get_logger("finserve.gateway")
+
+_SAFE_CLIENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def client_request_id(scope: Scope) -> tuple[str | None, str | None]:
+    """(the client's X-Request-Id if safe to keep, why it was not kept); (None, None) when none was sent."""
+    values = [v for k, v in scope.get("headers", []) if k == b"x-request-id"]
+    if not values:
+        return None, None
+    if len(values) > 1:
+        return None, "more than one X-Request-Id"
+    text = values[0].decode("latin-1")
+    if _SAFE_CLIENT_ID.fullmatch(text) is None:
+        return None, "not 1-128 characters of A-Za-z0-9._:- starting with a letter or digit"
+    return text, None
 
 
 class _BodyTooLarge(StarletteHTTPException):
@@ -71,16 +92,22 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         ctx = RequestContext(new_request_id(), scope["method"], scope["path"])
+        ctx.client_request_id, replaced = client_request_id(scope)
         scope.setdefault("state", {})[STATE_KEY] = ctx
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=ctx.request_id)
+        if ctx.client_request_id is not None:
+            structlog.contextvars.bind_contextvars(client_request_id=ctx.client_request_id)
         status: dict[str, Any] = {"code": None, "started": False}
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"], status["started"] = message["status"], True
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
-                headers.append((b"x-request-id", ctx.request_id.encode()))
+                headers.append((b"x-request-id", (ctx.client_request_id or ctx.request_id).encode()))
+                headers.append((b"x-finserve-request-id", ctx.request_id.encode()))
+                if replaced is not None:
+                    headers.append((b"x-request-id-replaced", replaced.encode()))
                 if ctx.workload_class and not any(k.lower() == b"x-workload-class" for k, _ in headers):
                     headers.append((b"x-workload-class", ctx.workload_class.encode()))
                 message = {**message, "headers": headers}

@@ -8,8 +8,10 @@ from pydantic import BaseModel
 
 
 class ErrorDetail(BaseModel):
-    code: str
     message: str
+    type: str  # OpenAI's error type, from the status: invalid_request_error, authentication_error, ...
+    param: str | None  # the request field at fault, when one is
+    code: str
     request_id: str | None
 
 

@@ -1,8 +1,9 @@
 """OpenAI-compatible routes: /v1/completions, /v1/chat/completions, /v1/models.
 
-The response `id` is the finserve request id (also in X-Request-Id), so a client can look
-the request up at /v1/requests/{id}. Responses add `timings` and `workload_class` to
-OpenAI's shapes; clients that do not know them ignore them.
+The response `id` is the finserve request id (X-Finserve-Request-Id, and X-Request-Id unless the
+client sent its own), so a client can look the request up at /v1/requests/{id}. Responses add
+`timings` and `workload_class` to OpenAI's shapes; clients that do not know them ignore them.
+`n` choices and prompt lists fan out into one engine request per choice (gateway/choices.py).
 """
 from __future__ import annotations
 
@@ -16,9 +17,19 @@ from core.web.context import RequestContext, get_context
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.outputs import RequestOutput
+from engine.tokenizer import Tokenizer
+from gateway.choices import (
+    Choice,
+    chat_logprobs,
+    collect_all,
+    completion_logprobs,
+    merge,
+    prepare_choices,
+    usage,
+)
 from gateway.deps import ServiceDep, TenantDep
 from gateway.sampling import explicit_class, sampling_params
-from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
+from gateway.schemas.common import Timings, WorkloadClassHeader
 from gateway.schemas.openai import (
     AssistantMessage,
     ChatChoice,
@@ -33,6 +44,7 @@ from gateway.schemas.openai import (
 )
 from gateway.service import InferenceInput, InferenceService, Prompt, raise_if_failed
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
+from gateway.tools import describe_tools, tool_calls, tool_schema
 
 router = APIRouter(tags=["openai"])
 
@@ -40,49 +52,64 @@ router = APIRouter(tags=["openai"])
 def _check_model(body: SamplingFields, service: InferenceService) -> None:
     if body.model and body.model != service.model_name:
         raise APIError("model_not_found", f"model {body.model!r} is not served here; this gateway serves "
-                       f"{service.model_name!r} (see /v1/models)")
-
-
-def _completion_prompt(prompt: str | list[Any]) -> Prompt:
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
-    return Prompt(text=prompt) if isinstance(prompt, str) else Prompt(token_ids=list(prompt))
+                       f"{service.model_name!r} (see /v1/models)", param="model")
 
 
 def _chat_prompt(body: ChatCompletionRequest) -> Prompt:
-    return Prompt(messages=[{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                            for m in body.messages])
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+    tools = describe_tools(body)
+    return Prompt(messages=messages if tools is None else [tools, *messages])
 
 
-async def _stream(outputs: AsyncIterator[RequestOutput], ctx: RequestContext, model: str, *, chat: bool,
-                  include_usage: bool) -> AsyncIterator[bytes]:
-    """OpenAI chunk events; nothing is yielded before the engine's first output (see EventStreamResponse)."""
-    base = {"id": ctx.request_id, "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(ctx.arrival_time), "model": model}
+def _echo_text(prompt: str | list[int], tok: Tokenizer) -> str:
+    return prompt if isinstance(prompt, str) else tok.decode(prompt, skip_special_tokens=False)
 
-    def chunk(text: str | None, finish: str | None, *, role: bool = False) -> bytes:
-        if chat:
+
+class _Stream:
+    """OpenAI chunk events for every choice; nothing is yielded before the first engine output."""
+
+    def __init__(self, ctx: RequestContext, model: str, tok: Tokenizer, *, chat: bool, include_usage: bool,
+                 logprobs: bool, echo: list[str] | None = None) -> None:
+        self.base = {"id": ctx.request_id, "object": "chat.completion.chunk" if chat else "text_completion",
+                     "created": int(ctx.arrival_time), "model": model}
+        self.tok, self.chat, self.include_usage, self.logprobs, self.echo = tok, chat, include_usage, logprobs, echo
+
+    def chunk(self, index: int, out: RequestOutput | None, *, role: bool = False, text: str | None = None) -> bytes:
+        finish = out.finish_reason if out is not None and out.finished else None
+        lps = (out.logprobs or []) if out is not None and self.logprobs else []
+        if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else \
-                ({} if text is None else {"content": text})
-            choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+                ({"content": out.new_text} if out is not None and out.new_text else {})
+            lp = chat_logprobs(self.tok, lps).model_dump() if lps else None
+            choice = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": lp}
         else:
-            choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
-        return sse({**base, "choices": [choice]})
+            lp = completion_logprobs(self.tok, lps).model_dump() if lps else None
+            body = text if text is not None else (out.new_text if out is not None else "")
+            choice = {"index": index, "text": body, "finish_reason": finish, "logprobs": lp}
+        return sse({**self.base, "choices": [choice]})
 
-    async with aclosing(outputs):
-        first = True
-        async for out in outputs:
-            raise_if_failed(out)
-            if first and chat:
-                yield chunk(None, None, role=True)
-            first = False
-            if out.new_text or out.finished:
-                yield chunk(out.new_text if out.new_text or not chat else None,
-                            out.finish_reason if out.finished else None)
-            if out.finished and include_usage and out.metrics is not None:
-                yield sse({**base, "choices": [], "usage": Usage.of(out.metrics).model_dump(),
-                           "timings": Timings.of(out.metrics).model_dump()})
-    yield DONE
+    async def events(self, choices: list[Choice]) -> AsyncIterator[bytes]:
+        streams = [c.service.generate(c.admitted) for c in choices]
+        started: set[int] = set()
+        metrics: dict[int, Any] = {}
+        async with aclosing(merge(streams)) as merged:
+            async for i, out in merged:
+                raise_if_failed(out)
+                if i not in started:
+                    started.add(i)
+                    if self.chat:
+                        yield self.chunk(i, None, role=True)
+                    elif self.echo is not None:
+                        yield self.chunk(i, None, text=self.echo[i])
+                if out.new_text or out.finished or (self.logprobs and out.logprobs):
+                    yield self.chunk(i, out)
+                if out.finished and out.metrics is not None:
+                    metrics[i] = out.metrics
+        if self.include_usage and len(metrics) == len(choices):
+            ms = [metrics[i] for i in range(len(choices))]
+            yield sse({**self.base, "choices": [], "usage": usage(choices, ms).model_dump(),
+                       "timings": Timings.of(ms[0]).model_dump()})
+        yield DONE
 
 
 @router.post("/completions", response_model=CompletionResponse, responses=STREAMING_RESPONSES)
@@ -90,17 +117,29 @@ async def create_completion(body: CompletionRequest, request: Request, key: Tena
                             x_workload_class: WorkloadClassHeader = None):
     ctx = get_context(request)
     _check_model(body, service)
-    adm = await service.prepare(ctx, key, InferenceInput(
-        route="completions", prompt=_completion_prompt(body.prompt), sampling=sampling_params(body),
-        max_tokens=body.max_tokens, explicit_class=explicit_class(body.workload_class, x_workload_class)))
+    sampling = sampling_params(body, logprobs=body.logprobs)
+    cls = explicit_class(body.workload_class, x_workload_class)
+    prompts = body.prompts
+    inputs = [InferenceInput(route="completions", prompt=Prompt(text=p) if isinstance(p, str) else Prompt(token_ids=p),
+                             sampling=sampling, max_tokens=body.max_tokens, explicit_class=cls,
+                             temperature_unset=body.temperature is None) for p in prompts]
+    choices = await prepare_choices(service, ctx, key, inputs, body.n)
+    tok = service.client.tokenizer
+    echo = [_echo_text(prompts[c.index // body.n], tok) for c in choices] if body.echo else None
     if body.stream:
-        return EventStreamResponse(_stream(service.generate(adm), ctx, service.model_name, chat=False,
-                                           include_usage=body.include_usage))
-    done = await cancel_on_disconnect(request, service.collect(adm))
+        stream = _Stream(ctx, service.model_name, tok, chat=False, include_usage=body.include_usage,
+                         logprobs=body.logprobs is not None, echo=echo)
+        return EventStreamResponse(stream.events(choices))
+    done = await cancel_on_disconnect(request, collect_all(choices))
+    out = []
+    for c, d in zip(choices, done):
+        prefix = echo[c.index] if echo is not None else ""
+        lp = completion_logprobs(tok, d.logprobs, len(prefix)) if body.logprobs is not None else None
+        out.append(CompletionChoice(index=c.index, text=prefix + d.text, finish_reason=d.finish_reason, logprobs=lp))
     return CompletionResponse(
-        id=ctx.request_id, created=int(ctx.arrival_time), model=service.model_name,
-        choices=[CompletionChoice(text=done.text, finish_reason=done.finish_reason)],
-        usage=Usage.of(done.metrics), timings=Timings.of(done.metrics), workload_class=adm.cls.name)
+        id=ctx.request_id, created=int(ctx.arrival_time), model=service.model_name, choices=out,
+        usage=usage(choices, [d.metrics for d in done]), timings=Timings.of(done[0].metrics),
+        workload_class=choices[0].admitted.cls.name)
 
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse, responses=STREAMING_RESPONSES)
@@ -109,17 +148,34 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
                                  x_workload_class: WorkloadClassHeader = None):
     ctx = get_context(request)
     _check_model(body, service)
-    adm = await service.prepare(ctx, key, InferenceInput(
-        route="chat", prompt=_chat_prompt(body), sampling=sampling_params(body), max_tokens=body.output_limit,
-        explicit_class=explicit_class(body.workload_class, x_workload_class)))
+    if body.top_logprobs and not body.logprobs:
+        raise APIError("invalid_request", "top_logprobs needs logprobs: true", param="top_logprobs")
+    calls = tool_schema(body)
+    inp = InferenceInput(route="chat", prompt=_chat_prompt(body), max_tokens=body.output_limit,
+                         sampling=sampling_params(body, logprobs=body.num_logprobs, tool_schema=calls),
+                         explicit_class=explicit_class(body.workload_class, x_workload_class),
+                         temperature_unset=body.temperature is None)
+    choices = await prepare_choices(service, ctx, key, [inp], body.n)
+    tok = service.client.tokenizer
     if body.stream:
-        return EventStreamResponse(_stream(service.generate(adm), ctx, service.model_name, chat=True,
-                                           include_usage=body.include_usage))
-    done = await cancel_on_disconnect(request, service.collect(adm))
+        stream = _Stream(ctx, service.model_name, tok, chat=True, include_usage=body.include_usage,
+                         logprobs=body.logprobs)
+        return EventStreamResponse(stream.events(choices))
+    done = await cancel_on_disconnect(request, collect_all(choices))
+    out = [ChatChoice(index=c.index, message=_message(body, d.text, calls is not None),
+                      finish_reason="tool_calls" if calls is not None and d.finish_reason == "stop" else d.finish_reason,
+                      logprobs=chat_logprobs(tok, d.logprobs) if body.logprobs else None)
+           for c, d in zip(choices, done)]
     return ChatCompletionResponse(
-        id=ctx.request_id, created=int(ctx.arrival_time), model=service.model_name,
-        choices=[ChatChoice(message=AssistantMessage(content=done.text), finish_reason=done.finish_reason)],
-        usage=Usage.of(done.metrics), timings=Timings.of(done.metrics), workload_class=adm.cls.name)
+        id=ctx.request_id, created=int(ctx.arrival_time), model=service.model_name, choices=out,
+        usage=usage(choices, [d.metrics for d in done]), timings=Timings.of(done[0].metrics),
+        workload_class=choices[0].admitted.cls.name)
+
+
+def _message(body: ChatCompletionRequest, text: str, is_call: bool) -> AssistantMessage:
+    if is_call:
+        return AssistantMessage(content=None, tool_calls=tool_calls(body, text))
+    return AssistantMessage(content=text)
 
 
 @router.get("/models", response_model=ModelList, responses=ERROR_RESPONSES)

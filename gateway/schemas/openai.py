@@ -1,17 +1,20 @@
 """OpenAI-compatible request/response models (/v1/completions, /v1/chat/completions, /v1/models).
 
-Requests ignore fields they do not know (clients send many optional OpenAI and vLLM
-fields), but a known field of the wrong type is refused. Known features finserve does not
-implement (n > 1, logprobs, echo, penalties, logit_bias, tools) are refused with
-`unsupported_parameter` rather than silently ignored, because ignoring them changes the answer.
+No silent ignores: every field a model declares here is implemented; every other field of
+OpenAI's or vLLM's request schemas is listed in gateway/schemas/openai_fields.py and accepted
+only with a value that changes nothing, else refused with 400 `unsupported_parameter` naming
+it (`param`); a field of neither is refused the same way. A known field of the wrong type is
+`invalid_request`.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import json
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.web.text import EdgeModel
+from engine.request import MAX_LOGIT_BIAS, MAX_LOGPROBS
 from gateway.schemas.common import (
     ClassName,
     MaxTokens,
@@ -26,9 +29,28 @@ from gateway.schemas.common import (
     TopP,
     Usage,
 )
+from gateway.schemas.openai_fields import CHAT_NOT_USED, COMPLETION_NOT_USED, unsupported_extra
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+# Choices per request: n, and prompts x n on /v1/completions. Each choice is one engine request
+# (sharing its prompt's cached blocks); more than a batch's worth from one HTTP request would let
+# one client fill a class's running slots and queue on its own, so separate requests are the way.
+MAX_CHOICES = 8
+Logprobs = Annotated[int, Field(ge=0, le=MAX_LOGPROBS)]
+LogitBias = Annotated[float, Field(ge=-MAX_LOGIT_BIAS, le=MAX_LOGIT_BIAS)]
+MinP = Annotated[float, Field(ge=0.0, le=1.0)]
+Choices = Annotated[list[NonEmptyText], Field(min_length=1)]
+
+
+class StructuredOutputs(EdgeModel):
+    """vLLM's `structured_outputs`: exactly one constraint (its grammar / structural_tag are not supported)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    json_: dict[str, Any] | str | None = Field(None, alias="json")
+    regex: NonEmptyText | None = None
+    choice: Choices | None = None
+    json_object: bool | None = None
 
 
 class StreamOptions(EdgeModel):
@@ -51,15 +73,20 @@ class ResponseFormat(EdgeModel):
 
 
 class SamplingFields(EdgeModel):
-    """Generation knobs shared by both OpenAI routes (OpenAI names plus vLLM's extensions)."""
+    """Generation knobs shared by both OpenAI routes (OpenAI names plus vLLM's extensions).
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    Extra fields are kept (`model_extra`) so that `unsupported()` can name them; none is ignored.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    _not_used: ClassVar[dict[str, tuple[Any, ...]]] = {}
 
     model: str | None = None  # optional: one model is served; a different name is 404 model_not_found
     max_tokens: MaxTokens | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
     top_k: TopK | None = None  # vLLM: -1 or 0 disables
+    min_p: MinP | None = None
     min_tokens: TokenCount = 0
     repetition_penalty: RepetitionPenalty | None = None
     seed: Seed | None = None
@@ -69,22 +96,26 @@ class SamplingFields(EdgeModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
-    n: int = Field(1, ge=1, lt=2**31)
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
     presence_penalty: OpenAIPenalty | None = None
     frequency_penalty: OpenAIPenalty | None = None
-    logit_bias: dict[str, float] | None = None
-    user: str | None = None  # accepted, not used (the tenant comes from the API key)
+    logit_bias: dict[str, LogitBias] | None = None  # token id (as a string, OpenAI's form) -> bias
+    user: str | None = None  # OpenAI's end-user id: logged, never used to decide anything
     workload_class: ClassName | None = None  # finserve: explicit class (like the X-Workload-Class header)
+    # vLLM's structured output (one constraint per request, response_format included)
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: NonEmptyText | None = None
+    guided_choice: Choices | None = None
+    structured_outputs: StructuredOutputs | None = None
 
-    def unsupported(self) -> str | None:
-        """Name of a requested feature that is not implemented, or None."""
-        if self.n != 1:
-            return "n > 1 is not supported; send separate requests"
-        if self.presence_penalty or self.frequency_penalty:
-            return "presence_penalty / frequency_penalty are not supported; use repetition_penalty"
-        if self.logit_bias:
-            return "logit_bias is not supported"
-        return None
+    def unsupported(self) -> tuple[str, str] | None:
+        """(field, why) for the first field finserve cannot honour, or None."""
+        found = unsupported_extra(self.model_extra or {}, self._not_used)
+        if found is None and self.structured_outputs is not None:
+            extra = self.structured_outputs.model_extra or {}
+            found = next(((f"structured_outputs.{k}", f"structured_outputs.{k} is not supported; use json, "
+                           "regex or choice") for k, v in extra.items() if v is not None), None)
+        return found
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -98,26 +129,32 @@ class SamplingFields(EdgeModel):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)] | TokenIds \
-        | Annotated[list[TokenIds], Field(min_length=1)]
-    echo: bool = False
-    logprobs: int | None = Field(None, ge=0, lt=2**31)
-    best_of: int | None = Field(None, ge=1, lt=2**31)
-    suffix: str | None = None
+    _not_used: ClassVar[dict[str, tuple[Any, ...]]] = COMPLETION_NOT_USED
+    prompt: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1, max_length=MAX_CHOICES)] | TokenIds \
+        | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_CHOICES)]
+    echo: bool = False  # the prompt's text is prepended to each choice's text
+    logprobs: Logprobs | None = None  # the chosen token's logprob and this many alternatives per token
 
-    def unsupported(self) -> str | None:
-        if self.echo:
-            return "echo is not supported"
-        if self.logprobs:
-            return "logprobs are not supported"
-        if self.best_of not in (None, 1):
-            return "best_of > 1 is not supported"
-        if self.suffix:
-            return "suffix is not supported"
-        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], (str, list)) \
-                and len(self.prompt) != 1:
-            return "one prompt per request (a list of prompts is not supported)"
+    @model_validator(mode="after")
+    def _choices_bounded(self) -> CompletionRequest:
+        if len(self.prompts) * self.n > MAX_CHOICES:
+            raise ValueError(f"prompts x n is {len(self.prompts) * self.n}; at most {MAX_CHOICES} choices per request")
+        return self
+
+    def unsupported(self) -> tuple[str, str] | None:
+        if self.echo and self.logprobs is not None:
+            return "echo", "echo with logprobs needs prompt logprobs, which finserve does not compute"
         return super().unsupported()
+
+    @property
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, one per choice group (a single prompt is a list of one)."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if p and isinstance(p[0], int):
+            return [list(p)]  # type: ignore[arg-type]
+        return list(p)  # type: ignore[arg-type]
 
 
 class TextPart(EdgeModel):
@@ -126,34 +163,75 @@ class TextPart(EdgeModel):
     text: str
 
 
+class MessageToolCall(EdgeModel):
+    """A tool call of an earlier assistant turn, sent back in the conversation."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: dict[str, Any]
+
+
 class ChatMessage(EdgeModel):
     model_config = ConfigDict(extra="ignore", strict=True)
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None  # assistant turns that called tools
+    tool_call_id: str | None = None  # a tool's answer: which call it answers
 
     def text(self) -> str:
+        """The turn as the chat template sees it: tool calls as their JSON, tool answers as they are."""
         if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(p.text for p in self.content)
+            text = ""
+        elif isinstance(self.content, str):
+            text = self.content
+        else:
+            text = "".join(p.text for p in self.content)
+        if self.tool_calls:
+            calls = [{"name": c.function.get("name"), "arguments": c.function.get("arguments")} for c in self.tool_calls]
+            text = (text + "\n" if text else "") + json.dumps(calls)
+        return text
+
+
+class FunctionDef(EdgeModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON Schema; None: any object
+    strict: bool | None = None  # finserve always enforces the schema
+
+
+class ToolDef(EdgeModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ToolName(EdgeModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str
+
+
+class NamedToolChoice(EdgeModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["function"]
+    function: ToolName
 
 
 class ChatCompletionRequest(SamplingFields):
+    _not_used: ClassVar[dict[str, tuple[Any, ...]]] = CHAT_NOT_USED
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: MaxTokens | None = None  # newer OpenAI name of max_tokens
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, lt=2**31)
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    top_logprobs: Logprobs | None = None  # alternatives per token; needs logprobs: true (OpenAI's rule)
+    tools: list[ToolDef] | None = None  # see gateway/tools.py for what each tool_choice does
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
 
-    def unsupported(self) -> str | None:
-        if self.logprobs or self.top_logprobs:
-            return "logprobs are not supported"
-        if self.tools:
-            return "tools are not supported"
-        return super().unsupported()
+    @property
+    def num_logprobs(self) -> int | None:
+        """The engine's `logprobs`: None for none, else the alternatives wanted per token."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def output_limit(self) -> int | None:
@@ -162,11 +240,34 @@ class ChatCompletionRequest(SamplingFields):
 
 # --- responses -------------------------------------------------------------------------------
 
+class CompletionLogprobs(BaseModel):
+    """OpenAI's legacy completions shape: parallel lists, one entry per output token."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprob] | None
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -180,16 +281,28 @@ class CompletionResponse(BaseModel):
     workload_class: str
 
 
+class ToolCallFunction(BaseModel):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletionResponse(BaseModel):

@@ -50,6 +50,14 @@ CASES: list[tuple[str, str, str, Any, dict[str, set[int]]]] = [
      {"none": {401}, "admin": JOB_OK, "tenant": JOB_OK, "risk_only": {403}, "other": JOB_OK}),
     ("metrics", "GET", "/metrics", None, {k: {200} for k in KINDS}),
     ("liveness", "GET", "/healthz", None, {k: {200} for k in KINDS}),
+    ("vllm health", "GET", "/health", None, {k: {200} for k in KINDS}),
+    ("version", "GET", "/version", None, {k: {200} for k in KINDS}),
+    ("one model", "GET", "/v1/models/{model}", None,
+     {"none": {401}, "admin": OK, "tenant": OK, "risk_only": OK, "other": OK}),
+    ("tokenize", "POST", "/tokenize", {"prompt": "Basel III"},
+     {"none": {401}, "admin": OK, "tenant": OK, "risk_only": OK, "other": OK}),
+    ("detokenize", "POST", "/detokenize", {"tokens": [1500, 1600]},
+     {"none": {401}, "admin": OK, "tenant": OK, "risk_only": OK, "other": OK}),
 ]
 
 
@@ -59,7 +67,8 @@ async def owned(client: httpx.AsyncClient, keys: Keys) -> dict[str, str]:
     doc = await client.post("/v1/documents", headers=auth(keys.acme), json={"title": "t", "text": "Tier 1 capital."})
     req = await client.post("/v1/completions", headers=auth(keys.acme), json={"prompt": "x", "max_tokens": 1})
     assert doc.status_code == 201 and req.status_code == 200, (doc.text, req.text)
-    return {"doc": doc.json()["id"], "req": req.json()["id"]}
+    model = (await client.get("/v1/models", headers=auth(keys.acme))).json()["data"][0]["id"]
+    return {"doc": doc.json()["id"], "req": req.json()["id"], "model": model}
 
 
 @pytest.mark.parametrize("kind", KINDS)

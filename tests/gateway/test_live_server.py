@@ -36,12 +36,12 @@ def test_official_openai_client_works_unchanged(live_server: LiveServer, keys: K
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
 
     try:
-        client.completions.create(model=model, prompt="x", n=3)
+        client.completions.create(model=model, prompt="x", best_of=3)
     except openai.BadRequestError as exc:
         assert exc.status_code == 400
         assert exc.body["code"] == "unsupported_parameter"  # the SDK unwraps {"error": {...}}
     else:
-        raise AssertionError("n=3 must be refused")
+        raise AssertionError("best_of=3 must be refused")
 
 
 def _idle(client: EngineClient) -> bool:

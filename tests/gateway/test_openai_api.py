@@ -89,22 +89,31 @@ async def test_completion_stream_without_usage(client: httpx.AsyncClient, keys: 
     assert text == whole["choices"][0]["text"]
 
 
-async def test_unknown_fields_ignored_wrong_types_refused(client: httpx.AsyncClient, keys: Keys) -> None:
+async def test_unknown_fields_refused_by_name_wrong_types_refused(client: httpx.AsyncClient, keys: Keys) -> None:
     ok = await client.post("/v1/completions", headers=auth(keys.acme),
-                           json={"prompt": "x", "max_tokens": 1, "frequency_penalty": 0, "some_future_field": 1,
-                                 "user": "u1", "top_k": -1, "min_p": 0.0})
+                           json={"prompt": "x", "max_tokens": 1, "frequency_penalty": 0, "store": False,
+                                 "user": "u1", "top_k": -1, "min_p": 0.0, "best_of": 1})
     assert ok.status_code == 200, ok.text
+    unknown = await client.post("/v1/completions", headers=auth(keys.acme),
+                                json={"prompt": "x", "max_tokens": 1, "some_future_field": 1})
+    assert unknown.status_code == 400
+    assert unknown.json()["error"]["code"] == "unsupported_parameter"
+    assert unknown.json()["error"]["param"] == "some_future_field"
     bad = await client.post("/v1/completions", headers=auth(keys.acme), json={"prompt": "x", "max_tokens": "5"})
     assert bad.status_code == 400
     assert bad.json()["error"]["code"] == "invalid_request"
+    assert bad.json()["error"]["param"] == "max_tokens"
     assert "max_tokens" in bad.json()["error"]["message"]
 
 
-async def test_unsupported_features_are_refused(client: httpx.AsyncClient, keys: Keys) -> None:
-    for extra in ({"n": 2}, {"logprobs": 2}, {"echo": True}, {"presence_penalty": 0.5}):
+async def test_unsupported_features_are_refused_naming_the_field(client: httpx.AsyncClient, keys: Keys) -> None:
+    for extra, param in (({"best_of": 2}, "best_of"), ({"suffix": "end"}, "suffix"),
+                         ({"echo": True, "logprobs": 1}, "echo"), ({"guided_grammar": "start: x"}, "guided_grammar"),
+                         ({"priority": 5}, "priority")):
         r = await client.post("/v1/completions", headers=auth(keys.acme), json={"prompt": "x", **extra})
         assert r.status_code == 400, extra
-        assert r.json()["error"]["code"] == "unsupported_parameter"
+        err = r.json()["error"]
+        assert (err["code"], err["param"], err["type"]) == ("unsupported_parameter", param, "invalid_request_error")
 
 
 async def test_models_and_model_mismatch(client: httpx.AsyncClient, keys: Keys) -> None:

@@ -36,7 +36,7 @@ def post(client: TestClient, key: str, path: str, body: dict[str, Any]) -> int:
     r = client.post(path, content=json.dumps(body), headers={**auth(key), "Content-Type": "application/json"})
     assert r.status_code < 500, (body, r.status_code, r.text)
     if r.status_code >= 400:
-        assert set(r.json()["error"]) == {"code", "message", "request_id"}
+        assert set(r.json()["error"]) == {"message", "type", "param", "code", "request_id"}
     return r.status_code
 
 

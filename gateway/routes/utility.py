@@ -1,0 +1,130 @@
+"""vLLM's utility routes, for clients and load generators that expect them.
+
+`GET /health` (200 with an empty body while the engine serves, like vLLM's; /healthz and /readyz
+stay the probes), `GET /version`, `POST /tokenize` and `POST /detokenize` (text or chat messages,
+as vLLM has them), and `GET /v1/models/{id}` (OpenAI's single-model lookup).
+"""
+from __future__ import annotations
+
+import asyncio
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.web.errors import APIError
+from core.web.responses import ERROR_RESPONSES
+from core.web.text import EdgeModel
+from gateway.deps import ServiceDep, StateDep, TenantDep
+from gateway.schemas.openai import ModelCard
+from gateway.service import InferenceService
+
+router = APIRouter(tags=["utility"])  # mounted at the root, where vLLM has these
+models_router = APIRouter(tags=["openai"])  # mounted under /v1
+
+TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+
+
+class UtilityModel(EdgeModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ChatTurn(UtilityModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | None = None
+
+
+class TokenizeRequest(UtilityModel):
+    """Exactly one of `prompt` (text) and `messages` (rendered with the model's chat template)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatTurn] | None = None
+    add_special_tokens: bool = True  # text only: BOS as the completions route adds it
+    add_generation_prompt: bool = True  # messages only: end with the assistant's turn opener
+    return_token_strs: bool = False
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeRequest(UtilityModel):
+    model: str | None = None
+    tokens: list[TokenId]
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
+
+
+def _check_model(model: str | None, service: InferenceService) -> None:
+    if model and model != service.model_name:
+        raise APIError("model_not_found", f"model {model!r} is not served here; this gateway serves "
+                       f"{service.model_name!r}")
+
+
+@router.get("/health", response_class=Response, responses={503: ERROR_RESPONSES[503]})
+async def health(state: StateDep) -> Response:
+    """200, empty, while the engine serves (vLLM's contract); 503 engine_not_ready while it loads or is dead."""
+    client = state.engine_client
+    if client is None or not client.running:
+        raise APIError("engine_not_ready", "engine not ready", retry_after_s=5.0)
+    return Response(status_code=200)
+
+
+@router.get("/version")
+async def get_version() -> dict[str, str]:
+    try:
+        return {"version": version("finserve")}
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return {"version": "unknown"}
+
+
+def _tokenize(service: InferenceService, body: TokenizeRequest) -> list[int]:
+    tok = service.client.tokenizer
+    if body.messages is not None:
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content or ""}
+                    for m in body.messages]
+        text = tok.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt)
+        return tok.encode(text, add_special_tokens=False)  # the template writes its own special tokens
+    return tok.encode(body.prompt or "", add_special_tokens=body.add_special_tokens)
+
+
+@router.post("/tokenize", response_model=TokenizeResponse, responses=ERROR_RESPONSES)
+async def tokenize(body: TokenizeRequest, key: TenantDep, service: ServiceDep) -> TokenizeResponse:
+    _check_model(body.model, service)
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError("invalid_request", "send exactly one of 'prompt' and 'messages'")
+    size = len((body.prompt or "").encode()) + sum(len((m.content or "").encode()) for m in body.messages or [])
+    if size > service.max_prompt_bytes():
+        raise APIError("prompt_too_long", f"prompt of {size} bytes is longer than any class accepts")
+    try:
+        ids = await asyncio.to_thread(_tokenize, service, body)  # long texts never stall the event loop
+    except Exception as exc:  # a template that refuses the conversation (e.g. roles out of order)
+        raise APIError("invalid_request", f"messages do not fit the model's chat template: {exc}") from None
+    strs = [service.client.tokenizer.decode([t], skip_special_tokens=False) for t in ids] \
+        if body.return_token_strs else None
+    return TokenizeResponse(count=len(ids), max_model_len=service.max_model_len, tokens=ids, token_strs=strs)
+
+
+@router.post("/detokenize", response_model=DetokenizeResponse, responses=ERROR_RESPONSES)
+async def detokenize(body: DetokenizeRequest, key: TenantDep, service: ServiceDep) -> DetokenizeResponse:
+    _check_model(body.model, service)
+    tok = service.client.tokenizer
+    bad = [t for t in body.tokens if t >= tok.vocab_size]
+    if bad:
+        raise APIError("invalid_request", f"token ids outside the vocabulary of {tok.vocab_size}: {bad[:5]}")
+    return DetokenizeResponse(prompt=tok.decode(list(body.tokens), skip_special_tokens=False))
+
+
+@models_router.get("/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)
+async def get_model(model_id: str, key: TenantDep, service: ServiceDep) -> dict[str, Any]:
+    _check_model(model_id, service)
+    folder = service.model_folder
+    created = int(folder.stat().st_mtime) if folder.exists() else 0
+    return ModelCard(id=service.model_name, created=created, max_model_len=service.max_model_len).model_dump()
