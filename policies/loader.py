@@ -43,6 +43,7 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<memory>",
     policy = r.build(schema, data, "", {"source": source})
     r.check_class_refs(policy, "", known=policy.classes)
     _check_heuristic_target(r, policy)
+    _check_default_temperatures(r, policy)
     return policy
 
 
@@ -52,6 +53,20 @@ def _read(path: str) -> str:
             return f.read()
     except OSError as exc:
         raise PolicyError(f"cannot read policy file: {exc.strerror}", source=path) from None
+
+
+# The smallest temperature the engine samples with (engine.request.MIN_TEMPERATURE; a test keeps the
+# two equal): a class default between 0 and this would fail every request that relies on it.
+MIN_TEMPERATURE = 1e-2
+
+
+def _check_default_temperatures(r: Reader, policy: Policy) -> None:
+    for c in policy.classes.values():
+        t = c.default_temperature
+        if t is not None and 0 < t < MIN_TEMPERATURE:
+            raise r.error(f"classes.{c.name}.default_temperature",
+                          f"{t:g} is neither 0 (greedy) nor at least {MIN_TEMPERATURE:g}, the smallest temperature "
+                          "the engine samples with")
 
 
 def _check_heuristic_target(r: Reader, policy: Policy) -> None:

@@ -174,3 +174,13 @@ def test_toml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
         load_policy(path)
     assert str(err.value).startswith(f"{path}: ")
     assert "line 1" in str(err.value)
+
+
+def test_a_default_temperature_the_engine_cannot_sample_with_is_refused(write_policy: Callable[..., Path]) -> None:
+    from engine.request import MIN_TEMPERATURE
+    from policies import loader
+
+    assert loader.MIN_TEMPERATURE == MIN_TEMPERATURE  # one bound, written in both layers
+    with pytest.raises(PolicyError, match=r"classes\.document_qa\.default_temperature"):
+        load_policy(write_policy(_set("classes.document_qa.default_temperature", 0.001)))
+    assert load_policy(write_policy(_set("classes.document_qa.default_temperature", 0.0))) is not None
