@@ -14,7 +14,6 @@ Everything binds to 127.0.0.1.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from typing import IO
 
 import uvicorn
 
+from core.processes import stop_process
 from core.settings import Settings
 from engine.client import EngineClient
 from finserve.app import create_app
@@ -61,14 +61,9 @@ def start_worker(settings: Settings, *, concurrency: int, name: str | None = Non
 
 
 def stop_worker(proc: subprocess.Popen[bytes], timeout_s: float = WORKER_STOP_TIMEOUT_S) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)  # warm shutdown: items in flight finish or go back to the queue
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()  # unacknowledged items are redelivered; SQL still has them pending/running
-        proc.wait()
+    # Warm shutdown: items in flight finish or go back to the queue; after a kill, unacknowledged
+    # items are redelivered and SQL still has them pending/running.
+    stop_process(proc, timeout_s)
 
 
 @dataclass
@@ -122,13 +117,7 @@ def wait_engines_ready(engines: list[EngineProcess], timeout_s: float = 180.0) -
 
 
 def stop_engine(engine: EngineProcess, timeout_s: float = 15.0) -> None:
-    if engine.proc.poll() is None:
-        engine.proc.terminate()
-        try:
-            engine.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            engine.proc.kill()
-            engine.proc.wait()
+    stop_process(engine.proc, timeout_s)
 
 
 class GatewayThread:

