@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     # loading an engine of its own. None: the embedded engine (one process, as `make run`).
     engines: str | None = None
     engine_routing: Literal["policy", "round_robin"] = "policy"  # round_robin: a baseline for benchmarks
-    engine_probe_interval_s: float = Field(1.0, gt=0)  # how often the gateway probes each replica's load
+    engine_probe_interval_s: float | None = Field(None, gt=0)  # probe period; None: the policy's routing.probe_interval_s
 
     # --- gateway ---
     database_url: str | None = None  # None: sqlite:///$FINSERVE_HOME/finserve.db

@@ -6,7 +6,7 @@ from policies.capacity import check_against_model
 from policies.classify import Classification, classify
 from policies.errors import PolicyError, UnknownWorkloadClass
 from policies.loader import load_policy, policy_from_dict
-from policies.model import ClassificationRules, ClassPolicy, Policy, SLOTargets
+from policies.model import ClassificationRules, ClassPolicy, Policy, RoutingPolicy, RoutingStrategy, SLOTargets
 
 __all__ = [
     "ClassPolicy",
@@ -14,6 +14,8 @@ __all__ = [
     "ClassificationRules",
     "Policy",
     "PolicyError",
+    "RoutingPolicy",
+    "RoutingStrategy",
     "SLOTargets",
     "UnknownWorkloadClass",
     "check_against_model",

@@ -8,6 +8,7 @@ tests a class name to decide behaviour.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -27,6 +28,14 @@ class SLOTargets:
     percentile: float = field(metadata=knob("the percentile the targets apply to, e.g. 99.0", gt=0, le=100))
     attainment_goal: float = field(
         metadata=knob("fraction of requests that must meet every target, e.g. 0.99", gt=0, le=1))
+
+
+class RoutingStrategy(str, enum.Enum):
+    """How a gateway picks an engine replica for a request of a class (gateway/replicas/router.py)."""
+
+    AFFINITY = "affinity"  # the replica that holds the prompt's leading blocks (documents), load-bounded
+    LEAST_WAITING = "least_waiting"  # power of two choices on the class's waiting requests
+    LEAST_KV = "least_kv"  # the lowest KV use; shed (429) when every replica is saturated
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +76,15 @@ class ClassPolicy:
     # default is OpenAI's 1.0); None keeps the route's default. Domain routes are greedy regardless.
     default_temperature: float | None = field(default=None, metadata=knob(
         "temperature when an OpenAI-route request leaves it unset (none: the route's default, 1.0)", ge=0, le=2))
+    # Scaling out (docs/DEPLOY.md): which replica a gateway sends the class's requests to.
+    routing: RoutingStrategy = field(default=RoutingStrategy.LEAST_WAITING, metadata=knob(
+        "how a gateway picks an engine replica: affinity, least_waiting or least_kv"))
+    # A request of the class keeps its prompt's cached KV blocks leased this long after it finishes:
+    # other classes cannot evict them, they count against this class's KV share, and the class's own
+    # newer work may take them back, oldest lease first. 0: no lease (ordinary LRU caching).
+    kv_lease_s: float = field(default=0.0, metadata=knob(
+        "seconds a finished request's cached prompt blocks stay leased to the class (0: none)", ge=0,
+        unit="seconds"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,11 +101,33 @@ class ClassificationRules:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RoutingPolicy:
+    """What a gateway in front of engine replicas needs beyond each class's strategy (docs/DEPLOY.md)."""
+
+    affinity_tokens: int = field(default=512, metadata=knob(
+        "affinity: leading prompt tokens hashed into the document key (at most half the prompt)", gt=0))
+    load_factor: float = field(default=1.5, metadata=knob(
+        "affinity: a replica above this x the mean in-flight load may be skipped (1 = no affinity)", ge=1))
+    spill_min_excess: int = field(default=8, metadata=knob(
+        "affinity: ... and only when it holds this many more in flight than the least loaded", ge=0))
+    saturated_kv_usage: float = field(default=0.9, metadata=knob(
+        "least_kv: a replica at or above this KV use (0-1) is saturated", gt=0, le=1))
+    saturated_waiting: int = field(default=8, metadata=knob(
+        "least_kv: ... or with this many requests waiting; every replica saturated -> 429", gt=0))
+    shed_retry_after_s: float = field(default=2.0, metadata=knob(
+        "Retry-After of a request shed because every replica is saturated", gt=0, unit="seconds"))
+    probe_interval_s: float = field(default=1.0, metadata=knob(
+        "how often the gateway reads each replica's load and readiness", gt=0, unit="seconds"))
+
+
+@dataclass(frozen=True, kw_only=True)
 class Policy:
     classes: Mapping[str, ClassPolicy] = field(metadata=knob(
         "the workload classes by name", key_pattern=CLASS_NAME_PATTERN, nonempty=True,
         key_rule="class names must be lowercase letters, digits and '_', starting with a letter, at most 64 long"))
     classification: ClassificationRules = field(metadata=knob("how a request gets its class"))
+    routing: RoutingPolicy = field(default_factory=RoutingPolicy, metadata=knob(
+        "how a gateway spreads requests over engine replicas"))
     source: str = field(default="<memory>", metadata=knob("file the policy was loaded from", in_file=False))
 
     def __post_init__(self) -> None:

@@ -31,7 +31,6 @@ from policies import Policy
 
 log = structlog.get_logger("finserve.replicas")
 
-PROBE_INTERVAL_S = 1.0
 MAX_PLACEMENTS = 10_000  # placements kept for the ledger; the gateway takes each when it records the request
 ROUTING_MODES = ("policy", "round_robin")  # round_robin: the benchmark's baseline
 
@@ -48,16 +47,17 @@ class Placement:
 class ReplicaSet:
     def __init__(self, urls: Sequence[str], *, tokenizer: Tokenizer, policy: Policy, config: EngineConfig,
                  routing: RoutingConfig | None = None, mode: str = "policy",
-                 probe_interval_s: float = PROBE_INTERVAL_S, seed: int = 0) -> None:
+                 probe_interval_s: float | None = None, seed: int = 0) -> None:
         if not urls:
             raise ValueError("a replica set needs at least one engine URL")
         if mode not in ROUTING_MODES:
             raise ValueError(f"routing mode must be one of {ROUTING_MODES}, not {mode!r}")
         self.replicas = [RemoteEngineClient(u, tokenizer=tokenizer, policy=policy, config=config) for u in urls]
         self._by_url = {r.url: r for r in self.replicas}
-        self.routing = routing or RoutingConfig(block_size=config.block_size)
+        # Both from the policy file unless given (tests, the benchmark's round-robin baseline).
+        self.routing = routing or RoutingConfig.from_policy(policy, block_size=config.block_size)
         self.mode = mode
-        self.probe_interval_s = probe_interval_s
+        self.probe_interval_s = probe_interval_s or policy.routing.probe_interval_s
         self._rng = random.Random(seed)
         self._rr = 0
         self._placements: dict[str, Placement] = {}

@@ -1,6 +1,7 @@
 """Picking an engine replica for one request: pure functions over a snapshot of the replicas' load.
 
-Three strategies, chosen per class by `RoutingConfig.strategies` (data, not an `if` on class names):
+Three strategies, chosen per class by the policy file (`routing` in each class's table, the knobs in its
+`[routing]` table; `RoutingConfig.from_policy`), so the code never tests a class name:
 
 - "affinity" (document_qa): the tenant-salted hash of the prompt's leading tokens (the document, which
   comes before the question) ranks the replicas by rendezvous hashing (highest random weight), so every
@@ -26,12 +27,16 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-AFFINITY, LEAST_WAITING, LEAST_KV = "affinity", "least_waiting", "least_kv"
+from policies import Policy, RoutingStrategy
+
+AFFINITY, LEAST_WAITING, LEAST_KV = (s.value for s in RoutingStrategy)
 STRATEGIES = (AFFINITY, LEAST_WAITING, LEAST_KV)
 
 
 @dataclass(frozen=True)
 class RoutingConfig:
+    """The router's knobs; the gateway builds it from the policy (`from_policy`), tests may build one directly."""
+
     strategies: Mapping[str, str] = field(default_factory=lambda: {
         "document_qa": AFFINITY, "realtime_risk": LEAST_WAITING, "bulk_extraction": LEAST_KV})
     default_strategy: str = LEAST_WAITING  # classes not named above
@@ -51,6 +56,14 @@ class RoutingConfig:
             raise ValueError(f"unknown routing strategies {bad or self.default_strategy}; known: {STRATEGIES}")
         if self.load_factor < 1.0:
             raise ValueError("load_factor must be >= 1 (1 = perfectly even, no affinity left)")
+
+    @classmethod
+    def from_policy(cls, policy: Policy, *, block_size: int) -> "RoutingConfig":
+        r = policy.routing
+        return cls(strategies={c.name: c.routing.value for c in policy.classes.values()},
+                   affinity_tokens=r.affinity_tokens, block_size=block_size, load_factor=r.load_factor,
+                   spill_min_excess=r.spill_min_excess, saturated_kv=r.saturated_kv_usage,
+                   saturated_waiting=r.saturated_waiting, shed_retry_after_s=r.shed_retry_after_s)
 
     def strategy_for(self, workload_class: str) -> str:
         return self.strategies.get(workload_class, self.default_strategy)

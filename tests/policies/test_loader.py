@@ -184,3 +184,28 @@ def test_a_default_temperature_the_engine_cannot_sample_with_is_refused(write_po
     with pytest.raises(PolicyError, match=r"classes\.document_qa\.default_temperature"):
         load_policy(write_policy(_set("classes.document_qa.default_temperature", 0.001)))
     assert load_policy(write_policy(_set("classes.document_qa.default_temperature", 0.0))) is not None
+
+
+def test_routing_and_lease_knobs_are_read_and_checked(write_policy: Callable[..., Path]) -> None:
+    policy = load_policy()
+    assert policy.get("document_qa").routing.value == "affinity" and policy.get("document_qa").kv_lease_s == 900
+    assert policy.get("bulk_extraction").routing.value == "least_kv" and policy.get("bulk_extraction").kv_lease_s == 0
+    assert policy.routing.probe_interval_s == 1.0
+
+    def bad_strategy(d: dict[str, Any]) -> None:
+        d["classes"]["realtime_risk"]["routing"] = "random"
+
+    with pytest.raises(PolicyError, match=r"classes.realtime_risk.routing: must be one of 'affinity'"):
+        load_policy(write_policy(bad_strategy))
+
+    def bad_lease(d: dict[str, Any]) -> None:
+        d["classes"]["document_qa"]["kv_lease_s"] = -1
+
+    with pytest.raises(PolicyError, match=r"classes.document_qa.kv_lease_s: must be >= 0"):
+        load_policy(write_policy(bad_lease))
+
+    def no_factor(d: dict[str, Any]) -> None:
+        d["routing"]["load_factor"] = 0.5
+
+    with pytest.raises(PolicyError, match=r"routing.load_factor: must be >= 1"):
+        load_policy(write_policy(no_factor))

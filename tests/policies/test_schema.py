@@ -11,7 +11,16 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from policies import ClassificationRules, ClassPolicy, Policy, PolicyError, SLOTargets, load_policy, policy_from_dict
+from policies import (
+    ClassificationRules,
+    ClassPolicy,
+    Policy,
+    PolicyError,
+    RoutingPolicy,
+    SLOTargets,
+    load_policy,
+    policy_from_dict,
+)
 from policies.schema import knob, knob_of
 
 from .conftest import default_policy_dict
@@ -136,6 +145,6 @@ def test_default_toml_gives_a_reason_for_every_knob() -> None:
         previous = line
     assert not undocumented
     tables = ("routes", "slo")  # written as [sections], not key lines
-    expected = {f.name for cls in (ClassPolicy, SLOTargets, ClassificationRules) for f in dataclasses.fields(cls)
+    expected = {f.name for cls in (ClassPolicy, SLOTargets, ClassificationRules, RoutingPolicy) for f in dataclasses.fields(cls)
                 if knob_of(f, cls).in_file and not knob_of(f, cls).from_key and f.name not in tables}
     assert seen == expected

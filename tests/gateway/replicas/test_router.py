@@ -131,3 +131,22 @@ def test_routing_config_refuses_unknown_strategies() -> None:
         RoutingConfig(strategies={"document_qa": "random"})
     with pytest.raises(ValueError):
         RoutingConfig(load_factor=0.5)
+
+
+def test_the_policy_file_decides_each_classs_strategy_and_the_knobs() -> None:
+    """Routing is data: swapping strategies and tightening the shed bound in the file changes the picks."""
+    from policies import load_policy, policy_from_dict
+    from tests.policies.conftest import default_policy_dict
+
+    d = default_policy_dict()
+    d["classes"]["bulk_extraction"]["routing"] = "least_waiting"
+    d["classes"]["realtime_risk"]["routing"] = "least_kv"
+    d["routing"]["saturated_kv_usage"] = 0.5
+    d["routing"]["shed_retry_after_s"] = 7.0
+    cfg = RoutingConfig.from_policy(policy_from_dict(d), block_size=16)
+    half_full = [ReplicaLoad(name=n, healthy=True, kv_usage=0.6) for n in NAMES]
+    shed = pick("realtime_risk", [1, 2, 3], "", half_full, cfg, random.Random(0))
+    assert (shed.replica, shed.reason, shed.retry_after_s) == (None, "shed_saturated", 7.0)
+    assert pick("bulk_extraction", [1, 2, 3], "", half_full, cfg, random.Random(0)).reason == "p2c"
+    default = RoutingConfig.from_policy(load_policy(), block_size=16)
+    assert default.strategy_for("document_qa") == "affinity" and default.saturated_kv == 0.9
