@@ -136,6 +136,9 @@ class EngineRequest:
     workload_class: str  # resolved by the caller (policies.classify); an unknown name is refused
     cache_salt: str = ""  # per tenant: prefix-cache blocks are never shared across salts
     arrival_time: float = field(default_factory=time.time)  # wall clock, seconds
+    # Seconds the prompt's cached KV blocks stay leased to the class after the request finishes
+    # (engine/kv_cache/leases.py; the gateway sets the class's kv_lease_s on document questions). 0: none.
+    lease_s: float = 0.0
 
     # --- engine state (scheduler and engine loop own these) ---
     status: RequestStatus = RequestStatus.WAITING

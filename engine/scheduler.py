@@ -254,6 +254,8 @@ class Scheduler:
             return
         while (block_ids := self.kv.allocate_slots(req, n)) is None:
             victim = self._victim_for_running(req, n)
+            if victim is req and self.kv.reclaim_leases(req, n):
+                continue  # nothing below it to preempt: its class gives up its own leases first
             self._preempt(victim, step)
             if victim is req:
                 return
@@ -296,6 +298,8 @@ class Scheduler:
                 step.blocked_classes.add(req.workload_class)
                 return False
             victims = self._victims_for_waiting(req, for_blocks=status is not AllocStatus.OK)
+            if not victims and not need_slot and self.kv.reclaim_leases(req, n, computed):
+                continue  # nothing left to preempt: the class gives up its own leases (kv_cache/leases.py)
             freeable = sum(self.kv.num_freeable(v.request_id) for v in victims)
             if (need_slot and not victims) or self.kv.shortfall(req, n, computed) > freeable:
                 step.admission_closed = True

@@ -1,8 +1,9 @@
 """The fixed pool of KV blocks: reference counts, the free queue, the prefix-cache map.
 
-Every block is in exactly one of three states:
+Every block is in exactly one of four states:
   used    ref_cnt > 0: in at least one live request's block table
-  cached  ref_cnt == 0 with a prefix-cache key: evictable, kept in LRU order
+  leased  ref_cnt == 0, pinned by a lease (leases.py): cached, never evicted until unpinned
+  cached  ref_cnt == 0 with a prefix-cache key, not pinned: evictable, kept in LRU order
   free    ref_cnt == 0 without a key
 Allocation takes free blocks first and evicts the least recently released cached block only
 when no free block is left, so cached prefixes survive as long as memory allows.
@@ -22,6 +23,7 @@ class KVBlock:
     block_id: int  # index into the model runner's KV tensor
     ref_cnt: int = 0  # block tables holding this block
     block_hash: BlockHash | None = None  # prefix-cache key once the block is full and registered
+    pinned: bool = False  # leased: at ref_cnt 0 it waits in the leased set instead of the evictable one
 
 
 class BlockPool:
@@ -32,6 +34,7 @@ class BlockPool:
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
         self._free: deque[KVBlock] = deque(self.blocks)
         self._evictable: OrderedDict[int, KVBlock] = OrderedDict()  # block_id -> block, LRU first
+        self._leased: dict[int, KVBlock] = {}  # unreferenced pinned blocks
         self._by_hash: dict[BlockHash, KVBlock] = {}  # every registered block, used or evictable
 
     # ---- counts -------------------------------------------------------------------------
@@ -44,6 +47,11 @@ class BlockPool:
     def num_evictable(self) -> int:
         """Unreferenced blocks still holding prefix-cache content."""
         return len(self._evictable)
+
+    @property
+    def num_leased(self) -> int:
+        """Unreferenced blocks kept by a lease: cached, but not available to allocation."""
+        return len(self._leased)
 
     @property
     def num_available(self) -> int:
@@ -89,7 +97,7 @@ class BlockPool:
             if block.block_hash is None:
                 raise RuntimeError(f"block {block.block_id} is not in the prefix cache")
             if block.ref_cnt == 0:
-                del self._evictable[block.block_id]
+                del (self._leased if block.pinned else self._evictable)[block.block_id]
             block.ref_cnt += 1
 
     def release(self, blocks: Iterable[KVBlock]) -> None:
@@ -99,10 +107,36 @@ class BlockPool:
                 raise RuntimeError(f"block {block.block_id} released more often than taken")
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                if block.block_hash is not None:
+                if block.pinned:
+                    self._leased[block.block_id] = block
+                elif block.block_hash is not None:
                     self._evictable[block.block_id] = block
                 else:
                     self._free.append(block)
+
+    # ---- leases -------------------------------------------------------------------------
+    def pin(self, block: KVBlock) -> None:
+        """Keeps a cached block out of eviction (a lease); it stays a prefix hit as before."""
+        if block.block_hash is None:
+            raise RuntimeError(f"block {block.block_id} is not in the prefix cache")
+        if not block.pinned and block.ref_cnt == 0:
+            self._leased[block.block_id] = self._evictable.pop(block.block_id)
+        block.pinned = True
+
+    def unpin(self, blocks: Iterable[KVBlock]) -> None:
+        """Ends leases: unreferenced blocks become evictable, ahead of every other cached block.
+
+        They were last used a lease ago, longer than anything released since; given in order,
+        the last one given is the first evicted.
+        """
+        for block in blocks:
+            if not block.pinned:
+                continue
+            block.pinned = False
+            if block.ref_cnt == 0:
+                del self._leased[block.block_id]
+                self._evictable[block.block_id] = block
+                self._evictable.move_to_end(block.block_id, last=False)
 
     def _evict_lru(self) -> KVBlock:
         _, block = self._evictable.popitem(last=False)

@@ -1,7 +1,8 @@
 """Per-class KV block accounting: how many blocks each workload class holds, against its shares.
 
-A class *holds* a block when at least one of its live requests has it in its block table;
-a prefix block shared by ten questions on one document counts once for that class.
+A class *holds* a block when at least one of its live requests has it in its block table, or
+it holds a lease on it (leases.py); a prefix block shared by ten questions on one document counts
+once for that class.
 Shares are fractions of the pool, turned into block counts once:
   min_blocks  guaranteed: other classes never preempt the class below it, and a
               non-preemptible class never borrows another class's unused guarantee
@@ -58,6 +59,11 @@ class ClassKVBudget:
         """A cap as large as the pool is no cap: the pool itself is what runs out."""
         cap = self.share(name).max_blocks
         return cap >= self.num_blocks or self.held(name) + extra_blocks <= cap
+
+    def over_max(self, name: str, extra_blocks: int) -> int:
+        """Blocks the class would hold beyond its cap after taking `extra_blocks` more (0: within it)."""
+        cap = self.share(name).max_blocks
+        return 0 if cap >= self.num_blocks else max(0, self.held(name) + extra_blocks - cap)
 
     def below_min(self, name: str) -> bool:
         return self.held(name) < self.share(name).min_blocks

@@ -3,16 +3,24 @@
 The scheduler decides who runs; this class owns memory. `allocate_slots` returns the grown
 block table or None, and None is the scheduler's cue to preempt (`check` says why). The
 scheduler never touches free lists, reference counts or hashes.
+
+Leases (leases.py): a request with `lease_s > 0` leases its registered blocks when it finishes.
+Leased blocks are not available to anyone else and count against the leasing class's share. The
+class takes its own leases back when it reaches its cap (within `allocate_slots`), and when the
+pool is short only once nothing is left to preempt (`reclaim_leases`, the scheduler's last resort),
+so under pressure lower classes' running work and unleased cached blocks go first.
 """
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.kv_cache.block_pool import BlockPool, KVBlock
 from engine.kv_cache.budget import ClassKVBudget
 from engine.kv_cache.hashing import BlockHashChain
+from engine.kv_cache.leases import Lease, LeaseTable
 from engine.request import EngineRequest
 
 
@@ -28,9 +36,10 @@ class KVCacheStats:
     num_blocks: int
     free_blocks: int  # hold nothing
     cached_blocks: int  # unreferenced, hold prefix-cache content, evictable
-    used_blocks: int  # in live requests' block tables; free + cached + used == num_blocks
+    used_blocks: int  # in live requests' block tables, or leased; free + cached + used == num_blocks
     prefix_cache_hit_tokens: int
     prefix_cache_query_tokens: int
+    leased_blocks: int = 0  # of used_blocks: in no table, kept by a lease
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,8 @@ def _cdiv(a: int, b: int) -> int:
 
 class KVCacheManager:
     def __init__(
-        self, num_blocks: int, block_size: int, budget: ClassKVBudget | None = None, enable_caching: bool = True
+        self, num_blocks: int, block_size: int, budget: ClassKVBudget | None = None, enable_caching: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.block_size = block_size
         self.pool = BlockPool(num_blocks)
@@ -57,6 +67,8 @@ class KVCacheManager:
         self._num_registered: dict[str, int] = {}  # leading table blocks already in the prefix cache
         self.prefix_hit_tokens = 0
         self.prefix_query_tokens = 0
+        self.clock = clock  # seconds; leases end by it (tests set a fake one)
+        self.leases = LeaseTable()
 
     # ---- prefix cache -------------------------------------------------------------------
     def get_computed_blocks(self, req: EngineRequest) -> tuple[list[KVBlock], int]:
@@ -105,21 +117,27 @@ class KVCacheManager:
     # ---- allocation ---------------------------------------------------------------------
     def check(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> AllocStatus:
         """Whether `allocate_slots` with the same arguments would succeed, and if not, why."""
+        self._expire_leases()
         cls = req.workload_class
         need = self._need(req, num_new_tokens, computed)
-        if not self.budget.within_max(cls, need.class_blocks):
+        give_up = self.budget.over_max(cls, need.class_blocks)  # own leases to end to stay under the cap
+        if give_up and give_up > len(self._spare_leases(cls, computed)):
             return AllocStatus.CLASS_MAX_SHARE
-        if need.pool_blocks > self.pool.num_available:
+        available = self.pool.num_available + give_up  # an ended lease's block becomes evictable
+        if need.pool_blocks > available:
             return AllocStatus.NO_FREE_BLOCKS
-        left = self.pool.num_available - need.pool_blocks
+        left = available - need.pool_blocks
         if not self.budget.share(cls).preemptible and left < self.budget.unmet_min_of_others(cls):
             return AllocStatus.GUARANTEE_RESERVED
         return AllocStatus.OK
 
     def fits_class_cap(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> bool:
-        """Whether the class's max share leaves room for `num_new_tokens` more tokens of `req`."""
+        """Whether the class's max share leaves room for `num_new_tokens` more tokens of `req`
+        (once the class gives up its own leases if it must)."""
+        self._expire_leases()
         need = self._need(req, num_new_tokens, computed)
-        return self.budget.within_max(req.workload_class, need.class_blocks)
+        give_up = self.budget.over_max(req.workload_class, need.class_blocks)
+        return give_up == 0 or give_up <= len(self._spare_leases(req.workload_class, computed))
 
     def allocate_slots(
         self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()
@@ -134,27 +152,91 @@ class KVCacheManager:
             return None
         rid, cls = req.request_id, req.workload_class
         need = self._need(req, num_new_tokens, computed)
+        give_up = self.budget.over_max(cls, need.class_blocks)
         table = self._tables.setdefault(rid, [])
         if computed:
             self.pool.touch(computed)  # before allocating, so eviction cannot take them
             table.extend(computed)
             self._num_registered[rid] = len(computed)
+        if give_up:
+            self._end_leases(self._spare_leases(cls, computed)[:give_up])
         new = self.pool.allocate(need.new_blocks)
         table.extend(new)
         self.budget.acquire(cls, [b.block_id for b in (*computed, *new)])
         return [b.block_id for b in table]
 
     def free(self, req: EngineRequest, *, keep_hashes: bool = False) -> None:
-        """Drops the request's table. Preemption keeps the request's block keys (its tokens stay)."""
+        """Drops the request's table. Preemption keeps the request's block keys (its tokens stay).
+
+        A finished request (not a preempted one) with `lease_s > 0` leases its registered blocks first.
+        """
+        self._expire_leases()
         rid = req.request_id
         table = self._tables.pop(rid, None)
         if table:
+            if not keep_hashes and req.lease_s > 0:
+                self._lease(req, table[: self._num_registered.get(rid, 0)])
             self.budget.release(req.workload_class, [b.block_id for b in table])
             # Tail first: the deepest blocks of a prefix become the first to be evicted.
             self.pool.release(reversed(table))
         self._num_registered.pop(rid, None)
         if not keep_hashes:
             self._chains.pop(rid, None)
+
+    # ---- leases -------------------------------------------------------------------------
+    def reclaim_leases(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> bool:
+        """The scheduler's last resort when the pool is short and nothing is left to preempt: the
+        request's class gives up just enough of its own leases (soonest to expire, deepest first).
+        Returns False, changing nothing, when all of them would not make room."""
+        self._expire_leases()
+        cls = req.workload_class
+        need = self._need(req, num_new_tokens, computed)
+        short = need.pool_blocks - self.pool.num_available
+        if not self.budget.share(cls).preemptible:
+            short += self.budget.unmet_min_of_others(cls)
+        k = max(short, self.budget.over_max(cls, need.class_blocks))
+        spare = self._spare_leases(cls, computed)
+        if k <= 0 or k > len(spare):
+            return False
+        self._end_leases(spare[:k])
+        return True
+
+    def leased_block_ids(self, workload_class: str) -> list[int]:
+        self._expire_leases()
+        return self.leases.of_class(workload_class)
+
+    def _lease(self, req: EngineRequest, blocks: Sequence[KVBlock]) -> None:
+        cls, until = req.workload_class, self.clock() + req.lease_s
+        for depth, block in enumerate(blocks):
+            prev = self.leases.get(block.block_id)
+            if prev is None or prev.workload_class != cls:
+                if prev is not None:
+                    self.budget.release(prev.workload_class, [block.block_id])
+                self.budget.acquire(cls, [block.block_id])
+            self.pool.pin(block)
+            self.leases.grant(block.block_id, Lease(cls, max(until, prev.until) if prev else until, depth))
+
+    def _end_leases(self, blocks: Sequence[KVBlock]) -> None:
+        ended = []
+        for block in blocks:
+            lease = self.leases.drop(block.block_id)
+            if lease is not None:
+                self.budget.release(lease.workload_class, [block.block_id])
+                ended.append((lease.depth, block))
+        ended.sort(key=lambda e: e[0])  # shallow first: the deepest ends up first in eviction order
+        self.pool.unpin(b for _, b in ended)
+
+    def _expire_leases(self) -> None:
+        if len(self.leases):
+            expired = self.leases.expired(self.clock())
+            if expired:
+                self._end_leases([self.pool.blocks[b] for b in expired])
+
+    def _spare_leases(self, workload_class: str, computed: Sequence[KVBlock]) -> list[KVBlock]:
+        """The class's leased blocks no table holds, outside `computed`, in the order it gives them up."""
+        keep = {b.block_id for b in computed}
+        blocks = (self.pool.blocks[b] for b in self.leases.of_class(workload_class) if b not in keep)
+        return [b for b in blocks if b.ref_cnt == 0]
 
     # ---- introspection ------------------------------------------------------------------
     def block_table(self, request_id: str) -> list[int]:
@@ -165,17 +247,21 @@ class KVCacheManager:
         return sum(1 for b in self._tables.get(request_id, ()) if b.ref_cnt == 1)
 
     def shortfall(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> int:
-        """Blocks that must become available before this allocation passes the pool and reserve checks."""
+        """Blocks that must become available, by preemption, before this allocation passes the pool and
+        reserve checks (the class's own leases count as available: `reclaim_leases` gives them up)."""
+        self._expire_leases()
         cls = req.workload_class
         need = self._need(req, num_new_tokens, computed).pool_blocks
         if not self.budget.share(cls).preemptible:
             need += self.budget.unmet_min_of_others(cls)
-        return max(0, need - self.pool.num_available)
+        return max(0, need - self.pool.num_available - len(self._spare_leases(cls, computed)))
 
     def stats(self) -> KVCacheStats:
+        self._expire_leases()
         p = self.pool
         return KVCacheStats(
-            p.num_blocks, p.num_free, p.num_evictable, p.num_used, self.prefix_hit_tokens, self.prefix_query_tokens
+            p.num_blocks, p.num_free, p.num_evictable, p.num_used, self.prefix_hit_tokens, self.prefix_query_tokens,
+            p.num_leased,
         )
 
     # ---- internals ----------------------------------------------------------------------
@@ -186,7 +272,7 @@ class KVCacheManager:
         tokens = req.num_computed_tokens + len(computed) * self.block_size + num_new_tokens
         new = max(0, _cdiv(tokens, self.block_size) - len(table) - len(computed))
         cls = req.workload_class
-        revived = sum(1 for b in computed if b.ref_cnt == 0)
+        revived = sum(1 for b in computed if b.ref_cnt == 0 and not b.pinned)  # leased ones were not available
         not_held = sum(1 for b in computed if not self.budget.holds(cls, b.block_id))
         return _Need(new, new + revived, new + not_held)
 

@@ -3,6 +3,12 @@
 A question's prompt is the document first and the question last (gateway/prompts.py), and
 the tenant is the prefix-cache salt, so a tenant's later questions on a document reuse its
 KV blocks and only prefill the question. Another tenant's document id answers 404.
+
+Each question asks the engine (or, with replicas, the replica its document is routed to) to keep
+its prompt's KV blocks leased for the class's `kv_lease_s` (policy) after it finishes, renewed by
+every question: a burst of bulk work cannot evict a document an analyst is still asking about.
+Registering computes no KV (that would cost a whole prefill on a replica the document may not be
+routed to yet), so the lease starts with the first question.
 """
 from __future__ import annotations
 
@@ -91,6 +97,7 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
         sampling=SamplingParams(temperature=body.temperature, json_schema=schema), max_tokens=body.max_tokens,
         default_max_tokens=settings.question_max_tokens, explicit_class=x_workload_class,
         log_fields={"document_id": doc.id}))
+    adm.request.lease_s = adm.cls.kv_lease_s
     if body.stream:
         fields = None if schema is None else (lambda text, reason: _quoted(doc.text, text, reason))
         return EventStreamResponse(answer_events(service.generate(adm), fields))

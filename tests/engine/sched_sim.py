@@ -122,14 +122,18 @@ def check_block_accounting(sched: Scheduler) -> None:
     for req in sched.waiting:
         assert kv.block_table(req.request_id) == [], f"waiting {req.request_id} holds blocks"
         assert req.num_computed_tokens == 0
-    free = cached = 0
+    for cls in sched.rules:  # a lease holds its blocks for its class (engine/kv_cache/leases.py)
+        held.setdefault(cls, set()).update(kv.leased_block_ids(cls))
+    free = cached = leased = 0
     for block in pool.blocks:
         assert block.ref_cnt == refs[block.block_id], f"block {block.block_id}: ref {block.ref_cnt}"
         if block.block_hash is not None:
             assert pool.lookup(block.block_hash) is block
+        assert block.pinned == (kv.leases.get(block.block_id) is not None), block.block_id
         free += block.ref_cnt == 0 and block.block_hash is None
-        cached += block.ref_cnt == 0 and block.block_hash is not None
-    assert (free, cached) == (pool.num_free, pool.num_evictable)
+        cached += block.ref_cnt == 0 and block.block_hash is not None and not block.pinned
+        leased += block.ref_cnt == 0 and block.pinned
+    assert (free, cached, leased) == (pool.num_free, pool.num_evictable, pool.num_leased)
     assert pool.num_free + pool.num_evictable + pool.num_used == pool.num_blocks
     for cls in sched.rules:
         assert kv.budget.held(cls) == len(held.get(cls, ())), cls

@@ -57,6 +57,10 @@ def test_document_questions_follow_their_replica(gateway: GatewayThread, keys: K
     placed = [rows[a["request_id"]].timeline["replica"] for a in answers]
     assert len({p["url"] for p in placed}) == 1 and {p["reason"] for p in placed} == {"affinity"}
     assert placed[0]["url"] in {s.url for s, _ in replica_servers}
+    # The questions leased the document's blocks on the replica that holds them, and only there.
+    leased = {s.url: len(c.engine.scheduler.kv.leased_block_ids("document_qa")) for s, c in replica_servers}
+    assert leased[placed[0]["url"]] * 16 >= doc["num_tokens"] // 2
+    assert all(n == 0 for url, n in leased.items() if url != placed[0]["url"])
     assert all(rows[a["request_id"]].status == "finished" for a in answers)
     assert f"engine replica {placed[0]['url']} (affinity)" in render_text(rows[answers[1]["request_id"]])
     metrics = httpx.get(f"{gateway.url}/metrics").text
