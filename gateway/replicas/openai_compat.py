@@ -1,7 +1,8 @@
 """The engine server's OpenAI-compatible `POST /v1/completions`, for pickers that send OpenAI requests
 straight to model servers (the Gateway API Inference Extension, llm-d): text or token ids in, text and
-token ids out, optional SSE streaming, the workload class from `X-Workload-Class` (else the policy's
-rules for the "completions" route). No tenants here: the prefix-cache salt is `user` when given.
+token ids out, optional SSE streaming, the workload class from `X-Workload-Class`, else from the
+Inference Extension's objective header (the InferenceObjective's name, `-` for `_`: deploy/k8s/), else the
+policy's rules for the "completions" route. No tenants here: the prefix-cache salt is `user` when given.
 Refusals use the gateway's error shape with the engine's reason as the code.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engine.request import EngineRequest, SamplingParams
 from policies import UnknownWorkloadClass, classify
 
 ROUTE = "completions"
+OBJECTIVE_HEADER = "x-gateway-inference-objective"  # set by clients of a Gateway API inference gateway
 
 
 class CompletionBody(BaseModel):
@@ -50,11 +52,18 @@ def _chunk(rid: str, model: str, out: RequestOutput) -> dict[str, Any]:
                          "finish_reason": out.finish_reason}]}
 
 
+def _explicit_class(request: Request) -> str | None:
+    """X-Workload-Class, else the InferenceObjective name (a DNS label: realtime-risk is realtime_risk)."""
+    explicit = request.headers.get("X-Workload-Class")
+    objective = request.headers.get(OBJECTIVE_HEADER)
+    return explicit or (objective.replace("-", "_") if objective else None)
+
+
 async def completions(body: CompletionBody, request: Request, client: EngineClient, model: str) -> Response:
     ids = body.prompt if isinstance(body.prompt, list) else await asyncio.to_thread(
         client.tokenizer.encode, body.prompt, True)
     try:
-        cls = classify(client.policy, explicit=request.headers.get("X-Workload-Class"), route=ROUTE,
+        cls = classify(client.policy, explicit=_explicit_class(request), route=ROUTE,
                        tenant_default=None, input_tokens=len(ids)).workload_class
     except UnknownWorkloadClass as exc:
         return _error(400, "unknown_workload_class", str(exc))

@@ -183,3 +183,17 @@ def test_openai_compatible_completions_on_the_engine_server(replica_servers) -> 
     bad = httpx.post(f"{server.url}/v1/completions", json={"prompt": ids, "max_tokens": 5},
                      headers={"X-Workload-Class": "nope"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "unknown_workload_class"
+
+
+def test_the_inference_objective_header_names_the_class(replica_servers) -> None:  # type: ignore[no-untyped-def]
+    """An inference gateway's objective header (deploy/k8s/inference-pool.yaml) picks the class: realtime-risk
+    admits at most 64 output tokens, the completions route's default class many more."""
+    (server, _), _ = replica_servers
+    body = {"prompt": doc(12, 20), "max_tokens": 100, "temperature": 0}
+    risk = httpx.post(f"{server.url}/v1/completions", json=body, timeout=30,
+                      headers={"x-gateway-inference-objective": "realtime-risk"})
+    assert risk.status_code == 400 and "max_tokens" in risk.json()["error"]["message"]
+    body["max_tokens"] = 3
+    ok = httpx.post(f"{server.url}/v1/completions", json=body, timeout=30,
+                    headers={"x-gateway-inference-objective": "realtime-risk"})
+    assert ok.status_code == 200 and len(ok.json()["choices"][0]["token_ids"]) == 3
