@@ -1,5 +1,5 @@
-"""`finserve bench replicas`: document-affinity routing vs round robin over engine replicas, and what a
-remote engine adds to a request compared with the embedded one.
+"""`finserve bench replicas`: document-affinity routing vs round robin over engine replicas, what a remote
+engine adds to a request compared with the embedded one, and failover when a replica is killed.
 
 Setup: `replicas` engine processes (`finserve engine`, 1 thread each by default) on 127.0.0.1, and the
 real gateway app (uvicorn, in this process) with FINSERVE_ENGINES pointing at them.
@@ -13,8 +13,10 @@ routing   For each routing mode (round_robin, then policy = document affinity) a
           least half the prompt, i.e. the document), token hit rate (cached / prompt tokens of follow-ups)
           and TTFT p50 of all questions, from the gateway's own `timings`.
 overhead  One replica behind the gateway vs an embedded engine (same model, same threads) behind another
-          gateway in this process: 1-token completions at batch 1, blocks alternating (embedded, remote,
-          ...), p50 per block, medians over blocks; added p50 = remote - embedded.
+          gateway in this process, at batch 1 and 8 clients (bench/replicas_overhead.py).
+failover  kill -9 of one replica under mixed load, then its restart: the ledger, the error shapes, the
+          rejoin (bench/replicas_failover.py).
+Every part runs over the same engine processes; `parts` chooses which run.
 """
 from __future__ import annotations
 
@@ -23,17 +25,22 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
-from bench.common import environment, summary, write_json
+from bench import replicas_failover, replicas_overhead
+from bench.common import environment, write_json
 from bench.gateway_bench import _logs_to
+from core.settings import Settings
+from finserve.stack import EngineProcess, GatewayThread
 from gateway.reports.percentiles import nearest_rank
 
-PROMPT = "Rate the counterparty risk of an overnight repo with a BBB-rated bank as low, medium or high."
+PARTS = ("routing", "overhead", "failover")
 QUESTIONS = ("What capital must the bank hold?", "Which exposures are excluded?", "When does the rule apply?",
              "Who supervises compliance?", "What are the reporting deadlines?", "Which penalties apply?",
              "How is liquidity measured?", "What counts as a large exposure?")
@@ -41,7 +48,7 @@ WORDS = ("capital", "liquidity", "exposure", "counterparty", "institution", "sup
          "leverage", "ratio", "collateral", "derivative", "settlement", "reporting", "threshold", "buffer",
          "sovereign", "covered", "bond", "netting", "margin", "haircut", "stress", "scenario", "governance",
          "disclosure", "valuation", "impairment", "provision", "credit", "market", "operational", "risk")
-TARGET_HIT_RATE, TARGET_TTFT_RATIO, TARGET_ADDED_P50_MS = 0.9, 3.0, 3.0
+TARGET_HIT_RATE, TARGET_TTFT_RATIO, TARGET_ADDED_P50_MS, TARGET_THROUGHPUT_RATIO = 0.9, 3.0, 3.0, 0.95
 
 
 def document_text(i: int, approx_tokens: int) -> str:
@@ -113,36 +120,6 @@ def _routing_report(results: list[dict[str, Any]]) -> dict[str, Any]:
             "mean_prompt_tokens": statistics.fmean(r["input_tokens"] for r in results)}
 
 
-def _latency_block(http: httpx.Client, n: int) -> list[float]:
-    body = {"prompt": PROMPT, "max_tokens": 1, "temperature": 0.0, "workload_class": "realtime_risk"}
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        r = http.post("/v1/completions", json=body)
-        out.append((time.perf_counter() - t0) * 1e3)
-        if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
-    return out
-
-
-def _overhead(systems: dict[str, tuple[str, str]], *, n: int, blocks: int, warmup: int) -> dict[str, Any]:
-    clients = {name: httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60.0)
-               for name, (url, key) in systems.items()}
-    try:
-        for http in clients.values():
-            _latency_block(http, warmup)
-        p50s: dict[str, list[float]] = {name: [] for name in clients}
-        for _ in range(blocks):
-            for name, http in clients.items():
-                p50s[name].append(nearest_rank(sorted(_latency_block(http, n)), 50.0))
-    finally:
-        for http in clients.values():
-            http.close()
-    report: dict[str, Any] = {name: {"p50_ms": summary(v)} for name, v in p50s.items()}
-    report["added_p50_ms"] = report["remote"]["p50_ms"]["median"] - report["embedded"]["p50_ms"]["median"]
-    return report
-
-
 def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while httpx.get(f"{url}/readyz", timeout=5.0).status_code != 200:
@@ -151,19 +128,91 @@ def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
         time.sleep(0.2)
 
 
+@contextmanager
+def _gateway(settings: Settings, **update: Any) -> Iterator[GatewayThread]:
+    gw = GatewayThread(settings.model_copy(update=update), None).start()
+    try:
+        _wait_ready(gw.url)
+        yield gw
+    finally:
+        gw.stop()
+
+
+def _routing(settings: Settings, urls: str, keys: dict[str, str], **ask: Any) -> dict[str, Any]:
+    routing = {}
+    for mode, tenant in (("round_robin", "rr"), ("policy", "affinity")):
+        with _gateway(settings, engines=urls, engine_routing=mode) as gw:
+            routing[mode] = _routing_report(_ask_all(gw.url, keys[tenant], **ask))
+    return routing
+
+
+def _overhead(settings: Settings, engine: EngineProcess, key: str, *, n: int, blocks: int, warmup: int
+              ) -> dict[str, Any]:
+    from engine.client import EngineClient
+    from engine.engine import LLMEngine
+    from policies import load_policy
+
+    policy = load_policy(settings.policy)
+    embedded_client = EngineClient.launch(lambda: LLMEngine(settings.engine_config(policy)))
+    embedded = GatewayThread(settings, embedded_client).start()
+    try:
+        with _gateway(settings, engines=engine.url) as remote:
+            return replicas_overhead.measure({"embedded": (embedded.url, key), "remote": (remote.url, key)},
+                                             n=n, blocks=blocks, warmup=warmup)
+    finally:
+        embedded.stop()
+        embedded_client.shutdown()
+
+
+def _failover(settings: Settings, engines: list[EngineProcess], key: str, log: IO[bytes], **timing: float
+              ) -> dict[str, Any]:
+    from sqlalchemy import select
+
+    from core.db.base import make_engine, make_session_factory
+    from core.db.models import RequestLedger
+    from finserve.stack import start_engine, wait_engines_ready
+
+    def restart(victim: EngineProcess) -> EngineProcess:
+        back = start_engine(settings, port=victim.port, threads=victim.threads, log=log)
+        engines[engines.index(victim)] = back  # stopped with the others, whatever happens next
+        wait_engines_ready([back])
+        return back
+
+    with _gateway(settings, engines=",".join(e.url for e in engines), engine_probe_interval_s=0.5) as gw:
+        headers = {"Authorization": f"Bearer {key}"}
+        doc_ids = [httpx.post(f"{gw.url}/v1/documents", headers=headers, timeout=60,
+                              json={"title": f"Circular {d}", "text": document_text(100 + d, 300)}).json()["id"]
+                   for d in range(3)]
+
+        def rows(ids: list[str]) -> dict[str, Any]:
+            gw.app.state.finserve.ledger.flush(60.0)
+            db = make_engine(settings.resolved_database_url)
+            try:
+                with make_session_factory(db)() as s:
+                    found = s.scalars(select(RequestLedger).where(RequestLedger.request_id.in_(ids))).all()
+                    return {r.request_id: r for r in found}
+            finally:
+                db.dispose()
+
+        report, _ = replicas_failover.run_failover(gw.url, key, engines, doc_ids=doc_ids, restart=restart,
+                                                   rows=rows, **timing)  # type: ignore[arg-type]
+    return report
+
+
 def run(json_path: str | None = None, *, replicas: int = 2, threads_per_replica: int = 1, docs: int = 8,
-        questions: int = 6, clients: int = 4, doc_tokens: int = 800, n: int = 30, blocks: int = 4,
-        warmup: int = 10, model: str | None = None) -> dict[str, Any]:
+        questions: int = 6, clients: int = 4, doc_tokens: int = 800, n: int = 32, blocks: int = 4,
+        warmup: int = 10, model: str | None = None, parts: tuple[str, ...] = PARTS,
+        failover_s: tuple[float, float, float] = (10.0, 8.0, 15.0)) -> dict[str, Any]:
     from core.db.base import make_engine, make_session_factory
     from core.db.migrate import upgrade
     from core.keys import create_key
     from core.logging import configure_logging
-    from core.settings import Settings
-    from engine.client import EngineClient
-    from engine.engine import LLMEngine
-    from finserve.stack import GatewayThread, start_engines, stop_engine, wait_engines_ready
-    from policies import load_policy
+    from finserve.stack import start_engines, stop_engine, wait_engines_ready
 
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}; known: {PARTS}")
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="finserve-bench-replicas-") as tmp:
         home = Path(tmp)
         db_url = f"sqlite:///{home / 'finserve.db'}"
@@ -172,60 +221,66 @@ def run(json_path: str | None = None, *, replicas: int = 2, threads_per_replica:
         upgrade(db_url)
         db = make_engine(db_url)
         with make_session_factory(db)() as s:
-            keys = {t: create_key(s, t, rate_limit_rps=1e9) for t in ("rr", "affinity", "overhead")}
+            keys = {t: create_key(s, t, rate_limit_rps=1e9) for t in ("rr", "affinity", "overhead", "failover")}
         db.dispose()
         configure_logging(json=True, level="warning")
         with open(home / "engines.log", "wb") as log, _logs_to(home / "gateway.log"):
             engines = start_engines(settings, replicas, total_threads=replicas * threads_per_replica, log=log)
             try:
                 wait_engines_ready(engines)
-                urls = ",".join(e.url for e in engines)
-                routing = {}
-                for mode, tenant in (("round_robin", "rr"), ("policy", "affinity")):
-                    gw = GatewayThread(settings.model_copy(update={"engines": urls, "engine_routing": mode}),
-                                       None).start()
-                    try:
-                        _wait_ready(gw.url)
-                        results = _ask_all(gw.url, keys[tenant], docs=docs, questions=questions, clients=clients,
-                                           doc_tokens=doc_tokens)
-                        routing[mode] = _routing_report(results)
-                    finally:
-                        gw.stop()
-                policy = load_policy(settings.policy)
-                embedded_client = EngineClient.launch(lambda: LLMEngine(settings.engine_config(policy)))
-                embedded = GatewayThread(settings, embedded_client).start()
-                remote = GatewayThread(settings.model_copy(update={"engines": engines[0].url}), None).start()
-                try:
-                    _wait_ready(remote.url)
-                    overhead = _overhead({"embedded": (embedded.url, keys["overhead"]),
-                                          "remote": (remote.url, keys["overhead"])},
-                                         n=n, blocks=blocks, warmup=warmup)
-                finally:
-                    remote.stop()
-                    embedded.stop()
-                    embedded_client.shutdown()
+                if "routing" in parts:
+                    results["routing"] = _routing(settings, ",".join(e.url for e in engines), keys, docs=docs,
+                                                  questions=questions, clients=clients, doc_tokens=doc_tokens)
+                if "overhead" in parts:
+                    results["overhead"] = _overhead(settings, engines[0], keys["overhead"], n=n, blocks=blocks,
+                                                    warmup=warmup)
+                if "failover" in parts:
+                    before_s, down_s, after_s = failover_s
+                    results["failover"] = _failover(settings, engines, keys["failover"], log, before_s=before_s,
+                                                    down_s=down_s, after_s=after_s)
             finally:
                 for e in engines:
                     stop_engine(e)
-    out = _report(routing, overhead, settings, replicas=replicas, threads=threads_per_replica, docs=docs,
-                  questions=questions, clients=clients, doc_tokens=doc_tokens, n=n, blocks=blocks)
+    out = _report(results, settings, replicas=replicas, threads=threads_per_replica, docs=docs, questions=questions,
+                  clients=clients, doc_tokens=doc_tokens, n=n, blocks=blocks, parts=list(parts))
     write_json(json_path, out)
     return out
 
 
-def _report(routing: dict[str, Any], overhead: dict[str, Any], settings: Any, **config: Any) -> dict[str, Any]:
-    rr, aff = routing["round_robin"], routing["policy"]
-    ratio = rr["ttft_p50_ms"] / aff["ttft_p50_ms"] if aff["ttft_p50_ms"] else None
-    return {
+def _load_average() -> list[float] | None:
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        return None
+
+
+def _report(results: dict[str, Any], settings: Any, **config: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "benchmark": "replicas",
-        "environment": environment(config["threads"], settings.dtype, str(settings.model_path)),
+        "environment": {**environment(config["threads"], settings.dtype, str(settings.model_path)),
+                        "load_average_1_5_15": _load_average()},
         "config": {**config, "documents": "synthetic regulations, first question of every document first",
                    "hit": "a follow-up question whose cached tokens cover >= half its prompt"},
-        "routing": {"round_robin": rr, "affinity": aff, "ttft_p50_ratio_rr_over_affinity": ratio},
-        "overhead": overhead,
-        "targets": {
-            "hit_rate": {"min": TARGET_HIT_RATE, "met": (aff["hit_rate"] or 0) >= TARGET_HIT_RATE},
-            "ttft_ratio": {"min": TARGET_TTFT_RATIO, "met": (ratio or 0) >= TARGET_TTFT_RATIO},
-            "added_p50_ms": {"max": TARGET_ADDED_P50_MS, "met": overhead["added_p50_ms"] <= TARGET_ADDED_P50_MS},
-        },
     }
+    targets: dict[str, Any] = {}
+    if "routing" in results:
+        rr, aff = results["routing"]["round_robin"], results["routing"]["policy"]
+        ratio = rr["ttft_p50_ms"] / aff["ttft_p50_ms"] if aff["ttft_p50_ms"] else None
+        out["routing"] = {"round_robin": rr, "affinity": aff, "ttft_p50_ratio_rr_over_affinity": ratio}
+        targets["hit_rate"] = {"min": TARGET_HIT_RATE, "met": (aff["hit_rate"] or 0) >= TARGET_HIT_RATE}
+        targets["ttft_ratio"] = {"min": TARGET_TTFT_RATIO, "met": (ratio or 0) >= TARGET_TTFT_RATIO}
+    if "overhead" in results:
+        o = out["overhead"] = results["overhead"]
+        for shape, part in o.items():
+            targets[f"added_p50_ms_{shape}"] = {"max": TARGET_ADDED_P50_MS,
+                                                "met": part["added_p50_ms"] <= TARGET_ADDED_P50_MS}
+            targets[f"throughput_ratio_{shape}"] = {"min": TARGET_THROUGHPUT_RATIO,
+                                                    "met": part["throughput_ratio"] >= TARGET_THROUGHPUT_RATIO}
+    if "failover" in results:
+        f = out["failover"] = results["failover"]
+        targets["failover"] = {"met": f["lost"] == 0 and f["non_json_errors"] == 0 and f["transport_errors"] == 0
+                               and f["failed_not_in_flight"] == 0 and f["rejoined"] > 0,
+                               "requires": "lost, non_json_errors, transport_errors, failed_not_in_flight all 0; "
+                                           "rejoined > 0"}
+    out["targets"] = targets
+    return out

@@ -153,6 +153,11 @@ def raise_if_failed(out: RequestOutput) -> None:
         raise APIError("engine_not_ready", "the engine shut down while serving this request", retry_after_s=5.0)
 
 
+def _failed_status(req: EngineRequest) -> int:
+    """What raise_if_failed answers for a failed request (the ledger row says the same): 503 for a lost replica."""
+    return 503 if (req.error or "").startswith(REPLICA_LOST) else 500
+
+
 class InferenceService:
     """One per request (built by the ServiceDep dependency)."""
 
@@ -377,7 +382,7 @@ class InferenceService:
             row = row_from_engine_request(req, tenant=adm.key.tenant, class_rule=adm.rule, route=adm.route,
                                           slo=adm.cls.slo, tokenize_start=adm.tokenize_start,
                                           tokenized=adm.tokenized,
-                                          http_status=500 if req.status.finish_reason == "error" else 200)
+                                          http_status=_failed_status(req) if req.status.finish_reason == "error" else 200)
             metrics = last.metrics or RequestMetrics.of(req)
         else:
             # The client left: the engine thread finishes the abort on its own time, so the row is

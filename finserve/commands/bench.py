@@ -195,17 +195,30 @@ def replicas_bench(
     questions: Annotated[int, typer.Option("--questions", min=2, help="Questions per document.")] = 6,
     clients: Annotated[int, typer.Option("--clients", min=1, help="Concurrent clients asking.")] = 4,
     doc_tokens: Annotated[int, typer.Option("--doc-tokens", min=64, help="Approximate tokens per document.")] = 800,
-    n: Annotated[int, typer.Option("--n", min=1, help="Overhead: requests per block and side.")] = 30,
+    n: Annotated[int, typer.Option("--n", min=1, help="Overhead: requests per block and side.")] = 32,
     blocks: Annotated[int, typer.Option("--blocks", min=1, help="Overhead: alternating blocks per side.")] = 4,
+    parts: Annotated[str, typer.Option("--parts", help="Comma-separated parts to run: routing, overhead, "
+                                       "failover.")] = "routing,overhead,failover",
+    failover_s: Annotated[str, typer.Option("--failover-s", metavar="BEFORE,DOWN,AFTER", help="Failover: seconds "
+                                            "of load before the kill, down, and after the restart.")] = "10,8,15",
     model: ModelOpt = None,
     old_json: OldJsonOpt = None,
 ) -> None:
-    """Affinity vs round-robin routing over engine replicas (hit rate, TTFT); remote vs embedded overhead."""
-    from bench.replicas import run
+    """Routing (affinity vs round robin), remote-vs-embedded overhead (batch 1 and 8 clients), and failover
+    (kill -9 of a replica under mixed load: ledger, error shapes, rejoin) over engine replicas."""
+    from bench.replicas import PARTS, run
     from finserve.models import resolve_model
 
+    chosen = tuple(p.strip() for p in parts.split(",") if p.strip())
+    if not chosen or set(chosen) - set(PARTS):
+        raise typer.BadParameter(f"parts must be among {', '.join(PARTS)}", param_hint="--parts")
+    try:
+        before, down, after = (float(x) for x in failover_s.split(","))
+    except ValueError:
+        raise typer.BadParameter("three numbers, e.g. 10,8,15", param_hint="--failover-s") from None
     path = _json_path(json_file, old_json)
     model = resolve_model(model)
-    with status(f"bench replicas: {replicas} engine processes, affinity vs round robin, then overhead ..."):
+    with status(f"bench replicas: {replicas} engine processes: {', '.join(chosen)} ..."):
         run(path, replicas=replicas, threads_per_replica=threads, docs=docs, questions=questions, clients=clients,
-            doc_tokens=doc_tokens, n=n, blocks=blocks, model=model)
+            doc_tokens=doc_tokens, n=n, blocks=blocks, model=model, parts=chosen,
+            failover_s=(before, down, after))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from engine.request import EngineRequest, SamplingParams
@@ -71,3 +73,60 @@ def test_kill_9_mid_stream_then_failover_and_rejoin(engines: list[EngineProcess]
             await rs.aclose()
 
     asyncio.run(scenario())
+
+
+def test_kill_9_under_mixed_load_loses_nothing_from_the_ledger(engines: list[EngineProcess], long_model_dir: Path,
+                                                               tmp_path: Path) -> None:
+    """The bench's failover scenario, short: risk, document and bulk clients through the gateway while one
+    replica is killed and restarted. Every response has its ledger row (same HTTP status), every error is
+    the JSON error shape, only requests in flight on the killed replica fail, and it serves again after."""
+    from sqlalchemy import select
+
+    from bench.replicas_failover import run_failover
+    from core.db.base import make_engine, make_session_factory
+    from core.db.migrate import upgrade
+    from core.db.models import RequestLedger
+    from core.keys import create_key
+    from core.settings import Settings
+    from finserve.stack import GatewayThread
+
+    db_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    upgrade(db_url)
+    db = make_engine(db_url)
+    with make_session_factory(db)() as s:
+        key = create_key(s, "failover", rate_limit_rps=1e6)
+    settings = Settings(home=tmp_path, database_url=db_url, model=long_model_dir, log_json=True, log_level="warning",
+                        engines=",".join(e.url for e in engines), engine_probe_interval_s=0.2)
+    gw = GatewayThread(settings, None).start()
+
+    def restart(victim: EngineProcess) -> EngineProcess:
+        with open(tmp_path / "restart.log", "wb") as log:
+            back = start_engine(engine_settings(long_model_dir, tmp_path), port=victim.port, threads=1, log=log)
+        engines.append(back)
+        wait_engines_ready([back])
+        return back
+
+    def rows(ids: list[str]) -> dict[str, RequestLedger]:
+        gw.app.state.finserve.ledger.flush(30.0)
+        with make_session_factory(db)() as s:
+            return {r.request_id: r for r in s.scalars(select(RequestLedger).where(RequestLedger.request_id.in_(ids)))}
+
+    try:
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{gw.url}/readyz").status_code != 200:
+            assert time.monotonic() < deadline, "the gateway never saw a replica ready"
+            time.sleep(0.1)
+        h = {"Authorization": f"Bearer {key}"}
+        text = " ".join(f"Article {i}: the bank holds capital against exposure {i * 7}." for i in range(30))
+        doc_ids = [httpx.post(f"{gw.url}/v1/documents", headers=h, json={"title": "R", "text": text}).json()["id"]]
+        report, _ = run_failover(gw.url, key, engines, doc_ids=doc_ids, restart=restart, rows=rows, clients=1,
+                                 before_s=3.0, down_s=1.0, after_s=4.0)
+    finally:
+        gw.stop()
+        db.dispose()
+    assert report["requests"] > 10 and set(c.split()[0] for c in report["responses"]) == {
+        "realtime_risk", "document_qa", "bulk_extraction"}
+    assert report["lost"] == 0, report
+    assert report["non_json_errors"] == 0 and report["transport_errors"] == 0, report
+    assert report["failed_not_in_flight"] == 0, report
+    assert report["rejoined"] > 0, report
