@@ -35,6 +35,9 @@ class LeaseTable:
     def grant(self, block_id: int, lease: Lease) -> None:
         self._leases[block_id] = lease
         heapq.heappush(self._expiry, (lease.until, block_id))
+        if len(self._expiry) > 4 * len(self._leases) + 1024:  # renewals leave stale entries: compact
+            self._expiry = [(le.until, b) for b, le in self._leases.items()]
+            heapq.heapify(self._expiry)
 
     def drop(self, block_id: int) -> Lease | None:
         return self._leases.pop(block_id, None)

@@ -106,3 +106,14 @@ def test_a_lease_ends_with_a_preemption_never() -> None:
     kv.cache_full_blocks(req)
     kv.free(req, keep_hashes=True)
     assert kv.leased_block_ids("c") == [] and kv.pool.num_evictable == 3
+
+
+def test_renewing_a_lease_moves_its_expiry_and_many_renewals_stay_bounded() -> None:
+    from engine.kv_cache.leases import Lease, LeaseTable
+
+    table = LeaseTable()
+    for t in range(5000):  # one block renewed again and again, as every question on a document does
+        table.grant(7, Lease("docs", until=100.0 + t, depth=0))
+    assert table.expired(5000.0) == [] and table.get(7) == Lease("docs", until=5099.0, depth=0)
+    assert table.expired(5099.0) == [7]
+    assert len(table._expiry) < 2000  # stale entries were compacted away
