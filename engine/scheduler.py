@@ -254,7 +254,7 @@ class Scheduler:
             return
         while (block_ids := self.kv.allocate_slots(req, n)) is None:
             victim = self._victim_for_running(req, n)
-            if victim is req and self.kv.reclaim_leases(req, n):
+            if victim is req and self.kv.reclaim_leases(req, n, any_class=self._only_leases_left(req)):
                 continue  # nothing below it to preempt: its class gives up its own leases first
             self._preempt(victim, step)
             if victim is req:
@@ -298,8 +298,9 @@ class Scheduler:
                 step.blocked_classes.add(req.workload_class)
                 return False
             victims = self._victims_for_waiting(req, for_blocks=status is not AllocStatus.OK)
-            if not victims and not need_slot and self.kv.reclaim_leases(req, n, computed):
-                continue  # nothing left to preempt: the class gives up its own leases (kv_cache/leases.py)
+            any_class = self._only_leases_left(req)
+            if not victims and not need_slot and self.kv.reclaim_leases(req, n, computed, any_class=any_class):
+                continue  # nothing left to preempt: leases go last (kv_cache/leases.py)
             freeable = sum(self.kv.num_freeable(v.request_id) for v in victims)
             if (need_slot and not victims) or self.kv.shortfall(req, n, computed) > freeable:
                 step.admission_closed = True
@@ -357,6 +358,11 @@ class Scheduler:
         self._preemptions[victim.workload_class] += 1
 
     # ---- helpers ------------------------------------------------------------------------
+    def _only_leases_left(self, req: EngineRequest) -> bool:
+        """Other classes' leases may go too: nothing else runs (no block would come back before they
+        expire), or the request is starving (leases never break the starvation guarantee)."""
+        return all(r is req for r in self.running.values()) or self.waiting.is_promoted(req)
+
     def _promote_starved(self) -> None:
         if self.starvation_steps <= 0:
             return

@@ -39,6 +39,9 @@ class LeaseTable:
             self._expiry = [(le.until, b) for b, le in self._leases.items()]
             heapq.heapify(self._expiry)
 
+    def all(self) -> list[Lease]:
+        return list(self._leases.values())
+
     def drop(self, block_id: int) -> Lease | None:
         return self._leases.pop(block_id, None)
 

@@ -8,7 +8,8 @@ Leases (leases.py): a request with `lease_s > 0` leases its registered blocks wh
 Leased blocks are not available to anyone else and count against the leasing class's share. The
 class takes its own leases back when it reaches its cap (within `allocate_slots`), and when the
 pool is short only once nothing is left to preempt (`reclaim_leases`, the scheduler's last resort),
-so under pressure lower classes' running work and unleased cached blocks go first.
+so under pressure lower classes' running work and unleased cached blocks go first. Other classes'
+leases go only when nothing else could make room (`reclaim_leases(any_class=True)`).
 """
 from __future__ import annotations
 
@@ -184,10 +185,12 @@ class KVCacheManager:
             self._chains.pop(rid, None)
 
     # ---- leases -------------------------------------------------------------------------
-    def reclaim_leases(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> bool:
+    def reclaim_leases(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = (), *,
+                       any_class: bool = False) -> bool:
         """The scheduler's last resort when the pool is short and nothing is left to preempt: the
-        request's class gives up just enough of its own leases (soonest to expire, deepest first).
-        Returns False, changing nothing, when all of them would not make room."""
+        request's class gives up just enough of its own leases (soonest to expire, deepest first);
+        with `any_class` (a starving request: the starvation guarantee outranks a lease) other
+        classes' leases follow. Returns False, changing nothing, when all of them would not make room."""
         self._expire_leases()
         cls = req.workload_class
         need = self._need(req, num_new_tokens, computed)
@@ -196,6 +199,9 @@ class KVCacheManager:
             short += self.budget.unmet_min_of_others(cls)
         k = max(short, self.budget.over_max(cls, need.class_blocks))
         spare = self._spare_leases(cls, computed)
+        if any_class:
+            spare += [b for c in sorted({le.workload_class for le in self.leases.all()} - {cls})
+                      for b in self._spare_leases(c, computed)]
         if k <= 0 or k > len(spare):
             return False
         self._end_leases(spare[:k])

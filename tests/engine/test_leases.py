@@ -117,3 +117,16 @@ def test_renewing_a_lease_moves_its_expiry_and_many_renewals_stay_bounded() -> N
     assert table.expired(5000.0) == [] and table.get(7) == Lease("docs", until=5099.0, depth=0)
     assert table.expired(5099.0) == [7]
     assert len(table._expiry) < 2000  # stale entries were compacted away
+
+
+def test_leased_blocks_go_last_to_a_request_that_cannot_run_beside_them() -> None:
+    """Leases never stall the engine: a bulk request too large for the room the lease leaves, with nothing
+    else running that could free blocks, takes the leased blocks (deepest first) rather than wait 15 min."""
+    sim, _ = sim_with_clock()
+    ask(sim, "q1", DOC_A, 1)  # 11 blocks leased, 21 available
+    big = sim.add("bulk-big", [7000 + t for t in range(100)], "batch", max_tokens=4)  # 26 blocks
+    sim.run()
+    assert big.is_finished and len(big.output_token_ids) == 4
+    kept = sim.sched.kv.leased_block_ids("docs")
+    assert 0 < len(kept) < 11  # only what it needed
+    assert ask(sim, "q2", DOC_A, 7).num_cached_tokens == len(kept) * BS  # the document's head is still there
