@@ -26,6 +26,7 @@ from starlette.types import Scope
 
 from core.db.base import make_engine, make_session_factory
 from core.settings import Settings
+from core.tracing import SERVICE_GATEWAY, setup_tracing
 from core.web.auth import Authenticator
 from core.web.errors import install_error_handlers
 from core.web.middleware import BodyLimit, RequestContextMiddleware
@@ -152,6 +153,7 @@ def _make_state(settings: Settings, policy: Policy, engine_client: EngineClient 
 def create_app(settings: Settings, engine_client: EngineClient | None = None,
                routers: Sequence[APIRouter] = ()) -> FastAPI:
     policy = engine_client.policy if engine_client is not None else load_policy(settings.policy)
+    setup_tracing(SERVICE_GATEWAY)  # once per process; exports only when OTEL_* variables ask (core/tracing.py)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

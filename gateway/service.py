@@ -38,6 +38,7 @@ from engine.client import EngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from engine.tokenizer import ChatTemplateError, Tokenizer
+from gateway import spans
 from gateway.ledger import LedgerRow, build_timeline, row_from_engine_request, row_from_request
 from gateway.replicas.client import REPLICA_LOST
 from gateway.replicas.replica_set import ReplicaSet
@@ -210,6 +211,14 @@ class InferenceService:
 
     async def prepare(self, ctx: RequestContext, key: KeyInfo, inp: InferenceInput) -> Admitted:
         """Tokenize and admit `inp`: the Admitted request is ready for generate() or collect()."""
+        with spans.admission(inp.route) as span:
+            adm = await self._prepare(ctx, key, inp)
+            spans.admitted(span, request_id=adm.request.request_id, tenant=adm.key.tenant,
+                           workload_class=adm.cls.name, rule=adm.rule, input_tokens=adm.request.num_prompt_tokens,
+                           max_tokens=adm.request.sampling.max_tokens)
+            return adm
+
+    async def _prepare(self, ctx: RequestContext, key: KeyInfo, inp: InferenceInput) -> Admitted:
         t0 = time.time()
         ids = await self.tokenize(inp.prompt, inp.explicit_class)
         ctx.fields.update(inp.log_fields)
@@ -304,12 +313,14 @@ class InferenceService:
         if not kept:
             raise self.reject(adm, APIError("database_unavailable", "the ledger can record no more requests "
                                             "(database down and spool full); retry later", retry_after_s=30.0))
+        submitted = time.time()
         try:
             async with aclosing(self.client.generate(req)) as outputs:
                 try:
                     first = await anext(outputs)
                 except AdmissionError as exc:
                     rejected = True
+                    spans.engine_phases(req, submitted, tenant=adm.key.tenant, refused=exc.reason)
                     err = self.reject(adm, admission_error(exc), reason=exc.reason)
                     await self._ledger_durable()
                     raise err from None
@@ -321,9 +332,9 @@ class InferenceService:
                         yield out
         except BaseException:
             if not rejected:
-                self._finish(adm, last)  # the client left or something failed: no waiting here
+                self._finish(adm, last, submitted)  # the client left or something failed: no waiting here
             raise
-        self._finish(adm, last)
+        self._finish(adm, last, submitted)
         await self._ledger_durable()  # the answer's last word waits until its row is safe
 
     async def _write_ahead(self, adm: Admitted) -> bool:
@@ -337,15 +348,17 @@ class InferenceService:
             metrics=RequestMetrics.of(req), slo=adm.cls.slo, timeline=timeline))
         return await self._ledger_durable()
 
-    def _finish(self, adm: Admitted, last: RequestOutput | None) -> None:
+    def _finish(self, adm: Admitted, last: RequestOutput | None, submitted: float) -> None:
         if last is None or not last.finished:
             # Idempotent; also covers a cancel that raced admission, before the client's
             # own iterator had taken charge of aborting.
             self.client.abort(adm.request.request_id)
         self._record(adm, last)
+        spans.engine_phases(adm.request, submitted, tenant=adm.key.tenant, replica=adm.ctx.fields.get("replica"))
 
     def _submit(self, row: LedgerRow) -> None:
         self._ledgered = self.state.ledger.submit(row)
+        spans.ledger_write(self._ledgered, request_id=row.request_id, status=row.status)
 
     async def _ledger_durable(self) -> bool:
         """Wait until this request's latest row is in the database or the spool; False if it is in neither."""
