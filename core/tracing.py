@@ -95,6 +95,10 @@ def shutdown_tracing() -> None:
         _provider.shutdown()
 
 
+def current_span() -> Span:
+    return trace.get_current_span()
+
+
 def tracer() -> trace.Tracer:
     """finserve's tracer: a no-op one until setup_tracing ran (or when tracing is disabled)."""
     provider = _provider
