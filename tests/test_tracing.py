@@ -29,7 +29,10 @@ from core.settings import Settings, TracingSettings
 from engine.client import EngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
+from engine.request import EngineRequest, SamplingParams
 from finserve.app import create_app
+from gateway.replicas import wire
+from gateway.replicas.server import create_engine_app
 from policies import load_policy
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -216,3 +219,22 @@ def test_spans_are_exported_only_when_otel_variables_ask(monkeypatch: pytest.Mon
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert TracingSettings().exporters == exporters
+
+
+async def test_an_engine_replica_joins_its_callers_trace_and_leaves_probes_untraced(
+        tmp_path: Path, engine_client: EngineClient) -> None:
+    memory_spans()
+    app = create_engine_app(Settings(home=tmp_path), engine_client=engine_client)
+    trace_id = "22222222222222222222222222222222"
+    req = EngineRequest(request_id="req-engine-span", prompt_token_ids=engine_client.tokenizer.encode("Hello"),
+                        sampling=SamplingParams(max_tokens=2), workload_class="realtime_risk")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://engine") as client:
+        r = await client.post("/v1/engine/generate", json=wire.request_to_json(req),
+                              headers={"traceparent": f"00-{trace_id}-{CALLER_SPAN}-01"})
+        assert r.status_code == 200 and r.text.strip().splitlines()
+        before = len(memory_spans().get_finished_spans())
+        assert (await client.get("/v1/engine/stats")).status_code == 200
+    server = one(spans_of(trace_id), "POST /v1/engine/generate")
+    assert server.kind == SpanKind.SERVER and parent_of(server) == CALLER_SPAN
+    assert server.attributes["http.response.status_code"] == 200
+    assert not [s for s in memory_spans().get_finished_spans()[before:] if "stats" in s.name]

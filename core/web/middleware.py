@@ -181,6 +181,37 @@ class RequestContextMiddleware:
         await _send_error(ctx, send, limit.error())
 
 
+class TracingMiddleware:
+    """A SERVER span for each request that arrives with a W3C `traceparent`, for internal services (an
+    engine replica behind a gateway): they join their caller's trace, and requests that carry none
+    (probes, load scrapes) make no traces of their own. The span's ids are bound to the logs meanwhile."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        carrier = tracing.asgi_trace_headers(scope) if scope["type"] == "http" else {}
+        if "traceparent" not in carrier:
+            await self.app(scope, receive, send)
+            return
+        span = tracing.start_server_span(scope["method"], scope["path"], carrier)
+        token = tracing.attach(span)
+        structlog.contextvars.bind_contextvars(**tracing.log_fields(span))
+        status: list[int] = []
+
+        async def send_status(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            tracing.finish_server_span(span, status[0] if status else None, route_template(scope), {})
+            tracing.detach(token)
+            structlog.contextvars.unbind_contextvars("trace_id", "span_id")
+
+
 def _end_span(span: Span, scope: Scope, ctx: RequestContext, status: int | None) -> None:
     tracing.finish_server_span(span, status, route_template(scope), {
         "finserve.request_id": ctx.request_id, "finserve.client_request_id": ctx.client_request_id,
