@@ -46,6 +46,7 @@ UNTRACED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 _W3C = TraceContextTextMapPropagator()
 _lock = threading.Lock()
 _provider: TracerProvider | None = None
+_tracer: trace.Tracer = trace.NoOpTracer()  # finserve's tracer once setup_tracing ran
 _configured = False
 
 
@@ -54,7 +55,7 @@ def setup_tracing(service_name: str, config: TracingSettings | None = None) -> T
 
     None when OTEL_SDK_DISABLED=true. `service_name` names the process unless OTEL_SERVICE_NAME is set.
     """
-    global _provider, _configured
+    global _provider, _tracer, _configured
     with _lock:
         if _configured:
             return _provider
@@ -68,7 +69,7 @@ def setup_tracing(service_name: str, config: TracingSettings | None = None) -> T
         exporters = [(n, e) for n in cfg.exporters if (e := _exporter(n, cfg)) is not None]
         for _, exporter in exporters:
             provider.add_span_processor(BatchSpanProcessor(exporter))
-        _provider = provider
+        _provider, _tracer = provider, provider.get_tracer(TRACER_NAME)
     log.info("tracing_configured", service=name, exporters=[n for n, _ in exporters] or None)
     return provider
 
@@ -101,8 +102,7 @@ def current_span() -> Span:
 
 def tracer() -> trace.Tracer:
     """finserve's tracer: a no-op one until setup_tracing ran (or when tracing is disabled)."""
-    provider = _provider
-    return provider.get_tracer(TRACER_NAME) if provider is not None else trace.NoOpTracer()
+    return _tracer
 
 
 def inject(carrier: dict[str, str] | None = None, ctx: otel_context.Context | None = None) -> dict[str, str]:
