@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 from celery import Celery, signals
+from kombu.utils.url import maybe_sanitize_url
 
 from core import tracing
 from core.logging import configure_logging
@@ -74,7 +75,7 @@ def _announce(sender: str, instance: Any, **_: Any) -> None:
     structlog.get_logger("finserve.jobs").info(
         "worker_started", hostname=sender, concurrency=instance.concurrency,
         pool=getattr(instance.pool_cls, "__name__", str(instance.pool_cls)),
-        queues=sorted(instance.app.amqp.queues.keys()), broker=instance.app.connection().as_uri())
+        queues=sorted(instance.app.amqp.queues.keys()), broker=maybe_sanitize_url(instance.app.conf.broker_url))
 
 
 @signals.worker_init.connect
