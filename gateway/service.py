@@ -8,6 +8,8 @@
 
 Routes build an InferenceInput and call prepare() then generate() or collect(); they never reach
 into the engine client or its tokenizer. Timestamps (tokenize start/end) are taken here.
+Spans (gateway/spans.py): admission around prepare(), each ledger write until durable, and the engine's
+queue/prefill/decode phases made from the engine's timestamps once a request is done.
 
 Each request leaves exactly one ledger row (finished, failed, aborted, rejected or interrupted) once
 it has a class; requests refused before classification (bad JSON, unknown class) leave none,
