@@ -161,6 +161,21 @@ async def test_a_request_without_traceparent_starts_a_trace_and_logs_its_id(gate
     assert not [s for s in spans_of(trace_id) if s.name == "finserve.engine.decode"]
 
 
+async def test_a_streamed_answer_has_the_same_tree_ended_with_the_stream(gateway: Any) -> None:
+    client, _ = gateway
+    trace_id = "33333333333333333333333333333333"
+    async with client.stream("POST", "/v1/chat/completions", json=chat(stream=True),
+                             headers={"traceparent": f"00-{trace_id}-{CALLER_SPAN}-01"}) as r:
+        body = (await r.aread()).decode()
+    assert r.status_code == 200 and body.rstrip().endswith("data: [DONE]")
+    spans = spans_of(trace_id, want=8)
+    server, engine = one(spans, "POST /v1/chat/completions"), one(spans, "finserve.engine")
+    assert parent_of(engine) == hex_span(server) and engine.attributes["finserve.output_tokens"] == 4
+    decode = one(spans, "finserve.engine.decode")
+    assert parent_of(decode) == hex_span(engine) and decode.end_time <= server.end_time
+    assert server.attributes["finserve.outcome"] == "finished"
+
+
 async def test_a_refused_request_marks_admission_failed_and_a_5xx_marks_the_request(gateway: Any) -> None:
     client, _ = gateway
     trace_id = "0af7651916cd43dd8448eb211c80319c"
