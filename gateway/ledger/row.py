@@ -70,6 +70,20 @@ class LedgerRow:
     e2e_met: bool | None = None
     slo_met: bool | None = None
     timeline: dict[str, Any] | None = field(default=None)
+    key_id: str | None = None  # the key the request acted as (a job item's: its owner's)
+    replica: str | None = None  # engine replica that served it (FINSERVE_ENGINES), and why
+    replica_reason: str | None = None
+    # What served it (gateway/ledger/versions.py); the writer fills them in when a row has none.
+    model_id: str | None = None
+    weights_sha256: str | None = None
+    weight_format: str | None = None
+    policy_sha256: str | None = None
+    finserve_version: str | None = None
+    # Hash chain (gateway/ledger/chain.py): set by the writer when the row reaches a final status.
+    chain_seq: int | None = None
+    prev_hash: str | None = None
+    row_hash: str | None = None
+    timeline_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Column values, as the database insert wants them."""
@@ -183,6 +197,7 @@ def row_from_request(
     finish_reason: str | None = None,
     rejection_reason: str | None = None,
     timeline: dict[str, Any] | None = None,
+    key_id: str | None = None,
 ) -> LedgerRow:
     """A ledger row for any outcome; `arrival_time` is the gateway's wall clock (epoch seconds)."""
     if status not in (*LEDGER_STATUSES, RUNNING_STATUS):
@@ -220,6 +235,7 @@ def row_from_request(
         e2e_met=e2e_met,
         slo_met=slo_met,
         timeline=timeline,
+        key_id=key_id,
     )
 
 
@@ -233,6 +249,7 @@ def row_from_engine_request(
     http_status: int = 200,
     tokenize_start: float | None = None,
     tokenized: float | None = None,
+    key_id: str | None = None,
 ) -> LedgerRow:
     """The row of a request the engine finished (stopped, length, aborted or error).
 
@@ -256,7 +273,17 @@ def row_from_engine_request(
         slo=slo,
         finish_reason=req.status.finish_reason,
         timeline=timeline,
+        key_id=key_id,
     )
+
+
+def with_placement(row: LedgerRow) -> LedgerRow:
+    """The replica columns from the placement the service records in the timeline (`{"replica": {"url",
+    "reason", "tried"}}` with engine replicas), where the row does not carry them already."""
+    placed = (row.timeline or {}).get("replica")
+    if row.replica is not None or not isinstance(placed, dict):
+        return row
+    return dataclasses.replace(row, replica=placed.get("url"), replica_reason=placed.get("reason"))
 
 
 def interrupted_row(row: LedgerRow, *, at: float) -> LedgerRow:
