@@ -32,7 +32,7 @@ from core.web.middleware import BodyLimit, RequestContextMiddleware
 from core.web.state import STATE_ATTR
 from engine.client import EngineClient
 from gateway.docs_ui import mount_docs
-from gateway.ledger import LedgerWriter
+from gateway.ledger import LedgerWriter, maintenance
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.replicas.replica_set import ReplicaSet, build_replica_set
@@ -157,6 +157,7 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = _make_state(settings, policy, engine_client)
         setattr(app.state, STATE_ATTR, state)
+        retention = await maintenance.start(state)  # versions for the ledger rows, then timeline retention
         if engine_client is not None:
             await asyncio.to_thread(max_token_bytes, engine_client.tokenizer)
         loader = None
@@ -165,6 +166,7 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
         try:
             yield
         finally:
+            retention.cancel()
             if loader is not None and not loader.done():
                 loader.cancel()  # the loading thread finishes on its own; its engine is never started
             if isinstance(state.engine_client, ReplicaSet):

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, null, select, update
 
 from core.db.base import utcnow
 from core.db.models import RUNNING_STATUS
@@ -52,7 +52,8 @@ def drop_timelines(conn: Connection, before: datetime, *, dry_run: bool = False)
     where = _old_final(before) & LEDGER.c.timeline.is_not(None)
     if dry_run:
         return int(conn.scalar(select(func.count()).select_from(LEDGER).where(where)) or 0)
-    return int(conn.execute(update(LEDGER).where(where).values(timeline=None)).rowcount or 0)
+    # null(), not None: the JSON type would store None as the JSON text 'null'.
+    return int(conn.execute(update(LEDGER).where(where).values(timeline=null())).rowcount or 0)
 
 
 def prune(engine: Engine, *, older_than: datetime | None, timelines_older_than: datetime | None,

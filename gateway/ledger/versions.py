@@ -119,11 +119,12 @@ def _write_cache(path: Path, cache: dict[str, str]) -> None:
         log.warning("weights_hash_cache_unwritable", path=str(path), error=str(exc))
 
 
-def loaded_weight_format(engine_client: Any, configured: str) -> str:
-    """The format the embedded engine resolved (`auto` becomes int8, q4, ...); else the configured one."""
+def loaded_weight_format(engine_client: Any) -> str | None:
+    """The format the embedded engine resolved (`auto` becomes int8, q4, ...); None before it is loaded,
+    and for engine replicas (they resolve it in their own process)."""
     model = getattr(getattr(getattr(engine_client, "engine", None), "runner", None), "model", None)
     fmt = getattr(model, "weight_format", None)
-    return fmt if isinstance(fmt, str) else configured
+    return fmt if isinstance(fmt, str) else None
 
 
 def compute_versions(*, model_id: str, model_folder: Path, weight_format: str, policy_source: str,

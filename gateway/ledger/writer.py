@@ -22,9 +22,11 @@ Contract:
 """
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import datetime, timezone
 from pathlib import Path
@@ -81,6 +83,8 @@ class LedgerWriter:
         self.gateway_id = gateway_id  # written into running rows' timeline, so a restart finds its own
         # What serves this process's requests (model, weights, policy, finserve); set once known, stamped on rows.
         self.versions = Versions()
+        # Asked while versions.weight_format is unknown: the embedded engine resolves it when it has loaded.
+        self.weight_format_probe: Callable[[], str | None] | None = None
         self._queue: queue.Queue[_Item | _Flush] = queue.Queue(maxsize=max_queue)
         self._next_try = 0.0  # monotonic time before which a failed database is not retried
         self._recovery: datetime | None = None  # set: running rows older than this are to be interrupted
@@ -109,7 +113,7 @@ class LedgerWriter:
     def submit(self, row: LedgerRow) -> "Future[bool]":
         done: Future[bool] = Future()
         try:
-            row = self.versions.stamp(with_placement(row))
+            row = self._stamp(row)
             if self._closed:
                 self._keep([(row, done)])
             else:
@@ -121,6 +125,13 @@ class LedgerWriter:
             if not done.done():
                 done.set_exception(exc)
         return done
+
+    def _stamp(self, row: LedgerRow) -> LedgerRow:
+        if self.versions.weight_format is None and self.weight_format_probe is not None:
+            fmt = self.weight_format_probe()
+            if fmt is not None:
+                self.versions = dataclasses.replace(self.versions, weight_format=fmt)
+        return self.versions.stamp(with_placement(row))
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Wait until every row submitted so far was handled; True if all of it is in the database."""

@@ -2,14 +2,18 @@
 prune and timeline retention keep the chain verifiable. SQLite and PostgreSQL."""
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine, delete, select, text, update
+from typer.testing import CliRunner
 
 from core.db.base import make_engine
 from core.db.models import LedgerChainCheckpoint, RequestLedger
+from finserve.cli import app
+from finserve.console import ExitCode
 from gateway.ledger import LedgerWriter
 from gateway.ledger.chain import row_hash
 from gateway.ledger.retention import drop_timelines, prune
@@ -162,3 +166,38 @@ def test_reports_work_over_pruned_rows_and_say_whether_the_window_verified(chain
     rep = build_report(session, T0, T0 + timedelta(hours=1))
     assert rep["ledger"]["verified"] is False
     assert rep["ledger"]["problems"][0]["request_id"] == "a5"
+
+
+@pytest.fixture
+def cli(db_url, monkeypatch, tmp_path):
+    monkeypatch.setenv("FINSERVE_DATABASE_URL", db_url)
+    monkeypatch.setenv("FINSERVE_HOME", str(tmp_path / "home"))
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, list(args))
+
+
+def test_verify_command_names_the_edited_row_and_exits_6(chained, cli):
+    ok = cli("ledger", "verify")
+    assert ok.exit_code == 0 and "ledger verified: yes (10 rows in 1 tenant chains)" in ok.stdout
+    execute(chained, update(RequestLedger).where(RequestLedger.request_id == "a6").values(http_status=503))
+    bad = cli("ledger", "verify", "--json")
+    assert bad.exit_code == ExitCode.INTEGRITY == 6
+    doc = json.loads(bad.stdout)
+    assert doc["verified"] is False and doc["rows_checked"] == 10
+    assert [(p["kind"], p["request_id"], p["partition"]) for p in doc["problems"]] == [("edited", "a6", "acme")]
+    assert "edited at a6" in bad.stderr
+    # A window that holds only later rows still checks its link back to a6's position.
+    window = cli("ledger", "verify", "--since", (T0 + timedelta(minutes=7)).isoformat(), "--output", "json")
+    assert window.exit_code == 0 and json.loads(window.stdout)["rows_checked"] == 3
+
+
+def test_prune_command_dry_run_then_prune(chained, cli):
+    # make_row's rows arrived in March 2025: all older than 90 days.
+    dry = cli("ledger", "prune", "--older-than", "90d", "--dry-run", "--output", "json")
+    assert dry.exit_code == 0 and json.loads(dry.stdout)["rows_deleted"] == 10
+    assert len(seqs(chained, "acme")) == 10
+    done = cli("ledger", "prune", "--older-than", "90d", "--timelines-older-than", "7d")
+    assert done.exit_code == 0 and "deleted 10 chained rows (1 tenant checkpoints)" in done.stdout
+    assert seqs(chained, "acme") == {}
+    assert cli("ledger", "verify").exit_code == 0
+    assert cli("ledger", "prune").exit_code == 1  # nothing asked for
