@@ -127,7 +127,7 @@ def loaded_weight_format(engine_client: Any) -> str | None:
     return fmt if isinstance(fmt, str) else None
 
 
-def compute_versions(*, model_id: str, model_folder: Path, weight_format: str, policy_source: str,
+def compute_versions(*, model_id: str, model_folder: Path, weight_format: str | None, policy_source: str,
                      policy: object, cache_file: Path | None) -> Versions:
     return Versions(model_id=model_id, weights_sha256=weights_sha256(model_folder, cache_file),
                     weight_format=weight_format, policy_sha256=policy_sha256(policy_source, policy),

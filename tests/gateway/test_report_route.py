@@ -1,6 +1,7 @@
 """GET /v1/slo/report with a rolling `window`, per-tenant figures and the error budget."""
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 from datetime import datetime, timedelta, timezone
@@ -12,6 +13,7 @@ from core.db.base import make_engine, make_session_factory
 from core.db.jobs_models import ITEM_RUNNING, ExtractionItem, ExtractionJob
 from core.db.models import RequestLedger
 from core.keys import JOB_ITEM_HEADER, create_key, verify_key
+from finserve.app import create_app
 from tests.gateway.conftest import Keys, auth
 from tests.ledger.factories import T0, make_row
 
@@ -99,10 +101,38 @@ async def test_job_items_are_their_owners_requests_in_the_ledger_and_the_report(
     for tenant, rid in rids.items():
         record = (await client.get(f"/v1/requests/{rid}", headers=auth(owner_keys[tenant]))).json()
         assert record["key_id"] == owners[tenant] != worker_id
-        assert record["served_by"]["model_id"] and record["served_by"]["finserve_version"]
+        served = record["served_by"]
+        assert served["model_id"] and served["finserve_version"] and len(served["weights_sha256"]) == 64
+        assert served["weight_format"] in ("fp32", "bf16", "int8", "q4")  # what the engine resolved, not "auto"
     params = {"since": since.isoformat(), "until": (datetime.now(timezone.utc) + timedelta(seconds=1)).isoformat()}
     for tenant in ("acme", "globex", "ops"):
         rep = (await client.get("/v1/slo/report", headers=auth(keys.acme_admin),
                                 params={**params, "tenant": tenant})).json()
         assert sum(c["requests"] for c in rep["classes"].values()) == (0 if tenant == "ops" else 1), tenant
         assert rep["ledger"]["verified"] is True
+
+
+async def test_the_gateway_drops_old_timelines_at_start_and_reports_still_work(
+        settings, engine_client, keys: Keys, db_url: str) -> None:  # type: ignore[no-untyped-def]
+    now = datetime.now(timezone.utc)
+    rows = [make_row(f"keep-tl-{now.timestamp()}", at_s=(now - T0).total_seconds() - 86400, tenant="retention"),
+            make_row(f"drop-tl-{now.timestamp()}", at_s=(now - T0).total_seconds() - 9 * 86400, tenant="retention")]
+    engine = make_engine(db_url)
+    with make_session_factory(engine)() as s:
+        s.add_all(RequestLedger(**r.to_dict()) for r in rows)
+        s.commit()
+    application = create_app(settings.model_copy(update={"ledger_timeline_retention_days": 7.0}),
+                             engine_client=engine_client)
+    async with application.router.lifespan_context(application):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://gw") as c:
+            for _ in range(100):  # the retention task runs right after start, off the event loop
+                with make_session_factory(engine)() as s:
+                    kept = {r.request_id: r.timeline for r in s.query(RequestLedger).filter_by(tenant="retention")}
+                if kept[rows[1].request_id] is None:
+                    break
+                await asyncio.sleep(0.05)
+            rep = (await c.get("/v1/slo/report", headers=auth(keys.acme_admin),
+                               params={"tenant": "retention", "window": "28d"})).json()
+    engine.dispose()
+    assert kept[rows[1].request_id] is None and kept[rows[0].request_id] is not None
+    assert rep["classes"]["realtime_risk"]["requests"] == 2
