@@ -157,12 +157,13 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = _make_state(settings, policy, engine_client)
         setattr(app.state, STATE_ATTR, state)
-        retention = await maintenance.start(state)  # versions for the ledger rows, then timeline retention
         if engine_client is not None:
             await asyncio.to_thread(max_token_bytes, engine_client.tokenizer)
         loader = None
         if engine_client is None:
             loader = asyncio.create_task(_connect_replicas(state) if settings.engine_urls else _load_engine(state))
+        # Versions for the ledger rows (hashing the weights while the engine loads), then timeline retention.
+        retention = await maintenance.start(state)
         try:
             yield
         finally:

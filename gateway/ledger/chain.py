@@ -50,21 +50,30 @@ HASHED_FIELDS = (
 )
 
 
-def _canonical_value(name: str, value: Any) -> Any:
-    """The value as the database hands it back: a Float column's 80 and 80.0 hash alike."""
-    if value is None:
-        return None
+def _float(v: Any) -> Any:
+    f = float(v)
+    return f if math.isfinite(f) else repr(f)
+
+
+def _utc_iso(v: Any) -> str:
+    return cast(datetime, v).astimezone(timezone.utc).isoformat()
+
+
+def _converter(name: str) -> Any:
+    """How a column's value is normalised to what the database hands back: a Float's 80 and 80.0 hash alike."""
     kind = LEDGER.c[name].type
     if isinstance(kind, Float):
-        v = float(value)
-        return v if math.isfinite(v) else repr(v)
+        return _float
     if isinstance(kind, Boolean):
-        return bool(value)
+        return bool
     if isinstance(kind, Integer):
-        return int(value)
+        return int
     if isinstance(kind, UTCDateTime):
-        return cast(datetime, value).astimezone(timezone.utc).isoformat()
-    return str(value)
+        return _utc_iso
+    return str
+
+
+_CONVERTERS = tuple((name, _converter(name)) for name in HASHED_FIELDS)
 
 
 def canonical_json(value: Any) -> str:
@@ -77,7 +86,7 @@ def timeline_digest(timeline: Mapping[str, Any] | None) -> str | None:
 
 def row_hash(prev_hash: str, values: Mapping[str, Any]) -> str:
     """The hash of a row whose column values are `values` (a LedgerRow's dict or a database row)."""
-    summary = {name: _canonical_value(name, values.get(name)) for name in HASHED_FIELDS}
+    summary = {name: None if (v := values.get(name)) is None else conv(v) for name, conv in _CONVERTERS}
     return hashlib.sha256(f"{CHAIN_VERSION}\n{prev_hash}\n{canonical_json(summary)}".encode()).hexdigest()
 
 
@@ -153,7 +162,7 @@ def extend(conn: Connection, rows: list[LedgerRow]) -> list[LedgerRow]:
         head = heads[r.tenant]
         chained = dataclasses.replace(r, chain_seq=head.seq + 1, prev_hash=head.hash, row_hash=None,
                                       timeline_sha256=timeline_digest(r.timeline))
-        chained.row_hash = row_hash(head.hash, chained.to_dict())
+        chained.row_hash = row_hash(head.hash, vars(chained))
         head.seq, head.hash, head.request_id = chained.chain_seq or 0, chained.row_hash, r.request_id
         out.append(chained)
     if superseded:

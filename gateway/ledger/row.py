@@ -86,8 +86,8 @@ class LedgerRow:
     timeline_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Column values, as the database insert wants them."""
-        return dataclasses.asdict(self)
+        """Column values, as the database insert wants them (a shallow copy: the timeline is shared)."""
+        return {name: getattr(self, name) for name in _FIELDS}
 
     def to_json_dict(self) -> dict[str, Any]:
         """JSON-safe form (for the NDJSON spool): the datetime becomes ISO 8601."""
@@ -101,6 +101,9 @@ class LedgerRow:
         d = {k: v for k, v in d.items() if k in known}
         d["arrival_at"] = datetime.fromisoformat(d["arrival_at"])
         return cls(**d)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(LedgerRow))
 
 
 def ledger_status(status: RequestStatus) -> str:

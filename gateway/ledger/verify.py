@@ -45,6 +45,9 @@ class Verification:
     partitions: int = 0
     problems: list[Problem] = field(default_factory=list)
     window: dict[str, str | None] = field(default_factory=dict)
+    # Each tenant's head (last position and hash): copy them somewhere the database's writers cannot reach,
+    # and a rewrite of a whole chain (which verify alone cannot see) shows as a head that changed.
+    heads: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -53,7 +56,7 @@ class Verification:
     def to_dict(self) -> dict[str, Any]:
         return {"verified": self.ok, "rows_checked": self.rows_checked, "rows_unchained": self.rows_unchained,
                 "partitions": self.partitions, "window": self.window,
-                "problems": [asdict(p) for p in self.problems]}
+                "problems": [asdict(p) for p in self.problems], "heads": self.heads}
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ def verify_ledger(db: Db, *, tenant: str | None = None, since: datetime | None =
         else:
             lo, hi = base.seq + 1, max(head.seq if head else 0, _max_seq(db, p))
         result.partitions += 1
+        if head is not None:
+            result.heads[p] = {"seq": head.seq, "hash": head.hash, "request_id": head.request_id}
         if hi < lo:
             if not windowed and head is not None and head.seq != base.seq:
                 result.problems.append(Problem("missing_rows_at_end", p, head.seq, head.request_id,

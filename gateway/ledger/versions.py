@@ -41,9 +41,14 @@ class Versions:
 
     def stamp(self, row: LedgerRow) -> LedgerRow:
         """`row` with these versions where it has none (a replayed row keeps the versions it was served with)."""
-        if row.model_id is not None or row.finserve_version is not None:
+        if row.model_id is not None or row.finserve_version is not None or self == _UNKNOWN:
             return row
-        return dataclasses.replace(row, **dataclasses.asdict(self))
+        return dataclasses.replace(row, model_id=self.model_id, weights_sha256=self.weights_sha256,
+                                   weight_format=self.weight_format, policy_sha256=self.policy_sha256,
+                                   finserve_version=self.finserve_version)
+
+
+_UNKNOWN = Versions()
 
 
 def finserve_version() -> str:
