@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, null, select, u
 from core.db.base import utcnow
 from core.db.models import RUNNING_STATUS
 from gateway.ledger.chain import LEDGER, SUPERSEDED, lock_heads
-from gateway.ledger.verify import CHECKPOINTS, Problem, chain_base, check_range, read_head
+from gateway.ledger.verify import CHECKPOINTS, Problem, chain_base, check_positions, read_head
 
 
 @dataclass
@@ -92,7 +92,7 @@ def _prune_partition(conn: Connection, p: str, before: datetime, result: PruneRe
     last = int(first_young) - 1 if first_young is not None else head.seq
     if last <= base.seq:
         return
-    _, problems = check_range(conn, p, base.seq + 1, last, base, head, check_timelines=False)
+    _, problems = check_positions(conn, p, base.seq + 1, last, base, head, check_timelines=False)
     if problems:
         result.refused += problems
         return

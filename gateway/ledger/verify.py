@@ -26,6 +26,7 @@ from core.db.models import RUNNING_STATUS, LedgerChainCheckpoint
 from gateway.ledger.chain import GENESIS, HASHED_FIELDS, HEADS, LEDGER, SUPERSEDED, Head, row_hash, timeline_digest
 
 CHECKPOINTS = cast(Table, LedgerChainCheckpoint.__table__)
+CHUNK = 5000  # chain positions read at a time
 Db = Connection | Session
 
 
@@ -99,16 +100,31 @@ def verify_ledger(db: Db, *, tenant: str | None = None, since: datetime | None =
                 result.problems.append(Problem("missing_rows_at_end", p, head.seq, head.request_id,
                                                f"the head names position {head.seq} but no row is chained"))
             continue
-        checked, problems = check_range(db, p, lo, hi, base, head, check_timelines=check_timelines)
+        checked, problems = check_positions(db, p, lo, hi, base, head, check_timelines=check_timelines)
         result.rows_checked += checked
         result.problems += problems
     result.rows_unchained = _unchained(db, tenant, since, until)
     return result
 
 
-def check_range(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | None, *,
-                check_timelines: bool = True) -> tuple[int, list[Problem]]:
-    """Check positions lo..hi of partition `p` (lo > base.seq) and the links at both ends."""
+def check_positions(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | None, *,
+                    check_timelines: bool = True) -> tuple[int, list[Problem]]:
+    """Check positions lo..hi of partition `p` and the links at both ends, CHUNK positions in memory at a time."""
+    total, found, gap = 0, [], None
+    for start in range(lo, hi + 1, CHUNK):
+        end = min(hi, start + CHUNK - 1)
+        checked, problems, gap = check_range(db, p, start, end, base, head, check_timelines=check_timelines,
+                                             gap_from=gap, last=end == hi)
+        total += checked
+        found += problems
+    return total, found
+
+
+def check_range(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | None, *, check_timelines: bool = True,
+                gap_from: int | None = None, last: bool = True) -> tuple[int, list[Problem], int | None]:
+    """Check positions lo..hi of partition `p` (lo > base.seq), the link into lo and, when `last`, the end.
+
+    `gap_from`: where a run of missing positions started in the slice before this one; returned for the next."""
     rows, sups = _load(db, p, lo - 1, hi + 1, check_timelines)
     problems: list[Problem] = []
 
@@ -123,7 +139,7 @@ def check_range(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | None,
         entry = rows.get(s) or sups.get(s)
         return "the prune checkpoint" if entry is None else cast(str, entry["request_id"])
 
-    checked, gap_from = 0, None
+    checked = 0
     for s in range(lo, hi + 1):
         entry = rows.get(s) or sups.get(s)
         if entry is None:
@@ -142,8 +158,9 @@ def check_range(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | None,
                                     f"its prev_hash does not match the hash of position {s - 1} ({name(s - 1)}): "
                                     "that row was edited and re-hashed, or this link was edited"))
         gap_from = None
-    problems += _tail(p, hi, rows, sups, head, hash_at, gap_from)
-    return checked, problems
+    if last:
+        problems += _tail(p, hi, rows, sups, head, hash_at, gap_from)
+    return checked, problems, gap_from
 
 
 def _tail(p: str, hi: int, rows: dict[int, dict[str, Any]], sups: dict[int, dict[str, Any]], head: Head | None,

@@ -15,6 +15,7 @@ from core.db.models import LedgerChainCheckpoint, RequestLedger
 from finserve.cli import app
 from finserve.console import ExitCode
 from gateway.ledger import LedgerWriter
+from gateway.ledger import verify as ledger_verify
 from gateway.ledger.chain import row_hash
 from gateway.ledger.retention import drop_timelines, prune
 from gateway.ledger.verify import verify_ledger
@@ -201,3 +202,12 @@ def test_prune_command_dry_run_then_prune(chained, cli):
     assert seqs(chained, "acme") == {}
     assert cli("ledger", "verify").exit_code == 0
     assert cli("ledger", "prune").exit_code == 1  # nothing asked for
+
+
+def test_verify_reads_the_chain_in_slices_and_still_names_a_gap_across_them(chained, monkeypatch):
+    monkeypatch.setattr(ledger_verify, "CHUNK", 3)  # slices 1-3, 4-6, 7-9, 10
+    execute(chained, delete(RequestLedger).where(RequestLedger.request_id.in_(["a2", "a3", "a4"])))
+    result = verify(chained)
+    assert result.rows_checked == 7
+    assert [(p.kind, p.request_id, p.detail.split(" before")[0]) for p in result.problems] == [
+        ("missing_predecessor", "a5", "chain position(s) 3-5")]
