@@ -67,7 +67,7 @@ async def test_bad_windows_are_invalid_requests(client: httpx.AsyncClient, keys:
 
 
 async def test_job_items_are_their_owners_requests_in_the_ledger_and_the_report(
-        client: httpx.AsyncClient, keys: Keys, db_url: str, app) -> None:  # type: ignore[no-untyped-def]
+        client: httpx.AsyncClient, keys: Keys, db_url: str) -> None:
     """A worker of tenant "ops" runs one item of an acme job and one of a globex job: each ledger row carries
     the job owner's tenant and key id, never the worker's, and each tenant's report counts its own item."""
     since = datetime.now(timezone.utc)
