@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     auth_cache_ttl_s: float = Field(30.0, ge=0)  # verified keys are remembered this long (0 disables)
     risk_max_tokens: int = Field(64, gt=0)  # default answer length of /v1/risk/assess
     question_max_tokens: int = Field(256, gt=0)  # default answer length of document questions
+    # --- ledger retention (docs/OBSERVABILITY.md, "Ledger integrity and retention") ---
+    # Step timelines of ledger rows older than this are dropped (the summary row, its SLO figures and its hash
+    # stay); the gateway applies it at start and every ledger_retention_interval_s.
+    ledger_timeline_retention_days: float = Field(7.0, gt=0)
+    ledger_retention_interval_s: float = Field(3600.0, gt=0)
 
     # --- bulk jobs: queue and workers ---
     broker_url: str = "redis://127.0.0.1:6379/0"

@@ -33,7 +33,7 @@ from core.web.middleware import BodyLimit, RequestContextMiddleware
 from core.web.state import STATE_ATTR
 from engine.client import EngineClient
 from gateway.docs_ui import mount_docs
-from gateway.ledger import LedgerWriter
+from gateway.ledger import LedgerWriter, maintenance
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.replicas.replica_set import ReplicaSet, build_replica_set
@@ -164,9 +164,12 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
         loader = None
         if engine_client is None:
             loader = asyncio.create_task(_connect_replicas(state) if settings.engine_urls else _load_engine(state))
+        # Versions for the ledger rows (hashing the weights while the engine loads), then timeline retention.
+        retention = await maintenance.start(state)
         try:
             yield
         finally:
+            retention.cancel()
             if loader is not None and not loader.done():
                 loader.cancel()  # the loading thread finishes on its own; its engine is never started
             if isinstance(state.engine_client, ReplicaSet):

@@ -284,7 +284,7 @@ class InferenceService:
         self._submit(row_from_request(
             request_id=adm.request.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name,
             class_rule=adm.rule, route=adm.route, status="rejected", arrival_time=adm.ctx.arrival_time,
-            http_status=err.status, slo=adm.cls.slo, rejection_reason=reason,
+            http_status=err.status, slo=adm.cls.slo, rejection_reason=reason, key_id=adm.key.key_id,
             metrics=RequestMetrics.of(adm.request),
             timeline=build_timeline(adm.ctx.arrival_time, tokenize_start=adm.tokenize_start,
                                     tokenized=adm.tokenized, finished=time.time()) | placed,
@@ -347,7 +347,7 @@ class InferenceService:
         self._submit(row_from_request(
             request_id=req.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name, class_rule=adm.rule,
             route=adm.route, status="running", arrival_time=req.arrival_time, http_status=0,
-            metrics=RequestMetrics.of(req), slo=adm.cls.slo, timeline=timeline))
+            metrics=RequestMetrics.of(req), slo=adm.cls.slo, timeline=timeline, key_id=adm.key.key_id))
         return await self._ledger_durable()
 
     def _finish(self, adm: Admitted, last: RequestOutput | None, submitted: float) -> None:
@@ -391,7 +391,7 @@ class InferenceService:
         if last is not None and last.finished and req.status.finished:
             row = row_from_engine_request(req, tenant=adm.key.tenant, class_rule=adm.rule, route=adm.route,
                                           slo=adm.cls.slo, tokenize_start=adm.tokenize_start,
-                                          tokenized=adm.tokenized,
+                                          tokenized=adm.tokenized, key_id=adm.key.key_id,
                                           http_status=500 if req.status.finish_reason == "error" else 200)
             metrics = last.metrics or RequestMetrics.of(req)
         else:
@@ -402,6 +402,7 @@ class InferenceService:
                 request_id=req.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name,
                 class_rule=adm.rule, route=adm.route, status="aborted", arrival_time=req.arrival_time,
                 http_status=CLIENT_CLOSED_STATUS, metrics=metrics, slo=adm.cls.slo, finish_reason="abort",
+                key_id=adm.key.key_id,
                 timeline=build_timeline(req.arrival_time, events=list(req.events),
                                         tokenize_start=adm.tokenize_start, tokenized=adm.tokenized,
                                         first_scheduled=req.first_scheduled_time,
