@@ -61,6 +61,9 @@ def configure_logging(*, json: bool | None = None, level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(lvl)
+    # Python warnings (a library's deprecation, Celery's "running as root") become WARNING lines in the
+    # same format instead of raw text on stderr.
+    logging.captureWarnings(True)
     # uvicorn's access log would be a second line per request; the canonical line replaces it.
     logging.getLogger("uvicorn.access").disabled = True
     for name in ("uvicorn", "uvicorn.error"):

@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     auth_cache_ttl_s: float = Field(30.0, ge=0)  # verified keys are remembered this long (0 disables)
     risk_max_tokens: int = Field(64, gt=0)  # default answer length of /v1/risk/assess
     question_max_tokens: int = Field(256, gt=0)  # default answer length of document questions
+    # --- ledger retention (docs/OBSERVABILITY.md, "Ledger integrity and retention") ---
+    # Step timelines of ledger rows older than this are dropped (the summary row, its SLO figures and its hash
+    # stay); the gateway applies it at start and every ledger_retention_interval_s.
+    ledger_timeline_retention_days: float = Field(7.0, gt=0)
+    ledger_retention_interval_s: float = Field(3600.0, gt=0)
 
     # --- bulk jobs: queue and workers ---
     broker_url: str = "redis://127.0.0.1:6379/0"
@@ -146,3 +151,40 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process's settings, for entry points that cannot be handed one (the Celery app module)."""
     return Settings()
+
+
+class TracingSettings(BaseSettings):
+    """The standard OpenTelemetry variables finserve itself decides on (core/tracing.py).
+
+    Only whether to export and where: the OTel SDK reads everything else itself (OTEL_EXPORTER_OTLP_HEADERS,
+    OTEL_TRACES_SAMPLER, OTEL_BSP_*, OTEL_RESOURCE_ATTRIBUTES, ...). Off by default: spans are made (so
+    trace ids reach logs and downstream calls) but sent nowhere unless a variable below asks for it.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="OTEL_", frozen=True, extra="ignore")
+
+    sdk_disabled: str = ""  # "true" (any case) turns tracing off entirely, as the OTel spec says
+    service_name: str | None = None  # overrides the process's own (finserve-gateway, -worker, -engine)
+    traces_exporter: str | None = None  # otlp, console, none (comma-separated); unset: otlp iff an endpoint is set
+    exporter_otlp_endpoint: str | None = None
+    exporter_otlp_traces_endpoint: str | None = None
+    exporter_otlp_protocol: str | None = None
+    exporter_otlp_traces_protocol: str | None = None
+
+    @property
+    def disabled(self) -> bool:
+        return self.sdk_disabled.strip().lower() == "true"
+
+    @property
+    def exporters(self) -> list[str]:
+        """The span exporters asked for: names from OTEL_TRACES_EXPORTER, else otlp when an endpoint is set."""
+        if self.disabled:
+            return []
+        if self.traces_exporter is not None:
+            names = [n.strip().lower() for n in self.traces_exporter.split(",") if n.strip()]
+            return [n for n in dict.fromkeys(names) if n != "none"]
+        return ["otlp"] if (self.exporter_otlp_endpoint or self.exporter_otlp_traces_endpoint) else []
+
+    @property
+    def otlp_protocol(self) -> str:
+        return (self.exporter_otlp_traces_protocol or self.exporter_otlp_protocol or "http/protobuf").strip().lower()

@@ -51,10 +51,11 @@ def worker_argv(concurrency: int, loglevel: str = "INFO", name: str | None = Non
     return argv + (["--hostname", name] if name else [])
 
 
-def start_worker(settings: Settings, *, concurrency: int, name: str | None = None, loglevel: str = "WARNING",
+def start_worker(settings: Settings, *, concurrency: int, name: str | None = None, loglevel: str | None = None,
                  log: IO[bytes] | None = None, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`finserve worker`, configured like `settings` (broker, gateway URL, key, database, home)."""
-    argv = [FINSERVE, "worker", "--concurrency", str(concurrency), "--loglevel", loglevel]
+    """`finserve worker`, configured like `settings` (broker, gateway URL, key, database, home; the log level
+    too unless `loglevel` is given)."""
+    argv = [FINSERVE, "worker", "--concurrency", str(concurrency), "--loglevel", loglevel or settings.log_level.upper()]
     return subprocess.Popen(argv + (["--name", name] if name else []),
                             env=worker_env(settings, **(extra_env or {})), stdout=log,
                             stderr=subprocess.STDOUT if log is not None else None, start_new_session=True)

@@ -26,13 +26,14 @@ from starlette.types import Scope
 
 from core.db.base import make_engine, make_session_factory
 from core.settings import Settings
+from core.tracing import SERVICE_GATEWAY, setup_tracing
 from core.web.auth import Authenticator
 from core.web.errors import install_error_handlers
 from core.web.middleware import BodyLimit, RequestContextMiddleware
 from core.web.state import STATE_ATTR
 from engine.client import EngineClient
 from gateway.docs_ui import mount_docs
-from gateway.ledger import LedgerWriter
+from gateway.ledger import LedgerWriter, maintenance
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.replicas.replica_set import ReplicaSet, build_replica_set
@@ -152,6 +153,7 @@ def _make_state(settings: Settings, policy: Policy, engine_client: EngineClient 
 def create_app(settings: Settings, engine_client: EngineClient | None = None,
                routers: Sequence[APIRouter] = ()) -> FastAPI:
     policy = engine_client.policy if engine_client is not None else load_policy(settings.policy)
+    setup_tracing(SERVICE_GATEWAY)  # once per process; exports only when OTEL_* variables ask (core/tracing.py)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -162,9 +164,12 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
         loader = None
         if engine_client is None:
             loader = asyncio.create_task(_connect_replicas(state) if settings.engine_urls else _load_engine(state))
+        # Versions for the ledger rows (hashing the weights while the engine loads), then timeline retention.
+        retention = await maintenance.start(state)
         try:
             yield
         finally:
+            retention.cancel()
             if loader is not None and not loader.done():
                 loader.cancel()  # the loading thread finishes on its own; its engine is never started
             if isinstance(state.engine_client, ReplicaSet):

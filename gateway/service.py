@@ -8,6 +8,8 @@
 
 Routes build an InferenceInput and call prepare() then generate() or collect(); they never reach
 into the engine client or its tokenizer. Timestamps (tokenize start/end) are taken here.
+Spans (gateway/spans.py): admission around prepare(), each ledger write until durable, and the engine's
+queue/prefill/decode phases made from the engine's timestamps once a request is done.
 
 Each request leaves exactly one ledger row (finished, failed, aborted, rejected or interrupted) once
 it has a class; requests refused before classification (bad JSON, unknown class) leave none,
@@ -38,6 +40,7 @@ from engine.client import EngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from engine.tokenizer import ChatTemplateError, Tokenizer
+from gateway import spans
 from gateway.ledger import LedgerRow, build_timeline, row_from_engine_request, row_from_request
 from gateway.replicas.client import REPLICA_LOST
 from gateway.replicas.replica_set import ReplicaSet
@@ -215,6 +218,14 @@ class InferenceService:
 
     async def prepare(self, ctx: RequestContext, key: KeyInfo, inp: InferenceInput) -> Admitted:
         """Tokenize and admit `inp`: the Admitted request is ready for generate() or collect()."""
+        with spans.admission(inp.route) as span:
+            adm = await self._prepare(ctx, key, inp)
+            spans.admitted(span, request_id=adm.request.request_id, tenant=adm.key.tenant,
+                           workload_class=adm.cls.name, rule=adm.rule, input_tokens=adm.request.num_prompt_tokens,
+                           max_tokens=adm.request.sampling.max_tokens)
+            return adm
+
+    async def _prepare(self, ctx: RequestContext, key: KeyInfo, inp: InferenceInput) -> Admitted:
         t0 = time.time()
         ids = await self.tokenize(inp.prompt, inp.explicit_class)
         ctx.fields.update(inp.log_fields)
@@ -278,7 +289,7 @@ class InferenceService:
         self._submit(row_from_request(
             request_id=adm.request.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name,
             class_rule=adm.rule, route=adm.route, status="rejected", arrival_time=adm.ctx.arrival_time,
-            http_status=err.status, slo=adm.cls.slo, rejection_reason=reason,
+            http_status=err.status, slo=adm.cls.slo, rejection_reason=reason, key_id=adm.key.key_id,
             metrics=RequestMetrics.of(adm.request),
             timeline=build_timeline(adm.ctx.arrival_time, tokenize_start=adm.tokenize_start,
                                     tokenized=adm.tokenized, finished=time.time()) | placed,
@@ -309,12 +320,14 @@ class InferenceService:
         if not kept:
             raise self.reject(adm, APIError("database_unavailable", "the ledger can record no more requests "
                                             "(database down and spool full); retry later", retry_after_s=30.0))
+        submitted = time.time()
         try:
             async with aclosing(self.client.generate(req)) as outputs:
                 try:
                     first = await anext(outputs)
                 except AdmissionError as exc:
                     rejected = True
+                    spans.engine_phases(req, submitted, tenant=adm.key.tenant, refused=exc.reason)
                     err = self.reject(adm, admission_error(exc), reason=exc.reason)
                     await self._ledger_durable()
                     raise err from None
@@ -326,9 +339,9 @@ class InferenceService:
                         yield out
         except BaseException:
             if not rejected:
-                self._finish(adm, last)  # the client left or something failed: no waiting here
+                self._finish(adm, last, submitted)  # the client left or something failed: no waiting here
             raise
-        self._finish(adm, last)
+        self._finish(adm, last, submitted)
         await self._ledger_durable()  # the answer's last word waits until its row is safe
 
     async def _write_ahead(self, adm: Admitted) -> bool:
@@ -339,18 +352,20 @@ class InferenceService:
         self._submit(row_from_request(
             request_id=req.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name, class_rule=adm.rule,
             route=adm.route, status="running", arrival_time=req.arrival_time, http_status=0,
-            metrics=RequestMetrics.of(req), slo=adm.cls.slo, timeline=timeline))
+            metrics=RequestMetrics.of(req), slo=adm.cls.slo, timeline=timeline, key_id=adm.key.key_id))
         return await self._ledger_durable()
 
-    def _finish(self, adm: Admitted, last: RequestOutput | None) -> None:
+    def _finish(self, adm: Admitted, last: RequestOutput | None, submitted: float) -> None:
         if last is None or not last.finished:
             # Idempotent; also covers a cancel that raced admission, before the client's
             # own iterator had taken charge of aborting.
             self.client.abort(adm.request.request_id)
         self._record(adm, last)
+        spans.engine_phases(adm.request, submitted, tenant=adm.key.tenant, replica=adm.ctx.fields.get("replica"))
 
     def _submit(self, row: LedgerRow) -> None:
         self._ledgered = self.state.ledger.submit(row)
+        spans.ledger_write(self._ledgered, request_id=row.request_id, status=row.status)
 
     async def _ledger_durable(self) -> bool:
         """Wait until this request's latest row is in the database or the spool; False if it is in neither."""
@@ -381,7 +396,7 @@ class InferenceService:
         if last is not None and last.finished and req.status.finished:
             row = row_from_engine_request(req, tenant=adm.key.tenant, class_rule=adm.rule, route=adm.route,
                                           slo=adm.cls.slo, tokenize_start=adm.tokenize_start,
-                                          tokenized=adm.tokenized,
+                                          tokenized=adm.tokenized, key_id=adm.key.key_id,
                                           http_status=_failed_status(req) if req.status.finish_reason == "error" else 200)
             metrics = last.metrics or RequestMetrics.of(req)
         else:
@@ -392,6 +407,7 @@ class InferenceService:
                 request_id=req.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name,
                 class_rule=adm.rule, route=adm.route, status="aborted", arrival_time=req.arrival_time,
                 http_status=CLIENT_CLOSED_STATUS, metrics=metrics, slo=adm.cls.slo, finish_reason="abort",
+                key_id=adm.key.key_id,
                 timeline=build_timeline(req.arrival_time, events=list(req.events),
                                         tokenize_start=adm.tokenize_start, tokenized=adm.tokenized,
                                         first_scheduled=req.first_scheduled_time,

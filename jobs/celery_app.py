@@ -8,11 +8,22 @@ following Celery's own guidance for idempotent tasks:
   when SQL's lease on the item has also run out, so the new worker may claim it;
 - prefetch multiplier 1: a worker reserves no more items than it has slots, so a crash strands
   few and a busy worker never hoards items an idle one could run.
+
+A worker process logs like the gateway: Celery's logging setup is replaced by core.logging's structlog
+JSON (Celery's own records included, at their own levels), the text banner by one `worker_started`
+line. It traces as `finserve-worker` (core/tracing.py), flushing its spans when it stops.
 """
 from __future__ import annotations
 
-from celery import Celery
+import logging
+from typing import Any
 
+import structlog
+from celery import Celery, signals
+from kombu.utils.url import maybe_sanitize_url
+
+from core import tracing
+from core.logging import configure_logging
 from core.settings import Settings, get_settings
 
 QUEUE = "finserve.extraction"
@@ -48,6 +59,33 @@ def make_celery(settings: Settings) -> Celery:
 
 
 app = make_celery(get_settings())
+
+
+@signals.setup_logging.connect
+def _worker_logging(loglevel: int | str | None = None, **_: Any) -> None:
+    """Celery calls this instead of configuring logging itself (and then leaves stdout alone too)."""
+    level = logging.getLevelName(loglevel) if isinstance(loglevel, int) else (loglevel or "INFO")
+    configure_logging(json=get_settings().log_json, level=str(level))
+
+
+@signals.celeryd_after_setup.connect
+def _announce(sender: str, instance: Any, **_: Any) -> None:
+    # Sent just before the worker prints its text banner: one structured line says the same instead.
+    instance.quiet = True
+    structlog.get_logger("finserve.jobs").info(
+        "worker_started", hostname=sender, concurrency=instance.concurrency,
+        pool=getattr(instance.pool_cls, "__name__", str(instance.pool_cls)),
+        queues=sorted(instance.app.amqp.queues.keys()), broker=maybe_sanitize_url(instance.app.conf.broker_url))
+
+
+@signals.worker_init.connect
+def _worker_tracing(**_: Any) -> None:
+    tracing.setup_tracing(tracing.SERVICE_WORKER)
+
+
+@signals.worker_shutdown.connect
+def _flush_spans(**_: Any) -> None:
+    tracing.shutdown_tracing()
 
 
 def use_broker(url: str) -> None:

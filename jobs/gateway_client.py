@@ -5,6 +5,10 @@ admitted, scheduled and recorded in the SLO ledger exactly like any other reques
 engine's back-pressure (429 queue_full / rate_limited, 503 engine_not_ready) reaches workers.
 The worker's key (a worker or admin key) sends X-Finserve-Job-Item: the gateway then admits,
 limits and ledgers the request as the key that submitted the job (core/web/deps.py).
+
+Each call is a CLIENT span whose W3C `traceparent` goes with the request, so the gateway's request span
+(and its admission, engine and ledger spans) joins the item's trace; the gateway's request id is bound
+to the worker's logs as `request_id` as soon as the answer's headers arrive.
 """
 from __future__ import annotations
 
@@ -12,8 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import structlog
+from opentelemetry.trace import Span, SpanKind
 
+from core import tracing
 from core.keys import JOB_ITEM_HEADER
+
+CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,30 @@ class GatewayClient:
     def close(self) -> None:
         self._http.close()
 
+    def _post(self, body: dict[str, Any], item_id: int, span: Span) -> httpx.Response:
+        """The gateway's answer to `body`; raises Saturated, ClaimLost or Refused for what it means."""
+        headers = tracing.inject({JOB_ITEM_HEADER: str(item_id)})
+        try:
+            resp = self._http.post(CHAT_PATH, json=body, headers=headers)
+        except httpx.TransportError as exc:  # connect/read errors and timeouts
+            tracing.fail(span, type(exc).__name__)
+            raise Saturated(f"gateway unreachable: {type(exc).__name__}: {exc}") from exc
+        request_id = resp.headers.get("x-finserve-request-id")
+        if request_id:
+            structlog.contextvars.bind_contextvars(request_id=request_id)
+        tracing.set_attributes(span, {"http.response.status_code": resp.status_code, "finserve.request_id": request_id})
+        if resp.status_code >= 400:
+            tracing.fail(span, _error_message(resp))
+        if resp.status_code in (429, 502, 503, 504):
+            raise Saturated(_error_message(resp), _retry_after(resp))
+        if resp.status_code >= 500:
+            raise Saturated(_error_message(resp))
+        if resp.status_code == 409 and _error_code(resp) == "job_item_not_running":
+            raise ClaimLost(_error_message(resp))
+        if resp.status_code >= 400:
+            raise Refused(_error_message(resp))
+        return resp
+
     def extract(self, messages: list[dict[str, str]], schema: dict[str, Any], *, item_id: int,
                 workload_class: str | None, max_tokens: int, temperature: float, seed: int | None) -> Answer:
         """Item `item_id`'s answer, asked for as its job's owner in the job's class."""
@@ -82,18 +115,10 @@ class GatewayClient:
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": "extraction", "schema": schema, "strict": True}},
         }
-        try:
-            resp = self._http.post("/v1/chat/completions", json=body, headers={JOB_ITEM_HEADER: str(item_id)})
-        except httpx.TransportError as exc:  # connect/read errors and timeouts
-            raise Saturated(f"gateway unreachable: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code in (429, 502, 503, 504):
-            raise Saturated(_error_message(resp), _retry_after(resp))
-        if resp.status_code >= 500:
-            raise Saturated(_error_message(resp))
-        if resp.status_code == 409 and _error_code(resp) == "job_item_not_running":
-            raise ClaimLost(_error_message(resp))
-        if resp.status_code >= 400:
-            raise Refused(_error_message(resp))
+        with tracing.tracer().start_as_current_span(f"POST {CHAT_PATH}", kind=SpanKind.CLIENT, attributes={
+                "http.request.method": "POST", "url.full": str(self._http.base_url.join(CHAT_PATH)),
+                "finserve.item_id": item_id}, record_exception=False, set_status_on_exception=False) as span:
+            resp = self._post(body, item_id, span)
         data = resp.json()
         choice, usage = data["choices"][0], data.get("usage") or {}
         return Answer(

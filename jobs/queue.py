@@ -1,9 +1,16 @@
-"""Putting item ids on the queue. Called only after the items are committed to SQL."""
+"""Putting item ids on the queue. Called only after the items are committed to SQL.
+
+Each message carries the W3C trace context of the enqueue span in its Celery headers (`traceparent`),
+so the worker's item span continues the trace of the submission that queued it (jobs/tasks.py).
+"""
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from jobs.celery_app import app
+from opentelemetry.trace import SpanKind
+
+from core import tracing
+from jobs.celery_app import QUEUE, app
 
 EXTRACT_TASK = "finserve.jobs.extract_item"
 
@@ -15,12 +22,19 @@ class QueueUnavailable(Exception):
 def enqueue_items(item_ids: Iterable[int]) -> int:
     """Publish one task per item id over one connection; returns how many were published."""
     n = 0
-    try:
-        # A connection per call (per job submission): it always follows the configured broker URL.
-        with app.connection_for_write() as conn, conn.Producer() as producer:
-            for item_id in item_ids:
-                app.send_task(EXTRACT_TASK, args=(item_id,), producer=producer, retry=True)
-                n += 1
-    except Exception as exc:  # kombu raises OperationalError and friends; all mean "not queued"
-        raise QueueUnavailable(f"could not enqueue item ids ({n} published): {exc}") from exc
+    with tracing.tracer().start_as_current_span(f"{QUEUE} publish", kind=SpanKind.PRODUCER, attributes={
+            "messaging.system": "celery", "messaging.operation.type": "publish",
+            "messaging.destination.name": QUEUE}) as span:
+        headers = tracing.inject()
+        try:
+            # A connection per call (per job submission): it always follows the configured broker URL.
+            with app.connection_for_write() as conn, conn.Producer() as producer:
+                for item_id in item_ids:
+                    app.send_task(EXTRACT_TASK, args=(item_id,), producer=producer, retry=True, headers=headers)
+                    n += 1
+        except Exception as exc:  # kombu raises OperationalError and friends; all mean "not queued"
+            tracing.fail(span, f"queue unavailable after {n} published")
+            raise QueueUnavailable(f"could not enqueue item ids ({n} published): {exc}") from exc
+        finally:
+            span.set_attribute("messaging.batch.message_count", n)
     return n

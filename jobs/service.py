@@ -18,6 +18,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from core import tracing
 from core.db.base import utcnow
 from core.db.jobs_models import (
     ITEM_CANCELLED,
@@ -64,8 +65,18 @@ def create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: st
     """The job for this submission and whether it was created now (False: an idempotent replay).
 
     `key_id` is the submitting key: the job's items run as it (core.keys.item_owner). Job and items are committed together; nothing is enqueued here (the caller enqueues after
-    the commit, so a worker never sees an id SQL does not have).
+    the commit, so a worker never sees an id SQL does not have). Traced as `finserve.jobs.create`.
     """
+    with tracing.tracer().start_as_current_span("finserve.jobs.create", attributes={
+            "finserve.tenant": tenant, "finserve.workload_class": spec.workload_class,
+            "finserve.items": len(spec.items)}) as span:
+        job, created = _create_job(session, tenant, spec, idempotency_key, key_id=key_id)
+        tracing.set_attributes(span, {"finserve.job_id": job.id, "finserve.replay": not created})
+        return job, created
+
+
+def _create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: str | None, *,
+                key_id: str) -> tuple[ExtractionJob, bool]:
     digest = spec.request_hash
     if idempotency_key is not None:
         existing = _by_key(session, tenant, idempotency_key)
@@ -258,6 +269,8 @@ class Claim:
     workload_class: str | None = None  # the job's class (None: a job made before classes were stored)
     invalid_outputs: int = 0
     retry_in_s: float = 0.0  # BUSY: seconds until the holder's lease ends
+    job_id: str | None = None  # known whenever the item exists (for the worker's logs and spans)
+    tenant: str | None = None
 
 
 def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
@@ -269,10 +282,11 @@ def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
     if row is None:
         return Claim(ClaimOutcome.MISSING)
     item, job = row
+    job_id, tenant = job.id, job.tenant
     if item.status not in (ITEM_PENDING, ITEM_RUNNING):
-        return Claim(ClaimOutcome.FINISHED)
+        return Claim(ClaimOutcome.FINISHED, job_id=job_id, tenant=tenant)
     if item.status == ITEM_RUNNING and item.lease_until is not None and item.lease_until > now:
-        return Claim(ClaimOutcome.BUSY, retry_in_s=(item.lease_until - now).total_seconds())
+        return Claim(ClaimOutcome.BUSY, retry_in_s=(item.lease_until - now).total_seconds(), job_id=job_id, tenant=tenant)
     seen = (ExtractionItem.id == item_id) & (ExtractionItem.status == item.status) & (
         ExtractionItem.attempts == item.attempts)
     # Cancel left no pending items, so a pending one here was running at the cancel and handed back
@@ -281,17 +295,17 @@ def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
         session.execute(update(ExtractionItem).where(seen).values(
             status=ITEM_CANCELLED, lease_until=None, finished_at=now))
         session.commit()
-        return Claim(ClaimOutcome.CANCELLED)
+        return Claim(ClaimOutcome.CANCELLED, job_id=job_id, tenant=tenant)
     claim = Claim(ClaimOutcome.CLAIMED, attempt=item.attempts + 1, text=item.text, schema_json=job.schema_json,
                   max_tokens=job.max_tokens, workload_class=job.workload_class,
-                  invalid_outputs=item.invalid_outputs)
+                  invalid_outputs=item.invalid_outputs, job_id=job_id, tenant=tenant)
     claimed = session.execute(update(ExtractionItem).where(seen).values(
         status=ITEM_RUNNING, attempts=claim.attempt, lease_until=now + timedelta(seconds=lease_s),
         started_at=item.started_at or now,
     ), execution_options={"synchronize_session": False}).rowcount
     session.commit()
     if claimed != 1:  # someone else changed it between our read and write: look again later
-        return Claim(ClaimOutcome.BUSY, retry_in_s=1.0)
+        return Claim(ClaimOutcome.BUSY, retry_in_s=1.0, job_id=job_id, tenant=tenant)
     return claim
 
 

@@ -16,6 +16,7 @@ from typing import Literal
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
+from core import tracing
 from core.db.base import make_engine, make_session_factory
 from core.settings import Settings, get_settings
 from jobs import service
@@ -75,10 +76,19 @@ def backoff_s(settings: Settings, retries: int, retry_after_s: float | None) -> 
     return max(delay, retry_after_s or 0.0)
 
 
+def bind(**fields: str | int | None) -> None:
+    """Name the item's job, tenant, gateway request... on its log lines and on its span (`finserve.<name>`)."""
+    known = {k: v for k, v in fields.items() if v is not None}
+    structlog.contextvars.bind_contextvars(**known)
+    tracing.set_attributes(tracing.current_span(), {f"finserve.{k}": v for k, v in known.items()})
+
+
 def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
     cfg = rt.settings
     with rt.sessions() as s:
         claim = service.claim_item(s, item_id, cfg.jobs_lease_s)
+    bind(job_id=claim.job_id, tenant=claim.tenant, workload_class=claim.workload_class,
+         attempt=claim.attempt or None)
     if claim.outcome is ClaimOutcome.BUSY:
         return Step("retry", min(claim.retry_in_s + 0.5, cfg.jobs_lease_s), "held by another worker")
     if claim.outcome is not ClaimOutcome.CLAIMED:
@@ -106,6 +116,7 @@ def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
             service.fail_item(s, item_id, f"refused by the gateway: {exc}")
         return Step("failed", detail=str(exc))
 
+    bind(request_id=answer.request_id)
     try:
         doc = finish_item(answer.text, answer.finish_reason, plan)
     except InvalidOutput as exc:

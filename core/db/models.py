@@ -1,14 +1,15 @@
-"""Core tables: tenants and their API keys, registered documents, the SLO request ledger.
+"""Core tables: tenants and their API keys, registered documents, the SLO request ledger and its hash chain.
 
-migrations/versions/0001_core.py creates these (0003 adds api_keys.is_worker); tests/ledger
-checks that the migrations and the models agree.
+migrations/versions/0001_core.py creates these (0003 adds api_keys.is_worker; 0004 the ledger's
+attribution, version and chain columns and the chain tables); tests/ledger checks that the
+migrations and the models agree. The chain's rules live in gateway/ledger/chain.py.
 """
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, false
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.db.base import Base, UTCDateTime, utcnow
@@ -75,6 +76,8 @@ class RequestLedger(Base):
         Index("ix_request_ledger_arrival_at", "arrival_at"),
         Index("ix_request_ledger_class_arrival", "workload_class", "arrival_at"),
         Index("ix_request_ledger_tenant_arrival", "tenant", "arrival_at"),
+        # One chain position per partition (tenant): two writers can never both take seq n.
+        UniqueConstraint("tenant", "chain_seq", name="uq_request_ledger_tenant_chain_seq"),
     )
 
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -111,4 +114,65 @@ class RequestLedger(Base):
 
     # {"arrival", "tokenize_start", "tokenized", "first_scheduled", "first_token", "finished": epoch s,
     #  "steps": [{"kind", "start", "end", "num_tokens", "batch_tokens"}, ...]}
+    # NULL once retention dropped it (FINSERVE_LEDGER_TIMELINE_RETENTION_DAYS); the summary columns stay.
     timeline: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+    # --- 0004: attribution and placement. NULL on rows written before 0004. ---
+    # The API key the request acted as: the caller's, or for a job item the job owner's (never the worker's).
+    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    replica: Mapped[str | None] = mapped_column(String(255), nullable=True)  # engine replica URL (FINSERVE_ENGINES)
+    replica_reason: Mapped[str | None] = mapped_column(String(64), nullable=True)  # why the router chose it
+
+    # --- 0004: what served it, computed once per gateway process (gateway/ledger/versions.py) ---
+    model_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    weights_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    weight_format: Mapped[str | None] = mapped_column(String(16), nullable=True)  # fp32 | bf16 | int8 | q4
+    policy_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    finserve_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+    # --- 0004: tamper evidence (gateway/ledger/chain.py). NULL while running, and on rows before 0004. ---
+    chain_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)  # 1, 2, ... per tenant
+    prev_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)  # row_hash of chain_seq - 1
+    row_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)  # sha256(prev_hash, summary fields)
+    timeline_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)  # digest kept after pruning
+
+
+class LedgerChainHead(Base):
+    """The last chained row of each partition (tenant): locked by every writer that extends the chain."""
+
+    __tablename__ = "ledger_chain_heads"
+
+    partition: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer)  # 0: nothing chained yet
+    head_hash: Mapped[str] = mapped_column(String(64))
+    head_request_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class LedgerChainCheckpoint(Base):
+    """Written by `finserve ledger prune` when it deletes the start of a chain: where the rest starts from."""
+
+    __tablename__ = "ledger_chain_checkpoints"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    partition: Mapped[str] = mapped_column(String(64), index=True)
+    seq: Mapped[int] = mapped_column(Integer)  # the last pruned position; the first remaining row is seq + 1
+    row_hash: Mapped[str] = mapped_column(String(64))  # its hash: the first remaining row's prev_hash
+    rows_pruned: Mapped[int] = mapped_column(Integer)
+    older_than: Mapped[datetime] = mapped_column(UTCDateTime())  # the cutoff the prune was asked for
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class LedgerChainSuperseded(Base):
+    """A chain position whose row was later replaced (an `interrupted` row whose final row arrived after
+    all) and chained again at the head: its hash keeps the link from the next position intact."""
+
+    __tablename__ = "ledger_chain_superseded"
+
+    partition: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    request_id: Mapped[str] = mapped_column(String(64))
+    prev_hash: Mapped[str] = mapped_column(String(64))  # the position's link, still checked
+    row_hash: Mapped[str] = mapped_column(String(64))
+    old_status: Mapped[str] = mapped_column(String(16))
+    superseded_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

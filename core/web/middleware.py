@@ -11,7 +11,10 @@ For every HTTP request it:
   sent as `X-Finserve-Request-Id` (and as `X-Request-Id` when the client sent none). An unsafe client
   id is replaced, and `X-Request-Id-Replaced` says why;
 - adds `X-Workload-Class` to the response once the request has been classified;
-- logs the single canonical line when the response has ended (stream finished, failed or abandoned).
+- opens the request's SERVER span (core/tracing.py), a child of the caller's W3C `traceparent` when it
+  sent one, current while the app runs; binds its `trace_id` to the logs and sends its `traceparent` back;
+- logs the single canonical line when the response has ended (stream finished, failed or abandoned),
+  and ends the span then, with the route, status, tenant, class and outcome.
 """
 from __future__ import annotations
 
@@ -22,9 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from opentelemetry.trace import Span
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from core import tracing
 from core.logging import canonical_fields
 from core.web.context import STATE_KEY, RequestContext, new_request_id
 from core.web.errors import APIError
@@ -98,6 +103,12 @@ class RequestContextMiddleware:
         structlog.contextvars.bind_contextvars(request_id=ctx.request_id)
         if ctx.client_request_id is not None:
             structlog.contextvars.bind_contextvars(client_request_id=ctx.client_request_id)
+        span = None if scope["path"] in tracing.UNTRACED_PATHS else tracing.start_server_span(
+            scope["method"], scope["path"], tracing.asgi_trace_headers(scope))
+        token = tracing.attach(span) if span is not None else None
+        if span is not None:
+            structlog.contextvars.bind_contextvars(**tracing.log_fields(span))
+        traceparent = tracing.traceparent(span) if span is not None else None
         status: dict[str, Any] = {"code": None, "started": False}
 
         async def send_with_headers(message: Message) -> None:
@@ -110,6 +121,8 @@ class RequestContextMiddleware:
                     headers.append((b"x-request-id-replaced", replaced.encode()))
                 if ctx.workload_class and not any(k.lower() == b"x-workload-class" for k, _ in headers):
                     headers.append((b"x-workload-class", ctx.workload_class.encode()))
+                if traceparent is not None:
+                    headers.append((b"traceparent", traceparent.encode()))
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -135,6 +148,9 @@ class RequestContextMiddleware:
             if status["code"] is None:  # ended before any response: the client went away
                 fields["client_disconnected"] = True
             log.info("request", **fields)
+            if span is not None and token is not None:
+                _end_span(span, scope, ctx, status["code"])
+                tracing.detach(token)
             structlog.contextvars.clear_contextvars()
 
     def _declared_too_large(self, scope: Scope, limit: BodyLimit) -> bool:
@@ -163,6 +179,63 @@ class RequestContextMiddleware:
 
     async def _reject_too_large(self, ctx: RequestContext, send: Send, limit: BodyLimit) -> None:
         await _send_error(ctx, send, limit.error())
+
+
+class TracingMiddleware:
+    """A SERVER span for each request that arrives with a W3C `traceparent`, for internal services (an
+    engine replica behind a gateway): they join their caller's trace, and requests that carry none
+    (probes, load scrapes) make no traces of their own. The span's ids are bound to the logs meanwhile."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        carrier = tracing.asgi_trace_headers(scope) if scope["type"] == "http" else {}
+        if "traceparent" not in carrier:
+            await self.app(scope, receive, send)
+            return
+        span = tracing.start_server_span(scope["method"], scope["path"], carrier)
+        token = tracing.attach(span)
+        structlog.contextvars.bind_contextvars(**tracing.log_fields(span))
+        status: list[int] = []
+
+        async def send_status(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            tracing.finish_server_span(span, status[0] if status else None, route_template(scope), {})
+            tracing.detach(token)
+            structlog.contextvars.unbind_contextvars("trace_id", "span_id")
+
+
+def _end_span(span: Span, scope: Scope, ctx: RequestContext, status: int | None) -> None:
+    tracing.finish_server_span(span, status, route_template(scope), {
+        "finserve.request_id": ctx.request_id, "finserve.client_request_id": ctx.client_request_id,
+        "finserve.tenant": ctx.tenant, "finserve.workload_class": ctx.workload_class,
+        "finserve.classification_rule": ctx.classification_rule, "finserve.outcome": ctx.outcome,
+        "finserve.error_code": ctx.error_code,
+    })
+
+
+_PARAM = re.compile(r"{(\w+)(?::\w+)?}")
+
+
+def route_template(scope: Scope) -> str | None:
+    """The matched route's full template (`/v1/documents/{document_id}/questions`), None when no route matched.
+
+    A route in an included router knows only its own part of the path, so the prefix is what the
+    request path has before that part, rendered with the request's path parameters."""
+    template = getattr(scope.get("route"), "path", None)
+    if not isinstance(template, str):
+        return None
+    params = scope.get("path_params") or {}
+    rendered = _PARAM.sub(lambda m: str(params.get(m.group(1), m.group(0))), template)
+    path = str(scope.get("path", ""))
+    return path[:len(path) - len(rendered)] + template if path.endswith(rendered) else template
 
 
 async def _send_error(ctx: RequestContext, send: Send, err: APIError) -> None:

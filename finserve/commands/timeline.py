@@ -85,7 +85,8 @@ def render_text(row: Any, *, show_all: bool = False, slowest: int = 3) -> str:
     phases = timeline_phases(row)
     lines = _header(row)
     if not phases:
-        return "\n".join([*lines, "", "no timeline recorded for this request (rejected before the engine saw it?)"])
+        return "\n".join([*lines, "", "no timeline recorded for this request (rejected before the engine saw it?), or it "
+                                       "was dropped by timeline retention (FINSERVE_LEDGER_TIMELINE_RETENTION_DAYS)"])
     lines += ["", f"{'start ms':>10} {'took ms':>10}  {'phase':<34} {'tokens':>7} {'step tokens':>12}"]
     i = 0
     while i < len(phases):
@@ -121,18 +122,25 @@ def _header(row: Any) -> list[str]:
         outcome += f", rejected: {g('rejection_reason')}"
     arrival = g("arrival_at")
     slo = {True: "met", False: "MISSED", None: "not counted"}[g("slo_met")]
-    placed = (g("timeline") or {}).get("replica")  # set when the gateway routes to engine replicas
-    where = [f"engine replica {placed['url'] or '-'} ({placed['reason']}"
-             + (f", tried first: {', '.join(placed['tried'])}" if placed.get("tried") else "") + ")"] if placed else []
+    placed = (g("timeline") or {}).get("replica") or {}  # `tried` (failover) is kept in the timeline only
+    url, reason = g("replica") or placed.get("url"), g("replica_reason") or placed.get("reason")
+    where = [f"engine replica {url or '-'} ({reason}"
+             + (f", tried first: {', '.join(placed['tried'])}" if placed.get("tried") else "") + ")"] if reason else []
+    served = [f"served by {g('model_id')} (weights {(g('weights_sha256') or '-')[:12]}, {g('weight_format') or '-'}), "
+              f"policy {(g('policy_sha256') or '-')[:12]}, finserve {g('finserve_version') or '-'}"] \
+        if g("model_id") else []
+    chained = [f"ledger chain: {g('tenant')} #{g('chain_seq')}, row hash {g('row_hash')}"] if g("row_hash") else []
     return [
-        f"request {g('request_id')}  tenant {g('tenant')}  class {g('workload_class')} (rule {g('class_rule')}, "
-        f"route {g('route')})",
+        f"request {g('request_id')}  tenant {g('tenant')}  key {g('key_id') or '-'}  class {g('workload_class')} "
+        f"(rule {g('class_rule')}, route {g('route')})",
         f"{outcome}, HTTP {g('http_status')}, arrived {arrival.isoformat() if arrival else '-'}",
         f"tokens: input {g('input_tokens')} ({g('cached_tokens')} from the prefix cache), output {g('output_tokens')}"
         f"; preemptions {g('preemptions')}",
         f"queue {_ms(g('queue_ms'))}, prefill {_ms(g('prefill_ms'))}, TTFT {_ms(g('ttft_ms'))}, "
         f"TPOT {_ms(g('tpot_ms'))}, E2E {_ms(g('e2e_ms'))}; SLO {slo}",
         *where,
+        *served,
+        *chained,
     ]
 
 

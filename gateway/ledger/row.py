@@ -70,10 +70,24 @@ class LedgerRow:
     e2e_met: bool | None = None
     slo_met: bool | None = None
     timeline: dict[str, Any] | None = field(default=None)
+    key_id: str | None = None  # the key the request acted as (a job item's: its owner's)
+    replica: str | None = None  # engine replica that served it (FINSERVE_ENGINES), and why
+    replica_reason: str | None = None
+    # What served it (gateway/ledger/versions.py); the writer fills them in when a row has none.
+    model_id: str | None = None
+    weights_sha256: str | None = None
+    weight_format: str | None = None
+    policy_sha256: str | None = None
+    finserve_version: str | None = None
+    # Hash chain (gateway/ledger/chain.py): set by the writer when the row reaches a final status.
+    chain_seq: int | None = None
+    prev_hash: str | None = None
+    row_hash: str | None = None
+    timeline_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Column values, as the database insert wants them."""
-        return dataclasses.asdict(self)
+        """Column values, as the database insert wants them (a shallow copy: the timeline is shared)."""
+        return {name: getattr(self, name) for name in _FIELDS}
 
     def to_json_dict(self) -> dict[str, Any]:
         """JSON-safe form (for the NDJSON spool): the datetime becomes ISO 8601."""
@@ -87,6 +101,9 @@ class LedgerRow:
         d = {k: v for k, v in d.items() if k in known}
         d["arrival_at"] = datetime.fromisoformat(d["arrival_at"])
         return cls(**d)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(LedgerRow))
 
 
 def ledger_status(status: RequestStatus) -> str:
@@ -183,6 +200,7 @@ def row_from_request(
     finish_reason: str | None = None,
     rejection_reason: str | None = None,
     timeline: dict[str, Any] | None = None,
+    key_id: str | None = None,
 ) -> LedgerRow:
     """A ledger row for any outcome; `arrival_time` is the gateway's wall clock (epoch seconds)."""
     if status not in (*LEDGER_STATUSES, RUNNING_STATUS):
@@ -220,6 +238,7 @@ def row_from_request(
         e2e_met=e2e_met,
         slo_met=slo_met,
         timeline=timeline,
+        key_id=key_id,
     )
 
 
@@ -233,6 +252,7 @@ def row_from_engine_request(
     http_status: int = 200,
     tokenize_start: float | None = None,
     tokenized: float | None = None,
+    key_id: str | None = None,
 ) -> LedgerRow:
     """The row of a request the engine finished (stopped, length, aborted or error).
 
@@ -256,7 +276,17 @@ def row_from_engine_request(
         slo=slo,
         finish_reason=req.status.finish_reason,
         timeline=timeline,
+        key_id=key_id,
     )
+
+
+def with_placement(row: LedgerRow) -> LedgerRow:
+    """The replica columns from the placement the service records in the timeline (`{"replica": {"url",
+    "reason", "tried"}}` with engine replicas), where the row does not carry them already."""
+    placed = (row.timeline or {}).get("replica")
+    if row.replica is not None or not isinstance(placed, dict):
+        return row
+    return dataclasses.replace(row, replica=placed.get("url"), replica_reason=placed.get("reason"))
 
 
 def interrupted_row(row: LedgerRow, *, at: float) -> LedgerRow:

@@ -16,25 +16,32 @@ Contract:
   `interrupted`, in the spool at once and in the database as soon as it answers (only rows older than
   this run, so the current run's requests are never touched).
 - `close()` writes everything still queued; later submits go to the spool.
+- Every row gets this process's `versions` (when it has none) and the replica columns from its
+  placement; a row reaching a final status is chained at its tenant's head in the transaction that
+  writes it (gateway/ledger/chain.py), so a replayed or duplicate row never takes a second position.
 """
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import ColumnClause, Engine, Table, and_, insert, literal_column, or_, select, update
+from sqlalchemy import ColumnClause, Connection, Engine, Table, and_, insert, literal_column, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from core.db.models import RUNNING_STATUS, RequestLedger
-from gateway.ledger.row import LedgerRow, interrupted_row, replaces
+from gateway.ledger import chain
+from gateway.ledger.row import LedgerRow, interrupted_row, replaces, with_placement
 from gateway.ledger.spool import Spool, SpoolFull
+from gateway.ledger.versions import Versions
 
 log = structlog.get_logger("finserve.ledger")
 
@@ -74,6 +81,10 @@ class LedgerWriter:
         self.flush_interval_s = flush_interval_s
         self.retry_interval_s = retry_interval_s
         self.gateway_id = gateway_id  # written into running rows' timeline, so a restart finds its own
+        # What serves this process's requests (model, weights, policy, finserve); set once known, stamped on rows.
+        self.versions = Versions()
+        # Asked while versions.weight_format is unknown: the embedded engine resolves it when it has loaded.
+        self.weight_format_probe: Callable[[], str | None] | None = None
         self._queue: queue.Queue[_Item | _Flush] = queue.Queue(maxsize=max_queue)
         self._next_try = 0.0  # monotonic time before which a failed database is not retried
         self._recovery: datetime | None = None  # set: running rows older than this are to be interrupted
@@ -102,6 +113,7 @@ class LedgerWriter:
     def submit(self, row: LedgerRow) -> "Future[bool]":
         done: Future[bool] = Future()
         try:
+            row = self._stamp(row)
             if self._closed:
                 self._keep([(row, done)])
             else:
@@ -113,6 +125,13 @@ class LedgerWriter:
             if not done.done():
                 done.set_exception(exc)
         return done
+
+    def _stamp(self, row: LedgerRow) -> LedgerRow:
+        if self.versions.weight_format is None and self.weight_format_probe is not None:
+            fmt = self.weight_format_probe()
+            if fmt is not None:
+                self.versions = dataclasses.replace(self.versions, weight_format=fmt)
+        return self.versions.stamp(with_placement(row))
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Wait until every row submitted so far was handled; True if all of it is in the database."""
@@ -281,29 +300,13 @@ class LedgerWriter:
             kept = by_id.get(r.request_id)
             if kept is None or replaces(r.status, kept.status):
                 by_id[r.request_id] = r
-        values = [r.to_dict() for r in by_id.values()]
-        table = _TABLE
         with self.engine.begin() as conn:
-            dialect = conn.dialect.name
-            if dialect in ("postgresql", "sqlite"):
-                ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
-                new, old = ins.excluded.status, table.c.status
-                stmt = ins.on_conflict_do_update(
-                    index_elements=["request_id"],
-                    set_={c.name: ins.excluded[c.name] for c in table.columns if c.name != "request_id"},
-                    where=or_(and_(old == _RUNNING, new != _RUNNING),
-                              and_(old == _INTERRUPTED, new != _RUNNING, new != _INTERRUPTED)))
-                conn.execute(stmt, values)
-            else:  # portable fallback: one writer per database makes check-then-write safe enough
-                have = {rid: st for rid, st in conn.execute(select(table.c.request_id, table.c.status).where(
-                    table.c.request_id.in_(list(by_id))))}
-                fresh = [v for v in values if v["request_id"] not in have]
-                if fresh:
-                    conn.execute(insert(table), fresh)
-                for v in values:
-                    if v["request_id"] in have and replaces(v["status"], have[v["request_id"]]):
-                        conn.execute(update(table).where(table.c.request_id == v["request_id"]).values(v))
-        self.written += len(values)
+            # Locks the heads of the tenants with final rows first: on SQLite that write takes the database's
+            # write lock, so the statuses read next cannot change before this transaction commits.
+            values = [r.to_dict() for r in chain.extend(conn, list(by_id.values()))]
+            if values:
+                _write_values(conn, values)
+        self.written += len(by_id)
 
     def _interrupt_running(self, before: datetime) -> int:
         """Rows of this gateway left `running` by an earlier run become `interrupted`."""
@@ -315,6 +318,31 @@ class LedgerWriter:
         if mine:
             self._upsert([interrupted_row(r, at=before.timestamp()) for r in mine])
         return len(mine)
+
+
+def _write_values(conn: Connection, values: list[dict[str, Any]]) -> None:
+    """Insert new request ids; replace an existing row only as `replaces()` says (the WHERE repeats the rule)."""
+    table = _TABLE
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+        new, old = ins.excluded.status, table.c.status
+        stmt = ins.on_conflict_do_update(
+            index_elements=["request_id"],
+            set_={c.name: ins.excluded[c.name] for c in table.columns if c.name != "request_id"},
+            where=or_(and_(old == _RUNNING, new != _RUNNING),
+                      and_(old == _INTERRUPTED, new != _RUNNING, new != _INTERRUPTED)))
+        conn.execute(stmt, values)
+        return
+    # portable fallback: the chain's head lock (or one writer per database) makes check-then-write safe
+    have = {rid: st for rid, st in conn.execute(select(table.c.request_id, table.c.status).where(
+        table.c.request_id.in_([v["request_id"] for v in values])))}
+    fresh = [v for v in values if v["request_id"] not in have]
+    if fresh:
+        conn.execute(insert(table), fresh)
+    for v in values:
+        if v["request_id"] in have and replaces(v["status"], have[v["request_id"]]):
+            conn.execute(update(table).where(table.c.request_id == v["request_id"]).values(v))
 
 
 def _is_outage(exc: BaseException) -> bool:

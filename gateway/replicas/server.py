@@ -29,6 +29,8 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from core.settings import Settings
+from core.tracing import SERVICE_ENGINE, setup_tracing
+from core.web.middleware import TracingMiddleware
 from engine.client import EngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest
@@ -112,6 +114,8 @@ def create_engine_app(settings: Settings, engine_client: EngineClient | None = N
                     await asyncio.to_thread(state.client.shutdown)
 
     app = FastAPI(title="finserve engine", lifespan=lifespan, docs_url=None, redoc_url=None)
+    setup_tracing(SERVICE_ENGINE)  # once per process: joins callers' traces, exports when OTEL_* ask
+    app.add_middleware(TracingMiddleware)
 
     def not_ready() -> JSONResponse:
         reason = state.error or ("the engine is loading" if state.client is None else "the engine is not ready")

@@ -15,6 +15,9 @@ error budgets and burn rates in budget.py):
 - error budget: allowed misses = (1 - goal) x counted requests (summed per row, so
   a goal change inside the window is honoured); burn rates over windows that end at
   `until` and may reach back before `since` (the 3-day one in a 1-day report).
+- versions: each combination of model, weights, weight format, policy and finserve version
+  with its share of the window's requests; ledger: whether the window's rows verify against
+  their hash chain (provenance.py).
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from core.db.base import utcnow
 from core.db.models import LEDGER_STATUSES, RUNNING_STATUS, RequestLedger
 from gateway.reports import budget as eb
 from gateway.reports.percentiles import METHOD, low_sample, summarize
+from gateway.reports.provenance import ledger_verification, version_shares
 
 DEFAULT_WINDOW = timedelta(days=28)
 # Histogram bin edges (ms) for the latency distribution charts: roughly log-spaced.
@@ -131,6 +135,8 @@ def build_report(
         "generated_at": utcnow().isoformat(),
         "classes": classes,
         "tenants": dict(tenants),
+        "versions": version_shares(session, since, until, workload_class, tenant),
+        "ledger": ledger_verification(session, since, until, tenant),
     }
 
 

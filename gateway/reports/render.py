@@ -1,8 +1,10 @@
-"""Render a report dict as JSON, CSV (one line per class, then per tenant and class) or an HTML page.
+"""Render a report dict as JSON, CSV (one line per class, then per tenant and class, then per version
+combination) or an HTML page.
 
 The three carry the same figures: the HTML page (templates/report.html.j2) shows
 nothing that the JSON and the CSV lack. The CSV's columns are fixed (CSV_FIELDS),
-so an empty window still gives a header row.
+so an empty window still gives a header row. Every line carries the window's ledger verification
+(`ledger_verified`, ...); `scope=version` lines fill the version columns and `version_share`.
 """
 from __future__ import annotations
 
@@ -41,7 +43,10 @@ CSV_FIELDS = (
     "error_budget_remaining_fraction", *(f"burn_rate_{w}" for w in BURN_WINDOWS),
     *(f"burn_{w}_{k}" for w in BURN_WINDOWS for k in ("counted", "missed")), "alert_state", "alerts_firing",
     "time_to_exhaustion_s", "rejections",
+    "model_id", "weights_sha256", "weight_format", "policy_sha256", "finserve_version", "version_share",
+    "ledger_verified", "ledger_rows_checked", "ledger_rows_unchained", "ledger_problems",
 )
+VERSION_FIELDS = ("model_id", "weights_sha256", "weight_format", "policy_sha256", "finserve_version")
 
 
 def render_report(report: dict[str, Any], fmt: str = "json") -> str:
@@ -100,10 +105,27 @@ def _csv_row(scope: str, tenant: str, name: str, c: dict[str, Any], window: dict
     return row
 
 
+def _ledger_columns(ledger: dict[str, Any]) -> dict[str, Any]:
+    return {"ledger_verified": ledger["verified"], "ledger_rows_checked": ledger["rows_checked"],
+            "ledger_rows_unchained": ledger["rows_unchained"],
+            "ledger_problems": ";".join(f"{p['kind']}:{p['request_id'] or p['seq']}" for p in ledger["problems"])}
+
+
+def _version_row(v: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    w = report["window"]
+    return {"scope": "version", "tenant": report["filters"]["tenant"] or "",
+            "workload_class": report["filters"]["workload_class"] or "", "since": w["since"], "until": w["until"],
+            "window_s": w["seconds"], "requests": v["requests"], "version_share": v["share"],
+            "active_from": v["first_at"], "active_until": v["last_at"], **{f: v[f] for f in VERSION_FIELDS}}
+
+
 def _csv(report: dict[str, Any]) -> str:
     w, scoped_tenant = report["window"], report["filters"]["tenant"] or ""
     rows = [_csv_row("class", scoped_tenant, name, c, w) for name, c in report["classes"].items()]
     rows += [_csv_row("tenant", t, name, c, w) for t, classes in report["tenants"].items() for name, c in classes.items()]
+    rows += [_version_row(v, report) for v in report["versions"]]
+    ledger = _ledger_columns(report["ledger"])
+    rows = [{**r, **ledger} for r in rows]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
@@ -139,13 +161,17 @@ def _dur(seconds: float | None) -> str:
     return " ".join(parts[:2]) or f"{seconds:.0f} s"
 
 
+def _short(digest: str | None) -> str:
+    return "–" if digest is None else digest[:12]
+
+
 def _when(iso: str) -> str:
     return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 _ENV = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True,
                    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-_ENV.filters.update(num=_num, pct=_pct, burn=_burn, dur=_dur, when=_when)
+_ENV.filters.update(num=_num, pct=_pct, burn=_burn, dur=_dur, when=_when, short=_short)
 
 
 def _html(report: dict[str, Any]) -> str:

@@ -107,7 +107,8 @@ def render_timeline_html(row: Any) -> str:
     facts = "".join(f"<tr><th>{escape(k)}</th><td>{num(_get(row, k))}</td></tr>" for k in (
         "tenant", "workload_class", "class_rule", "route", "status", "finish_reason", "rejection_reason",
         "http_status", "arrival_at", "queue_ms", "prefill_ms", "ttft_ms", "tpot_ms", "e2e_ms", "input_tokens",
-        "cached_tokens", "output_tokens", "preemptions", "slo_met"))
+        "cached_tokens", "output_tokens", "preemptions", "slo_met", "key_id", "replica", "replica_reason",
+        "model_id", "weights_sha256", "weight_format", "policy_sha256", "finserve_version", "chain_seq", "row_hash"))
     body = "".join(
         f"<tr><td>{escape(p.name)}</td><td>{p.start_ms:.2f}</td><td>{p.duration_ms:.2f}</td>"
         f"<td>{num(p.num_tokens)}</td><td>{num(p.batch_tokens)}</td></tr>"

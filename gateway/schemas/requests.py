@@ -45,6 +45,16 @@ class Timeline(BaseModel):
     steps: list[Step] = []
 
 
+class ServedBy(BaseModel):
+    """What served the request (null on requests recorded before these were kept)."""
+
+    model_id: str | None
+    weights_sha256: str | None
+    weight_format: str | None
+    policy_sha256: str | None
+    finserve_version: str | None
+
+
 class RequestRecord(BaseModel):
     request_id: str
     workload_class: str
@@ -60,7 +70,14 @@ class RequestRecord(BaseModel):
     tokens: TokenCounts
     preemptions: int
     slo: SLOResult
-    timeline: Timeline | None
+    key_id: str | None = Field(None, description="The API key the request acted as; for a job item, the job "
+                                                   "owner's key, whichever worker ran it.")
+    replica: str | None = Field(None, description="The engine replica that served it (FINSERVE_ENGINES).")
+    replica_reason: str | None = Field(None, description="Why the router chose that replica.")
+    served_by: ServedBy
+    row_hash: str | None = Field(None, description="The row's hash in its tenant's ledger chain (null while "
+                                                   "running); `finserve ledger verify` checks it.")
+    timeline: Timeline | None = Field(description="Null when not recorded, or dropped by timeline retention.")
 
     @classmethod
     def of(cls, row: RequestLedger) -> "RequestRecord":
@@ -75,6 +92,11 @@ class RequestRecord(BaseModel):
             slo=SLOResult(ttft_target_ms=row.ttft_target_ms, tpot_target_ms=row.tpot_target_ms,
                           e2e_target_ms=row.e2e_target_ms, ttft_met=row.ttft_met, tpot_met=row.tpot_met,
                           e2e_met=row.e2e_met, met=row.slo_met),
+            key_id=row.key_id, replica=row.replica, replica_reason=row.replica_reason,
+            served_by=ServedBy(model_id=row.model_id, weights_sha256=row.weights_sha256,
+                               weight_format=row.weight_format, policy_sha256=row.policy_sha256,
+                               finserve_version=row.finserve_version),
+            row_hash=row.row_hash,
             timeline=_timeline(row.timeline) if row.timeline else None,
         )
 

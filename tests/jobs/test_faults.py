@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 
 from core.db.jobs_models import ExtractionItem, ExtractionJob
 from core.db.models import RequestLedger
-from core.keys import create_key
+from core.keys import create_key, verify_key
 from jobs.celery_app import QUEUE
 from tests.jobs.conftest import SCHEMA
 from tests.jobs.stack import Stack, wait_until
@@ -168,6 +168,8 @@ def test_each_tenants_job_items_are_its_own_requests(stack: Stack, sessions):
     stack.start_worker("w1")
     owners = {"acme": stack.api_key, "globex": globex}
     jobs = {tenant: submit(stack, 3, key=key) for tenant, key in owners.items()}
+    with sessions() as s:
+        owner_key_ids = {tenant: verify_key(s, key).key_id for tenant, key in owners.items()}
     request_ids = {}
     for tenant, key in owners.items():
         wait_completed(stack, jobs[tenant], 120, key)
@@ -179,6 +181,7 @@ def test_each_tenants_job_items_are_its_own_requests(stack: Stack, sessions):
                 mine = http.get(f"/v1/requests/{rid}")
             assert mine.status_code == 200, mine.text
             assert mine.json()["workload_class"] == "bulk_extraction" and mine.json()["status"] == "finished"
+            assert mine.json()["key_id"] == owner_key_ids[tenant]  # the owner's key, not the worker's
             with stack.http(owners[other]) as http:
                 theirs = http.get(f"/v1/requests/{rid}")
             assert theirs.status_code == 404 and theirs.json()["error"]["code"] == "request_not_found"

@@ -9,7 +9,8 @@ from core.db import Base
 from core.db.base import make_engine
 from core.db.migrate import current_revision, upgrade
 
-CORE_TABLES = {"tenants", "api_keys", "documents", "request_ledger"}
+CORE_TABLES = {"tenants", "api_keys", "documents", "request_ledger", "ledger_chain_heads",
+               "ledger_chain_checkpoints", "ledger_chain_superseded"}
 
 
 def test_upgrade_creates_core_tables_and_report_indexes(db_url):

@@ -62,7 +62,8 @@ def test_window_and_tenant_options(report):
     acme = json.loads(report("--tenant", "acme").stdout)
     assert acme["classes"]["realtime_risk"]["requests"] == 10 and acme["tenants"] == {}
     rows = list(csv.DictReader(io.StringIO(report("--format", "csv").stdout)))
-    assert [(r["scope"], r["tenant"]) for r in rows] == [("class", ""), ("tenant", "acme"), ("tenant", "globex")]
+    assert [(r["scope"], r["tenant"]) for r in rows] == [("class", ""), ("tenant", "acme"), ("tenant", "globex"),
+                                                         ("version", "")]
     assert rows[0]["alert_state"] == "ticket" and float(rows[0]["burn_rate_1h"]) == pytest.approx(5.0)
 
 

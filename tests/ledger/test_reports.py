@@ -154,7 +154,12 @@ def test_csv_has_one_line_per_class_then_per_tenant_and_class(ledger):
     lines = list(csv.DictReader(io.StringIO(text)))
     assert [(r["scope"], r["tenant"], r["workload_class"]) for r in lines] == [
         ("class", "", "document_qa"), ("class", "", "realtime_risk"),
-        ("tenant", "acme", "document_qa"), ("tenant", "acme", "realtime_risk"), ("tenant", "globex", "document_qa")]
+        ("tenant", "acme", "document_qa"), ("tenant", "acme", "realtime_risk"), ("tenant", "globex", "document_qa"),
+        ("version", "", "")]  # the fixture's rows predate versions: one combination, all unknown
+    assert (lines[-1]["requests"], lines[-1]["version_share"], lines[-1]["model_id"]) == ("21", "1.0", "")
+    # The fixture's rows were inserted directly, never chained: nothing to check, nothing wrong, said so.
+    assert {(r["ledger_verified"], r["ledger_rows_checked"], r["ledger_rows_unchained"]) for r in lines} == \
+        {("True", "0", "21")}
     risk = lines[1]
     assert (risk["requests"], risk["rejected"], risk["ttft_p99_ms"], risk["ttft_p50_ms"]) == ("15", "3", "100.0", "50.0")
     assert float(risk["attainment"]) == pytest.approx(8 / 13)

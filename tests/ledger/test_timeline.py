@@ -42,3 +42,15 @@ def test_rejected_request_without_timeline(timeline):
     row = make_row("rej", status="rejected", timeline=timeline)
     assert timeline_phases(row) == []
     assert "No timeline recorded" in render_timeline_html(row)
+
+
+def test_the_text_timeline_names_key_replica_versions_and_chain_position():
+    from finserve.commands.timeline import render_text
+
+    row = make_row("r-placed", key_id="key123", replica="http://10.0.0.7:8001", replica_reason="affinity",
+                   model_id="SmolLM2", weights_sha256="ab" * 32, weight_format="int8", policy_sha256="cd" * 32,
+                   finserve_version="0.1.0", chain_seq=42, row_hash="ef" * 32).to_dict()
+    text = render_text(row)
+    assert "key key123" in text and "engine replica http://10.0.0.7:8001 (affinity)" in text
+    assert "served by SmolLM2 (weights abababababab, int8), policy cdcdcdcdcdcd, finserve 0.1.0" in text
+    assert "ledger chain: acme #42" in text

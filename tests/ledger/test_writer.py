@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import event, func, select
 
 from core.db.models import RequestLedger
-from gateway.ledger import LedgerWriter
+from gateway.ledger import LedgerWriter, chain
 from tests.ledger.factories import T0, make_row
 
 
@@ -62,7 +62,13 @@ def test_row_round_trips_through_the_database(db_engine, make_writer):
     assert writer.flush()
     with db_engine.connect() as conn:
         stored = conn.execute(select(RequestLedger.__table__)).mappings().one()
-    assert dict(stored) == original.to_dict()
+    chained = {"chain_seq", "prev_hash", "row_hash", "timeline_sha256"}
+    assert {k: v for k, v in stored.items() if k not in chained} == \
+        {k: v for k, v in original.to_dict().items() if k not in chained}
+    # A final row is chained as it is written: the first of its tenant, hashed over what was stored.
+    assert (stored["chain_seq"], stored["prev_hash"]) == (1, chain.GENESIS)
+    assert stored["row_hash"] == chain.row_hash(chain.GENESIS, stored)
+    assert stored["timeline_sha256"] == chain.timeline_digest(original.timeline)
 
 
 def test_same_request_id_is_written_once(db_engine, make_writer):

@@ -63,6 +63,10 @@ def test_document_questions_follow_their_replica(gateway: GatewayThread, keys: K
     assert all(n == 0 for url, n in leased.items() if url != placed[0]["url"])
     assert all(rows[a["request_id"]].status == "finished" for a in answers)
     assert f"engine replica {placed[0]['url']} (affinity)" in render_text(rows[answers[1]["request_id"]])
+    # The choice is in the row's own columns too, and in the request's record.
+    assert {(r.replica, r.replica_reason) for r in rows.values()} == {(placed[0]["url"], "affinity")}
+    record = httpx.get(f"{gateway.url}/v1/requests/{answers[0]['request_id']}", headers=h).json()
+    assert (record["replica"], record["replica_reason"]) == (placed[0]["url"], "affinity")
     metrics = httpx.get(f"{gateway.url}/metrics").text
     assert "vllm:kv_cache_usage_perc" in metrics
 

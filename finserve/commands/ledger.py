@@ -1,0 +1,121 @@
+"""`finserve ledger verify` and `finserve ledger prune`: the SLO ledger's tamper evidence and retention.
+
+verify walks each tenant's hash chain (gateway/ledger/verify.py) and names every row that was
+edited or whose predecessor is missing; it exits 6 (ExitCode.INTEGRITY) when it finds one.
+prune deletes old rows behind a checkpoint and drops old step timelines (gateway/ledger/retention.py).
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any, Optional
+
+import typer
+
+from finserve.console import CLIError, ExitCode, Output, OutputOpt, print_json
+
+
+def register(app: typer.Typer) -> None:
+    ledger_app = typer.Typer(help="The SLO ledger: verify its hash chain, prune old rows and timelines.",
+                             no_args_is_help=True)
+    app.add_typer(ledger_app, name="ledger")
+    ledger_app.command("verify")(verify)
+    ledger_app.command("prune")(prune)
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --output json: one JSON document on stdout.")]
+
+
+def _engine() -> Any:
+    from core.db.base import make_engine
+    from core.db.migrate import upgrade
+    from core.settings import Settings
+
+    url = Settings().resolved_database_url
+    upgrade(url)  # idempotent: the chain tables exist before they are read
+    return make_engine(url)
+
+
+def _duration(option: str, text: str) -> Any:
+    from gateway.reports import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise CLIError(f"{option}: {exc}") from None
+
+
+def verify(
+    tenant: Annotated[Optional[str], typer.Option(help="Only this tenant's chain (default: every tenant)")] = None,
+    since: Annotated[Optional[str], typer.Option(metavar="TIME", help="Only rows that arrived from then on: ISO "
+                                                 "8601 or a duration ago (24h); with the links around them")] = None,
+    until: Annotated[Optional[str], typer.Option(metavar="TIME", help="Only rows that arrived before then: ISO "
+                                                 "8601, 'now' or a duration ago")] = None,
+    timelines: Annotated[bool, typer.Option("--timelines/--no-timelines", help="Also check each kept timeline "
+                                            "against its chained digest (reads every timeline)")] = True,
+    json_out: JsonOpt = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Check every ledger row against its tenant's hash chain; name each edited row and each missing one."""
+    from finserve.commands.db import parse_time
+    from gateway.ledger.verify import verify_ledger
+
+    now = datetime.now(timezone.utc)
+    t0 = parse_time(since, now) if since else None
+    t1 = parse_time(until, now) if until else None
+    engine = _engine()
+    try:
+        with engine.connect() as conn:
+            result = verify_ledger(conn, tenant=tenant, since=t0, until=t1, check_timelines=timelines)
+    finally:
+        engine.dispose()
+    if json_out or output is Output.json:
+        print_json(result.to_dict())
+    else:
+        for p in result.problems:
+            typer.echo(f"{p.kind}: {p.request_id or '-'} (tenant {p.partition}, chain position {p.seq}): {p.detail}")
+        unchained = f"; {result.rows_unchained} rows from before chaining (migration 0004) not covered" \
+            if result.rows_unchained else ""
+        typer.echo(f"ledger verified: {'yes' if result.ok else 'no'} ({result.rows_checked} rows in "
+                   f"{result.partitions} tenant chains{unchained})")
+    if not result.ok:
+        first = result.problems[0]
+        raise CLIError(f"the ledger failed verification: {len(result.problems)} problem(s), first: {first.kind} "
+                       f"at {first.request_id or f'position {first.seq}'} (tenant {first.partition})",
+                       ExitCode.INTEGRITY)
+
+
+def prune(
+    older_than: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Delete rows that arrived longer "
+                                                      "ago than this (e.g. 90d); a checkpoint keeps the chain "
+                                                      "verifiable")] = None,
+    timelines_older_than: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Drop the step "
+                                                                "timelines of rows older than this (e.g. 7d); "
+                                                                "the summary rows stay")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; change nothing")] = False,
+    json_out: JsonOpt = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Delete old ledger rows (behind a chain checkpoint) and drop old step timelines."""
+    from gateway.ledger.retention import prune as run_prune
+
+    if older_than is None and timelines_older_than is None:
+        raise CLIError("give --older-than (whole rows) and/or --timelines-older-than (step timelines)")
+    now = datetime.now(timezone.utc)
+    rows_cut = now - _duration("--older-than", older_than) if older_than else None
+    timelines_cut = now - _duration("--timelines-older-than", timelines_older_than) if timelines_older_than else None
+    engine = _engine()
+    try:
+        result = run_prune(engine, older_than=rows_cut, timelines_older_than=timelines_cut, dry_run=dry_run)
+    finally:
+        engine.dispose()
+    if json_out or output is Output.json:
+        print_json(result.to_dict())
+    else:
+        verb = "would delete" if dry_run else "deleted"
+        typer.echo(f"{verb} {result.rows_deleted} chained rows ({len(result.checkpoints)} tenant checkpoints) and "
+                   f"{result.unchained_deleted} unchained rows; {'would drop' if dry_run else 'dropped'} "
+                   f"{result.timelines_dropped} timelines")
+    if result.refused:
+        first = result.refused[0]
+        raise CLIError(f"not pruned: tenant {first.partition}'s old chain is broken ({first.kind} at "
+                       f"{first.request_id or first.seq}); run `finserve ledger verify`", ExitCode.INTEGRITY)

@@ -1,0 +1,174 @@
+"""The ledger's hash chain: tamper evidence for every final ledger row.
+
+Rules (docs/OBSERVABILITY.md, "Ledger integrity and retention"):
+- Partition: the tenant. Each tenant's final rows form one chain, positions `chain_seq` 1, 2, ...
+  in the order they reached their final status (not arrival order).
+- A row is chained when it reaches a final status (finished, failed, aborted, rejected,
+  interrupted); `running` rows are not chained. `row_hash = sha256(CHAIN_VERSION, prev_hash,
+  canonical JSON of HASHED_FIELDS)`; `prev_hash` is the row_hash of position seq - 1 (GENESIS
+  before position 1, or the checkpoint a prune left). The timeline is hashed through its own digest
+  (`timeline_sha256`), so dropping timelines later leaves every row_hash verifiable.
+- The head of each partition (`ledger_chain_heads`) is locked and moved in the same transaction as
+  the rows it chains (SELECT ... FOR UPDATE on PostgreSQL; on SQLite the first statement is a write,
+  which takes the database's write lock), so concurrent writers and gateway processes cannot fork it.
+- An `interrupted` row whose final row arrives later is chained again at the head; its old position
+  goes to `ledger_chain_superseded` with its hash, so the link from the next position still holds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, cast
+
+from sqlalchemy import Boolean, Connection, Float, Integer, Table, bindparam, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from core.db.base import UTCDateTime, utcnow
+from core.db.models import RUNNING_STATUS, LedgerChainHead, LedgerChainSuperseded, RequestLedger
+from gateway.ledger.row import LedgerRow, replaces
+
+CHAIN_VERSION = "finserve-ledger-chain-v1"
+GENESIS = "0" * 64
+LEDGER = cast(Table, RequestLedger.__table__)
+HEADS = cast(Table, LedgerChainHead.__table__)
+SUPERSEDED = cast(Table, LedgerChainSuperseded.__table__)
+# Frozen for CHAIN_VERSION: a column added later is not hashed until the version changes, so rows
+# chained before it still verify. Everything but the timeline (hashed through timeline_sha256) and
+# the chain's own prev_hash / row_hash.
+HASHED_FIELDS = (
+    "request_id", "tenant", "workload_class", "class_rule", "route", "status", "finish_reason",
+    "rejection_reason", "http_status", "arrival_at", "queue_ms", "prefill_ms", "ttft_ms", "tpot_ms", "e2e_ms",
+    "input_tokens", "cached_tokens", "output_tokens", "preemptions", "ttft_target_ms", "tpot_target_ms",
+    "e2e_target_ms", "slo_goal", "slo_percentile", "ttft_met", "tpot_met", "e2e_met", "slo_met",
+    "key_id", "replica", "replica_reason", "model_id", "weights_sha256", "weight_format", "policy_sha256",
+    "finserve_version", "chain_seq", "timeline_sha256",
+)
+
+
+def _float(v: Any) -> Any:
+    f = float(v)
+    return f if math.isfinite(f) else repr(f)
+
+
+def _utc_iso(v: Any) -> str:
+    return cast(datetime, v).astimezone(timezone.utc).isoformat()
+
+
+def _converter(name: str) -> Any:
+    """How a column's value is normalised to what the database hands back: a Float's 80 and 80.0 hash alike."""
+    kind = LEDGER.c[name].type
+    if isinstance(kind, Float):
+        return _float
+    if isinstance(kind, Boolean):
+        return bool
+    if isinstance(kind, Integer):
+        return int
+    if isinstance(kind, UTCDateTime):
+        return _utc_iso
+    return str
+
+
+_CONVERTERS = tuple((name, _converter(name)) for name in HASHED_FIELDS)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+
+
+def timeline_digest(timeline: Mapping[str, Any] | None) -> str | None:
+    return None if timeline is None else hashlib.sha256(canonical_json(timeline).encode()).hexdigest()
+
+
+def row_hash(prev_hash: str, values: Mapping[str, Any]) -> str:
+    """The hash of a row whose column values are `values` (a LedgerRow's dict or a database row)."""
+    summary = {name: None if (v := values.get(name)) is None else conv(v) for name, conv in _CONVERTERS}
+    return hashlib.sha256(f"{CHAIN_VERSION}\n{prev_hash}\n{canonical_json(summary)}".encode()).hexdigest()
+
+
+@dataclass
+class Head:
+    seq: int
+    hash: str
+    request_id: str | None
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the database holds for a request id before this transaction writes."""
+
+    status: str
+    tenant: str
+    chain_seq: int | None
+    prev_hash: str | None
+    row_hash: str | None
+
+
+def lock_heads(conn: Connection, partitions: Iterable[str]) -> dict[str, Head]:
+    """Create missing heads, then lock them in name order (two writers never wait on each other in a cycle)."""
+    names = sorted(set(partitions))
+    if not names:
+        return {}
+    fresh = [{"partition": p, "seq": 0, "head_hash": GENESIS, "head_request_id": None, "updated_at": utcnow()}
+             for p in names]
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(HEADS)
+        conn.execute(ins.on_conflict_do_nothing(index_elements=["partition"]), fresh)
+    else:
+        have = set(conn.scalars(select(HEADS.c.partition).where(HEADS.c.partition.in_(names))))
+        missing = [f for f in fresh if f["partition"] not in have]
+        if missing:
+            conn.execute(insert(HEADS), missing)
+    rows = conn.execute(select(HEADS).where(HEADS.c.partition.in_(names)).order_by(HEADS.c.partition)
+                        .with_for_update())
+    return {r.partition: Head(r.seq, r.head_hash, r.head_request_id) for r in rows}
+
+
+def stored_rows(conn: Connection, request_ids: list[str]) -> dict[str, Stored]:
+    t = LEDGER
+    rows = conn.execute(select(t.c.request_id, t.c.status, t.c.tenant, t.c.chain_seq, t.c.prev_hash, t.c.row_hash)
+                        .where(t.c.request_id.in_(request_ids)))
+    return {r.request_id: Stored(r.status, r.tenant, r.chain_seq, r.prev_hash, r.row_hash) for r in rows}
+
+
+def extend(conn: Connection, rows: list[LedgerRow]) -> list[LedgerRow]:
+    """The rows this transaction must write, final ones chained at their partition's head.
+
+    `rows` holds one row per request id. A row that would change nothing (its request already has a
+    status it may not replace) is left out; a running row is written unchained. Call inside the
+    transaction that writes the returned rows: the heads stay locked until it commits.
+    """
+    finals = [r for r in rows if r.status != RUNNING_STATUS]
+    heads = lock_heads(conn, (r.tenant for r in finals))
+    stored = stored_rows(conn, [r.request_id for r in rows]) if rows else {}
+    out: list[LedgerRow] = []
+    superseded: list[dict[str, Any]] = []
+    for r in rows:
+        old = stored.get(r.request_id)
+        if old is not None and not replaces(r.status, old.status):
+            continue
+        if r.status == RUNNING_STATUS:
+            out.append(dataclasses.replace(r, chain_seq=None, prev_hash=None, row_hash=None, timeline_sha256=None))
+            continue
+        if old is not None and old.chain_seq is not None and old.row_hash is not None:
+            superseded.append({"partition": old.tenant, "seq": old.chain_seq, "request_id": r.request_id,
+                               "row_hash": old.row_hash, "prev_hash": old.prev_hash or GENESIS,
+                               "old_status": old.status, "superseded_at": utcnow()})
+        head = heads[r.tenant]
+        chained = dataclasses.replace(r, chain_seq=head.seq + 1, prev_hash=head.hash, row_hash=None,
+                                      timeline_sha256=timeline_digest(r.timeline))
+        chained.row_hash = row_hash(head.hash, vars(chained))
+        head.seq, head.hash, head.request_id = chained.chain_seq or 0, chained.row_hash, r.request_id
+        out.append(chained)
+    if superseded:
+        conn.execute(insert(SUPERSEDED), superseded)
+    if heads:
+        conn.execute(update(HEADS).where(HEADS.c.partition == bindparam("p")).values(
+            seq=bindparam("s"), head_hash=bindparam("h"), head_request_id=bindparam("r"), updated_at=utcnow()),
+            [{"p": p, "s": h.seq, "h": h.hash, "r": h.request_id} for p, h in heads.items()])
+    return out
