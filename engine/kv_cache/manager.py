@@ -189,8 +189,8 @@ class KVCacheManager:
                        any_class: bool = False) -> bool:
         """The scheduler's last resort when the pool is short and nothing is left to preempt: the
         request's class gives up just enough of its own leases (soonest to expire, deepest first);
-        with `any_class` (a starving request: the starvation guarantee outranks a lease) other
-        classes' leases follow. Returns False, changing nothing, when all of them would not make room."""
+        with `any_class` (the scheduler's call: nothing else runs that could free blocks, or the
+        request is starving) other classes' leases follow. Returns False, changing nothing, when all of them would not make room."""
         self._expire_leases()
         cls = req.workload_class
         need = self._need(req, num_new_tokens, computed)
