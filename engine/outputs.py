@@ -132,7 +132,7 @@ class ClassStats:
 class EngineStats:
     num_blocks: int
     free_blocks: int
-    cached_blocks: int  # evictable blocks holding prefix-cache content
+    cached_blocks: int  # unreferenced blocks holding prefix-cache content (evictable or leased)
     used_blocks: int  # blocks held by live requests
     running: int
     waiting: int
@@ -142,6 +142,7 @@ class EngineStats:
     prefix_cache_query_tokens: int = 0
     failed_requests: int = 0  # requests finished with finish_reason "error" since start
     loop_restarts: int = 0  # times EngineClient restarted its engine loop after a crash
+    leased_blocks: int = 0  # of cached_blocks: kept by document leases, not available to other work
 
 
 @dataclass(frozen=True)

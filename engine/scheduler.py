@@ -421,6 +421,7 @@ class Scheduler:
             free_blocks=kv.free_blocks,
             cached_blocks=kv.cached_blocks,
             used_blocks=kv.used_blocks,
+            leased_blocks=kv.leased_blocks,
             running=len(self.running),
             waiting=len(self.waiting),
             per_class=per_class,

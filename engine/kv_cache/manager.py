@@ -36,11 +36,11 @@ class AllocStatus(enum.Enum):
 class KVCacheStats:
     num_blocks: int
     free_blocks: int  # hold nothing
-    cached_blocks: int  # unreferenced, hold prefix-cache content, evictable
-    used_blocks: int  # in live requests' block tables, or leased; free + cached + used == num_blocks
+    cached_blocks: int  # unreferenced, hold prefix-cache content (evictable, or leased)
+    used_blocks: int  # in live requests' block tables; free + cached + used == num_blocks
     prefix_cache_hit_tokens: int
     prefix_cache_query_tokens: int
-    leased_blocks: int = 0  # of used_blocks: in no table, kept by a lease
+    leased_blocks: int = 0  # of cached_blocks: kept by a lease, not available to allocation
 
 
 @dataclass(frozen=True)
@@ -266,8 +266,8 @@ class KVCacheManager:
         self._expire_leases()
         p = self.pool
         return KVCacheStats(
-            p.num_blocks, p.num_free, p.num_evictable, p.num_used, self.prefix_hit_tokens, self.prefix_query_tokens,
-            p.num_leased,
+            p.num_blocks, p.num_free, p.num_evictable + p.num_leased, p.num_used - p.num_leased,
+            self.prefix_hit_tokens, self.prefix_query_tokens, p.num_leased,
         )
 
     # ---- internals ----------------------------------------------------------------------

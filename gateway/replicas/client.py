@@ -194,4 +194,5 @@ def load_for_router(client: RemoteEngineClient) -> dict[str, Any]:
     s = client.stats()
     return {"name": client.url, "healthy": client.health().ready, "in_flight": client.in_flight,
             "waiting": {c: cs.waiting for c, cs in s.per_class.items()},
-            "kv_usage": s.used_blocks / s.num_blocks if s.num_blocks else 0.0}
+            # leased blocks are no more available to new work than used ones
+            "kv_usage": (s.used_blocks + s.leased_blocks) / s.num_blocks if s.num_blocks else 0.0}
