@@ -5,6 +5,7 @@ Spans are read with the SDK's in-memory exporter, attached to this process's tra
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -253,3 +254,24 @@ async def test_an_engine_replica_joins_its_callers_trace_and_leaves_probes_untra
     assert server.kind == SpanKind.SERVER and parent_of(server) == CALLER_SPAN
     assert server.attributes["http.response.status_code"] == 200
     assert not [s for s in memory_spans().get_finished_spans()[before:] if "stats" in s.name]
+
+
+async def test_a_remote_engine_call_carries_the_callers_trace_to_the_replica(
+        tmp_path: Path, engine_client: EngineClient) -> None:
+    from gateway.replicas.client import RemoteEngineClient
+
+    memory_spans()
+    app = create_engine_app(Settings(home=tmp_path), engine_client=engine_client)
+    remote = RemoteEngineClient("http://replica", tokenizer=engine_client.tokenizer, policy=load_policy(),
+                                config=engine_client.engine.config)
+    remote._http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://replica")
+    remote._http_loop = asyncio.get_running_loop()
+    req = EngineRequest(request_id="req-remote-span", prompt_token_ids=engine_client.tokenizer.encode("Hello"),
+                        sampling=SamplingParams(max_tokens=2), workload_class="realtime_risk")
+    with tracing.tracer().start_as_current_span("caller") as caller:
+        outputs = [out async for out in remote.generate(req)]
+    await remote._http.aclose()
+    assert outputs and outputs[-1].finished
+    trace_id = format(caller.get_span_context().trace_id, "032x")
+    server = one(spans_of(trace_id, want=2), "POST /v1/engine/generate")
+    assert parent_of(server) == format(caller.get_span_context().span_id, "016x")

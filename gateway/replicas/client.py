@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from core import tracing
 from engine.config import EngineConfig
 from engine.outputs import AdmissionError, EngineHealth, EngineStats, RequestOutput
 from engine.request import EngineRequest, RequestMetrics, RequestStatus
@@ -103,8 +104,9 @@ class RemoteEngineClient:
         streamed = False
         self.in_flight += 1
         try:
+            # The caller's trace context travels with the request, so the replica's span joins the trace.
             async with http.stream("POST", f"{self.url}/v1/engine/generate",
-                                   json=wire.request_to_json(req)) as resp:
+                                   json=wire.request_to_json(req), headers=tracing.inject()) as resp:
                 if resp.status_code != 200:
                     raise self._refusal(resp.status_code, await resp.aread())
                 async for line in resp.aiter_lines():
