@@ -24,6 +24,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+#include "half.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define QG_AVX512 1
@@ -56,30 +57,6 @@ int finserve_cpu_features(void) {
         f |= 2;
 #endif
     return f;
-}
-
-static inline float half_to_float(uint16_t h) {
-#if defined(QG_AVX512) || defined(QG_AVX2)
-    return _cvtsh_ss(h);
-#else
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {  // subnormal: normalise
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) { man <<= 1; exp--; }
-            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-#endif
 }
 
 // x [M, K] (row stride ldx) -> xq int8 [M, KB*32] (zero padded), xd [M, KB], xs [M, KB] = sum(xq).
