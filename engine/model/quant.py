@@ -119,8 +119,24 @@ def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | 
     return y if bias is None else y + bias
 
 
+# Rows from which a batch (a prefill chunk) multiplies dequantized fp32 weights with MKL's GEMM instead
+# of the integer kernel: measured on AVX-512 (1 thread, SmolLM2 matrices) the dequantization costs
+# 0.2-0.7 ms a matrix, break-even with the kernel at ~64 rows and 1.2-1.5x faster from 256 rows on;
+# the kernel is not tiled for large M. bf16 GEMM through torch was slower than fp32 on this CPU
+# (no AMX: 160 vs 280 GFLOP/s at 256 rows, 2 threads), so the dense path is fp32.
+DENSE_MIN_ROWS = 128
+_scratch: list[torch.Tensor] = []  # one reusable fp32 buffer for the dequantized matrix (engine thread only)
+
+
+def _dense_buffer(n: int, k: int) -> torch.Tensor:  # [n, k] fp32 view of the shared scratch
+    if not _scratch or _scratch[0].numel() < n * k:
+        _scratch[:] = [torch.empty(n * k, dtype=torch.float32)]
+    return _scratch[0][: n * k].view(n, k)
+
+
 class QuantizedLinear:
-    """y = x @ W^T (+ b) with W quantized; native kernel on CPU when built, else dequantize + F.linear."""
+    """y = x @ W^T (+ b) with W quantized; native kernel on CPU when built (prefill-sized batches:
+    dequantized into a scratch buffer, then MKL), else dequantize + F.linear."""
 
     def __init__(self, qw: QuantizedWeight, bias: torch.Tensor | None, lib: ctypes.CDLL | None,
                  act16: bool = True):
@@ -132,6 +148,11 @@ class QuantizedLinear:
         self._dense: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x [T, K] -> [T, N]
+        if self.lib is not None and x.shape[0] >= DENSE_MIN_ROWS:
+            qw = self.weight
+            w = _dense_buffer(qw.n, qw.k)
+            cpu_kernels.dequant_into(self.lib, qw.kind == "q4", qw.packed, qw.scales, qw.mins, w)
+            return F.linear(x.float(), w, self.bias).to(x.dtype)
         if self.lib is not None:
             qw = self.weight
             y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", x.float().contiguous(), qw.packed, qw.scales,
