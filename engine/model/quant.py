@@ -16,6 +16,7 @@ the tests and by machines without the native library.
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -125,13 +126,14 @@ def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | 
 # the kernel is not tiled for large M. bf16 GEMM through torch was slower than fp32 on this CPU
 # (no AMX: 160 vs 280 GFLOP/s at 256 rows, 2 threads), so the dense path is fp32.
 DENSE_MIN_ROWS = 128
-_scratch: list[torch.Tensor] = []  # one reusable fp32 buffer for the dequantized matrix (engine thread only)
+_scratch = threading.local()  # per thread (engines on two threads must not share it): one fp32 buffer
 
 
-def _dense_buffer(n: int, k: int) -> torch.Tensor:  # [n, k] fp32 view of the shared scratch
-    if not _scratch or _scratch[0].numel() < n * k:
-        _scratch[:] = [torch.empty(n * k, dtype=torch.float32)]
-    return _scratch[0][: n * k].view(n, k)
+def _dense_buffer(n: int, k: int) -> torch.Tensor:  # [n, k] fp32 view of this thread's scratch
+    buf: torch.Tensor | None = getattr(_scratch, "buf", None)
+    if buf is None or buf.numel() < n * k:
+        buf = _scratch.buf = torch.empty(n * k, dtype=torch.float32)
+    return buf[: n * k].view(n, k)
 
 
 class QuantizedLinear:

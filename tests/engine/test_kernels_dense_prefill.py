@@ -38,3 +38,26 @@ def test_prefill_batches_use_the_stored_weights_and_decode_batches_agree(kind: s
     torch.testing.assert_close(layer(big[:3]), exact[:3], rtol=1e-3, atol=1e-3)
     small = QuantizedLinear(quantize(torch.randn(8, 160, generator=g), kind), None, layer.lib)
     assert small(big).shape == (DENSE_MIN_ROWS + 5, 8)  # the shared scratch is re-viewed per matrix
+
+
+@needs_kernels
+def test_engines_on_two_threads_do_not_share_the_dequantization_buffer() -> None:
+    import threading
+
+    g = torch.Generator().manual_seed(5)
+    lib = cpu_kernels.load_variant(VARIANTS[-1])
+    layers = [QuantizedLinear(quantize(torch.randn(64, 96, generator=g), "q4"), None, lib) for _ in range(2)]
+    x = torch.randn(DENSE_MIN_ROWS, 96, generator=g)
+    want = [x @ dequantize(layer.weight).T for layer in layers]
+    errors: list[float] = []
+
+    def work(i: int) -> None:
+        for _ in range(200):
+            errors.append(float((layers[i](x) - want[i]).abs().max()))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 400 and max(errors) < 1e-3
