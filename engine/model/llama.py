@@ -107,6 +107,8 @@ class LlamaModel:
             for i in range(cfg.num_layers)
         ]
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.max_position_embeddings, device, dtype)
+        self._kv_pool: torch.Tensor | None = None  # the pool _kv was made from
+        self._kv: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     @torch.inference_mode()
     def forward(
@@ -119,10 +121,17 @@ class LlamaModel:
     ) -> torch.Tensor:  # [N, V] float32
         x = self.embed_tokens(input_ids)  # [T, hidden]
         cos_sin = self.rope.at(positions)
-        for i, layer in enumerate(self.layers):
-            x = layer.forward(x, cos_sin, kv_cache[i, 0], kv_cache[i, 1], meta)
+        for layer, (k_cache, v_cache) in zip(self.layers, self._kv_views(kv_cache)):
+            x = layer.forward(x, cos_sin, k_cache, v_cache, meta)
         h = rms_norm(x.index_select(0, logits_rows), self.norm, self.cfg.rms_norm_eps)
         return self.lm_head(h).float()
+
+    def _kv_views(self, kv_cache: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's K and V pool views, made once per pool rather than 4 ops per layer per step."""
+        if self._kv_pool is not kv_cache:
+            self._kv_pool = kv_cache
+            self._kv = [(kv_cache[i, 0], kv_cache[i, 1]) for i in range(self.cfg.num_layers)]
+        return self._kv
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [T, hidden]
         if self.embed is not None:

@@ -157,9 +157,10 @@ class QuantizedLinear:
             return F.linear(x.float(), w, self.bias).to(x.dtype)
         if self.lib is not None:
             qw = self.weight
-            y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", x.float().contiguous(), qw.packed, qw.scales,
+            xf = x if x.dtype == torch.float32 else x.float()  # no dispatched no-op casts: decode is op-bound
+            y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", xf.contiguous(), qw.packed, qw.scales,
                                   qw.mins, qw.n, self.bias, self.act16)
-            return y.to(x.dtype)
+            return y if x.dtype == torch.float32 else y.to(x.dtype)
         if self.mirror:
             return reference_linear(x, self.weight, self.bias, self.act16).to(x.dtype)
         if self._dense is None:  # portable path (CUDA, no native library): keep a dequantized copy
