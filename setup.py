@@ -27,6 +27,7 @@ class _BuildPerVariant(build_ext):
             self.build_temp = base
 
 _SOURCES = sorted(str(p) for p in Path("engine/model/kernels").glob("*.c"))
+_HEADERS = sorted(str(p) for p in Path("engine/model/kernels").glob("*.h"))  # a changed header rebuilds
 _COMMON = ["-O3", "-fopenmp", "-std=c11", "-fno-math-errno"]
 _VARIANTS = {
     "generic": [],
@@ -40,6 +41,7 @@ setup(
         Extension(
             f"engine.model._kernels_{name}",
             sources=_SOURCES,
+            depends=_HEADERS,
             extra_compile_args=_COMMON + flags,
             extra_link_args=["-fopenmp", "-lm"],
             optional=True,

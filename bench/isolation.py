@@ -5,7 +5,8 @@ Three situations, back to back, on the real default model:
   loaded    - the same risk requests while bulk saturates the engine and one 4,000-token document
               is being prefilled, with the class policy;
   fcfs      - the same load with class-blind first-come-first-served scheduling.
-Also bulk output tokens/s alone vs under the mixed load (class policy).
+Also bulk output tokens/s alone vs under the mixed load (class policy), and work conservation: the
+tokens every class processes per second (input + output) under the mixed load vs bulk alone.
 """
 from __future__ import annotations
 
@@ -41,12 +42,12 @@ def _new(rng, n_in, n_out, cls) -> EngineRequest:
     return EngineRequest(uuid.uuid4().hex, _ids(rng, n_in), SamplingParams(max_tokens=n_out, ignore_eos=True), cls)
 
 
-async def _risk_stream(client, rng, count: int, gap_s: float) -> list[RequestMetrics]:
+async def _risk_stream(client, rng, count: int, gap_s: float) -> list[EngineRequest]:
     tasks = []
     for _ in range(count):
         tasks.append(asyncio.create_task(_one(client, _new(rng, RISK_PROMPT_TOKENS, RISK_OUTPUT_TOKENS, "realtime_risk"))))
         await asyncio.sleep(gap_s * rng.uniform(0.5, 1.5))
-    return [RequestMetrics.of(r) for r in await asyncio.gather(*tasks)]
+    return list(await asyncio.gather(*tasks))
 
 
 async def _bulk_pump(client, rng, in_flight: int, stop: asyncio.Event, done: list[EngineRequest]) -> None:
@@ -63,6 +64,23 @@ def _bulk_tps(done: list[EngineRequest], t0: float, t1: float) -> float:
     return n / (t1 - t0)
 
 
+def _processed_tps(reqs: list[EngineRequest], t0: float, t1: float) -> dict[str, float]:
+    """Tokens/s the engine processed inside [t0, t1], any class: output tokens produced in the window, and
+    prompt tokens prefilled (not served from the prefix cache), spread evenly over each request's prefill
+    (first scheduled -> first token; per-chunk times are not recorded) and counted for the overlap."""
+    out = sum(1 for r in reqs for t in r.token_times if t0 <= t <= t1)
+    inp = 0.0
+    for r in reqs:
+        start, end = r.first_scheduled_time, r.first_token_time
+        if start is None or end is None:
+            continue
+        n = len(r.prompt_token_ids) - r.num_cached_tokens
+        overlap = max(0.0, min(end, t1) - max(start, t0))
+        inp += n * (overlap / (end - start) if end > start else float(t0 <= end <= t1))
+    span = t1 - t0
+    return {"input": inp / span, "output": out / span, "total": (inp + out) / span}
+
+
 async def _situation(scheduling: str, load: bool, n_risk: int, gap_s: float, bulk_in_flight: int, seed: int, model) -> dict:
     client = EngineClient.launch(lambda: LLMEngine(engine_config(model, scheduling=scheduling)))
     rng = random.Random(seed)
@@ -76,13 +94,16 @@ async def _situation(scheduling: str, load: bool, n_risk: int, gap_s: float, bul
             doc = asyncio.create_task(_one(client, _new(rng, DOC_TOKENS, 16, "document_qa")))
             await asyncio.sleep(0.5)
         t0 = time.time()
-        metrics = await _risk_stream(client, rng, n_risk, gap_s)
+        risk = await _risk_stream(client, rng, n_risk, gap_s)
         t1 = time.time()
         stop.set()
         if pump:
             await pump  # in-flight bulk requests finish; nothing is aborted
-        doc_metrics = RequestMetrics.of(await doc) if doc else None
-        return _report(metrics, bulk_done, t0, t1, doc_metrics, client.policy)
+        doc_req = await doc if doc else None
+        doc_metrics = RequestMetrics.of(doc_req) if doc_req else None
+        report = _report([RequestMetrics.of(r) for r in risk], bulk_done, t0, t1, doc_metrics, client.policy)
+        report["processed_tokens_per_s"] = _processed_tps(risk + bulk_done + ([doc_req] if doc_req else []), t0, t1)
+        return report
     finally:
         client.shutdown()
 
@@ -112,7 +133,7 @@ def _report(metrics, bulk_done, t0, t1, doc_metrics, policy) -> dict:
     return out
 
 
-async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model) -> float:
+async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model) -> dict[str, float]:
     client = EngineClient.launch(lambda: LLMEngine(engine_config(model)))
     rng = random.Random(seed)
     try:
@@ -124,7 +145,7 @@ async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model) -> 
         t1 = time.time()
         stop.set()
         await pump
-        return _bulk_tps(done, t0, t1)
+        return {"output_tokens_per_s": _bulk_tps(done, t0, t1), "processed_tokens_per_s": _processed_tps(done, t0, t1)}
     finally:
         client.shutdown()
 
@@ -148,14 +169,18 @@ def run(json_path: str | None, n_risk: int = 30, gap_s: float = 1.0, bulk_in_fli
                      "bulk_prompt_tokens": BULK_PROMPT_TOKENS, "bulk_output_tokens": BULK_OUTPUT_TOKENS,
                      "document_tokens": DOC_TOKENS, "seed": seed},
         "idle": idle, "loaded_class_policy": loaded, "loaded_fcfs": fcfs,
-        "bulk_alone_output_tokens_per_s": alone,
+        "bulk_alone_output_tokens_per_s": alone["output_tokens_per_s"],
+        "bulk_alone_processed_tokens_per_s": alone["processed_tokens_per_s"],
         "ratios": {
             "loaded_p99_over_idle_p99": loaded["risk_ttft_ms"]["p99"] / idle["risk_ttft_ms"]["p99"],
             "fcfs_p99_over_idle_p99": fcfs["risk_ttft_ms"]["p99"] / idle["risk_ttft_ms"]["p99"],
-            "bulk_under_load_over_alone": loaded.get("bulk_output_tokens_per_s", 0) / alone,
+            "bulk_under_load_over_alone": loaded.get("bulk_output_tokens_per_s", 0) / alone["output_tokens_per_s"],
+            # work conservation: does protecting risk leave the engine idle? all classes' tokens vs bulk alone
+            "work_conservation": loaded["processed_tokens_per_s"]["total"] / alone["processed_tokens_per_s"]["total"],
+            "work_conservation_fcfs": fcfs["processed_tokens_per_s"]["total"] / alone["processed_tokens_per_s"]["total"],
         },
         "targets": {"loaded_p99_over_idle_p99_max": 2.0, "risk_slo_attainment_min": 0.99,
-                    "bulk_under_load_over_alone_min": 0.8},
+                    "bulk_under_load_over_alone_min": 0.8, "work_conservation_min": 0.9},
     }
     write_json(json_path, data)
     return data

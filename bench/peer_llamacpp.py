@@ -16,7 +16,8 @@ _FTYPES = {"q8_0": 7, "q4_1": 3, "f32": 0}  # llama.h LLAMA_FTYPE_*
 def measure(path: str, threads: int, new_tokens: int, prompt: list[int]) -> dict:
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=path, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=threads,
+    n_ctx = max(2048, len(prompt) + new_tokens + 8)  # a 2,048-token prompt and its answer must fit
+    llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=512, n_threads=threads,
                           n_threads_batch=threads, verbose=False)
 
     def once(n: int) -> tuple[float, float]:
@@ -28,9 +29,9 @@ def measure(path: str, threads: int, new_tokens: int, prompt: list[int]) -> dict
         for _ in range(n - 1):
             next(gen)
         t2 = time.perf_counter()
-        return (t1 - t0) * 1000, (t2 - t1) * 1000 / (n - 1)
+        return (t1 - t0) * 1000, (t2 - t1) * 1000 / max(n - 1, 1)
 
-    once(4)  # warm-up
+    once(min(4, new_tokens))  # warm-up
     ttft, tpot = once(new_tokens)
     return {"ttft_ms": ttft, "tpot_ms": tpot, "llama_cpp_python": llama_cpp.__version__}
 

@@ -38,7 +38,8 @@ class Settings(BaseSettings):
     served_model_name: str | None = None  # the `model` id clients use; None: the folder name
     device: str = "cpu"
     dtype: str = "auto"
-    kv_cache_dtype: str = "auto"  # auto: same as dtype
+    # K/V pool precision (EngineConfig.kv_cache_dtype): bf16/fp16 hold twice fp32's tokens; auto: as dtype
+    kv_cache_dtype: Literal["auto", "fp32", "bf16", "fp16", "float32", "bfloat16", "float16"] = "auto"
     weights: Literal["auto", "fp32", "bf16", "int8", "q4"] = "auto"  # matmul weight format (EngineConfig.weights)
     native_kernels: bool = True  # false: torch paths only
     kernel_isa: Literal["auto", "generic", "avx2", "avx512"] = "auto"  # force a kernel variant (tests, debugging)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from policies import Policy
 
 WEIGHT_FORMATS = ("auto", "fp32", "bf16", "int8", "q4")
+KV_CACHE_DTYPES = ("auto", "fp32", "bf16", "fp16", "float32", "bfloat16", "float16")
+_TORCH_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 
@@ -15,7 +17,10 @@ class EngineConfig:
     policy: Policy
     device: str = "cpu"
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
-    kv_cache_dtype: str = "auto"  # auto: same as dtype
+    # K/V pool precision: auto | fp32 | bf16 | fp16 (or the torch names). 16 bits hold twice the tokens
+    # in the same budget; the CPU decode kernel reads them in place. auto: the compute dtype (see
+    # docs/CAPACITY.md for why auto stays fp32 on CPU).
+    kv_cache_dtype: str = "auto"
     # Matmul weight format: auto | fp32 | bf16 | int8 | q4 (engine/model/linear.py). auto on CPU with
     # the native kernels: q4 when the weights are already 4-bit (lossless), else int8; else the dtype.
     weights: str = "auto"
@@ -38,6 +43,8 @@ class EngineConfig:
             raise ValueError(f"scheduling must be 'class' or 'fcfs', not {self.scheduling!r}")
         if self.weights not in WEIGHT_FORMATS:
             raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, not {self.weights!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES[:4]}, not {self.kv_cache_dtype!r}")
         if self.kernel_isa not in ("auto", "generic", "avx2", "avx512"):
             raise ValueError(f"kernel_isa must be auto, generic, avx2 or avx512, not {self.kernel_isa!r}")
         if self.block_size <= 0 or self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
@@ -46,14 +53,14 @@ class EngineConfig:
     @property
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":
-            return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(self.dtype, self.dtype)
+            return _TORCH_NAMES.get(self.dtype, self.dtype)
         return "bfloat16" if self.device.startswith("cuda") else "float32"
 
     @property
     def resolved_kv_dtype(self) -> str:
         if self.kv_cache_dtype == "auto":
             return self.resolved_dtype
-        return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(self.kv_cache_dtype, self.kv_cache_dtype)
+        return _TORCH_NAMES.get(self.kv_cache_dtype, self.kv_cache_dtype)
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,7 @@ class LLMEngine:
             max_model_len=self.max_model_len,
             max_concurrency_at_max_len=self.num_blocks // blocks_per_req,
             dtype=self.config.resolved_kv_dtype,
+            tokens_by_kv_dtype=self.runner.tokens_by_kv_dtype(),
             device=self.config.device,
         )
 

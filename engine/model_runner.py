@@ -6,13 +6,15 @@ KV formula predicts, to the byte.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
 from engine.model import cpu_kernels
 from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.config import ModelConfig
-from engine.model.cpu_kernels import native_kernels_for
+from engine.model.cpu_kernels import native_decode_for
 from engine.model.loader import TORCH_DTYPES, load_model
 from engine.outputs import RunnerOutput, ScheduledSeq, SchedulerOutput
 from engine.sampler import SamplingRow, sample
@@ -42,8 +44,9 @@ class ModelRunner:
         if self.num_blocks < 1:
             raise ValueError(f"KV budget {config.kv_cache_memory_bytes} B holds no block of {self.kv_spec.bytes_per_block} B")
         slots = self.num_blocks * config.block_size
-        # The native decode kernel serves fp32 on CPU; other dtypes and CUDA use gather + SDPA.
-        self.native_decode = native_kernels_for(self.device, self.dtype) and self.kv_dtype == torch.float32
+        # The native decode kernel serves fp32 compute over an fp32/bf16/fp16 pool on CPU; other
+        # dtypes and CUDA use gather + SDPA.
+        self.native_decode = native_decode_for(self.device, self.dtype, self.kv_dtype)
         self.kv_cache = torch.zeros(
             (mc.num_layers, 2, slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype, device=self.device
         )
@@ -51,6 +54,16 @@ class ModelRunner:
     @property
     def kv_cache_bytes(self) -> int:
         return self.kv_cache.numel() * self.kv_cache.element_size()
+
+    def tokens_by_kv_dtype(self) -> dict[str, int]:
+        """KV tokens this budget holds per pool precision (the start-up log shows what --kv-dtype buys)."""
+        if self.config.num_blocks_override:
+            return {}
+        out: dict[str, int] = {}
+        for name in ("fp32", "bf16", "fp16"):
+            spec = dataclasses.replace(self.kv_spec, dtype_bytes=DTYPE_BYTES[name])
+            out[name] = spec.num_blocks_for(self.config.kv_cache_memory_bytes) * self.config.block_size
+        return out
 
     def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow]) -> RunnerOutput:
         """Computes every scheduled token; samples a token for each seq that samples and has a row.

@@ -41,8 +41,9 @@ def paged_attention(
     v_cache: torch.Tensor,  # [S, KVH, D]
     meta: AttentionMetadata,
 ) -> torch.Tensor:  # [T, H, D]
-    k_cache.index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
-    v_cache.index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
+    same = k.dtype == k_cache.dtype  # skip the no-op casts (a dispatched op each, per layer and step)
+    k_cache.index_copy_(0, meta.slot_mapping, k if same else k.to(k_cache.dtype))
+    v_cache.index_copy_(0, meta.slot_mapping, v if same else v.to(v_cache.dtype))
     out = torch.empty_like(q)
     for p in meta.prefills:
         qi = q[p.q_start : p.q_end].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]

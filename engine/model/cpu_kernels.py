@@ -9,7 +9,7 @@ Settings) forces a lower variant (tests cover the AVX2 path on an AVX-512 machin
 library was built (no compiler at install time) the engine logs it and uses the torch paths:
 same results, slower.
 
-Kernels: paged decode attention (K/V read in place from the block pool), an fp32 skinny GEMM, and
+Kernels: paged decode attention (K/V read in place from the block pool, fp32, bf16 or fp16), an fp32 skinny GEMM, and
 the quantized GEMM of engine/model/quant.py (int8 and 4-bit weights).
 """
 from __future__ import annotations
@@ -27,6 +27,8 @@ log = structlog.get_logger(__name__)
 ISA_VARIANTS = ("generic", "avx2", "avx512")  # ascending: each runs wherever the next one does
 _FEATURE_BIT = {"generic": 0, "avx2": 1, "avx512": 2}
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+# K/V pool dtypes the decode kernel reads in place (the kernel's kv_type codes).
+KV_TYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 def _library_file(isa: str) -> Path | None:
@@ -39,12 +41,14 @@ def _library_file(isa: str) -> Path | None:
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
-    lib.paged_decode_f32.restype = None
-    lib.paged_decode_f32.argtypes = [_P] * 6 + [_I] * 5 + [_F, _I]
+    lib.paged_decode.restype = None
+    lib.paged_decode.argtypes = [_P] * 6 + [_I] * 5 + [_F, _I, _I]
     lib.skinny_gemm_f32.restype = None
     lib.skinny_gemm_f32.argtypes = [_P] * 4 + [_I] * 4
     lib.qgemm_f32.restype = None
     lib.qgemm_f32.argtypes = [_I, _I, _P, _I, _I, _I, _P, _P, _P, _I, _P, _P, _I, _I]
+    lib.dequant_f32.restype = None
+    lib.dequant_f32.argtypes = [_I, _P, _P, _P, _I, _I, _P, _I]
     lib.finserve_kernel_isa.restype = _I
     lib.finserve_cpu_features.restype = _I
     return lib
@@ -114,13 +118,19 @@ def native_kernels_for(device: torch.device, dtype: torch.dtype) -> bool:
     return device.type == "cpu" and dtype == torch.float32 and _library() is not None
 
 
+def native_decode_for(device: torch.device, dtype: torch.dtype, kv_dtype: torch.dtype) -> bool:
+    """The decode kernel takes fp32 queries over an fp32, bf16 or fp16 K/V pool, on CPU."""
+    return native_kernels_for(device, dtype) and kv_dtype in KV_TYPES
+
+
 def native_available(device: torch.device) -> bool:
     return device.type == "cpu" and _library() is not None
 
 
 def paged_decode_kernel() -> object | None:
     lib = _library()
-    return None if lib is None else lib.paged_decode_f32
+    return None if lib is None else lib.paged_decode
+
 
 
 SKINNY_MAX_ROWS = 8  # above this a decode batch is compute-bound and MKL's GEMM wins
@@ -158,17 +168,26 @@ def qgemm(
     return y
 
 
+def dequant_into(lib: ctypes.CDLL, q4: bool, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
+                 out: torch.Tensor) -> None:
+    """The stored weights, dequantized into `out` [N, K] fp32 contiguous (layout of engine/model/quant.py)."""
+    n, k = out.shape
+    lib.dequant_f32(int(q4), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), n, k,
+                    out.data_ptr(), torch.get_num_threads())
+
+
 def paged_decode(
     q: torch.Tensor,  # [B, H, D] fp32 contiguous
-    k_cache: torch.Tensor,  # [S, KVH, D]
-    v_cache: torch.Tensor,
+    k_cache: torch.Tensor,  # [S, KVH, D] fp32, bf16 or fp16 (read in place, widened in registers)
+    v_cache: torch.Tensor,  # same dtype as k_cache
     slots: torch.Tensor,  # [B, Lmax] int64
     ctx: torch.Tensor,  # [B] int64
     out: torch.Tensor,  # [B, H, D] fp32 contiguous, written
+    lib: ctypes.CDLL | None = None,  # a given variant (tests); default: the one in use
 ) -> None:
-    lib = _library()
-    assert lib is not None
+    lib = lib or _library()
+    assert lib is not None and k_cache.dtype == v_cache.dtype
     b, h, d = q.shape
-    lib.paged_decode_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), ctx.data_ptr(),
-                         out.data_ptr(), b, h, k_cache.shape[1], d, slots.shape[1], d ** -0.5,
-                         torch.get_num_threads())
+    lib.paged_decode(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), ctx.data_ptr(),
+                     out.data_ptr(), b, h, k_cache.shape[1], d, slots.shape[1], d ** -0.5,
+                     torch.get_num_threads(), KV_TYPES[k_cache.dtype])

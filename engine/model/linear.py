@@ -89,6 +89,7 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str, devic
         b = None if bias is None else bias.to(device=device, dtype=torch.float32)
         return QuantizedLinear(quantize(weight, fmt), b, lib)
     wdtype = _DENSE[fmt]
-    w = weight.to(device=device, dtype=wdtype).contiguous()
-    b = None if bias is None else bias.to(device=device, dtype=wdtype)
+    # copies: a view of the memory-mapped checkpoint would keep all of it resident
+    w = weight.to(device=device, dtype=wdtype, copy=True).contiguous()
+    b = None if bias is None else bias.to(device=device, dtype=wdtype, copy=True)
     return DenseLinear(w, b, cpu_kernels.native_kernels_for(device, dtype))

@@ -16,6 +16,7 @@ the tests and by machines without the native library.
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -119,8 +120,25 @@ def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | 
     return y if bias is None else y + bias
 
 
+# Rows from which a batch (a prefill chunk) multiplies dequantized fp32 weights with MKL's GEMM instead
+# of the integer kernel: measured on AVX-512 (1 thread, SmolLM2 matrices) the dequantization costs
+# 0.2-0.7 ms a matrix, break-even with the kernel at ~64 rows and 1.2-1.5x faster from 256 rows on;
+# the kernel is not tiled for large M. bf16 GEMM through torch was slower than fp32 on this CPU
+# (no AMX: 160 vs 280 GFLOP/s at 256 rows, 2 threads), so the dense path is fp32.
+DENSE_MIN_ROWS = 128
+_scratch = threading.local()  # per thread (engines on two threads must not share it): one fp32 buffer
+
+
+def _dense_buffer(n: int, k: int) -> torch.Tensor:  # [n, k] fp32 view of this thread's scratch
+    buf: torch.Tensor | None = getattr(_scratch, "buf", None)
+    if buf is None or buf.numel() < n * k:
+        buf = _scratch.buf = torch.empty(n * k, dtype=torch.float32)
+    return buf[: n * k].view(n, k)
+
+
 class QuantizedLinear:
-    """y = x @ W^T (+ b) with W quantized; native kernel on CPU when built, else dequantize + F.linear."""
+    """y = x @ W^T (+ b) with W quantized; native kernel on CPU when built (prefill-sized batches:
+    dequantized into a scratch buffer, then MKL), else dequantize + F.linear."""
 
     def __init__(self, qw: QuantizedWeight, bias: torch.Tensor | None, lib: ctypes.CDLL | None,
                  act16: bool = True):
@@ -132,11 +150,17 @@ class QuantizedLinear:
         self._dense: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x [T, K] -> [T, N]
+        if self.lib is not None and x.shape[0] >= DENSE_MIN_ROWS:
+            qw = self.weight
+            w = _dense_buffer(qw.n, qw.k)
+            cpu_kernels.dequant_into(self.lib, qw.kind == "q4", qw.packed, qw.scales, qw.mins, w)
+            return F.linear(x.float(), w, self.bias).to(x.dtype)
         if self.lib is not None:
             qw = self.weight
-            y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", x.float().contiguous(), qw.packed, qw.scales,
+            xf = x if x.dtype == torch.float32 else x.float()  # no dispatched no-op casts: decode is op-bound
+            y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", xf.contiguous(), qw.packed, qw.scales,
                                   qw.mins, qw.n, self.bias, self.act16)
-            return y.to(x.dtype)
+            return y if x.dtype == torch.float32 else y.to(x.dtype)
         if self.mirror:
             return reference_linear(x, self.weight, self.bias, self.act16).to(x.dtype)
         if self._dense is None:  # portable path (CUDA, no native library): keep a dequantized copy

@@ -136,15 +136,23 @@ def formats_bench(
     peer_python: Annotated[Optional[str], typer.Option(
         "--peer-python", help="A Python with llama-cpp-python installed (kept outside finserve's venv): "
                               "adds llama.cpp Q4_1 and Q8_0 of the same model, alternating.")] = None,
+    long_prompts: Annotated[str, typer.Option(
+        "--long-prompts", help="Comma-separated longer prompt lengths whose prefill is timed too (empty: none).")]
+    = "2048",
+    kv_dtype: Annotated[str, typer.Option(
+        "--kv-dtype", help="KV cache precision of every engine: auto (fp32 on CPU), fp32, bf16 or fp16.")] = "auto",
+    rss: Annotated[bool, typer.Option(
+        "--rss/--no-rss", help="Also measure each format's resident memory, in a fresh process per format.")] = True,
     model: ModelOpt = None,
 ) -> None:
-    """Batch-1 TPOT and 256-token prefill per weight format, with roofline fractions (and llama.cpp)."""
+    """Batch-1 TPOT, 256- and 2,048-token prefill and RSS per weight format, with roofline fractions (and llama.cpp)."""
     from bench.formats_bench import run
     from finserve.models import resolve_model
 
     with status(f"bench formats: {formats}, {reps} repetitions ..."):
         run(json_file or "results/formats.json", formats=formats, reps=reps, threads=threads,
-            new_tokens=new_tokens, peer_python=peer_python, model=resolve_model(model))
+            new_tokens=new_tokens, peer_python=peer_python, model=resolve_model(model), kv_dtype=kv_dtype, rss=rss,
+            long_prompts=tuple(int(n) for n in long_prompts.split(",") if n.strip()))
 
 
 @bench_app.command("quality")

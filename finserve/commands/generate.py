@@ -31,6 +31,8 @@ def generate(
         "--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")] = "auto",
     weights: Annotated[str, typer.Option(
         "--weights", help="Matmul weight format: auto, fp32, bf16, int8 or q4 (see docs/BENCHMARKS.md).")] = "auto",
+    kv_dtype: Annotated[str, typer.Option(
+        "--kv-dtype", help="KV cache precision: auto (same as --dtype), fp32, bf16 or fp16.")] = "auto",
     threads: Annotated[Optional[int], typer.Option(
         "--threads", help="torch threads on CPU (default: all cores)")] = None,
     output: OutputOpt = Output.table,
@@ -47,7 +49,8 @@ def generate(
     if model is not None and not (Path(model) / "config.json").is_file():
         raise no_model(model)
     configure_logging()  # start-up logs go to stderr; stdout carries only the generated text
-    overrides: dict[str, Any] = dict(device=device, dtype=dtype, weights=weights, kv_cache_memory_bytes=256 << 20)
+    overrides: dict[str, Any] = dict(device=device, dtype=dtype, weights=weights, kv_cache_dtype=kv_dtype,
+                                    kv_cache_memory_bytes=256 << 20)
     if threads:
         overrides["num_threads"] = threads
     settings = Settings()

@@ -44,7 +44,7 @@ def kv_plan(
     heads: Annotated[Optional[int], typer.Option(help="explicit shape: attention heads (enables the MHA variant)")] = None,
     hidden: Annotated[Optional[int], typer.Option(help="explicit shape: hidden size (re-counts K/V weights per variant)")] = None,
     params: Annotated[Optional[str], typer.Option(help="parameter count, e.g. 135M, 1.7B (overrides the folder's)")] = None,
-    dtype: Annotated[str, typer.Option(help=f"KV cache dtype: {', '.join(KV_DTYPES)}")] = "fp32",
+    dtype: Annotated[str, typer.Option("--dtype", "--kv-dtype", help=f"KV cache dtype: {', '.join(KV_DTYPES)}")] = "fp32",
     weights_dtype: Annotated[Optional[str], typer.Option(
         help=f"weights dtype: {', '.join(WEIGHT_DTYPES)} (default: --dtype; bf16 when the KV cache is fp8/int8)")] = None,
     context: Annotated[int, typer.Option(help="KV tokens per request (prompt + output)")] = 4096,
@@ -66,13 +66,14 @@ def kv_plan(
         inputs = PlanInputs(shape=shape, kv_dtype=dtype, weights_dtype=wdtype, context_tokens=context, batch=batch,
                             block_size=block_size, memory_bytes=parse_bytes(memory) if memory else None)
         plan = plan_kv(inputs)
+        per_dtype = tokens_per_kv_dtype(inputs)
         measured = _measure(folder, plan, device) if measure else None
     except FileNotFoundError as e:  # no model folder
         raise config_error(str(e)) from None
     except ValueError as e:
         raise CLIError(str(e)) from None
     if output is Output.json:
-        doc = {"memory_convention": MEMORY_CONVENTION, **dataclasses.asdict(plan)}
+        doc = {"memory_convention": MEMORY_CONVENTION, **dataclasses.asdict(plan), "per_kv_dtype": per_dtype}
         if measured is not None:
             doc["measured"] = {**dataclasses.asdict(measured), "agrees": measured.agrees}
         print_json(doc)
@@ -80,6 +81,7 @@ def kv_plan(
     console = Console()
     console.print(_assumptions_table(plan, wdtype_defaulted=weights_dtype is None))
     console.print(_variants_table(plan))
+    console.print(_per_dtype_table(per_dtype, plan))
     for note in plan.notes:
         console.print(f"[yellow]note:[/] {note}")
     if measured is not None:
@@ -168,6 +170,36 @@ def _variants_table(plan: KVPlan) -> Table:
     ]
     for name, cell in rows:
         t.add_row(name, *(cell(v) for v in plan.variants))
+    return t
+
+
+ENGINE_KV_DTYPES = ("fp32", "bf16", "fp16")  # what the engine's KV pool can hold (EngineConfig.kv_cache_dtype)
+
+
+def tokens_per_kv_dtype(inputs: PlanInputs) -> list[dict[str, object]]:
+    """KV tokens that fit per KV precision the engine runs, weights unchanged (the configured layout):
+    per GiB of KV pool, and in the budget left after weights when --memory is given."""
+    rows: list[dict[str, object]] = []
+    for name in ENGINE_KV_DTYPES:
+        v = plan_kv(dataclasses.replace(inputs, kv_dtype=name)).configured
+        rows.append({
+            "kv_dtype": name, "bytes_per_token": v.bytes_per_token,
+            "tokens_per_gib": (2**30 // v.bytes_per_block) * inputs.block_size,
+            "tokens_in_budget": None if v.num_blocks is None else v.num_blocks * inputs.block_size,
+            "max_concurrent": v.max_concurrent,
+        })
+    return rows
+
+
+def _per_dtype_table(rows: list[dict[str, object]], plan: KVPlan) -> Table:
+    t = Table(title=f"Tokens that fit per KV dtype ({plan.configured.label}, weights {plan.inputs.weights_dtype}; "
+                    "engine: --kv-dtype)", title_justify="left")
+    for col in ("KV dtype", "KV bytes / token", "tokens per GiB", "tokens in budget",
+                f"requests of {plan.inputs.context_tokens:,}"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(str(r["kv_dtype"]), f"{r['bytes_per_token']:,} B", f"{r['tokens_per_gib']:,}",
+                  _opt(r["tokens_in_budget"], lambda n: f"{n:,}"), _opt(r["max_concurrent"], lambda n: f"{n:,}"))
     return t
 
 

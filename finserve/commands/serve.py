@@ -37,6 +37,9 @@ def register(app: typer.Typer) -> None:
         weights: Annotated[Optional[str], typer.Option(
             help="Matmul weight format: auto (q4 for 4-bit weights, else int8, on CPU with the native kernels), "
                  "fp32, bf16, int8 or q4 (default: FINSERVE_WEIGHTS).")] = None,
+        kv_dtype: Annotated[Optional[str], typer.Option(
+            "--kv-dtype", help="KV cache precision: auto (same as --dtype), fp32, bf16 or fp16; 16 bits hold twice "
+                               "the tokens (default: FINSERVE_KV_CACHE_DTYPE).")] = None,
         kv_memory: Annotated[Optional[int], typer.Option("--kv-memory", help="KV cache size in bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
         threads: Annotated[Optional[int], typer.Option(help="Torch CPU threads (default: all cores).")] = None,
         policy: Annotated[Optional[Path], typer.Option(help="Workload policy TOML (default: FINSERVE_POLICY, else the bundled default.toml).")] = None,
@@ -46,7 +49,7 @@ def register(app: typer.Typer) -> None:
         from core.settings import Settings
 
         given = {"host": host, "port": port, "model": model, "device": device, "dtype": dtype, "weights": weights,
-                 "kv_cache_memory_bytes": kv_memory, "threads": threads, "policy": policy,
+                 "kv_cache_dtype": kv_dtype, "kv_cache_memory_bytes": kv_memory, "threads": threads, "policy": policy,
                  "database_url": database_url}
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
         if not (settings.model_path / "config.json").is_file():

@@ -1,5 +1,8 @@
 // Paged-attention decode on CPU: one query token per sequence attends to its cached keys,
-// read in place from the block pool (no gather copy, no padding). fp32 only.
+// read in place from the block pool (no gather copy, no padding). Queries and outputs are fp32;
+// the K/V pool is fp32, bf16 or fp16 (kv_type), and 16-bit rows are widened in registers as they
+// are read (bf16: a 16-bit shift; fp16: F16C / AVX-512 cvtph), so a 16-bit pool costs half the
+// memory traffic of an fp32 one and no fp32 copy of it is ever made.
 //
 // q    [B, H, D]          query of each decode sequence
 // kc   [S, KVH, D]        one layer's K pool (S = num_blocks * block_size slots)
@@ -11,17 +14,122 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#include "half.h"
 
-static inline float dot(const float *a, const float *b, int d) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define PD_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define PD_AVX2 1
+#endif
+
+enum { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2 };
+
+static inline float dot_f32(const float *a, const float *b, int d) {
     float s = 0.f;
 #pragma omp simd reduction(+ : s)
     for (int i = 0; i < d; i++) s += a[i] * b[i];
     return s;
 }
 
-void paged_decode_f32(const float *q, const float *kc, const float *vc, const int64_t *slots,
-                      const int64_t *ctx, float *out, int B, int H, int KVH, int D, int Lmax,
-                      float scale, int nthreads) {
+static inline void axpy_f32(float *o, float p, const float *v, int d) {
+#pragma omp simd
+    for (int i = 0; i < d; i++) o[i] += p * v[i];
+}
+
+#if defined(PD_AVX512)
+// 16 values of a 16-bit row from index i (mask m: the lanes that exist), widened to fp32.
+static inline __m512 load16(const uint16_t *row, int kv_type, int i, __mmask16 m) {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, row + i);
+    if (kv_type == KV_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+static inline __mmask16 lanes(int i, int d) { return d - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - i)) - 1); }
+
+static float dot_16(const float *q, const uint16_t *k, int kv_type, int d) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < d; i += 16) {
+        const __mmask16 m = lanes(i, d);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load16(k, kv_type, i, m), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static void axpy_16(float *o, float p, const uint16_t *v, int kv_type, int d) {
+    const __m512 pv = _mm512_set1_ps(p);
+    for (int i = 0; i < d; i += 16) {
+        const __mmask16 m = lanes(i, d);
+        _mm512_mask_storeu_ps(o + i, m, _mm512_fmadd_ps(pv, load16(v, kv_type, i, m), _mm512_maskz_loadu_ps(m, o + i)));
+    }
+}
+#elif defined(PD_AVX2)
+static inline __m256 load8(const uint16_t *row, int kv_type, int i) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)(row + i));
+    if (kv_type == KV_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+static inline float widen(uint16_t h, int kv_type) { return kv_type == KV_BF16 ? bf16_to_float(h) : half_to_float(h); }
+
+static float dot_16(const float *q, const uint16_t *k, int kv_type, int d) {
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= d; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k, kv_type, i), acc);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    float s = _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
+    for (; i < d; i++) s += q[i] * widen(k[i], kv_type);  // head dims that are not a multiple of 8
+    return s;
+}
+
+static void axpy_16(float *o, float p, const uint16_t *v, int kv_type, int d) {
+    const __m256 pv = _mm256_set1_ps(p);
+    int i = 0;
+    for (; i + 8 <= d; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(pv, load8(v, kv_type, i), _mm256_loadu_ps(o + i)));
+    for (; i < d; i++) o[i] += p * widen(v[i], kv_type);
+}
+#else
+static float dot_16(const float *q, const uint16_t *k, int kv_type, int d) {
+    float s = 0.f;
+    if (kv_type == KV_BF16) {
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < d; i++) s += q[i] * bf16_to_float(k[i]);
+    } else {
+        for (int i = 0; i < d; i++) s += q[i] * half_to_float(k[i]);
+    }
+    return s;
+}
+
+static void axpy_16(float *o, float p, const uint16_t *v, int kv_type, int d) {
+    if (kv_type == KV_BF16) {
+#pragma omp simd
+        for (int i = 0; i < d; i++) o[i] += p * bf16_to_float(v[i]);
+    } else {
+        for (int i = 0; i < d; i++) o[i] += p * half_to_float(v[i]);
+    }
+}
+#endif
+
+// Row `slot` of head kh in a pool of rows of D elements of kv_type.
+static inline const void *row_at(const void *pool, int kv_type, int64_t slot, int KVH, int kh, int D) {
+    const int64_t idx = (slot * KVH + kh) * D;
+    return kv_type == KV_F32 ? (const void *)((const float *)pool + idx) : (const void *)((const uint16_t *)pool + idx);
+}
+
+static inline float dot_kv(const float *q, const void *k, int kv_type, int d) {
+    return kv_type == KV_F32 ? dot_f32(q, (const float *)k, d) : dot_16(q, (const uint16_t *)k, kv_type, d);
+}
+
+static inline void axpy_kv(float *o, float p, const void *v, int kv_type, int d) {
+    if (kv_type == KV_F32) axpy_f32(o, p, (const float *)v, d);
+    else axpy_16(o, p, (const uint16_t *)v, kv_type, d);
+}
+
+void paged_decode(const float *q, const void *kc, const void *vc, const int64_t *slots, const int64_t *ctx,
+                  float *out, int B, int H, int KVH, int D, int Lmax, float scale, int nthreads, int kv_type) {
     const int G = H / KVH;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
     for (int b = 0; b < B; b++) {
@@ -32,8 +140,8 @@ void paged_decode_f32(const float *q, const float *kc, const float *vc, const in
             const float *qb = q + ((int64_t)b * H + (int64_t)kh * G) * D;
             // pass 1: scores of every key, for the G query heads sharing this KV head
             for (int t = 0; t < L; t++) {
-                const float *k = kc + (sl[t] * KVH + kh) * D;
-                for (int g = 0; g < G; g++) scores[g * L + t] = dot(qb + g * D, k, D) * scale;
+                const void *k = row_at(kc, kv_type, sl[t], KVH, kh, D);
+                for (int g = 0; g < G; g++) scores[g * L + t] = dot_kv(qb + g * D, k, kv_type, D) * scale;
             }
             for (int g = 0; g < G; g++) {
                 float *s = scores + g * L, m = -INFINITY, sum = 0.f;
@@ -46,13 +154,8 @@ void paged_decode_f32(const float *q, const float *kc, const float *vc, const in
             float *ob = out + ((int64_t)b * H + (int64_t)kh * G) * D;
             for (int i = 0; i < G * D; i++) ob[i] = 0.f;
             for (int t = 0; t < L; t++) {
-                const float *v = vc + (sl[t] * KVH + kh) * D;
-                for (int g = 0; g < G; g++) {
-                    const float p = scores[g * L + t];
-                    float *o = ob + g * D;
-#pragma omp simd
-                    for (int i = 0; i < D; i++) o[i] += p * v[i];
-                }
+                const void *v = row_at(vc, kv_type, sl[t], KVH, kh, D);
+                for (int g = 0; g < G; g++) axpy_kv(ob + g * D, scores[g * L + t], v, kv_type, D);
             }
             free(scores);
         }

@@ -24,6 +24,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+#include "half.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define QG_AVX512 1
@@ -56,30 +57,6 @@ int finserve_cpu_features(void) {
         f |= 2;
 #endif
     return f;
-}
-
-static inline float half_to_float(uint16_t h) {
-#if defined(QG_AVX512) || defined(QG_AVX2)
-    return _cvtsh_ss(h);
-#else
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {  // subnormal: normalise
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) { man <<= 1; exp--; }
-            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-#endif
 }
 
 // x [M, K] (row stride ldx) -> xq int8 [M, KB*32] (zero padded), xd [M, KB], xs [M, KB] = sum(xq).
@@ -429,4 +406,41 @@ void qgemm_f32(int q4, int act16, const float *x, int M, int K, int ldx, const u
     free(xq);
     free(xd);
     free(xs);
+}
+
+// One row's 32 values of one tile (16 rows x 32 values): its bytes gathered into k order, widened in
+// 16-lane loops the compiler vectorizes (the same float operations as dequantize() in quant.py).
+static inline void dequant_row(int q4, const uint8_t *tile, int r, float d, float m, float *v) {
+    uint8_t bytes[QK];
+    const int C = q4 ? 4 : 8;
+    for (int j = 0; j < C; j++) memcpy(bytes + 4 * j, tile + (j * QR + r) * 4, 4);
+    if (q4) {
+        for (int i = 0; i < 16; i++) v[i] = (float)(bytes[i] & 15) * d + m;
+        for (int i = 0; i < 16; i++) v[16 + i] = (float)(bytes[i] >> 4) * d + m;
+    } else {
+        for (int i = 0; i < QK; i++) v[i] = (float)((int)bytes[i] - 128) * d;
+    }
+}
+
+// The stored weights as dense fp32, out [N, K] (row stride K): w = d q (int8) or d q + m (q4), the
+// values dequantize() in engine/model/quant.py gives. For prefill-sized batches, where a dense GEMM
+// (MKL) on these beats the integer kernel.
+void dequant_f32(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int N, int K, float *out,
+                 int nthreads) {
+    const int KB = (K + QK - 1) / QK, G = (N + QR - 1) / QR, C = q4 ? 4 : 8;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int g = 0; g < G; g++) {
+        for (int r = 0; r < QR && g * QR + r < N; r++) {
+            float *row = out + (int64_t)(g * QR + r) * K;
+            for (int b = 0; b < KB; b++) {
+                const int64_t tile_id = (int64_t)g * KB + b;
+                const float d = half_to_float(wd[tile_id * QR + r]);
+                const float m = q4 ? half_to_float(wm[tile_id * QR + r]) : 0.f;
+                float v[QK];
+                dequant_row(q4, w + tile_id * C * QR * 4, r, d, m, v);
+                const int width = K - b * QK < QK ? K - b * QK : QK;
+                memcpy(row + b * QK, v, sizeof(float) * (size_t)width);
+            }
+        }
+    }
 }
