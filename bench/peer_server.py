@@ -99,6 +99,9 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], path: str, headers: dic
         try:
             if httpx.get(f"{url}{path}", headers=headers, timeout=2.0).status_code == 200:
                 return
+            if path == "/readyz" and (live := httpx.get(f"{url}/healthz", timeout=2.0)).status_code != 200:
+                stop_process(proc, STOP_TIMEOUT_S)  # finserve's engine failed to start: it will never be ready
+                raise RuntimeError(f"{url} failed to start: {live.text[:500]}")
         except httpx.TransportError:
             pass
         if time.monotonic() > deadline:

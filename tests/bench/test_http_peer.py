@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,14 @@ from bench.peer_server import parse_gguf_types, peer_unavailable
 PEER_PYTHON = os.environ.get("FINSERVE_TEST_PEER_PYTHON")
 
 
-def test_finserve_alone_every_answer_has_exactly_the_asked_tokens(tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def tiny_8k(make_tiny_model: Callable[..., Path]) -> Path:
+    return make_tiny_model(max_position_embeddings=8192)  # the default policy's classes need an 8k context
+
+
+def test_finserve_alone_every_answer_has_exactly_the_asked_tokens(tiny_8k: Path, tmp_path: Path) -> None:
     shape = Shape(prompt_tokens=40, output_tokens=6, concurrency=(1, 3), rounds=2, reps=1, threads=1)
-    out = run(str(tmp_path / "http_peer.json"), model=str(tiny_model_dir), shape=shape, weights="fp32",
+    out = run(str(tmp_path / "http_peer.json"), model=str(tiny_8k), shape=shape, weights="fp32",
               peer_python=sys.executable, log_path=tmp_path / "servers.log")
 
     assert "llama_cpp" in out["servers"]["peer_skipped"]  # this venv has no llama-cpp-python: peer skipped, said why
@@ -78,13 +84,12 @@ def test_ratios_and_targets_use_the_peers_best_format_per_figure() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(PEER_PYTHON is None, reason="set FINSERVE_TEST_PEER_PYTHON to a Python with llama-cpp-python[server]")
-def test_llamacpp_server_answers_the_same_client_with_exactly_the_asked_tokens(tiny_model_dir: Path,
-                                                                                tmp_path: Path) -> None:
+def test_llamacpp_server_answers_the_same_client_with_exactly_the_asked_tokens(tiny_8k: Path) -> None:
     reason = peer_unavailable(PEER_PYTHON)
     if reason is not None:
         pytest.skip(reason)
     shape = Shape(prompt_tokens=40, output_tokens=5, concurrency=(2,), rounds=1, reps=1, threads=1)
-    out = run(None, model=str(tiny_model_dir), shape=shape, peer_python=PEER_PYTHON, peer_gguf_types="Q4_1",
+    out = run(None, model=str(tiny_8k), shape=shape, peer_python=PEER_PYTHON, peer_gguf_types="Q4_1",
               systems=("peer",))
     level = out["systems"]["llama.cpp Q4_1"]["2"]
     assert level["requests"] == 2 and level["exact_output_tokens"]
