@@ -230,3 +230,47 @@ def replicas_bench(
         run(path, replicas=replicas, threads_per_replica=threads, docs=docs, questions=questions, clients=clients,
             doc_tokens=doc_tokens, n=n, blocks=blocks, model=model, parts=chosen,
             failover_s=(before, down, after))
+
+
+@bench_app.command("http-peer")
+def http_peer_bench(
+    json_file: Annotated[str, typer.Option("--json-file", metavar="PATH", help="Also write the JSON to this file.")]
+    = "results/http_peer.json",
+    peer_python: Annotated[Optional[str], typer.Option(
+        "--peer-python", help="A Python with llama-cpp-python[server] installed (kept outside finserve's venv); "
+                              "without it only finserve is measured.")] = None,
+    peer_gguf_types: Annotated[str, typer.Option(
+        "--peer-gguf-types", help="GGUF types for llama_cpp.server, comma-separated (Q4_1 is the shipped file; "
+                                  "others are re-quantized from it once).")] = "Q8_0,Q4_1",
+    reps: Annotated[int, typer.Option("--reps", min=1, help="Repetitions; each starts every system in turn.")] = 3,
+    concurrency: Annotated[str, typer.Option("--concurrency", help="Concurrent streams per run, comma-separated.")]
+    = "1,8",
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Requests each stream sends per run.")] = 2,
+    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=16, help="Approximate prompt length.")] = 256,
+    output_tokens: Annotated[int, typer.Option("--output-tokens", min=2, help="Tokens every answer produces.")] = 64,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="Threads of each server.")] = 2,
+    weights: Annotated[str, typer.Option("--weights", help="finserve's weight format (auto, fp32, bf16, int8, q4).")]
+    = "auto",
+    finserve_class: Annotated[str, typer.Option(
+        "--finserve-class", help="X-Workload-Class finserve's requests carry (unlabelled completions are "
+                                 "document_qa, which runs at most 4 at a time).")] = "bulk_extraction",
+    log_file: Annotated[Optional[str], typer.Option("--log-file", help="Append the servers' output here.")] = None,
+    model: ModelOpt = None,
+) -> None:
+    """finserve serve vs llama.cpp's server over HTTP, one streaming client: output tok/s, TTFT, ITL, TPOT."""
+    from pathlib import Path
+
+    from bench.http_peer import Shape, run
+    from finserve.models import resolve_model
+
+    try:
+        levels = tuple(int(c) for c in concurrency.split(",") if c.strip())
+    except ValueError as e:
+        raise CLIError(f"--concurrency takes integers, e.g. 1,8: {e}") from None
+    if not levels or min(levels) < 1:
+        raise CLIError("--concurrency takes integers >= 1, e.g. 1,8")
+    shape = Shape(prompt_tokens=prompt_tokens, output_tokens=output_tokens, concurrency=levels, rounds=rounds,
+                  reps=reps, threads=threads, finserve_class=finserve_class)
+    with status(f"bench http-peer: {reps} repetitions at {concurrency} streams ..."):
+        run(json_file, model=resolve_model(model), shape=shape, weights=weights, peer_python=peer_python,
+            peer_gguf_types=peer_gguf_types, log_path=Path(log_file) if log_file else None)
