@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from finserve.console import Output, OutputOpt, no_model, print_json, status
+from finserve.console import CLIError, Output, OutputOpt, no_model, print_json, status
 
 
 def register(app: typer.Typer) -> None:
@@ -55,8 +55,12 @@ def generate(
         overrides["num_threads"] = threads
     settings = Settings()
     policy = str(settings.policy) if settings.policy else None
+    try:
+        config = engine_config(resolve_model(model, settings), policy_path=policy, **overrides)
+    except ValueError as e:  # a bad --weights / --kv-dtype / --dtype: one line, exit 2, not a traceback
+        raise CLIError(str(e)) from None
     with status("loading the model ..."):
-        engine = LLMEngine(engine_config(resolve_model(model, settings), policy_path=policy, **overrides))
+        engine = LLMEngine(config)
     tok = engine.tokenizer
     ids = tok.encode_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)

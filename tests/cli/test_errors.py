@@ -165,3 +165,11 @@ def test_locked_sqlite_database_in_a_real_command(cli: Cli, cli_env: dict[str, s
         holder.close()
     assert res.exit_code == ExitCode.UNREACHABLE
     assert "the database is locked by another process" in res.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("flag,value", [("--kv-dtype", "fp8"), ("--weights", "int3")])
+def test_bad_engine_option_of_generate_is_one_line_exit_1(cli: Cli, tmp_path: Path, flag: str, value: str) -> None:
+    (tmp_path / "config.json").write_text("{}")  # refused before anything is loaded
+    res = cli("generate", "--prompt", "hi", "--model", str(tmp_path), flag, value)
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert one_line(res.stderr).startswith("error: ") and f"not '{value}'" in res.stderr
