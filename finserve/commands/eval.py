@@ -68,6 +68,8 @@ def verdict(
     json_path: str = typer.Option(None, "--json-file", "--json", help="Also write the JSON to this file."),
     model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
     threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores)."),
+    compare_ff: bool = typer.Option(True, "--compare-fast-forward/--no-compare-fast-forward",
+                                    help="Also run the verdict on an engine without jump-forward decoding."),
 ) -> None:
     """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity."""
     from bench.verdict_eval import run
@@ -82,11 +84,14 @@ def verdict(
     overrides: dict[str, object] = {"kv_cache_memory_bytes": 256 << 20}
     if threads:
         overrides["num_threads"] = threads
-    engine = LLMEngine(engine_config(resolve_model(model, settings),
-                                     policy_path=str(settings.policy) if settings.policy else None, **overrides))
+    folder, policy_path = resolve_model(model, settings), str(settings.policy) if settings.policy else None
+    engine = LLMEngine(engine_config(folder, policy_path=policy_path, **overrides))
+    slow = LLMEngine(engine_config(folder, policy_path=policy_path, fast_forward=False, **overrides)) \
+        if compare_ff else None
     policy = engine.config.policy
     cls = policy.get(policy.classification.routes["risk"])  # the class /v1/risk/assess runs in
-    text = json.dumps(run(engine, cls.response_schema, cls.name, reps=reps), indent=2, ensure_ascii=False)
+    report = run(engine, cls.response_schema, cls.name, reps=reps, engine_no_ff=slow)
+    text = json.dumps(report, indent=2, ensure_ascii=False)
     typer.echo(text)
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
