@@ -74,6 +74,10 @@ def verdict(
     threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores)."),
     compare_ff: bool = typer.Option(True, "--compare-fast-forward/--no-compare-fast-forward",
                                     help="Also run the verdict on an engine without jump-forward decoding."),
+    under_load: int = typer.Option(0, "--under-load", min=0,
+                                   help="Instead: this many verdicts idle, then under bulk + document load (p99 TTFT)."),
+    fast_forward: bool = typer.Option(True, "--fast-forward/--no-fast-forward",
+                                      help="With --under-load: jump-forward decoding on or off."),
 ) -> None:
     """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity."""
     from bench.verdict_eval import run
@@ -89,12 +93,22 @@ def verdict(
     if threads:
         overrides["num_threads"] = threads
     folder, policy_path = resolve_model(model, settings), str(settings.policy) if settings.policy else None
+    if under_load:
+        from bench.verdict_eval import isolation
+
+        report = isolation(lambda: LLMEngine(engine_config(folder, policy_path=policy_path, fast_forward=fast_forward,
+                                                           **overrides)), n_risk=under_load)
+        _emit(report, json_path)
+        return
     engine = LLMEngine(engine_config(folder, policy_path=policy_path, **overrides))
     slow = LLMEngine(engine_config(folder, policy_path=policy_path, fast_forward=False, **overrides)) \
         if compare_ff else None
     policy = engine.config.policy
     cls = policy.get(policy.classification.routes["risk"])  # the class /v1/risk/assess runs in
-    report = run(engine, cls.response_schema, cls.name, reps=reps, engine_no_ff=slow)
+    _emit(run(engine, cls.response_schema, cls.name, reps=reps, engine_no_ff=slow), json_path)
+
+
+def _emit(report: dict[str, object], json_path: str | None) -> None:
     text = json.dumps(report, indent=2, ensure_ascii=False)
     typer.echo(text)
     if json_path:
