@@ -189,7 +189,10 @@ def decoding_schema(schema: dict[str, Any], text: str) -> tuple[dict[str, Any], 
             conversions[name] = kind
         elif field.get(GROUNDED):
             candidates = grounded_candidates(field, text)
-            props[name] = {"enum": candidates, **described} if candidates else field
+            # None left (the only name of that form is ours): a plain string; finish_item refuses an
+            # answer that is not in the text or is an excluded name, so the item fails rather than lies.
+            plain_field = {k: v for k, v in field.items() if k not in (GROUNDED, EXCLUDE)}
+            props[name] = {"enum": candidates, **described} if candidates else plain_field
         elif CUE in field and (value := normalize.cue_value(field[CUE], text)) is not None:
             props[name] = {"enum": [value], **described}  # one value: the grammar forces it, no model step
         else:
@@ -224,7 +227,8 @@ def _mentioned_only(field: dict[str, Any], text: str) -> dict[str, Any]:
     if not values or not all(isinstance(v, str) for v in values):
         return {k: v for k, v in field.items() if k not in (CUE, AVOID)}
     synonyms = field.get(SYNONYMS, {})
-    mentioned = [v for v in values if any(re.search(rf"\b{re.escape(w)}", text, re.IGNORECASE)
+    # (?<!\w) rather than \b: a synonym may be a symbol ("€"), before which \b never matches.
+    mentioned = [v for v in values if any(re.search(rf"(?<!\w){re.escape(w)}", text, re.IGNORECASE)
                                           for w in [v, *synonyms.get(v, [])])]
     narrowed = {k: v for k, v in field.items() if k not in (SYNONYMS, CUE, AVOID)}
     return {**narrowed, "enum": mentioned} if mentioned else narrowed
@@ -286,6 +290,8 @@ def finish_item(text: str, finish_reason: str | None, plan: ItemPlan) -> dict[st
     for name, field in plan.schema["properties"].items():
         if field.get(GROUNDED) and isinstance(doc.get(name), str) and not is_grounded(doc[name], plan.source):
             raise InvalidOutput(f"{name} {doc[name]!r} does not occur in the contract")
+        if any(doc.get(name) in x for x in field.get(EXCLUDE, [])):
+            raise InvalidOutput(f"{name} {doc[name]!r} is an excluded name (x-exclude)")
     doc = parse_answer(text, finish_reason, json.loads(plan.decode_schema))
     for name, kind in plan.conversions.items():
         if name in doc:

@@ -111,8 +111,14 @@ def test_counterparty_candidates_are_whole_names_other_than_ours() -> None:
     field = SCHEMA["properties"]["counterparty"]
     two = TEXT + "Notices go to Finserve Holdings Ltd. and to Harbor Point Capital LLC, its agent.\n"
     assert grounded_candidates(field, two) == ["Kestrel Energy plc", "Harbor Point Capital LLC"]
-    only_us = "Finserve Holdings Ltd. agrees with itself."
-    assert grounded_candidates(field, only_us) == []  # nothing left: the field stays a grounded string
+    only_us = "Finserve Holdings Ltd. agrees with Harbor Point Bank."
+    assert grounded_candidates(field, only_us) == []
+    plan = plan_item(normalize_schema(SCHEMA, max_fields=16), only_us)
+    assert "enum" not in json.loads(plan.decode_schema)["properties"]["counterparty"]  # never only our own name
+    answer = {"counterparty": "Finserve Holdings Ltd.", "contract_type": "supply", "notional": 1.0, "currency": "EUR",
+              "term_months": 1, "effective_date": "2025-01-01", "auto_renew": True}
+    with pytest.raises(InvalidOutput, match="excluded"):
+        finish_item(json.dumps(answer), "stop", plan)
 
 
 def test_avoided_words_drop_distractor_amounts_but_never_every_amount() -> None:
