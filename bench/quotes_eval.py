@@ -1,8 +1,8 @@
 """Quoted document answers on a labelled question set (examples/document_questions.json), engine in-process.
 
 Each question goes through the route's own prompt and grammar (gateway/prompts.py: the document
-first, the question, then the quoted-answer instructions; the quotes are an enum of the document's
-sentences). Figures per question and overall:
+first, the question, then the quoted-answer instructions; the quotes are an enum of the sentences
+that code retrieved for the question). Figures per question and overall:
   answer_contains_expected  the answer text holds the labelled figure (any listed form, any case);
   quote_cites_clause        a quote is a sentence of the labelled clause (the paragraph its number opens);
   quote_supports            a quote holds the labelled figure: the evidence a reader would check;
@@ -90,10 +90,10 @@ def _ask(engine: LLMEngine, title: str, text: str, q: Question, schema: str, max
 def run(engine: LLMEngine, *, path: Path = DEFAULT_SET, max_tokens: int = 160) -> dict[str, Any]:
     """Every question of the set, one at a time (the document's blocks are cached after the first)."""
     title, text, questions = load_set(path)
-    schema = json.dumps(quoted_answer_schema(text), ensure_ascii=False)
     rows, metrics, steps = [], [], []
     t0 = time.perf_counter()
     for q in questions:
+        schema = json.dumps(quoted_answer_schema(text, q.question), ensure_ascii=False)
         raw, reason, m, n_steps = _ask(engine, title, text, q, schema, max_tokens)
         rows.append(score(q, text, raw, reason))
         metrics.append(m)
