@@ -120,5 +120,5 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
     return report
 
 
-def to_json(report: Report, **meta: Any) -> str:
-    return json.dumps({**meta, **report.summary(), "mistakes": report.mistakes()}, indent=2, ensure_ascii=False)
+def to_json(report: Report, *, mistakes: int = 3, **meta: Any) -> str:
+    return json.dumps({**meta, **report.summary(), "mistakes": report.mistakes(mistakes)}, indent=2, ensure_ascii=False)

@@ -53,6 +53,7 @@ class Settings(BaseSettings):
     scheduling: Literal["class", "fcfs"] = "class"
     threads: int | None = Field(None, gt=0)  # torch intra-op threads on CPU; None = all cores
     starvation_steps: int = 256  # a request unscheduled this many steps is promoted (<= 0 disables)
+    fast_forward: bool = True  # grammar-forced tokens appended without sampling (EngineConfig.fast_forward)
     seed: int = 0
 
     # --- engine replicas (docs/DEPLOY.md) ---
@@ -142,6 +143,7 @@ class Settings(BaseSettings):
             scheduling=self.scheduling,
             num_threads=self.threads,
             starvation_steps=self.starvation_steps,
+            fast_forward=self.fast_forward,
             seed=self.seed,
         )
         fields.update(overrides)

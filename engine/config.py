@@ -36,6 +36,9 @@ class EngineConfig:
     scheduling: str = "class"  # "class" (policy-aware) or "fcfs" (comparison only)
     num_threads: int | None = None  # torch intra-op threads on CPU; None = all cores
     starvation_steps: int = 256  # a request unscheduled this many steps is promoted (<= 0 disables)
+    # Jump-forward decoding: tokens a grammar forces (JSON keys, punctuation, the rest of an enum
+    # value) are appended without sampling and computed in one step. False: one step per token.
+    fast_forward: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -232,12 +232,15 @@ class LLMEngine:
         """Detokenizes the token the scheduler took in; finishes on a stop string or a completed grammar."""
         req, token = update.request, update.token_id
         live, p = self._live[req.request_id], req.sampling
+        tokens = [token]
         if live.grammar is not None and not update.finished:
             live.grammar.accept(token)  # ValueError if the token leaves the schema: the request fails
+            tokens += self._fast_forward(req, live.grammar)
         prev_len = len(live.text)
-        live.text += live.detok.push(token)
+        for t in tokens:
+            live.text += live.detok.push(t)
         stop = self._cut_at_stop_string(live, prev_len) if p.stop else None  # cut even when already finished
-        if not update.finished:
+        if not req.is_finished:
             if stop is not None:
                 req.stop_reason = stop
             if stop is not None or (live.grammar is not None and live.grammar.is_terminated()):
@@ -246,13 +249,23 @@ class LLMEngine:
             hold = max((len(s) for s in p.stop), default=1) - 1  # a stop string may still be forming
             upto = max(live.emitted, len(live.text) - hold)
             delta, live.emitted = live.text[live.emitted : upto], upto
-            return RequestOutput(req.request_id, [token], delta, False, logprobs=_listed(logprobs))
+            return RequestOutput(req.request_id, tokens, delta, False, logprobs=_listed(logprobs, tokens))
         self._live.pop(req.request_id, None)
         if stop is None:
             live.text += live.detok.flush()  # a stream may end inside a multi-byte character
         return dataclasses.replace(
-            self._finished_output(req, live.text[live.emitted :], [token]), logprobs=_listed(logprobs)
+            self._finished_output(req, live.text[live.emitted :], tokens), logprobs=_listed(logprobs, tokens)
         )
+
+    def _fast_forward(self, req: EngineRequest, grammar: GrammarState) -> list[int]:
+        """Jump-forward: the tokens the grammar forces after `req`'s sampled token, taken as outputs."""
+        if not self.config.fast_forward or req.is_finished:
+            return []
+        forced = grammar.forced_tokens()
+        taken = forced[: self.scheduler.take_forced(req, forced, req.token_times[-1])]
+        for t in taken:
+            grammar.accept(t)
+        return taken
 
     @staticmethod
     def _cut_at_stop_string(live: _Live, prev_len: int) -> str | None:
@@ -290,8 +303,13 @@ class LLMEngine:
         return dataclasses.replace(self.scheduler.stats(), failed_requests=self.num_failed)
 
 
-def _listed(logprobs: TokenLogprobs | None) -> list[TokenLogprobs] | None:
-    return None if logprobs is None else [logprobs]
+def _listed(logprobs: TokenLogprobs | None, tokens: list[int]) -> list[TokenLogprobs] | None:
+    """One entry per token: the sampled one's, then each forced token's. A forced token is the only
+    one the grammar mask leaves, so under the processed distribution its logprob is 0."""
+    if logprobs is None:
+        return None
+    forced = [TokenLogprobs(t, 0.0, ((t, 0.0),) if logprobs.top else ()) for t in tokens[1:]]
+    return [logprobs, *forced]
 
 
 def _describe(exc: BaseException) -> str:

@@ -11,7 +11,7 @@ from engine.request import EngineRequest, RequestMetrics
 class ScheduledSeq:
     request: EngineRequest
     start_pos: int  # == request.num_computed_tokens when scheduled: first position computed now
-    num_new_tokens: int  # tokens computed this step: a prefill chunk, or 1 for decode
+    num_new_tokens: int  # tokens computed this step: a prefill chunk, or a decode (1 + grammar-forced tokens)
     block_ids: list[int]  # the request's whole block table, covering start_pos + num_new_tokens
 
     @property
@@ -25,7 +25,10 @@ class ScheduledSeq:
 
     @property
     def is_prefill(self) -> bool:
-        return self.num_new_tokens > 1 or self.start_pos < self.request.num_prompt_tokens
+        """Prompt tokens, or a recompute after preemption; a decode with forced tokens is not prefill.
+
+        Read before postprocess (it depends on the request's tokens when the step was scheduled)."""
+        return self.start_pos < self.request.decode_start
 
 
 @dataclass
@@ -33,7 +36,7 @@ class SchedulerOutput:
     """One step: the whole contract between the scheduler and the model runner.
 
     Batch order (built only by `of`, relied on by the runner without re-sorting): every
-    multi-token seq (a prefill chunk) first, then every one-token seq (decodes, and one-token
+    multi-token seq (a prefill chunk, or a decode carrying grammar-forced tokens) first, then every one-token seq (decodes, and one-token
     prefill tails), each group in scheduling order. The runner lays its flat token rows out in
     this order and runs the trailing one-token rows as one decode batch.
     """

@@ -146,6 +146,10 @@ class EngineRequest:
     num_computed_tokens: int = 0  # tokens whose KV is in the cache (incl. cached prefix)
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (first schedule)
     num_preemptions: int = 0
+    # Grammar-forced tokens appended after the last sampled one (jump-forward), not sampled; the
+    # next step computes them with that token as one chunk of this request's decode.
+    num_forced_pending: int = 0
+    num_forced_tokens: int = 0  # forced tokens among output_token_ids (counted as output tokens)
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     token_times: list[float] = field(default_factory=list)
@@ -174,6 +178,21 @@ class EngineRequest:
     @property
     def is_finished(self) -> bool:
         return self.status.finished
+
+    @property
+    def decode_start(self) -> int:
+        """First position of this request's decode work: the last sampled token, then any forced ones.
+
+        Positions before it are prefill (the prompt, or everything again after a preemption).
+        """
+        if not self.output_token_ids:
+            return self.num_prompt_tokens
+        return self.num_tokens - 1 - self.num_forced_pending
+
+    @property
+    def in_decode(self) -> bool:
+        """Only decode work is left: uncomputed tokens are the last sampled one and the forced ones after it."""
+        return self.num_computed_tokens >= self.decode_start
 
 
 @dataclass(frozen=True)

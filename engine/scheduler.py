@@ -1,7 +1,8 @@
 """Scheduler: continuous batching with chunked prefill, driven by the workload-class policy.
 
 One step (`schedule`), under `max_num_batched_tokens` and `max_num_seqs`:
-  1. decodes of running requests, in rank order;
+  1. decodes of running requests, in rank order (a decode may carry grammar-forced tokens:
+     jump-forward, `take_forced`, computed in one chunk with the sampled token);
   2. the rest of the budget, in rank order over running requests with tokens left and waiting
      requests: continue chunked prefills and admit new requests (a prompt longer than the
      allowance is chunked);
@@ -54,7 +55,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from engine.admission import Admission
 from engine.config import EngineConfig
@@ -194,7 +195,24 @@ class Scheduler:
                 result.updates.append(self._take_token(req, token, now))
         return result
 
-    def _take_token(self, req: EngineRequest, token: int, now: float) -> TokenUpdate:
+    def take_forced(self, req: EngineRequest, tokens: Sequence[int], now: float) -> int:
+        """Appends grammar-forced tokens after `req`'s sampled token (jump-forward); returns how many it took.
+
+        They are output tokens like sampled ones (max_tokens, context and stop ids apply, and the
+        first that finishes the request is the last taken); their KV is computed by the next step
+        as one chunk with the sampled token, which samples at its last position.
+        """
+        taken = 0
+        for token in tokens:
+            if self.running.get(req.request_id) is not req:
+                break
+            self._take_token(req, token, now, forced=True)
+            taken += 1
+        return taken
+
+    def _take_token(self, req: EngineRequest, token: int, now: float, *, forced: bool = False) -> TokenUpdate:
+        req.num_forced_pending = req.num_forced_pending + 1 if forced else 0
+        req.num_forced_tokens += forced
         req.output_token_ids.append(token)
         req.token_times.append(now)
         if req.first_token_time is None:
@@ -208,7 +226,7 @@ class Scheduler:
 
     def _fill(self, step: StepPlan) -> None:
         for req in self._running_ranked():
-            if self._tokens_left(req) == 1 and self._schedulable(req, step):
+            if (self._tokens_left(req) == 1 or req.in_decode) and self._schedulable(req, step):
                 self._schedule_running(req, step)
         candidates: Iterator[EngineRequest] = heapq.merge(self._running_ranked(), self.waiting, key=self._rank)
         for req in candidates:
@@ -248,7 +266,8 @@ class Scheduler:
 
     def _schedule_running(self, req: EngineRequest, step: StepPlan) -> None:
         want = self._tokens_left(req)
-        n = self._take_allowance(req, step, want, shielded=want > 1)  # decodes are never shielded
+        prefill = want > 1 and not req.in_decode  # decodes (forced tokens included) are never shielded
+        n = self._take_allowance(req, step, want, shielded=prefill)
         if n <= 0:
             step.token_limited = want > 0
             return
@@ -259,7 +278,7 @@ class Scheduler:
             self._preempt(victim, step)
             if victim is req:
                 return
-        if want > 1:
+        if prefill:
             self._charge_shield(req, step, n)
         step.add(req, n, block_ids)
 
@@ -351,6 +370,7 @@ class Scheduler:
         del self.running[victim.request_id]
         victim.status = RequestStatus.PREEMPTED
         victim.num_computed_tokens = 0
+        victim.num_forced_pending = 0  # the recompute prefills every token, forced ones included
         victim.num_preemptions += 1
         self.waiting.add(victim)
         step.drop(victim)

@@ -4,7 +4,8 @@
 grammar once per (tokenizer, schema text); every request that decodes under that schema gets
 its own `GrammarState` from `CompiledGrammar.new_state()`. Each step the sampler asks the state
 for `allowed_mask(vocab_size)` (True = the token keeps the output a valid prefix of some
-document the schema accepts), samples, and feeds the token back with `accept`. When the
+document the schema accepts), samples, and feeds the token back with `accept`; tokens the grammar
+forces next (`forced_tokens`) are appended without sampling (jump-forward). When the
 document is complete `is_terminated()` turns True and the engine stops the request ("stop").
 
 The JSON is compact (no optional whitespace): it saves tokens, and a model that likes spaces
@@ -114,6 +115,18 @@ class GrammarState:
         """Advance by one sampled token. A token outside the last mask is a caller bug: ValueError."""
         if not self._matcher.consume_token(token_id):
             raise ValueError(f"token {token_id} is not allowed by the grammar: {self._matcher.get_error()}")
+
+    def forced_tokens(self) -> list[int]:
+        """The tokens the grammar allows as the only continuation from here (jump-forward), not yet consumed.
+
+        JSON keys, punctuation and the rest of an enum value once its prefix is unique: the model
+        has no choice over them, so the engine appends them without sampling and computes them
+        in one step. llguidance stops short of a token whose bytes a longer token could still
+        extend, so the forced tokens are the ones a sampler would have had to pick.
+        """
+        if self._matcher.is_stopped() or self._matcher.is_error():
+            return []
+        return list(self._matcher.compute_ff_tokens())
 
     def is_terminated(self) -> bool:
         """True once the document is complete (or the matcher failed); no further token may follow."""

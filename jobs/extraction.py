@@ -14,16 +14,27 @@ from typing import Any
 
 import jsonschema
 
-from engine.structured import GROUNDED, describe_fields, grounded_schema, is_grounded, validate_json_schema
+from engine.structured import (
+    GROUNDED,
+    describe_fields,
+    grounded_schema,
+    is_grounded,
+    text_spans,
+    validate_json_schema,
+)
 from jobs import normalize
 
 EXAMPLE = "x-example"
+EXCLUDE = "x-exclude"  # on an x-grounded field: names it never takes (our own company), nor any part of them
+CUE = "x-cue"  # on a boolean field: the word stem whose mentions decide it (normalize.cue_value)
+SYNONYMS = "x-synonyms"  # on an enum field: {value: [words a text uses for it]} ("nda": ["confidentiality"])
+AVOID = "x-avoid"  # on a number field: words whose sentence holds a distractor amount ("deposit", "fee")
 
 _SCALAR_TYPES = ("string", "number", "integer", "boolean")
 # Keywords a field may carry. Anything else is refused: a keyword we silently ignored would be
 # a constraint the caller believes holds and does not.
 _FIELD_KEYWORDS = {
-    "type", "enum", "format", "description", "title", GROUNDED,
+    "type", "enum", "format", "description", "title", GROUNDED, EXCLUDE, CUE, SYNONYMS, AVOID,
     "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
 }
 # "x-example": {"text": <a contract>, "answer": <its extraction>}, shown to the model as a worked example.
@@ -86,7 +97,10 @@ def _check_field(name: str, field: Any) -> None:
             raise ValueError(f"schema: field {name!r}: enum must be a non-empty list")
         if not all(isinstance(v, (str, int, float, bool)) for v in values):
             raise ValueError(f"schema: field {name!r}: enum values must be strings, numbers or booleans")
+        _check_synonyms(name, field.get(SYNONYMS, {}), values)
         return
+    if SYNONYMS in field:
+        raise ValueError(f"schema: field {name!r}: {SYNONYMS} needs an enum")
     kind = field.get("type")
     if kind not in _SCALAR_TYPES:
         raise ValueError(f"schema: field {name!r} must have a type among {list(_SCALAR_TYPES)} or an enum")
@@ -94,6 +108,25 @@ def _check_field(name: str, field: Any) -> None:
         raise ValueError(f"schema: field {name!r}: the only supported format is 'date' on strings")
     if GROUNDED in field and (kind != "string" or field[GROUNDED] is not True):
         raise ValueError(f"schema: field {name!r}: {GROUNDED} must be true, on a string field")
+    excluded = field.get(EXCLUDE)
+    if excluded is not None and (not field.get(GROUNDED) or not isinstance(excluded, list)
+                                 or not all(isinstance(v, str) and v for v in excluded)):
+        raise ValueError(f"schema: field {name!r}: {EXCLUDE} must be a list of names, on an {GROUNDED} field")
+    avoid = field.get(AVOID)
+    if avoid is not None and (kind != "number" or not _words(avoid)):
+        raise ValueError(f"schema: field {name!r}: {AVOID} must be a list of words, on a number field")
+    cue = field.get(CUE)
+    if cue is not None and (kind != "boolean" or not isinstance(cue, str) or not re.fullmatch(r"[A-Za-z-]{3,}", cue)):
+        raise ValueError(f"schema: field {name!r}: {CUE} must be a word stem (letters), on a boolean field")
+
+
+def _words(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(w, str) and w.strip() for w in value)
+
+
+def _check_synonyms(name: str, synonyms: Any, values: list[Any]) -> None:
+    if not isinstance(synonyms, dict) or not all(k in values and _words(v) for k, v in synonyms.items()):
+        raise ValueError(f"schema: field {name!r}: {SYNONYMS} maps enum values to lists of words")
 
 
 def _check_example(example: Any, schema: dict[str, Any]) -> None:
@@ -150,13 +183,38 @@ def decoding_schema(schema: dict[str, Any], text: str) -> tuple[dict[str, Any], 
     for name, field in schema["properties"].items():
         kind = _conversion(name, field)
         spans = _SPANS[kind](text) if kind else []
+        described = {"description": field["description"]} if "description" in field else {}
         if kind and spans:
-            props[name] = {"enum": spans, **({"description": field["description"]} if "description" in field else {})}
+            props[name] = {"enum": normalize.not_near(spans, text, field.get(AVOID, [])), **described}
             conversions[name] = kind
+        elif field.get(GROUNDED):
+            candidates = grounded_candidates(field, text)
+            # None left (the only name of that form is ours): a plain string; finish_item refuses an
+            # answer that is not in the text or is an excluded name, so the item fails rather than lies.
+            plain_field = {k: v for k, v in field.items() if k not in (GROUNDED, EXCLUDE)}
+            props[name] = {"enum": candidates, **described} if candidates else plain_field
+        elif CUE in field and (value := normalize.cue_value(field[CUE], text)) is not None:
+            props[name] = {"enum": [value], **described}  # one value: the grammar forces it, no model step
         else:
             props[name] = _mentioned_only(field, text)
     plain = {k: v for k, v in schema.items() if k != EXAMPLE}
     return grounded_schema({**plain, "properties": props}, text), conversions
+
+
+def grounded_candidates(field: dict[str, Any], text: str) -> list[str]:
+    """The spans of `text` an x-grounded field may take: matching its pattern, never an excluded name.
+
+    With a pattern (e.g. names ending in a legal form) only the longest matches are kept: "Energy
+    GmbH" inside "Kestrel Energy GmbH" is the tail of a name, not a name. Excluded names (our own
+    company) and every span inside them go, so a counterparty is never ourselves; a contract that
+    names one other party leaves one candidate, which the grammar then forces.
+    """
+    spans = text_spans(text, max_chars=int(field.get("maxLength", 80)))
+    if "pattern" in field:
+        spans = [s for s in spans if re.search(field["pattern"], s)]
+        spans = [s for s in spans if not any(s != o and s in o for o in spans)]
+    excluded = field.get(EXCLUDE, [])
+    return [s for s in spans if not any(s in x for x in excluded)]
 
 
 def _mentioned_only(field: dict[str, Any], text: str) -> dict[str, Any]:
@@ -167,9 +225,13 @@ def _mentioned_only(field: dict[str, Any], text: str) -> dict[str, Any]:
     """
     values = field.get("enum")
     if not values or not all(isinstance(v, str) for v in values):
-        return field
-    mentioned = [v for v in values if re.search(rf"\b{re.escape(v)}", text, re.IGNORECASE)]
-    return {**field, "enum": mentioned} if mentioned else field
+        return {k: v for k, v in field.items() if k not in (CUE, AVOID)}
+    synonyms = field.get(SYNONYMS, {})
+    # (?<!\w) rather than \b: a synonym may be a symbol ("€"), before which \b never matches.
+    mentioned = [v for v in values if any(re.search(rf"(?<!\w){re.escape(w)}", text, re.IGNORECASE)
+                                          for w in [v, *synonyms.get(v, [])])]
+    narrowed = {k: v for k, v in field.items() if k not in (SYNONYMS, CUE, AVOID)}
+    return {**narrowed, "enum": mentioned} if mentioned else narrowed
 
 
 def _conversion(name: str, field: dict[str, Any]) -> str | None:
@@ -228,6 +290,8 @@ def finish_item(text: str, finish_reason: str | None, plan: ItemPlan) -> dict[st
     for name, field in plan.schema["properties"].items():
         if field.get(GROUNDED) and isinstance(doc.get(name), str) and not is_grounded(doc[name], plan.source):
             raise InvalidOutput(f"{name} {doc[name]!r} does not occur in the contract")
+        if any(doc.get(name) in x for x in field.get(EXCLUDE, [])):
+            raise InvalidOutput(f"{name} {doc[name]!r} is an excluded name (x-exclude)")
     doc = parse_answer(text, finish_reason, json.loads(plan.decode_schema))
     for name, kind in plan.conversions.items():
         if name in doc:

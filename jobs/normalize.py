@@ -107,3 +107,38 @@ def duration_unit(name: str, description: str) -> str | None:
         if unit in words:
             return unit
     return None
+
+
+# A negation cue up to three words before a mention negates it (NegEx-style, as clinical NLP does).
+_NEGATION = r"\b(?:not|no|never|without|neither|nor|cannot)\b|n't\b"
+
+
+def cue_value(stem: str, text: str) -> bool | None:
+    """A yes/no fact read by code: False when some mention of `stem` is negated, True when mentions
+    exist and none is, None when the text never mentions it (the model then decides).
+
+    Small models cannot read negation ("shall not renew automatically" reads as renewal to a 135M
+    model: chance level on the clause alone, whatever the prompt), so the cue and its negation are
+    found by pattern. "auto_renew" with cue "renew": "It does not renew automatically" -> False,
+    "No automatic renewal applies" -> False, "shall automatically renew ... unless" -> True.
+    """
+    mentions = list(re.finditer(rf"\b{re.escape(stem)}", text, re.IGNORECASE))
+    if not mentions:
+        return None
+    for m in mentions:
+        before = " ".join(text[: m.start()].split()[-3:])
+        if re.search(_NEGATION, before, re.IGNORECASE):
+            return False
+    return True
+
+
+def not_near(spans: list[str], text: str, avoid: list[str]) -> list[str]:
+    """`spans` without those whose sentence holds one of the `avoid` words (whole words, any case);
+    all of them when that would leave none. "A security deposit of $1,000 is payable" is not the
+    contract's value when the schema's amount avoids "deposit"."""
+    if not avoid:
+        return spans
+    words = re.compile(r"\b(?:" + "|".join(re.escape(w.strip()) for w in avoid) + r")\b", re.IGNORECASE)
+    sentences = re.split(r"(?<=[.;!?])\s+|\n+", text)
+    kept = [s for s in spans if not any(s in sent and words.search(sent) for sent in sentences)]
+    return kept or spans

@@ -29,6 +29,7 @@ CHANGED = {
     "scheduling": ("scheduling", "fcfs", "fcfs"),
     "num_threads": ("threads", 3, 3),
     "starvation_steps": ("starvation_steps", 9, 9),
+    "fast_forward": ("fast_forward", False, False),
     "seed": ("seed", 5, 5),
 }
 

@@ -27,6 +27,9 @@ def extraction(
     model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores)."),
+    fast_forward: bool = typer.Option(True, "--fast-forward/--no-fast-forward",
+                                      help="Jump-forward decoding of grammar-forced tokens (off: one step per token)."),
+    mistakes: int = typer.Option(3, "--mistakes", min=0, help="Wrong values shown per field."),
 ) -> None:
     """Per-field accuracy, exact match per item, invalid-output rate and items/min of the extraction pipeline."""
     from bench.contracts_gen import generate
@@ -42,7 +45,7 @@ def extraction(
         raise typer.BadParameter("only --direct is implemented: the engine runs in this process", param_hint="--direct")
     configure_logging()
     settings = Settings()
-    overrides: dict[str, object] = {"device": device, "kv_cache_memory_bytes": 512 << 20}
+    overrides: dict[str, object] = {"device": device, "kv_cache_memory_bytes": 512 << 20, "fast_forward": fast_forward}
     if threads:
         overrides["num_threads"] = threads
     folder = resolve_model(model, settings)
@@ -55,7 +58,8 @@ def extraction(
             print(f"{done}/{items} items", file=sys.stderr, flush=True)
 
     report = run_direct(engine, generate(items, seed), schema_json, max_tokens=max_tokens, progress=progress)
-    text = to_json(report, model=Path(folder).name, seed=seed, device=device)
+    text = to_json(report, model=Path(folder).name, seed=seed, device=device, fast_forward=fast_forward,
+                   mistakes=mistakes)
     typer.echo(text)
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
@@ -68,6 +72,12 @@ def verdict(
     json_path: str = typer.Option(None, "--json-file", "--json", help="Also write the JSON to this file."),
     model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
     threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores)."),
+    compare_ff: bool = typer.Option(True, "--compare-fast-forward/--no-compare-fast-forward",
+                                    help="Also run the verdict on an engine without jump-forward decoding."),
+    under_load: int = typer.Option(0, "--under-load", min=0,
+                                   help="Instead: this many verdicts idle, then under bulk + document load (p99 TTFT)."),
+    fast_forward: bool = typer.Option(True, "--fast-forward/--no-fast-forward",
+                                      help="With --under-load: jump-forward decoding on or off."),
 ) -> None:
     """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity."""
     from bench.verdict_eval import run
@@ -82,11 +92,56 @@ def verdict(
     overrides: dict[str, object] = {"kv_cache_memory_bytes": 256 << 20}
     if threads:
         overrides["num_threads"] = threads
-    engine = LLMEngine(engine_config(resolve_model(model, settings),
-                                     policy_path=str(settings.policy) if settings.policy else None, **overrides))
+    folder, policy_path = resolve_model(model, settings), str(settings.policy) if settings.policy else None
+    if under_load:
+        from bench.verdict_eval import isolation
+
+        report = isolation(lambda: LLMEngine(engine_config(folder, policy_path=policy_path, fast_forward=fast_forward,
+                                                           **overrides)), n_risk=under_load)
+        _emit(report, json_path)
+        return
+    engine = LLMEngine(engine_config(folder, policy_path=policy_path, **overrides))
+    slow = LLMEngine(engine_config(folder, policy_path=policy_path, fast_forward=False, **overrides)) \
+        if compare_ff else None
     policy = engine.config.policy
     cls = policy.get(policy.classification.routes["risk"])  # the class /v1/risk/assess runs in
-    text = json.dumps(run(engine, cls.response_schema, cls.name, reps=reps), indent=2, ensure_ascii=False)
+    _emit(run(engine, cls.response_schema, cls.name, reps=reps, engine_no_ff=slow), json_path)
+
+
+def _emit(report: dict[str, object], json_path: str | None) -> None:
+    text = json.dumps(report, indent=2, ensure_ascii=False)
+    typer.echo(text)
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(text + "\n", encoding="utf-8")
+
+
+@eval_app.command("quotes")
+def quotes(
+    questions: Path = typer.Option(None, "--questions",
+                                   help="Labelled question set (default: examples/document_questions.json)."),
+    max_tokens: int = typer.Option(160, "--max-tokens", min=1, help="Answer budget per question."),
+    json_path: str = typer.Option(None, "--json-file", "--json", help="Also write the JSON to this file."),
+    model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
+    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores)."),
+) -> None:
+    """Quoted document answers: answer holds the labelled figure, a quote cites the clause and supports it."""
+    from bench.quotes_eval import DEFAULT_SET, run
+    from core.logging import configure_logging
+    from core.settings import Settings
+    from engine.engine import LLMEngine
+    from engine.factory import engine_config
+    from finserve.models import resolve_model
+
+    configure_logging()
+    settings = Settings()
+    overrides: dict[str, object] = {"kv_cache_memory_bytes": 512 << 20}
+    if threads:
+        overrides["num_threads"] = threads
+    engine = LLMEngine(engine_config(resolve_model(model, settings),
+                                     policy_path=str(settings.policy) if settings.policy else None, **overrides))
+    report = run(engine, path=questions or DEFAULT_SET, max_tokens=max_tokens)
+    text = json.dumps(report, indent=2, ensure_ascii=False)
     typer.echo(text)
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)

@@ -91,7 +91,7 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
                        x_workload_class: WorkloadClassHeader = None):
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
-    schema = json.dumps(quoted_answer_schema(doc.text), ensure_ascii=False) if body.quotes else None
+    schema = json.dumps(quoted_answer_schema(doc.text, body.question), ensure_ascii=False) if body.quotes else None
     adm = await service.prepare(ctx, key, InferenceInput(
         route=ROUTE, prompt=Prompt(messages=document_messages(doc.title, doc.text, body.question, quotes=body.quotes)),
         sampling=SamplingParams(temperature=body.temperature, json_schema=schema), max_tokens=body.max_tokens,

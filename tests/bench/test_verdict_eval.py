@@ -21,3 +21,25 @@ def test_verdict_and_text_are_measured_side_by_side(tiny_model_dir: Path) -> Non
     assert out["verdict"]["requests"] == out["text"]["requests"] == len(EVENTS)
     assert out["verdict"]["valid_rate"] == 1.0  # a two-value enum always completes within 8 tokens
     assert out["verdict"]["output_tokens_median"] <= 8 and out["ratio_ttft"] > 0
+
+
+def test_fast_forward_is_compared_on_the_same_answers(tiny_model_dir: Path) -> None:
+    torch.set_num_threads(1)
+    engines = [LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=4 << 20,
+                                      num_threads=1, fast_forward=ff)) for ff in (True, False)]
+    out = run(engines[0], SMALL, "realtime_risk", reps=1, max_tokens=16, engine_no_ff=engines[1])
+    assert out["verdict_no_ff"]["same_answers"] is True
+    # '{"level":"' is forced after the first token: fewer model steps for the same output tokens
+    assert out["verdict"]["model_steps_median"] < out["verdict_no_ff"]["model_steps_median"]
+    assert out["verdict"]["output_tokens_median"] == out["verdict_no_ff"]["output_tokens_median"]
+
+
+def test_verdicts_under_load_are_measured_against_idle(tiny_model_dir: Path) -> None:
+    from bench.verdict_eval import isolation
+
+    torch.set_num_threads(1)
+    out = isolation(lambda: LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), num_threads=1,
+                                                   kv_cache_memory_bytes=64 << 20)),
+                    n_risk=3, gap_s=0.05, bulk_in_flight=2, doc_tokens=500)
+    assert out["idle"]["bulk_requests_done"] == 0 and out["loaded"]["bulk_requests_done"] > 0
+    assert out["loaded_p99_ttft_over_idle"] > 0 and out["idle"]["ttft_ms_p99"] >= out["idle"]["ttft_ms_p50"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import httpx
 
 from engine.structured import sentence_spans
+from gateway.prompts import document_messages, quoted_answer_schema, relevant_sentences
 from tests.gateway.conftest import Keys, auth
 from tests.gateway.test_openai_api import sse_events
 
@@ -18,6 +19,18 @@ def test_sentences_are_the_quotable_spans() -> None:
     spans = sentence_spans(DOC)
     assert "They shall satisfy a Tier 1 capital ratio of 6%." in spans
     assert all(s in DOC for s in spans) and all("\n" not in s for s in spans)
+
+
+def test_the_sentences_a_quote_may_be_are_those_retrieved_for_the_question() -> None:
+    assert relevant_sentences(DOC, "What Tier 1 ratio is required?")[0] == (
+        "They shall satisfy a Tier 1 capital ratio of 6%.")
+    assert relevant_sentences(DOC, "What initial capital applies on going concern?", k=1) == [
+        "Initial capital requirement on going concern."]
+    schema = quoted_answer_schema(DOC, "What is the total capital ratio?")
+    allowed = schema["properties"]["quotes"]["items"]["enum"]
+    assert len(allowed) == 2 and allowed[0] == "The total capital ratio shall be 8%." and set(allowed) <= set(sentence_spans(DOC))
+    user = document_messages("CRR", DOC, "What is the total capital ratio?", quotes=True)[1]["content"]
+    assert "1. The total capital ratio shall be 8%." in user  # the candidates are shown, best first
 
 
 async def test_quoted_answer_carries_verbatim_sentences_with_offsets(client: httpx.AsyncClient, keys: Keys) -> None:

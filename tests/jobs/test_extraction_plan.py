@@ -6,8 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from jobs.extraction import EXAMPLE, InvalidOutput, finish_item, normalize_schema, plan_item
-from jobs.normalize import amount_spans, date_spans, duration_spans, parse_amount, parse_date, parse_duration
+from jobs.extraction import EXAMPLE, InvalidOutput, finish_item, grounded_candidates, normalize_schema, plan_item
+from jobs.normalize import (
+    amount_spans,
+    cue_value,
+    date_spans,
+    duration_spans,
+    not_near,
+    parse_amount,
+    parse_date,
+    parse_duration,
+)
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "examples" / "contract_schema.json").read_text())
 TEXT = ('SUPPLY AGREEMENT\n\nThis Supply Agreement is made on February 12, 2025 between Finserve Holdings Ltd. '
@@ -44,8 +53,9 @@ def test_span_finders_see_every_amount_date_and_duration() -> None:
 def test_plan_asks_for_spans_and_shows_the_worked_example() -> None:
     plan = plan_item(normalize_schema(SCHEMA, max_fields=16), TEXT)
     decode = json.loads(plan.decode_schema)["properties"]
-    assert decode["notional"]["enum"] == ["EUR 2.5 million", "€20,000"]
-    assert "Kestrel Energy plc" in decode["counterparty"]["enum"]
+    assert decode["notional"]["enum"] == ["EUR 2.5 million"]  # the deposit's sentence is avoided
+    assert decode["counterparty"]["enum"] == ["Kestrel Energy plc"]  # never ourselves, never "Energy plc"
+    assert decode["auto_renew"]["enum"] == [True]  # read by code from "it renews automatically"
     assert decode["contract_type"]["enum"] == ["supply"]  # the only type the text mentions
     assert plan.conversions == {"notional": "amount", "term_months": "month", "effective_date": "date"}
     roles = [m["role"] for m in plan.messages]
@@ -75,3 +85,61 @@ def test_schema_keywords_are_checked() -> None:
     bad_example = {**SCHEMA, EXAMPLE: {"text": "x", "answer": {"counterparty": 3}}}
     with pytest.raises(ValueError, match="x-example"):
         normalize_schema(bad_example, max_fields=16)
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("It renews automatically unless either party gives 30 days' notice.", True),
+    ("Renewal. This Agreement shall automatically renew for further twelve-month periods.", True),
+    ("Upon expiry the term is extended automatically (auto-renewal) unless a party objects.", True),
+    ("Renewal. It does not renew automatically; any extension requires a written amendment.", False),
+    ("This Agreement shall not renew automatically and expires at the end of the term.", False),
+    ("No automatic renewal applies: the parties may agree an extension in writing.", False),
+    ("The agreement won't renew.", False),
+    ("The term is two years.", None),  # never mentioned: the model decides
+])
+def test_a_cue_and_its_negation_are_read_by_code(text: str, value: bool | None) -> None:
+    assert cue_value("renew", text) is value
+
+
+def test_a_cue_the_text_never_mentions_leaves_the_boolean_to_the_model() -> None:
+    plan = plan_item(normalize_schema(SCHEMA, max_fields=16), TEXT.replace("it renews automatically", "fixed"))
+    assert json.loads(plan.decode_schema)["properties"]["auto_renew"] == {
+        "type": "boolean", "description": SCHEMA["properties"]["auto_renew"]["description"]}
+
+
+def test_counterparty_candidates_are_whole_names_other_than_ours() -> None:
+    field = SCHEMA["properties"]["counterparty"]
+    two = TEXT + "Notices go to Finserve Holdings Ltd. and to Harbor Point Capital LLC, its agent.\n"
+    assert grounded_candidates(field, two) == ["Kestrel Energy plc", "Harbor Point Capital LLC"]
+    only_us = "Finserve Holdings Ltd. agrees with Harbor Point Bank."
+    assert grounded_candidates(field, only_us) == []
+    plan = plan_item(normalize_schema(SCHEMA, max_fields=16), only_us)
+    assert "enum" not in json.loads(plan.decode_schema)["properties"]["counterparty"]  # never only our own name
+    answer = {"counterparty": "Finserve Holdings Ltd.", "contract_type": "supply", "notional": 1.0, "currency": "EUR",
+              "term_months": 1, "effective_date": "2025-01-01", "auto_renew": True}
+    with pytest.raises(InvalidOutput, match="excluded"):
+        finish_item(json.dumps(answer), "stop", plan)
+
+
+def test_avoided_words_drop_distractor_amounts_but_never_every_amount() -> None:
+    assert not_near(["EUR 2.5 million", "€20,000"], TEXT, ["deposit"]) == ["EUR 2.5 million"]
+    assert not_near(["€20,000"], "A deposit of €20,000.", ["deposit"]) == ["€20,000"]
+    assert not_near(["$5", "$9"], "The total fees are $9. A fee of $5 applies.", ["fee"]) == ["$9"]
+
+
+def test_synonyms_narrow_an_enum_to_the_value_the_text_names() -> None:
+    text = "CONFIDENTIALITY AGREEMENT\nliquidated damages for any breach are fixed at USD 40,000."
+    plan = plan_item(normalize_schema(SCHEMA, max_fields=16), text)
+    assert json.loads(plan.decode_schema)["properties"]["contract_type"]["enum"] == ["nda"]
+
+
+@pytest.mark.parametrize(("field", "message"), [
+    ({"type": "string", "x-exclude": ["Us Ltd."]}, "x-exclude"),  # only on a grounded field
+    ({"type": "string", "x-cue": "renew"}, "x-cue"),  # only on a boolean
+    ({"type": "boolean", "x-cue": "re new!"}, "x-cue"),
+    ({"enum": ["a", "b"], "x-synonyms": {"c": ["see"]}}, "x-synonyms"),  # not a value of the enum
+    ({"type": "number", "x-avoid": []}, "x-avoid"),
+])
+def test_extraction_keywords_are_checked(field: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        normalize_schema({"type": "object", "properties": {"f": field}}, max_fields=4)
