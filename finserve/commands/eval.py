@@ -81,18 +81,10 @@ def verdict(
 ) -> None:
     """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity."""
     from bench.verdict_eval import run
-    from core.logging import configure_logging
-    from core.settings import Settings
     from engine.engine import LLMEngine
     from engine.factory import engine_config
-    from finserve.models import resolve_model
 
-    configure_logging()
-    settings = Settings()
-    overrides: dict[str, object] = {"kv_cache_memory_bytes": 256 << 20}
-    if threads:
-        overrides["num_threads"] = threads
-    folder, policy_path = resolve_model(model, settings), str(settings.policy) if settings.policy else None
+    folder, policy_path, overrides = _engine_inputs(model, threads, 256 << 20)
     if under_load:
         from bench.verdict_eval import isolation
 
@@ -106,6 +98,21 @@ def verdict(
     policy = engine.config.policy
     cls = policy.get(policy.classification.routes["risk"])  # the class /v1/risk/assess runs in
     _emit(run(engine, cls.response_schema, cls.name, reps=reps, engine_no_ff=slow), json_path)
+
+
+def _engine_inputs(model: str | None, threads: int | None,
+                   kv_bytes: int) -> tuple[str, str | None, dict[str, object]]:
+    """Logging set up, and what an eval engine is built from: model folder, policy file, config overrides."""
+    from core.logging import configure_logging
+    from core.settings import Settings
+    from finserve.models import resolve_model
+
+    configure_logging()
+    settings = Settings()
+    overrides: dict[str, object] = {"kv_cache_memory_bytes": kv_bytes}
+    if threads:
+        overrides["num_threads"] = threads
+    return resolve_model(model, settings), str(settings.policy) if settings.policy else None, overrides
 
 
 def _emit(report: dict[str, object], json_path: str | None) -> None:
@@ -127,22 +134,9 @@ def quotes(
 ) -> None:
     """Quoted document answers: answer holds the labelled figure, a quote cites the clause and supports it."""
     from bench.quotes_eval import DEFAULT_SET, run
-    from core.logging import configure_logging
-    from core.settings import Settings
     from engine.engine import LLMEngine
     from engine.factory import engine_config
-    from finserve.models import resolve_model
 
-    configure_logging()
-    settings = Settings()
-    overrides: dict[str, object] = {"kv_cache_memory_bytes": 512 << 20}
-    if threads:
-        overrides["num_threads"] = threads
-    engine = LLMEngine(engine_config(resolve_model(model, settings),
-                                     policy_path=str(settings.policy) if settings.policy else None, **overrides))
-    report = run(engine, path=questions or DEFAULT_SET, max_tokens=max_tokens)
-    text = json.dumps(report, indent=2, ensure_ascii=False)
-    typer.echo(text)
-    if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(text + "\n", encoding="utf-8")
+    folder, policy_path, overrides = _engine_inputs(model, threads, 512 << 20)
+    engine = LLMEngine(engine_config(folder, policy_path=policy_path, **overrides))
+    _emit(run(engine, path=questions or DEFAULT_SET, max_tokens=max_tokens), json_path)
