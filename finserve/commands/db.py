@@ -79,6 +79,7 @@ def register(app: typer.Typer) -> None:
                                              "the job's owner (X-Finserve-Job-Item)")] = False,
         rate_limit: Annotated[float, typer.Option("--rate-limit", help="Requests per second")] = 50.0,
         default_class: Annotated[Optional[str], typer.Option(help="Class used when a request names none")] = None,
+        output: OutputOpt = Output.table,
     ) -> None:
         """Create an API key. The key is printed once and stored only as a hash."""
         from core.keys import create_key
@@ -92,7 +93,11 @@ def register(app: typer.Typer) -> None:
                                  default_class=default_class, worker=worker)
             except ValueError as exc:
                 raise CLIError(str(exc)) from None
-        typer.echo(raw)
+        if output is Output.json:  # for scripts: the key with what it may do, one document on stdout
+            print_json({"key": raw, "tenant": tenant, "classes": class_list, "admin": admin, "worker": worker,
+                        "rate_limit_rps": rate_limit, "default_class": default_class})
+        else:
+            typer.echo(raw)
         typer.echo("store this key now: it is not shown again", err=True)
 
     @keys_app.command("list")

@@ -30,7 +30,10 @@ def test_keys_list_table_and_json(cli: Cli) -> None:
     assert cli("keys", "list").stderr.splitlines()[-1].startswith("no keys (create one with `finserve keys create")
     assert json.loads(cli("keys", "list", "--output", "json").stdout) == []
     raw = cli("keys", "create", "--tenant", "acme", "--admin").stdout.splitlines()[0]
-    (key,) = json.loads(cli("keys", "list", "--output", "json").stdout)
+    created = json.loads(cli("keys", "create", "--tenant", "beta", "--output", "json").stdout)
+    assert created["key"].startswith("fsk_") and created["key"] != raw and created["tenant"] == "beta"
+    assert not created["admin"] and created["classes"] is None
+    (key, _) = sorted(json.loads(cli("keys", "list", "--output", "json").stdout), key=lambda k: k["tenant"])
     assert key["tenant"] == "acme" and key["admin"] is True and raw.startswith(key["prefix"])
     table = cli("keys", "list").stdout
     assert key["key_id"] in table and "acme" in table and raw not in table
