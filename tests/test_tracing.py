@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 import pytest
 import structlog
-import torch
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -28,13 +27,12 @@ from core.db.migrate import upgrade
 from core.keys import create_key
 from core.settings import Settings, TracingSettings
 from engine.client import EngineClient
-from engine.config import EngineConfig
-from engine.engine import LLMEngine
 from engine.request import EngineRequest, SamplingParams
 from finserve.app import create_app
 from gateway.replicas import wire
 from gateway.replicas.server import create_engine_app
 from policies import load_policy
+from tests.gateway.conftest import make_client
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -81,10 +79,7 @@ def one(spans: list[ReadableSpan], name: str) -> ReadableSpan:
 
 @pytest.fixture(scope="module")
 def engine_client(tiny_model_dir: Path) -> Iterator[EngineClient]:
-    torch.set_num_threads(1)
-    config = EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=4 << 20,
-                          num_threads=1, max_num_batched_tokens=256)
-    client = EngineClient(LLMEngine(config)).start()
+    client = make_client(tiny_model_dir, load_policy())
     yield client
     client.shutdown()
 

@@ -34,22 +34,14 @@ def extraction(
     """Per-field accuracy, exact match per item, invalid-output rate and items/min of the extraction pipeline."""
     from bench.contracts_gen import generate
     from bench.extraction_eval import run_direct, to_json
-    from core.logging import configure_logging
-    from core.settings import Settings
     from engine.engine import LLMEngine
     from engine.factory import engine_config
-    from finserve.models import resolve_model
     from jobs.extraction import normalize_schema
 
     if not direct:
         raise typer.BadParameter("only --direct is implemented: the engine runs in this process", param_hint="--direct")
-    configure_logging()
-    settings = Settings()
-    overrides: dict[str, object] = {"device": device, "kv_cache_memory_bytes": 512 << 20, "fast_forward": fast_forward}
-    if threads:
-        overrides["num_threads"] = threads
-    folder = resolve_model(model, settings)
-    engine = LLMEngine(engine_config(folder, policy_path=str(settings.policy) if settings.policy else None,
+    folder, policy_path, overrides = _engine_inputs(model, threads, 512 << 20)
+    engine = LLMEngine(engine_config(folder, policy_path=policy_path, device=device, fast_forward=fast_forward,
                                      **overrides))
     schema_json = normalize_schema(json.loads(schema.read_text(encoding="utf-8")), max_fields=64)
 
@@ -58,12 +50,8 @@ def extraction(
             print(f"{done}/{items} items", file=sys.stderr, flush=True)
 
     report = run_direct(engine, generate(items, seed), schema_json, max_tokens=max_tokens, progress=progress)
-    text = to_json(report, model=Path(folder).name, seed=seed, device=device, fast_forward=fast_forward,
-                   mistakes=mistakes)
-    typer.echo(text)
-    if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(text + "\n", encoding="utf-8")
+    _echo_and_write(to_json(report, model=Path(folder).name, seed=seed, device=device, fast_forward=fast_forward,
+                            mistakes=mistakes), json_path)
 
 
 @eval_app.command("verdict")
@@ -116,7 +104,11 @@ def _engine_inputs(model: str | None, threads: int | None,
 
 
 def _emit(report: dict[str, object], json_path: str | None) -> None:
-    text = json.dumps(report, indent=2, ensure_ascii=False)
+    _echo_and_write(json.dumps(report, indent=2, ensure_ascii=False), json_path)
+
+
+def _echo_and_write(text: str, json_path: str | None) -> None:
+    """The report on stdout and, with --json-file, in that file too."""
     typer.echo(text)
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
