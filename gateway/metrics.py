@@ -96,12 +96,16 @@ class GatewayMetrics:
                                  "unwritable); anything above 0 is an alarm.", [MODEL], registry=r)
         self.ledger_healthy = Gauge("finserve_ledger_database_up", "1 while the ledger database takes writes.",
                                     [MODEL], registry=r)
+        self.ledger_cycle_failures = Gauge("finserve_ledger_writer_cycle_failures", "Ledger writer cycles that "
+                                           "raised since start (each logged; the writer carried on).", [MODEL],
+                                           registry=r)
 
     def update_ledger(self, stats: dict[str, object]) -> None:
         model = self.model_name
         self.ledger_spool.labels(model).set(float(stats["spool_bytes"]))  # type: ignore[arg-type]
         self.ledger_lost.labels(model).set(float(stats["lost"]))  # type: ignore[arg-type]
         self.ledger_healthy.labels(model).set(1.0 if stats["healthy"] else 0.0)
+        self.ledger_cycle_failures.labels(model).set(float(stats.get("cycle_failures", 0)))  # type: ignore[arg-type]
 
     def observe_request(self, workload_class: str, outcome: str, m: RequestMetrics | None,
                         slo_met: bool | None = None) -> None:

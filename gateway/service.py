@@ -372,7 +372,8 @@ class InferenceService:
         if self._ledgered is None:
             return True
         try:
-            await asyncio.wrap_future(self._ledgered)
+            # Shielded: a caller that goes away must not cancel the writer's future (the row is written anyway).
+            await asyncio.shield(asyncio.wrap_future(self._ledgered))
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -27,7 +27,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
@@ -95,6 +95,7 @@ class LedgerWriter:
         self.spooled = 0  # rows appended to the spool file
         self.lost = 0  # rows kept nowhere (spool full or unwritable): each one is logged as an error
         self.healthy = True  # False while the database is refusing writes
+        self.cycle_failures = 0  # writer cycles that raised (each logged); the thread carried on
 
     # ---- caller side ----
     def start(self) -> "LedgerWriter":
@@ -122,8 +123,7 @@ class LedgerWriter:
             self._keep([(row, done)])
         except Exception as exc:  # never let the ledger break a request
             log.exception("ledger_submit_failed", request_id=getattr(row, "request_id", None))
-            if not done.done():
-                done.set_exception(exc)
+            _resolve(done, exc=exc)
         return done
 
     def _stamp(self, row: LedgerRow) -> LedgerRow:
@@ -156,23 +156,36 @@ class LedgerWriter:
 
     def stats(self) -> dict[str, Any]:
         return {"queued": self._queue.qsize(), "written": self.written, "spooled": self.spooled,
-                "lost": self.lost, "spool_bytes": self.spool.size_bytes(), "healthy": self.healthy}
+                "lost": self.lost, "spool_bytes": self.spool.size_bytes(), "healthy": self.healthy,
+                "cycle_failures": self.cycle_failures, "alive": self._thread.is_alive()}
 
     # ---- writer thread ----
     def _run(self) -> None:
+        """One cycle after another until close(); a cycle that fails is logged and the next one runs:
+        the writer thread outlives any single bad cycle, or every later row would wait on it forever."""
         while True:
-            stopping = self._stopping.is_set()
-            items, markers = self._drain(block=not stopping)
+            try:
+                if self._cycle():
+                    return
+            except Exception:
+                self.cycle_failures += 1
+                log.exception("ledger_writer_cycle_failed")
+                self._stopping.wait(min(self.retry_interval_s, 1.0))
+
+    def _cycle(self) -> bool:
+        stopping = self._stopping.is_set()
+        items, markers = self._drain(block=not stopping)
+        try:
             if items:
                 self._write(items, force=stopping)
             if (self.spool.has_data() or self._recovery is not None) and (markers or self._may_try()):
                 self._catch_up()
+        finally:
             done = not self.spool.has_data() and self._recovery is None
             for m in markers:
                 m.ok = done
                 m.event.set()
-            if stopping and self._queue.empty():
-                return
+        return stopping and self._queue.empty()
 
     def _may_try(self) -> bool:
         return self.healthy or time.monotonic() >= self._next_try
@@ -204,7 +217,7 @@ class LedgerWriter:
             else:
                 self._back()
                 for _, done in items:
-                    done.set_result(True)
+                    _resolve(done, True)
                 return
         self._keep(items)
 
@@ -252,16 +265,14 @@ class LedgerWriter:
             self._lose(items, exc)
             return
         for _, done in items:
-            if not done.done():
-                done.set_result(False)
+            _resolve(done, False)
 
     def _lose(self, items: list[_Item], exc: Exception) -> None:
         self.lost += len(items)
         log.error("ledger_rows_lost", rows=len(items), error=str(exc)[:300],
                   request_ids=[row.request_id for row, _ in items][:20])
         for _, done in items:
-            if not done.done():
-                done.set_exception(exc)
+            _resolve(done, exc=exc)
 
     def _spool_rows(self, rows: list[LedgerRow], *, raise_errors: bool = False) -> None:
         if not rows:
@@ -352,3 +363,17 @@ def _is_outage(exc: BaseException) -> bool:
     if isinstance(exc, SQLAlchemyError):
         return bool(getattr(exc, "connection_invalidated", False))
     return not isinstance(exc, (TypeError, ValueError))
+
+
+def _resolve(done: "Future[bool]", result: bool = False, *, exc: BaseException | None = None) -> None:
+    """Settle a row's future unless its waiter already gave up on it (a client that disconnected
+    cancels it): a cancelled future must never raise in the writer thread."""
+    if done.done():
+        return
+    try:
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)
+    except InvalidStateError:  # cancelled between the check and the set
+        pass

@@ -89,3 +89,25 @@ async def test_disconnect_while_waiting_for_a_whole_answer_aborts_too(live_serve
         row = s.scalars(select(RequestLedger).where(RequestLedger.tenant == "acme")
                         .order_by(RequestLedger.arrival_at.desc())).first()
     assert row is not None and row.status == "aborted" and row.output_tokens < 512
+
+
+async def test_clients_that_hang_up_at_once_leave_the_ledger_writer_serving(live_server: LiveServer, keys: Keys,
+                                                                             engine_client: EngineClient) -> None:
+    """Hang-ups during the write-ahead wait (a killed job worker does this) used to cancel the row's future
+    and kill the writer thread; every later request then waited on its row until the client timed out."""
+    async def hang_up(timeout: float) -> None:
+        async with httpx.AsyncClient(base_url=live_server.url, timeout=timeout) as c:
+            try:
+                await c.post("/v1/completions", headers=auth(keys.acme),
+                             json={"prompt": "Stress scenario", "max_tokens": 64, "ignore_eos": True})
+            except httpx.TimeoutException:
+                pass
+
+    await asyncio.gather(*(hang_up(0.002 * (i % 10 + 1)) for i in range(30)))
+    assert await wait_for(lambda: _idle(engine_client)), engine_client.stats()
+    async with httpx.AsyncClient(base_url=live_server.url, timeout=30) as c:
+        r = await c.post("/v1/completions", headers=auth(keys.acme),
+                         json={"prompt": "Still serving?", "max_tokens": 2, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    stats = live_server.state.ledger.stats()
+    assert stats["alive"] and stats["cycle_failures"] == 0 and stats["lost"] == 0

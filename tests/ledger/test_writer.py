@@ -238,3 +238,40 @@ def test_restart_interrupts_only_its_own_earlier_running_rows(db_engine, make_wr
     with db_engine.connect() as conn:
         row = conn.execute(select(RequestLedger).where(RequestLedger.request_id == "a-old")).mappings().one()
     assert row["slo_met"] is False and row["input_tokens"] == 100  # a miss, with what was known
+
+
+def test_a_waiter_that_gave_up_does_not_stop_the_writer(db_engine, make_writer):
+    """A client that disconnects cancels its row's future; the writer must go on writing every later row
+    (it used to die on set_result of the cancelled future, and every later request then waited forever)."""
+    writer = make_writer()
+    abandoned = writer.submit(make_row("gone"))
+    assert abandoned.cancel()  # the waiter went away before the thread ran
+    kept = writer.submit(make_row("kept"))
+    writer.start()
+    assert kept.result(timeout=10) is True
+    later = writer.submit(make_row("later"))
+    assert later.result(timeout=10) is True and writer.flush()
+    assert ids_in_db(db_engine) == ["gone", "kept", "later"]  # the abandoned row is written all the same
+    assert writer.stats()["alive"] and writer.stats()["cycle_failures"] == 0
+
+
+def test_a_cycle_that_raises_is_logged_and_the_writer_goes_on(db_engine, make_writer, monkeypatch):
+    writer = make_writer()
+    real = writer._write
+    calls = {"n": 0}
+
+    def flaky(items, **kw):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug in one cycle")
+        return real(items, **kw)
+
+    monkeypatch.setattr(writer, "_write", flaky)
+    writer.start()
+    writer.submit(make_row("first"))
+    deadline = time.monotonic() + 10
+    while writer.stats()["cycle_failures"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert writer.stats()["cycle_failures"] == 1 and writer.stats()["alive"]
+    assert writer.submit(make_row("second")).result(timeout=10) is True
+    assert "second" in ids_in_db(db_engine)
