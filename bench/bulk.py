@@ -25,27 +25,19 @@ from pathlib import Path
 import httpx
 
 from bench.common import alternate, environment, percentile, summary, write_json
-from core.db.base import make_engine, make_session_factory
-from core.db.migrate import upgrade
-from core.keys import create_key
+from bench.job_stack import LocalJobStack
 from core.logging import configure_logging
-from core.settings import Settings, get_settings
-from engine.client import EngineClient
-from engine.engine import LLMEngine
+from core.settings import get_settings
 from engine.factory import engine_config
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
-from finserve.stack import GatewayThread, start_worker, stop_worker
 from jobs import service
-from jobs.celery_app import use_broker
 from jobs.extraction import InvalidOutput, finish_item, normalize_schema, plan_item
-from jobs.redis_server import RedisServer
 from jobs.worker import RETRY_TEMPERATURE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RISK_EVENT = {"event": {"event_type": "wire_transfer", "amount": 950000, "currency": "USD",
                         "attributes": {"country": "KY"}}, "question": "Is this suspicious?", "max_tokens": 16}
-UNLIMITED_RPS = 1e9  # the bench keys must not be what limits throughput
 
 
 def _contracts(n: int) -> list[dict[str, str]]:
@@ -96,38 +88,15 @@ class _RiskProbe:
 class _Bench:
     def __init__(self, home: Path, model: str | None, threads: int | None, workers: int, in_flight: int,
                  max_tokens: int, risk_gap_s: float) -> None:
-        self.home, self.max_tokens, self.risk_gap_s, self.in_flight = home, max_tokens, risk_gap_s, in_flight
+        self.max_tokens, self.risk_gap_s, self.in_flight = max_tokens, risk_gap_s, in_flight
         self.schema = json.loads((EXAMPLES / "contract_schema.json").read_text())
         self.schema_json = normalize_schema(self.schema, max_fields=64)
         self.invalid_attempts = get_settings().jobs_invalid_output_attempts
-        self.db_url = f"sqlite:///{home / 'bench.db'}"
-        upgrade(self.db_url)
-        self.db = make_engine(self.db_url)
-        self.sessions = make_session_factory(self.db)
-        with self.sessions() as s:
-            self.bulk_key = create_key(s, "bench", rate_limit_rps=UNLIMITED_RPS)
-            self.risk_key = create_key(s, "bench-risk", rate_limit_rps=UNLIMITED_RPS)
-            # Workers run the job's items as its owner (bulk_key): they need a worker key of their own.
-            self.worker_key = create_key(s, "bench-workers", worker=True, rate_limit_rps=UNLIMITED_RPS)
         kw = {"num_threads": threads} if threads else {}
         self.config = engine_config(model, **kw)
-        self.engine = EngineClient.launch(lambda: LLMEngine(self.config))
-        self.redis = RedisServer(workdir=home / "redis").start()
-        use_broker(self.redis.url)
-        self.gateway = GatewayThread(Settings(home=home, database_url=self.db_url, log_level="warning"),
-                                     self.engine)
-        try:
-            self.gateway.start()
-        except RuntimeError:
-            self.engine.shutdown()
-            self.redis.stop()
-            raise
-        self.url = self.gateway.url
-        stack = Settings(home=home, database_url=self.db_url, broker_url=self.redis.url, gateway_url=self.url,
-                         api_key=self.worker_key, log_json=True)
-        per_worker = max(1, in_flight // workers)
-        self.workers = [start_worker(stack, concurrency=per_worker, name=f"bench{i}@%h",
-                                     log=(home / f"worker{i}.log").open("wb")) for i in range(workers)]
+        self.stack = LocalJobStack(home, self.config, workers=workers, in_flight=in_flight, tenant="bench")
+        self.engine, self.sessions, self.url = self.stack.engine, self.stack.sessions, self.stack.url
+        self.bulk_key, self.risk_key = self.stack.client_key, self.stack.risk_key
 
     def job(self, contracts: list[dict]) -> Run:
         with httpx.Client(base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {self.bulk_key}"}) as c, \
@@ -191,12 +160,7 @@ class _Bench:
                    sorted(set(errors))[:3])
 
     def close(self) -> None:
-        for w in self.workers:
-            stop_worker(w)
-        self.gateway.stop()
-        self.engine.shutdown()
-        self.redis.stop()
-        self.db.dispose()
+        self.stack.close()
 
 
 def run(json_path: str | None = None, items: int = 200, reps: int = 2, model: str | None = None,

@@ -1,8 +1,14 @@
-"""Extraction accuracy on the labelled synthetic contracts (bench/contracts_gen.py), engine in-process.
+"""Extraction accuracy on the labelled synthetic contracts (bench/contracts_gen.py).
 
-Every item goes through the same pipeline as a job item (jobs/extraction.py: `plan_item` builds the
-messages and the schema the grammar enforces, `finish_item` checks and normalises the answer), and
-the stored answer is compared field by field with the ground truth. Figures: per-field accuracy
+Two ways in, scored the same way:
+- `run_job`: the job path a back office uses: one extraction job over HTTP (POST /v1/extraction-jobs),
+  Celery workers calling the gateway, results read back from GET .../results; items/min from the
+  job's creation to its last result;
+- `run_direct`: the engine in this process, every item through the same pipeline as a job item
+  (jobs/extraction.py: `plan_item` builds the messages and the schema the grammar enforces,
+  `finish_item` checks and normalises the answer), without the queue, the worker's retries of an
+  invalid answer, or HTTP.
+The stored answer is compared field by field with the ground truth. Figures: per-field accuracy
 (an invalid output counts as wrong in every field), exact match per item, invalid-output rate and
 items per minute of wall time.
 """
@@ -13,7 +19,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
+
+import httpx
 
 from bench.contracts_gen import Contract
 from engine.engine import LLMEngine
@@ -57,6 +66,7 @@ class Report:
     items: int
     seconds: float
     outcomes: list[Outcome] = field(default_factory=list)
+    output_tokens: int | None = None  # total, when only the total is known (the job path)
 
     def summary(self) -> dict[str, Any]:
         fields = list(self.outcomes[0].truth) if self.outcomes else []
@@ -69,7 +79,8 @@ class Report:
             "exact_match": round(sum(all(o.correct.values()) for o in self.outcomes) / self.items, 4),
             "invalid_rate": round(invalid / self.items, 4),
             "items_per_min": round(self.items / self.seconds * 60.0, 2),
-            "output_tokens_per_item": round(sum(o.output_tokens for o in self.outcomes) / self.items, 1),
+            "output_tokens_per_item": round((self.output_tokens if self.output_tokens is not None
+                                             else sum(o.output_tokens for o in self.outcomes)) / self.items, 1),
             "seconds": round(self.seconds, 1),
         }
 
@@ -117,6 +128,52 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
         except InvalidOutput as exc:
             answer, error = None, str(exc)
         report.outcomes.append(Outcome(c.id, answer, c.truth, text, error, len(req.output_token_ids)))
+    return report
+
+
+class JobFailed(RuntimeError):
+    """The job did not complete (cancelled, or not finished within the timeout)."""
+
+
+def run_job(url: str, api_key: str, contracts: Iterable[Contract], schema: dict[str, Any], *,
+            max_tokens: int = 256, timeout_s: float = 3600.0, poll_s: float = 0.5,
+            progress: Callable[[int], None] | None = None) -> Report:
+    """One extraction job through the gateway at `url` with `api_key`; waits for it, then scores its results."""
+    items = list(contracts)
+    truth = {c.id: c for c in items}
+    with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {api_key}"}) as http:
+        resp = http.post("/v1/extraction-jobs", json={"schema": schema, "max_tokens": max_tokens,
+                                                      "items": [{"id": c.id, "text": c.text} for c in items]})
+        if resp.status_code != 202:
+            raise JobFailed(f"the gateway refused the job: HTTP {resp.status_code} {resp.text[:300]}")
+        job_id = resp.json()["id"]
+        deadline, reported = time.monotonic() + timeout_s, -1
+        while True:
+            job = http.get(f"/v1/extraction-jobs/{job_id}").raise_for_status().json()
+            finished = job["counts"]["done"] + job["counts"]["failed"]
+            if progress is not None and finished != reported:
+                progress(finished)
+                reported = finished
+            if job["status"] in ("completed", "cancelled"):
+                break
+            if time.monotonic() > deadline:
+                raise JobFailed(f"job {job_id} unfinished after {timeout_s:.0f} s: {job['counts']}")
+            time.sleep(poll_s)
+        if job["status"] != "completed":
+            raise JobFailed(f"job {job_id} was {job['status']}: {job['counts']}")
+        lines = http.get(f"/v1/extraction-jobs/{job_id}/results", params={"format": "ndjson"}).raise_for_status()
+        records = [json.loads(line) for line in lines.text.splitlines() if line.strip()]
+    seconds = (datetime.fromisoformat(job["last_finished_at"]) - datetime.fromisoformat(job["created_at"])) \
+        .total_seconds()
+    report = Report(items=len(items), seconds=max(seconds, 1e-6))
+    for r in records:
+        c = truth[r["id"]]
+        answer = r["result"] if r["status"] == "done" else None
+        raw = json.dumps(answer, ensure_ascii=False) if answer is not None else ""
+        report.outcomes.append(Outcome(c.id, answer, c.truth, raw, r["error"]))
+    if len(report.outcomes) != len(items):
+        raise JobFailed(f"job {job_id} returned {len(report.outcomes)} results for {len(items)} items")
+    report.output_tokens = job.get("output_tokens")
     return report
 
 

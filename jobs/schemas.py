@@ -52,6 +52,7 @@ class JobPublic(BaseModel):
     last_finished_at: datetime | None
     items_per_minute: float | None  # finished (done + failed) items per minute of work so far
     output_tokens_per_s: float | None
+    output_tokens: int  # output tokens of the stored results so far (what the job has cost in generation)
     eta_s: float | None  # remaining items at the rate so far; None until a first item finished
     max_tokens: int
     workload_class: str | None  # the class the items run in (None only for jobs made before it was recorded)
@@ -64,7 +65,7 @@ class JobPublic(BaseModel):
             id=job.id, status=p.status(job), num_items=job.num_items, counts=JobCounts(**p.counts),
             created_at=job.created_at, cancelled_at=job.cancelled_at, first_started_at=p.first_started_at,
             last_finished_at=p.last_finished_at, items_per_minute=p.items_per_minute(now),
-            output_tokens_per_s=p.output_tokens / elapsed if elapsed else None,
+            output_tokens_per_s=p.output_tokens / elapsed if elapsed else None, output_tokens=p.output_tokens,
             eta_s=None if job.cancelled_at else p.eta_s(now), max_tokens=job.max_tokens,
             workload_class=job.workload_class,
             json_schema=json.loads(job.schema_json),

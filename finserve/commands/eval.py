@@ -20,8 +20,18 @@ def extraction(
     items: int = typer.Option(300, "--items", min=1, help="Generated contracts to evaluate."),
     seed: int = typer.Option(0, "--seed", help="Generator seed: the same seed gives the same contracts."),
     schema: Path = typer.Option(DEFAULT_SCHEMA, "--schema", help="The job schema (default: examples/)."),
-    direct: bool = typer.Option(True, "--direct/--no-direct",
-                                help="Run the engine in this process (the only mode so far)."),
+    direct: bool = typer.Option(False, "--direct/--no-direct",
+                                help="Feed the engine in this process instead of running an extraction job "
+                                     "(no queue, no HTTP, no worker retries of an invalid answer)."),
+    gateway: str = typer.Option(None, "--gateway",
+                                help="Job path on a running stack at this URL (e.g. http://127.0.0.1:8000, after "
+                                     "`make run`), with --api-key or FINSERVE_API_KEY; default: a throwaway "
+                                     "stack (Redis, gateway, workers) started for this run."),
+    api_key: str = typer.Option(None, "--api-key", help="With --gateway: the key that owns the job."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Throwaway stack: Celery worker processes."),
+    in_flight: int = typer.Option(16, "--in-flight", min=1, help="Items in flight (worker slots in all; --direct: "
+                                                                 "requests kept in the engine)."),
+    timeout_s: float = typer.Option(3600.0, "--timeout", min=1, help="Job path: give up after this many seconds."),
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Answer budget per contract."),
     json_path: str = typer.Option(None, "--json-file", "--json", help="Also write the JSON to this file (e.g. results/...json)."),
     model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
@@ -31,27 +41,66 @@ def extraction(
                                       help="Jump-forward decoding of grammar-forced tokens (off: one step per token)."),
     mistakes: int = typer.Option(3, "--mistakes", min=0, help="Wrong values shown per field."),
 ) -> None:
-    """Per-field accuracy, exact match per item, invalid-output rate and items/min of the extraction pipeline."""
+    """Per-field accuracy, exact match per item, invalid-output rate and items/min of the extraction pipeline,
+    through an extraction job (default) or straight into the engine (--direct)."""
     from bench.contracts_gen import generate
-    from bench.extraction_eval import run_direct, to_json
+    from bench.extraction_eval import JobFailed, run_direct, run_job, to_json
     from engine.engine import LLMEngine
     from engine.factory import engine_config
     from jobs.extraction import normalize_schema
 
-    if not direct:
-        raise typer.BadParameter("only --direct is implemented: the engine runs in this process", param_hint="--direct")
-    folder, policy_path, overrides = _engine_inputs(model, threads, 512 << 20)
-    engine = LLMEngine(engine_config(folder, policy_path=policy_path, device=device, fast_forward=fast_forward,
-                                     **overrides))
-    schema_json = normalize_schema(json.loads(schema.read_text(encoding="utf-8")), max_fields=64)
+    if direct and gateway:
+        raise typer.BadParameter("--direct runs the engine in this process; --gateway needs the job path",
+                                 param_hint="--gateway")
+    raw_schema = json.loads(schema.read_text(encoding="utf-8"))
+    contracts = generate(items, seed)
 
     def progress(done: int) -> None:
         if done % 25 == 0 or done == items:
             print(f"{done}/{items} items", file=sys.stderr, flush=True)
 
-    report = run_direct(engine, generate(items, seed), schema_json, max_tokens=max_tokens, progress=progress)
-    _echo_and_write(to_json(report, model=Path(folder).name, seed=seed, device=device, fast_forward=fast_forward,
-                            mistakes=mistakes), json_path)
+    meta: dict[str, object] = {"seed": seed, "fast_forward": fast_forward}
+    if gateway:
+        from core.settings import Settings
+
+        key = api_key or Settings().api_key
+        if not key:
+            raise typer.BadParameter("give the key that owns the job (--api-key or FINSERVE_API_KEY)",
+                                     param_hint="--api-key")
+        meta.update(path="job", gateway=gateway, model=None, device=None)
+        try:
+            report = run_job(gateway, key, contracts, raw_schema, max_tokens=max_tokens, timeout_s=timeout_s,
+                             progress=progress)
+        except JobFailed as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        _echo_and_write(to_json(report, mistakes=mistakes, **meta), json_path)
+        return
+    folder, policy_path, overrides = _engine_inputs(model, threads, 512 << 20)
+    config = engine_config(folder, policy_path=policy_path, device=device, fast_forward=fast_forward, **overrides)
+    meta.update(model=Path(folder).name, device=device)
+    if direct:
+        meta["path"] = "direct"
+        schema_json = normalize_schema(raw_schema, max_fields=64)
+        report = run_direct(LLMEngine(config), contracts, schema_json, max_tokens=max_tokens, in_flight=in_flight,
+                            progress=progress)
+    else:
+        import tempfile
+
+        from bench.job_stack import LocalJobStack
+
+        meta.update(path="job", workers=workers, in_flight=in_flight)
+        with tempfile.TemporaryDirectory(prefix="finserve-eval-") as tmp:
+            stack = LocalJobStack(Path(tmp), config, workers=workers, in_flight=in_flight, tenant="eval")
+            try:
+                report = run_job(stack.url, stack.client_key, contracts, raw_schema, max_tokens=max_tokens,
+                                 timeout_s=timeout_s, progress=progress)
+            except JobFailed as exc:
+                typer.echo(f"error: {exc}\n{stack.worker_logs()}", err=True)
+                raise typer.Exit(1) from None
+            finally:
+                stack.close()
+    _echo_and_write(to_json(report, mistakes=mistakes, **meta), json_path)
 
 
 @eval_app.command("verdict")

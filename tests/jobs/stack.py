@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
 from core.settings import Settings
 from engine.client import EngineClient
 from finserve.stack import FINSERVE, GatewayThread, start_worker, stop_worker, worker_env
-from jobs.celery_app import use_broker
+from jobs.celery_app import QUEUE, use_broker
 from jobs.redis_server import RedisServer
 
 # Short leases so that a lost worker's items come back within seconds, not minutes.
@@ -72,6 +73,30 @@ class Stack:
 
     def worker_logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.home.glob("worker-*.log")))
+
+    def diagnose(self, job_id: str) -> str:
+        """What a stuck job looks like from SQL and Redis, for a failing test's message."""
+        from sqlalchemy import create_engine, select
+
+        from core.db.jobs_models import ExtractionItem
+        engine = create_engine(self.db_url)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(select(ExtractionItem.id, ExtractionItem.status, ExtractionItem.attempts,
+                                           ExtractionItem.error, ExtractionItem.lease_until).where(
+                    ExtractionItem.job_id == job_id, ExtractionItem.status.in_(("pending", "running")))).all()
+        finally:
+            engine.dispose()
+        r = redis.Redis.from_url(self.redis.url)
+        state = {"queue": r.llen(QUEUE), "unacked": r.hlen("unacked"), "unacked_index": r.zcard("unacked_index"),
+                 "unacked_mutex_ttl": r.ttl("unacked_mutex"), "keys": sorted(k.decode() for k in r.keys("*"))[:20]}
+        lines = [f"unfinished items: {[tuple(x) for x in rows][:10]}", f"redis: {state}"]
+        for item_id in [x[0] for x in rows][:3]:
+            tag = f'"item_id": {item_id},'
+            for p in sorted(self.home.glob("worker-*.log")):
+                hits = [ln for ln in p.read_text(errors="replace").splitlines() if tag in ln]
+                lines += [f"{p.name} item {item_id}: {ln[:400]}" for ln in hits[-8:]]
+        return "\n".join(lines)
 
     def close(self) -> None:
         for proc in self.workers:

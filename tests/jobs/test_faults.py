@@ -64,8 +64,8 @@ def wait_completed(stack: Stack, job_id: str, timeout_s: float, key: str | None 
         return wait_until(lambda: (j := job(stack, job_id, key))["status"] == "completed" and j, timeout_s,
                           f"job {job_id} to complete")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; last state {job(stack, job_id, key)['counts']}\n{stack.worker_logs()}") \
-            from None
+        raise AssertionError(f"{exc}; last state {job(stack, job_id, key)['counts']}\n{stack.diagnose(job_id)}\n"
+                             f"{stack.worker_logs()}") from None
 
 
 def assert_one_valid_result_per_contract(stack: Stack, job_id: str, n: int, sessions) -> None:
