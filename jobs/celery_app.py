@@ -83,8 +83,28 @@ def _worker_tracing(**_: Any) -> None:
     tracing.setup_tracing(tracing.SERVICE_WORKER)
 
 
+_reconciler: Any = None
+
+
+@signals.worker_ready.connect
+def _start_reconciler(**_: Any) -> None:
+    """Every worker runs the queue reconciler (jobs/reconcile.py); a Redis lock makes one pass at a time."""
+    global _reconciler
+    settings = get_settings()
+    if settings.jobs_reconcile_interval_s <= 0 or not str(app.conf.broker_url).startswith(("redis://", "rediss://")):
+        return
+    from jobs.queue import EXTRACT_TASK, enqueue_items
+    from jobs.reconcile import Reconciler
+    from jobs.worker import worker_runtime
+
+    _reconciler = Reconciler(app.conf.broker_url, worker_runtime().sessions, enqueue_items, queue=QUEUE,
+                             task=EXTRACT_TASK, interval_s=settings.jobs_reconcile_interval_s).start()
+
+
 @signals.worker_shutdown.connect
 def _flush_spans(**_: Any) -> None:
+    if _reconciler is not None:
+        _reconciler.stop()
     tracing.shutdown_tracing()
 
 

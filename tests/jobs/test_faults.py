@@ -118,6 +118,20 @@ def test_redis_restarted_mid_job_resume_brings_it_to_completion(stack: Stack, se
     assert_one_valid_result_per_contract(stack, job_id, 100, sessions)
 
 
+def test_messages_lost_from_redis_are_found_and_the_job_completes(stack: Stack, sessions):
+    """kombu pops a message before it records it as unacknowledged: a worker killed in between loses it,
+    and nothing in Redis will ever bring it back. The workers' reconciler finds such items in SQL."""
+    job_id = submit(stack, 20)
+    r = redis.Redis.from_url(stack.redis.url)
+    lost = [r.rpop(QUEUE) for _ in range(3)]  # as if popped by a worker that died at once
+    assert all(lost) and r.llen(QUEUE) == 17
+    stack.start_worker("w1")
+    wait_completed(stack, job_id, 120)
+    assert_one_valid_result_per_contract(stack, job_id, 20, sessions)
+    logs = "".join(p.read_text(errors="replace") for p in stack.home.glob("worker-*.log"))
+    assert '"event": "items_reenqueued"' in logs
+
+
 def test_same_idempotency_key_twice_makes_one_job(stack: Stack, sessions):
     headers = {"Idempotency-Key": "nightly-batch-42"}
     ids: list[str] = []

@@ -1,0 +1,145 @@
+"""The queue reconciler: an unfinished item whose message is nowhere in Redis is enqueued again.
+
+SQL is the ledger of items, Redis only the queue of their ids, and the two can part ways:
+- kombu's Redis transport pops a message (BRPOP) before it records it as unacknowledged; a worker
+  killed between the two loses the message, and its item stays `pending` with nothing to run it;
+- Redis restarted without its data (or was flushed): every queued id is gone;
+- a publish failed after the items were committed (the submission answered 503).
+`finserve jobs resume` repairs this by hand; the reconciler does it on its own, from inside every
+worker process (a daemon thread; a Redis lock lets one worker at a time do a pass).
+
+A pass lists the item ids that have a message in Redis (waiting in the queue, or delivered and not yet
+acknowledged, which includes retries waiting for their countdown in a worker), and the items SQL says
+are unfinished and unowned (pending, or running past their lease). An item missing from Redis is only
+a suspect the first time; it is enqueued again when the next pass (at least one interval later) still
+finds it missing, so the brief moments where a message is legitimately in no list (between a worker's
+BRPOP and its unacked record, between a submission's commit and its publish) never cause a re-enqueue.
+A duplicate message would be harmless anyway: every claim is a conditional UPDATE (jobs/service.py).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import structlog
+from sqlalchemy.orm import Session, sessionmaker
+
+from jobs.service import resumable_item_ids
+
+log = structlog.get_logger("finserve.jobs")
+
+LOCK_KEY = "finserve:reconcile:lock"
+SUSPECTS_KEY = "finserve:reconcile:suspects"
+UNACKED_KEY = "unacked"  # kombu's Redis transport: delivered, unacknowledged messages by delivery tag
+MAX_SCAN = 200_000  # messages looked at per pass; a bigger backlog is left to the next pass
+
+
+@dataclass(frozen=True)
+class Pass:
+    queued: int  # item ids with a message in Redis
+    unfinished: int  # unfinished, unowned items in SQL
+    suspects: int  # missing from Redis for the first time
+    reenqueued: list[int]  # missing twice in a row: enqueued again
+
+
+def _item_id(message: dict[str, Any], task: str) -> int | None:
+    """The item id of a Celery task message as kombu stores it in Redis (protocol 2, JSON body)."""
+    headers = message.get("headers") or {}
+    if headers.get("task") != task:
+        return None
+    body = message.get("body")
+    try:
+        if (message.get("properties") or {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return int(args[0])
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+
+
+def queued_item_ids(r: redis.Redis, queue: str, task: str) -> set[int]:
+    """Ids with a message waiting in `queue` (every priority list of it) or delivered and unacknowledged."""
+    ids: set[int] = set()
+    seen = 0
+    lists = [k for k in r.scan_iter(match=f"{queue}*", count=100) if r.type(k) in (b"list", "list")]
+    for key in lists:
+        for raw in r.lrange(key, 0, MAX_SCAN - seen):
+            seen += 1
+            try:
+                item = _item_id(json.loads(raw), task)
+            except ValueError:
+                continue
+            if item is not None:
+                ids.add(item)
+    for raw in r.hvals(UNACKED_KEY):
+        try:
+            message = json.loads(raw)[0]
+        except (ValueError, IndexError, KeyError, TypeError):
+            continue
+        item = _item_id(message, task) if isinstance(message, dict) else None
+        if item is not None:
+            ids.add(item)
+    return ids
+
+
+def reconcile_once(r: redis.Redis, sessions: sessionmaker[Session], enqueue: Callable[[Iterable[int]], int], *,
+                   queue: str, task: str, interval_s: float) -> Pass | None:
+    """One pass, if no other worker holds the lock; None when another one does."""
+    # The lock is never released, it expires: passes are at least `interval_s` apart whoever makes them.
+    if not r.set(LOCK_KEY, "1", nx=True, px=max(1, int(interval_s * 1000))):
+        return None
+    with sessions() as s:
+        unfinished = set(resumable_item_ids(s))
+    queued = queued_item_ids(r, queue, task)
+    missing = unfinished - queued
+    before = {int(x) for x in r.smembers(SUSPECTS_KEY)}
+    again = sorted(missing & before)
+    fresh = missing - before
+    pipe = r.pipeline()
+    pipe.delete(SUSPECTS_KEY)
+    if fresh:
+        pipe.sadd(SUSPECTS_KEY, *fresh)
+        pipe.pexpire(SUSPECTS_KEY, max(1, int(interval_s * 3000)))
+    pipe.execute()
+    if again:
+        enqueue(again)
+        log.warning("items_reenqueued", items=len(again), item_ids=again[:20],
+                    reason="unfinished in SQL and no message in Redis on two passes in a row")
+    return Pass(len(queued), len(unfinished), len(fresh), again)
+
+
+class Reconciler:
+    """Runs `reconcile_once` every `interval_s` in a daemon thread until stopped; errors are logged."""
+
+    def __init__(self, redis_url: str, sessions: sessionmaker[Session], enqueue: Callable[[Iterable[int]], int], *,
+                 queue: str, task: str, interval_s: float) -> None:
+        self._redis = redis.Redis.from_url(redis_url, socket_timeout=10)
+        self._sessions, self._enqueue = sessions, enqueue
+        self._queue, self._task, self.interval_s = queue, task, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="finserve-reconciler", daemon=True)
+        self.passes = 0
+
+    def start(self) -> "Reconciler":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._redis.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                if reconcile_once(self._redis, self._sessions, self._enqueue, queue=self._queue, task=self._task,
+                                  interval_s=self.interval_s) is not None:
+                    self.passes += 1
+            except Exception as exc:  # Redis or the database away: the next pass tries again
+                log.warning("reconcile_failed", error=f"{type(exc).__name__}: {exc}"[:300])
