@@ -49,6 +49,7 @@ class SweepSpec:
     max_batched_tokens: int = 512  # engine step token budget (prefill chunk size)
     seed: int = 0
     bandwidth_gib: float = 1.0  # size of the bandwidth probe; 0 skips it
+    weights: str = "auto"  # matmul weight format (engine/config.py): auto | fp32 | bf16 | int8 | q4
 
     def __post_init__(self) -> None:
         if self.vary not in VARY:
@@ -96,7 +97,8 @@ def run(spec: SweepSpec) -> dict:
     from engine.model.loader import weight_bytes
 
     pts = points(spec)
-    overrides = {"max_num_batched_tokens": spec.max_batched_tokens, "seed": spec.seed}
+    overrides: dict[str, object] = {"max_num_batched_tokens": spec.max_batched_tokens, "seed": spec.seed,
+                                    "weights": spec.weights}
     if spec.threads:
         overrides["num_threads"] = spec.threads
     base = engine_config(spec.model, **overrides)
@@ -133,6 +135,7 @@ def run(spec: SweepSpec) -> dict:
             "engine_setup": "one class owning the whole KV pool, FCFS, prefix caching off, random distinct prompts, "
                             "ignore_eos (every request generates exactly its output length)",
             "dtypes_in_engine": actual,
+            "weights": {d: e.runner.model.weight_format for d, e in engines.items()},
             "bandwidth_gbs": bandwidth,
         },
         "points": results,

@@ -91,7 +91,8 @@ def sweep_engine_config(base: EngineConfig, shapes: list[Shape], dtype: str) -> 
 
 def check_dtypes(engine, dtype: str) -> dict[str, str]:
     """What the engine really holds; raises if it silently runs another precision than asked."""
-    weights = str(engine.runner.model.embed.dtype).removeprefix("torch.")
+    # The compute dtype (quantized weights keep their own format; a tied quantized head has no embed table).
+    weights = str(engine.runner.model.dtype).removeprefix("torch.")
     kv = str(engine.runner.kv_cache.dtype).removeprefix("torch.")
     if weights != dtype or kv != dtype:
         raise RuntimeError(f"asked for {dtype}, the engine holds weights in {weights} and KV in {kv}")

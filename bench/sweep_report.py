@@ -35,7 +35,9 @@ def _subtitle(data: dict) -> str:
     held.pop(data["vary"], None)
     if data["vary"] == "dtype":
         held.pop("batch")
-    return (f"{env['model_name']}, {env['threads']} threads, {env['dtype']}, {', '.join(held.values())}; "
+    weights = ",".join(sorted(set((env.get("weights") or {}).values()))) or "?"
+    return (f"{env['model_name']}, {env['threads']} threads, {env['dtype']}, weights {weights}, "
+            f"{', '.join(held.values())}; "
             f"median of {env['repeat']}, bars min-max")
 
 
@@ -45,6 +47,7 @@ def write_markdown(data: dict, path: Path) -> None:
         f"# finserve sweep: --vary {data['vary']}",
         "",
         f"Model `{env['model_name']}` ({env['model']}), {env['threads']} threads, dtype {env['dtype']}, "
+        f"weights {', '.join(f'{d}: {w}' for d, w in (env.get('weights') or {}).items()) or 'not recorded'}, "
         f"seed {env['seed']}, median (min-max) of {env['repeat']} runs after a warm-up; "
         f"torch {env['torch']}, {env['cpu']}, {env['time']}.",
         f"Step token budget {env['max_num_batched_tokens']}, block size {env['block_size']}; "

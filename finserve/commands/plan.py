@@ -236,6 +236,8 @@ def sweep(
     fixed_batch: Annotated[int, typer.Option(min=1, help="requests at once when batch does not vary")] = 1,
     dtype: Annotated[str, typer.Option(help="weights and KV precision when dtype does not vary")] = "float32",
     dtype_batches: Annotated[str, typer.Option(help="--vary dtype: batch sizes to measure each precision at")] = "1,8",
+    weights: Annotated[str, typer.Option(help="matmul weight format: auto (the serving default), fp32, bf16, int8 "
+                                              "or q4")] = "auto",
     max_batched_tokens: Annotated[int, typer.Option(min=1, help="engine step token budget (prefill chunk)")] = 512,
     seed: Annotated[int, typer.Option(help="seed of the random prompts")] = 0,
     bandwidth_gib: Annotated[float, typer.Option(
@@ -254,7 +256,7 @@ def sweep(
             model=resolve_model(str(model) if model else None), threads=threads, fixed_input=fixed_input, fixed_output=fixed_output,
             fixed_batch=fixed_batch, dtype=_one_dtype(dtype, parse_values),
             dtype_batches=tuple(int(b) for b in dtype_batches.split(",") if b.strip()),
-            max_batched_tokens=max_batched_tokens, seed=seed, bandwidth_gib=bandwidth_gib,
+            max_batched_tokens=max_batched_tokens, seed=seed, bandwidth_gib=bandwidth_gib, weights=weights,
         )
     except ValueError as e:
         raise CLIError(str(e)) from None

@@ -96,6 +96,17 @@ def test_cli_writes_outputs_and_prints_the_table(tmp_path: Path, tiny_model_dir:
     assert sorted(p.name for p in out.glob("*.png")) == sorted(f"{m}.png" for m in METRICS)
 
 
+def test_cli_weights_option_picks_the_matmul_format_and_records_it(tmp_path: Path, tiny_model_dir: Path) -> None:
+    out = tmp_path / "int8"
+    res = CliRunner().invoke(app, ["sweep", "--vary", "output", "--values", "2", "--repeat", "1", "--model",
+                                   str(tiny_model_dir), "--threads", "1", "--fixed-input", "10", "--out", str(out),
+                                   "--bandwidth-gib", "0", "--weights", "int8"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["environment"]["weights"] == {"float32": "int8"}
+    assert "weights float32: int8" in (out / "sweep.md").read_text()
+
+
 def test_cli_refuses_what_cannot_run(tmp_path: Path, tiny_model_dir: Path) -> None:
     runner = CliRunner()
     too_long = runner.invoke(app, ["sweep", "--vary", "input", "--values", "5000", "--model", str(tiny_model_dir),
