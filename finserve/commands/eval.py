@@ -55,8 +55,11 @@ def extraction(
     raw_schema = json.loads(schema.read_text(encoding="utf-8"))
     contracts = generate(items, seed)
 
-    def progress(done: int) -> None:
-        if done % 25 == 0 or done == items:
+    shown = [-1]
+
+    def progress(done: int) -> None:  # every 25 items (the job path's polls can step over a multiple)
+        if done // 25 != shown[0] or done == items:
+            shown[0] = done // 25
             print(f"{done}/{items} items", file=sys.stderr, flush=True)
 
     meta: dict[str, object] = {"seed": seed, "fast_forward": fast_forward}
