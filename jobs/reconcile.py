@@ -36,12 +36,12 @@ log = structlog.get_logger("finserve.jobs")
 LOCK_KEY = "finserve:reconcile:lock"
 SUSPECTS_KEY = "finserve:reconcile:suspects"
 UNACKED_KEY = "unacked"  # kombu's Redis transport: delivered, unacknowledged messages by delivery tag
-MAX_SCAN = 200_000  # messages looked at per pass; a bigger backlog is left to the next pass
+MAX_SCAN = 200_000  # messages read per pass; with a bigger backlog the pass cannot tell what is missing
 
 
 @dataclass(frozen=True)
 class Pass:
-    queued: int  # item ids with a message in Redis
+    queued: int  # item ids with a message in Redis (-1: the backlog was too long to read)
     unfinished: int  # unfinished, unowned items in SQL
     suspects: int  # missing from Redis for the first time
     reenqueued: list[int]  # missing twice in a row: enqueued again
@@ -62,14 +62,15 @@ def _item_id(message: dict[str, Any], task: str) -> int | None:
         return None
 
 
-def queued_item_ids(r: redis.Redis, queue: str, task: str) -> set[int]:
-    """Ids with a message waiting in `queue` (every priority list of it) or delivered and unacknowledged."""
+def queued_item_ids(r: redis.Redis, queue: str, task: str) -> set[int] | None:
+    """Ids with a message waiting in `queue` (every priority list of it) or delivered and unacknowledged;
+    None when the queue holds more than MAX_SCAN messages (what is missing cannot be told then)."""
     ids: set[int] = set()
-    seen = 0
     lists = [k for k in r.scan_iter(match=f"{queue}*", count=100) if r.type(k) in (b"list", "list")]
+    if sum(r.llen(k) for k in lists) > MAX_SCAN:
+        return None
     for key in lists:
-        for raw in r.lrange(key, 0, MAX_SCAN - seen):
-            seen += 1
+        for raw in r.lrange(key, 0, -1):
             try:
                 item = _item_id(json.loads(raw), task)
             except ValueError:
@@ -96,6 +97,10 @@ def reconcile_once(r: redis.Redis, sessions: sessionmaker[Session], enqueue: Cal
     with sessions() as s:
         unfinished = set(resumable_item_ids(s))
     queued = queued_item_ids(r, queue, task)
+    if queued is None:  # a backlog too long to read: no suspects this pass (none enqueued twice by mistake)
+        log.info("reconcile_skipped", reason=f"more than {MAX_SCAN} messages queued")
+        r.delete(SUSPECTS_KEY)
+        return Pass(-1, len(unfinished), 0, [])
     missing = unfinished - queued
     before = {int(x) for x in r.smembers(SUSPECTS_KEY)}
     again = sorted(missing & before)

@@ -73,3 +73,23 @@ def test_one_pass_per_interval_whichever_worker_asks(sessions, tenant_keys, redi
     r = redis.Redis.from_url(redis_server.url)
     assert reconcile_once(r, sessions, enqueue_items, queue=QUEUE, task=EXTRACT_TASK, interval_s=30) is not None
     assert reconcile_once(r, sessions, enqueue_items, queue=QUEUE, task=EXTRACT_TASK, interval_s=30) is None
+
+
+def test_a_backlog_too_long_to_read_enqueues_nothing(sessions, tenant_keys, redis_server, monkeypatch):
+    """Past MAX_SCAN queued messages a pass cannot tell what is missing: it must not guess (duplicates)."""
+    from jobs import reconcile
+
+    use_broker(redis_server.url)
+    r = redis.Redis.from_url(redis_server.url)
+    with sessions() as s:
+        job, _ = create(s, "acme", spec(4), None)
+        ids = service.item_ids(s, job.id)
+    enqueue_items(ids[:3])  # the 4th has no message at all
+    monkeypatch.setattr(reconcile, "MAX_SCAN", 2)
+    assert queued_item_ids(r, QUEUE, EXTRACT_TASK) is None
+    for _ in range(3):
+        skipped = _pass(r, sessions)
+        assert skipped.queued == -1 and skipped.reenqueued == [] and skipped.suspects == 0
+    assert r.llen(QUEUE) == 3
+    monkeypatch.setattr(reconcile, "MAX_SCAN", 1000)  # the backlog drained below the bound: back to normal
+    assert _pass(r, sessions).suspects == 1 and _pass(r, sessions).reenqueued == [ids[3]]
