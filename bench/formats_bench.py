@@ -29,13 +29,12 @@ from bench.common import (
     summary,
     write_json,
 )
+from bench.peer_server import PEER_SCRIPT, peer_gguf, peer_version
 from engine.engine import LLMEngine
 from engine.factory import engine_config
 from engine.model.cpu_kernels import kernel_isa
 from engine.model.loader import weight_bytes
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
-
-PEER_SCRIPT = Path(__file__).with_name("peer_llamacpp.py")
 
 
 def _finserve_once(engine: LLMEngine, prompt: list[int], new_tokens: int) -> tuple[float, float]:
@@ -61,15 +60,7 @@ def _peer_once(python: str, gguf: Path, threads: int, prompt: list[int], new_tok
 
 def peer_ggufs(python: str, cache: Path) -> dict[str, Path]:
     """The shipped Q4_1 GGUF and its Q8_0 re-quantization (made once into `cache`)."""
-    from engine.model.prepare import default_gguf_path
-
-    q41 = default_gguf_path()
-    q80 = cache / "SmolLM2-135M-Instruct.Q8_0.gguf"
-    if not q80.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([python, str(PEER_SCRIPT), "quantize", str(q41), str(q80), "q8_0"], check=True,
-                       capture_output=True)
-    return {"llama.cpp Q4_1": q41, "llama.cpp Q8_0": q80}
+    return {f"llama.cpp {t}": peer_gguf(python, t, cache) for t in ("Q4_1", "Q8_0")}
 
 
 def run(json_path: str | None = "results/formats.json", formats: str = "fp32,bf16,int8,q4", reps: int = 3,
@@ -148,17 +139,11 @@ def _peer_summary(rows: dict, ours: list[str], theirs: list[str], peer_python: s
         return float(rows[n]["prefill_by_prompt_tokens"][str(length)]["input_tokens_per_s"])
 
     by_len = {str(m): max(speed(n, m) for n in ours) / max(speed(n, m) for n in theirs) for m in lengths}
-    return {"llama_cpp_python": _peer_version(peer_python) if peer_python else None, "best_finserve": best,
+    return {"llama_cpp_python": peer_version(peer_python) if peer_python else None, "best_finserve": best,
             "best_peer": peer_best, "tpot_ratio_best_over_best": tpot[best] / tpot[peer_best],
             "prefill_ratio_best_over_best": by_len[str(lengths[0])],
             "prefill_ratio_best_over_best_by_prompt_tokens": by_len,
             "targets": {"tpot_ratio_max": 0.8, "prefill_ratio_min": 1.5}}
-
-
-def _peer_version(python: str) -> str:
-    out = subprocess.run([python, "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True,
-                         text=True, check=True)
-    return out.stdout.strip()
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from typing import IO, Any
 
 import httpx
 
-from bench.formats_bench import PEER_SCRIPT
 from core.processes import stop_process
 
 PEER_GGUF_TYPES = ("Q4_1", "Q8_0", "F32")  # what bench/peer_llamacpp.py can quantize to
@@ -59,6 +58,9 @@ def peer_unavailable(python: str | None) -> str | None:
     return None
 
 
+PEER_SCRIPT = Path(__file__).with_name("peer_llamacpp.py")  # run by the peer's interpreter
+
+
 def peer_version(python: str) -> str:
     out = subprocess.run([python, "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True,
                          text=True, check=True)
@@ -90,22 +92,30 @@ def peer_gguf(python: str, gguf_type: str, cache: Path) -> Path:
     return out
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], path: str, headers: dict[str, str],
-                timeout_s: float) -> None:
+def _ready(server: Server, path: str, timeout_s: float) -> Server:
+    """`server` once `path` answers 200; stopped (its files removed too) if it never does."""
+    try:
+        _wait_ready(server.url, server.proc, path, timeout_s)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], path: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"the server for {url} exited with {proc.returncode} before it was ready")
         try:
-            if httpx.get(f"{url}{path}", headers=headers, timeout=2.0).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2.0).status_code == 200:
                 return
             if path == "/readyz" and (live := httpx.get(f"{url}/healthz", timeout=2.0)).status_code != 200:
-                stop_process(proc, STOP_TIMEOUT_S)  # finserve's engine failed to start: it will never be ready
+                # finserve's engine failed to start: it will never be ready
                 raise RuntimeError(f"{url} failed to start: {live.text[:500]}")
         except httpx.TransportError:
             pass
         if time.monotonic() > deadline:
-            stop_process(proc, STOP_TIMEOUT_S)
             raise RuntimeError(f"{url}{path} did not answer 200 within {timeout_s:.0f} s")
         time.sleep(0.25)
 
@@ -137,12 +147,7 @@ def start_finserve(model: str, *, threads: int, weights: str, log: IO[bytes] | N
                             start_new_session=True)
     server = Server("finserve", f"http://127.0.0.1:{port}", proc, {"Authorization": f"Bearer {key}"},
                     {"weights": weights, "threads": threads, "model": model}, home)
-    try:
-        _wait_ready(server.url, proc, "/readyz", {}, timeout_s)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return _ready(server, "/readyz", timeout_s)
 
 
 def start_llamacpp(python: str, gguf: Path, gguf_type: str, *, threads: int, n_ctx: int, log: IO[bytes] | None,
@@ -159,9 +164,4 @@ def start_llamacpp(python: str, gguf: Path, gguf_type: str, *, threads: int, n_c
     server = Server(f"llama.cpp {gguf_type}", f"http://127.0.0.1:{port}", proc,
                     info={"gguf_type": gguf_type, "gguf": gguf.name, "gguf_bytes": gguf.stat().st_size,
                           "threads": threads, "n_ctx": n_ctx, "llama_cpp_python": peer_version(python)})
-    try:
-        _wait_ready(server.url, proc, "/v1/models", {}, timeout_s)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return _ready(server, "/v1/models", timeout_s)

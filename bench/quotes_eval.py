@@ -22,7 +22,7 @@ from typing import Any
 from engine.engine import LLMEngine
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from engine.structured import sentence_spans
-from gateway.prompts import document_messages, quoted_answer_schema
+from gateway.prompts import document_messages, quoted_answer_schema, relevant_sentences
 
 CLASS = "document_qa"
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,9 +75,9 @@ def score(q: Question, document: str, raw: str, finish_reason: str | None) -> di
     }
 
 
-def _ask(engine: LLMEngine, title: str, text: str, q: Question, schema: str, max_tokens: int,
-         ) -> tuple[str, str | None, RequestMetrics, int]:
-    prompt = engine.tokenizer.encode_chat(document_messages(title, text, q.question, quotes=True))
+def _ask(engine: LLMEngine, title: str, text: str, q: Question, candidates: list[str], schema: str,
+         max_tokens: int) -> tuple[str, str | None, RequestMetrics, int]:
+    prompt = engine.tokenizer.encode_chat(document_messages(title, text, q.question, candidates=candidates))
     req = EngineRequest(f"quotes-{uuid.uuid4().hex[:10]}", prompt,
                         SamplingParams(max_tokens=max_tokens, json_schema=schema), CLASS)
     engine.add_request(req)
@@ -93,8 +93,9 @@ def run(engine: LLMEngine, *, path: Path = DEFAULT_SET, max_tokens: int = 160) -
     rows, metrics, steps = [], [], []
     t0 = time.perf_counter()
     for q in questions:
-        schema = json.dumps(quoted_answer_schema(text, q.question), ensure_ascii=False)
-        raw, reason, m, n_steps = _ask(engine, title, text, q, schema, max_tokens)
+        candidates = relevant_sentences(text, q.question)
+        schema = json.dumps(quoted_answer_schema(candidates), ensure_ascii=False)
+        raw, reason, m, n_steps = _ask(engine, title, text, q, candidates, schema, max_tokens)
         rows.append(score(q, text, raw, reason))
         metrics.append(m)
         steps.append(n_steps)

@@ -120,6 +120,22 @@ def _routing_report(results: list[dict[str, Any]]) -> dict[str, Any]:
             "mean_prompt_tokens": statistics.fmean(r["input_tokens"] for r in results)}
 
 
+def ledger_rows(db_url: str, ids: list[str]) -> dict[str, Any]:
+    """The ledger rows (RequestLedger) of `ids` in the database at `db_url`, by request id."""
+    from sqlalchemy import select
+
+    from core.db.base import make_engine, make_session_factory
+    from core.db.models import RequestLedger
+
+    db = make_engine(db_url)
+    try:
+        with make_session_factory(db)() as s:
+            found = s.scalars(select(RequestLedger).where(RequestLedger.request_id.in_(ids))).all()
+            return {r.request_id: r for r in found}
+    finally:
+        db.dispose()
+
+
 def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while httpx.get(f"{url}/readyz", timeout=5.0).status_code != 200:
@@ -166,10 +182,6 @@ def _overhead(settings: Settings, engine: EngineProcess, key: str, *, n: int, bl
 
 def _failover(settings: Settings, engines: list[EngineProcess], key: str, log: IO[bytes], **timing: float
               ) -> dict[str, Any]:
-    from sqlalchemy import select
-
-    from core.db.base import make_engine, make_session_factory
-    from core.db.models import RequestLedger
     from finserve.stack import start_engine, wait_engines_ready
 
     def restart(victim: EngineProcess) -> EngineProcess:
@@ -186,13 +198,7 @@ def _failover(settings: Settings, engines: list[EngineProcess], key: str, log: I
 
         def rows(ids: list[str]) -> dict[str, Any]:
             gw.app.state.finserve.ledger.flush(60.0)
-            db = make_engine(settings.resolved_database_url)
-            try:
-                with make_session_factory(db)() as s:
-                    found = s.scalars(select(RequestLedger).where(RequestLedger.request_id.in_(ids))).all()
-                    return {r.request_id: r for r in found}
-            finally:
-                db.dispose()
+            return ledger_rows(settings.resolved_database_url, ids)
 
         report, _ = replicas_failover.run_failover(gw.url, key, engines, doc_ids=doc_ids, restart=restart,
                                                    rows=rows, **timing)  # type: ignore[arg-type]

@@ -117,12 +117,6 @@ def extract(carrier: Mapping[str, str] | None) -> otel_context.Context:
     return _W3C.extract(dict(carrier or {}))
 
 
-def trace_id_of(span: Span) -> str | None:
-    """The span's trace id as 32 hex digits (as logged and as in `traceparent`), None without a trace."""
-    sc = span.get_span_context()
-    return format(sc.trace_id, "032x") if sc.is_valid else None
-
-
 def log_fields(span: Span) -> dict[str, str]:
     """The ids bound to structlog's context while `span` is current: log lines then name their trace."""
     sc = span.get_span_context()

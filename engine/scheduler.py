@@ -317,8 +317,8 @@ class Scheduler:
                 step.blocked_classes.add(req.workload_class)
                 return False
             victims = self._victims_for_waiting(req, for_blocks=status is not AllocStatus.OK)
-            any_class = self._only_leases_left(req)
-            if not victims and not need_slot and self.kv.reclaim_leases(req, n, computed, any_class=any_class):
+            if not victims and not need_slot and self.kv.reclaim_leases(req, n, computed,
+                                                                         any_class=self._only_leases_left(req)):
                 continue  # nothing left to preempt: leases go last (kv_cache/leases.py)
             freeable = sum(self.kv.num_freeable(v.request_id) for v in victims)
             if (need_slot and not victims) or self.kv.shortfall(req, n, computed) > freeable:

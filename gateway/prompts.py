@@ -59,25 +59,26 @@ QUOTED_ANSWER = (
 QUOTE_CANDIDATES = 2
 
 
-def document_messages(title: str, text: str, question: str, *, quotes: bool = False) -> list[dict[str, str]]:
-    """The document first (a cached prefix per tenant), the question last; a quoted answer's
-    instructions and candidate sentences go after the question, so both kinds of question share
-    the document's blocks."""
+def document_messages(title: str, text: str, question: str, *,
+                      candidates: list[str] | None = None) -> list[dict[str, str]]:
+    """The document first (a cached prefix per tenant), the question last; for a quoted answer its
+    instructions and the `candidates` (relevant_sentences, best first) go after the question, so
+    both kinds of question share the document's blocks."""
     header = f"<document title={json.dumps(title, ensure_ascii=False)}>" if title else "<document>"
     tail = ""
-    if quotes:
-        tail = QUOTED_ANSWER + "".join(f"\n{i}. {s}" for i, s in enumerate(relevant_sentences(text, question), 1))
+    if candidates is not None:
+        tail = QUOTED_ANSWER + "".join(f"\n{i}. {s}" for i, s in enumerate(candidates, 1))
     return [
         {"role": "system", "content": f"{DOCUMENT_SYSTEM}\n\n{header}\n{text}\n</document>"},
         {"role": "user", "content": question + tail},
     ]
 
 
-def quoted_answer_schema(text: str, question: str) -> dict[str, Any]:
-    """Quotes first (each one of the sentences most relevant to the question: grounded by the grammar), then the answer."""
+def quoted_answer_schema(candidates: list[str]) -> dict[str, Any]:
+    """Quotes first (each one of `candidates`, the sentences most relevant to the question: grounded by the
+    grammar), then the answer."""
     return {"type": "object", "properties": {
-        "quotes": {"type": "array", "minItems": 1, "maxItems": 2,
-                   "items": {"enum": relevant_sentences(text, question)}},
+        "quotes": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"enum": candidates}},
         "answer": {"type": "string", "minLength": 1, "maxLength": 300}},
         "required": ["quotes", "answer"], "additionalProperties": False}
 
@@ -102,12 +103,12 @@ def relevant_sentences(text: str, question: str, k: int = QUOTE_CANDIDATES) -> l
     first for 15 of 16. So code retrieves, and the model chooses among a few and phrases the answer.
     """
     sentences = sentence_spans(text)
-    df = Counter(t for s in sentences for t in set(_terms(s)))
+    terms = [set(_terms(s)) for s in sentences]
+    df = Counter(t for have in terms for t in have)
     wanted = set(_terms(question))
 
-    def score(s: str) -> float:
-        have = set(_terms(s))
-        idf = sum(math.log(1 + len(sentences) / df[t]) for t in wanted & have)
-        return idf / (1 + 0.02 * len(s.split()))
+    def score(i: int) -> float:
+        idf = sum(math.log(1 + len(sentences) / df[t]) for t in wanted & terms[i])
+        return idf / (1 + 0.02 * len(sentences[i].split()))
 
-    return sorted(sentences, key=score, reverse=True)[:k]
+    return [sentences[i] for i in sorted(range(len(sentences)), key=score, reverse=True)[:k]]

@@ -372,8 +372,8 @@ class InferenceService:
         if self._ledgered is None:
             return True
         try:
-            # Shielded: a caller that goes away must not cancel the writer's future (the row is written anyway).
-            await asyncio.shield(asyncio.wrap_future(self._ledgered))
+            # A caller that goes away cancels this future; the writer settles only futures still open.
+            await asyncio.wrap_future(self._ledgered)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -16,6 +16,7 @@ replicas alike: the engine keeps no OpenTelemetry, and its hot loop pays nothing
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -91,15 +92,15 @@ def engine_phases(req: EngineRequest, submitted: float, *, tenant: str, replica:
                          attributes={"finserve.scheduled": scheduled is not None})
     if scheduled is None:
         return
-    prefill_steps = sum(1 for e in req.events if e.kind == "prefill")
+    steps = Counter(e.kind for e in req.events)  # one pass over the per-step events
     tracing.span_between("finserve.engine.prefill", scheduled, first or end, parent=parent, attributes={
         "finserve.prefill_tokens": req.num_prompt_tokens - req.num_cached_tokens,
-        "finserve.cached_tokens": req.num_cached_tokens, "finserve.prefill_steps": prefill_steps,
+        "finserve.cached_tokens": req.num_cached_tokens, "finserve.prefill_steps": steps["prefill"],
     })
     if first is None or n_out < 2:
         return
     last = req.token_times[-1] if req.token_times else end
     tracing.span_between("finserve.engine.decode", first, last, parent=parent, attributes={
-        "finserve.output_tokens": n_out, "finserve.decode_steps": sum(1 for e in req.events if e.kind == "decode"),
+        "finserve.output_tokens": n_out, "finserve.decode_steps": steps["decode"],
         "finserve.finish_reason": req.status.finish_reason,
     })

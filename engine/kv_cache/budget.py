@@ -55,13 +55,9 @@ class ClassKVBudget:
                 del refs[b]
 
     # ---- questions the manager and scheduler ask ----------------------------------------
-    def within_max(self, name: str, extra_blocks: int) -> bool:
-        """A cap as large as the pool is no cap: the pool itself is what runs out."""
-        cap = self.share(name).max_blocks
-        return cap >= self.num_blocks or self.held(name) + extra_blocks <= cap
-
     def over_max(self, name: str, extra_blocks: int) -> int:
-        """Blocks the class would hold beyond its cap after taking `extra_blocks` more (0: within it)."""
+        """Blocks the class would hold beyond its cap after taking `extra_blocks` more (0: within it). A cap
+        as large as the pool is no cap: the pool itself is what runs out."""
         cap = self.share(name).max_blocks
         return 0 if cap >= self.num_blocks else max(0, self.held(name) + extra_blocks - cap)
 

@@ -170,7 +170,9 @@ class LedgerWriter:
             except Exception:
                 self.cycle_failures += 1
                 log.exception("ledger_writer_cycle_failed")
-                self._stopping.wait(min(self.retry_interval_s, 1.0))
+                # a pause before the next try; while closing, each failed cycle still drained the queue
+                if self._stopping.wait(min(self.retry_interval_s, 1.0)) and self._queue.empty():
+                    return
 
     def _cycle(self) -> bool:
         stopping = self._stopping.is_set()
@@ -180,6 +182,9 @@ class LedgerWriter:
                 self._write(items, force=stopping)
             if (self.spool.has_data() or self._recovery is not None) and (markers or self._may_try()):
                 self._catch_up()
+        except Exception:
+            self._keep(items)  # spooled (or lost, loudly) and settled: none of their requests waits forever
+            raise
         finally:
             done = not self.spool.has_data() and self._recovery is None
             for m in markers:

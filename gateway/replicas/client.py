@@ -101,12 +101,18 @@ class RemoteEngineClient:
 
     async def generate(self, req: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
         http = self._client()
+        # The caller's trace context travels with the request, so the replica's span joins the trace.
+        request = http.build_request("POST", f"{self.url}/v1/engine/generate", json=wire.request_to_json(req),
+                                     headers=tracing.inject())
         streamed = False
         self.in_flight += 1
         try:
-            # The caller's trace context travels with the request, so the replica's span joins the trace.
-            async with http.stream("POST", f"{self.url}/v1/engine/generate",
-                                   json=wire.request_to_json(req), headers=tracing.inject()) as resp:
+            try:
+                resp = await http.send(request, stream=True)
+            except AttributeError as exc:  # only httpx code runs here: anyio asked a socket the replica
+                # closed while connecting for its peer (None.getpeername); unreachable, as on a refused connect
+                raise httpx.ConnectError(f"connection torn down while connecting ({exc})", request=request) from exc
+            try:
                 if resp.status_code != 200:
                     raise self._refusal(resp.status_code, await resp.aread())
                 async for line in resp.aiter_lines():
@@ -117,6 +123,8 @@ class RemoteEngineClient:
                     yield out
                     if out.finished:
                         return
+            finally:
+                await resp.aclose()
             raise httpx.RemoteProtocolError("stream ended before the finished output")
         except httpx.TransportError as exc:
             detail = f"{type(exc).__name__}: {exc}"

@@ -27,7 +27,7 @@ from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
-from gateway.prompts import document_messages, quoted_answer_schema
+from gateway.prompts import document_messages, quoted_answer_schema, relevant_sentences
 from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.schemas.documents import Answer, DocumentCreate, DocumentPublic, QuestionCreate
 from gateway.service import InferenceInput, Prompt
@@ -91,9 +91,11 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
                        x_workload_class: WorkloadClassHeader = None):
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
-    schema = json.dumps(quoted_answer_schema(doc.text, body.question), ensure_ascii=False) if body.quotes else None
+    candidates = relevant_sentences(doc.text, body.question) if body.quotes else None
+    schema = json.dumps(quoted_answer_schema(candidates), ensure_ascii=False) if candidates is not None else None
     adm = await service.prepare(ctx, key, InferenceInput(
-        route=ROUTE, prompt=Prompt(messages=document_messages(doc.title, doc.text, body.question, quotes=body.quotes)),
+        route=ROUTE, prompt=Prompt(messages=document_messages(doc.title, doc.text, body.question,
+                                                              candidates=candidates)),
         sampling=SamplingParams(temperature=body.temperature, json_schema=schema), max_tokens=body.max_tokens,
         default_max_tokens=settings.question_max_tokens, explicit_class=x_workload_class,
         log_fields={"document_id": doc.id}))

@@ -26,10 +26,11 @@ def test_the_sentences_a_quote_may_be_are_those_retrieved_for_the_question() -> 
         "They shall satisfy a Tier 1 capital ratio of 6%.")
     assert relevant_sentences(DOC, "What initial capital applies on going concern?", k=1) == [
         "Initial capital requirement on going concern."]
-    schema = quoted_answer_schema(DOC, "What is the total capital ratio?")
+    schema = quoted_answer_schema(relevant_sentences(DOC, "What is the total capital ratio?"))
     allowed = schema["properties"]["quotes"]["items"]["enum"]
     assert len(allowed) == 2 and allowed[0] == "The total capital ratio shall be 8%." and set(allowed) <= set(sentence_spans(DOC))
-    user = document_messages("CRR", DOC, "What is the total capital ratio?", quotes=True)[1]["content"]
+    user = document_messages("CRR", DOC, "What is the total capital ratio?",
+                             candidates=relevant_sentences(DOC, "What is the total capital ratio?"))[1]["content"]
     assert "1. The total capital ratio shall be 8%." in user  # the candidates are shown, best first
 
 

@@ -268,10 +268,12 @@ def test_a_cycle_that_raises_is_logged_and_the_writer_goes_on(db_engine, make_wr
 
     monkeypatch.setattr(writer, "_write", flaky)
     writer.start()
-    writer.submit(make_row("first"))
+    first = writer.submit(make_row("first"))
     deadline = time.monotonic() + 10
     while writer.stats()["cycle_failures"] == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert writer.stats()["cycle_failures"] == 1 and writer.stats()["alive"]
     assert writer.submit(make_row("second")).result(timeout=10) is True
     assert "second" in ids_in_db(db_engine)
+    assert first.result(timeout=10) is False  # settled: kept in the spool by the failed cycle, not left waiting
+    assert writer.flush() and "first" in ids_in_db(db_engine)  # then replayed into the database

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import select
 
-from core.db.base import make_engine, make_session_factory
-from core.db.models import RequestLedger
+from bench.replicas import ledger_rows
 from core.settings import Settings
 from finserve.commands.timeline import render_text
 from finserve.stack import GatewayThread
@@ -31,16 +29,6 @@ def gateway(settings: Settings, tiny_model_dir: Path, replica_servers) -> Iterat
         time.sleep(0.1)
     yield gw
     gw.stop()
-
-
-def ledger_rows(db_url: str, ids: list[str]) -> dict[str, RequestLedger]:
-    db = make_engine(db_url)
-    try:
-        with make_session_factory(db)() as s:
-            rows = s.scalars(select(RequestLedger).where(RequestLedger.request_id.in_(ids))).all()
-            return {r.request_id: r for r in rows}
-    finally:
-        db.dispose()
 
 
 def test_document_questions_follow_their_replica(gateway: GatewayThread, keys: Keys, db_url: str,

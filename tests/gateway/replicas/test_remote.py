@@ -197,3 +197,30 @@ def test_the_inference_objective_header_names_the_class(replica_servers) -> None
     ok = httpx.post(f"{server.url}/v1/completions", json=body, timeout=30,
                     headers={"x-gateway-inference-objective": "realtime-risk"})
     assert ok.status_code == 200 and len(ok.json()["choices"][0]["token_ids"]) == 3
+
+
+def test_a_socket_torn_down_while_connecting_is_an_unreachable_replica(replica_servers, tiny_model_dir: Path,
+                                                                       monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """anyio can raise AttributeError (None.getpeername) when a killed replica's socket closes mid-connect:
+    seen once in the kill -9 failover test as a 500. It must read as 'replica unavailable' (503, failover)."""
+    (server, _), _ = replica_servers
+    real_send = httpx.AsyncClient.send
+
+    async def send(self, request, **kw):  # type: ignore[no-untyped-def]
+        if request.url.path == "/v1/engine/generate":
+            raise AttributeError("'NoneType' object has no attribute 'getpeername'")
+        return await real_send(self, request, **kw)
+
+    async def attempt() -> tuple[AdmissionError, bool]:
+        rs = await make_set([server.url], tiny_model_dir).start()
+        try:
+            monkeypatch.setattr(httpx.AsyncClient, "send", send)
+            with pytest.raises(AdmissionError) as refused:
+                await collect(rs, request("torn-1", doc(3, 20), "realtime_risk", max_tokens=2))
+            return refused.value, rs.replicas[0].health().ready
+        finally:
+            monkeypatch.undo()
+            await rs.aclose()
+
+    refused, ready = asyncio.run(attempt())
+    assert refused.retryable and "no engine replica is serving" in str(refused) and not ready
