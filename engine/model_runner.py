@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import structlog
 import torch
 
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
@@ -16,8 +17,11 @@ from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.config import ModelConfig
 from engine.model.cpu_kernels import native_decode_for
 from engine.model.loader import TORCH_DTYPES, load_model
+from engine.model.native_step import NativeDecoder
 from engine.outputs import RunnerOutput, ScheduledSeq, SchedulerOutput
 from engine.sampler import SamplingRow, sample
+
+log = structlog.get_logger(__name__)
 
 
 class ModelRunner:
@@ -50,6 +54,21 @@ class ModelRunner:
         self.kv_cache = torch.zeros(
             (mc.num_layers, 2, slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype, device=self.device
         )
+        self.native_step = self._native_step()
+
+    def _native_step(self) -> NativeDecoder | None:
+        """The fused native decode step when this model and pool can use it (engine/model/native_step.py)."""
+        if not self.native_decode:
+            return None
+        why = NativeDecoder.eligible(self.model)
+        if why is None:
+            lib = cpu_kernels._library()
+            assert lib is not None  # native_decode implies a loaded library
+            threads = self.config.num_threads or torch.get_num_threads()
+            log.info("native_decode_step", enabled=True, max_threads=threads, isa=cpu_kernels.kernel_isa())
+            return NativeDecoder(lib, self.model, threads)
+        log.info("native_decode_step", enabled=False, reason=why)
+        return None
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -73,7 +92,12 @@ class ModelRunner:
         """
         input_ids, positions, meta, logits_rows, sampled_ids = self._prepare(out.seqs)
         with torch.inference_mode():  # the sampler edits the logits in place
-            logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
+            if self.native_step is not None and not meta.prefills and meta.native_decode:
+                logits = self.native_step.decode(input_ids, positions, self.kv_cache, meta)  # [T, V]
+                if logits_rows.numel() != logits.shape[0]:
+                    logits = logits.index_select(0, logits_rows)
+            else:
+                logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
             keep = [i for i, rid in enumerate(sampled_ids) if rid in rows]  # a failed request has no row
             if not keep:
                 return RunnerOutput()

@@ -51,6 +51,15 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.dequant_f32.argtypes = [_I, _P, _P, _P, _I, _I, _P, _I]
     lib.finserve_kernel_isa.restype = _I
     lib.finserve_cpu_features.restype = _I
+    lib.fs_model_new.restype = _P
+    lib.fs_model_new.argtypes = [_P, _F, _P]
+    lib.fs_model_free.restype = None
+    lib.fs_model_free.argtypes = [_P]
+    lib.fs_decode.restype = _I
+    lib.fs_decode.argtypes = [_P, _I] + [_P] * 5 + [_I, _P, ctypes.c_int64, _I, _I, _P]
+    lib.fs_set_spin.restype = None
+    lib.fs_set_spin.argtypes = [_I]
+    lib.fs_pool_threads.restype = _I
     return lib
 
 

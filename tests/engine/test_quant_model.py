@@ -38,6 +38,7 @@ def use_torch_mirror(engine: LLMEngine) -> int:
     linears = [model.lm_head] + [lin for layer in model.layers
                                  for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
     quantized = [lin for lin in linears if isinstance(lin, QuantizedLinear)]
+    engine.runner.native_step = None  # the fused step calls the kernels directly: off, so the mirror is used
     for lin in quantized:
         lin.lib, lin.mirror = None, True
     return len(quantized)

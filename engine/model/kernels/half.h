@@ -1,6 +1,7 @@
 // Scalar 16-bit float -> fp32 conversions shared by the kernels (the vector ones live with their loops).
 #ifndef FINSERVE_HALF_H
 #define FINSERVE_HALF_H
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #if defined(__F16C__)
@@ -36,6 +37,37 @@ static inline float bf16_to_float(uint16_t h) {  // bfloat16 is the top half of 
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
+}
+
+// fp32 -> IEEE fp16 / bfloat16, round to nearest even (as torch's .to() does): the decode step writes
+// new K/V rows into a 16-bit pool with these.
+static inline uint16_t float_to_half(float f) {
+#if defined(__F16C__)
+    return (uint16_t)_cvtss_sh(f, 0);
+#else
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds past 65504: infinity
+    if (ax < 0x38800000u) {  // a half subnormal (or zero): m = round(|f| * 2^24)
+        float af;
+        memcpy(&af, &ax, sizeof af);
+        return (uint16_t)(sign | (uint32_t)nearbyintf(af * 16777216.0f));
+    }
+    uint32_t h = (((ax >> 23) - 112u) << 10) | ((ax >> 13) & 0x3ffu);
+    const uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+#endif
+}
+
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);  // NaN stays NaN
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
 }
 
 #endif

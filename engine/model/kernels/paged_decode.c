@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #endif
 #include "half.h"
+#include "step_parts.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define PD_AVX512 1
@@ -128,6 +129,28 @@ static inline void axpy_kv(float *o, float p, const void *v, int kv_type, int d)
     else axpy_16(o, p, (const uint16_t *)v, kv_type, d);
 }
 
+void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
+               int G, float scale, int kv_type, float *scores, float *ob) {
+    // pass 1: scores of every key, for the G query heads sharing this KV head
+    for (int t = 0; t < L; t++) {
+        const void *k = row_at(kc, kv_type, sl[t], KVH, kh, D);
+        for (int g = 0; g < G; g++) scores[g * L + t] = dot_kv(qb + g * D, k, kv_type, D) * scale;
+    }
+    for (int g = 0; g < G; g++) {
+        float *s = scores + g * L, m = -INFINITY, sum = 0.f;
+        for (int t = 0; t < L; t++) m = s[t] > m ? s[t] : m;
+        for (int t = 0; t < L; t++) { s[t] = expf(s[t] - m); sum += s[t]; }
+        const float inv = 1.f / sum;
+        for (int t = 0; t < L; t++) s[t] *= inv;
+    }
+    // pass 2: weighted sum of values
+    for (int i = 0; i < G * D; i++) ob[i] = 0.f;
+    for (int t = 0; t < L; t++) {
+        const void *v = row_at(vc, kv_type, sl[t], KVH, kh, D);
+        for (int g = 0; g < G; g++) axpy_kv(ob + g * D, scores[g * L + t], v, kv_type, D);
+    }
+}
+
 void paged_decode(const float *q, const void *kc, const void *vc, const int64_t *slots, const int64_t *ctx,
                   float *out, int B, int H, int KVH, int D, int Lmax, float scale, int nthreads, int kv_type) {
     const int G = H / KVH;
@@ -135,28 +158,9 @@ void paged_decode(const float *q, const void *kc, const void *vc, const int64_t 
     for (int b = 0; b < B; b++) {
         for (int kh = 0; kh < KVH; kh++) {
             const int L = (int)ctx[b];
-            const int64_t *sl = slots + (int64_t)b * Lmax;
             float *scores = (float *)malloc(sizeof(float) * (size_t)G * (size_t)(L > 0 ? L : 1));
-            const float *qb = q + ((int64_t)b * H + (int64_t)kh * G) * D;
-            // pass 1: scores of every key, for the G query heads sharing this KV head
-            for (int t = 0; t < L; t++) {
-                const void *k = row_at(kc, kv_type, sl[t], KVH, kh, D);
-                for (int g = 0; g < G; g++) scores[g * L + t] = dot_kv(qb + g * D, k, kv_type, D) * scale;
-            }
-            for (int g = 0; g < G; g++) {
-                float *s = scores + g * L, m = -INFINITY, sum = 0.f;
-                for (int t = 0; t < L; t++) m = s[t] > m ? s[t] : m;
-                for (int t = 0; t < L; t++) { s[t] = expf(s[t] - m); sum += s[t]; }
-                const float inv = 1.f / sum;
-                for (int t = 0; t < L; t++) s[t] *= inv;
-            }
-            // pass 2: weighted sum of values
-            float *ob = out + ((int64_t)b * H + (int64_t)kh * G) * D;
-            for (int i = 0; i < G * D; i++) ob[i] = 0.f;
-            for (int t = 0; t < L; t++) {
-                const void *v = row_at(vc, kv_type, sl[t], KVH, kh, D);
-                for (int g = 0; g < G; g++) axpy_kv(ob + g * D, scores[g * L + t], v, kv_type, D);
-            }
+            fs_attend(q + ((int64_t)b * H + (int64_t)kh * G) * D, kc, vc, slots + (int64_t)b * Lmax, L, KVH, kh, D, G,
+                      scale, kv_type, scores, out + ((int64_t)b * H + (int64_t)kh * G) * D);
             free(scores);
         }
     }

@@ -25,6 +25,7 @@
 #include <immintrin.h>
 #endif
 #include "half.h"
+#include "step_parts.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define QG_AVX512 1
@@ -406,6 +407,32 @@ void qgemm_f32(int q4, int act16, const float *x, int M, int K, int ldx, const u
     free(xq);
     free(xd);
     free(xs);
+}
+
+void fs_quantize_act(int act16, const float *x, int M, int K, int ldx, int KB, void *xq, float *xd, int32_t *xs) {
+    if (act16)
+        quantize_rows16(x, M, K, ldx, KB, (int16_t *)xq, xd, xs);
+    else
+        quantize_rows(x, M, K, ldx, KB, (int8_t *)xq, xd, xs);
+}
+
+void fs_qgemm_group(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g,
+                    const void *xq, const float *xd, const int32_t *xs, int M, float *out) {
+    const int64_t tile_bytes = q4 ? 256 : 512;
+    const uint8_t *wg = w + (int64_t)g * KB * tile_bytes;
+    const uint16_t *wdg = wd + (int64_t)g * KB * QR, *wmg = wm ? wm + (int64_t)g * KB * QR : NULL;
+    float tile[MT][QR];
+    for (int m0 = 0; m0 < M; m0 += MT) {
+        const int mt = M - m0 < MT ? M - m0 : MT;
+        const int64_t xo = (int64_t)m0 * KB * QK;
+        if (act16)
+            group_tile16(q4, wg, wdg, wmg, KB, (const int16_t *)xq + xo, xd + (int64_t)m0 * KB, xs + (int64_t)m0 * KB,
+                         mt, tile);
+        else
+            group_tile(q4, wg, wdg, wmg, KB, (const int8_t *)xq + xo, xd + (int64_t)m0 * KB, xs + (int64_t)m0 * KB,
+                       mt, tile);
+        memcpy(out + (int64_t)m0 * QR, tile, sizeof(float) * QR * (size_t)mt);
+    }
 }
 
 // One row's 32 values of one tile (16 rows x 32 values): its bytes gathered into k order, widened in

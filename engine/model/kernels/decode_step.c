@@ -1,0 +1,457 @@
+// The fused decode step: every layer of a Llama-family model for a batch of decode tokens (one new
+// token per sequence) in one native call, with no Python or torch dispatch between the ops.
+//
+// Why: a batch-1 decode step of SmolLM2-135M is ~900 small ops through torch (norms, RoPE, KV writes,
+// attention, activations, 120 quantized matmuls), and their dispatch cost more than the matmuls. Here
+// a step is 7 parallel phases per layer over one thread pool owned by this library:
+//   norm     per token: RMSNorm, activations quantized per block of 32 (as qgemm_f32 does)
+//   qkv      per weight group: the fused QKV projection (+ bias)
+//   attend   per (token, KV head): RoPE of the query heads and the key, the K/V write into the paged
+//            pool (fp32, bf16 or fp16), attention over the token's cached keys
+//   quant    per token: attention output quantized
+//   o        per weight group: output projection added into the residual
+//   norm     per token (post-attention norm)
+//   mlp      per 32 FFN channels: gate and up groups together, silu(gate) * up, quantized in place
+//   down     per weight group: down projection added into the residual
+// then the final norm and the LM head. The matmul pieces are qgemm.c's (same integer dots, same float
+// order), attention is paged_decode.c's; the torch model (engine/model/llama.py) stays the reference
+// the tests compare against.
+//
+// Threads: a pool of pthreads that spin briefly (bounded) for the next phase and then park on a
+// condition variable, so an idle engine costs no CPU and a step's back-to-back phases do not pay a
+// wake-up each. Tasks are claimed one at a time from a shared counter (dynamic), so a thread that
+// the OS slows down does fewer tasks instead of holding the others at the phase's end. How many threads
+// a step uses is the caller's choice per call (engine/model/native_step.py measures which is faster).
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+#include "half.h"
+#include "step_parts.h"
+
+enum { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2 };
+
+// ---------------------------------------------------------------------------------------------
+// Thread pool
+
+#define FS_MAX_THREADS 64
+
+typedef void (*task_fn)(void *ctx, int task);
+
+typedef struct {
+    pthread_t th[FS_MAX_THREADS];
+    int nworkers;                 // started workers (the caller's thread is not one of them)
+    _Atomic uint64_t ticket;      // generation << 32 | next task index
+    _Atomic int done;             // tasks finished in this generation
+    _Atomic(task_fn) fn;
+    _Atomic(void *) ctx;
+    _Atomic int ntasks;
+    _Atomic int active;           // workers 0..active-1 take part in this generation
+    _Atomic int sleepers;
+    _Atomic int stop;
+    _Atomic int spin;             // idle polls before a worker parks
+    uint32_t gen;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} pool_t;
+
+typedef struct {
+    pool_t *pool;
+    int tid;
+} worker_arg_t;
+
+static pool_t g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .spin = 20000};
+static pthread_mutex_t g_pool_grow = PTHREAD_MUTEX_INITIALIZER;
+static worker_arg_t g_args[FS_MAX_THREADS];
+
+static void run_tasks(pool_t *p, uint32_t gen) {
+    uint64_t t = atomic_load(&p->ticket);
+    for (;;) {
+        if ((uint32_t)(t >> 32) != gen) return;
+        if ((int)(uint32_t)t >= atomic_load(&p->ntasks)) return;
+        if (atomic_compare_exchange_weak(&p->ticket, &t, t + 1)) {
+            // Claimed task (uint32_t)t of `gen`: the generation cannot end before it is done, so fn
+            // and ctx are still this generation's.
+            task_fn fn = atomic_load(&p->fn);
+            fn(atomic_load(&p->ctx), (int)(uint32_t)t);
+            atomic_fetch_add(&p->done, 1);
+            t = atomic_load(&p->ticket);
+        }
+    }
+}
+
+static void *worker_main(void *arg) {
+    worker_arg_t *a = (worker_arg_t *)arg;
+    pool_t *p = a->pool;
+    uint32_t seen = (uint32_t)(atomic_load(&p->ticket) >> 32);
+    for (;;) {
+        uint64_t t;
+        int polls = 0;
+        for (;;) {
+            if (atomic_load(&p->stop)) return NULL;
+            t = atomic_load(&p->ticket);
+            if ((uint32_t)(t >> 32) != seen) break;
+            if (polls++ < atomic_load_explicit(&p->spin, memory_order_relaxed)) {
+                CPU_RELAX();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while ((uint32_t)(atomic_load(&p->ticket) >> 32) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+            polls = 0;
+        }
+        seen = (uint32_t)(t >> 32);
+        if (a->tid < atomic_load(&p->active)) run_tasks(p, seen);
+    }
+}
+
+static int pool_ensure(pool_t *p, int workers) {
+    if (workers > FS_MAX_THREADS) workers = FS_MAX_THREADS;
+    if (p->nworkers >= workers) return p->nworkers;
+    pthread_mutex_lock(&g_pool_grow);
+    while (p->nworkers < workers) {
+        worker_arg_t *a = &g_args[p->nworkers];
+        a->pool = p;
+        a->tid = p->nworkers;
+        if (pthread_create(&p->th[p->nworkers], NULL, worker_main, a) != 0) break;
+        p->nworkers++;
+    }
+    pthread_mutex_unlock(&g_pool_grow);
+    return p->nworkers;
+}
+
+// Runs fn(ctx, 0..ntasks-1) on the caller's thread and up to nthreads-1 pool workers; returns when
+// every task is done. One caller at a time (the engine loop's thread).
+static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
+    pool_t *p = &g_pool;
+    const int workers = nthreads > 1 && ntasks > 1 ? pool_ensure(p, nthreads - 1) : 0;
+    if (workers == 0) {
+        for (int i = 0; i < ntasks; i++) fn(ctx, i);
+        return;
+    }
+    atomic_store(&p->active, workers);
+    atomic_store(&p->fn, fn);
+    atomic_store(&p->ctx, ctx);
+    atomic_store(&p->ntasks, ntasks);
+    atomic_store(&p->done, 0);
+    const uint32_t gen = ++p->gen;
+    atomic_store(&p->ticket, (uint64_t)gen << 32);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    run_tasks(p, gen);
+    for (int polls = 0; atomic_load(&p->done) < ntasks; polls++) {
+        if (polls < 4096) CPU_RELAX();
+        else sched_yield();  // a worker holding a task was descheduled: give its core back
+    }
+}
+
+void fs_set_spin(int polls) { atomic_store(&g_pool.spin, polls < 0 ? 0 : polls); }
+
+int fs_pool_threads(void) { return g_pool.nworkers + 1; }
+
+// ---------------------------------------------------------------------------------------------
+// The model
+
+typedef struct {
+    const uint8_t *w;
+    const uint16_t *wd, *wm;  // wm: 4-bit weights only
+    const float *bias;        // may be NULL
+    int n, k, q4;
+} qmat_t;
+
+typedef struct {
+    const float *in_norm, *post_norm;
+    qmat_t qkv, o, gu, down;
+} layer_t;
+
+typedef struct {
+    int L, hidden, H, KVH, D, I, V, act16;
+    float eps, scale;
+    layer_t *layers;
+    const float *norm;
+    qmat_t head;
+    const float *cos, *sin;  // [max_pos, D]; sin carries rotate-half's signs (llama.py's RotaryEmbedding)
+    int cap;                 // tokens the scratch below holds
+    float *x, *h, *qkv, *attn, *act;
+    uint8_t *xq, *aq;        // quantized activations: K <= max(hidden, H*D) and K = I
+    float *xd, *ad;
+    int32_t *xs, *as;
+} model_t;
+
+static qmat_t make_mat(const int64_t *p, int n, int k, int q4) {
+    qmat_t m = {(const uint8_t *)(intptr_t)p[0], (const uint16_t *)(intptr_t)p[1], (const uint16_t *)(intptr_t)p[2],
+                (const float *)(intptr_t)p[3], n, k, q4};
+    return m;
+}
+
+static int kb_of(int k) { return (k + FS_QK - 1) / FS_QK; }
+
+// dims: L, hidden, H, KVH, D, I, V, q4 (layer matrices), q4_head, act16.
+// ptrs: per layer [in_norm, post_norm, then (w, wd, wm, bias) for qkv, o, gate_up, down] (18 each),
+//       then final norm, head (w, wd, wm), cos, sin.
+void *fs_model_new(const int32_t *dims, float eps, const int64_t *ptrs) {
+    model_t *m = (model_t *)calloc(1, sizeof(model_t));
+    if (!m) return NULL;
+    m->L = dims[0], m->hidden = dims[1], m->H = dims[2], m->KVH = dims[3], m->D = dims[4], m->I = dims[5];
+    m->V = dims[6], m->act16 = dims[9];
+    const int q4 = dims[7], q4_head = dims[8];
+    m->eps = eps;
+    m->scale = 1.f / sqrtf((float)m->D);
+    m->layers = (layer_t *)calloc((size_t)m->L, sizeof(layer_t));
+    if (!m->layers) {
+        free(m);
+        return NULL;
+    }
+    const int qkv_n = (m->H + 2 * m->KVH) * m->D;
+    for (int l = 0; l < m->L; l++) {
+        const int64_t *p = ptrs + (int64_t)l * 18;
+        layer_t *ly = &m->layers[l];
+        ly->in_norm = (const float *)(intptr_t)p[0];
+        ly->post_norm = (const float *)(intptr_t)p[1];
+        ly->qkv = make_mat(p + 2, qkv_n, m->hidden, q4);
+        ly->o = make_mat(p + 6, m->hidden, m->H * m->D, q4);
+        ly->gu = make_mat(p + 10, 2 * m->I, m->hidden, q4);
+        ly->down = make_mat(p + 14, m->hidden, m->I, q4);
+    }
+    const int64_t *t = ptrs + (int64_t)m->L * 18;
+    m->norm = (const float *)(intptr_t)t[0];
+    const int64_t head[4] = {t[1], t[2], t[3], 0};
+    m->head = make_mat(head, m->V, m->hidden, q4_head);
+    m->cos = (const float *)(intptr_t)t[4];
+    m->sin = (const float *)(intptr_t)t[5];
+    return m;
+}
+
+static void free_scratch(model_t *m) {
+    free(m->x), free(m->h), free(m->qkv), free(m->attn), free(m->act);
+    free(m->xq), free(m->aq), free(m->xd), free(m->ad), free(m->xs), free(m->as);
+    m->x = m->h = m->qkv = m->attn = m->act = NULL;
+    m->xq = m->aq = NULL;
+    m->xd = m->ad = NULL;
+    m->xs = m->as = NULL;
+    m->cap = 0;
+}
+
+void fs_model_free(void *handle) {
+    model_t *m = (model_t *)handle;
+    if (!m) return;
+    free_scratch(m);
+    free(m->layers);
+    free(m);
+}
+
+static int ensure_scratch(model_t *m, int B) {
+    if (m->cap >= B) return 1;
+    free_scratch(m);
+    const int kx = m->hidden > m->H * m->D ? m->hidden : m->H * m->D;
+    const size_t kbx = (size_t)kb_of(kx), kbi = (size_t)kb_of(m->I), b = (size_t)B;
+    m->x = (float *)malloc(sizeof(float) * b * (size_t)m->hidden);
+    m->h = (float *)malloc(sizeof(float) * b * (size_t)kx);
+    m->qkv = (float *)malloc(sizeof(float) * b * (size_t)((m->H + 2 * m->KVH) * m->D));
+    m->attn = (float *)malloc(sizeof(float) * b * (size_t)(m->H * m->D));
+    m->act = (float *)malloc(sizeof(float) * b * kbi * FS_QK);
+    m->xq = (uint8_t *)malloc(2 * b * kbx * FS_QK);
+    m->aq = (uint8_t *)malloc(2 * b * kbi * FS_QK);
+    m->xd = (float *)malloc(sizeof(float) * b * kbx);
+    m->ad = (float *)malloc(sizeof(float) * b * kbi);
+    m->xs = (int32_t *)malloc(sizeof(int32_t) * b * kbx);
+    m->as = (int32_t *)malloc(sizeof(int32_t) * b * kbi);
+    if (!m->x || !m->h || !m->qkv || !m->attn || !m->act || !m->xq || !m->aq || !m->xd || !m->ad || !m->xs || !m->as) {
+        free_scratch(m);
+        return 0;
+    }
+    m->cap = B;
+    return 1;
+}
+
+// One step's arguments, shared by the phase tasks.
+typedef struct {
+    model_t *m;
+    int B, Lmax, kv_type, nthreads, l;
+    const int64_t *pos, *slot, *slots, *ctx;
+    uint8_t *kv;       // [L, 2, S, KVH, D] of kv_type
+    int64_t S;
+    // current matmul phase
+    const qmat_t *mat;
+    const uint8_t *xq;
+    const float *xd;
+    const int32_t *xs;
+    float *y;          // [B, ldy]
+    int ldy, accumulate, groups_per_task, ngroups;
+    const float *norm_w;
+} step_t;
+
+static size_t kv_elem(int kv_type) { return kv_type == KV_F32 ? 4 : 2; }
+
+static void task_norm(void *c, int b) {  // h = rmsnorm(x[b]) * w, quantized into xq
+    step_t *s = (step_t *)c;
+    model_t *m = s->m;
+    const int K = m->hidden, KB = kb_of(K);
+    const float *x = m->x + (int64_t)b * K;
+    float *h = m->h + (int64_t)b * K;
+    float ss = 0.f;
+    for (int i = 0; i < K; i++) ss += x[i] * x[i];
+    const float r = 1.f / sqrtf(ss / (float)K + m->eps);
+    for (int i = 0; i < K; i++) h[i] = x[i] * r * s->norm_w[i];
+    const size_t esz = m->act16 ? 2 : 1;
+    fs_quantize_act(m->act16, h, 1, K, K, KB, m->xq + (size_t)b * KB * FS_QK * esz, m->xd + (int64_t)b * KB,
+                    m->xs + (int64_t)b * KB);
+}
+
+static void task_quant_attn(void *c, int b) {
+    step_t *s = (step_t *)c;
+    model_t *m = s->m;
+    const int K = m->H * m->D, KB = kb_of(K);
+    const size_t esz = m->act16 ? 2 : 1;
+    fs_quantize_act(m->act16, m->attn + (int64_t)b * K, 1, K, K, KB, m->xq + (size_t)b * KB * FS_QK * esz,
+                    m->xd + (int64_t)b * KB, m->xs + (int64_t)b * KB);
+}
+
+static void task_matmul(void *c, int task) {
+    step_t *s = (step_t *)c;
+    model_t *m = s->m;
+    const qmat_t *w = s->mat;
+    const int KB = kb_of(w->k);
+    float out[64 * FS_QR];  // up to 64 tokens per call (the Python side splits larger batches)
+    const int g0 = task * s->groups_per_task;
+    const int g1 = g0 + s->groups_per_task < s->ngroups ? g0 + s->groups_per_task : s->ngroups;
+    for (int g = g0; g < g1; g++) {
+        fs_qgemm_group(w->q4, m->act16, w->w, w->wd, w->wm, KB, g, s->xq, s->xd, s->xs, s->B, out);
+        const int rows = w->n - g * FS_QR < FS_QR ? w->n - g * FS_QR : FS_QR;
+        for (int t = 0; t < s->B; t++) {
+            float *yr = s->y + (int64_t)t * s->ldy + g * FS_QR;
+            const float *o = out + t * FS_QR;
+            for (int r = 0; r < rows; r++) {
+                const float v = w->bias ? o[r] + w->bias[g * FS_QR + r] : o[r];
+                yr[r] = s->accumulate ? yr[r] + v : v;
+            }
+        }
+    }
+}
+
+static void rope(float *v, const float *cs, const float *sn, int D) {  // v*cos + roll(v, D/2)*sin
+    float tmp[512];
+    const int half = D / 2;
+    for (int i = 0; i < D; i++) tmp[i] = v[i] * cs[i] + v[(i + half) % D] * sn[i];
+    memcpy(v, tmp, sizeof(float) * (size_t)D);
+}
+
+static void store_row(uint8_t *dst, int kv_type, const float *src, int D) {
+    if (kv_type == KV_F32) {
+        memcpy(dst, src, sizeof(float) * (size_t)D);
+    } else {
+        uint16_t *d16 = (uint16_t *)dst;
+        for (int i = 0; i < D; i++) d16[i] = kv_type == KV_BF16 ? float_to_bf16(src[i]) : float_to_half(src[i]);
+    }
+}
+
+static void task_attend(void *c, int task) {
+    step_t *s = (step_t *)c;
+    model_t *m = s->m;
+    const int b = task / m->KVH, kh = task % m->KVH, D = m->D, G = m->H / m->KVH;
+    float *row = m->qkv + (int64_t)b * (m->H + 2 * m->KVH) * D;
+    float *q = row + (int64_t)kh * G * D, *k = row + (int64_t)(m->H + kh) * D, *v = row + (int64_t)(m->H + m->KVH + kh) * D;
+    const float *cs = m->cos + s->pos[b] * D, *sn = m->sin + s->pos[b] * D;
+    for (int g = 0; g < G; g++) rope(q + g * D, cs, sn, D);
+    rope(k, cs, sn, D);
+    const size_t esz = kv_elem(s->kv_type), plane = (size_t)s->S * m->KVH * D * esz;
+    uint8_t *kc = s->kv + (size_t)s->l * 2 * plane, *vc = kc + plane;
+    const size_t at = ((size_t)s->slot[b] * m->KVH + kh) * D * esz;
+    store_row(kc + at, s->kv_type, k, D);
+    store_row(vc + at, s->kv_type, v, D);
+    const int L = (int)s->ctx[b];
+    float stack_scores[4096];
+    float *scores = (size_t)G * (size_t)L <= 4096 ? stack_scores : (float *)malloc(sizeof(float) * (size_t)G * (size_t)L);
+    if (!scores) return;  // cannot happen in practice; the output row stays as it was
+    fs_attend(q, kc, vc, s->slots + (int64_t)b * s->Lmax, L, m->KVH, kh, D, G, m->scale, s->kv_type, scores,
+              m->attn + (int64_t)b * m->H * D + (int64_t)kh * G * D);
+    if (scores != stack_scores) free(scores);
+}
+
+// FFN channels 32j..32j+31: gate groups 2j, 2j+1 and up groups I/16 + 2j, I/16 + 2j + 1 (the fused
+// gate_up matrix keeps gate rows first), silu(gate) * up, quantized as block j of the down input.
+static void task_mlp(void *c, int j) {
+    step_t *s = (step_t *)c;
+    model_t *m = s->m;
+    const qmat_t *w = s->mat;
+    const int KB = kb_of(w->k), I = m->I, KBI = kb_of(I), up0 = I / FS_QR;
+    float gate[64 * FS_QR * 2], up[64 * FS_QR * 2], out[64 * FS_QR];
+    for (int half = 0; half < 2; half++) {
+        const int g = 2 * j + half;
+        for (int which = 0; which < 2; which++) {
+            float *dst = which ? up : gate;
+            if (g * FS_QR >= I) {
+                for (int t = 0; t < s->B; t++) memset(dst + t * 2 * FS_QR + half * FS_QR, 0, sizeof(float) * FS_QR);
+                continue;
+            }
+            fs_qgemm_group(w->q4, m->act16, w->w, w->wd, w->wm, KB, which ? up0 + g : g, s->xq, s->xd, s->xs, s->B, out);
+            for (int t = 0; t < s->B; t++) memcpy(dst + t * 2 * FS_QR + half * FS_QR, out + t * FS_QR, sizeof(float) * FS_QR);
+        }
+    }
+    const size_t esz = m->act16 ? 2 : 1;
+    for (int t = 0; t < s->B; t++) {
+        float *a = m->act + (int64_t)t * KBI * FS_QK + j * FS_QK;
+        for (int r = 0; r < FS_QK; r++) {
+            const float gv = gate[t * 2 * FS_QR + r];
+            a[r] = j * FS_QK + r < I ? gv / (1.f + expf(-gv)) * up[t * 2 * FS_QR + r] : 0.f;
+        }
+        const int64_t blk = (int64_t)t * KBI + j;
+        fs_quantize_act(m->act16, a, 1, FS_QK, FS_QK, 1, m->aq + (size_t)blk * FS_QK * esz, m->ad + blk, m->as + blk);
+    }
+}
+
+static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const float *xd, const int32_t *xs, float *y,
+                         int ldy, int accumulate) {
+    s->mat = w, s->xq = xq, s->xd = xd, s->xs = xs, s->y = y, s->ldy = ldy, s->accumulate = accumulate;
+    s->ngroups = (w->n + FS_QR - 1) / FS_QR;
+    // ~8 tasks per thread: small enough to balance a slowed thread, large enough to amortise a claim
+    int per = s->ngroups / (s->nthreads * 8);
+    s->groups_per_task = per < 1 ? 1 : per;
+    parallel_for(s->nthreads, task_matmul, s, (s->ngroups + s->groups_per_task - 1) / s->groups_per_task);
+}
+
+// x_in [B, hidden] (embeddings) -> logits [B, V]. pos, slot, ctx [B]; slots [B, Lmax]; kv the whole pool.
+// Returns 0 on success, -1 when B is out of range or scratch memory could not be had.
+int fs_decode(void *handle, int B, const float *x_in, const int64_t *pos, const int64_t *slot, const int64_t *slots,
+              const int64_t *ctx, int Lmax, void *kv, int64_t S, int kv_type, int nthreads, float *logits) {
+    model_t *m = (model_t *)handle;
+    if (!m || B < 1 || B > 64 || m->D > 512 || !ensure_scratch(m, B)) return -1;
+    step_t s = {.m = m, .B = B, .Lmax = Lmax, .kv_type = kv_type, .nthreads = nthreads < 1 ? 1 : nthreads,
+                .pos = pos, .slot = slot, .slots = slots, .ctx = ctx, .kv = (uint8_t *)kv, .S = S};
+    memcpy(m->x, x_in, sizeof(float) * (size_t)B * (size_t)m->hidden);
+    const int qkv_n = (m->H + 2 * m->KVH) * m->D;
+    for (int l = 0; l < m->L; l++) {
+        const layer_t *ly = &m->layers[l];
+        s.l = l;
+        s.norm_w = ly->in_norm;
+        parallel_for(s.nthreads, task_norm, &s, B);
+        matmul_phase(&s, &ly->qkv, m->xq, m->xd, m->xs, m->qkv, qkv_n, 0);
+        parallel_for(s.nthreads, task_attend, &s, B * m->KVH);
+        parallel_for(s.nthreads, task_quant_attn, &s, B);
+        matmul_phase(&s, &ly->o, m->xq, m->xd, m->xs, m->x, m->hidden, 1);
+        s.norm_w = ly->post_norm;
+        parallel_for(s.nthreads, task_norm, &s, B);
+        s.mat = &ly->gu, s.xq = m->xq, s.xd = m->xd, s.xs = m->xs;
+        parallel_for(s.nthreads, task_mlp, &s, kb_of(m->I));
+        matmul_phase(&s, &ly->down, m->aq, m->ad, m->as, m->x, m->hidden, 1);
+    }
+    s.norm_w = m->norm;
+    parallel_for(s.nthreads, task_norm, &s, B);
+    matmul_phase(&s, &m->head, m->xq, m->xd, m->xs, logits, m->V, 0);
+    return 0;
+}

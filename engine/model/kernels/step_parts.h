@@ -1,0 +1,23 @@
+// The pieces of qgemm.c and paged_decode.c that the fused decode step (decode_step.c) calls from its
+// own thread pool: activation quantization, one 16-row weight group, one (sequence, KV head) attention.
+#ifndef FINSERVE_STEP_PARTS_H
+#define FINSERVE_STEP_PARTS_H
+#include <stdint.h>
+
+#define FS_QK 32  // values per quantization block
+#define FS_QR 16  // weight rows per interleaved group
+
+// x [M, K] (row stride ldx) -> activation blocks (int16 when act16, else int8) [M, KB*32], scales xd and
+// sums xs [M, KB]: exactly what qgemm_f32 computes before its integer dots.
+void fs_quantize_act(int act16, const float *x, int M, int K, int ldx, int KB, void *xq, float *xd, int32_t *xs);
+
+// One group g (rows 16g..16g+15) of W against M quantized activation rows: out[M][16] (no bias), the
+// same integer sums and float operations as qgemm_f32.
+void fs_qgemm_group(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g,
+                    const void *xq, const float *xd, const int32_t *xs, int M, float *out);
+
+// One decode query's G heads (qb [G, D]) sharing KV head kh attend to its L cached keys (slots sl):
+// ob [G, D], as paged_decode does for one (b, kh). scores: scratch of G*L floats.
+void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
+               int G, float scale, int kv_type, float *scores, float *ob);
+#endif

@@ -1,0 +1,167 @@
+"""The fused native decode step (kernels/decode_step.c) and the choice of its thread count.
+
+A decode-only batch of a model whose matmuls are all quantized (int8 / q4) runs every layer in one
+native call: no per-op Python or torch dispatch, one thread pool owned by the kernel library. Batches
+with prefill chunks, dense weights, CUDA and machines without the native library use the torch model
+(engine/model/llama.py), which stays the reference the tests compare this path against.
+
+Threads: how many threads a step should use depends on what else runs on the machine. On a quiet
+2-core machine two threads are fastest; with one core busy (another process, the gateway's event loop
+under load) a second thread shares that core and every phase waits for it, so one thread is faster.
+`ThreadGovernor` measures instead of guessing: it keeps a moving average of the step time per thread
+count and batch size, uses the fastest, and re-tries the others now and then so that it notices when
+the machine changes.
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass, field
+
+import structlog
+import torch
+
+from engine.model.attention import AttentionMetadata
+from engine.model.cpu_kernels import KV_TYPES
+from engine.model.quant import QuantizedLinear
+
+log = structlog.get_logger(__name__)
+
+MAX_BATCH = 64  # tokens per native call (the kernel's tile buffers); larger batches are split
+_I32 = ctypes.c_int32
+
+
+def _batch_bucket(b: int) -> int:
+    return 0 if b == 1 else 1 if b <= 4 else 2 if b <= 16 else 3
+
+
+@dataclass
+class ThreadGovernor:
+    """Chooses the thread count of each step from measured step times (per batch-size bucket)."""
+
+    max_threads: int
+    explore_every: int = 64  # steps between re-tries of a thread count that is not the best
+    alpha: float = 0.2  # weight of a new measurement in the moving average
+    _avg: dict[tuple[int, int], float] = field(default_factory=dict)
+    _steps: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def candidates(self) -> tuple[int, ...]:
+        return (1,) if self.max_threads <= 1 else (1, self.max_threads)
+
+    def pick(self, batch: int) -> int:
+        bucket = _batch_bucket(batch)
+        n = self._steps.get(bucket, 0)
+        self._steps[bucket] = n + 1
+        unmeasured = [c for c in self.candidates if (bucket, c) not in self._avg]
+        if unmeasured:
+            return unmeasured[0]
+        best = min(self.candidates, key=lambda c: self._avg[(bucket, c)])
+        if n % self.explore_every == self.explore_every - 1:  # now and then, measure another count again
+            others = [c for c in self.candidates if c != best]
+            return others[(n // self.explore_every) % len(others)]
+        return best
+
+    def record(self, batch: int, threads: int, seconds: float) -> None:
+        key = (_batch_bucket(batch), threads)
+        old = self._avg.get(key)
+        self._avg[key] = seconds if old is None else old + self.alpha * (seconds - old)
+
+    def snapshot(self) -> dict[str, float]:
+        """Moving-average step ms per 'bucket/threads' (for logs and benchmarks)."""
+        return {f"{b}/{t}": round(v * 1e3, 3) for (b, t), v in sorted(self._avg.items())}
+
+
+class NativeDecoder:
+    """Holds the kernel's model handle (raw pointers into the torch model's tensors, which it keeps alive)."""
+
+    def __init__(self, lib: ctypes.CDLL, model: object, threads: int):
+        from engine.model.llama import LlamaModel  # llama.py builds this; imported here to avoid a cycle
+
+        assert isinstance(model, LlamaModel)
+        cfg = model.cfg
+        self.lib = lib
+        self.model = model
+        self.governor = ThreadGovernor(max(1, threads))
+        first = model.layers[0].qkv
+        assert isinstance(first, QuantizedLinear) and isinstance(model.lm_head, QuantizedLinear)
+        q4 = first.weight.kind == "q4"
+        head = model.lm_head
+        self._keep: list[torch.Tensor] = []  # every tensor whose pointer the kernel holds
+        ptrs: list[int] = []
+        for layer in model.layers:
+            ptrs += [self._ptr(layer.input_norm), self._ptr(layer.post_norm)]
+            for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down):
+                assert isinstance(lin, QuantizedLinear)
+                qw = lin.weight
+                ptrs += [self._ptr(qw.packed), self._ptr(qw.scales),
+                         0 if qw.mins is None else self._ptr(qw.mins),
+                         0 if lin.bias is None else self._ptr(lin.bias)]
+        hw = head.weight
+        ptrs += [self._ptr(model.norm), self._ptr(hw.packed), self._ptr(hw.scales),
+                 0 if hw.mins is None else self._ptr(hw.mins), self._ptr(model.rope.cos), self._ptr(model.rope.sin)]
+        dims = [cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                cfg.intermediate_size, hw.n, int(q4), int(hw.kind == "q4"), int(first.act16)]
+        self._dims = (_I32 * len(dims))(*dims)
+        self._ptrs = (ctypes.c_int64 * len(ptrs))(*ptrs)
+        self.vocab = hw.n
+        self.handle = lib.fs_model_new(self._dims, ctypes.c_float(cfg.rms_norm_eps), self._ptrs)
+        if not self.handle:
+            raise MemoryError("the native decode step could not allocate its model")
+
+    def _ptr(self, t: torch.Tensor) -> int:
+        assert t.dtype in (torch.float32, torch.float16, torch.uint8) and t.is_contiguous() and t.device.type == "cpu"
+        self._keep.append(t)
+        return int(t.data_ptr())
+
+    def __del__(self) -> None:
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle:
+            self.lib.fs_model_free(handle)
+
+    @staticmethod
+    def eligible(model: object) -> str | None:
+        """Why the native step cannot serve this model (None when it can)."""
+        from engine.model.llama import LlamaModel
+
+        assert isinstance(model, LlamaModel)
+        cfg = model.cfg
+        lins = [lin for layer in model.layers for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
+        if model.device.type != "cpu" or model.dtype != torch.float32:
+            return "the native step runs fp32 compute on CPU"
+        if not all(isinstance(lin, QuantizedLinear) and lin.lib is not None for lin in lins + [model.lm_head]):
+            return "dense (or non-native) weights: the native step takes int8 / q4 matmuls"
+        kinds = {lin.weight.kind for lin in lins if isinstance(lin, QuantizedLinear)}
+        acts = {lin.act16 for lin in lins + [model.lm_head] if isinstance(lin, QuantizedLinear)}
+        if len(kinds) != 1 or len(acts) != 1:
+            return "mixed weight formats across layers"
+        if cfg.intermediate_size % 16 or cfg.head_dim % 2 or cfg.head_dim > 512 or cfg.num_heads % cfg.num_kv_heads:
+            return "a shape the fused kernel does not take (FFN width not a multiple of 16, head_dim odd or > 512)"
+        if not hasattr(model.lm_head.lib, "fs_decode"):
+            return "the native library predates the fused step (rebuild: pip install -e .)"
+        return None
+
+    def decode(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
+               meta: AttentionMetadata) -> torch.Tensor:  # [B] decode tokens -> logits [B, V] fp32
+        assert meta.decode_slots is not None and meta.decode_ctx is not None and meta.decode_start == 0
+        b = int(input_ids.shape[0])
+        x = self.model.embed_tokens(input_ids).float().contiguous()
+        pos = positions.contiguous()
+        slot = meta.slot_mapping.contiguous()
+        slots = meta.decode_slots.contiguous()
+        ctx = meta.decode_ctx.contiguous()
+        logits = torch.empty((b, self.vocab), dtype=torch.float32)
+        kv_type = KV_TYPES[kv_cache.dtype]
+        threads = self.governor.pick(b)
+        t0 = time.perf_counter()
+        for s in range(0, b, MAX_BATCH):
+            e = min(b, s + MAX_BATCH)
+            rc = self.lib.fs_decode(
+                self.handle, e - s, x[s].data_ptr(), pos[s].data_ptr(), slot[s].data_ptr(), slots[s].data_ptr(),
+                ctx[s].data_ptr(), int(slots.shape[1]), kv_cache.data_ptr(), int(kv_cache.shape[2]), kv_type, threads,
+                logits[s].data_ptr(),
+            )
+            if rc != 0:
+                raise MemoryError("the native decode step could not allocate its scratch buffers")
+        self.governor.record(b, threads, time.perf_counter() - t0)
+        return logits

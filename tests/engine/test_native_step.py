@@ -1,0 +1,133 @@
+"""The fused native decode step (engine/model/native_step.py, kernels/decode_step.c) against the torch
+model it replaces for decode-only batches: same logits on every ISA variant (AVX2 forced on an AVX-512
+machine too), every weight format it takes, every K/V pool dtype, MHA/GQA/MQA; bitwise the same
+whatever the thread count; and the thread governor's choices."""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.config import EngineConfig
+from engine.engine import LLMEngine
+from engine.model import cpu_kernels
+from engine.model.native_step import NativeDecoder, ThreadGovernor
+from engine.request import EngineRequest, SamplingParams
+from policies import load_policy
+
+VARIANTS = cpu_kernels.supported_variants()
+needs_kernels = pytest.mark.skipif(not VARIANTS, reason="native kernels not built")
+
+SHAPES = {
+    "gqa": {"num_heads": 4, "num_kv_heads": 2, "head_dim": 16},
+    "mqa-untied": {"num_heads": 4, "num_kv_heads": 1, "head_dim": 32, "tie_word_embeddings": False,
+                   "rope_theta": 500000.0},
+    "mha-ffn-144": {"num_heads": 4, "num_kv_heads": 4, "head_dim": 8, "intermediate_size": 144},
+}
+
+
+def make_engine(model_dir: Path, weights: str, **kw: object) -> LLMEngine:
+    cfg: dict[str, object] = {"model": str(model_dir), "policy": load_policy(), "block_size": 4,
+                              "num_blocks_override": 256, "max_num_batched_tokens": 64, "num_threads": 2,
+                              "weights": weights}
+    cfg.update(kw)
+    return LLMEngine(EngineConfig(**cfg))  # type: ignore[arg-type]
+
+
+def compare_steps(engine: LLMEngine, steps: int = 6) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Runs 3 requests (different prompt lengths) to decode; at every decode step the torch model's
+    logits and the native step's are computed on the same inputs. Returns (torch, native) pairs."""
+    runner = engine.runner
+    native = runner.native_step
+    assert native is not None, "the native step should serve this model"
+    pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+    original = native.decode
+
+    def both(input_ids, positions, kv_cache, meta):  # type: ignore[no-untyped-def]
+        rows = torch.arange(input_ids.shape[0])
+        want = runner.model.forward(input_ids, positions, kv_cache, meta, rows)
+        got = original(input_ids, positions, kv_cache, meta)
+        pairs.append((want, got))
+        return got
+
+    native.decode = both  # type: ignore[method-assign]
+    rng = random.Random(0)
+    for i, n in enumerate((5, 17, 30)):
+        prompt = [rng.randrange(100, 40000) for _ in range(n)]
+        engine.add_request(EngineRequest(f"r{i}", prompt, SamplingParams(max_tokens=steps, ignore_eos=True),
+                                         "bulk_extraction"))
+    while engine.has_unfinished():
+        engine.step()
+    return pairs
+
+
+@needs_kernels
+@pytest.mark.parametrize("isa", VARIANTS)
+@pytest.mark.parametrize("weights", ["q4", "int8"])
+@pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
+def test_native_step_matches_the_torch_model(make_tiny_model: Callable[..., Path], shape: str, weights: str,
+                                             isa: str) -> None:
+    engine = make_engine(make_tiny_model(**SHAPES[shape]), weights, kernel_isa=isa)
+    try:
+        pairs = compare_steps(engine)
+        assert len(pairs) >= 5 and any(want.shape[0] == 3 for want, _ in pairs)  # batches of 3 were served
+        for want, got in pairs:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        cpu_kernels.configure()
+
+
+@needs_kernels
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float16"])
+def test_native_step_writes_and_reads_16_bit_pools(make_tiny_model: Callable[..., Path], kv_dtype: str) -> None:
+    engine = make_engine(make_tiny_model(**SHAPES["gqa"]), "q4", kv_cache_dtype=kv_dtype)
+    assert engine.runner.kv_cache.dtype == getattr(torch, kv_dtype)
+    for want, got in compare_steps(engine):
+        # the K/V written by each path is rounded to 16 bits the same way (round to nearest even)
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+
+
+@needs_kernels
+def test_native_step_is_bitwise_the_same_for_any_thread_count(make_tiny_model: Callable[..., Path]) -> None:
+    logits = {}
+    for threads in (1, 2):
+        engine = make_engine(make_tiny_model(**SHAPES["gqa"]), "q4")
+        native = engine.runner.native_step
+        assert native is not None
+        native.governor = ThreadGovernor(threads)
+        logits[threads] = [got for _, got in compare_steps(engine)]
+    assert all(torch.equal(a, b) for a, b in zip(logits[1], logits[2], strict=True))
+
+
+def test_dense_weights_and_unsupported_shapes_keep_the_torch_path(make_tiny_model: Callable[..., Path]) -> None:
+    dense = make_engine(make_tiny_model(**SHAPES["gqa"]), "fp32")
+    assert dense.runner.native_step is None
+    assert NativeDecoder.eligible(dense.runner.model) is not None
+    if VARIANTS:
+        odd = make_engine(make_tiny_model(num_heads=3, num_kv_heads=1, head_dim=24, hidden_size=72,
+                                          intermediate_size=100), "q4")
+        assert odd.runner.native_step is None
+        assert "FFN width" in str(NativeDecoder.eligible(odd.runner.model))
+
+
+def test_governor_measures_each_thread_count_then_keeps_the_faster() -> None:
+    gov = ThreadGovernor(2, explore_every=8)
+    first = gov.pick(1)
+    gov.record(1, first, 0.010 if first == 1 else 0.004)
+    second = gov.pick(1)
+    gov.record(1, second, 0.010 if second == 1 else 0.004)
+    assert {first, second} == {1, 2}  # both measured before any choice
+    picks = [gov.pick(1) for _ in range(16)]
+    assert picks.count(2) >= 14 and 1 in picks  # mostly the faster, the other re-tried now and then
+    for _ in range(20):  # the machine gets busy: two threads now take 5x longer
+        gov.record(1, 2, 0.050)
+    assert gov.pick(1) == 1
+    assert gov.pick(8) in (1, 2) and "2/1" not in gov.snapshot()  # batch sizes are measured apart
+
+
+def test_a_single_thread_governor_never_asks_for_more() -> None:
+    gov = ThreadGovernor(1)
+    assert {gov.pick(b) for b in (1, 3, 9, 40) for _ in range(5)} == {1}
