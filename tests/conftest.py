@@ -10,9 +10,6 @@ from pathlib import Path
 
 import pytest
 
-# Same as engine/__init__.py, but tests may import torch (via transformers) before the engine.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: takes tens of seconds (run by default; deselect with -m 'not slow')")

@@ -75,9 +75,9 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
 
 
 def test_only_the_settings_object_reads_the_environment() -> None:
-    """`os.environ` / `os.getenv` appear only in core/settings.py, the stack helper that builds children's
-    environments, and engine/__init__.py, which *sets* OpenMP's wait policy before torch loads libgomp."""
-    allowed = {"core/settings.py", "finserve/stack.py", "engine/__init__.py"}
+    """`os.environ` / `os.getenv` appear only in core/settings.py and the stack helper that builds children's
+    environments (engine/__init__.py once set OpenMP's wait policy for the whole process: no longer)."""
+    allowed = {"core/settings.py", "finserve/stack.py"}
     bad = []
     for package in ("policies", "engine", "core", "gateway", "jobs", "finserve"):
         for path in files_of(package):
@@ -86,3 +86,18 @@ def test_only_the_settings_object_reads_the_environment() -> None:
             if rel not in allowed and ("os.environ" in text or "os.getenv" in text):
                 bad.append(rel)
     assert not bad, bad
+
+
+def test_importing_the_engine_leaves_the_environment_alone() -> None:
+    """Importing the engine (and loading torch) sets no OMP_*/GOMP_*/KMP_* variable: a child process, such as
+    a benchmark's peer, inherits exactly what this process was given."""
+    import subprocess
+    import sys
+
+    code = ("import os; before = dict(os.environ); import engine, engine.engine, torch; "
+            "changed = {k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k)}; "
+            "print(sorted(k for k in changed if k.startswith(('OMP_', 'GOMP_', 'KMP_'))))")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,164 @@
+"""llama.cpp as its users run it: `llama-bench`, `llama-server` and `llama-quantize` built from the llama.cpp
+source vendored in llama-cpp-python's sdist, run in a clean environment.
+
+- Build (`ensure_built`): `pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`, unpack, then
+  `cmake -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release` and
+  `cmake --build build -j2 --target llama-server llama-bench llama-quantize` (about 10 minutes on 2 cores).
+  Cached outside the repository (~/.cache/finserve-peer); never part of `make test`.
+- Clean environment (`CLEAN_ENV`): the peer's processes get a PATH and HOME and nothing else: no OMP_*,
+  KMP_*, GOMP_* or FINSERVE_* from finserve's process (ggml uses OpenMP; an inherited OMP_WAIT_POLICY
+  changed its decode speed 3x). What the peer ran with is recorded in the JSON.
+- GGUF types: the shipped Q4_1, and Q4_0 / Q8_0 re-quantized from it with `llama-quantize --allow-requantize`.
+- Batch-1 figures come from `llama-bench` itself (its JSON output); HTTP figures from `llama-server -np N`
+  (continuous batching, its default) driven by the same client as finserve (bench/http_peer.py).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from bench.peer_server import Server, _ready
+
+VERSION = "0.3.36"
+SDIST = f"llama_cpp_python-{VERSION}"
+TARGETS = ("llama-server", "llama-bench", "llama-quantize")
+GGUF_TYPES = ("Q4_0", "Q4_1", "Q8_0")
+SHIPPED = "Q4_1"
+CMAKE_FLAGS = ("-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release")
+# The whole environment of every peer process: nothing inherited from finserve's.
+CLEAN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(Path.home()),
+             "LC_ALL": "C"}
+
+
+def default_cache() -> Path:
+    return Path.home() / ".cache" / "finserve-peer"
+
+
+@dataclass(frozen=True)
+class Tools:
+    bin_dir: Path
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def path(self, name: str) -> Path:
+        return self.bin_dir / name
+
+
+def _source_dir(cache: Path) -> Path:
+    return cache / SDIST / "vendor" / "llama.cpp"
+
+
+def find_built(cache: Path | None = None) -> Tools | None:
+    """The cached build, or None when it has not been built."""
+    src = _source_dir(cache or default_cache())
+    bin_dir = src / "build" / "bin"
+    if not all((bin_dir / t).is_file() for t in TARGETS):
+        return None
+    return Tools(bin_dir, build_info(src))
+
+
+def build_info(src: Path) -> dict[str, Any]:
+    cache_txt = src / "build" / "CMakeCache.txt"
+    flags: dict[str, str] = {}
+    if cache_txt.is_file():
+        for line in cache_txt.read_text(errors="replace").splitlines():
+            for key in ("GGML_NATIVE", "CMAKE_BUILD_TYPE", "CMAKE_C_COMPILER", "LLAMA_CURL", "GGML_OPENMP"):
+                if line.startswith(key + ":"):
+                    flags[key] = line.split("=", 1)[1]
+    return {"source": f"llama-cpp-python {VERSION} sdist (vendor/llama.cpp)", "cmake": flags,
+            "cmake_flags": list(CMAKE_FLAGS), "env": dict(CLEAN_ENV)}
+
+
+def ensure_built(cache: Path | None = None, *, jobs: int = 2, log: IO[str] | None = sys.stderr) -> Tools:
+    """The cached build, building it first when absent (download, unpack, cmake: ~10 minutes on 2 cores)."""
+    cache = cache or default_cache()
+    found = find_built(cache)
+    if found is not None:
+        return found
+    cache.mkdir(parents=True, exist_ok=True)
+    archive = cache / f"{SDIST}.tar.gz"
+    if not archive.is_file():
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+              f"llama-cpp-python=={VERSION}", "-d", str(cache)], log)
+    src = _source_dir(cache)
+    if not (src / "CMakeLists.txt").is_file():
+        with tarfile.open(archive) as tar:
+            tar.extractall(cache, filter="data")
+    _run(["cmake", "-S", str(src), "-B", str(src / "build"), *CMAKE_FLAGS], log)
+    _run(["cmake", "--build", str(src / "build"), f"-j{jobs}", "--target", *TARGETS], log)
+    built = find_built(cache)
+    if built is None:
+        raise RuntimeError(f"the llama.cpp build in {src / 'build'} did not produce {list(TARGETS)}")
+    return built
+
+
+def _run(argv: list[str], log: IO[str] | None) -> None:
+    if log is not None:
+        print("+ " + " ".join(argv), file=log, flush=True)
+    out = subprocess.run(argv, env=CLEAN_ENV, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
+
+
+def gguf(tools: Tools, gguf_type: str, cache: Path | None = None) -> Path:
+    """The shipped Q4_1 GGUF, or its re-quantization to `gguf_type` with llama-quantize (made once)."""
+    from engine.model.prepare import default_gguf_path
+
+    shipped = default_gguf_path()
+    if gguf_type == SHIPPED:
+        return shipped
+    if gguf_type not in GGUF_TYPES:
+        raise ValueError(f"unknown GGUF type {gguf_type!r}; known: {list(GGUF_TYPES)}")
+    out = (cache or default_cache()) / "gguf" / f"{shipped.stem.split('.')[0]}.{gguf_type}.gguf"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".part")
+        _run([str(tools.path("llama-quantize")), "--allow-requantize", str(shipped), str(tmp), gguf_type], None)
+        tmp.rename(out)
+    return out
+
+
+def llama_bench(tools: Tools, model: Path, *, threads: int, reps: int = 3, prompt: str = "256,2048",
+                gen: int = 128, depth: int = 0) -> list[dict[str, Any]]:
+    """`llama-bench -o json`; one row per test: {test: 'pp256' | 'tg128' | 'tg32@d4096', tokens_per_s, ...}."""
+    argv = [str(tools.path("llama-bench")), "-m", str(model), "-t", str(threads), "-r", str(reps),
+            "-p", prompt, "-n", str(gen), "-o", "json"]
+    if depth:
+        argv += ["-d", str(depth)]
+    out = subprocess.run(argv, env=CLEAN_ENV, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({out.returncode}): {out.stderr.strip()[-1500:]}")
+    rows = []
+    for r in json.loads(out.stdout):
+        n_prompt, n_gen, n_depth = int(r.get("n_prompt", 0)), int(r.get("n_gen", 0)), int(r.get("n_depth", 0))
+        test = f"pp{n_prompt}" if n_prompt else f"tg{n_gen}"
+        if n_depth:
+            test += f"@d{n_depth}"
+        rows.append({"test": test, "tokens_per_s": float(r["avg_ts"]), "stddev_tokens_per_s": float(r["stddev_ts"]),
+                     "ms_per_token": 1e3 / float(r["avg_ts"]), "threads": int(r.get("n_threads", threads)),
+                     "model_type": r.get("model_type"), "model_size": r.get("model_size"),
+                     "build_commit": r.get("build_commit"), "cpu_info": r.get("cpu_info"),
+                     "samples_ts": r.get("samples_ts")})
+    return rows
+
+
+def start_server(tools: Tools, model: Path, gguf_type: str, *, threads: int, parallel: int = 8,
+                 ctx_per_slot: int = 2048, log: IO[bytes] | None = None, timeout_s: float = 120.0) -> Server:
+    """`llama-server -np parallel` (continuous batching) on a free 127.0.0.1 port, clean environment."""
+    from jobs.redis_server import free_port
+
+    port = free_port()
+    argv = [str(tools.path("llama-server")), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+            "-t", str(threads), "-tb", str(threads), "-np", str(parallel), "-c", str(ctx_per_slot * parallel),
+            "--no-webui"]
+    proc = subprocess.Popen(argv, env=CLEAN_ENV, stdout=log, stderr=subprocess.STDOUT if log is not None else None,
+                            start_new_session=True)
+    server = Server(f"llama-server {gguf_type}", f"http://127.0.0.1:{port}", proc,
+                    info={"gguf_type": gguf_type, "gguf": model.name, "gguf_bytes": model.stat().st_size,
+                          "threads": threads, "parallel": parallel, "ctx_per_slot": ctx_per_slot,
+                          "argv": argv[1:], **tools.info})
+    return _ready(server, "/health", timeout_s)
