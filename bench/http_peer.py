@@ -1,7 +1,8 @@
 """`finserve bench http-peer`: finserve's HTTP server side by side with llama.cpp's, driven by one client.
 
-Systems: `finserve serve` (bench/peer_server.py) and `python -m llama_cpp.server` on each GGUF type asked,
-from a separate interpreter. Each repetition starts every system in turn, measures it, and stops it before
+Systems: `finserve serve` (bench/peer_server.py) and llama.cpp's own C++ `llama-server -np 8` (continuous
+batching; bench/llamacpp.py builds it and runs it in a clean environment) on each GGUF type asked; as an
+extra, `python -m llama_cpp.server` (llama-cpp-python, one request at a time) from a separate interpreter. Each repetition starts every system in turn, measures it, and stops it before
 the next starts (A B C, A B C, ...): never two servers running at once, and a fresh server (empty caches)
 per repetition. Both bind to 127.0.0.1 with the same thread count.
 
@@ -222,6 +223,22 @@ def table(systems: dict[str, dict[str, Any]]) -> str:
 Starter = Callable[[], Server]
 
 
+def _add_llama_server(starters: dict[str, Starter], info: dict[str, Any], shape: Shape, types: str, build: bool,
+                      log: IO[bytes] | None) -> None:
+    """llama.cpp's own C++ server (`llama-server -np 8`, continuous batching) for each GGUF type."""
+    from bench import llamacpp
+
+    tools = llamacpp.ensure_built() if build else llamacpp.find_built()
+    if tools is None:
+        info["llama_server_skipped"] = "llama.cpp is not built (finserve bench llamacpp --build builds it)"
+        print(f"llama-server skipped: {info['llama_server_skipped']}", file=sys.stderr)
+        return
+    for t in (x.strip().upper() for x in types.split(",") if x.strip()):
+        path = llamacpp.gguf(tools, t)
+        starters[f"llama-server {t}"] = (lambda p=path, t=t: llamacpp.start_server(
+            tools, p, t, threads=shape.threads, parallel=max(8, max(shape.concurrency)), log=log))
+
+
 def run_all(starters: dict[str, Starter], shape: Shape, tokenizer_dir: str, info: dict[str, Any],
             progress: IO[str] | None = sys.stderr) -> list[dict[str, Any]]:
     """Every repetition: each system started, warmed up (one request), measured at each concurrency, stopped.
@@ -276,7 +293,8 @@ def report(runs: list[dict[str, Any]], shape: Shape, info: dict[str, Any]) -> di
 
 def run(json_path: str | None, *, model: str, shape: Shape, weights: str = "auto", peer_python: str | None = None,
         peer_gguf_types: str = "Q8_0,Q4_1", cache: Path = Path(".finserve/peer"), log_path: Path | None = None,
-        systems: tuple[str, ...] = (FINSERVE, "peer")) -> dict[str, Any]:
+        systems: tuple[str, ...] = (FINSERVE, "peer"), server_gguf_types: str = "Q4_0,Q4_1",
+        build: bool = False) -> dict[str, Any]:
     """Measure, print the JSON (and write it to `json_path`) and the table, and return the report."""
     log = open(log_path, "ab") if log_path else None  # noqa: SIM115 -- closed below, shared by all servers
     try:
@@ -286,7 +304,9 @@ def run(json_path: str | None, *, model: str, shape: Shape, weights: str = "auto
             starters[FINSERVE] = lambda: start_finserve(model, threads=shape.threads, weights=weights, log=log)
             info[FINSERVE] = {"command": "finserve serve", "weights": weights, "threads": shape.threads,
                               "workload_class_header": shape.finserve_class}
-        reason = peer_unavailable(peer_python) if "peer" in systems else "not asked"
+        if "peer" in systems and server_gguf_types:
+            _add_llama_server(starters, info, shape, server_gguf_types, build, log)
+        reason = peer_unavailable(peer_python) if "peer" in systems and peer_python else "not asked"
         if reason is None:
             assert peer_python is not None
             for t in parse_gguf_types(peer_gguf_types):
@@ -294,8 +314,7 @@ def run(json_path: str | None, *, model: str, shape: Shape, weights: str = "auto
                 starters[f"llama.cpp {t}"] = (lambda g=gguf, t=t: start_llamacpp(
                     peer_python, g, t, threads=shape.threads, n_ctx=2048, log=log))
         else:
-            info["peer_skipped"] = reason
-            print(f"llama.cpp peer skipped: {reason}", file=sys.stderr)
+            info["llama_cpp_python_skipped"] = reason
         runs = run_all(starters, shape, model, info)
         out = report(runs, shape, info)
     finally:

@@ -9,7 +9,8 @@ Settings) forces a lower variant (tests cover the AVX2 path on an AVX-512 machin
 library was built (no compiler at install time) the engine logs it and uses the torch paths:
 same results, slower.
 
-Kernels: paged decode attention (K/V read in place from the block pool, fp32, bf16 or fp16), an fp32 skinny GEMM, and
+Kernels: paged decode attention (K/V read in place from the block pool, fp32, bf16 or fp16), an fp32 skinny GEMM,
+the fused decode step and its thread pool (kernels/decode_step.c), and
 the quantized GEMM of engine/model/quant.py (int8 and 4-bit weights).
 """
 from __future__ import annotations
@@ -47,8 +48,6 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.skinny_gemm_f32.argtypes = [_P] * 4 + [_I] * 4
     lib.qgemm_f32.restype = None
     lib.qgemm_f32.argtypes = [_I, _I, _P, _I, _I, _I, _P, _P, _P, _I, _P, _P, _I, _I]
-    lib.dequant_f32.restype = None
-    lib.dequant_f32.argtypes = [_I, _P, _P, _P, _I, _I, _P, _I]
     lib.finserve_kernel_isa.restype = _I
     lib.finserve_cpu_features.restype = _I
     lib.fs_model_new.restype = _P
@@ -60,6 +59,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.fs_set_spin.restype = None
     lib.fs_set_spin.argtypes = [_I]
     lib.fs_pool_threads.restype = _I
+    lib.fs_qgemm.restype = _I
+    lib.fs_qgemm.argtypes = [_I, _I, _P, _I, _I, _I, _P, _P, _P, _I, _P, _P, _I, _I]
     return lib
 
 
@@ -177,12 +178,18 @@ def qgemm(
     return y
 
 
-def dequant_into(lib: ctypes.CDLL, q4: bool, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
-                 out: torch.Tensor) -> None:
-    """The stored weights, dequantized into `out` [N, K] fp32 contiguous (layout of engine/model/quant.py)."""
-    n, k = out.shape
-    lib.dequant_f32(int(q4), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), n, k,
-                    out.data_ptr(), torch.get_num_threads())
+def pool_qgemm(
+    lib: ctypes.CDLL, q4: bool, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
+    n: int, bias: torch.Tensor | None, act16: bool, threads: int,
+) -> torch.Tensor:  # [M, N] fp32: qgemm's sums on the kernel library's own thread pool (decode_step.c)
+    m, k = x.shape
+    y = torch.empty((m, n), dtype=torch.float32)
+    rc = lib.fs_qgemm(int(q4), int(act16), x.data_ptr(), m, k, k, packed.data_ptr(), scales.data_ptr(),
+                      0 if mins is None else mins.data_ptr(), n, 0 if bias is None else bias.data_ptr(),
+                      y.data_ptr(), n, threads)
+    if rc != 0:
+        raise MemoryError("the quantized matmul could not allocate its activation buffers")
+    return y
 
 
 def paged_decode(

@@ -16,7 +16,6 @@ the tests and by machines without the native library.
 from __future__ import annotations
 
 import ctypes
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -120,25 +119,19 @@ def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | 
     return y if bias is None else y + bias
 
 
-# Rows from which a batch (a prefill chunk) multiplies dequantized fp32 weights with MKL's GEMM instead
-# of the integer kernel: measured on AVX-512 (1 thread, SmolLM2 matrices) the dequantization costs
-# 0.2-0.7 ms a matrix, break-even with the kernel at ~64 rows and 1.2-1.5x faster from 256 rows on;
-# the kernel is not tiled for large M. bf16 GEMM through torch was slower than fp32 on this CPU
-# (no AMX: 160 vs 280 GFLOP/s at 256 rows, 2 threads), so the dense path is fp32.
-DENSE_MIN_ROWS = 128
-_scratch = threading.local()  # per thread (engines on two threads must not share it): one fp32 buffer
-
-
-def _dense_buffer(n: int, k: int) -> torch.Tensor:  # [n, k] fp32 view of this thread's scratch
-    buf: torch.Tensor | None = getattr(_scratch, "buf", None)
-    if buf is None or buf.numel() < n * k:
-        buf = _scratch.buf = torch.empty(n * k, dtype=torch.float32)
-    return buf[: n * k].view(n, k)
+# Rows from which a batch (a prefill chunk, a mixed batch) quantizes its activations to int8 instead of
+# int16: the integer dot then takes twice the values per instruction (AVX2 maddubs / VNNI dpbusd), which
+# is what a compute-bound prefill needs; measured on a 2-core AVX2 EPYC, 256 rows, SmolLM2's matrices,
+# 1 thread: 1.5-2.5x faster than int16 activations and than dequantizing to fp32 for MKL (the old path:
+# it also wrote every weight as fp32 each step). Decode-sized batches keep int16 activations (within fp32
+# rounding of dequantized weights). The quality cost is measured by bench/quality.py (perplexity within
+# 1% of fp32, tests/engine/test_quant_model.py).
+PREFILL_ROWS = 32
 
 
 class QuantizedLinear:
-    """y = x @ W^T (+ b) with W quantized; native kernel on CPU when built (prefill-sized batches:
-    dequantized into a scratch buffer, then MKL), else dequantize + F.linear."""
+    """y = x @ W^T (+ b) with W quantized; the native integer kernel on CPU when built (on the kernel
+    library's thread pool; int8 activations from PREFILL_ROWS rows on), else dequantize + F.linear."""
 
     def __init__(self, qw: QuantizedWeight, bias: torch.Tensor | None, lib: ctypes.CDLL | None,
                  act16: bool = True):
@@ -150,16 +143,16 @@ class QuantizedLinear:
         self._dense: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x [T, K] -> [T, N]
-        if self.lib is not None and x.shape[0] >= DENSE_MIN_ROWS:
-            qw = self.weight
-            w = _dense_buffer(qw.n, qw.k)
-            cpu_kernels.dequant_into(self.lib, qw.kind == "q4", qw.packed, qw.scales, qw.mins, w)
-            return F.linear(x.float(), w, self.bias).to(x.dtype)
         if self.lib is not None:
             qw = self.weight
             xf = x if x.dtype == torch.float32 else x.float()  # no dispatched no-op casts: decode is op-bound
-            y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", xf.contiguous(), qw.packed, qw.scales,
-                                  qw.mins, qw.n, self.bias, self.act16)
+            act16 = self.act16 and x.shape[0] < PREFILL_ROWS
+            if hasattr(self.lib, "fs_qgemm"):
+                y = cpu_kernels.pool_qgemm(self.lib, qw.kind == "q4", xf.contiguous(), qw.packed, qw.scales, qw.mins,
+                                           qw.n, self.bias, act16, torch.get_num_threads())
+            else:
+                y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", xf.contiguous(), qw.packed, qw.scales,
+                                      qw.mins, qw.n, self.bias, act16)
             return y if x.dtype == torch.float32 else y.to(x.dtype)
         if self.mirror:
             return reference_linear(x, self.weight, self.bias, self.act16).to(x.dtype)

@@ -255,9 +255,13 @@ def http_peer_bench(
         "--finserve-class", help="X-Workload-Class finserve's requests carry (unlabelled completions are "
                                  "document_qa, which runs at most 4 at a time).")] = "bulk_extraction",
     log_file: Annotated[Optional[str], typer.Option("--log-file", help="Append the servers' output here.")] = None,
+    server_gguf_types: Annotated[str, typer.Option(
+        "--server-gguf-types", help="GGUF types for llama.cpp's own llama-server -np 8 (built by `finserve bench "
+                                    "llamacpp --build`), comma-separated; empty: none.")] = "Q4_0,Q4_1",
+    build: Annotated[bool, typer.Option("--build", help="Build llama.cpp first when it is not cached.")] = False,
     model: ModelOpt = None,
 ) -> None:
-    """finserve serve vs llama.cpp's server over HTTP, one streaming client: output tok/s, TTFT, ITL, TPOT."""
+    """finserve serve vs llama.cpp's llama-server -np 8 over HTTP, one streaming client: output tok/s, TTFT, ITL."""
     from pathlib import Path
 
     from bench.http_peer import Shape, run
@@ -273,4 +277,38 @@ def http_peer_bench(
                   reps=reps, threads=threads, finserve_class=finserve_class)
     with status(f"bench http-peer: {reps} repetitions at {concurrency} streams ..."):
         run(json_file, model=resolve_model(model), shape=shape, weights=weights, peer_python=peer_python,
-            peer_gguf_types=peer_gguf_types, log_path=Path(log_file) if log_file else None)
+            peer_gguf_types=peer_gguf_types, log_path=Path(log_file) if log_file else None,
+            server_gguf_types=server_gguf_types, build=build)
+
+
+@bench_app.command("llamacpp")
+def llamacpp_bench(
+    json_file: JsonFileOpt = "results/llamacpp.json",
+    reps: Annotated[int, typer.Option("--reps", min=1, help="Repetitions; the systems alternate within each.")] = 3,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="Threads of finserve's engine and of llama-bench.")]
+    = 2,
+    gguf_types: Annotated[str, typer.Option(
+        "--gguf-types", help="llama.cpp GGUF types, comma-separated (Q4_1 is the shipped file; Q4_0 and Q8_0 are "
+                             "re-quantized from it with llama-quantize).")] = "Q4_0,Q4_1,Q8_0",
+    weights: Annotated[str, typer.Option("--weights", help="finserve's weight format.")] = "q4",
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="finserve's KV cache dtype (auto, fp32, bf16, fp16).")]
+    = "auto",
+    hog: Annotated[bool, typer.Option("--hog", help="Also run everything with a one-core CPU hog beside it.")] = False,
+    build: Annotated[bool, typer.Option(
+        "--build", help="Build llama.cpp first when it is not cached (~10 minutes on 2 cores).")] = False,
+    model: ModelOpt = None,
+) -> None:
+    """finserve's engine vs llama.cpp's own llama-bench: pp256, pp2048, tg128, tg32 at depth 4,096 (tokens/s)."""
+    from bench.llamacpp import GGUF_TYPES
+    from bench.peer_bench import PeerShape, run
+    from finserve.models import resolve_model
+
+    types = tuple(t.strip().upper() for t in gguf_types.split(",") if t.strip())
+    if not types or any(t not in GGUF_TYPES for t in types):
+        raise CLIError(f"--gguf-types takes some of {', '.join(GGUF_TYPES)}")
+    shape = PeerShape(reps=reps, threads=threads, gguf_types=types, weights=weights, kv_dtype=kv_dtype)
+    with status(f"bench llamacpp: {reps} repetitions{' (quiet, then with a CPU hog)' if hog else ''} ..."):
+        try:
+            run(json_file, model=resolve_model(model), shape=shape, hog=hog, build=build)
+        except RuntimeError as e:
+            raise CLIError(str(e)) from None

@@ -71,6 +71,7 @@ typedef struct {
 
 static pool_t g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .spin = 20000};
 static pthread_mutex_t g_pool_grow = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_pool_owner = PTHREAD_MUTEX_INITIALIZER;  // one caller's job at a time
 static worker_arg_t g_args[FS_MAX_THREADS];
 
 static void run_tasks(pool_t *p, uint32_t gen) {
@@ -133,11 +134,18 @@ static int pool_ensure(pool_t *p, int workers) {
 }
 
 // Runs fn(ctx, 0..ntasks-1) on the caller's thread and up to nthreads-1 pool workers; returns when
-// every task is done. One caller at a time (the engine loop's thread).
+// every task is done. The pool serves one caller at a time: a second thread calling meanwhile (two
+// engines in one process) runs its tasks on its own thread instead of waiting.
 static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
     pool_t *p = &g_pool;
-    const int workers = nthreads > 1 && ntasks > 1 ? pool_ensure(p, nthreads - 1) : 0;
+    const int want = nthreads > 1 && ntasks > 1;
+    if (!want || pthread_mutex_trylock(&g_pool_owner) != 0) {
+        for (int i = 0; i < ntasks; i++) fn(ctx, i);
+        return;
+    }
+    const int workers = pool_ensure(p, nthreads - 1);
     if (workers == 0) {
+        pthread_mutex_unlock(&g_pool_owner);
         for (int i = 0; i < ntasks; i++) fn(ctx, i);
         return;
     }
@@ -158,6 +166,7 @@ static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
         if (polls < 4096) CPU_RELAX();
         else sched_yield();  // a worker holding a task was descheduled: give its core back
     }
+    pthread_mutex_unlock(&g_pool_owner);
 }
 
 void fs_set_spin(int polls) { atomic_store(&g_pool.spin, polls < 0 ? 0 : polls); }
@@ -453,5 +462,69 @@ int fs_decode(void *handle, int B, const float *x_in, const int64_t *pos, const 
     s.norm_w = m->norm;
     parallel_for(s.nthreads, task_norm, &s, B);
     matmul_phase(&s, &m->head, m->xq, m->xd, m->xs, logits, m->V, 0);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A whole quantized matmul on the pool (prefill chunks and mixed batches through the torch model):
+// y[M, N] (row stride ldy) = x[M, K] @ W^T (+ bias), the same sums as qgemm_f32, rows of x quantized in
+// parallel, then weight groups claimed dynamically.
+
+typedef struct {
+    int q4, act16, M, K, ldx, N, ldy, KB, groups_per_task, ngroups;
+    const float *x, *bias;
+    const uint8_t *w;
+    const uint16_t *wd, *wm;
+    uint8_t *xq;
+    float *xd, *y;
+    int32_t *xs;
+} gemm_t;
+
+static void task_gemm_quant(void *c, int m) {
+    gemm_t *g = (gemm_t *)c;
+    const size_t esz = g->act16 ? 2 : 1;
+    fs_quantize_act(g->act16, g->x + (int64_t)m * g->ldx, 1, g->K, g->ldx, g->KB,
+                    g->xq + (size_t)m * g->KB * FS_QK * esz, g->xd + (int64_t)m * g->KB, g->xs + (int64_t)m * g->KB);
+}
+
+static void task_gemm_groups(void *c, int task) {
+    gemm_t *g = (gemm_t *)c;
+    const size_t esz = g->act16 ? 2 : 1;
+    float out[64 * FS_QR];
+    const int g0 = task * g->groups_per_task;
+    const int g1 = g0 + g->groups_per_task < g->ngroups ? g0 + g->groups_per_task : g->ngroups;
+    for (int m0 = 0; m0 < g->M; m0 += 64) {  // 64 rows at a time: the group's weights stay in L1/L2
+        const int mt = g->M - m0 < 64 ? g->M - m0 : 64;
+        for (int gi = g0; gi < g1; gi++) {
+            fs_qgemm_group(g->q4, g->act16, g->w, g->wd, g->wm, g->KB, gi, g->xq + (size_t)m0 * g->KB * FS_QK * esz,
+                           g->xd + (int64_t)m0 * g->KB, g->xs + (int64_t)m0 * g->KB, mt, out);
+            const int rows = g->N - gi * FS_QR < FS_QR ? g->N - gi * FS_QR : FS_QR;
+            for (int t = 0; t < mt; t++) {
+                float *yr = g->y + (int64_t)(m0 + t) * g->ldy + gi * FS_QR;
+                for (int r = 0; r < rows; r++) yr[r] = g->bias ? out[t * FS_QR + r] + g->bias[gi * FS_QR + r] : out[t * FS_QR + r];
+            }
+        }
+    }
+}
+
+// Returns 0, or -1 when the activation buffers could not be allocated.
+int fs_qgemm(int q4, int act16, const float *x, int M, int K, int ldx, const uint8_t *w, const uint16_t *wd,
+             const uint16_t *wm, int N, const float *bias, float *y, int ldy, int nthreads) {
+    gemm_t g = {.q4 = q4, .act16 = act16, .M = M, .K = K, .ldx = ldx, .N = N, .ldy = ldy, .KB = kb_of(K),
+                .x = x, .bias = bias, .w = w, .wd = wd, .wm = wm, .y = y};
+    g.xq = (uint8_t *)malloc((size_t)M * g.KB * FS_QK * (act16 ? 2 : 1));
+    g.xd = (float *)malloc(sizeof(float) * (size_t)M * g.KB);
+    g.xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)M * g.KB);
+    if (!g.xq || !g.xd || !g.xs) {
+        free(g.xq), free(g.xd), free(g.xs);
+        return -1;
+    }
+    nthreads = nthreads < 1 ? 1 : nthreads;
+    parallel_for(nthreads, task_gemm_quant, &g, M);
+    g.ngroups = (N + FS_QR - 1) / FS_QR;
+    const int per = g.ngroups / (nthreads * 8);
+    g.groups_per_task = per < 1 ? 1 : per;
+    parallel_for(nthreads, task_gemm_groups, &g, (g.ngroups + g.groups_per_task - 1) / g.groups_per_task);
+    free(g.xq), free(g.xd), free(g.xs);
     return 0;
 }

@@ -1,0 +1,221 @@
+"""`finserve bench llamacpp`: finserve's engine against llama.cpp's own `llama-bench`, the same tests side by side.
+
+Tests (llama-bench's names): pp256 and pp2048 (prompt processing, input tokens/s), tg128 (128 tokens
+generated at batch 1 from an empty context, output tokens/s) and tg32@d4096 (32 tokens generated after a
+4,096-token context). llama.cpp's figures come from `llama-bench -o json` itself (bench/llamacpp.py: built
+from the llama-cpp-python 0.3.36 sdist, clean environment), on the shipped Q4_1 and on Q4_0 / Q8_0
+re-quantized from it. finserve's come from its engine stepped directly (`LLMEngine.step`, the engine
+loop's own call): a fresh random prompt per repetition so the prefix cache never helps, wall time of
+the steps that do the work.
+
+Repetitions alternate the systems (finserve, then each GGUF type, and again) so that a change of the
+machine's load hits all of them; medians over repetitions, ratios of medians. With `--hog`, the whole
+comparison runs again with a one-core CPU hog beside it (a busy-looping process).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import write_json
+from bench.llamacpp import GGUF_TYPES, Tools, ensure_built, find_built, gguf, llama_bench
+
+TESTS = ("pp256", "pp2048", "tg128", "tg32@d4096")
+
+
+@dataclass(frozen=True)
+class PeerShape:
+    reps: int = 3
+    threads: int = 2
+    gguf_types: tuple[str, ...] = GGUF_TYPES
+    weights: str = "q4"
+    kv_dtype: str = "auto"
+
+
+def _engine(model: str, weights: str, threads: int, kv_dtype: str) -> Any:
+    from engine.engine import LLMEngine
+    from engine.factory import engine_config
+
+    return LLMEngine(engine_config(model, weights=weights, num_threads=threads, kv_cache_memory_bytes=640 << 20,
+                                   kv_cache_dtype=kv_dtype))
+
+
+def _prompt(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(200, 40000) for _ in range(n)]
+
+
+def _add(engine: Any, prompt: list[int], max_tokens: int) -> str:
+    from engine.request import EngineRequest, SamplingParams
+
+    rid = uuid.uuid4().hex
+    engine.add_request(EngineRequest(rid, prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0),
+                                     "bulk_extraction"))
+    return rid
+
+
+def _prefill_s(engine: Any, prompt: list[int]) -> float:
+    """Seconds from the first prefill step to the first token (every chunk of the prompt)."""
+    _add(engine, prompt, 1)
+    t0 = time.perf_counter()
+    while engine.has_unfinished():
+        engine.step()
+    return time.perf_counter() - t0
+
+
+def _decode_s(engine: Any, prompt: list[int], gen: int) -> float:
+    """Seconds per `gen` decode steps after the prompt's prefill (the prefill steps are not timed)."""
+    _add(engine, prompt, gen + 1)
+    while engine.has_unfinished() and not _decoding(engine):  # prefill chunks (a cached prefix skips them)
+        engine.step()
+    steps, t0 = 0, time.perf_counter()
+    while engine.has_unfinished():
+        engine.step()
+        steps += 1
+    return (time.perf_counter() - t0) * gen / max(1, steps)
+
+
+def finserve_rows(engine: Any, rng: random.Random) -> list[dict[str, Any]]:
+    """One repetition of every test on finserve's engine."""
+    rows = []
+    for n in (256, 2048):
+        s = _prefill_s(engine, _prompt(rng, n))
+        rows.append({"test": f"pp{n}", "tokens_per_s": n / s, "ms_per_token": s * 1e3 / n})
+    s = _decode_s(engine, _prompt(rng, 4), 128)
+    rows.append({"test": "tg128", "tokens_per_s": 128 / s, "ms_per_token": s * 1e3 / 128})
+    _prefill_s(engine, ctx := _prompt(rng, 4096))  # the context, cached; then 32 tokens decoded after it
+    s = _decode_s(engine, ctx + _prompt(rng, 1), 32)
+    rows.append({"test": "tg32@d4096", "tokens_per_s": 32 / s, "ms_per_token": s * 1e3 / 32})
+    return rows
+
+
+def _decoding(engine: Any) -> bool:
+    """Every running request has its whole prompt computed (the next steps are decode steps)."""
+    running = engine.scheduler.running.values()
+    return bool(running) and all(r.num_computed_tokens >= r.num_prompt_tokens for r in running)
+
+
+def peer_rows(tools: Tools, model: Path, threads: int) -> list[dict[str, Any]]:
+    """One repetition of every test from llama-bench (one call for pp/tg, one with -d 4096)."""
+    rows = llama_bench(tools, model, threads=threads, reps=1, prompt="256,2048", gen=128)
+    rows += llama_bench(tools, model, threads=threads, reps=1, prompt="0", gen=32, depth=4096)
+    return [r for r in rows if r["test"] in TESTS]
+
+
+def _hog() -> None:  # pragma: no cover - runs in a child process
+    while True:
+        pass
+
+
+@contextmanager
+def cpu_hog(on: bool) -> Iterator[None]:
+    """A process that keeps one core busy, while the block runs."""
+    if not on:
+        yield
+        return
+    proc = multiprocessing.get_context("spawn").Process(target=_hog, daemon=True)
+    proc.start()
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        proc.terminate()
+        proc.join(5)
+
+
+def measure(model: str, shape: PeerShape, tools: Tools, hog: bool, progress: Any = sys.stderr) -> dict[str, Any]:
+    engine = _engine(model, shape.weights, shape.threads, shape.kv_dtype)
+    rng = random.Random(0)
+    finserve_rows(engine, rng)  # warm-up: allocation, kernel selection, the thread governor's first samples
+    ggufs = {t: gguf(tools, t) for t in shape.gguf_types}
+    runs: dict[str, list[list[dict[str, Any]]]] = {"finserve": []}
+    with cpu_hog(hog):
+        for rep in range(shape.reps):
+            load = os.getloadavg()[0]
+            runs["finserve"].append(finserve_rows(engine, rng))
+            for t, path in ggufs.items():
+                runs.setdefault(f"llama.cpp {t}", []).append(peer_rows(tools, path, shape.threads))
+            if progress is not None:
+                print(f"rep {rep} (hog={hog}, load {load:.2f}): "
+                      + ", ".join(f"{name} tg128 {next(r['ms_per_token'] for r in rows[-1] if r['test'] == 'tg128'):.2f} ms"
+                                  for name, rows in runs.items()), file=progress, flush=True)
+    governor = getattr(engine.runner.native_step, "governor", None)
+    return {"medians": _medians(runs), "runs": runs,
+            "thread_governor_ms": governor.snapshot() if governor is not None else None}
+
+
+def _medians(runs: dict[str, list[list[dict[str, Any]]]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for name, reps in runs.items():
+        for test in TESTS:
+            vals = [r["tokens_per_s"] for rows in reps for r in rows if r["test"] == test]
+            if vals:
+                out.setdefault(name, {})[test] = statistics.median(vals)
+    return out
+
+
+def ratios(medians: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """finserve's tokens/s over the best llama.cpp format's, per test (> 1: finserve faster)."""
+    out = {}
+    for test in TESTS:
+        peers = {n: m[test] for n, m in medians.items() if n != "finserve" and test in m}
+        ours = medians.get("finserve", {}).get(test)
+        if peers and ours:
+            best = max(peers, key=lambda n: peers[n])
+            out[test] = {"finserve_over_best_peer": ours / peers[best], "best_peer": best}
+    return out
+
+
+def table(medians: dict[str, dict[str, float]]) -> str:
+    names = list(medians)
+    lines = ["| test | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for test in TESTS:
+        cells = [f"{medians[n][test]:.1f} ({1e3 / medians[n][test]:.2f} ms)" if test in medians[n] else "-" for n in names]
+        lines.append(f"| {test} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def run(json_path: str | None, *, model: str, shape: PeerShape, hog: bool = False, build: bool = False) -> dict[str, Any]:
+    from engine.model import cpu_kernels
+
+    tools = ensure_built() if build else find_built()
+    if tools is None:
+        raise RuntimeError("llama.cpp is not built; run with --build (about 10 minutes on 2 cores, cached in "
+                           "~/.cache/finserve-peer)")
+    out: dict[str, Any] = {
+        "benchmark": "llamacpp", "shape": asdict(shape), "cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(),
+        "nproc": os.cpu_count(), "llama_cpp": tools.info,
+        "definitions": {"tokens_per_s": "pp: input tokens/s; tg: output tokens/s at batch 1",
+                        "medians": "over repetitions; systems alternate within each repetition"},
+    }
+    for label, with_hog in (("quiet", False), ("hog", True)) if hog else (("quiet", False),):
+        part = measure(model, shape, tools, with_hog)
+        part["ratios"] = ratios(part["medians"])
+        part["table"] = table(part["medians"]).splitlines()
+        out[label] = part
+        print(f"{label}:\n" + "\n".join(part["table"]), file=sys.stderr)
+    if hog:
+        q, h = out["quiet"]["medians"], out["hog"]["medians"]
+        out["hog_slowdown_tg128"] = {n: q[n]["tg128"] / h[n]["tg128"] for n in q if n in h and "tg128" in q[n]}
+    out["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_json(json_path, out)
+    return out

@@ -1,0 +1,67 @@
+"""Quantized matmuls on the kernel library's thread pool (kernels/decode_step.c fs_qgemm): prefill-sized
+batches with int8 activations, decode-sized ones with int16, the same sums as the OpenMP qgemm and the
+torch mirror on every ISA variant; two engines' threads using the pool at once."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from engine.model import cpu_kernels
+from engine.model.quant import PREFILL_ROWS, QuantizedLinear, dequantize, quantize, reference_linear
+
+VARIANTS = cpu_kernels.supported_variants()
+needs_kernels = pytest.mark.skipif(not VARIANTS, reason="native kernels not built (pip install -e .)")
+
+
+@needs_kernels
+@pytest.mark.parametrize("kind", ["int8", "q4"])
+@pytest.mark.parametrize("act16", [True, False])
+@pytest.mark.parametrize("m,n,k", [(1, 48, 64), (5, 37, 72), (70, 200, 96), (130, 17, 33)])
+def test_pool_matmul_equals_the_openmp_kernel_on_every_variant(kind: str, act16: bool, m: int, n: int, k: int) -> None:
+    g = torch.Generator().manual_seed(m + n + k)
+    qw, x, b = quantize(torch.randn(n, k, generator=g), kind), torch.randn(m, k, generator=g), torch.randn(n, generator=g)
+    for isa in VARIANTS:
+        lib = cpu_kernels.load_variant(isa)
+        assert lib is not None
+        want = cpu_kernels.qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, n, b, act16)
+        for threads in (1, 2):
+            got = cpu_kernels.pool_qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, n, b, act16, threads)
+            assert torch.equal(got, want), (isa, threads)
+
+
+@needs_kernels
+@pytest.mark.parametrize("kind", ["int8", "q4"])
+def test_prefill_batches_use_int8_activations_and_decode_batches_int16(kind: str) -> None:
+    g = torch.Generator().manual_seed(3)
+    w, b = torch.randn(96, 160, generator=g), torch.randn(96, generator=g)
+    qw = quantize(w, kind)
+    layer = QuantizedLinear(qw, b, cpu_kernels.load_variant(VARIANTS[-1]))
+    big = torch.randn(PREFILL_ROWS + 5, 160, generator=g)
+    torch.testing.assert_close(layer(big), reference_linear(big, qw, b, act16=False), rtol=1e-5, atol=1e-4)
+    small = big[: PREFILL_ROWS - 1]
+    torch.testing.assert_close(layer(small), reference_linear(small, qw, b, act16=True), rtol=1e-5, atol=1e-4)
+    exact = big @ dequantize(qw).T + b  # int8 activations stay close to fp32 activations on the same weights
+    assert float((layer(big) - exact).abs().max()) < 0.02 * float(exact.abs().max())
+
+
+@needs_kernels
+def test_engines_on_two_threads_can_share_the_pool() -> None:
+    g = torch.Generator().manual_seed(5)
+    lib = cpu_kernels.load_variant(VARIANTS[-1])
+    layers = [QuantizedLinear(quantize(torch.randn(64, 96, generator=g), "q4"), None, lib) for _ in range(2)]
+    x = torch.randn(PREFILL_ROWS, 96, generator=g)
+    want = [reference_linear(x, layer.weight, act16=False) for layer in layers]
+    errors: list[float] = []
+
+    def work(i: int) -> None:
+        for _ in range(200):
+            errors.append(float((layers[i](x) - want[i]).abs().max()))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 400 and max(errors) < 1e-3
