@@ -57,8 +57,8 @@ class ThreadGovernor:
         if unmeasured:
             return unmeasured[0]
         best = min(self.candidates, key=lambda c: self._avg[(bucket, c)])
-        if n % self.explore_every == self.explore_every - 1:  # now and then, measure another count again
-            others = [c for c in self.candidates if c != best]
+        others = [c for c in self.candidates if c != best]
+        if others and n % self.explore_every == self.explore_every - 1:  # now and then, measure another again
             return others[(n // self.explore_every) % len(others)]
         return best
 
