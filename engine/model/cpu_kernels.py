@@ -50,6 +50,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.qgemm_f32.argtypes = [_I, _I, _P, _I, _I, _I, _P, _P, _P, _I, _P, _P, _I, _I]
     lib.finserve_kernel_isa.restype = _I
     lib.finserve_cpu_features.restype = _I
+    lib.dequant_f32.restype = None
+    lib.dequant_f32.argtypes = [_I, _P, _P, _P, _I, _I, _P, _I]
     lib.fs_model_new.restype = _P
     lib.fs_model_new.argtypes = [_P, _F, _P]
     lib.fs_model_free.restype = None
@@ -190,6 +192,14 @@ def pool_qgemm(
     if rc != 0:
         raise MemoryError("the quantized matmul could not allocate its activation buffers")
     return y
+
+
+def dequant_into(lib: ctypes.CDLL, q4: bool, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
+                 out: torch.Tensor) -> None:
+    """The stored weights, dequantized into `out` [N, K] fp32 contiguous (layout of engine/model/quant.py)."""
+    n, k = out.shape
+    lib.dequant_f32(int(q4), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), n, k,
+                    out.data_ptr(), torch.get_num_threads())
 
 
 def paged_decode(

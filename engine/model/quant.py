@@ -16,6 +16,7 @@ the tests and by machines without the native library.
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -119,19 +120,28 @@ def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | 
     return y if bias is None else y + bias
 
 
-# Rows from which a batch (a prefill chunk, a mixed batch) quantizes its activations to int8 instead of
-# int16: the integer dot then takes twice the values per instruction (AVX2 maddubs / VNNI dpbusd), which
-# is what a compute-bound prefill needs; measured on a 2-core AVX2 EPYC, 256 rows, SmolLM2's matrices,
-# 1 thread: 1.5-2.5x faster than int16 activations and than dequantizing to fp32 for MKL (the old path:
-# it also wrote every weight as fp32 each step). Decode-sized batches keep int16 activations (within fp32
-# rounding of dequantized weights). The quality cost is measured by bench/quality.py (perplexity within
-# 1% of fp32, tests/engine/test_quant_model.py).
-PREFILL_ROWS = 32
+# Rows from which a batch (a prefill chunk) multiplies dequantized fp32 weights with MKL's GEMM instead
+# of the integer kernel: measured on AVX-512 (1 thread, SmolLM2 matrices) the dequantization costs
+# 0.2-0.7 ms a matrix, break-even with the kernel at ~64 rows and 1.2-1.5x faster from 256 rows on
+# (on the 2-core AVX2 EPYC, 1 thread: int16 activations through the kernel 1.1-1.35x slower than this).
+# int8 activations were 1.5-2.5x faster than both for 256-row prefills, but changed SmolLM2's answers
+# ("What is the capital of France?" no longer answered Paris, greedy agreement with fp32 59%), so the
+# engine does not use them. bf16 GEMM through torch was slower than fp32 on this CPU (no AMX).
+DENSE_MIN_ROWS = 128
+_scratch = threading.local()  # per thread (engines on two threads must not share it): one fp32 buffer
+
+
+def _dense_buffer(n: int, k: int) -> torch.Tensor:  # [n, k] fp32 view of this thread's scratch
+    buf: torch.Tensor | None = getattr(_scratch, "buf", None)
+    if buf is None or buf.numel() < n * k:
+        buf = _scratch.buf = torch.empty(n * k, dtype=torch.float32)
+    return buf[: n * k].view(n, k)
 
 
 class QuantizedLinear:
-    """y = x @ W^T (+ b) with W quantized; the native integer kernel on CPU when built (on the kernel
-    library's thread pool; int8 activations from PREFILL_ROWS rows on), else dequantize + F.linear."""
+    """y = x @ W^T (+ b) with W quantized; native kernel on CPU when built (on the kernel library's
+    thread pool; prefill-sized batches: dequantized into a scratch buffer, then MKL), else dequantize +
+    F.linear."""
 
     def __init__(self, qw: QuantizedWeight, bias: torch.Tensor | None, lib: ctypes.CDLL | None,
                  act16: bool = True):
@@ -143,22 +153,28 @@ class QuantizedLinear:
         self._dense: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x [T, K] -> [T, N]
-        if self.lib is not None:
+        if self.lib is not None and x.shape[0] >= DENSE_MIN_ROWS:
             qw = self.weight
+            w = _dense_buffer(qw.n, qw.k)
+            cpu_kernels.dequant_into(self.lib, qw.kind == "q4", qw.packed, qw.scales, qw.mins, w)
+            return F.linear(x.float(), w, self.bias).to(x.dtype)
+        if self.lib is not None:
             xf = x if x.dtype == torch.float32 else x.float()  # no dispatched no-op casts: decode is op-bound
-            act16 = self.act16 and x.shape[0] < PREFILL_ROWS
-            if hasattr(self.lib, "fs_qgemm"):
-                y = cpu_kernels.pool_qgemm(self.lib, qw.kind == "q4", xf.contiguous(), qw.packed, qw.scales, qw.mins,
-                                           qw.n, self.bias, act16, torch.get_num_threads())
-            else:
-                y = cpu_kernels.qgemm(self.lib, qw.kind == "q4", xf.contiguous(), qw.packed, qw.scales,
-                                      qw.mins, qw.n, self.bias, act16)
+            y = self._native(xf.contiguous(), self.act16)
             return y if x.dtype == torch.float32 else y.to(x.dtype)
         if self.mirror:
             return reference_linear(x, self.weight, self.bias, self.act16).to(x.dtype)
         if self._dense is None:  # portable path (CUDA, no native library): keep a dequantized copy
             self._dense = dequantize(self.weight, x.dtype).to(x.device)
         return F.linear(x, self._dense, self.bias)
+
+    def _native(self, x: torch.Tensor, act16: bool) -> torch.Tensor:
+        qw, lib = self.weight, self.lib
+        assert lib is not None
+        if hasattr(lib, "fs_qgemm"):
+            return cpu_kernels.pool_qgemm(lib, qw.kind == "q4", x, qw.packed, qw.scales, qw.mins, qw.n, self.bias, act16,
+                                          torch.get_num_threads())
+        return cpu_kernels.qgemm(lib, qw.kind == "q4", x, qw.packed, qw.scales, qw.mins, qw.n, self.bias, act16)
 
     @property
     def nbytes(self) -> int:

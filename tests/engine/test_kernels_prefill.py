@@ -1,6 +1,5 @@
-"""Quantized matmuls on the kernel library's thread pool (kernels/decode_step.c fs_qgemm): prefill-sized
-batches with int8 activations, decode-sized ones with int16, the same sums as the OpenMP qgemm and the
-torch mirror on every ISA variant; two engines' threads using the pool at once."""
+"""Quantized matmuls on the kernel library's thread pool (kernels/decode_step.c fs_qgemm): the same sums
+as the OpenMP qgemm on every ISA variant, for any thread count; two engines' threads using the pool at once."""
 from __future__ import annotations
 
 import threading
@@ -9,7 +8,7 @@ import pytest
 import torch
 
 from engine.model import cpu_kernels
-from engine.model.quant import PREFILL_ROWS, QuantizedLinear, dequantize, quantize, reference_linear
+from engine.model.quant import QuantizedLinear, quantize, reference_linear
 
 VARIANTS = cpu_kernels.supported_variants()
 needs_kernels = pytest.mark.skipif(not VARIANTS, reason="native kernels not built (pip install -e .)")
@@ -32,27 +31,12 @@ def test_pool_matmul_equals_the_openmp_kernel_on_every_variant(kind: str, act16:
 
 
 @needs_kernels
-@pytest.mark.parametrize("kind", ["int8", "q4"])
-def test_prefill_batches_use_int8_activations_and_decode_batches_int16(kind: str) -> None:
-    g = torch.Generator().manual_seed(3)
-    w, b = torch.randn(96, 160, generator=g), torch.randn(96, generator=g)
-    qw = quantize(w, kind)
-    layer = QuantizedLinear(qw, b, cpu_kernels.load_variant(VARIANTS[-1]))
-    big = torch.randn(PREFILL_ROWS + 5, 160, generator=g)
-    torch.testing.assert_close(layer(big), reference_linear(big, qw, b, act16=False), rtol=1e-5, atol=1e-4)
-    small = big[: PREFILL_ROWS - 1]
-    torch.testing.assert_close(layer(small), reference_linear(small, qw, b, act16=True), rtol=1e-5, atol=1e-4)
-    exact = big @ dequantize(qw).T + b  # int8 activations stay close to fp32 activations on the same weights
-    assert float((layer(big) - exact).abs().max()) < 0.02 * float(exact.abs().max())
-
-
-@needs_kernels
 def test_engines_on_two_threads_can_share_the_pool() -> None:
     g = torch.Generator().manual_seed(5)
     lib = cpu_kernels.load_variant(VARIANTS[-1])
     layers = [QuantizedLinear(quantize(torch.randn(64, 96, generator=g), "q4"), None, lib) for _ in range(2)]
-    x = torch.randn(PREFILL_ROWS, 96, generator=g)
-    want = [reference_linear(x, layer.weight, act16=False) for layer in layers]
+    x = torch.randn(40, 96, generator=g)  # below DENSE_MIN_ROWS: the integer kernel on the pool
+    want = [reference_linear(x, layer.weight, act16=True) for layer in layers]
     errors: list[float] = []
 
     def work(i: int) -> None:

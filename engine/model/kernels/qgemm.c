@@ -434,3 +434,40 @@ void fs_qgemm_group(int q4, int act16, const uint8_t *w, const uint16_t *wd, con
         memcpy(out + (int64_t)m0 * QR, tile, sizeof(float) * QR * (size_t)mt);
     }
 }
+
+// One row's 32 values of one tile (16 rows x 32 values): its bytes gathered into k order, widened in
+// 16-lane loops the compiler vectorizes (the same float operations as dequantize() in quant.py).
+static inline void dequant_row(int q4, const uint8_t *tile, int r, float d, float m, float *v) {
+    uint8_t bytes[QK];
+    const int C = q4 ? 4 : 8;
+    for (int j = 0; j < C; j++) memcpy(bytes + 4 * j, tile + (j * QR + r) * 4, 4);
+    if (q4) {
+        for (int i = 0; i < 16; i++) v[i] = (float)(bytes[i] & 15) * d + m;
+        for (int i = 0; i < 16; i++) v[16 + i] = (float)(bytes[i] >> 4) * d + m;
+    } else {
+        for (int i = 0; i < QK; i++) v[i] = (float)((int)bytes[i] - 128) * d;
+    }
+}
+
+// The stored weights as dense fp32, out [N, K] (row stride K): w = d q (int8) or d q + m (q4), the
+// values dequantize() in engine/model/quant.py gives. For prefill-sized batches, where a dense GEMM
+// (MKL) on these beats the integer kernel.
+void dequant_f32(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int N, int K, float *out,
+                 int nthreads) {
+    const int KB = (K + QK - 1) / QK, G = (N + QR - 1) / QR, C = q4 ? 4 : 8;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int g = 0; g < G; g++) {
+        for (int r = 0; r < QR && g * QR + r < N; r++) {
+            float *row = out + (int64_t)(g * QR + r) * K;
+            for (int b = 0; b < KB; b++) {
+                const int64_t tile_id = (int64_t)g * KB + b;
+                const float d = half_to_float(wd[tile_id * QR + r]);
+                const float m = q4 ? half_to_float(wm[tile_id * QR + r]) : 0.f;
+                float v[QK];
+                dequant_row(q4, w + tile_id * C * QR * 4, r, d, m, v);
+                const int width = K - b * QK < QK ? K - b * QK : QK;
+                memcpy(row + b * QK, v, sizeof(float) * (size_t)width);
+            }
+        }
+    }
+}
