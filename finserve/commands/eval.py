@@ -35,7 +35,8 @@ def extraction(
                                 help="Job path on a running stack at this URL (e.g. http://127.0.0.1:8000, after "
                                      "`make run`), with --api-key or FINSERVE_API_KEY; default: a throwaway "
                                      "stack (Redis, gateway, workers) started for this run."),
-    api_key: str = typer.Option(None, "--api-key", help="With --gateway: the key that owns the job."),
+    api_key: str = typer.Option(None, "--api-key",
+                                help="With --gateway: the key that owns the job (default: FINSERVE_API_KEY)."),
     workers: int = typer.Option(1, "--workers", min=1, help="Throwaway stack: Celery worker processes."),
     in_flight: int = typer.Option(16, "--in-flight", min=1, help="Items in flight (worker slots in all; --direct: "
                                                                  "requests kept in the engine)."),
