@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from engine.config import EngineConfig
 
 
+ENV_MODEL = "FINSERVE_MODEL (environment or .env)"
 # The flag of a setting, where it is not --<field> (for errors about a value given on the command line).
 FLAGS = {"kv_cache_dtype": "--kv-dtype", "kv_cache_memory_bytes": "--kv-memory", "gateway_url": "--url",
          "api_key": "--key", "worker_concurrency": "--concurrency", "max_num_batched_tokens": "--max-batched-tokens"}
@@ -58,7 +59,7 @@ def model_source(settings: Settings, flag_given: bool) -> str:
     """Where the model folder came from, for the error that names it."""
     if flag_given:
         return "--model"
-    return "FINSERVE_MODEL" if settings.model is not None else "the default model folder under FINSERVE_HOME"
+    return ENV_MODEL if settings.model is not None else "the default model folder under FINSERVE_HOME"
 
 
 def check_model(folder: str | Path, source: str) -> Path:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from core.settings import Settings
 from engine.model.prepare import default_model_dir, ensure_default_model
-from finserve.config import check_model
+from finserve.config import ENV_MODEL, check_model
 
 
 def resolve_model(model: str | None, settings: Settings | None = None) -> str:
@@ -15,6 +15,6 @@ def resolve_model(model: str | None, settings: Settings | None = None) -> str:
         return str(check_model(model, "--model"))
     settings = settings or Settings()
     if settings.model is not None:
-        return str(check_model(settings.model, "FINSERVE_MODEL"))
+        return str(check_model(settings.model, ENV_MODEL))
     target = default_model_dir(settings.home)
     return str(ensure_default_model(home=settings.home) if target == settings.model_path else target)

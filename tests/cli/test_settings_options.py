@@ -124,6 +124,8 @@ COMMANDS = {
     "serve": ["serve"],
     "engine": ["engine"],
     "bench engine": ["bench", "engine", "--parts", "decode"],
+    "bench isolation": ["bench", "isolation", "--risk-requests", "2"],
+    "bench gateway": ["bench", "gateway", "--n", "1"],
     "eval verdict": ["eval", "verdict", "--no-compare-fast-forward"],
     "eval quotes": ["eval", "quotes"],
     "eval extraction": ["eval", "extraction", "--direct", "--items", "1"],
@@ -211,6 +213,14 @@ def test_an_unreadable_model_exits_3(cli_env: dict[str, str], tmp_path: Path, da
         assert str(folder) in res.stderr and ("cannot read" in res.stderr or "no *.safetensors" in res.stderr)
 
 
+def test_a_missing_model_named_in_the_env_file_exits_3(cli_env: dict[str, str], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(f"FINSERVE_MODEL={tmp_path / 'gone'}\n")
+    res = CliRunner().invoke(app, ["generate", "--prompt", "hi"])
+    assert res.exit_code == ExitCode.CONFIG and f"no model at {tmp_path / 'gone'}" in res.stderr
+
+
 # ---- unknown FINSERVE_* variables ------------------------------------------------------------------------
 @pytest.fixture
 def fresh_warnings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -250,3 +260,11 @@ def test_every_entry_point_warns(fresh_warnings: None, cli_env: dict[str, str], 
         CliRunner().invoke(app, ["jobs", "list"])
     assert any("FINSERVE_DATABSE_URL" in r.getMessage() and "FINSERVE_DATABASE_URL?" in r.getMessage()
                for r in caplog.records)
+
+
+def test_bench_formats_varies_only_the_weight_format(engine_env: list[EngineConfig], tiny_model_dir: Path) -> None:
+    """It compares formats on purpose; model, threads and KV precision still come from the settings."""
+    config = build(["bench", "formats", "--formats", "int8", "--reps", "1", "--no-rss", "--long-prompts", ""],
+                   engine_env)
+    assert (config.model, config.weights, config.num_threads, config.kv_cache_dtype) == \
+        (str(tiny_model_dir), "int8", 1, "bf16")
