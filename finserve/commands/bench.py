@@ -128,7 +128,6 @@ def serve_bench(
 ) -> None:
     """Open-loop Poisson load mixing the three classes, measured from the client; compared with the ledger."""
     from bench.serve import run
-    from finserve.config import command_settings
 
     path = _json_path(json_file, old_json)
     settings = command_settings(gateway_url=url, api_key=key)
