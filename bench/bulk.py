@@ -25,10 +25,10 @@ from pathlib import Path
 import httpx
 
 from bench.common import alternate, environment, percentile, summary, write_json
+from bench.configured import engine_config
 from bench.job_stack import LocalJobStack
 from core.logging import configure_logging
 from core.settings import get_settings
-from engine.factory import engine_config
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
 from jobs import service

@@ -14,8 +14,8 @@ import uuid
 import torch
 
 from bench.common import alternate, environment, measure_bandwidth_gbs, summary, write_json
+from bench.configured import engine_config
 from engine.engine import LLMEngine
-from engine.factory import engine_config
 from engine.model.loader import weight_bytes
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 

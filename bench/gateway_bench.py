@@ -29,9 +29,9 @@ import torch
 import uvicorn
 
 from bench.common import environment, summary, write_json
+from bench.configured import engine_config
 from engine.client import EngineClient
 from engine.engine import LLMEngine
-from engine.factory import engine_config
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from gateway.reports.percentiles import nearest_rank
 

@@ -16,9 +16,9 @@ import time
 import uuid
 
 from bench.common import environment, percentile, write_json
+from bench.configured import engine_config
 from engine.client import EngineClient
 from engine.engine import LLMEngine
-from engine.factory import engine_config
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 
 RISK_PROMPT_TOKENS = 160

@@ -104,7 +104,7 @@ def evaluate(base: EngineConfig, formats: list[str], ids: list[int], prompts: li
 def run(model_dir: str | None = None, formats: str = "fp32,bf16,int8,q4", threads: int | None = None,
         prompts: int = 20, new_tokens: int = 64, out: str = "results/quality.json") -> dict:
     from bench.common import environment, write_json
-    from engine.factory import engine_config
+    from bench.configured import engine_config
     from engine.tokenizer import Tokenizer
 
     base = engine_config(model_dir, num_threads=threads) if threads else engine_config(model_dir)

@@ -91,9 +91,9 @@ def points(spec: SweepSpec) -> list[Point]:
 
 def run(spec: SweepSpec) -> dict:
     """Runs the sweep; writes sweep.json, sweep.md and one PNG per metric into spec.out_dir."""
+    from bench.configured import engine_config
     from bench.sweep_report import write_markdown, write_plots
     from engine.engine import LLMEngine
-    from engine.factory import engine_config
     from engine.model.loader import weight_bytes
 
     pts = points(spec)

@@ -4,6 +4,11 @@ Every process builds it once at its entry point (`finserve serve|up|worker|...`,
 module, a test) and passes it down; nothing else in the project reads `os.environ`. Derived values
 (resolved paths, the database URL, the EngineConfig) are computed from it, never written back.
 
+Precedence (README, "Configuration"): values passed in (a command's flags that were given) > FINSERVE_*
+environment variables > FINSERVE_* lines of a `.env` file in the working directory > the defaults below.
+A FINSERVE_* name that is no setting (a typo) would otherwise be ignored in silence: building a Settings
+logs one warning per such name and process, naming the closest setting.
+
 The job settings live here too: the gateway (which accepts and enqueues jobs), the workers and the
 CLI all read them, so one environment configures the whole stack. The lease is the heart of job
 failure handling: a running item whose lease has passed is presumed abandoned (its worker died) and
@@ -12,22 +17,46 @@ unacknowledged message to another worker at about the same moment SQL lets that 
 """
 from __future__ import annotations
 
+import difflib
+import logging
+import os
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from dotenv import dotenv_values
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.config import EngineConfig
+from engine.factory import default_threads
 from policies import Policy
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"  # folder under $FINSERVE_HOME/models (see engine.model.prepare)
 DEV_KEY_FILE = "dev_key"  # the development key `finserve up` writes under $FINSERVE_HOME
+ENV_FILE = ".env"  # FINSERVE_* lines here (working directory) rank below the environment
+ENV_PREFIX = "FINSERVE_"
+# FINSERVE_* names read on purpose by something other than Settings: not typos.
+NOT_SETTINGS = frozenset({
+    "FINSERVE_TEST_CACHE", "FINSERVE_TEST_PEER_PYTHON", "FINSERVE_SKIP_PG", "FINSERVE_PG_BIN",  # the test suite
+    "FINSERVE_REPORT_SCREENSHOT",  # tests/ledger/test_report_browser.py
+    "FINSERVE_WORKER_KEY", "FINSERVE_ENGINE_THREADS",  # deploy/compose.yaml's own substitutions
+})
+# Flags whose names differ from their setting's, as FINSERVE_<flag> is a likely mistake.
+FLAG_NAMES = {"KV_DTYPE": "KV_CACHE_DTYPE", "KV_MEMORY": "KV_CACHE_MEMORY_BYTES"}
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()  # unknown names already warned about in this process
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FINSERVE_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=ENV_FILE, frozen=True, extra="ignore")
+
+    def __init__(self, **values: Any) -> None:
+        env_file = values.get("_env_file", ENV_FILE)
+        warn_unknown_variables([*os.environ, *_env_file_names(env_file)])
+        super().__init__(**values)
 
     home: Path = Path(".finserve")
     host: str = "127.0.0.1"  # loopback by default: exposing the gateway is a deliberate choice
@@ -51,7 +80,7 @@ class Settings(BaseSettings):
     max_model_len: int | None = Field(None, gt=0)
     enable_prefix_caching: bool = True
     scheduling: Literal["class", "fcfs"] = "class"
-    threads: int | None = Field(None, gt=0)  # torch intra-op threads on CPU; None = all cores
+    threads: int | None = Field(None, gt=0)  # torch intra-op threads on CPU; None = one per usable core
     starvation_steps: int = 256  # a request unscheduled this many steps is promoted (<= 0 disables)
     fast_forward: bool = True  # grammar-forced tokens appended without sampling (EngineConfig.fast_forward)
     seed: int = 0
@@ -142,13 +171,55 @@ class Settings(BaseSettings):
             max_model_len=self.max_model_len,
             enable_prefix_caching=self.enable_prefix_caching,
             scheduling=self.scheduling,
-            num_threads=self.threads,
+            num_threads=self.threads or default_threads(),  # resolved here: every command runs the same count
             starvation_steps=self.starvation_steps,
             fast_forward=self.fast_forward,
             seed=self.seed,
         )
         fields.update(overrides)
         return EngineConfig(**fields)  # type: ignore[arg-type]
+
+
+def setting_names() -> list[str]:
+    """Every FINSERVE_* variable a Settings reads."""
+    return [ENV_PREFIX + name.upper() for name in Settings.model_fields]
+
+
+def unknown_variables(names: Iterable[str]) -> list[tuple[str, str | None]]:
+    """(name, the closest setting's variable or None) for each FINSERVE_* name that is no setting."""
+    valid = setting_names()
+    known = set(valid) | NOT_SETTINGS
+    out: list[tuple[str, str | None]] = []
+    for name in dict.fromkeys(n.upper() for n in names):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            short = name[len(ENV_PREFIX):]  # compared without the shared prefix, which makes any two names alike
+            close = [FLAG_NAMES[short]] if short in FLAG_NAMES else \
+                difflib.get_close_matches(short, [v[len(ENV_PREFIX):] for v in valid], n=1)
+            out.append((name, ENV_PREFIX + close[0] if close else None))
+    return out
+
+
+def warn_unknown_variables(names: Iterable[str]) -> None:
+    """One warning per unknown FINSERVE_* name and process (Settings are built more than once per command)."""
+    for name, close in unknown_variables(names):
+        if name in _warned:
+            continue
+        _warned.add(name)
+        hint = f"did you mean {close}?" if close else "see README, Configuration, for the settings"
+        log.warning("%s is not a finserve setting and is ignored (%s)", name, hint)
+
+
+def _env_file_names(env_file: object) -> list[str]:
+    """The variable names a .env file sets (none when there is no such file or it cannot be read)."""
+    paths = env_file if isinstance(env_file, (list, tuple)) else [env_file]
+    names: list[str] = []
+    for path in paths:
+        if isinstance(path, (str, Path)) and Path(path).is_file():
+            try:
+                names.extend(dotenv_values(path))
+            except (OSError, UnicodeDecodeError):
+                continue
+    return names
 
 
 @lru_cache(maxsize=1)

@@ -22,7 +22,8 @@ class EngineConfig:
     # docs/CAPACITY.md for why auto stays fp32 on CPU).
     kv_cache_dtype: str = "auto"
     # Matmul weight format: auto | fp32 | bf16 | int8 | q4 (engine/model/linear.py). auto on CPU with
-    # the native kernels: q4 when the weights are already 4-bit (lossless), else int8; else the dtype.
+    # the native kernels: q4 when the weights are already 4-bit (lossless), else the checkpoint's
+    # precision (dense, in the compute dtype): auto never changes a model's answers.
     weights: str = "auto"
     native_kernels: bool = True  # False: the torch paths only (same results, slower)
     kernel_isa: str = "auto"  # auto: the best variant this CPU runs; generic | avx2 | avx512 forces one

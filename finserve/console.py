@@ -51,8 +51,10 @@ def config_error(message: str) -> CLIError:
     return CLIError(message, ExitCode.CONFIG)
 
 
-def no_model(path: object) -> CLIError:
-    return config_error(f"no model at {path} (run `finserve model prepare`, or pass --model / set FINSERVE_MODEL)")
+def no_model(path: object, source: str | None = None) -> CLIError:
+    where = f"; this folder came from {source}" if source else ""
+    return config_error(f"no model at {path} (run `finserve model prepare`, or pass --model / set "
+                        f"FINSERVE_MODEL to an HF-format model folder{where})")
 
 
 # ---- output ----------------------------------------------------------------------------------

@@ -182,6 +182,15 @@ class InferenceService:
     def model_folder(self) -> Path:
         return Path(self.client.engine.config.model)
 
+    @property
+    def weights(self) -> dict[str, str] | None:
+        """The weight format the embedded engine loaded and why (None with engine replicas)."""
+        from engine.model.linear import weights_of  # torch: imported once the engine is loaded anyway
+        from gateway.ledger.versions import loaded_weight_format
+
+        fmt = loaded_weight_format(self.client)
+        return None if fmt is None else weights_of(self.client.engine.config, fmt)
+
     def max_prompt_bytes(self, workload_class: str | None = None) -> int:
         """Prompts longer than this (bytes) are refused before tokenizing: they cannot fit the class
         (any class when it is not known yet) even at the longest token."""

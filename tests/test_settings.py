@@ -58,3 +58,29 @@ def test_settings_come_from_the_environment_once(monkeypatch: pytest.MonkeyPatch
 def test_a_request_timeout_longer_than_the_lease_is_refused() -> None:
     with pytest.raises(ValueError, match="LEASE"):
         Settings(jobs_lease_s=10, jobs_request_timeout_s=20)
+
+
+def test_auto_weights_keep_a_dense_checkpoint_and_say_why() -> None:
+    """`auto` never changes a model's answers: q4 only for weights that are already 4-bit, else dense."""
+    import torch
+
+    from engine.model import cpu_kernels
+    from engine.model.linear import resolve_weight_format
+    from engine.model.quant import dequantize, quantize
+
+    cpu, fp32 = torch.device("cpu"), torch.float32
+    dense = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    fmt, reason = resolve_weight_format("auto", cpu, fp32, probe=dense)
+    assert fmt == "fp32" and ("keeps its precision" in reason or "kernels not built" in reason)
+    four_bit = dequantize(quantize(dense, "q4"))
+    assert resolve_weight_format("auto", cpu, fp32, probe=four_bit)[0] == \
+        ("q4" if cpu_kernels.kernel_isa() is not None else "fp32")
+    assert resolve_weight_format("int8", cpu, fp32, probe=dense) == ("int8", "asked for (FINSERVE_WEIGHTS or --weights)")
+    assert resolve_weight_format("auto", cpu, torch.bfloat16, dtype_explicit=True, probe=dense)[0] == "bf16"
+
+
+def test_threads_resolve_in_the_settings_so_every_command_runs_the_same_count() -> None:
+    from engine.factory import default_threads
+
+    assert Settings(_env_file=None).engine_config(load_policy()).num_threads == default_threads()
+    assert Settings(_env_file=None, threads=1).engine_config(load_policy()).num_threads == 1

@@ -13,7 +13,7 @@ import structlog
 import torch
 import torch.nn.functional as F
 
-from engine.config import WEIGHT_FORMATS
+from engine.config import WEIGHT_FORMATS, EngineConfig
 from engine.model import cpu_kernels
 from engine.model.quant import QuantizedLinear, dequantize, quantize
 
@@ -59,26 +59,39 @@ def resolve_weight_format(
     requested: str, device: torch.device, dtype: torch.dtype, dtype_explicit: bool = False,
     probe: torch.Tensor | None = None,
 ) -> tuple[str, str]:
-    """(format, reason). `auto` on CPU with the native kernels: q4 when the weights are already 4-bit
-    (`probe`, one matmul weight, passes is_exactly_4bit), else int8; without them, or off the CPU, the
-    compute dtype. An explicitly chosen compute dtype (EngineConfig.dtype != "auto") keeps dense
-    weights of that dtype."""
+    """(format, reason). `auto` never changes a model's answers: on CPU with the native kernels it picks
+    q4 only when the weights are already 4-bit (`probe`, one matmul weight, passes is_exactly_4bit: q4
+    then stores these very weights), and otherwise keeps the checkpoint's precision as dense weights in
+    the compute dtype (fp32 on CPU holds fp32, bf16 and fp16 checkpoints exactly). int8 re-quantizes a
+    dense checkpoint: measured within 1% perplexity on SmolLM2, but greedy tokens drift from the
+    reference (HF transformers) on other shapes, so it is used only when asked for. Off the CPU, without
+    the kernels, or with an explicit compute dtype (EngineConfig.dtype != "auto"): dense weights in
+    that dtype."""
     if requested not in WEIGHT_FORMATS:
         raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, not {requested!r}")
+    fmt = requested if requested != "auto" else _NAMES[dtype]
+    if requested == "auto" and not dtype_explicit and device.type == "cpu" and cpu_kernels.kernel_isa() is not None \
+            and probe is not None and is_exactly_4bit(probe):
+        fmt = "q4"
+    return fmt, weight_format_reason(requested, fmt, device, dtype_explicit)
+
+
+def weight_format_reason(requested: str, fmt: str, device: torch.device, dtype_explicit: bool = False) -> str:
+    """Why `requested` became `fmt`: resolve_weight_format's reason, also for a model that is already
+    loaded (`/v1/models`, `finserve generate`), so each reason is written once."""
     if requested != "auto":
-        return requested, "requested"
+        return "asked for (FINSERVE_WEIGHTS or --weights)"
     if dtype_explicit:
-        return _NAMES[dtype], "dense weights in the dtype that was asked for"
+        return "dense weights in the dtype that was asked for"
     if device.type != "cpu":
-        return _NAMES[dtype], "not a CPU: the dense compute dtype (the quantized kernels are CPU-only)"
+        return "not a CPU: the dense compute dtype (the quantized kernels are CPU-only)"
     isa = cpu_kernels.kernel_isa()
     if isa is None:
-        return _NAMES[dtype], "native kernels not built: quantized formats would run the slow torch path"
-    # Measured (docs/BENCHMARKS.md, bench/quality.py): int8 keeps perplexity within 1% of fp32 and
-    # streams a quarter of its bytes; q4 an eighth, and it is lossless when the source is 4-bit.
-    if probe is not None and is_exactly_4bit(probe):
-        return "q4", f"the weights are already 4-bit: q4 keeps them exactly and streams the fewest bytes ({isa})"
-    return "int8", f"int8 passes the quality check and streams 1/4 of fp32's bytes (kernels: {isa})"
+        return "native kernels not built: quantized formats would run the slow torch path"
+    if fmt == "q4":  # measured (docs/BENCHMARKS.md): q4 streams an eighth of fp32's bytes
+        return f"the weights are already 4-bit: q4 keeps them exactly and streams the fewest bytes ({isa})"
+    return (f"the checkpoint is not 4-bit: auto keeps its precision ({fmt}, dense), so answers match the "
+            "checkpoint's; int8 or q4 (faster, answers may differ) only when asked for with FINSERVE_WEIGHTS")
 
 
 def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str, device: torch.device,
@@ -93,3 +106,10 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str, devic
     w = weight.to(device=device, dtype=wdtype, copy=True).contiguous()
     b = None if bias is None else bias.to(device=device, dtype=wdtype, copy=True)
     return DenseLinear(w, b, cpu_kernels.native_kernels_for(device, dtype))
+
+
+def weights_of(config: EngineConfig, fmt: str) -> dict[str, str]:
+    """{"format", "reason"} of an engine that loaded its weights as `fmt` under `config` (what the
+    `model_loaded` log line said), for `/v1/models` and `finserve generate`."""
+    reason = weight_format_reason(config.weights, fmt, torch.device(config.device), config.dtype != "auto")
+    return {"format": fmt, "reason": reason}

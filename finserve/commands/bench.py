@@ -3,11 +3,15 @@
 A spinner with the elapsed time shows on stderr while one runs (only on a terminal)."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from finserve.console import CLIError, status
+from finserve.config import command_settings
+from finserve.console import CLIError, config_error, status
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 bench_app = typer.Typer(help="Benchmarks; each prints JSON. Not tests: no timing asserts.", no_args_is_help=True)
 
@@ -16,11 +20,21 @@ JsonFileOpt = Annotated[Optional[str], typer.Option("--json-file", metavar="PATH
 OldJsonOpt = Annotated[Optional[str], typer.Option("--json", hidden=True, help="Deprecated: use --json-file.")]
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")]
-ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="torch threads on CPU (default: all cores).")]
+ThreadsOpt = Annotated[Optional[int], typer.Option(
+    "--threads", help="torch threads on CPU (default: FINSERVE_THREADS, else one per usable core).")]
+# The engine settings (FINSERVE_WEIGHTS, FINSERVE_KV_CACHE_DTYPE, ...) apply to every benchmark that builds an
+# engine (bench/configured.py): a figure is for the engine `finserve serve` runs with the same environment.
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")
+
+
+def _threads(settings: Settings) -> int:
+    """FINSERVE_THREADS (or --threads), else what the engine would take: one per usable core."""
+    from engine.factory import default_threads
+
+    return settings.threads or default_threads()
 
 
 def _json_path(json_file: str | None, old_json: str | None) -> str | None:
@@ -98,8 +112,8 @@ def gateway_bench(
 def serve_bench(
     url: Annotated[Optional[str], typer.Option(
         "--url", metavar="URL", help="A running finserve gateway, loopback only (default: FINSERVE_GATEWAY_URL).")] = None,
-    key: Annotated[str, typer.Option(
-        "--key", envvar="FINSERVE_API_KEY", metavar="KEY", help="API key (use one with a high rate limit).")] = ...,  # type: ignore[assignment]
+    key: Annotated[Optional[str], typer.Option(
+        "--key", metavar="KEY", help="API key, one with a high rate limit (default: FINSERVE_API_KEY).")] = None,
     json_file: JsonFileOpt = None,
     requests: Annotated[int, typer.Option("--requests", min=1, help="Requests to send in all.")] = 200,
     duration: Annotated[float, typer.Option("--duration", help="Stop sending after this many seconds.")] = 300.0,
@@ -114,13 +128,14 @@ def serve_bench(
 ) -> None:
     """Open-loop Poisson load mixing the three classes, measured from the client; compared with the ledger."""
     from bench.serve import run
-    from core.settings import Settings
 
     path = _json_path(json_file, old_json)
-    settings = Settings()
+    settings = command_settings(gateway_url=url, api_key=key)
+    if not settings.api_key:
+        raise config_error("no API key: pass --key or set FINSERVE_API_KEY (one with a high rate limit)")
     policy = settings.policy  # the policy the gateway under test was started with (FINSERVE_POLICY)
     with status(f"bench serve: {requests} requests at {rate:g}/s ..."):
-        run(url or settings.gateway_url, key, path, requests=requests, duration_s=duration, rate=rate, mix=mix,
+        run(settings.gateway_url, settings.api_key, path, requests=requests, duration_s=duration, rate=rate, mix=mix,
             seed=seed, documents=documents, drain_timeout_s=drain_timeout,
             policy_path=str(policy) if policy else None)
 
@@ -131,7 +146,9 @@ def formats_bench(
     formats: Annotated[str, typer.Option("--formats", help="Comma-separated weight formats: fp32,bf16,int8,q4.")]
     = "fp32,int8,q4",
     reps: Annotated[int, typer.Option("--reps", min=1, help="Side-by-side repetitions (A B A B ...).")] = 3,
-    threads: Annotated[int, typer.Option("--threads", min=1, help="Torch and kernel threads.")] = 2,
+    threads: Annotated[Optional[int], typer.Option(
+        "--threads", min=1, help="Torch and kernel threads (default: FINSERVE_THREADS, else one per usable core).")]
+    = None,
     new_tokens: Annotated[int, typer.Option("--new-tokens", min=1, help="Greedy tokens per run (TPOT).")] = 128,
     peer_python: Annotated[Optional[str], typer.Option(
         "--peer-python", help="A Python with llama-cpp-python installed (kept outside finserve's venv): "
@@ -139,8 +156,9 @@ def formats_bench(
     long_prompts: Annotated[str, typer.Option(
         "--long-prompts", help="Comma-separated longer prompt lengths whose prefill is timed too (empty: none).")]
     = "2048",
-    kv_dtype: Annotated[str, typer.Option(
-        "--kv-dtype", help="KV cache precision of every engine: auto (fp32 on CPU), fp32, bf16 or fp16.")] = "auto",
+    kv_dtype: Annotated[Optional[str], typer.Option(
+        "--kv-dtype", help="KV cache precision of every engine: auto (fp32 on CPU), fp32, bf16 or fp16 "
+                           "(default: FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
     rss: Annotated[bool, typer.Option(
         "--rss/--no-rss", help="Also measure each format's resident memory, in a fresh process per format.")] = True,
     model: ModelOpt = None,
@@ -149,9 +167,11 @@ def formats_bench(
     from bench.formats_bench import run
     from finserve.models import resolve_model
 
+    settings = command_settings(threads=threads, kv_cache_dtype=kv_dtype)
+    folder = resolve_model(model, settings)
     with status(f"bench formats: {formats}, {reps} repetitions ..."):
-        run(json_file or "results/formats.json", formats=formats, reps=reps, threads=threads,
-            new_tokens=new_tokens, peer_python=peer_python, model=resolve_model(model), kv_dtype=kv_dtype, rss=rss,
+        run(json_file or "results/formats.json", formats=formats, reps=reps, threads=_threads(settings),
+            new_tokens=new_tokens, peer_python=peer_python, model=folder, kv_dtype=settings.kv_cache_dtype, rss=rss,
             long_prompts=tuple(int(n) for n in long_prompts.split(",") if n.strip()))
 
 
@@ -198,7 +218,8 @@ def bulk_bench(
 def replicas_bench(
     json_file: JsonFileOpt = None,
     replicas: Annotated[int, typer.Option("--replicas", min=1, help="Engine processes.")] = 2,
-    threads: Annotated[int, typer.Option("--threads", min=1, help="Threads per replica.")] = 1,
+    threads: Annotated[Optional[int], typer.Option(
+        "--threads", min=1, help="Threads per replica (default: FINSERVE_THREADS, else 1).")] = None,
     docs: Annotated[int, typer.Option("--docs", min=1, help="Documents registered per routing mode.")] = 8,
     questions: Annotated[int, typer.Option("--questions", min=2, help="Questions per document.")] = 6,
     clients: Annotated[int, typer.Option("--clients", min=1, help="Concurrent clients asking.")] = 4,
@@ -225,9 +246,10 @@ def replicas_bench(
     except ValueError:
         raise typer.BadParameter("three numbers, e.g. 10,8,15", param_hint="--failover-s") from None
     path = _json_path(json_file, old_json)
-    model = resolve_model(model)
+    settings = command_settings(threads=threads)
+    model = resolve_model(model, settings)
     with status(f"bench replicas: {replicas} engine processes: {', '.join(chosen)} ..."):
-        run(path, replicas=replicas, threads_per_replica=threads, docs=docs, questions=questions, clients=clients,
+        run(path, replicas=replicas, threads_per_replica=settings.threads or 1, docs=docs, questions=questions, clients=clients,
             doc_tokens=doc_tokens, n=n, blocks=blocks, model=model, parts=chosen,
             failover_s=(before, down, after))
 
@@ -248,9 +270,12 @@ def http_peer_bench(
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Requests each stream sends per run.")] = 2,
     prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=16, help="Approximate prompt length.")] = 256,
     output_tokens: Annotated[int, typer.Option("--output-tokens", min=2, help="Tokens every answer produces.")] = 64,
-    threads: Annotated[int, typer.Option("--threads", min=1, help="Threads of each server.")] = 2,
-    weights: Annotated[str, typer.Option("--weights", help="finserve's weight format (auto, fp32, bf16, int8, q4).")]
-    = "auto",
+    threads: Annotated[Optional[int], typer.Option(
+        "--threads", min=1, help="Threads of each server (default: FINSERVE_THREADS, else one per usable core).")]
+    = None,
+    weights: Annotated[Optional[str], typer.Option(
+        "--weights", help="finserve's weight format: auto, fp32, bf16, int8, q4 (default: FINSERVE_WEIGHTS, else "
+                          "auto).")] = None,
     finserve_class: Annotated[str, typer.Option(
         "--finserve-class", help="X-Workload-Class finserve's requests carry (unlabelled completions are "
                                  "document_qa, which runs at most 4 at a time).")] = "bulk_extraction",
@@ -273,10 +298,12 @@ def http_peer_bench(
         raise CLIError(f"--concurrency takes integers, e.g. 1,8: {e}") from None
     if not levels or min(levels) < 1:
         raise CLIError("--concurrency takes integers >= 1, e.g. 1,8")
+    settings = command_settings(threads=threads, weights=weights)
+    folder = resolve_model(model, settings)
     shape = Shape(prompt_tokens=prompt_tokens, output_tokens=output_tokens, concurrency=levels, rounds=rounds,
-                  reps=reps, threads=threads, finserve_class=finserve_class)
+                  reps=reps, threads=_threads(settings), finserve_class=finserve_class)
     with status(f"bench http-peer: {reps} repetitions at {concurrency} streams ..."):
-        run(json_file, model=resolve_model(model), shape=shape, weights=weights, peer_python=peer_python,
+        run(json_file, model=folder, shape=shape, weights=settings.weights, peer_python=peer_python,
             peer_gguf_types=peer_gguf_types, log_path=Path(log_file) if log_file else None,
             server_gguf_types=server_gguf_types, build=build)
 
@@ -285,14 +312,17 @@ def http_peer_bench(
 def llamacpp_bench(
     json_file: JsonFileOpt = "results/llamacpp.json",
     reps: Annotated[int, typer.Option("--reps", min=1, help="Repetitions; the systems alternate within each.")] = 3,
-    threads: Annotated[int, typer.Option("--threads", min=1, help="Threads of finserve's engine and of llama-bench.")]
-    = 2,
+    threads: Annotated[Optional[int], typer.Option(
+        "--threads", min=1, help="Threads of finserve's engine and of llama-bench (default: FINSERVE_THREADS, else "
+                                 "one per usable core).")] = None,
     gguf_types: Annotated[str, typer.Option(
         "--gguf-types", help="llama.cpp GGUF types, comma-separated (Q4_1 is the shipped file; Q4_0 and Q8_0 are "
                              "re-quantized from it with llama-quantize).")] = "Q4_0,Q4_1,Q8_0",
-    weights: Annotated[str, typer.Option("--weights", help="finserve's weight format.")] = "q4",
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="finserve's KV cache dtype (auto, fp32, bf16, fp16).")]
-    = "auto",
+    weights: Annotated[Optional[str], typer.Option(
+        "--weights", help="finserve's weight format (default: FINSERVE_WEIGHTS, else auto: q4 for SmolLM2).")] = None,
+    kv_dtype: Annotated[Optional[str], typer.Option(
+        "--kv-dtype", help="finserve's KV cache dtype: auto, fp32, bf16, fp16 (default: FINSERVE_KV_CACHE_DTYPE, "
+                           "else auto).")] = None,
     hog: Annotated[bool, typer.Option("--hog", help="Also run everything with a one-core CPU hog beside it.")] = False,
     build: Annotated[bool, typer.Option(
         "--build", help="Build llama.cpp first when it is not cached (~10 minutes on 2 cores).")] = False,
@@ -303,12 +333,14 @@ def llamacpp_bench(
     from bench.peer_bench import PeerShape, run
     from finserve.models import resolve_model
 
+    settings = command_settings(threads=threads, weights=weights, kv_cache_dtype=kv_dtype)
     types = tuple(t.strip().upper() for t in gguf_types.split(",") if t.strip())
     if not types or any(t not in GGUF_TYPES for t in types):
         raise CLIError(f"--gguf-types takes some of {', '.join(GGUF_TYPES)}")
-    shape = PeerShape(reps=reps, threads=threads, gguf_types=types, weights=weights, kv_dtype=kv_dtype)
+    shape = PeerShape(reps=reps, threads=_threads(settings), gguf_types=types, weights=settings.weights,
+                      kv_dtype=settings.kv_cache_dtype)
     with status(f"bench llamacpp: {reps} repetitions{' (quiet, then with a CPU hog)' if hog else ''} ..."):
         try:
-            run(json_file, model=resolve_model(model), shape=shape, hog=hog, build=build)
+            run(json_file, model=str(resolve_model(model, settings)), shape=shape, hog=hog, build=build)
         except RuntimeError as e:
             raise CLIError(str(e)) from None

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -23,19 +23,22 @@ def run_engine_server(settings: Settings) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def engine(
-        host: Annotated[Optional[str], typer.Option(help="Bind address (default 127.0.0.1).")] = None,
-        port: Annotated[Optional[int], typer.Option(help="Port (default 8000).")] = None,
-        model: Annotated[Optional[Path], typer.Option(help="HF-format model folder.")] = None,
-        threads: Annotated[Optional[int], typer.Option(help="Torch CPU threads.")] = None,
-        kv_memory: Annotated[Optional[int], typer.Option("--kv-memory", help="KV cache bytes.")] = None,
-        policy: Annotated[Optional[Path], typer.Option(help="Policy TOML file.")] = None,
+        host: Annotated[Optional[str], typer.Option(help="Bind address (default: FINSERVE_HOST, else 127.0.0.1).")] = None,
+        port: Annotated[Optional[int], typer.Option(help="Port (default: FINSERVE_PORT, else 8000).")] = None,
+        model: Annotated[Optional[Path], typer.Option(
+            help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
+        threads: Annotated[Optional[int], typer.Option(
+            help="Torch CPU threads (default: FINSERVE_THREADS, else one per usable core).")] = None,
+        kv_memory: Annotated[Optional[int], typer.Option(
+            "--kv-memory", help="KV cache bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
+        policy: Annotated[Optional[Path], typer.Option(
+            help="Policy TOML file (default: FINSERVE_POLICY, else the bundled default.toml).")] = None,
     ) -> None:
-        """Serve one engine replica (token ids in, NDJSON out; model-server metrics at /metrics)."""
-        from finserve.console import no_model
+        """Serve one engine replica (token ids in, NDJSON out; model-server metrics at /metrics). The other
+        engine settings (FINSERVE_WEIGHTS, FINSERVE_KV_CACHE_DTYPE, ...) come from the environment."""
+        from finserve.config import command_settings, settings_model
 
-        given: dict[str, Any] = {"host": host, "port": port, "model": model, "threads": threads, "kv_cache_memory_bytes": kv_memory,
-                 "policy": policy}
-        settings = Settings(**{k: v for k, v in given.items() if v is not None})
-        if not (settings.model_path / "config.json").is_file():
-            raise no_model(settings.model_path)
+        settings = command_settings(host=host, port=port, model=model, threads=threads,
+                                    kv_cache_memory_bytes=kv_memory, policy=policy)
+        settings_model(settings, flag_given=model is not None)
         run_engine_server(settings)

@@ -4,11 +4,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
+if TYPE_CHECKING:
+    from core.settings import Settings
+    from engine.config import EngineConfig
+
 eval_app = typer.Typer(help="Quality evaluations on labelled data; each prints JSON.", no_args_is_help=True)
 DEFAULT_SCHEMA = Path(__file__).resolve().parents[2] / "examples" / "contract_schema.json"
+MODEL_HELP = "HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2)."
+THREADS_HELP = "Torch CPU threads (default: FINSERVE_THREADS, else one per usable core)."
+# Every other engine setting (FINSERVE_WEIGHTS, FINSERVE_KV_CACHE_DTYPE, ...) applies as in `finserve serve`.
 
 
 def register(app: typer.Typer) -> None:
@@ -27,18 +35,21 @@ def extraction(
                                 help="Job path on a running stack at this URL (e.g. http://127.0.0.1:8000, after "
                                      "`make run`), with --api-key or FINSERVE_API_KEY; default: a throwaway "
                                      "stack (Redis, gateway, workers) started for this run."),
-    api_key: str = typer.Option(None, "--api-key", help="With --gateway: the key that owns the job."),
+    api_key: str = typer.Option(None, "--api-key",
+                                help="With --gateway: the key that owns the job (default: FINSERVE_API_KEY)."),
     workers: int = typer.Option(1, "--workers", min=1, help="Throwaway stack: Celery worker processes."),
     in_flight: int = typer.Option(16, "--in-flight", min=1, help="Items in flight (worker slots in all; --direct: "
                                                                  "requests kept in the engine)."),
     timeout_s: float = typer.Option(3600.0, "--timeout", min=1, help="Job path: give up after this many seconds."),
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Answer budget per contract."),
     json_path: str = typer.Option(None, "--json-file", "--json", help="Also write the JSON to this file (e.g. results/...json)."),
-    model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
-    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores)."),
-    fast_forward: bool = typer.Option(True, "--fast-forward/--no-fast-forward",
-                                      help="Jump-forward decoding of grammar-forced tokens (off: one step per token)."),
+    model: str = typer.Option(None, "--model", help=MODEL_HELP),
+    device: str = typer.Option(None, "--device", help="cpu or cuda (default: FINSERVE_DEVICE, else cpu)."),
+    threads: int = typer.Option(None, "--threads", help=THREADS_HELP),
+    fast_forward: Optional[bool] = typer.Option(
+        None, "--fast-forward/--no-fast-forward",
+        help="Jump-forward decoding of grammar-forced tokens (off: one step per token; default: FINSERVE_FAST_FORWARD, "
+             "else on)."),
     mistakes: int = typer.Option(3, "--mistakes", min=0, help="Wrong values shown per field."),
 ) -> None:
     """Per-field accuracy, exact match per item, invalid-output rate and items/min of the extraction pipeline,
@@ -46,7 +57,6 @@ def extraction(
     from bench.contracts_gen import generate
     from bench.extraction_eval import JobFailed, run_direct, run_job, to_json
     from engine.engine import LLMEngine
-    from engine.factory import engine_config
     from jobs.extraction import normalize_schema
 
     if direct and gateway:
@@ -62,11 +72,10 @@ def extraction(
             shown[0] = done // 25
             print(f"{done}/{items} items", file=sys.stderr, flush=True)
 
-    meta: dict[str, object] = {"seed": seed, "fast_forward": fast_forward}
+    settings = _settings(model, threads, 512 << 20, device=device, fast_forward=fast_forward)
+    meta: dict[str, object] = {"seed": seed, "fast_forward": settings.fast_forward}
     if gateway:
-        from core.settings import Settings
-
-        key = api_key or Settings().api_key
+        key = api_key or settings.api_key
         if not key:
             raise typer.BadParameter("give the key that owns the job (--api-key or FINSERVE_API_KEY)",
                                      param_hint="--api-key")
@@ -79,9 +88,8 @@ def extraction(
             raise typer.Exit(1) from None
         _echo_and_write(to_json(report, mistakes=mistakes, **meta), json_path)
         return
-    folder, policy_path, overrides = _engine_inputs(model, threads, 512 << 20)
-    config = engine_config(folder, policy_path=policy_path, device=device, fast_forward=fast_forward, **overrides)
-    meta.update(model=Path(folder).name, device=device)
+    config = _engine_config(model, settings)
+    meta.update(model=Path(config.model).name, device=config.device)
     if direct:
         meta["path"] = "direct"
         schema_json = normalize_schema(raw_schema, max_fields=64)
@@ -110,49 +118,56 @@ def extraction(
 def verdict(
     reps: int = typer.Option(2, "--reps", min=1, help="Passes over the events (after one warm-up pass)."),
     json_path: str = typer.Option(None, "--json-file", "--json", help="Also write the JSON to this file."),
-    model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
-    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores)."),
+    model: str = typer.Option(None, "--model", help=MODEL_HELP),
+    threads: int = typer.Option(None, "--threads", help=THREADS_HELP),
     compare_ff: bool = typer.Option(True, "--compare-fast-forward/--no-compare-fast-forward",
                                     help="Also run the verdict on an engine without jump-forward decoding."),
     under_load: int = typer.Option(0, "--under-load", min=0,
                                    help="Instead: this many verdicts idle, then under bulk + document load (p99 TTFT)."),
-    fast_forward: bool = typer.Option(True, "--fast-forward/--no-fast-forward",
-                                      help="With --under-load: jump-forward decoding on or off."),
+    fast_forward: Optional[bool] = typer.Option(
+        None, "--fast-forward/--no-fast-forward",
+        help="With --under-load: jump-forward decoding on or off (default: FINSERVE_FAST_FORWARD, else on)."),
 ) -> None:
     """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity."""
+    from dataclasses import replace
+
     from bench.verdict_eval import run
     from engine.engine import LLMEngine
-    from engine.factory import engine_config
 
-    folder, policy_path, overrides = _engine_inputs(model, threads, 256 << 20)
+    settings = _settings(model, threads, 256 << 20)
     if under_load:
         from bench.verdict_eval import isolation
 
-        report = isolation(lambda: LLMEngine(engine_config(folder, policy_path=policy_path, fast_forward=fast_forward,
-                                                           **overrides)), n_risk=under_load)
-        _emit(report, json_path)
+        loaded = _engine_config(model, settings, fast_forward=fast_forward)
+        _emit(isolation(lambda: LLMEngine(loaded), n_risk=under_load), json_path)
         return
-    engine = LLMEngine(engine_config(folder, policy_path=policy_path, **overrides))
-    slow = LLMEngine(engine_config(folder, policy_path=policy_path, fast_forward=False, **overrides)) \
-        if compare_ff else None
+    config = _engine_config(model, settings)
+    engine = LLMEngine(config)
+    slow = LLMEngine(replace(config, fast_forward=False)) if compare_ff else None
     policy = engine.config.policy
     cls = policy.get(policy.classification.routes["risk"])  # the class /v1/risk/assess runs in
     _emit(run(engine, cls.response_schema, cls.name, reps=reps, engine_no_ff=slow), json_path)
 
 
-def _engine_inputs(model: str | None, threads: int | None,
-                   kv_bytes: int) -> tuple[str, str | None, dict[str, object]]:
-    """Logging set up, and what an eval engine is built from: model folder, policy file, config overrides."""
+def _settings(model: str | None, threads: int | None, kv_bytes: int, **given: object) -> Settings:
+    """Logging set up, and the settings an eval engine is built from: flags > FINSERVE_* > .env > defaults, with
+    the eval's own KV pool size unless FINSERVE_KV_CACHE_MEMORY_BYTES is set."""
     from core.logging import configure_logging
-    from core.settings import Settings
+    from finserve.config import command_defaults, command_settings
+
+    settings = command_defaults(command_settings(model=model, threads=threads, **given), kv_cache_memory_bytes=kv_bytes)
+    configure_logging(json=settings.log_json, level=settings.log_level)
+    return settings
+
+
+def _engine_config(model: str | None, settings: Settings, **flags: object) -> EngineConfig:
+    """The engine `finserve serve` would run with these settings, on the checked (or prepared) model folder;
+    `flags`: options of this command that were given (None: not given)."""
+    from finserve.config import engine_config
     from finserve.models import resolve_model
 
-    configure_logging()
-    settings = Settings()
-    overrides: dict[str, object] = {"kv_cache_memory_bytes": kv_bytes}
-    if threads:
-        overrides["num_threads"] = threads
-    return resolve_model(model, settings), str(settings.policy) if settings.policy else None, overrides
+    given = {name: value for name, value in flags.items() if value is not None}
+    return engine_config(settings, {"model": resolve_model(model, settings), **given})
 
 
 def _emit(report: dict[str, object], json_path: str | None) -> None:
@@ -173,14 +188,12 @@ def quotes(
                                    help="Labelled question set (default: examples/document_questions.json)."),
     max_tokens: int = typer.Option(160, "--max-tokens", min=1, help="Answer budget per question."),
     json_path: str = typer.Option(None, "--json-file", "--json", help="Also write the JSON to this file."),
-    model: str = typer.Option(None, "--model", help="HF-format model folder (default: the prepared SmolLM2)."),
-    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores)."),
+    model: str = typer.Option(None, "--model", help=MODEL_HELP),
+    threads: int = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """Quoted document answers: answer holds the labelled figure, a quote cites the clause and supports it."""
     from bench.quotes_eval import DEFAULT_SET, run
     from engine.engine import LLMEngine
-    from engine.factory import engine_config
 
-    folder, policy_path, overrides = _engine_inputs(model, threads, 512 << 20)
-    engine = LLMEngine(engine_config(folder, policy_path=policy_path, **overrides))
+    engine = LLMEngine(_engine_config(model, _settings(model, threads, 512 << 20)))
     _emit(run(engine, path=questions or DEFAULT_SET, max_tokens=max_tokens), json_path)

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import sys
 import uuid
-from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from finserve.console import CLIError, Output, OutputOpt, no_model, print_json, status
+from finserve.console import CLIError, Output, OutputOpt, print_json, status
 
 
 def register(app: typer.Typer) -> None:
@@ -26,41 +25,43 @@ def generate(
     seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed, for repeatable samples.")] = None,
     model: Annotated[Optional[str], typer.Option(
         "--model", help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
-    device: Annotated[str, typer.Option("--device", help="cpu or cuda")] = "cpu",
-    dtype: Annotated[str, typer.Option(
-        "--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")] = "auto",
-    weights: Annotated[str, typer.Option(
-        "--weights", help="Matmul weight format: auto, fp32, bf16, int8 or q4 (see docs/BENCHMARKS.md).")] = "auto",
-    kv_dtype: Annotated[str, typer.Option(
-        "--kv-dtype", help="KV cache precision: auto (same as --dtype), fp32, bf16 or fp16.")] = "auto",
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: FINSERVE_DEVICE, else cpu).")] = None,
+    dtype: Annotated[Optional[str], typer.Option(
+        "--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16 (default: FINSERVE_DTYPE, "
+                        "else auto).")] = None,
+    weights: Annotated[Optional[str], typer.Option(
+        "--weights", help="Matmul weight format: auto, fp32, bf16, int8 or q4 (default: FINSERVE_WEIGHTS, else auto: "
+                          "q4 for 4-bit weights, else the checkpoint's precision; see docs/BENCHMARKS.md).")] = None,
+    kv_dtype: Annotated[Optional[str], typer.Option(
+        "--kv-dtype", help="KV cache precision: auto (same as --dtype), fp32, bf16 or fp16 (default: "
+                           "FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
     threads: Annotated[Optional[int], typer.Option(
-        "--threads", help="torch threads on CPU (default: all cores)")] = None,
+        "--threads", help="torch threads on CPU (default: FINSERVE_THREADS, else one per usable core).")] = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Generate text for one prompt and print TTFT / TPOT (--output json: text, tokens and timings)."""
+    """Generate text for one prompt and print TTFT / TPOT and the weight format (--output json: text, tokens,
+    timings, weights)."""
     from core.logging import configure_logging
-    from core.settings import Settings
     from engine.engine import LLMEngine
-    from engine.factory import engine_config
+    from engine.model.linear import weights_of
     from engine.request import EngineRequest, RequestMetrics, SamplingParams
+    from finserve.config import command_defaults, command_settings, engine_config
     from finserve.models import resolve_model
     from policies import classify
 
-    if model is not None and not (Path(model) / "config.json").is_file():
-        raise no_model(model)
-    configure_logging()  # start-up logs go to stderr; stdout carries only the generated text
-    overrides: dict[str, Any] = dict(device=device, dtype=dtype, weights=weights, kv_cache_dtype=kv_dtype,
-                                    kv_cache_memory_bytes=256 << 20)
-    if threads:
-        overrides["num_threads"] = threads
-    settings = Settings()
-    policy = str(settings.policy) if settings.policy else None
+    settings = command_settings(model=model, device=device, dtype=dtype, weights=weights, kv_cache_dtype=kv_dtype,
+                                threads=threads)
+    # One prompt needs a small pool: 256 MiB unless FINSERVE_KV_CACHE_MEMORY_BYTES says otherwise.
+    settings = command_defaults(settings, kv_cache_memory_bytes=256 << 20)
+    folder = resolve_model(model, settings)  # checked: exit 3 with the fix when missing or unreadable
+    configure_logging(json=settings.log_json, level=settings.log_level)  # start-up logs on stderr; stdout: the text
     try:
-        config = engine_config(resolve_model(model, settings), policy_path=policy, **overrides)
-    except ValueError as e:  # a bad --weights / --kv-dtype / --dtype: one line, exit 2, not a traceback
+        config = engine_config(settings, {"model": folder})
+    except ValueError as e:  # a bad combination the settings cannot check alone: one line, exit 1
         raise CLIError(str(e)) from None
     with status("loading the model ..."):
         engine = LLMEngine(config)
+    loaded = weights_of(engine.config, engine.runner.model.weight_format)
     tok = engine.tokenizer
     ids = tok.encode_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
@@ -78,12 +79,13 @@ def generate(
     if output is Output.json:
         print_json({"text": "".join(text), "finish": req.status.value, "workload_class": cls.workload_class,
                     "tokens": {"input": m.input_tokens, "cached": m.cached_tokens, "output": m.output_tokens},
-                    "output_token_ids": list(req.output_token_ids),
+                    "output_token_ids": list(req.output_token_ids), "weights": loaded,
                     "timings_ms": {"ttft": m.ttft_ms, "tpot": m.tpot_ms, "e2e": m.e2e_ms}})
         return
     tpot = f"{m.tpot_ms:.1f}" if m.tpot_ms is not None else "n/a"
     typer.echo(
         f"\n[input_tokens={m.input_tokens} output_tokens={m.output_tokens} ttft_ms={m.ttft_ms:.1f} "
-        f"tpot_ms={tpot} finish={req.status.value}]",
+        f"tpot_ms={tpot} finish={req.status.value} weights={loaded['format']}]\n"
+        f"[weights {loaded['format']}: {loaded['reason']}]",
         err=True,
     )

@@ -263,14 +263,18 @@ def register(app: typer.Typer) -> None:
     app.add_typer(jobs_app, name="jobs")
 
     @app.command()
-    def worker(concurrency: Annotated[Optional[int], typer.Option(help="Items in flight (default 4).")] = None,
+    def worker(concurrency: Annotated[Optional[int], typer.Option(
+                   help="Items in flight (default: FINSERVE_WORKER_CONCURRENCY, else 4).")] = None,
                name: Annotated[Optional[str], typer.Option(help="Celery node name, e.g. w1@%h.")] = None,
-               loglevel: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO") -> None:
+               loglevel: Annotated[Optional[str], typer.Option(
+                   help="DEBUG, INFO, WARNING or ERROR (default: FINSERVE_LOG_LEVEL, else INFO).")] = None) -> None:
         """Run a Celery worker for extraction items."""
         from core.logging import configure_logging
         from core.settings import get_settings
         from finserve.stack import worker_argv
         from jobs.celery_app import app as celery_app
 
-        configure_logging(level=loglevel.lower())
-        celery_app.worker_main(worker_argv(concurrency or get_settings().worker_concurrency, loglevel, name))
+        settings = get_settings()  # the Celery app module's settings: one object in this process
+        level = loglevel or settings.log_level.upper()
+        configure_logging(json=settings.log_json, level=level.lower())
+        celery_app.worker_main(worker_argv(concurrency or settings.worker_concurrency, level, name))

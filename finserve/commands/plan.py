@@ -26,6 +26,7 @@ from engine.planner import (
 from finserve.console import CLIError, Output, OutputOpt, config_error, print_json, status
 
 if TYPE_CHECKING:
+    from core.settings import Settings
     from engine.planner_measure import KVMeasurement
 
 MEMORY_CONVENTION = "--memory is the total given to the model: weights + KV cache (activations not counted)"
@@ -37,27 +38,36 @@ def register(app: typer.Typer) -> None:
 
 
 def kv_plan(
-    model: Annotated[Optional[Path], typer.Option(help="HF model folder (default: the prepared default model)")] = None,
+    model: Annotated[Optional[Path], typer.Option(
+        help="HF model folder (default: FINSERVE_MODEL, else the prepared default model)")] = None,
     layers: Annotated[Optional[int], typer.Option(help="explicit shape instead of a folder: layers")] = None,
     kv_heads: Annotated[Optional[int], typer.Option(help="explicit shape: key/value heads")] = None,
     head_dim: Annotated[Optional[int], typer.Option(help="explicit shape: head dimension")] = None,
     heads: Annotated[Optional[int], typer.Option(help="explicit shape: attention heads (enables the MHA variant)")] = None,
     hidden: Annotated[Optional[int], typer.Option(help="explicit shape: hidden size (re-counts K/V weights per variant)")] = None,
     params: Annotated[Optional[str], typer.Option(help="parameter count, e.g. 135M, 1.7B (overrides the folder's)")] = None,
-    dtype: Annotated[str, typer.Option("--dtype", "--kv-dtype", help=f"KV cache dtype: {', '.join(KV_DTYPES)}")] = "fp32",
+    dtype: Annotated[Optional[str], typer.Option("--dtype", "--kv-dtype", help=f"KV cache dtype: {', '.join(KV_DTYPES)} "
+                     "(default: the engine's, from FINSERVE_KV_CACHE_DTYPE and FINSERVE_DTYPE: fp32 on CPU)")] = None,
     weights_dtype: Annotated[Optional[str], typer.Option(
         help=f"weights dtype: {', '.join(WEIGHT_DTYPES)} (default: --dtype; bf16 when the KV cache is fp8/int8)")] = None,
     context: Annotated[int, typer.Option(help="KV tokens per request (prompt + output)")] = 4096,
     batch: Annotated[int, typer.Option(help="concurrent requests to size for")] = 1,
     memory: Annotated[Optional[str], typer.Option(metavar="SIZE", help="total memory incl. weights, e.g. 8GiB, 512MiB")] = None,
-    block_size: Annotated[int, typer.Option(help="tokens per KV block")] = 16,
+    block_size: Annotated[Optional[int], typer.Option(
+        help="tokens per KV block (default: FINSERVE_BLOCK_SIZE, else 16)")] = None,
     measure: Annotated[bool, typer.Option(
         help="start the engine with the KV budget left after weights and fill it with requests of --context "
              "(one prefill over the whole budget: keep --memory small on CPU)")] = False,
-    device: Annotated[str, typer.Option(help="device for --measure")] = "cpu",
+    device: Annotated[Optional[str], typer.Option(
+        help="device for --measure (default: FINSERVE_DEVICE, else cpu)")] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """How many requests of a given context fit at once, and what GQA saves over MHA."""
+    from finserve.config import command_settings
+
+    settings = command_settings(block_size=block_size, device=device)
+    dtype = dtype or _engine_kv_dtype(settings)
+    block_size, device = settings.block_size, settings.device
     try:
         folder, shape = _shape(model, layers, kv_heads, head_dim, heads, hidden)
         if params is not None:
@@ -88,6 +98,16 @@ def kv_plan(
         console.print(_measured_table(measured))
         if not measured.agrees:
             raise typer.Exit(1)
+
+
+def _engine_kv_dtype(settings: Settings) -> str:
+    """The KV precision the engine runs with these settings, in the planner's names (fp32, bf16, fp16)."""
+    from engine.config import EngineConfig
+    from policies import load_policy
+
+    resolved = EngineConfig(model="", policy=load_policy(), device=settings.device, dtype=settings.dtype,
+                            kv_cache_dtype=settings.kv_cache_dtype).resolved_kv_dtype
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(resolved, resolved)
 
 
 def _shape(model: Path | None, layers: int | None, kv_heads: int | None, head_dim: int | None,
@@ -229,16 +249,23 @@ def sweep(
         help="comma-separated values (token counts, batch sizes, or float32,bfloat16,float16); "
              "default per --vary: input 128,512,2048; output 16,64,256; batch 1,2,4,8,16; dtype all three")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="measured repetitions per point, after one warm-up")] = 3,
-    model: Annotated[Optional[Path], typer.Option(help="HF model folder (default: the prepared default model)")] = None,
-    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads (default: one per usable core)")] = None,
+    model: Annotated[Optional[Path], typer.Option(
+        help="HF model folder (default: FINSERVE_MODEL, else the prepared default model)")] = None,
+    threads: Annotated[Optional[int], typer.Option(
+        min=1, help="torch threads (default: FINSERVE_THREADS, else one per usable core)")] = None,
     fixed_input: Annotated[int, typer.Option(min=1, help="prompt tokens when input does not vary")] = 256,
     fixed_output: Annotated[int, typer.Option(min=1, help="output tokens when output does not vary")] = 64,
     fixed_batch: Annotated[int, typer.Option(min=1, help="requests at once when batch does not vary")] = 1,
-    dtype: Annotated[str, typer.Option(help="weights and KV precision when dtype does not vary")] = "float32",
+    dtype: Annotated[Optional[str], typer.Option(
+        help="weights and KV precision when dtype does not vary (default: FINSERVE_DTYPE resolved: float32 on CPU)")]
+    = None,
     dtype_batches: Annotated[str, typer.Option(help="--vary dtype: batch sizes to measure each precision at")] = "1,8",
-    weights: Annotated[str, typer.Option(help="matmul weight format: auto (the serving default), fp32, bf16, int8 "
-                                              "or q4")] = "auto",
-    max_batched_tokens: Annotated[int, typer.Option(min=1, help="engine step token budget (prefill chunk)")] = 512,
+    weights: Annotated[Optional[str], typer.Option(help="matmul weight format: auto (the serving default), fp32, "
+                                                        "bf16, int8 or q4 (default: FINSERVE_WEIGHTS, else auto)")]
+    = None,
+    max_batched_tokens: Annotated[Optional[int], typer.Option(
+        min=1, help="engine step token budget (prefill chunk; default: FINSERVE_MAX_NUM_BATCHED_TOKENS, else 512)")]
+    = None,
     seed: Annotated[int, typer.Option(help="seed of the random prompts")] = 0,
     bandwidth_gib: Annotated[float, typer.Option(
         help="size of the memory-bandwidth probe for roofline fractions; 0 skips it")] = 1.0,
@@ -248,15 +275,22 @@ def sweep(
     from bench.sweep import DEFAULT_VALUES, SweepSpec, parse_values
     from bench.sweep import run as run_sweep
     from core.logging import configure_logging
+    from finserve.config import command_defaults, command_settings, engine_config
     from finserve.models import resolve_model
 
+    settings = command_defaults(command_settings(model=model, threads=threads, dtype=dtype, weights=weights,
+                                                 max_num_batched_tokens=max_batched_tokens),
+                                max_num_batched_tokens=512)  # whole 512-token prompts in one step
+    folder = resolve_model(str(model) if model else None, settings)
     try:
         spec = SweepSpec(
             vary=vary, values=parse_values(vary, values or DEFAULT_VALUES.get(vary, "")), out_dir=out, repeat=repeat,
-            model=resolve_model(str(model) if model else None), threads=threads, fixed_input=fixed_input, fixed_output=fixed_output,
-            fixed_batch=fixed_batch, dtype=_one_dtype(dtype, parse_values),
+            model=folder, threads=settings.threads, fixed_input=fixed_input, fixed_output=fixed_output,
+            fixed_batch=fixed_batch,
+            dtype=_one_dtype(engine_config(settings, {"model": folder}).resolved_dtype, parse_values),
             dtype_batches=tuple(int(b) for b in dtype_batches.split(",") if b.strip()),
-            max_batched_tokens=max_batched_tokens, seed=seed, bandwidth_gib=bandwidth_gib, weights=weights,
+            max_batched_tokens=settings.max_num_batched_tokens, seed=seed, bandwidth_gib=bandwidth_gib,
+            weights=settings.weights,
         )
     except ValueError as e:
         raise CLIError(str(e)) from None

@@ -6,8 +6,6 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from finserve.console import no_model
-
 if TYPE_CHECKING:
     from core.settings import Settings
 
@@ -32,26 +30,24 @@ def register(app: typer.Typer) -> None:
         host: Annotated[Optional[str], typer.Option(help="Bind address (default: FINSERVE_HOST, else 127.0.0.1).")] = None,
         port: Annotated[Optional[int], typer.Option(help="Gateway port (default: FINSERVE_PORT, else 8000); clients: --url or FINSERVE_GATEWAY_URL.")] = None,
         model: Annotated[Optional[Path], typer.Option(help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
-        device: Annotated[Optional[str], typer.Option(help="cpu or cuda[:N].")] = None,
-        dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16 or float16.")] = None,
+        device: Annotated[Optional[str], typer.Option(help="cpu or cuda[:N] (default: FINSERVE_DEVICE, else cpu).")] = None,
+        dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16 or float16 (default: FINSERVE_DTYPE, else auto).")] = None,
         weights: Annotated[Optional[str], typer.Option(
-            help="Matmul weight format: auto (q4 for 4-bit weights, else int8, on CPU with the native kernels), "
-                 "fp32, bf16, int8 or q4 (default: FINSERVE_WEIGHTS).")] = None,
+            help="Matmul weight format: auto (q4 for 4-bit weights, else the checkpoint's precision), fp32, bf16, "
+                 "int8 or q4 (default: FINSERVE_WEIGHTS, else auto).")] = None,
         kv_dtype: Annotated[Optional[str], typer.Option(
             "--kv-dtype", help="KV cache precision: auto (same as --dtype), fp32, bf16 or fp16; 16 bits hold twice "
                                "the tokens (default: FINSERVE_KV_CACHE_DTYPE).")] = None,
         kv_memory: Annotated[Optional[int], typer.Option("--kv-memory", help="KV cache size in bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
-        threads: Annotated[Optional[int], typer.Option(help="Torch CPU threads (default: all cores).")] = None,
+        threads: Annotated[Optional[int], typer.Option(help="Torch CPU threads (default: FINSERVE_THREADS, else one per usable core).")] = None,
         policy: Annotated[Optional[Path], typer.Option(help="Workload policy TOML (default: FINSERVE_POLICY, else the bundled default.toml).")] = None,
         database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL of the database (default: FINSERVE_DATABASE_URL, else SQLite under FINSERVE_HOME).")] = None,
     ) -> None:
         """Serve the HTTP gateway and the engine (settings also come from FINSERVE_* variables)."""
-        from core.settings import Settings
+        from finserve.config import command_settings, settings_model
 
-        given = {"host": host, "port": port, "model": model, "device": device, "dtype": dtype, "weights": weights,
-                 "kv_cache_dtype": kv_dtype, "kv_cache_memory_bytes": kv_memory, "threads": threads, "policy": policy,
-                 "database_url": database_url}
-        settings = Settings(**{k: v for k, v in given.items() if v is not None})
-        if not (settings.model_path / "config.json").is_file():
-            raise no_model(settings.model_path)
+        settings = command_settings(host=host, port=port, model=model, device=device, dtype=dtype, weights=weights,
+                                    kv_cache_dtype=kv_dtype, kv_cache_memory_bytes=kv_memory, threads=threads,
+                                    policy=policy, database_url=database_url)
+        settings_model(settings, flag_given=model is not None)  # exit 3 with the fix before anything starts
         run_server(settings)

@@ -58,7 +58,8 @@ def register(app: typer.Typer) -> None:
         port: Annotated[Optional[int], typer.Option(
             help="Gateway HTTP port on FINSERVE_HOST (default: FINSERVE_PORT, else 8000).")] = None,
         redis_port: Annotated[int, typer.Option(help="Redis port on 127.0.0.1 (0: a free one, printed at start).")] = 0,
-        workers: Annotated[int, typer.Option(min=1, help="Items in flight in the worker.")] = 4,
+        workers: Annotated[Optional[int], typer.Option(
+            min=1, help="Items in flight in the worker (default: FINSERVE_WORKER_CONCURRENCY, else 4).")] = None,
         model: Annotated[Optional[Path], typer.Option(
             help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
         replicas: Annotated[int, typer.Option(min=0, help="Engine processes behind the gateway (0: the engine "
@@ -74,10 +75,9 @@ def register(app: typer.Typer) -> None:
         from core.db.base import make_engine, make_session_factory
         from core.db.migrate import upgrade
         from core.keys import ensure_dev_key
-        from core.settings import Settings
         from finserve.commands.jobs import resume_unfinished
         from finserve.commands.serve import run_server
-        from finserve.console import no_model
+        from finserve.config import command_settings, settings_model
         from finserve.stack import (
             EngineProcess,
             start_engines,
@@ -89,10 +89,8 @@ def register(app: typer.Typer) -> None:
         from jobs.celery_app import use_broker
         from jobs.redis_server import RedisServer
 
-        given = {"port": port, "model": model}
-        settings = Settings(**{k: v for k, v in given.items() if v is not None})
-        if not (settings.model_path / "config.json").is_file():
-            raise no_model(settings.model_path)
+        settings = command_settings(port=port, model=model)
+        settings_model(settings, flag_given=model is not None)
         db_url = settings.resolved_database_url
         upgrade(db_url)
         engine = make_engine(db_url)
@@ -119,7 +117,7 @@ def register(app: typer.Typer) -> None:
                     f"{e.url} ({e.threads} threads, pid {e.proc.pid})" for e in engines))
                 wait_engines_ready(engines)
                 settings = settings.model_copy(update={"engines": ",".join(e.url for e in engines)})
-            worker = start_worker(settings, concurrency=workers)
+            worker = start_worker(settings, concurrency=workers or settings.worker_concurrency)
             typer.echo(f"finserve is starting at {url} (docs: {url}/docs)")
             typer.echo(f"development key (tenant 'dev', admin): {dev_key}")
             typer.echo(f"redis: {redis.url}; worker pid {worker.pid}; re-enqueued {resumed} unfinished items")

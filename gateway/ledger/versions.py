@@ -125,7 +125,7 @@ def _write_cache(path: Path, cache: dict[str, str]) -> None:
 
 
 def loaded_weight_format(engine_client: Any) -> str | None:
-    """The format the embedded engine resolved (`auto` becomes int8, q4, ...); None before it is loaded,
+    """The format the embedded engine resolved (`auto` becomes q4 or fp32, ...); None before it is loaded,
     and for engine replicas (they resolve it in their own process)."""
     model = getattr(getattr(getattr(engine_client, "engine", None), "runner", None), "model", None)
     fmt = getattr(model, "weight_format", None)

@@ -182,4 +182,5 @@ def _message(body: ChatCompletionRequest, text: str, is_call: bool) -> Assistant
 async def list_models(key: TenantDep, service: ServiceDep) -> ModelList:
     folder = service.model_folder
     created = int(folder.stat().st_mtime) if folder.exists() else 0
-    return ModelList(data=[ModelCard(id=service.model_name, created=created, max_model_len=service.max_model_len)])
+    return ModelList(data=[ModelCard(id=service.model_name, created=created, max_model_len=service.max_model_len,
+                      weights=service.weights)])

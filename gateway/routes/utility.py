@@ -127,4 +127,5 @@ async def get_model(model_id: str, key: TenantDep, service: ServiceDep) -> dict[
     _check_model(model_id, service)
     folder = service.model_folder
     created = int(folder.stat().st_mtime) if folder.exists() else 0
-    return ModelCard(id=service.model_name, created=created, max_model_len=service.max_model_len).model_dump()
+    return ModelCard(id=service.model_name, created=created, max_model_len=service.max_model_len,
+                      weights=service.weights).model_dump()

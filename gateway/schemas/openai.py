@@ -316,12 +316,19 @@ class ChatCompletionResponse(BaseModel):
     workload_class: str
 
 
+class ModelWeights(BaseModel):
+    """The matmul weight format the engine loaded (`auto` resolved) and why (engine/model/linear.py)."""
+    format: str
+    reason: str
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "finserve"
     max_model_len: int
+    weights: ModelWeights | None = None  # None with engine replicas (each resolves its own; see its log)
 
 
 class ModelList(BaseModel):

@@ -16,6 +16,8 @@ def test_generate_json_has_text_tokens_and_timings(cli: Cli, tiny_model_dir: Pat
     assert doc["tokens"]["input"] > 0 and 1 <= doc["tokens"]["output"] == len(doc["output_token_ids"]) <= 5
     assert doc["timings_ms"]["ttft"] > 0 and doc["timings_ms"]["e2e"] >= doc["timings_ms"]["ttft"]
     assert isinstance(doc["text"], str) and doc["finish"] in ("length", "stop")
+    # the weight format auto resolved to, and why: a random fp32 checkpoint keeps its precision (issue 26)
+    assert doc["weights"]["format"] == "fp32" and "keeps its precision" in doc["weights"]["reason"]
 
 
 def test_generate_streams_text_and_times_on_stderr_by_default(cli: Cli, tiny_model_dir: Path) -> None:
@@ -23,6 +25,7 @@ def test_generate_streams_text_and_times_on_stderr_by_default(cli: Cli, tiny_mod
               "--threads", "1")
     assert res.exit_code == 0, res.output
     assert "output_tokens=" in res.stderr and "output_tokens=" not in res.stdout
+    assert "[weights fp32: the checkpoint is not 4-bit: auto keeps its precision" in res.stderr
 
 
 def test_keys_list_table_and_json(cli: Cli) -> None:

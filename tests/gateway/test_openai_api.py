@@ -119,6 +119,9 @@ async def test_unsupported_features_are_refused_naming_the_field(client: httpx.A
 async def test_models_and_model_mismatch(client: httpx.AsyncClient, keys: Keys) -> None:
     models = (await client.get("/v1/models", headers=auth(keys.acme))).json()
     name = models["data"][0]["id"]
+    weights = models["data"][0]["weights"]  # auto resolved, and why (issue 26)
+    assert weights["format"] in ("fp32", "bf16", "int8", "q4") and weights["reason"]
+    assert (await client.get(f"/v1/models/{name}", headers=auth(keys.acme))).json()["weights"] == weights
     ok = await client.post("/v1/completions", headers=auth(keys.acme), json={"model": name, "prompt": "x",
                                                                              "max_tokens": 1})
     assert ok.status_code == 200
