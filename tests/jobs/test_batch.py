@@ -254,3 +254,13 @@ def test_migration_0005_matches_the_batch_models(db_url):
         engine.dispose()
     ours = [d for d in diffs if any(name in repr(d) for name in ("'files'", "'batches'", "'kind'"))]
     assert ours == []
+
+
+def test_a_file_over_the_body_limit_is_refused_with_413(tmp_path, db_url, tenant_keys, redis_server, sessions):
+    use_broker(redis_server.url)
+    app = create_app(Settings(home=tmp_path, database_url=db_url, model=tmp_path / "no-model", max_body_bytes=4096))
+    with TestClient(app) as c:
+        resp = upload(c, tenant_keys["acme"], jsonl([line(i) for i in range(60)]))
+    assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(StoredFile)) == 0
