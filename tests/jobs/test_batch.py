@@ -236,6 +236,9 @@ def test_the_same_idempotency_key_returns_the_same_batch(client, tenant_keys, re
     h = {**auth(key), "Idempotency-Key": "nightly"}
     one, two = (client.post("/v1/batches", headers=h, json=req).json() for _ in range(2))
     assert one["id"] == two["id"] and redis.Redis.from_url(redis_server.url).llen(QUEUE) == 2
+    other = upload(client, key, jsonl([line(0)])).json()["id"]
+    conflict = client.post("/v1/batches", headers=h, json={**req, "input_file_id": other})
+    assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "idempotency_conflict"
 
 
 def test_parse_file_keeps_lines_in_order_and_skips_blank_lines():

@@ -65,14 +65,15 @@ def test_sdk_round_trip_every_line_once_in_the_output_or_error_file(stack: Stack
     lines = [chat_line(i, model=served) for i in range(8)]
     lines += [chat_line(8, temperature=-1.0),  # the chat route refuses it: 400 in the error file
               chat_line(9, model="gpt-4o-mini"),  # not served here: 404 model_not_found
-              chat_line(10, stream=True)]  # a stream cannot be stored as one answer
+              chat_line(10, stream=True),  # a stream cannot be stored as one answer
+              chat_line(11, workload_class="realtime_risk")]  # lines run in the batch's class, nowhere else
     batch_id = run_batch(client, lines)
     final = wait_finished(stack, client, batch_id, 180)
     assert final.status == "completed" and final.metadata == {"team": "ops"}
-    assert (final.request_counts.completed, final.request_counts.failed) == (8, 3)
+    assert (final.request_counts.completed, final.request_counts.failed) == (8, 4)
     out, err = records(client, final.output_file_id), records(client, final.error_file_id)
     assert [r["custom_id"] for r in out] == [f"line-{i:03d}" for i in range(8)]
-    assert [r["custom_id"] for r in err] == ["line-008", "line-009", "line-010"]
+    assert [r["custom_id"] for r in err] == ["line-008", "line-009", "line-010", "line-011"]
     for r in out:
         body = r["response"]["body"]
         assert r["error"] is None and r["response"]["status_code"] == 200 and body["object"] == "chat.completion"
@@ -80,6 +81,7 @@ def test_sdk_round_trip_every_line_once_in_the_output_or_error_file(stack: Stack
         assert body["workload_class"] == "bulk_extraction"
     codes = [(r["response"]["status_code"], r["response"]["body"]["error"]["code"]) for r in err]
     assert codes[0][0] == 400 and codes[1] == (404, "model_not_found") and codes[2] == (400, "unsupported_parameter")
+    assert codes[3] == (400, "invalid_request") and "X-Workload-Class" in err[3]["response"]["body"]["error"]["message"]
     # Each answered line's engine request is in the ledger as the batch owner's, in the bulk class.
     with stack.http() as http:
         for r in out:
