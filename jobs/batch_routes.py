@@ -23,10 +23,10 @@ from core.keys import KeyInfo
 from core.web.deps import CoreStateDep as StateDep
 from core.web.deps import TenantDep, run_db
 from core.web.errors import APIError
-from core.web.responses import ERROR_RESPONSES, ErrorBody
+from core.web.responses import ERROR_RESPONSES, ErrorBody, request_body
 from core.web.state import CoreState
 from jobs import batch, service
-from jobs.batch_schemas import BatchCreate, BatchList, BatchPublic, FilePublic
+from jobs.batch_schemas import BatchCreate, BatchList, BatchPublic, FilePublic, FileUpload
 from jobs.classes import batch_class
 from jobs.ingest import IngestError
 from jobs.routes import publish
@@ -37,6 +37,10 @@ _RESPONSES = {
     **ERROR_RESPONSES,
     409: {"model": ErrorBody, "description": "Idempotency-Key already used for a different request"},
 }
+_UPLOAD_RESPONSES = {**_RESPONSES, 415: {"model": ErrorBody, "description": "The upload is not multipart/form-data"}}
+_JSONL = "application/jsonl"
+_CONTENT_RESPONSES = {**_RESPONSES, 200: {"description": "The file's bytes (JSONL)",
+                                          "content": {_JSONL: {"schema": {"type": "string"}}}}}
 _FORM_FIELDS = ("file", "purpose")
 MAX_LIST = 100
 
@@ -64,7 +68,8 @@ async def _read_upload(request: Request) -> tuple[str, str, bytes]:
         return purpose, (upload.filename or "upload.jsonl")[:255], await upload.read()
 
 
-@router.post("/files", response_model=FilePublic, responses=_RESPONSES)
+@router.post("/files", response_model=FilePublic, responses=_UPLOAD_RESPONSES, openapi_extra=request_body(
+    FileUpload, ("multipart/form-data",), "The batch input file (JSONL) and purpose=batch."))
 async def create_file(request: Request, key: TenantDep, state: StateDep) -> FilePublic:
     """Upload a batch input file (multipart: `file`, `purpose=batch`). The whole file is checked here:
     JSONL of `{custom_id, method: POST, url, body}` with unique custom_ids and at most
@@ -106,11 +111,11 @@ def _content(state: CoreState, view: batch.FileView) -> Iterator[bytes]:
         yield from view.content(session)
 
 
-@router.get("/files/{file_id}/content", responses=_RESPONSES)
+@router.get("/files/{file_id}/content", response_class=StreamingResponse, responses=_CONTENT_RESPONSES)
 async def get_file_content(file_id: str, key: TenantDep, state: StateDep) -> StreamingResponse:
     """The file's bytes: an upload as sent; an output or error file one JSON line per request, in input order."""
     view = await _file(state, key, file_id)
-    return StreamingResponse(_content(state, view), media_type="application/jsonl",
+    return StreamingResponse(_content(state, view), media_type=_JSONL,
                              headers={"Content-Disposition": f'attachment; filename="{view.filename}"'})
 
 

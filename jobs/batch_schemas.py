@@ -21,6 +21,13 @@ class BatchCreate(EdgeModel):
     metadata: dict[MetadataKey, MetadataValue] | None = Field(None, max_length=16)
 
 
+class FileUpload(BaseModel):
+    """`POST /v1/files` as multipart/form-data (documents the form; the route reads it itself)."""
+
+    file: bytes = Field(json_schema_extra={"format": "binary"})  # JSONL: {custom_id, method, url, body} per line
+    purpose: Literal["batch"]
+
+
 class FilePublic(BaseModel):
     id: str
     object: Literal["file"] = "file"
