@@ -1,6 +1,6 @@
 """OpenAI Batch API on the job machinery: extraction_jobs.kind, the files and batches tables.
 
-Revision ID: 0005
+Revision ID: 0005_batches
 Revises: 0004
 Create Date: 2026-12-01
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
+revision = "0005_batches"  # a distinct id: other branches add their own 0005; the lead re-chains them
 down_revision = "0004"
 branch_labels = None
 depends_on = None
