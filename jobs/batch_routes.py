@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
+import structlog
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
@@ -32,6 +33,7 @@ from jobs.ingest import IngestError
 from jobs.routes import publish
 
 router = APIRouter(tags=["batches"])
+log = structlog.get_logger("finserve.jobs")
 
 _RESPONSES = {
     **ERROR_RESPONSES,
@@ -161,7 +163,15 @@ async def create_batch(
                            f"({exc.job_id})") from None
 
     job = await run_db(state, create)
-    await publish(state, job)
+    try:
+        await publish(state, job)
+    except APIError as exc:
+        # Saved, not queued: the workers' reconciler enqueues its lines within two passes of Redis coming
+        # back (`finserve jobs resume` at once). Not a 503: the openai SDK retries a 503 without an
+        # Idempotency-Key, and every retry would be one more batch running the same lines.
+        if exc.code != "queue_unavailable":
+            raise
+        log.warning("batch_enqueue_deferred", batch_id=job.id, reason=exc.message)
     return BatchPublic.model_validate((await _batch(state, key, job.id)).public())
 
 

@@ -252,3 +252,16 @@ def test_a_file_over_the_body_limit_is_refused_with_413(tmp_path, db_url, tenant
     assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
     with sessions() as s:
         assert s.scalar(select(func.count()).select_from(StoredFile)) == 0
+
+
+def test_a_batch_created_while_redis_is_down_is_saved_answered_and_left_to_the_reconciler(tmp_path, db_url,
+                                                                                          tenant_keys, sessions):
+    """Not 503: the openai SDK would retry it without an Idempotency-Key, one more batch per retry."""
+    use_broker("redis://127.0.0.1:1/0")
+    app = create_app(Settings(home=tmp_path, database_url=db_url, model=tmp_path / "no-model"))
+    with TestClient(app) as c:
+        resp = new_batch(c, tenant_keys["acme"], 2)
+    assert resp.status_code == 200 and resp.json()["status"] == "in_progress", resp.text
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(ExtractionJob)) == 1  # one batch, its lines pending
+        assert len(service.resumable_item_ids(s)) == 2  # what the reconciler and `jobs resume` enqueue
