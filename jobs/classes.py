@@ -12,21 +12,30 @@ from jobs.ingest import IngestError
 from policies import ClassPolicy, Policy, UnknownWorkloadClass, classify
 
 EXTRACTION_ROUTE = "extraction"  # the policy's route name for bulk extraction
+BATCH_ROUTE = "batch"  # the policy's route name for OpenAI batches (jobs/batch.py)
 
 
 def extraction_class(policy: Policy, key: KeyInfo) -> ClassPolicy:
-    """The class `key`'s extraction jobs run in; IngestError when the key may not use it.
+    """The class `key`'s extraction jobs run in; IngestError when the key may not use it."""
+    return job_class(policy, key, EXTRACTION_ROUTE, "extraction jobs")
 
-    Items are not tokenized at submission, so a policy without an `extraction` route falls
-    through to the key's default class, then the policy's default (never the length heuristic).
+
+def batch_class(policy: Policy, key: KeyInfo) -> ClassPolicy:
+    """The class every line of `key`'s batches runs in; IngestError when the key may not use it."""
+    return job_class(policy, key, BATCH_ROUTE, "batches")
+
+
+def job_class(policy: Policy, key: KeyInfo, route: str, what: str) -> ClassPolicy:
+    """The class the policy routes `route` to for `key`; IngestError when the key may not use it.
+
+    Items are not tokenized at submission, so a policy without the route falls through to the
+    key's default class, then the policy's default (never the length heuristic).
     """
     try:
-        decided = classify(policy, explicit=None, route=EXTRACTION_ROUTE, tenant_default=key.default_class,
-                           input_tokens=0)
+        decided = classify(policy, explicit=None, route=route, tenant_default=key.default_class, input_tokens=0)
     except UnknownWorkloadClass as exc:
         raise IngestError("unknown_workload_class", str(exc), 400) from None
     cls = policy.get(decided.workload_class)
     if not key.allows(cls.name):
-        raise IngestError("class_forbidden", f"this API key may not use class {cls.name!r}, which runs "
-                          "extraction jobs", 403)
+        raise IngestError("class_forbidden", f"this API key may not use class {cls.name!r}, which runs {what}", 403)
     return cls

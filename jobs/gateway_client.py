@@ -1,4 +1,5 @@
-"""How a worker reaches the engine: the gateway's chat route, in the job's class, as the job's owner.
+"""How a worker reaches the engine: the gateway's chat route (or a batch line's own route), in the job's
+class, as the job's owner.
 
 Going through the gateway (not a private engine handle) means every item's engine request is
 admitted, scheduled and recorded in the SLO ledger exactly like any other request, and the
@@ -23,12 +24,24 @@ from core import tracing
 from core.keys import JOB_ITEM_HEADER
 
 CHAT_PATH = "/v1/chat/completions"
+CLASS_HEADER = "X-Workload-Class"
 
 
 @dataclass(frozen=True)
 class Answer:
     text: str
     finish_reason: str | None
+    request_id: str | None  # the gateway's request id = the ledger row's id
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """The gateway's successful answer to a batch line, as OpenAI's batch output records it."""
+
+    status_code: int
+    body: Any  # the route's JSON answer
     request_id: str | None  # the gateway's request id = the ledger row's id
     input_tokens: int
     output_tokens: int
@@ -43,7 +56,14 @@ class Saturated(Exception):
 
 
 class Refused(Exception):
-    """The gateway refused the request itself (4xx other than 429): retrying cannot help."""
+    """The gateway refused the request itself (4xx other than 429): retrying cannot help.
+
+    Keeps the answer (status, JSON body, request id): a batch line's error file shows it as sent.
+    """
+
+    def __init__(self, message: str, status_code: int = 400, body: Any = None, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.status_code, self.body, self.request_id = status_code, body, request_id
 
 
 class ClaimLost(Exception):
@@ -65,6 +85,13 @@ def _error_code(resp: httpx.Response) -> str | None:
         return None
 
 
+def _json_or_text(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return {"error": {"message": resp.text[:2000], "code": None}}
+
+
 def _retry_after(resp: httpx.Response) -> float | None:
     try:
         return float(resp.headers["retry-after"])
@@ -82,11 +109,14 @@ class GatewayClient:
     def close(self) -> None:
         self._http.close()
 
-    def _post(self, body: dict[str, Any], item_id: int, span: Span) -> httpx.Response:
+    def _post(self, body: dict[str, Any], item_id: int, span: Span, path: str = CHAT_PATH,
+              workload_class: str | None = None) -> httpx.Response:
         """The gateway's answer to `body`; raises Saturated, ClaimLost or Refused for what it means."""
         headers = tracing.inject({JOB_ITEM_HEADER: str(item_id)})
+        if workload_class:
+            headers[CLASS_HEADER] = workload_class
         try:
-            resp = self._http.post(CHAT_PATH, json=body, headers=headers)
+            resp = self._http.post(path, json=body, headers=headers)
         except httpx.TransportError as exc:  # connect/read errors and timeouts
             tracing.fail(span, type(exc).__name__)
             raise Saturated(f"gateway unreachable: {type(exc).__name__}: {exc}") from exc
@@ -103,7 +133,7 @@ class GatewayClient:
         if resp.status_code == 409 and _error_code(resp) == "job_item_not_running":
             raise ClaimLost(_error_message(resp))
         if resp.status_code >= 400:
-            raise Refused(_error_message(resp))
+            raise Refused(_error_message(resp), resp.status_code, _json_or_text(resp), request_id)
         return resp
 
     def extract(self, messages: list[dict[str, str]], schema: dict[str, Any], *, item_id: int,
@@ -128,3 +158,24 @@ class GatewayClient:
             input_tokens=int(usage.get("prompt_tokens", 0)),
             output_tokens=int(usage.get("completion_tokens", 0)),
         )
+
+    def forward(self, path: str, body: dict[str, Any], *, item_id: int, workload_class: str | None) -> Forwarded:
+        """A batch line: `body` sent to `path` as it is, as the item's owner, in the batch's class (header).
+
+        A body naming another class (`workload_class`) is refused by the gateway (400), like any
+        request whose body and X-Workload-Class disagree. Raises Saturated, ClaimLost or Refused.
+        """
+        with tracing.tracer().start_as_current_span(f"POST {path}", kind=SpanKind.CLIENT, attributes={
+                "http.request.method": "POST", "url.full": str(self._http.base_url.join(path)),
+                "finserve.item_id": item_id}, record_exception=False, set_status_on_exception=False) as span:
+            resp = self._post(body, item_id, span, path, workload_class)
+        try:
+            data = resp.json()
+        except ValueError:  # an event stream or other non-JSON answer: not something a batch line can hold
+            raise Refused(f"HTTP {resp.status_code}: not a JSON answer", 502, _json_or_text(resp),
+                          resp.headers.get("x-finserve-request-id")) from None
+        usage = (data.get("usage") if isinstance(data, dict) else None) or {}
+        return Forwarded(
+            status_code=resp.status_code, body=data,
+            request_id=resp.headers.get("x-finserve-request-id") or data.get("id"),
+            input_tokens=int(usage.get("prompt_tokens", 0)), output_tokens=int(usage.get("completion_tokens", 0)))

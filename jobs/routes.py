@@ -97,7 +97,17 @@ async def create_extraction_job(
                            f"(job {exc.job_id})") from None
 
     job = await run_db(state, create)
-    # New, or a replay of a job whose enqueue failed: exactly one submission publishes the items.
+    await publish(state, job)
+    response.headers["Location"] = f"/v1/extraction-jobs/{job.id}"
+    return await _public(state, job)
+
+
+async def publish(state: CoreState, job: ExtractionJob) -> None:
+    """Enqueue a committed job's items, once: a new job, or a replay of a job whose enqueue failed.
+
+    Exactly one submission wins the reservation and publishes; if Redis is unreachable the job
+    stays saved and the answer is 503 queue_unavailable (shared by extraction jobs and batches).
+    """
     if job.enqueued_at is None and await run_db(state, lambda s: service.reserve_enqueue(s, job.id)):
         ids = await run_db(state, lambda s: service.item_ids(s, job.id))
         try:
@@ -107,8 +117,6 @@ async def create_extraction_job(
             raise APIError("queue_unavailable", f"job {job.id} is saved but the queue is unreachable; resubmit "
                            "with the same Idempotency-Key or run `finserve jobs resume`",
                            retry_after_s=QUEUE_RETRY_AFTER_S) from None
-    response.headers["Location"] = f"/v1/extraction-jobs/{job.id}"
-    return await _public(state, job)
 
 
 @router.get("/extraction-jobs/{job_id}", response_model=JobPublic, responses=_RESPONSES)

@@ -10,7 +10,7 @@ import enum
 import hashlib
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,6 +27,7 @@ from core.db.jobs_models import (
     ITEM_PENDING,
     ITEM_RUNNING,
     ITEM_STATES,
+    JOB_EXTRACTION,
     ExtractionItem,
     ExtractionJob,
 )
@@ -36,12 +37,17 @@ _OPEN = (ITEM_PENDING, ITEM_RUNNING)  # unfinished item states
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A validated submission: items in order, the normalised schema text, the answer budget, the class."""
+    """A validated submission: items in order, the normalised schema text, the answer budget, the class.
 
-    items: tuple[tuple[str, str], ...]  # (external id, contract text)
+    A batch (kind "batch") has no schema and no job-wide answer budget ("{}" and 0): each item's
+    text is its line's {"url", "body"}, and the gateway checks each body's max_tokens.
+    """
+
+    items: tuple[tuple[str, str], ...]  # (external id, contract text | batch line)
     schema_json: str
     max_tokens: int  # already checked against the class's max_output_tokens
     workload_class: str  # what the policy routes extraction to; not part of the request hash (the server chose it)
+    kind: str = JOB_EXTRACTION  # core.db.jobs_models.JOB_*: what a worker does with the items
 
     @property
     def request_hash(self) -> str:
@@ -60,35 +66,42 @@ class IdempotencyConflict(Exception):
         self.job_id = job_id
 
 
+Companion = Callable[[str], list[object]]  # job id -> rows committed with the job (a batch's own row)
+
+
 def create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: str | None, *,
-               key_id: str) -> tuple[ExtractionJob, bool]:
+               key_id: str, companion: Companion | None = None) -> tuple[ExtractionJob, bool]:
     """The job for this submission and whether it was created now (False: an idempotent replay).
 
     `key_id` is the submitting key: the job's items run as it (core.keys.item_owner). Job and items are committed together; nothing is enqueued here (the caller enqueues after
-    the commit, so a worker never sees an id SQL does not have). Traced as `finserve.jobs.create`.
+    the commit, so a worker never sees an id SQL does not have). `companion` adds rows that
+    belong to the job (a batch's row) to the same transaction. Traced as `finserve.jobs.create`.
     """
     with tracing.tracer().start_as_current_span("finserve.jobs.create", attributes={
             "finserve.tenant": tenant, "finserve.workload_class": spec.workload_class,
-            "finserve.items": len(spec.items)}) as span:
-        job, created = _create_job(session, tenant, spec, idempotency_key, key_id=key_id)
+            "finserve.items": len(spec.items), "finserve.job_kind": spec.kind}) as span:
+        job, created = _create_job(session, tenant, spec, idempotency_key, key_id=key_id, companion=companion)
         tracing.set_attributes(span, {"finserve.job_id": job.id, "finserve.replay": not created})
         return job, created
 
 
 def _create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: str | None, *,
-                key_id: str) -> tuple[ExtractionJob, bool]:
+                key_id: str, companion: Companion | None) -> tuple[ExtractionJob, bool]:
     digest = spec.request_hash
     if idempotency_key is not None:
         existing = _by_key(session, tenant, idempotency_key)
         if existing is not None:
-            return _replay(existing, digest), False
+            return _replay(existing, digest, spec.kind), False
+    prefix = "job_" if spec.kind == JOB_EXTRACTION else f"{spec.kind}_"  # OpenAI's batch ids read batch_...
     job = ExtractionJob(
-        id="job_" + secrets.token_hex(12), tenant=tenant, key_id=key_id, workload_class=spec.workload_class,
-        schema_json=spec.schema_json, max_tokens=spec.max_tokens,
+        id=prefix + secrets.token_hex(12), tenant=tenant, key_id=key_id, workload_class=spec.workload_class,
+        schema_json=spec.schema_json, max_tokens=spec.max_tokens, kind=spec.kind,
         num_items=len(spec.items), idempotency_key=idempotency_key, request_hash=digest, created_at=utcnow(),
     )
     session.add(job)
     try:
+        session.flush()
+        session.add_all(companion(job.id) if companion is not None else [])
         session.flush()
         session.execute(ExtractionItem.__table__.insert(), [
             {"job_id": job.id, "seq": i, "external_id": ext, "text": text, "status": ITEM_PENDING,
@@ -103,7 +116,7 @@ def _create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: s
         existing = _by_key(session, tenant, idempotency_key)  # a concurrent request with the same key won
         if existing is None:
             raise
-        return _replay(existing, digest), False
+        return _replay(existing, digest, spec.kind), False
     return job, True
 
 
@@ -112,8 +125,8 @@ def _by_key(session: Session, tenant: str, key: str) -> ExtractionJob | None:
         select(ExtractionJob).where(ExtractionJob.tenant == tenant, ExtractionJob.idempotency_key == key))
 
 
-def _replay(job: ExtractionJob, digest: str) -> ExtractionJob:
-    if job.request_hash != digest:
+def _replay(job: ExtractionJob, digest: str, kind: str) -> ExtractionJob:
+    if job.request_hash != digest or job.kind != kind:
         raise IdempotencyConflict(job.id)
     return job
 
@@ -136,10 +149,10 @@ def release_enqueue(session: Session, job_id: str) -> None:
     session.commit()
 
 
-def get_job(session: Session, tenant: str, job_id: str) -> ExtractionJob | None:
-    """The tenant's job, or None (also for another tenant's job: ids are not probed)."""
+def get_job(session: Session, tenant: str, job_id: str, kind: str = JOB_EXTRACTION) -> ExtractionJob | None:
+    """The tenant's job of `kind`, or None (also for another tenant's job: ids are not probed)."""
     job = session.get(ExtractionJob, job_id)
-    return job if job is not None and job.tenant == tenant else None
+    return job if job is not None and job.tenant == tenant and job.kind == kind else None
 
 
 def item_ids(session: Session, job_id: str, statuses: tuple[str, ...] = (ITEM_PENDING,)) -> list[int]:
@@ -271,6 +284,7 @@ class Claim:
     retry_in_s: float = 0.0  # BUSY: seconds until the holder's lease ends
     job_id: str | None = None  # known whenever the item exists (for the worker's logs and spans)
     tenant: str | None = None
+    kind: str = JOB_EXTRACTION  # the job's kind: how the worker runs the item
 
 
 def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
@@ -298,7 +312,7 @@ def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
         return Claim(ClaimOutcome.CANCELLED, job_id=job_id, tenant=tenant)
     claim = Claim(ClaimOutcome.CLAIMED, attempt=item.attempts + 1, text=item.text, schema_json=job.schema_json,
                   max_tokens=job.max_tokens, workload_class=job.workload_class,
-                  invalid_outputs=item.invalid_outputs, job_id=job_id, tenant=tenant)
+                  invalid_outputs=item.invalid_outputs, job_id=job_id, tenant=tenant, kind=job.kind)
     claimed = session.execute(update(ExtractionItem).where(seen).values(
         status=ITEM_RUNNING, attempts=claim.attempt, lease_until=now + timedelta(seconds=lease_s),
         started_at=item.started_at or now,
@@ -320,11 +334,13 @@ def complete_item(session: Session, item_id: int, result: dict, *, request_id: s
     return n == 1
 
 
-def fail_item(session: Session, item_id: int, reason: str, *, request_id: str | None = None) -> bool:
+def fail_item(session: Session, item_id: int, reason: str, *, request_id: str | None = None,
+              result: dict | None = None) -> bool:
+    """Store the failure unless the item already has an outcome; `result`: what a batch line was answered."""
     n = session.execute(update(ExtractionItem).where(
         ExtractionItem.id == item_id, ExtractionItem.status.in_(_OPEN),
     ).values(status=ITEM_FAILED, error=reason, lease_until=None, finished_at=utcnow(),
-             request_id=request_id)).rowcount
+             request_id=request_id, result=result)).rowcount
     session.commit()
     return n == 1
 

@@ -4,6 +4,8 @@ The item's whole life is in SQL: claim it (pending, or running past a dead owner
 the engine through the gateway, validate the answer against the job's schema, then store the
 result or the failure reason with a conditional UPDATE. Anything else (another worker holds it,
 it is finished, its job is cancelled) makes this a no-op, which is what makes redelivery safe.
+A batch line (a job of kind "batch") takes the same path: claimed, sent to its own route, its
+answer stored by the same conditional UPDATE (`run_line`).
 """
 from __future__ import annotations
 
@@ -18,11 +20,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core import tracing
 from core.db.base import make_engine, make_session_factory
+from core.db.jobs_models import JOB_BATCH
 from core.settings import Settings, get_settings
-from jobs import service
+from jobs import batch, service
 from jobs.extraction import InvalidOutput, finish_item, plan_item
 from jobs.gateway_client import ClaimLost, GatewayClient, Refused, Saturated
-from jobs.service import ClaimOutcome
+from jobs.service import Claim, ClaimOutcome
 
 log = structlog.get_logger("finserve.jobs")
 
@@ -93,6 +96,8 @@ def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
         return Step("retry", min(claim.retry_in_s + 0.5, cfg.jobs_lease_s), "held by another worker")
     if claim.outcome is not ClaimOutcome.CLAIMED:
         return Step("skipped", detail=claim.outcome.value)
+    if claim.kind == JOB_BATCH:
+        return run_line(rt, item_id, retries, claim)
 
     plan = plan_item(claim.schema_json, claim.text)  # prompt, and the schema the grammar enforces for this text
     sampled = claim.invalid_outputs > 0
@@ -131,4 +136,45 @@ def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
     with rt.sessions() as s:
         stored = service.complete_item(s, item_id, doc, request_id=answer.request_id,
                                        input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
+    return Step("done" if stored else "skipped", detail="" if stored else "result already stored")
+
+
+def run_line(rt: WorkerRuntime, item_id: int, retries: int, claim: Claim) -> Step:
+    """A claimed batch line: its body sent to its route as it is; the answer stored whatever its status.
+
+    2xx is the line's response (output file); a refusal (4xx) is stored with its status and error
+    body (error file), never retried: the same body would be refused again. Capacity trouble (429,
+    503, unreachable) is retried with backoff like any item, then recorded as a failure.
+    """
+    cfg = rt.settings
+    url, body = batch.line_request(claim.text)
+    if body.get("stream"):  # an event stream is not an answer a batch file can hold
+        refusal = {"error": {"message": "stream is not supported in a batch; every answer is stored whole",
+                             "type": "invalid_request_error", "param": "stream", "code": "unsupported_parameter"}}
+        with rt.sessions() as s:
+            service.fail_item(s, item_id, "400 unsupported_parameter: stream", result=batch.response_record(
+                400, refusal))
+        return Step("failed", detail="stream in a batch line")
+    try:
+        answer = rt.gateway.forward(url, body, item_id=item_id, workload_class=claim.workload_class)
+    except Saturated as exc:
+        with rt.sessions() as s:
+            if retries >= cfg.jobs_transient_retries:
+                service.fail_item(s, item_id, f"engine unavailable after {retries} retries: {exc}")
+                return Step("failed", detail=str(exc))
+            service.release_item(s, item_id, claim.attempt, f"retrying: {exc}")
+        return Step("retry", backoff_s(cfg, retries, exc.retry_after_s), str(exc))
+    except ClaimLost as exc:
+        return Step("skipped", detail=str(exc))
+    except Refused as exc:
+        bind(request_id=exc.request_id)
+        with rt.sessions() as s:
+            service.fail_item(s, item_id, str(exc), request_id=exc.request_id,
+                              result=batch.response_record(exc.status_code, exc.body))
+        return Step("failed", detail=str(exc))
+    bind(request_id=answer.request_id)
+    with rt.sessions() as s:
+        stored = service.complete_item(s, item_id, batch.response_record(answer.status_code, answer.body),
+                                       request_id=answer.request_id, input_tokens=answer.input_tokens,
+                                       output_tokens=answer.output_tokens)
     return Step("done" if stored else "skipped", detail="" if stored else "result already stored")

@@ -3,14 +3,15 @@
 Redis only carries item ids; everything a worker needs (text, schema, state, result) is here,
 so losing Redis or a worker loses nothing. An item's result lives in its own row, written by
 a conditional UPDATE keyed by item id: a redelivered task can never add a second result.
-migrations/versions/0002_jobs.py creates these tables, 0003 adds the job's owner key and class.
+migrations/versions/0002_jobs.py creates these tables, 0003 adds the job's owner key and class,
+0005 the job's kind and the OpenAI Batch API's tables (uploaded files, batches; docs/JOBS.md).
 """
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.db.base import Base, UTCDateTime, utcnow
@@ -20,6 +21,10 @@ from core.db.base import Base, UTCDateTime, utcnow
 ITEM_PENDING, ITEM_RUNNING, ITEM_DONE, ITEM_FAILED, ITEM_CANCELLED = "pending", "running", "done", "failed", "cancelled"
 ITEM_STATES = (ITEM_PENDING, ITEM_RUNNING, ITEM_DONE, ITEM_FAILED, ITEM_CANCELLED)
 TERMINAL_ITEM_STATES = (ITEM_DONE, ITEM_FAILED, ITEM_CANCELLED)
+
+# Job kinds: what a worker does with an item. extraction: a contract and the job's schema; batch: one
+# line of an OpenAI batch file (the item's text is {"url", "body"}), sent to that gateway route as is.
+JOB_EXTRACTION, JOB_BATCH = "extraction", "batch"
 
 
 class ExtractionJob(Base):
@@ -46,6 +51,7 @@ class ExtractionJob(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)  # NULL: not yet on the queue
     cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    kind: Mapped[str] = mapped_column(String(16), default=JOB_EXTRACTION, server_default=JOB_EXTRACTION)
 
 
 class ExtractionItem(Base):
@@ -72,3 +78,43 @@ class ExtractionItem(Base):
     request_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # gateway request id -> SLO ledger row
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class StoredFile(Base):
+    """An uploaded file (OpenAI Files API, purpose `batch`), its bytes in SQL like every other job input.
+
+    In SQL rather than under FINSERVE_HOME: the gateway and workers on other machines share the
+    database, not a disk, and a file is at most FINSERVE_MAX_BODY_BYTES. A batch's output and error
+    files have no row: they are rendered from its items (jobs/batch.py), which are final once written.
+    """
+
+    __tablename__ = "files"
+    __table_args__ = (Index("ix_files_tenant_created", "tenant", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "file-<hex>"
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
+    purpose: Mapped[str] = mapped_column(String(32))
+    filename: Mapped[str] = mapped_column(String(255))
+    num_bytes: Mapped[int] = mapped_column(Integer)
+    num_lines: Mapped[int] = mapped_column(Integer)  # requests in the file (checked at upload)
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Batch(Base):
+    """An OpenAI batch: the job whose items are its lines (same id), plus what the Batch API reports.
+
+    The lines' state is the job's items (jobs/service.py); this row adds only what OpenAI's batch
+    object has and a job has not. The output and error file ids are fixed at creation and shown
+    once the batch is finished (jobs/batch.py renders their content from the items).
+    """
+
+    __tablename__ = "batches"
+
+    id: Mapped[str] = mapped_column(ForeignKey("extraction_jobs.id", ondelete="CASCADE"), primary_key=True)
+    endpoint: Mapped[str] = mapped_column(String(64))  # /v1/chat/completions or /v1/completions
+    completion_window: Mapped[str] = mapped_column(String(16))
+    input_file_id: Mapped[str] = mapped_column(ForeignKey("files.id"))
+    output_file_id: Mapped[str] = mapped_column(String(40), unique=True)
+    error_file_id: Mapped[str] = mapped_column(String(40), unique=True)
+    meta: Mapped[dict[str, str] | None] = mapped_column("metadata", JSON, nullable=True)

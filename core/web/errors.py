@@ -39,6 +39,8 @@ ERROR_CODES: dict[str, int] = {
     "document_not_found": 404,
     "request_not_found": 404,
     "job_not_found": 404,
+    "file_not_found": 404,
+    "batch_not_found": 404,
     "method_not_allowed": 405,
     "idempotency_conflict": 409,
     "job_item_not_running": 409,
