@@ -43,8 +43,8 @@ class PeerShape:
 
 
 def _engine(model: str, weights: str, threads: int, kv_dtype: str) -> Any:
+    from bench.configured import engine_config
     from engine.engine import LLMEngine
-    from engine.factory import engine_config
 
     return LLMEngine(engine_config(model, weights=weights, num_threads=threads, kv_cache_memory_bytes=640 << 20,
                                    kv_cache_dtype=kv_dtype))
