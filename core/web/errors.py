@@ -28,6 +28,8 @@ ERROR_CODES: dict[str, int] = {
     "unsupported_parameter": 400,
     "unknown_workload_class": 400,
     "invalid_json_schema": 400,
+    "invalid_regex": 400,
+    "invalid_choice": 400,
     "max_tokens_too_large": 400,
     "missing_api_key": 401,
     "invalid_api_key": 401,
