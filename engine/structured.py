@@ -25,6 +25,7 @@ import llguidance.torch as llg_torch
 import tokenizers
 import torch
 
+from engine.jsondepth import MAX_SCHEMA_DEPTH, json_depth
 from engine.request import SamplingParams
 
 if TYPE_CHECKING:
@@ -64,8 +65,12 @@ def validate_json_schema(schema_json: str) -> tuple[dict[str, Any], str]:
         schema = json.loads(schema_json)
     except json.JSONDecodeError as exc:
         raise ValueError(f"JSON schema is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("JSON schema is nested too deeply to parse") from None
     if not isinstance(schema, dict):
         raise ValueError(f"JSON schema must be a JSON object, not {type(schema).__name__}")
+    if json_depth(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+        raise ValueError(f"JSON schema nests more than {MAX_SCHEMA_DEPTH} levels deep")
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -164,17 +169,22 @@ def describe_fields(schema: dict[str, Any]) -> list[str]:
     Prompts are built from the schema itself, so the model is told exactly what the grammar will
     force it to write, and a field's `description` is the one place its meaning is written.
     """
-    required = set(schema.get("required", []))
-    return [_describe(name, field, name in required) for name, field in schema.get("properties", {}).items()]
+    listed = schema.get("required", [])
+    required = {n for n in listed if isinstance(n, str)} if isinstance(listed, list) else set()
+    props = schema.get("properties", {})
+    return [_describe(str(name), field if isinstance(field, dict) else {}, name in required)
+            for name, field in (props.items() if isinstance(props, dict) else ())]
 
 
 def _describe(name: str, field: dict[str, Any], required: bool) -> str:
-    if "enum" in field:
+    """One field's line; a part of the schema of an unexpected shape reads as a plain value, never raises."""
+    if isinstance(field.get("enum"), list):
         kind = "one of " + ", ".join(json.dumps(v) for v in field["enum"])
     elif field.get("format") == "date":
         kind = "date, YYYY-MM-DD"
     elif field.get("type") == "array":
-        items = field.get("items", {})
+        raw = field.get("items")
+        items: dict[str, Any] = raw if isinstance(raw, dict) else {}
         kind = f"list of {field.get('minItems', 0)} to {field.get('maxItems', 'any')} {items.get('type', 'value')}s"
         if "maxLength" in items:
             kind += f", each at most {items['maxLength']} characters"

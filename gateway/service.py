@@ -286,6 +286,12 @@ class InferenceService:
         ), tokenize_start, tokenized)
         if not key.allows(cls.name):
             raise self.reject(adm, APIError("class_forbidden", f"this API key may not use class {cls.name!r}"))
+        route_class = self.state.policy.classification.routes.get(route)
+        if rule == "explicit" and route_class is not None and not key.allows(route_class):
+            # A class-limited key may pick a class on the generic routes, never move a route that has its own
+            # class (documents, risk, extraction) into one it may use: the override does not widen its reach.
+            raise self.reject(adm, APIError("class_forbidden", f"this API key may not use class {route_class!r}, "
+                                            f"which serves this route; X-Workload-Class cannot change that"))
         wait = self.state.limiter.acquire(key.key_id, key.rate_limit_rps)
         if wait is not None:
             raise self.reject(adm, APIError(
