@@ -69,3 +69,25 @@ def test_every_phase_finds_no_5xx_and_no_schema_violation(api_schema: Any, keys:
     print("schemathesis responses by status:", dict(sorted(statuses.items())), "operations:", operations)
     assert operations >= 20 and sum(statuses.values()) >= 100
     assert not [code for code in statuses if code >= 500]
+
+
+@pytest.mark.slow
+def test_stateful_sequences_find_no_5xx_and_no_schema_violation(api_schema: Any, keys: Keys) -> None:
+    """The stateful phase: chains of calls over the links schemathesis infers (a document created, then read and
+    asked; a request answered, then its record read)."""
+    machine = api_schema.as_state_machine()
+    headers = auth(keys.acme_admin)
+    calls: list[int] = []
+
+    class Chains(machine):  # type: ignore[misc, valid-type]
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"headers": {**headers, **(case.headers or {})}}
+
+        def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
+            calls.append(response.status_code)
+            case.validate_response(response, checks=CHECKS)
+
+    Chains.run(settings=hypothesis.settings(max_examples=5, stateful_step_count=4, derandomize=True, deadline=None,
+                                            database=None, suppress_health_check=list(HealthCheck)))
+    print("stateful responses:", sorted(calls))
+    assert calls and not [c for c in calls if c >= 500]
