@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.config import EngineConfig
@@ -107,6 +107,9 @@ class Settings(BaseSettings):
     # stay); the gateway applies it at start and every ledger_retention_interval_s.
     ledger_timeline_retention_days: float = Field(7.0, gt=0)
     ledger_retention_interval_s: float = Field(3600.0, gt=0)
+    # Signs prune checkpoints (HMAC-SHA256) so none can be made up to hide deleted rows; `ledger verify` checks
+    # them with it. Unset: checkpoints are accepted when consistent, reported as unauthenticated.
+    ledger_hmac_key: SecretStr | None = None
 
     # --- bulk jobs: queue and workers ---
     broker_url: str = "redis://127.0.0.1:6379/0"

@@ -25,6 +25,9 @@ import llguidance.torch as llg_torch
 import tokenizers
 import torch
 
+from engine.jsondepth import MAX_SCHEMA_DEPTH, json_depth
+from engine.request import SamplingParams
+
 if TYPE_CHECKING:
     from engine.tokenizer import Tokenizer
 
@@ -62,8 +65,12 @@ def validate_json_schema(schema_json: str) -> tuple[dict[str, Any], str]:
         schema = json.loads(schema_json)
     except json.JSONDecodeError as exc:
         raise ValueError(f"JSON schema is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("JSON schema is nested too deeply to parse") from None
     if not isinstance(schema, dict):
         raise ValueError(f"JSON schema must be a JSON object, not {type(schema).__name__}")
+    if json_depth(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+        raise ValueError(f"JSON schema nests more than {MAX_SCHEMA_DEPTH} levels deep")
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -162,17 +169,22 @@ def describe_fields(schema: dict[str, Any]) -> list[str]:
     Prompts are built from the schema itself, so the model is told exactly what the grammar will
     force it to write, and a field's `description` is the one place its meaning is written.
     """
-    required = set(schema.get("required", []))
-    return [_describe(name, field, name in required) for name, field in schema.get("properties", {}).items()]
+    listed = schema.get("required", [])
+    required = {n for n in listed if isinstance(n, str)} if isinstance(listed, list) else set()
+    props = schema.get("properties", {})
+    return [_describe(str(name), field if isinstance(field, dict) else {}, name in required)
+            for name, field in (props.items() if isinstance(props, dict) else ())]
 
 
 def _describe(name: str, field: dict[str, Any], required: bool) -> str:
-    if "enum" in field:
+    """One field's line; a part of the schema of an unexpected shape reads as a plain value, never raises."""
+    if isinstance(field.get("enum"), list):
         kind = "one of " + ", ".join(json.dumps(v) for v in field["enum"])
     elif field.get("format") == "date":
         kind = "date, YYYY-MM-DD"
     elif field.get("type") == "array":
-        items = field.get("items", {})
+        raw = field.get("items")
+        items: dict[str, Any] = raw if isinstance(raw, dict) else {}
         kind = f"list of {field.get('minItems', 0)} to {field.get('maxItems', 'any')} {items.get('type', 'value')}s"
         if "maxLength" in items:
             kind += f", each at most {items['maxLength']} characters"
@@ -295,3 +307,71 @@ def _compile_other(tokenizer: Tokenizer | tokenizers.Tokenizer, kind: str, spec:
     # `spec` is the regex itself or the JSON list of choices: hashable, so lru_cache can key on it.
     grammar = regex_grammar(spec) if kind == "regex" else choice_grammar(tuple(json.loads(spec)))
     return CompiledGrammar(schema={}, grammar=grammar, ll_tokenizer=_ll_tokenizer(tokenizer))
+
+
+# ---- one request's constraint, compiled and probed before it is admitted ---------------------------
+PROBE_TOKENS = 4  # allowed first tokens tried (first, last and two between): limits fire on any of them
+
+
+def constraint_kind(p: SamplingParams) -> str | None:
+    """"json_schema", "regex" or "choice": the output constraint `p` sets (None: free text)."""
+    if p.regex is not None:
+        return "regex"
+    if p.choice is not None:
+        return "choice"
+    return "json_schema" if p.json_schema is not None else None
+
+
+def compile_constraint(tokenizer: Tokenizer | tokenizers.Tokenizer, p: SamplingParams) -> CompiledGrammar | None:
+    """The compiled grammar of `p`'s constraint (cached), None for free text; ValueError if unusable."""
+    kind = constraint_kind(p)
+    if kind == "regex":
+        assert p.regex is not None
+        return compile_regex(tokenizer, p.regex)
+    if kind == "choice":
+        assert p.choice is not None
+        return compile_choice(tokenizer, p.choice)
+    return None if p.json_schema is None else compile_json_schema(tokenizer, p.json_schema)
+
+
+def check_constraint(tokenizer: Tokenizer | tokenizers.Tokenizer, p: SamplingParams) -> None:
+    """Compile `p`'s constraint and probe its first step; ValueError with llguidance's reason if unusable.
+
+    llguidance's size limits (ParserTooComplex for a recursive `$ref`, "too many expressions" for a
+    regex like `(a{1000}){1000}`, a row of more than 2,000 items for 20,000 choices) fire when the
+    first tokens are computed, not when the grammar is built. Probing here (the gateway calls it in
+    a worker thread before the request is admitted) turns them into a client error instead of a
+    request that fails inside the engine. The result is cached with the compiled grammar.
+    """
+    grammar = compile_constraint(tokenizer, p)
+    if grammar is not None:
+        problem = _probe(grammar)
+        if problem is not None:
+            raise ValueError(problem)
+
+
+@lru_cache(maxsize=256)
+def _probe(grammar: CompiledGrammar) -> str | None:
+    """Why the grammar cannot be decoded (llguidance's first error line), or None. Keyed by identity:
+    the compiled grammar itself is cached by its text."""
+    state = grammar.new_state()
+    allowed = state.allowed_mask(grammar.ll_tokenizer.vocab_size).nonzero().flatten().tolist()
+    if state.error is not None:
+        return _reason(state.error)
+    if not allowed:
+        return "the grammar allows no first token"
+    picks = sorted({allowed[(len(allowed) - 1) * i // (PROBE_TOKENS - 1)] for i in range(PROBE_TOKENS)})
+    for token in picks:
+        trial = state._matcher.deep_copy()
+        if not trial.consume_token(token) or trial.is_error():
+            return _reason(trial.get_error())
+        trial.compute_ff_tokens()
+        if trial.is_error():
+            return _reason(trial.get_error())
+    return None
+
+
+def _reason(error: str | None) -> str:
+    """llguidance's message without the parser state dump that follows it."""
+    text = (error or "rejected by llguidance").split("\n<state>")[0].strip()
+    return text.split("\n")[0][:500] or "rejected by llguidance"

@@ -38,6 +38,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.replicas.replica_set import ReplicaSet, build_replica_set
 from gateway.routes import documents, health, openai, reports, requests, risk, utility
+from gateway.schemas.common import BOUND_KEY
 from gateway.service import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
 from gateway.state import GatewayState
 from policies import Policy, check_against_model, load_policy
@@ -224,10 +225,28 @@ def _openapi_naming_classes(app: FastAPI, classes: list[str]) -> Callable[[], di
             if node.get("pattern") == CLASS_NAME_PATTERN:
                 node.pop("pattern")
                 node["enum"] = classes
-        app.openapi_schema = schema
+        # Built again while the model is not loaded yet: its vocabulary bounds token ids.
+        app.openapi_schema = schema if _served_bounds(app, schema) else None
         return schema
 
     return openapi
+
+
+def _served_bounds(app: FastAPI, schema: dict[str, Any]) -> bool:
+    """Token ids below the vocabulary, max_tokens at most the largest class limit: the rules the routes check
+    in code, stated in the schema. False while the model (and so its vocabulary) is not loaded yet."""
+    state = getattr(app.state, STATE_ATTR, None)
+    client = getattr(state, "engine_client", None)
+    vocab = client.tokenizer.vocab_size if client is not None else None
+    policy = getattr(state, "policy", None)
+    limits = {"token_id": vocab - 1 if vocab else None,
+              "max_tokens": max(c.max_output_tokens for c in policy.classes.values()) if policy else None}
+    for node in _walk(schema):
+        limit = limits.get(node.pop(BOUND_KEY, ""))
+        if limit is not None:
+            node.pop("exclusiveMaximum", None)
+            node["maximum"] = limit
+    return vocab is not None
 
 
 def _walk(node: Any) -> list[dict[str, Any]]:

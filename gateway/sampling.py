@@ -7,21 +7,28 @@ from typing import Any
 import jsonschema
 
 from core.web.errors import APIError
+from engine.jsondepth import MAX_SCHEMA_DEPTH, json_depth
 from engine.request import SamplingParams
 from gateway.schemas.openai import ResponseFormat, SamplingFields
 
 OPENAI_DEFAULT_TEMPERATURE = 1.0  # OpenAI's documented default; the domain routes default to greedy
 
 
-def _schema_text(schema: dict[str, Any] | str, param: str) -> str:
-    """JSON text of a JSON Schema given as an object or as JSON text; invalid_json_schema naming `param`."""
+def schema_text(schema: dict[str, Any] | str, param: str) -> str:
+    """JSON text of a JSON Schema given as an object or as JSON text; invalid_json_schema naming `param`
+    (nested_too_deeply past MAX_SCHEMA_DEPTH, checked before anything recursive reads it)."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
         except json.JSONDecodeError:
             raise APIError("invalid_json_schema", f"{param} is not valid JSON", param=param) from None
+        except RecursionError:
+            raise APIError("nested_too_deeply", f"{param} is nested too deeply to parse", param=param) from None
     if not isinstance(schema, dict):
         raise APIError("invalid_json_schema", f"{param} must be a JSON object", param=param)
+    if json_depth(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+        raise APIError("nested_too_deeply", f"{param} nests more than {MAX_SCHEMA_DEPTH} levels deep",
+                       param=param)
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -39,7 +46,7 @@ def response_schema(fmt: ResponseFormat | None) -> str | None:
     if fmt.json_schema is None:
         raise APIError("invalid_json_schema", "response_format of type json_schema needs a json_schema.schema object",
                        param="response_format.json_schema")
-    return _schema_text(fmt.json_schema.schema_, "response_format.json_schema.schema")
+    return schema_text(fmt.json_schema.schema_, "response_format.json_schema.schema")
 
 
 def _constraints(body: SamplingFields) -> list[tuple[str, dict[str, Any]]]:
@@ -49,7 +56,7 @@ def _constraints(body: SamplingFields) -> list[tuple[str, dict[str, Any]]]:
     if schema is not None:
         found.append(("response_format", {"json_schema": schema}))
     if body.guided_json is not None:
-        found.append(("guided_json", {"json_schema": _schema_text(body.guided_json, "guided_json")}))
+        found.append(("guided_json", {"json_schema": schema_text(body.guided_json, "guided_json")}))
     if body.guided_regex is not None:
         found.append(("guided_regex", {"regex": body.guided_regex}))
     if body.guided_choice is not None:
@@ -57,7 +64,7 @@ def _constraints(body: SamplingFields) -> list[tuple[str, dict[str, Any]]]:
     so = body.structured_outputs
     if so is not None:
         if so.json_ is not None:
-            found.append(("structured_outputs.json", {"json_schema": _schema_text(so.json_, "structured_outputs.json")}))
+            found.append(("structured_outputs.json", {"json_schema": schema_text(so.json_, "structured_outputs.json")}))
         if so.json_object:
             found.append(("structured_outputs.json_object", {"json_schema": json.dumps({"type": "object"})}))
         if so.regex is not None:
@@ -87,7 +94,7 @@ def sampling_params(body: SamplingFields, *, logprobs: int | None = None, tool_s
         raise APIError("unsupported_parameter", message, param=param)
     constraints = _constraints(body)
     if tool_schema is not None:
-        constraints.append(("tool_choice", {"json_schema": _schema_text(tool_schema, "tools")}))
+        constraints.append(("tool_choice", {"json_schema": schema_text(tool_schema, "tools")}))
     if len(constraints) > 1:
         names = ", ".join(name for name, _ in constraints)
         raise APIError("invalid_request", f"send at most one output constraint, got {names}",

@@ -1,6 +1,8 @@
 """The one request path every inference route takes: an `InferenceInput` in, a stream or a whole answer out.
 
-    prepare():  size check on bytes -> tokenize (in a worker thread) -> admit()
+    prepare():  size check on bytes -> tokenize (in a worker thread) -> admit() -> grammar probe
+                (compiled and its first step tried in a worker thread: too complex is a 400, never
+                an engine failure)
     admit():    classify -> key may use the class? -> rate limit -> resolve max_tokens -> EngineRequest
     generate(): EngineClient.generate, with the bookkeeping every outcome needs:
                 ledger row, Prometheus metrics, canonical-log fields.
@@ -39,6 +41,7 @@ from core.web.errors import CLIENT_CLOSED_STATUS, ERROR_CODES, APIError
 from engine.client import EngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
+from engine.structured import check_constraint, constraint_kind
 from engine.tokenizer import ChatTemplateError, Tokenizer
 from gateway import spans
 from gateway.ledger import LedgerRow, build_timeline, row_from_engine_request, row_from_request
@@ -65,6 +68,10 @@ _ADMISSION_CODES = {
     "invalid_token": "invalid_request",
     "engine_unavailable": "engine_not_ready",  # the loop is dead or shutting down: 503, not a full queue
 }
+
+
+# Output constraint kind -> the error code of a grammar llguidance cannot use.
+_GRAMMAR_CODES = {"json_schema": "invalid_json_schema", "regex": "invalid_regex", "choice": "invalid_choice"}
 
 
 @dataclass(frozen=True)
@@ -245,10 +252,25 @@ class InferenceService:
             if inp.temperature_unset and adm.cls.default_temperature is not None:
                 adm.request.sampling = dataclasses.replace(adm.request.sampling,
                                                            temperature=adm.cls.default_temperature)
+            await self.check_grammar(adm)
             return adm
         except APIError:
             await self._ledger_durable()  # a refusal is an answer too: its row is safe before it is sent
             raise
+
+    async def check_grammar(self, adm: Admitted) -> None:
+        """Compile and probe the request's output constraint before the engine sees it (in a worker thread:
+        a regex llguidance gives up on can take seconds). A grammar it cannot decode (invalid, or past
+        llguidance's size limits) is refused as the client's error, 400, not counted against the SLO."""
+        p = adm.request.sampling
+        kind = constraint_kind(p)
+        if kind is None:
+            return
+        try:
+            await asyncio.to_thread(check_constraint, self.client.tokenizer, p)
+        except ValueError as exc:
+            raise self.reject(adm, APIError(_GRAMMAR_CODES[kind], f"output constraint ({kind}) is not usable: "
+                                            f"{exc}")) from None
 
     def resolve_class(self, key: KeyInfo, *, route: str, explicit: str | None, input_tokens: int) -> tuple[ClassPolicy, str]:
         """The request's workload class (decided once, here) and the classification rule that chose it."""
@@ -273,6 +295,12 @@ class InferenceService:
         ), tokenize_start, tokenized)
         if not key.allows(cls.name):
             raise self.reject(adm, APIError("class_forbidden", f"this API key may not use class {cls.name!r}"))
+        route_class = self.state.policy.classification.routes.get(route)
+        if rule == "explicit" and route_class is not None and not key.allows(route_class):
+            # A class-limited key may pick a class on the generic routes, never move a route that has its own
+            # class (documents, risk, extraction) into one it may use: the override does not widen its reach.
+            raise self.reject(adm, APIError("class_forbidden", f"this API key may not use class {route_class!r}, "
+                                            f"which serves this route; X-Workload-Class cannot change that"))
         wait = self.state.limiter.acquire(key.key_id, key.rate_limit_rps)
         if wait is not None:
             raise self.reject(adm, APIError(

@@ -161,6 +161,8 @@ class LedgerChainCheckpoint(Base):
     rows_pruned: Mapped[int] = mapped_column(Integer)
     older_than: Mapped[datetime] = mapped_column(UTCDateTime())  # the cutoff the prune was asked for
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # HMAC-SHA256 of the fields above under FINSERVE_LEDGER_HMAC_KEY (gateway/ledger/checkpoints.py); None without one
+    mac: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class LedgerChainSuperseded(Base):

@@ -28,6 +28,9 @@ ERROR_CODES: dict[str, int] = {
     "unsupported_parameter": 400,
     "unknown_workload_class": 400,
     "invalid_json_schema": 400,
+    "invalid_regex": 400,
+    "invalid_choice": 400,
+    "nested_too_deeply": 400,
     "max_tokens_too_large": 400,
     "missing_api_key": 401,
     "invalid_api_key": 401,
@@ -138,6 +141,8 @@ def _validation_error(errors: list[dict[str, Any]]) -> APIError:
     if kind == "json_invalid":
         return APIError("invalid_json", "request body is not valid JSON")
     param = None if where == "body" else where
+    if kind == "nested_too_deeply":
+        return APIError("nested_too_deeply", f"{where}: {first.get('msg')}", param=param)
     if kind == "extra_forbidden":
         return APIError("unknown_field", f"unknown field '{where}'", param=param)
     if kind == "missing" and where == "body":
@@ -145,6 +150,16 @@ def _validation_error(errors: list[dict[str, Any]]) -> APIError:
     msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
     return APIError("invalid_request", f"{where}: {msg}{more}", param=param)
+
+
+def _unparsed_body(exc: StarletteHTTPException) -> APIError | None:
+    """FastAPI's "error parsing the body" (400) by its cause: bytes that are not UTF-8 are not JSON
+    (`invalid_json`); JSON nested past the parser's recursion limit is `nested_too_deeply`."""
+    if exc.status_code != 400 or exc.detail != "There was an error parsing the body":
+        return None
+    if isinstance(exc.__cause__, RecursionError):
+        return APIError("nested_too_deeply", "request body is nested too deeply to parse")
+    return APIError("invalid_json", "request body is not valid JSON (it must be UTF-8 text)")
 
 
 _HTTP_CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
@@ -158,6 +173,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(request, _validation_error(list(exc.errors())))
 
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        unparsed = _unparsed_body(exc)
+        if unparsed is not None:
+            return error_response(request, unparsed)
         code = _HTTP_CODES.get(exc.status_code, "internal_error" if exc.status_code >= 500 else "invalid_request")
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         if exc.status_code == 404 and message == "Not Found":

@@ -1,10 +1,17 @@
 """OpenAPI descriptions routes share: error responses (one ErrorBody shape), server-sent event streams,
-and request bodies a route parses itself (`request_body`, for routes that accept several media types)."""
+and request bodies a route parses itself (`request_body`, for routes that accept several media types or
+parse off the event loop; `parse_body` validates such a body as FastAPI would)."""
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+
+from core.web.errors import APIError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class ErrorDetail(BaseModel):
@@ -63,6 +70,21 @@ def request_body(model: type[BaseModel], media_types: tuple[str, ...] = ("applic
     if description:
         body["description"] = description
     return {"requestBody": body}
+
+
+def parse_body(model: type[M], raw: bytes) -> M:
+    """`raw` (a JSON body) validated as `model`, with the errors FastAPI's own parsing would give: for a
+    route that parses its body itself, e.g. in a worker thread because the body may be megabytes."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise APIError("invalid_json", "request body is not valid JSON (it must be UTF-8 text)") from None
+    except RecursionError:
+        raise APIError("nested_too_deeply", "request body is nested too deeply to parse") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
 
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:

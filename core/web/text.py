@@ -6,14 +6,30 @@
 - No NUL where text is stored: PostgreSQL's text type cannot hold U+0000 (SQLite can), so a
   stored field (`StoredStr`) refuses it up front rather than failing the insert as an "outage".
 Both answer 400 `invalid_request` naming the field (core.web.errors turns the ValueError into it).
+- Bounded nesting: a body nested deeper than MAX_BODY_DEPTH (engine/jsondepth.py) is refused with
+  400 `nested_too_deeply` before any field is looked at, so the recursive checks above (and
+  jsonschema, llguidance) never meet a value deep enough to exhaust Python's stack.
 """
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from engine.jsondepth import MAX_BODY_DEPTH, json_depth
 
 NO_NUL_PATTERN = "^[^\\u0000]*$"  # JSON Schema (ECMA-262) spelling, for /openapi.json only
+_DEPTH_CHECKED: ContextVar[bool] = ContextVar("finserve_depth_checked", default=False)
 
 
 def unicode_problem(value: Any) -> str | None:
@@ -49,6 +65,21 @@ class EdgeModel(BaseModel):
     """Base of request bodies: finite numbers only, and every string (nested too) valid Unicode."""
 
     model_config = ConfigDict(allow_inf_nan=False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _bounded_nesting(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        if _DEPTH_CHECKED.get():  # a model inside the body: the outermost one measured all of it
+            return handler(data)
+        depth = json_depth(data, MAX_BODY_DEPTH)
+        if depth > MAX_BODY_DEPTH:
+            raise PydanticCustomError("nested_too_deeply", "nested {depth} levels deep; at most {limit} allowed",
+                                      {"depth": f"at least {depth}", "limit": MAX_BODY_DEPTH})
+        token = _DEPTH_CHECKED.set(True)
+        try:
+            return handler(data)
+        finally:
+            _DEPTH_CHECKED.reset(token)
 
     @field_validator("*", mode="after")
     @classmethod

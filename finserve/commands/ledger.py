@@ -1,7 +1,9 @@
 """`finserve ledger verify` and `finserve ledger prune`: the SLO ledger's tamper evidence and retention.
 
 verify walks each tenant's hash chain (gateway/ledger/verify.py) and names every row that was
-edited or whose predecessor is missing; it exits 6 (ExitCode.INTEGRITY) when it finds one.
+edited or whose predecessor is missing; it exits 6 (ExitCode.INTEGRITY) when it finds one. It lists
+the amendments (superseded positions) and prunes (checkpoints) it accepted; with
+FINSERVE_LEDGER_HMAC_KEY, prune signs its checkpoints and verify refuses an unsigned or forged one.
 prune deletes old rows behind a checkpoint and drops old step timelines (gateway/ledger/retention.py).
 """
 from __future__ import annotations
@@ -35,6 +37,14 @@ def _engine() -> Any:
     return make_engine(url)
 
 
+def _hmac_key() -> bytes | None:
+    """FINSERVE_LEDGER_HMAC_KEY as bytes: signs prune checkpoints, and verify checks them with it."""
+    from core.settings import Settings
+
+    key = Settings().ledger_hmac_key
+    return key.get_secret_value().encode() if key is not None and key.get_secret_value() else None
+
+
 def _duration(option: str, text: str) -> Any:
     from gateway.reports import parse_duration
 
@@ -65,7 +75,8 @@ def verify(
     engine = _engine()
     try:
         with engine.connect() as conn:
-            result = verify_ledger(conn, tenant=tenant, since=t0, until=t1, check_timelines=timelines)
+            result = verify_ledger(conn, tenant=tenant, since=t0, until=t1, check_timelines=timelines,
+                                   hmac_key=_hmac_key())
     finally:
         engine.dispose()
     if json_out or output is Output.json:
@@ -73,6 +84,7 @@ def verify(
     else:
         for p in result.problems:
             typer.echo(f"{p.kind}: {p.request_id or '-'} (tenant {p.partition}, chain position {p.seq}): {p.detail}")
+        _echo_accepted(result)
         unchained = f"; {result.rows_unchained} rows from before chaining (migration 0004) not covered" \
             if result.rows_unchained else ""
         typer.echo(f"ledger verified: {'yes' if result.ok else 'no'} ({result.rows_checked} rows in "
@@ -82,6 +94,18 @@ def verify(
         raise CLIError(f"the ledger failed verification: {len(result.problems)} problem(s), first: {first.kind} "
                        f"at {first.request_id or f'position {first.seq}'} (tenant {first.partition})",
                        ExitCode.INTEGRITY)
+
+
+def _echo_accepted(result: Any) -> None:
+    """The amendments and prunes verify accepted: the only ways a chain may legitimately differ from 1..head."""
+    for a in result.amendments:
+        typer.echo(f"amendment accepted: {a['request_id']} (tenant {a['partition']}): position {a['seq']} "
+                   f"({a['old_status']}) superseded by position {a['rechained_at']} ({a['status']})")
+    for c in result.prunes:
+        auth = "authenticated by FINSERVE_LEDGER_HMAC_KEY" if c["authenticated"] else \
+            "unauthenticated: no FINSERVE_LEDGER_HMAC_KEY, accepted because it is consistent"
+        typer.echo(f"prune accepted: tenant {c['partition']}, positions up to {c['seq']} ({c['rows_pruned']} rows "
+                   f"older than {c['older_than']}, pruned {c['created_at']}; {auth})")
 
 
 def prune(
@@ -105,7 +129,8 @@ def prune(
     timelines_cut = now - _duration("--timelines-older-than", timelines_older_than) if timelines_older_than else None
     engine = _engine()
     try:
-        result = run_prune(engine, older_than=rows_cut, timelines_older_than=timelines_cut, dry_run=dry_run)
+        result = run_prune(engine, older_than=rows_cut, timelines_older_than=timelines_cut, dry_run=dry_run,
+                           hmac_key=_hmac_key())
     finally:
         engine.dispose()
     if json_out or output is Output.json:

@@ -13,6 +13,9 @@ Rules (docs/OBSERVABILITY.md, "Ledger integrity and retention"):
   which takes the database's write lock), so concurrent writers and gateway processes cannot fork it.
 - An `interrupted` row whose final row arrives later is chained again at the head; its old position
   goes to `ledger_chain_superseded` with its hash, so the link from the next position still holds.
+  The re-chained row's hash binds that position (`CHAIN_VERSION_AMENDED`: its seq, hash and link are
+  hashed with the row), so a superseded entry cannot be made up for a deleted row without editing,
+  and re-hashing from there on, the row it names.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from core.db.models import RUNNING_STATUS, LedgerChainHead, LedgerChainSupersede
 from gateway.ledger.row import LedgerRow, replaces
 
 CHAIN_VERSION = "finserve-ledger-chain-v1"
+CHAIN_VERSION_AMENDED = "finserve-ledger-chain-v2"  # a row that supersedes an earlier position of its request
 GENESIS = "0" * 64
 LEDGER = cast(Table, RequestLedger.__table__)
 HEADS = cast(Table, LedgerChainHead.__table__)
@@ -84,10 +88,17 @@ def timeline_digest(timeline: Mapping[str, Any] | None) -> str | None:
     return None if timeline is None else hashlib.sha256(canonical_json(timeline).encode()).hexdigest()
 
 
-def row_hash(prev_hash: str, values: Mapping[str, Any]) -> str:
-    """The hash of a row whose column values are `values` (a LedgerRow's dict or a database row)."""
+def row_hash(prev_hash: str, values: Mapping[str, Any], supersedes: Mapping[str, Any] | None = None) -> str:
+    """The hash of a row whose column values are `values` (a LedgerRow's dict or a database row).
+
+    `supersedes`: the `ledger_chain_superseded` entry of the position this row's request held before
+    (seq, row_hash, prev_hash); it is hashed with the row, so the entry is only valid with this row."""
     summary = {name: None if (v := values.get(name)) is None else conv(v) for name, conv in _CONVERTERS}
-    return hashlib.sha256(f"{CHAIN_VERSION}\n{prev_hash}\n{canonical_json(summary)}".encode()).hexdigest()
+    if supersedes is None:
+        return hashlib.sha256(f"{CHAIN_VERSION}\n{prev_hash}\n{canonical_json(summary)}".encode()).hexdigest()
+    bound = {"seq": int(supersedes["seq"]), "row_hash": supersedes["row_hash"], "prev_hash": supersedes["prev_hash"]}
+    text = f"{CHAIN_VERSION_AMENDED}\n{prev_hash}\n{canonical_json(summary)}\n{canonical_json(bound)}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass
@@ -149,6 +160,7 @@ def extend(conn: Connection, rows: list[LedgerRow]) -> list[LedgerRow]:
     out: list[LedgerRow] = []
     superseded: list[dict[str, Any]] = []
     for r in rows:
+        amended: dict[str, Any] | None = None
         old = stored.get(r.request_id)
         if old is not None and not replaces(r.status, old.status):
             continue
@@ -156,13 +168,14 @@ def extend(conn: Connection, rows: list[LedgerRow]) -> list[LedgerRow]:
             out.append(dataclasses.replace(r, chain_seq=None, prev_hash=None, row_hash=None, timeline_sha256=None))
             continue
         if old is not None and old.chain_seq is not None and old.row_hash is not None:
-            superseded.append({"partition": old.tenant, "seq": old.chain_seq, "request_id": r.request_id,
-                               "row_hash": old.row_hash, "prev_hash": old.prev_hash or GENESIS,
-                               "old_status": old.status, "superseded_at": utcnow()})
+            amended = {"partition": old.tenant, "seq": old.chain_seq, "request_id": r.request_id,
+                       "row_hash": old.row_hash, "prev_hash": old.prev_hash or GENESIS,
+                       "old_status": old.status, "superseded_at": utcnow()}
+            superseded.append(amended)
         head = heads[r.tenant]
         chained = dataclasses.replace(r, chain_seq=head.seq + 1, prev_hash=head.hash, row_hash=None,
                                       timeline_sha256=timeline_digest(r.timeline))
-        chained.row_hash = row_hash(head.hash, vars(chained))
+        chained.row_hash = row_hash(head.hash, vars(chained), amended)
         head.seq, head.hash, head.request_id = chained.chain_seq or 0, chained.row_hash, r.request_id
         out.append(chained)
     if superseded:

@@ -11,6 +11,9 @@
   this legitimate prune and still fails on any other deletion. The run is verified first: a prune
   never deletes (and so never hides) a broken part of the chain; that tenant is skipped and named.
   Rows without a chain position (before migration 0004) older than the cutoff are deleted as well.
+  With an HMAC key (FINSERVE_LEDGER_HMAC_KEY) the checkpoint is signed (gateway/ledger/checkpoints.py).
+  A superseded entry in the run is deleted with it only when its request's row is deleted too: a
+  remaining row's hash binds the entry.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, null, select, u
 from core.db.base import utcnow
 from core.db.models import RUNNING_STATUS
 from gateway.ledger.chain import LEDGER, SUPERSEDED, lock_heads
+from gateway.ledger.checkpoints import checkpoint_mac
 from gateway.ledger.verify import CHECKPOINTS, Problem, chain_base, check_positions, read_head
 
 
@@ -57,12 +61,12 @@ def drop_timelines(conn: Connection, before: datetime, *, dry_run: bool = False)
 
 
 def prune(engine: Engine, *, older_than: datetime | None, timelines_older_than: datetime | None,
-          dry_run: bool = False) -> PruneResult:
+          dry_run: bool = False, hmac_key: bytes | None = None) -> PruneResult:
     result = PruneResult(dry_run=dry_run, older_than=older_than.isoformat() if older_than else None,
                          timelines_older_than=timelines_older_than.isoformat() if timelines_older_than else None)
     with engine.begin() as conn:
         if older_than is not None:
-            _prune_rows(conn, older_than, result)
+            _prune_rows(conn, older_than, result, hmac_key)
         if timelines_older_than is not None:
             result.timelines_dropped = drop_timelines(conn, timelines_older_than, dry_run=dry_run)
         if dry_run:
@@ -70,11 +74,11 @@ def prune(engine: Engine, *, older_than: datetime | None, timelines_older_than: 
     return result
 
 
-def _prune_rows(conn: Connection, before: datetime, result: PruneResult) -> None:
+def _prune_rows(conn: Connection, before: datetime, result: PruneResult, hmac_key: bytes | None) -> None:
     tenants = sorted(set(conn.scalars(select(LEDGER.c.tenant).where(LEDGER.c.chain_seq.is_not(None)).distinct())))
     lock_heads(conn, tenants)  # writers of these tenants wait until the prune commits
     for p in tenants:
-        _prune_partition(conn, p, before, result)
+        _prune_partition(conn, p, before, result, hmac_key)
     # Unchained: final rows from before migration 0004, and `running` rows no gateway came back for.
     old_unchained = (LEDGER.c.arrival_at < before) & LEDGER.c.chain_seq.is_(None)
     if result.dry_run:
@@ -83,7 +87,8 @@ def _prune_rows(conn: Connection, before: datetime, result: PruneResult) -> None
         result.unchained_deleted = int(conn.execute(delete(LEDGER).where(old_unchained)).rowcount or 0)
 
 
-def _prune_partition(conn: Connection, p: str, before: datetime, result: PruneResult) -> None:
+def _prune_partition(conn: Connection, p: str, before: datetime, result: PruneResult,
+                     hmac_key: bytes | None) -> None:
     base, head = chain_base(conn, p), read_head(conn, p)
     if head is None:
         return
@@ -102,10 +107,13 @@ def _prune_partition(conn: Connection, p: str, before: datetime, result: PruneRe
     n = int(conn.scalar(select(func.count()).select_from(LEDGER).where(in_run)) or 0)
     checkpoint = {"partition": p, "seq": last, "row_hash": anchor, "rows_pruned": n, "older_than": before,
                   "created_at": utcnow()}
+    checkpoint["mac"] = checkpoint_mac(hmac_key, checkpoint) if hmac_key is not None else None
     result.rows_deleted += n
-    result.checkpoints.append({"partition": p, "seq": last, "row_hash": anchor, "rows_pruned": n})
+    result.checkpoints.append({"partition": p, "seq": last, "row_hash": anchor, "rows_pruned": n,
+                               "signed": hmac_key is not None})
     if result.dry_run:
         return
+    conn.execute(delete(SUPERSEDED).where(SUPERSEDED.c.partition == p, SUPERSEDED.c.seq <= last,
+                                          SUPERSEDED.c.request_id.in_(select(LEDGER.c.request_id).where(in_run))))
     conn.execute(delete(LEDGER).where(in_run))
-    conn.execute(delete(SUPERSEDED).where(SUPERSEDED.c.partition == p, SUPERSEDED.c.seq <= last))
     conn.execute(insert(CHECKPOINTS), [checkpoint])

@@ -11,10 +11,18 @@ For every chain position in the range checked, per partition (tenant):
 - at the end of the range: the head must name the last position and its hash (**missing_rows_at_end**
   when the last rows were deleted, **head_mismatch** when rows lie beyond the head or it disagrees);
   a range that ends before the head links into the next position, which must exist.
+- every superseded position (an `interrupted` row chained again later) must belong to a request that
+  is chained again at a later position with a final status, whose hash binds that position
+  (chain.row_hash `supersedes`): otherwise an **unfounded_supersession** (a deleted row disguised as
+  superseded). Accepted ones are listed as `amendments`;
+- every prune checkpoint must be consistent (positions increasing, cutoff not after its creation) and,
+  given the HMAC key, carry its valid mac: otherwise a **forged_checkpoint**. Accepted ones are listed
+  as `prunes`, with `authenticated` true only when the key checked their mac.
 Final rows with no chain position (written before migration 0004) are counted as unchained.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -24,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from core.db.models import RUNNING_STATUS, LedgerChainCheckpoint
 from gateway.ledger.chain import GENESIS, HASHED_FIELDS, HEADS, LEDGER, SUPERSEDED, Head, row_hash, timeline_digest
+from gateway.ledger.checkpoints import mac_ok
 
 CHECKPOINTS = cast(Table, LedgerChainCheckpoint.__table__)
 CHUNK = 5000  # chain positions read at a time
@@ -33,6 +42,7 @@ Db = Connection | Session
 @dataclass(frozen=True)
 class Problem:
     kind: str  # edited | timeline_edited | missing_predecessor | broken_link | missing_rows_at_end | head_mismatch
+    #            | unfounded_supersession | forged_checkpoint
     partition: str
     seq: int | None
     request_id: str | None
@@ -49,6 +59,11 @@ class Verification:
     # Each tenant's head (last position and hash): copy them somewhere the database's writers cannot reach,
     # and a rewrite of a whole chain (which verify alone cannot see) shows as a head that changed.
     heads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What verify accepted that is not a plain chain position: superseded positions (each with the position
+    # its request was chained again at) and prune checkpoints (authenticated: its mac checked with the key).
+    amendments: list[dict[str, Any]] = field(default_factory=list)
+    prunes: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints_authenticated: bool = False  # True: verified with FINSERVE_LEDGER_HMAC_KEY
 
     @property
     def ok(self) -> bool:
@@ -57,7 +72,9 @@ class Verification:
     def to_dict(self) -> dict[str, Any]:
         return {"verified": self.ok, "rows_checked": self.rows_checked, "rows_unchained": self.rows_unchained,
                 "partitions": self.partitions, "window": self.window,
-                "problems": [asdict(p) for p in self.problems], "heads": self.heads}
+                "problems": [asdict(p) for p in self.problems], "heads": self.heads,
+                "amendments": self.amendments, "prunes": self.prunes,
+                "checkpoints_authenticated": self.checkpoints_authenticated}
 
 
 @dataclass(frozen=True)
@@ -80,13 +97,19 @@ def read_head(db: Db, partition: str) -> Head | None:
 
 
 def verify_ledger(db: Db, *, tenant: str | None = None, since: datetime | None = None,
-                  until: datetime | None = None, check_timelines: bool = True) -> Verification:
+                  until: datetime | None = None, check_timelines: bool = True,
+                  hmac_key: bytes | None = None) -> Verification:
     """Check every tenant's chain (or `tenant`'s); with `since`/`until`, the chain positions of the rows
-    that arrived in [since, until), with their links to the positions around them."""
+    that arrived in [since, until), with their links to the positions around them. With `hmac_key`,
+    every prune checkpoint must carry its mac."""
     windowed = since is not None or until is not None
     result = Verification(window={"since": since.isoformat() if since else None,
-                                  "until": until.isoformat() if until else None})
+                                  "until": until.isoformat() if until else None},
+                          checkpoints_authenticated=hmac_key is not None)
     for p in _partitions(db, tenant):
+        prunes, problems = check_checkpoints(db, p, hmac_key)
+        result.prunes += prunes
+        result.problems += problems
         base, head = chain_base(db, p), read_head(db, p)
         if windowed:
             lo, hi = _window_range(db, p, base, since, until)
@@ -100,7 +123,8 @@ def verify_ledger(db: Db, *, tenant: str | None = None, since: datetime | None =
                 result.problems.append(Problem("missing_rows_at_end", p, head.seq, head.request_id,
                                                f"the head names position {head.seq} but no row is chained"))
             continue
-        checked, problems = check_positions(db, p, lo, hi, base, head, check_timelines=check_timelines)
+        checked, problems = check_positions(db, p, lo, hi, base, head, check_timelines=check_timelines,
+                                            amendments=result.amendments)
         result.rows_checked += checked
         result.problems += problems
     result.rows_unchained = _unchained(db, tenant, since, until)
@@ -108,25 +132,35 @@ def verify_ledger(db: Db, *, tenant: str | None = None, since: datetime | None =
 
 
 def check_positions(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | None, *,
-                    check_timelines: bool = True) -> tuple[int, list[Problem]]:
-    """Check positions lo..hi of partition `p` and the links at both ends, CHUNK positions in memory at a time."""
+                    check_timelines: bool = True,
+                    amendments: list[dict[str, Any]] | None = None) -> tuple[int, list[Problem]]:
+    """Check positions lo..hi of partition `p` and the links at both ends, CHUNK positions in memory at a time.
+
+    Superseded positions found valid are appended to `amendments`."""
     total, found, gap = 0, [], None
+    superseded = _superseded_by_request(db, p)
     for start in range(lo, hi + 1, CHUNK):
         end = min(hi, start + CHUNK - 1)
         checked, problems, gap = check_range(db, p, start, end, base, head, check_timelines=check_timelines,
-                                             gap_from=gap, last=end == hi)
+                                             gap_from=gap, last=end == hi, superseded=superseded,
+                                             amendments=amendments)
         total += checked
         found += problems
     return total, found
 
 
 def check_range(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | None, *, check_timelines: bool = True,
-                gap_from: int | None = None, last: bool = True) -> tuple[int, list[Problem], int | None]:
+                gap_from: int | None = None, last: bool = True,
+                superseded: dict[str, list[dict[str, Any]]] | None = None,
+                amendments: list[dict[str, Any]] | None = None) -> tuple[int, list[Problem], int | None]:
     """Check positions lo..hi of partition `p` (lo > base.seq), the link into lo and, when `last`, the end.
 
-    `gap_from`: where a run of missing positions started in the slice before this one; returned for the next."""
+    `gap_from`: where a run of missing positions started in the slice before this one; returned for the next.
+    `superseded`: the partition's superseded entries by request id (read here when not given)."""
     rows, sups = _load(db, p, lo - 1, hi + 1, check_timelines)
-    problems: list[Problem] = []
+    by_request = superseded if superseded is not None else _superseded_by_request(db, p)
+    problems = _supersession_problems(db, p, [sups[s] for s in sorted(sups) if lo <= s <= hi], by_request,
+                                      amendments)
 
     def hash_at(s: int) -> str | None:
         if s in rows:
@@ -147,7 +181,7 @@ def check_range(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | None,
             continue
         if s in rows:
             checked += 1
-            problems += _row_problems(p, rows[s], check_timelines)
+            problems += _row_problems(p, rows[s], check_timelines, by_request.get(rows[s]["request_id"], []))
         prev = hash_at(s - 1)
         if prev is None:
             first = gap_from if gap_from is not None else s - 1
@@ -194,15 +228,92 @@ def _span(a: int, b: int) -> str:
     return str(a) if a == b else f"{a}-{b}"
 
 
-def _row_problems(p: str, row: dict[str, Any], check_timelines: bool) -> list[Problem]:
+def _hash_holds(row: Mapping[str, Any], superseded: list[dict[str, Any]]) -> bool:
+    """The row's stored hash is its columns' hash: plain, or binding one earlier position of its request."""
+    if row["prev_hash"] is None:
+        return False
+    bindings: list[Mapping[str, Any] | None] = [None]
+    bindings += [s for s in superseded if s["seq"] < (row["chain_seq"] or 0)]
+    return any(row_hash(row["prev_hash"], row, s) == row["row_hash"] for s in bindings)
+
+
+def _row_problems(p: str, row: dict[str, Any], check_timelines: bool,
+                  superseded: list[dict[str, Any]]) -> list[Problem]:
     out = []
-    if row["prev_hash"] is None or row_hash(row["prev_hash"], row) != row["row_hash"]:
+    if not _hash_holds(row, superseded):
         out.append(Problem("edited", p, row["chain_seq"], row["request_id"],
                            "its columns do not match its hash: the row was edited after it was written"))
     if check_timelines and row.get("timeline") is not None and timeline_digest(row["timeline"]) != row["timeline_sha256"]:
         out.append(Problem("timeline_edited", p, row["chain_seq"], row["request_id"],
                            "its timeline does not match the digest chained with it"))
     return out
+
+
+def _supersession_problems(db: Db, p: str, entries: list[dict[str, Any]], by_request: dict[str, list[dict[str, Any]]],
+                           amendments: list[dict[str, Any]] | None) -> list[Problem]:
+    """Each superseded position must be an `interrupted` row whose request is chained again later, final,
+    with a hash that binds this very entry; a valid one is listed in `amendments`."""
+    if not entries:
+        return []
+    finals = _rows_by_request(db, p, sorted({e["request_id"] for e in entries}))
+    out: list[Problem] = []
+    for e in entries:
+        row = finals.get(e["request_id"])
+        why = _unfounded(e, row)
+        if why is not None:
+            out.append(Problem("unfounded_supersession", p, e["seq"], e["request_id"],
+                               f"position {e['seq']} is marked superseded, but {why}: a row deleted and "
+                               "disguised as superseded, or the entry was edited"))
+        elif amendments is not None:
+            assert row is not None
+            amendments.append({"partition": p, "seq": e["seq"], "request_id": e["request_id"],
+                               "old_status": e["old_status"], "rechained_at": row["chain_seq"],
+                               "status": row["status"], "superseded_at": _iso(e["superseded_at"])})
+    return out
+
+
+def _unfounded(entry: Mapping[str, Any], row: Mapping[str, Any] | None) -> str | None:
+    """Why a superseded entry is not a legitimate amendment (None: it is one)."""
+    if entry["old_status"] != "interrupted":
+        return f"only an interrupted row is ever chained again (its old status reads {entry['old_status']!r})"
+    if row is None or row["chain_seq"] is None:
+        return "its request has no chained row in this tenant"
+    if row["chain_seq"] <= entry["seq"] or row["status"] in (RUNNING_STATUS, "interrupted"):
+        return (f"its request's row (position {row['chain_seq']}, {row['status']}) is not a final row chained "
+                "after it")
+    if row["prev_hash"] is None or row_hash(row["prev_hash"], row, entry) != row["row_hash"]:
+        return f"the hash of its request's row (position {row['chain_seq']}) does not bind this position"
+    return None
+
+
+def _iso(v: Any) -> str | None:
+    return v.isoformat() if isinstance(v, datetime) else None
+
+
+def check_checkpoints(db: Db, p: str, hmac_key: bytes | None) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """The partition's prune checkpoints, oldest first: those accepted, and the problems of the others."""
+    cps = db.execute(select(CHECKPOINTS).where(CHECKPOINTS.c.partition == p).order_by(CHECKPOINTS.c.id)).mappings()
+    accepted: list[dict[str, Any]] = []
+    problems: list[Problem] = []
+    last_seq = 0
+    for cp in cps:
+        why = None
+        if cp["seq"] <= last_seq:
+            why = f"its position {cp['seq']} is not after the previous checkpoint's ({last_seq})"
+        elif cp["older_than"] > cp["created_at"]:
+            why = "its cutoff is later than the time it was made"
+        elif hmac_key is not None and not mac_ok(hmac_key, cp):
+            why = ("its mac is missing or wrong under FINSERVE_LEDGER_HMAC_KEY (made up, edited, or made by a "
+                   "prune without the key)")
+        last_seq = max(last_seq, cp["seq"])
+        if why is not None:
+            problems.append(Problem("forged_checkpoint", p, cp["seq"], None, f"the checkpoint at position "
+                                    f"{cp['seq']} cannot be trusted: {why}; it may hide deleted rows"))
+            continue
+        accepted.append({"partition": p, "seq": cp["seq"], "rows_pruned": cp["rows_pruned"],
+                         "older_than": _iso(cp["older_than"]), "created_at": _iso(cp["created_at"]),
+                         "authenticated": hmac_key is not None})
+    return accepted, problems
 
 
 def _partitions(db: Db, tenant: str | None) -> list[str]:
@@ -237,6 +348,20 @@ def _load(db: Db, p: str, lo: int, hi: int, timelines: bool) -> tuple[dict[int, 
     rows = db.execute(select(*cols).where(LEDGER.c.tenant == p, LEDGER.c.chain_seq.between(lo, hi))).mappings()
     sups = db.execute(select(SUPERSEDED).where(SUPERSEDED.c.partition == p, SUPERSEDED.c.seq.between(lo, hi))).mappings()
     return {r["chain_seq"]: dict(r) for r in rows}, {s["seq"]: dict(s) for s in sups}
+
+
+def _superseded_by_request(db: Db, p: str) -> dict[str, list[dict[str, Any]]]:
+    """Every superseded entry of the partition by request id (few: only interrupted requests have one)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for s in db.execute(select(SUPERSEDED).where(SUPERSEDED.c.partition == p)).mappings():
+        out.setdefault(s["request_id"], []).append(dict(s))
+    return out
+
+
+def _rows_by_request(db: Db, p: str, request_ids: list[str]) -> dict[str, dict[str, Any]]:
+    cols = [LEDGER.c[n] for n in HASHED_FIELDS] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
+    rows = db.execute(select(*cols).where(LEDGER.c.tenant == p, LEDGER.c.request_id.in_(request_ids))).mappings()
+    return {r["request_id"]: dict(r) for r in rows}
 
 
 def _unchained(db: Db, tenant: str | None, since: datetime | None, until: datetime | None) -> int:

@@ -7,6 +7,8 @@ client sent its own), so a client can look the request up at /v1/requests/{id}. 
 """
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -150,11 +152,10 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     _check_model(body, service)
     if body.top_logprobs and not body.logprobs:
         raise APIError("invalid_request", "top_logprobs needs logprobs: true", param="top_logprobs")
-    calls = tool_schema(body)
-    inp = InferenceInput(route="chat", prompt=_chat_prompt(body), max_tokens=body.output_limit,
-                         sampling=sampling_params(body, logprobs=body.num_logprobs, tool_schema=calls),
-                         explicit_class=explicit_class(body.workload_class, x_workload_class),
-                         temperature_unset=body.temperature is None)
+    # Tool and output schemas are built and checked in a worker thread when there are any: 500 tools or a
+    # 10,000-item enum take a second, during which the event loop would answer nobody.
+    build = functools.partial(_chat_input, body, explicit_class(body.workload_class, x_workload_class))
+    calls, inp = await asyncio.to_thread(build) if body.tools or _constrained(body) else build()
     choices = await prepare_choices(service, ctx, key, [inp], body.n)
     tok = service.client.tokenizer
     if body.stream:
@@ -170,6 +171,19 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
         id=ctx.request_id, created=int(ctx.arrival_time), model=service.model_name, choices=out,
         usage=usage(choices, [d.metrics for d in done]), timings=Timings.of(done[0].metrics),
         workload_class=choices[0].admitted.cls.name)
+
+
+def _constrained(body: ChatCompletionRequest) -> bool:
+    return any(f is not None for f in (body.response_format, body.guided_json, body.guided_choice,
+                                       body.structured_outputs))
+
+
+def _chat_input(body: ChatCompletionRequest, workload_class: str | None) -> tuple[str | None, InferenceInput]:
+    """The tool-call schema (None without forced tools) and the request as the service takes it."""
+    calls = tool_schema(body)
+    return calls, InferenceInput(route="chat", prompt=_chat_prompt(body), max_tokens=body.output_limit,
+                                 sampling=sampling_params(body, logprobs=body.num_logprobs, tool_schema=calls),
+                                 explicit_class=workload_class, temperature_unset=body.temperature is None)
 
 
 def _message(body: ChatCompletionRequest, text: str, is_call: bool) -> AssistantMessage:

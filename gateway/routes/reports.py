@@ -4,6 +4,8 @@ The report is an operator's view: it covers every tenant (with a per-tenant brea
 unless `tenant=` narrows it. The window ends at `until` (default now) and starts at
 `since`, or `window` before the end (a duration such as 24h or 28d; default 28 days,
 the rolling window error budgets are judged over). Times without a zone are UTC.
+Bounds (400 `invalid_request` past them): times from 1970-01-01 to 9000-01-01, a window of at most
+MAX_WINDOW (10 years), so no date arithmetic can overflow.
 """
 from __future__ import annotations
 
@@ -19,19 +21,34 @@ from gateway.deps import AdminDep, StateDep, run_db
 from gateway.reports import DEFAULT_WINDOW, MEDIA_TYPES, build_report, parse_duration, render_report
 
 router = APIRouter(tags=["reports"])
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
+MAX_WINDOW = timedelta(days=3660)
+_TIME_HELP = "ISO 8601 (UTC when no zone is given), from 1970-01-01 to 9000-01-01"
 
 
-def _utc(t: datetime | None) -> datetime | None:
-    return None if t is None else t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+def _utc(t: datetime | None, param: str) -> datetime | None:
+    """`t` as an aware UTC time, inside [EARLIEST, LATEST)."""
+    if t is None:
+        return None
+    t = t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+    try:
+        inside = EARLIEST <= t < LATEST
+    except OverflowError:  # an offset that moves the time past year 1 or 9999
+        inside = False
+    if not inside:
+        raise APIError("invalid_request", f"{param} must be from {EARLIEST.date()} to {LATEST.date()}", param=param)
+    return t
 
 
 @router.get("/slo/report", responses={200: {"content": {m: {} for m in MEDIA_TYPES.values()}}, **ERROR_RESPONSES})
 async def slo_report(
     key: AdminDep,
     state: StateDep,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    window: Annotated[str | None, Query(description="duration before `until`, e.g. 24h or 28d")] = None,
+    since: Annotated[datetime | None, Query(description=_TIME_HELP)] = None,
+    until: Annotated[datetime | None, Query(description=_TIME_HELP + "; default now")] = None,
+    window: Annotated[str | None, Query(description="duration before `until`, e.g. 24h or 28d; at most 3660d",
+                                        max_length=32)] = None,
     workload_class: Annotated[str | None, Query(alias="class")] = None,
     tenant: str | None = None,
     format: Literal["json", "csv", "html"] = "json",
@@ -41,8 +58,8 @@ async def slo_report(
                        f"{', '.join(sorted(state.policy.classes))}")
     if since is not None and window is not None:
         raise APIError("invalid_request", "give since or window, not both")
-    end = _utc(until) or utcnow()
-    start = _utc(since) or end - _window(window)
+    end = _utc(until, "until") or utcnow()
+    start = _utc(since, "since") or end - _window(window)
     if end <= start:
         raise APIError("invalid_request", "until must be after since")
     report = await run_db(state, lambda s: build_report(s, start, end, workload_class=workload_class, tenant=tenant))
@@ -53,6 +70,9 @@ def _window(text: str | None) -> timedelta:
     if text is None:
         return DEFAULT_WINDOW
     try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise APIError("invalid_request", f"window: {exc}") from None
+        window = parse_duration(text)
+    except (ValueError, OverflowError) as exc:
+        raise APIError("invalid_request", f"window: {exc}", param="window") from None
+    if window > MAX_WINDOW:
+        raise APIError("invalid_request", f"window: at most {MAX_WINDOW.days}d", param="window")
+    return window

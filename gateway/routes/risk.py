@@ -17,6 +17,7 @@ from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, TenantDep
 from gateway.prompts import risk_messages, verdict_messages
+from gateway.sampling import schema_text
 from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.schemas.risk import RiskAssessment, RiskAssessRequest
 from gateway.service import InferenceInput, Prompt
@@ -70,5 +71,7 @@ def _verdict_schema(body: RiskAssessRequest, class_schema: str) -> str | None:
     if body.format == "text":
         return None
     if body.response_schema is not None:
+        # Checked like the OpenAI routes' schemas (depth, JSON Schema meta-schema) before a prompt is built from it.
+        schema_text(body.response_schema, "response_schema")
         return json.dumps(body.response_schema, separators=(",", ":"), ensure_ascii=False)
     return class_schema or None

@@ -7,24 +7,23 @@ as vLLM has them), and `GET /v1/models/{id}` (OpenAI's single-model lookup).
 from __future__ import annotations
 
 import asyncio
+import json
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Response
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict
 
 from core.web.errors import APIError
-from core.web.responses import ERROR_RESPONSES
+from core.web.responses import ERROR_RESPONSES, parse_body, request_body
 from core.web.text import EdgeModel
 from gateway.deps import ServiceDep, StateDep, TenantDep
+from gateway.schemas.common import TokenId
 from gateway.schemas.openai import ModelCard
 from gateway.service import InferenceService
 
 router = APIRouter(tags=["utility"])  # mounted at the root, where vLLM has these
 models_router = APIRouter(tags=["openai"])  # mounted under /v1
-
-TokenId = Annotated[int, Field(ge=0, lt=2**31)]
-
 
 class UtilityModel(EdgeModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -37,6 +36,10 @@ class ChatTurn(UtilityModel):
 
 class TokenizeRequest(UtilityModel):
     """Exactly one of `prompt` (text) and `messages` (rendered with the model's chat template)."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": [  # the rule tokenize() checks, stated in the schema
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
+        {"required": ["messages"], "properties": {"messages": {"type": "array"}}}]})
 
     model: str | None = None
     prompt: str | None = None
@@ -107,19 +110,52 @@ async def tokenize(body: TokenizeRequest, key: TenantDep, service: ServiceDep) -
         ids = await asyncio.to_thread(_tokenize, service, body)  # long texts never stall the event loop
     except Exception as exc:  # a template that refuses the conversation (e.g. roles out of order)
         raise APIError("invalid_request", f"messages do not fit the model's chat template: {exc}") from None
-    strs = [service.client.tokenizer.decode([t], skip_special_tokens=False) for t in ids] \
-        if body.return_token_strs else None
+    strs = await asyncio.to_thread(_token_strs, service, ids) if body.return_token_strs else None
     return TokenizeResponse(count=len(ids), max_model_len=service.max_model_len, tokens=ids, token_strs=strs)
 
 
-@router.post("/detokenize", response_model=DetokenizeResponse, responses=ERROR_RESPONSES)
-async def detokenize(body: DetokenizeRequest, key: TenantDep, service: ServiceDep) -> DetokenizeResponse:
-    _check_model(body.model, service)
+@router.post("/detokenize", response_model=DetokenizeResponse, responses=ERROR_RESPONSES,
+             openapi_extra=request_body(DetokenizeRequest))
+async def detokenize(request: Request, key: TenantDep, service: ServiceDep) -> DetokenizeResponse:
+    # A body of millions of ids takes a second to parse, validate and decode: all of it in a worker thread
+    # (the body is read here, without parsing), so the event loop never waits on it.
+    raw = await request.body()
+    return DetokenizeResponse(prompt=await asyncio.to_thread(_detokenize, service, raw))
+
+
+def _detokenize(service: InferenceService, raw: bytes) -> str:
+    ids = _plain_ids(raw)
+    if ids is None:  # a `model` to check, or not a plain list of integers: the model says what is wrong
+        body = parse_body(DetokenizeRequest, raw)
+        _check_model(body.model, service)
+        ids = body.tokens
     tok = service.client.tokenizer
-    bad = [t for t in body.tokens if t >= tok.vocab_size]
-    if bad:
-        raise APIError("invalid_request", f"token ids outside the vocabulary of {tok.vocab_size}: {bad[:5]}")
-    return DetokenizeResponse(prompt=tok.decode(list(body.tokens), skip_special_tokens=False))
+    if ids and (min(ids) < 0 or max(ids) >= tok.vocab_size):
+        bad = [t for t in ids if not 0 <= t < tok.vocab_size]
+        raise APIError("invalid_request", f"token ids outside the vocabulary of {tok.vocab_size}: {bad[:5]}",
+                       param="tokens")
+    # decode_batch, not decode: the tokenizers library lets go of the GIL only in its batch calls, so a decode of
+    # a million ids (~1 s) in this thread would still stall the event loop's thread.
+    return tok.backend.decode_batch([ids], skip_special_tokens=False)[0]
+
+
+def _plain_ids(raw: bytes) -> list[int] | None:
+    """The ids of a body whose `tokens` is a list of plain integers (the other fields checked by the model),
+    else None. Checked with C-level builtins: pydantic (and any per-item Python) would hold the interpreter
+    for a second on a million ids, and the event loop's thread waits for it."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, list) or (tokens and set(map(type, tokens)) != {int}):
+        return None
+    rest = parse_body(DetokenizeRequest, json.dumps({**data, "tokens": []}).encode())
+    return tokens if rest.model is None else None
+
+
+def _token_strs(service: InferenceService, ids: list[int]) -> list[str]:
+    return service.client.tokenizer.backend.decode_batch([[t] for t in ids], skip_special_tokens=False)
 
 
 @models_router.get("/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)

@@ -37,9 +37,12 @@ TopP = Annotated[float, Field(gt=0.0, le=1.0)]
 TopK = Annotated[int, Field(ge=-1, lt=INT32_LIMIT)]  # vLLM: -1 or 0 disables
 RepetitionPenalty = Annotated[float, Field(ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY)]
 OpenAIPenalty = Annotated[float, Field(ge=-2.0, le=2.0)]  # OpenAI's range (finserve refuses non-zero ones)
-MaxTokens = Annotated[int, Field(ge=1, lt=INT32_LIMIT)]
+# The app's /openapi.json replaces the upper bound of a field marked BOUND_KEY with the served limit (gateway/app.py):
+# the vocabulary for token ids, the largest class max_output_tokens for max_tokens.
+BOUND_KEY = "x-finserve-bound"
+MaxTokens = Annotated[int, Field(ge=1, lt=INT32_LIMIT, json_schema_extra={BOUND_KEY: "max_tokens"})]
 TokenCount = Annotated[int, Field(ge=0, lt=INT32_LIMIT)]
-TokenId = Annotated[int, Field(ge=0, lt=INT32_LIMIT)]
+TokenId = Annotated[int, Field(ge=0, lt=INT32_LIMIT, json_schema_extra={BOUND_KEY: "token_id"})]
 ClassName = Annotated[str, Field(pattern=CLASS_NAME_PATTERN)]
 WorkloadClassHeader = Annotated[str | None, Header(
     alias="X-Workload-Class", pattern=CLASS_NAME_PATTERN,

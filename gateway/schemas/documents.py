@@ -10,7 +10,7 @@ from gateway.schemas.common import MaxTokens, Temperature, Timings, Usage
 
 
 class DocumentCreate(EdgeModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "stream": 0 is not a bool (as on the OpenAI routes)
 
     text: StoredStr = Field(min_length=1)
     title: StoredStr = Field("", max_length=512)
@@ -24,7 +24,7 @@ class DocumentPublic(BaseModel):
 
 
 class QuestionCreate(EdgeModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "stream": 0 is not a bool (as on the OpenAI routes)
 
     question: str = Field(min_length=1, max_length=4000)
     max_tokens: MaxTokens | None = Field(None, description="Default: the gateway's question_max_tokens setting.")

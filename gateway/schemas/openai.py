@@ -100,7 +100,7 @@ class SamplingFields(EdgeModel):
     presence_penalty: OpenAIPenalty | None = None
     frequency_penalty: OpenAIPenalty | None = None
     logit_bias: dict[str, LogitBias] | None = None  # token id (as a string, OpenAI's form) -> bias
-    user: str | None = None  # OpenAI's end-user id: logged, never used to decide anything
+    user: str | None = None  # OpenAI's end-user id: accepted, neither logged nor stored, never used to decide anything
     workload_class: ClassName | None = None  # finserve: explicit class (like the X-Workload-Class header)
     # vLLM's structured output (one constraint per request, response_format included)
     guided_json: dict[str, Any] | str | None = None

@@ -13,11 +13,11 @@ DEFAULT_QUESTION = "How risky is this event? Answer with a risk level (low, medi
 
 
 class RiskEvent(EdgeModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "stream": 0 is not a bool (as on the OpenAI routes)
 
     event_type: str = Field(min_length=1, max_length=64, examples=["wire_transfer"])
     event_id: str | None = Field(None, max_length=128)
-    timestamp: datetime | None = None
+    timestamp: datetime | None = Field(None, strict=False)  # JSON has no datetime: ISO 8601 text is parsed
     entity: str | None = Field(None, max_length=256, description="Account, counterparty or instrument.")
     amount: float | None = None
     currency: str | None = Field(None, pattern=r"^[A-Z]{3}$")
@@ -26,7 +26,7 @@ class RiskEvent(EdgeModel):
 
 
 class RiskAssessRequest(EdgeModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "stream": 0 is not a bool (as on the OpenAI routes)
 
     event: RiskEvent
     question: str = Field(DEFAULT_QUESTION, min_length=1, max_length=2000)
