@@ -9,7 +9,7 @@ One step (`schedule`), under `max_num_batched_tokens` and `max_num_seqs`:
   3. if class reserves held tokens back that their classes could not use, the reserves are
      dropped and 1-2 run again over what was skipped.
 Rank: promoted requests (see the starvation guarantee) first, then class priority (higher
-first), then arrival. Every behaviour comes from ClassPolicy values (engine/request_queue.py
+first), then weighted fair queueing over the class's tenants, then arrival (engine/request_queue.py). Every behaviour comes from ClassPolicy values (engine/request_queue.py
 turns them into ClassRules per mode); no class name is ever tested here.
 
 Class rules
@@ -92,7 +92,7 @@ class Scheduler:
         }
         budget = ClassKVBudget(num_blocks, shares)
         self.kv = KVCacheManager(num_blocks, config.block_size, budget, config.enable_prefix_caching)
-        self.waiting = create_request_queue(self.mode, self.rules)
+        self.waiting = create_request_queue(self.mode, self.rules, config.policy)
         self.running: dict[str, EngineRequest] = {}
         self.admission = Admission(config.policy, max_model_len, config.block_size)
         self.starvation_steps = starvation_steps
@@ -113,7 +113,8 @@ class Scheduler:
         if req.request_id in self._requests:
             self.admission.reject_duplicate(cp.name, req.request_id)
         max_blocks = self.kv.budget.max_usable(cp.name)
-        self.admission.check(req, cp, max_kv_blocks=max_blocks, waiting=self.waiting.count(cp.name))
+        self.admission.check(req, cp, max_kv_blocks=max_blocks, waiting=self.waiting.count(cp.name),
+                             tenant_waiting=self.waiting.count_tenant(cp.name, req.tenant))
         req.status = RequestStatus.WAITING
         self._finished.pop(req.request_id, None)
         self._requests[req.request_id] = req
@@ -332,7 +333,7 @@ class Scheduler:
             req.num_cached_tokens = num_cached
         req.num_computed_tokens = num_cached
         req.status = RequestStatus.RUNNING
-        self.waiting.remove(req)
+        self.waiting.start(req)
         self.running[req.request_id] = req
         if self._caching(req):
             self.kv.record_prefix_lookup(req.num_tokens, num_cached)

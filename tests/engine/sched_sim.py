@@ -71,12 +71,13 @@ class Sim:
         self.scripted: dict[str, list[int]] = {}  # request id -> tokens the fake model samples next
 
     def add(
-        self, rid: str, prompt: int | list[int], cls: str, *, max_tokens: int = 4, salt: str = "", **sampling
+        self, rid: str, prompt: int | list[int], cls: str, *, max_tokens: int = 4, salt: str = "", tenant: str = "",
+        **sampling,
     ) -> EngineRequest:
         tokens = list(range(1, prompt + 1)) if isinstance(prompt, int) else list(prompt)
         req = EngineRequest(
             rid, tokens, SamplingParams(max_tokens=max_tokens, **sampling), workload_class=cls, cache_salt=salt,
-            arrival_time=float(next(self.clock)),
+            tenant=tenant, arrival_time=float(next(self.clock)),
         )  # fmt: skip
         self.sched.add_request(req)
         return req
