@@ -51,6 +51,7 @@ class ClassRules:
     prefix_caching: bool
     prefill_isolation: bool = False  # while it prefills, lower classes get no prefill tokens
     shield_prefill_tokens: int = -1  # while it runs, lower classes' prefill tokens per step (-1: no cap)
+    shield_chunk_tokens: int = -1  # in every step, lower classes' prefill cost (token-equivalents; -1: no cap)
 
 
 def resolve_class_rules(policy: Policy, mode: SchedulingMode, max_num_seqs: int) -> dict[str, ClassRules]:
@@ -60,7 +61,7 @@ def resolve_class_rules(policy: Policy, mode: SchedulingMode, max_num_seqs: int)
             rules[c.name] = ClassRules(
                 c.name, c.priority, min(c.max_running, max_num_seqs), c.step_token_share,
                 c.kv_min_share, c.kv_max_share, c.preemptible, c.prefix_caching, c.prefill_isolation,
-                c.shield_prefill_tokens,
+                c.shield_prefill_tokens, c.shield_chunk_tokens,
             )  # fmt: skip
         else:
             rules[c.name] = ClassRules(c.name, 0, max_num_seqs, 0.0, 0.0, 1.0, True, c.prefix_caching)

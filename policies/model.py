@@ -67,6 +67,13 @@ class ClassPolicy:
     shield_prefill_tokens: int = field(default=-1, metadata=knob(
         "while the class has running requests, lower-priority classes' prefill tokens per step (-1: no cap)",
         ge=-1))
+    # Prefill shield, phase "always": in every step, lower-priority classes share at most this much
+    # prefill, counted in token-equivalents at zero context (engine/prefill_cost.py: a token deep in a
+    # long document costs more), so a request of this class arriving at any moment waits behind one
+    # short step, not a long document's full chunk. -1: no cap.
+    shield_chunk_tokens: int = field(default=-1, metadata=knob(
+        "in every step, lower-priority classes' prefill, in token-equivalents at zero context (-1: no cap)",
+        ge=-1))
     # The default shape of the class's domain answers (e.g. a risk verdict): a request that does
     # not ask for free text or pass its own schema decodes under this one. Empty: free text.
     response_schema: str = field(default="", metadata=knob(
