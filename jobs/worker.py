@@ -38,11 +38,17 @@ class Step:
     detail: str = ""
 
 
+def heartbeat_interval_s(settings: Settings) -> float:
+    """Seconds between heartbeats: jobs_heartbeat_s, but at least HEARTBEAT_BEATS beats per jobs_lease_s (0: off)."""
+    if settings.jobs_heartbeat_s <= 0:
+        return 0.0
+    return min(settings.jobs_heartbeat_s, settings.jobs_lease_s / HEARTBEAT_BEATS)
+
+
 def claim_lease_s(settings: Settings) -> float:
     """The lease a claim takes and each heartbeat renews: HEARTBEAT_BEATS beats, or jobs_lease_s without heartbeats."""
-    if settings.jobs_heartbeat_s <= 0:
-        return settings.jobs_lease_s
-    return min(settings.jobs_lease_s, HEARTBEAT_BEATS * settings.jobs_heartbeat_s)
+    beat = heartbeat_interval_s(settings)
+    return HEARTBEAT_BEATS * beat if beat > 0 else settings.jobs_lease_s
 
 
 class Heartbeat:
@@ -56,8 +62,8 @@ class Heartbeat:
     """
 
     def __init__(self, settings: Settings, sessions: sessionmaker[Session]) -> None:
-        self.interval_s, self.lease_s, self.max_hold_s = settings.jobs_heartbeat_s, claim_lease_s(settings), \
-            settings.jobs_lease_s
+        self.interval_s, self.lease_s = heartbeat_interval_s(settings), claim_lease_s(settings)
+        self.max_hold_s = settings.jobs_lease_s
         self._sessions = sessions
         self._held: dict[int, tuple[int, float]] = {}  # item id -> (claim attempt, monotonic claim time)
         self._lock = threading.Lock()
