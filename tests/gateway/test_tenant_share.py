@@ -61,3 +61,13 @@ async def test_a_burst_is_refused_to_its_tenant_and_another_tenant_is_served_nex
     assert [r.status_code for r in results] == [200, 200]
     await asyncio.gather(burst[0], mine, return_exceptions=True)
     assert stats().per_class["realtime_risk"].rejections.get("tenant_queue_full") == 1
+
+
+def test_a_refusal_for_the_tenants_share_does_not_count_against_the_class():
+    """The burst is its tenant's doing (like a rate limit): not a miss of the class's SLO, unlike a full queue."""
+    from gateway.ledger.row import slo_flags
+    from policies import load_policy
+
+    slo = load_policy().get("realtime_risk").slo
+    assert slo_flags("rejected", None, slo, http_status=429, rejection_reason="tenant_queue_full")[3] is None
+    assert slo_flags("rejected", None, slo, http_status=429, rejection_reason="queue_full")[3] is False
