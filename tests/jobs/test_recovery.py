@@ -12,9 +12,11 @@ import os
 import signal
 
 import pytest
+import redis
 from sqlalchemy import func, select
 
 from core.db.jobs_models import ExtractionItem
+from jobs.reconcile import EPOCH_KEY
 from tests.jobs.stack import Stack, wait_until
 from tests.jobs.test_faults import assert_one_valid_result_per_contract, counts, submit, wait_completed
 
@@ -57,6 +59,8 @@ def test_redis_lost_its_data_the_reconciler_repairs_the_queue_in_one_pass(stack:
     stack.start_worker("w1", concurrency=2, env=DEFAULT_LEASE)
     job_id = submit(stack, 60)
     wait_until(lambda: counts(stack, job_id)["done"] >= 5, 120, "work to be under way")
+    # A reconcile pass has left its marker (the worker has seen it): only then can a loss be told.
+    wait_until(lambda: redis.Redis.from_url(stack.redis.url).exists(EPOCH_KEY), 30, "a first reconcile pass")
     stack.restart_redis()  # the queue, the unacked messages and the reconciler's marker are gone; no resume
     wait_completed(stack, job_id, 90)
     assert_one_valid_result_per_contract(stack, job_id, 60, sessions)
