@@ -9,6 +9,9 @@ Reasons (stable codes, mapped to HTTP by the gateway):
   context_overflow       prompt + max_tokens over the model's context (max_model_len)
   exceeds_kv_budget      the request's KV could never fit in what its class may hold
   queue_full             retryable: the class queue is at queue_limit (429 + Retry-After)
+  tenant_queue_full      retryable: the request's tenant holds its share of the class queue
+                         (tenant_queue_share x queue_limit): a burst is refused to its own tenant
+                         while the others still find room (429 queue_full + Retry-After)
 Rejections are counted per class and reason; unknown-class rejections count under the
 policy's default class, since the class name came from the client and is unbounded.
 """
@@ -44,8 +47,11 @@ class Admission:
             )
         return self.policy.get(name)
 
-    def check(self, req: EngineRequest, cp: ClassPolicy, *, max_kv_blocks: int, waiting: int) -> None:
-        """Raises AdmissionError (and counts it) if `req` may not join class `cp`'s queue."""
+    def check(self, req: EngineRequest, cp: ClassPolicy, *, max_kv_blocks: int, waiting: int,
+              tenant_waiting: int = 0) -> None:
+        """Raises AdmissionError (and counts it) if `req` may not join class `cp`'s queue.
+
+        `waiting`: the class's waiting requests; `tenant_waiting`: those of req.tenant."""
         n_in, n_out, name = req.num_prompt_tokens, req.sampling.max_tokens, cp.name
         try:
             req.sampling.validate()
@@ -65,6 +71,11 @@ class Admission:
         if waiting >= cp.queue_limit:
             retry = self.retry_after_s(name, waiting)
             self._reject(name, "queue_full", f"{name} has {waiting} waiting", retryable=True, retry_after_s=retry)
+        if tenant_waiting >= (cap := cp.tenant_queue_cap()):
+            # The tenant's own backlog drains at about its fair share of the class's finishes.
+            retry = self.retry_after_s(name, tenant_waiting)
+            self._reject(name, "tenant_queue_full", f"tenant {req.tenant!r} has {tenant_waiting} {name} requests "
+                         f"waiting, its share of the queue is {cap}", retryable=True, retry_after_s=retry)
 
     def reject_duplicate(self, cls: str, request_id: str) -> NoReturn:
         self._reject(cls, "duplicate_request_id", f"request id {request_id!r} is already in the engine")

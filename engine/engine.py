@@ -22,6 +22,7 @@ import torch
 from engine.config import EngineConfig
 from engine.model_runner import ModelRunner
 from engine.outputs import AdmissionError, EngineStats, RequestOutput, SchedulerOutput, TokenLogprobs, TokenUpdate
+from engine.prefill_cost import attention_tokens
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, SamplingParams, StepEvent
 from engine.sampler import SamplingRow
 from engine.scheduler import Scheduler
@@ -66,7 +67,14 @@ class LLMEngine:
         return Scheduler(
             self.config, self.num_blocks, self.max_model_len,
             starvation_steps=self.config.starvation_steps, eos_token_ids=self.eos_ids,
+            attention_tokens=self._attention_tokens(),
         )  # fmt: skip
+
+    def _attention_tokens(self) -> float:
+        """The model's cost ratio of attention to linear layers, for the prefill shields (engine/prefill_cost.py)."""
+        m = self.model_config
+        return attention_tokens(hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
+                                num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim)
 
     # ---- start-up -------------------------------------------------------------------------
     def _eos_ids(self, folder: Path) -> tuple[int, ...]:

@@ -9,7 +9,7 @@ One step (`schedule`), under `max_num_batched_tokens` and `max_num_seqs`:
   3. if class reserves held tokens back that their classes could not use, the reserves are
      dropped and 1-2 run again over what was skipped.
 Rank: promoted requests (see the starvation guarantee) first, then class priority (higher
-first), then arrival. Every behaviour comes from ClassPolicy values (engine/request_queue.py
+first), then weighted fair queueing over the class's tenants, then arrival (engine/request_queue.py). Every behaviour comes from ClassPolicy values (engine/request_queue.py
 turns them into ClassRules per mode); no class name is ever tested here.
 
 Class rules
@@ -25,6 +25,11 @@ Class rules
   shield_prefill_tokens  while it has running requests, lower-priority classes share at most
                     this many prefill tokens per step (-1: no cap), so its decode steps stay
                     short too (its TPOT); decodes of every class always run
+  shield_chunk_tokens  in every step, lower-priority classes share at most this much prefill
+                    (-1: no cap), so a request of the class arriving at any moment waits behind
+                    one short step, however deep into a long document that step's chunk is
+The shields count token-equivalents at zero context (engine/prefill_cost.py: a chunk deep in a
+long prompt costs more attention), given the model's `attention_tokens`; without it, tokens.
 A waiting request that cannot get a slot or blocks preempts running preemptible requests of
 lower-priority classes (lowest priority first, newest first), only if that makes enough room.
 If it still cannot start, nothing ranked below it is admitted this step (a higher class never
@@ -53,6 +58,7 @@ request starts and then completes; any class, the lowest included, therefore wai
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -61,6 +67,7 @@ from engine.admission import Admission
 from engine.config import EngineConfig
 from engine.kv_cache import AllocStatus, ClassKVBudget, ClassShare, KVBlock, KVCacheManager
 from engine.outputs import ClassStats, EngineStats, SchedulerOutput, StepResult, TokenUpdate
+from engine.prefill_cost import chunk_cost, tokens_within
 from engine.request import EngineRequest, RequestStatus
 from engine.request_queue import Rank, SchedulingMode, create_request_queue, resolve_class_rules
 from engine.step_plan import StepPlan
@@ -80,8 +87,10 @@ class Scheduler:
         *,
         starvation_steps: int = DEFAULT_STARVATION_STEPS,  # <= 0 disables the guarantee
         eos_token_ids: tuple[int, ...] = (),  # the model's end-of-sequence ids: stop unless ignore_eos
+        attention_tokens: float = math.inf,  # engine/prefill_cost.py; inf: shields count plain tokens
     ):
         self.config = config
+        self.attention_tokens = attention_tokens
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
         self.mode = SchedulingMode(config.scheduling)
@@ -92,7 +101,7 @@ class Scheduler:
         }
         budget = ClassKVBudget(num_blocks, shares)
         self.kv = KVCacheManager(num_blocks, config.block_size, budget, config.enable_prefix_caching)
-        self.waiting = create_request_queue(self.mode, self.rules)
+        self.waiting = create_request_queue(self.mode, self.rules, config.policy)
         self.running: dict[str, EngineRequest] = {}
         self.admission = Admission(config.policy, max_model_len, config.block_size)
         self.starvation_steps = starvation_steps
@@ -113,7 +122,8 @@ class Scheduler:
         if req.request_id in self._requests:
             self.admission.reject_duplicate(cp.name, req.request_id)
         max_blocks = self.kv.budget.max_usable(cp.name)
-        self.admission.check(req, cp, max_kv_blocks=max_blocks, waiting=self.waiting.count(cp.name))
+        self.admission.check(req, cp, max_kv_blocks=max_blocks, waiting=self.waiting.count(cp.name),
+                             tenant_waiting=self.waiting.count_tenant(cp.name, req.tenant))
         req.status = RequestStatus.WAITING
         self._finished.pop(req.request_id, None)
         self._requests[req.request_id] = req
@@ -241,33 +251,46 @@ class Scheduler:
                 step.shield(rules.priority, 0)
 
     def _shield_step(self, step: StepPlan) -> None:
-        """Classes with running requests and a shield cap lower classes' prefill tokens this step."""
+        """Classes with a chunk shield, and classes with running requests and a shield, cap lower classes'
+        prefill this step."""
+        for rules in self.rules.values():
+            if rules.shield_chunk_tokens >= 0:
+                step.shield(rules.priority, rules.shield_chunk_tokens)
         for req in self.running.values():
             rules = self.rules[req.workload_class]
             if rules.shield_prefill_tokens >= 0:
                 step.shield(rules.priority, rules.shield_prefill_tokens)
 
-    def _prefill_cap(self, req: EngineRequest, step: StepPlan) -> int:
-        """Prefill tokens `req` may take under the shields of this step (promoted requests are exempt)."""
-        shielded = step.shield_priority is not None and self.rules[req.workload_class].priority < step.shield_priority
-        return step.shield_tokens if shielded and not self.waiting.is_promoted(req) else step.budget.total
+    def _shielded(self, req: EngineRequest, step: StepPlan) -> bool:
+        """Whether the step's shields cap `req`'s prefill (promoted requests are exempt)."""
+        below = step.shield_priority is not None and self.rules[req.workload_class].priority < step.shield_priority
+        return below and not self.waiting.is_promoted(req)
 
-    def _take_allowance(self, req: EngineRequest, step: StepPlan, want: int, *, shielded: bool = True) -> int:
+    def _prefill_cap(self, req: EngineRequest, step: StepPlan, start: int) -> int:
+        """Prefill tokens `req`, computing from position `start`, may take under the shields of this step."""
+        if not self._shielded(req, step):
+            return step.budget.total
+        n = tokens_within(start, step.shield_tokens, self.attention_tokens)
+        # A token deep in a long prompt may cost more than a small shield: one still goes, so it progresses.
+        return 1 if n == 0 and step.shield_tokens >= 1 else n
+
+    def _take_allowance(self, req: EngineRequest, step: StepPlan, want: int, *, start: int,
+                        shielded: bool = True) -> int:
         # An isolating class's prefill pauses lower classes' prefill this step, so their reserves
         # cannot be used and do not hold its tokens back.
         rules = self.rules[req.workload_class]
         ignore = self.waiting.is_promoted(req) or (shielded and rules.prefill_isolation)
         allowed = step.budget.allowance(req.workload_class, ignore_reserves=ignore)
-        return min(want, allowed, self._prefill_cap(req, step) if shielded else want)
+        return min(want, allowed, self._prefill_cap(req, step, start) if shielded else want)
 
-    def _charge_shield(self, req: EngineRequest, step: StepPlan, n: int) -> None:
-        if self._prefill_cap(req, step) < step.budget.total:
-            step.shield_tokens -= n
+    def _charge_shield(self, req: EngineRequest, step: StepPlan, n: int, start: int) -> None:
+        if self._shielded(req, step):
+            step.shield_tokens -= chunk_cost(start, n, self.attention_tokens)
 
     def _schedule_running(self, req: EngineRequest, step: StepPlan) -> None:
         want = self._tokens_left(req)
         prefill = want > 1 and not req.in_decode  # decodes (forced tokens included) are never shielded
-        n = self._take_allowance(req, step, want, shielded=prefill)
+        n = self._take_allowance(req, step, want, start=req.num_computed_tokens, shielded=prefill)
         if n <= 0:
             step.token_limited = want > 0
             return
@@ -279,7 +302,7 @@ class Scheduler:
             if victim is req:
                 return
         if prefill:
-            self._charge_shield(req, step, n)
+            self._charge_shield(req, step, n, req.num_computed_tokens)
         step.add(req, n, block_ids)
 
     def _schedule_waiting(self, req: EngineRequest, step: StepPlan) -> None:
@@ -290,7 +313,7 @@ class Scheduler:
             step.blocked_classes.add(cls)
             return
         computed, num_cached = self.kv.get_computed_blocks(req) if self._caching(req) else ([], 0)
-        n = self._take_allowance(req, step, req.num_tokens - num_cached)
+        n = self._take_allowance(req, step, req.num_tokens - num_cached, start=num_cached)
         if n <= 0:
             step.token_limited = True
             return
@@ -303,7 +326,7 @@ class Scheduler:
         block_ids = self.kv.allocate_slots(req, n, computed)
         assert block_ids is not None  # _make_room checked the same allocation
         self._start(req, num_cached)
-        self._charge_shield(req, step, n)
+        self._charge_shield(req, step, n, num_cached)
         step.add(req, n, block_ids)
 
     def _make_room(self, req: EngineRequest, n: int, computed: list[KVBlock], step: StepPlan) -> bool:
@@ -332,7 +355,7 @@ class Scheduler:
             req.num_cached_tokens = num_cached
         req.num_computed_tokens = num_cached
         req.status = RequestStatus.RUNNING
-        self.waiting.remove(req)
+        self.waiting.start(req)
         self.running[req.request_id] = req
         if self._caching(req):
             self.kv.record_prefix_lookup(req.num_tokens, num_cached)

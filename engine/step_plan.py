@@ -19,9 +19,9 @@ class StepPlan:
     admission_closed: bool = False  # a request could not get a shared resource: admit nothing ranked below
     token_limited: bool = False  # something was skipped for want of tokens
     shield_priority: int | None = None  # classes below this priority get at most shield_tokens of prefill
-    shield_tokens: int = 0
+    shield_tokens: float = 0  # in token-equivalents at zero context (engine/prefill_cost.py)
 
-    def shield(self, priority: int, tokens: int) -> None:
+    def shield(self, priority: int, tokens: float) -> None:
         if self.shield_priority is None:
             self.shield_priority, self.shield_tokens = priority, tokens
         else:

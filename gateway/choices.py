@@ -54,7 +54,7 @@ def _sibling(adm: Admitted, request_id: str, j: int) -> Admitted:
     seed = None if p.seed is None else (p.seed + j) % SEED_LIMIT
     fresh = EngineRequest(request_id=request_id, prompt_token_ids=list(req.prompt_token_ids),
                           sampling=dataclasses.replace(p, seed=seed), workload_class=req.workload_class,
-                          cache_salt=req.cache_salt, arrival_time=req.arrival_time)
+                          cache_salt=req.cache_salt, tenant=req.tenant, arrival_time=req.arrival_time)
     return dataclasses.replace(adm, request=fresh)
 
 

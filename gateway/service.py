@@ -60,6 +60,7 @@ _ADMISSION_CODES = {
     "max_tokens_too_large": "max_tokens_too_large",
     "exceeds_kv_budget": "exceeds_kv_budget",
     "queue_full": "queue_full",
+    "tenant_queue_full": "queue_full",  # the tenant holds its share of the class queue (tenant_queue_share)
     "unknown_workload_class": "unknown_workload_class",
     "duplicate_request_id": "internal_error",  # the gateway makes ids unique; a duplicate is a bug
     "invalid_schema": "invalid_json_schema",
@@ -291,7 +292,7 @@ class InferenceService:
         structlog.contextvars.bind_contextvars(workload_class=cls.name)
         adm = Admitted(ctx, key, route, rule, cls, EngineRequest(
             request_id=ctx.request_id, prompt_token_ids=prompt_token_ids, sampling=sampling,
-            workload_class=cls.name, cache_salt=key.tenant, arrival_time=ctx.arrival_time,
+            workload_class=cls.name, cache_salt=key.tenant, tenant=key.tenant, arrival_time=ctx.arrival_time,
         ), tokenize_start, tokenized)
         if not key.allows(cls.name):
             raise self.reject(adm, APIError("class_forbidden", f"this API key may not use class {cls.name!r}"))

@@ -15,12 +15,21 @@ a suspect the first time; it is enqueued again when the next pass (at least one 
 finds it missing, so the brief moments where a message is legitimately in no list (between a worker's
 BRPOP and its unacked record, between a submission's commit and its publish) never cause a re-enqueue.
 A duplicate message would be harmless anyway: every claim is a conditional UPDATE (jobs/service.py).
+
+Two cases skip that second look, because something else already proves the item is abandoned:
+- its lease ran out (a worker renews its items' leases on a heartbeat, jobs/worker.py): the worker died,
+  and the message it holds unacknowledged would come back only after the broker's visibility timeout
+  (jobs_lease_s, 600 s). It is re-enqueued at once unless a message for it is waiting in the queue;
+- Redis lost its data (restarted empty, flushed): the pass finds the marker key it left in Redis gone
+  (`EpochWatch`; each worker remembers the marker it last saw), and every missing item is re-enqueued in
+  that same pass.
 """
 from __future__ import annotations
 
 import base64
 import json
 import threading
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,12 +38,13 @@ import redis
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
-from jobs.service import resumable_item_ids
+from jobs.service import expired_item_ids, resumable_item_ids
 
 log = structlog.get_logger("finserve.jobs")
 
 LOCK_KEY = "finserve:reconcile:lock"
 SUSPECTS_KEY = "finserve:reconcile:suspects"
+EPOCH_KEY = "finserve:reconcile:epoch"  # a marker: gone means this Redis lost its data since a worker saw it
 UNACKED_KEY = "unacked"  # kombu's Redis transport: delivered, unacknowledged messages by delivery tag
 MAX_SCAN = 200_000  # messages read per pass; with a bigger backlog the pass cannot tell what is missing
 
@@ -44,7 +54,36 @@ class Pass:
     queued: int  # item ids with a message in Redis (-1: the backlog was too long to read)
     unfinished: int  # unfinished, unowned items in SQL
     suspects: int  # missing from Redis for the first time
-    reenqueued: list[int]  # missing twice in a row: enqueued again
+    reenqueued: list[int]  # enqueued again: missing twice in a row, abandoned, or lost with Redis's data
+    abandoned: int = 0  # of those: running past their lease (their worker stopped heartbeating)
+    data_lost: bool = False  # this pass found Redis emptied since the last one
+
+
+class EpochWatch:
+    """Tells a Redis that lost its data from one that never had any, with a marker key left in it.
+
+    The first pass sets the marker; a later pass (by any worker) that finds it gone, after this worker
+    saw it, knows Redis restarted empty or was flushed. Workers that do not get the lock `observe` the
+    marker each interval, so whichever worker makes the next pass remembers it.
+    """
+
+    def __init__(self) -> None:
+        self.seen: bytes | None = None
+
+    def observe(self, r: redis.Redis) -> None:
+        value = r.get(EPOCH_KEY)
+        if value is not None:
+            self.seen = value
+
+    def lost(self, r: redis.Redis) -> bool:
+        """True once per loss: the marker this worker saw is gone (a new one is set)."""
+        value = r.get(EPOCH_KEY)
+        if value is not None:
+            self.seen = value
+            return False
+        r.set(EPOCH_KEY, uuid.uuid4().hex, nx=True)
+        lost, self.seen = self.seen is not None, r.get(EPOCH_KEY)
+        return lost
 
 
 def _item_id(message: dict[str, Any], task: str) -> int | None:
@@ -65,6 +104,12 @@ def _item_id(message: dict[str, Any], task: str) -> int | None:
 def queued_item_ids(r: redis.Redis, queue: str, task: str) -> set[int] | None:
     """Ids with a message waiting in `queue` (every priority list of it) or delivered and unacknowledged;
     None when the queue holds more than MAX_SCAN messages (what is missing cannot be told then)."""
+    found = _queue_contents(r, queue, task)
+    return None if found is None else found[0] | found[1]
+
+
+def _queue_contents(r: redis.Redis, queue: str, task: str) -> tuple[set[int], set[int]] | None:
+    """(ids waiting in the queue, ids delivered and unacknowledged), or None past MAX_SCAN messages."""
     ids: set[int] = set()
     lists = [k for k in r.scan_iter(match=f"{queue}*", count=100) if r.type(k) in (b"list", "list")]
     if sum(r.llen(k) for k in lists) > MAX_SCAN:
@@ -77,6 +122,7 @@ def queued_item_ids(r: redis.Redis, queue: str, task: str) -> set[int] | None:
                 continue
             if item is not None:
                 ids.add(item)
+    unacked: set[int] = set()
     for raw in r.hvals(UNACKED_KEY):
         try:
             message = json.loads(raw)[0]
@@ -84,38 +130,60 @@ def queued_item_ids(r: redis.Redis, queue: str, task: str) -> set[int] | None:
             continue
         item = _item_id(message, task) if isinstance(message, dict) else None
         if item is not None:
-            ids.add(item)
-    return ids
+            unacked.add(item)
+    return ids, unacked
 
 
 def reconcile_once(r: redis.Redis, sessions: sessionmaker[Session], enqueue: Callable[[Iterable[int]], int], *,
-                   queue: str, task: str, interval_s: float) -> Pass | None:
-    """One pass, if no other worker holds the lock; None when another one does."""
+                   queue: str, task: str, interval_s: float, epoch: EpochWatch | None = None) -> Pass | None:
+    """One pass, if no other worker holds the lock; None when another one does.
+
+    `epoch`: this worker's EpochWatch (None: Redis data loss is not told apart, missing items take two passes)."""
     # The lock is never released, it expires: passes are at least `interval_s` apart whoever makes them.
     if not r.set(LOCK_KEY, "1", nx=True, px=max(1, int(interval_s * 1000))):
         return None
+    data_lost = epoch is not None and epoch.lost(r)
     with sessions() as s:
         unfinished = set(resumable_item_ids(s))
-    queued = queued_item_ids(r, queue, task)
-    if queued is None:  # a backlog too long to read: no suspects this pass (none enqueued twice by mistake)
+        expired = set(expired_item_ids(s))
+    found = _queue_contents(r, queue, task)
+    if found is None:  # a backlog too long to read: no suspects this pass (none enqueued twice by mistake)
         log.info("reconcile_skipped", reason=f"more than {MAX_SCAN} messages queued")
         r.delete(SUSPECTS_KEY)
         return Pass(-1, len(unfinished), 0, [])
-    missing = unfinished - queued
+    waiting, unacked = found
+    missing = unfinished - waiting - unacked
+    # Leases that ran out: the message their dead worker holds unacknowledged comes back only after the
+    # visibility timeout, so only a message waiting in the queue counts for them.
+    abandoned = (expired & unfinished) - waiting
     before = {int(x) for x in r.smembers(SUSPECTS_KEY)}
-    again = sorted(missing & before)
-    fresh = missing - before
+    confirmed = missing if data_lost else missing & before
+    fresh = missing - before - abandoned if not data_lost else set()
     pipe = r.pipeline()
     pipe.delete(SUSPECTS_KEY)
     if fresh:
         pipe.sadd(SUSPECTS_KEY, *fresh)
         pipe.pexpire(SUSPECTS_KEY, max(1, int(interval_s * 3000)))
     pipe.execute()
+    again = sorted(confirmed | abandoned)
     if again:
         enqueue(again)
-        log.warning("items_reenqueued", items=len(again), item_ids=again[:20],
+        _log_reenqueued(sorted(abandoned), sorted(confirmed - abandoned), data_lost)
+    return Pass(len(waiting | unacked), len(unfinished), len(fresh), again, len(abandoned), data_lost)
+
+
+def _log_reenqueued(abandoned: list[int], missing: list[int], data_lost: bool) -> None:
+    """One line per cause, so an operator sees at once whether a worker died or Redis lost its queue."""
+    if abandoned:
+        log.warning("items_reenqueued", items=len(abandoned), item_ids=abandoned[:20], cause="worker_lost",
+                    reason="running past their lease: the worker holding them stopped heartbeating")
+    if missing and data_lost:
+        log.warning("items_reenqueued", items=len(missing), item_ids=missing[:20], cause="redis_data_lost",
+                    reason="Redis lost its data (restarted empty or flushed): every unfinished item with no "
+                           "message is enqueued again in this pass")
+    elif missing:
+        log.warning("items_reenqueued", items=len(missing), item_ids=missing[:20], cause="message_lost",
                     reason="unfinished in SQL and no message in Redis on two passes in a row")
-    return Pass(len(queued), len(unfinished), len(fresh), again)
 
 
 class Reconciler:
@@ -128,6 +196,7 @@ class Reconciler:
         self._queue, self._task, self.interval_s = queue, task, interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="finserve-reconciler", daemon=True)
+        self._epoch = EpochWatch()
         self.passes = 0
 
     def start(self) -> "Reconciler":
@@ -144,7 +213,9 @@ class Reconciler:
         while not self._stop.wait(self.interval_s):
             try:
                 if reconcile_once(self._redis, self._sessions, self._enqueue, queue=self._queue, task=self._task,
-                                  interval_s=self.interval_s) is not None:
+                                  interval_s=self.interval_s, epoch=self._epoch) is not None:
                     self.passes += 1
+                else:  # another worker made this pass: remember the marker it keeps, for the next one we make
+                    self._epoch.observe(self._redis)
             except Exception as exc:  # Redis or the database away: the next pass tries again
                 log.warning("reconcile_failed", error=f"{type(exc).__name__}: {exc}"[:300])

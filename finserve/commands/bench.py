@@ -75,17 +75,35 @@ def isolation_bench(
     gap_s: Annotated[float, typer.Option("--gap-s", help="Mean gap between risk requests, seconds.")] = 1.0,
     bulk_in_flight: Annotated[int, typer.Option(
         "--bulk-in-flight", min=1, help="Bulk requests kept in flight as background load.")] = 16,
+    part: Annotated[Optional[list[str]], typer.Option(
+        "--part", help="Which parts to run (repeatable): classes (idle / loaded / fcfs), tenants (one tenant "
+                       "bursting, the other's p99 and attainment), long_document (risk while a 6,000-token "
+                       "document prefills, per --threads). Default: classes.")] = None,
+    burst: Annotated[int, typer.Option(
+        "--burst", min=1, help="tenants part: realtime requests the bursting tenant keeps in flight.")] = 120,
+    threads: Annotated[Optional[list[int]], typer.Option(
+        "--threads", min=1, help="long_document part: engine threads per run (repeatable; default 2 and 1).")] = None,
+    document_tokens: Annotated[int, typer.Option(
+        "--document-tokens", min=16, help="long_document part: the document's prompt tokens.")] = 6000,
+    chunk_shield: Annotated[bool, typer.Option(
+        "--chunk-shield/--no-chunk-shield", help="long_document part: keep the policy's shield_chunk_tokens, or "
+                                                 "switch it off (the comparison: full chunks deep in the document).")] = True,
     model: ModelOpt = None,
     old_json: OldJsonOpt = None,
 ) -> None:
-    """Realtime-risk TTFT idle vs under bulk + document load, class policy vs fcfs."""
-    from bench.isolation import run
+    """Realtime-risk TTFT idle vs under bulk + document load, class policy vs fcfs; tenants; long documents."""
+    from bench.isolation import PARTS, run_parts
     from finserve.models import resolve_model
 
+    parts = tuple(part or ["classes"])
+    if unknown := [p for p in parts if p not in PARTS]:
+        raise CLIError(f"unknown --part {', '.join(unknown)} (choose from {', '.join(PARTS)})")
     path = _json_path(json_file, old_json)
     model = resolve_model(model)
-    with status("bench isolation: risk TTFT idle, then under load, class policy vs fcfs ..."):
-        run(path, n_risk=risk_requests, gap_s=gap_s, bulk_in_flight=bulk_in_flight, model=model)
+    with status(f"bench isolation: {', '.join(parts)} ..."):
+        run_parts(path, parts, n_risk=risk_requests, gap_s=gap_s, bulk_in_flight=bulk_in_flight, burst=burst,
+                  threads=tuple(threads or (2, 1)), chunk_shield=chunk_shield, doc_tokens=document_tokens,
+                  model=model)
 
 
 @bench_app.command("gateway")

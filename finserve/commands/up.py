@@ -8,6 +8,12 @@ the gateway and stop after it) instead of loading an engine of its own. On Ctrl-
 SIGTERM uvicorn drains the gateway, then the worker gets SIGTERM (Celery's warm shutdown: items
 in flight finish or, unacknowledged, go back to the queue; SQL keeps them pending either way),
 then Redis stops.
+
+It owns its processes: the HTTP port and a given --redis-port are checked before anything starts or
+the banner prints (a taken port is one line and exit 3), and the Redis it talks to is the one it
+started (jobs/redis_server.py). While it serves, a worker or Redis that dies is started again with
+backoff (1 s doubling to 30 s), one `process_restarted` log line each (finserve.stack.Supervisor); a
+new Redis starts empty, so the unfinished items are re-enqueued from SQL at once, as on start.
 """
 from __future__ import annotations
 
@@ -78,8 +84,11 @@ def register(app: typer.Typer) -> None:
         from finserve.commands.jobs import resume_unfinished
         from finserve.commands.serve import run_server
         from finserve.config import command_settings, settings_model
+        from finserve.console import CLIError, ExitCode
         from finserve.stack import (
+            Child,
             EngineProcess,
+            Supervisor,
             start_engines,
             start_worker,
             stop_engine,
@@ -87,10 +96,13 @@ def register(app: typer.Typer) -> None:
             wait_engines_ready,
         )
         from jobs.celery_app import use_broker
-        from jobs.redis_server import RedisServer
+        from jobs.redis_server import PortInUse, RedisServer, port_in_use
 
         settings = command_settings(port=port, model=model)
         settings_model(settings, flag_given=model is not None)
+        if port_in_use(settings.host, settings.port):  # before anything starts or the banner prints
+            raise CLIError(f"port {settings.port} on {settings.host} is already in use (another finserve?); pass "
+                           "--port or set FINSERVE_PORT", ExitCode.CONFIG)
         db_url = settings.resolved_database_url
         upgrade(db_url)
         engine = make_engine(db_url)
@@ -98,7 +110,10 @@ def register(app: typer.Typer) -> None:
             dev_key = ensure_dev_key(session, settings.dev_key_path)
         engine.dispose()
 
-        redis = RedisServer(port=redis_port, workdir=settings.home / "redis", binary=settings.redis_server).start()
+        try:
+            redis = RedisServer(port=redis_port, workdir=settings.home / "redis", binary=settings.redis_server).start()
+        except PortInUse as exc:
+            raise CLIError(str(exc), ExitCode.CONFIG) from None
         url = f"http://{settings.host}:{settings.port}"
         # One configuration for this process (it enqueues jobs) and the worker (it calls the gateway).
         settings = settings.model_copy(update={"broker_url": redis.url, "gateway_url": url,
@@ -106,6 +121,7 @@ def register(app: typer.Typer) -> None:
         use_broker(redis.url)
         worker = None
         engines: list[EngineProcess] = []
+        supervisor = Supervisor()
         # uvicorn handles SIGINT/SIGTERM while serving, then re-raises the signal once drained; without a
         # handler of ours a re-raised SIGTERM would kill this process before the worker and Redis stop.
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -118,10 +134,25 @@ def register(app: typer.Typer) -> None:
                 wait_engines_ready(engines)
                 settings = settings.model_copy(update={"engines": ",".join(e.url for e in engines)})
             worker = start_worker(settings, concurrency=workers or settings.worker_concurrency)
+
+            def restart_worker() -> None:
+                nonlocal worker
+                worker = start_worker(settings, concurrency=workers or settings.worker_concurrency)
+
+            def restart_redis() -> dict[str, object]:
+                nonlocal redis
+                redis = RedisServer(port=redis.port, workdir=redis.workdir, binary=redis.binary).start()
+                return {"reenqueued": resume_unfinished(settings)}  # it starts empty; SQL knows what is left
+
+            supervisor.watch(Child("worker", lambda: worker.pid if worker else None,
+                                   lambda: worker.poll() if worker else 0, restart_worker))
+            supervisor.watch(Child("redis", lambda: redis.pid, lambda: redis.poll(), restart_redis))
             typer.echo(f"finserve is starting at {url} (docs: {url}/docs)")
             typer.echo(f"development key (tenant 'dev', admin): {dev_key}")
-            typer.echo(f"redis: {redis.url}; worker pid {worker.pid}; re-enqueued {resumed} unfinished items")
+            typer.echo(f"redis: {redis.url} (pid {redis.pid}); worker pid {worker.pid}; "
+                       f"re-enqueued {resumed} unfinished items")
             typer.echo(_examples(url, dev_key))
+            supervisor.start()
             run_server(settings)  # blocks; uvicorn handles SIGINT/SIGTERM and drains
         except (KeyboardInterrupt, _Stop):
             pass
@@ -130,6 +161,7 @@ def register(app: typer.Typer) -> None:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             typer.echo("stopping the worker, the engine replicas and Redis ...", err=True)
+            supervisor.stop()  # first: nothing is restarted while it all stops
             if worker is not None:
                 stop_worker(worker)
             for e in engines:

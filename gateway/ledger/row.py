@@ -26,8 +26,10 @@ from core.db.models import LEDGER_STATUSES, RUNNING_STATUS
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
 from policies import SLOTargets
 
-# 429 reasons that are the client's doing, not the service's capacity.
-CLIENT_FAULT_REJECTIONS = frozenset({"rate_limited"})
+# 429 reasons that are the client's doing, not the service's capacity. tenant_queue_full: the tenant
+# already holds its share of the class queue (its own burst), like a rate limit; it must not burn the
+# class's error budget for everyone.
+CLIENT_FAULT_REJECTIONS = frozenset({"rate_limited", "tenant_queue_full"})
 
 _STATUS_OF = {
     RequestStatus.FINISHED_STOPPED: "finished",

@@ -69,7 +69,7 @@ async def completions(body: CompletionBody, request: Request, client: EngineClie
         return _error(400, "unknown_workload_class", str(exc))
     rid = f"cmpl-{uuid.uuid4().hex}"
     req = EngineRequest(request_id=rid, prompt_token_ids=list(ids), workload_class=cls, cache_salt=body.user or "",
-                        sampling=SamplingParams(max_tokens=body.max_tokens, temperature=body.temperature,
+                        tenant=body.user or "", sampling=SamplingParams(max_tokens=body.max_tokens, temperature=body.temperature,
                                                 top_p=body.top_p, seed=body.seed, stop=tuple(body.stop or ())))
     outputs = cast(AsyncGenerator[RequestOutput, None], client.generate(req))
     try:

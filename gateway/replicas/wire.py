@@ -18,7 +18,7 @@ from engine.request import EngineRequest, RequestMetrics, RequestStatus, Samplin
 def request_to_json(req: EngineRequest) -> dict[str, Any]:
     return {"request_id": req.request_id, "prompt_token_ids": req.prompt_token_ids,
             "sampling": dataclasses.asdict(req.sampling), "workload_class": req.workload_class,
-            "cache_salt": req.cache_salt, "arrival_time": req.arrival_time, "lease_s": req.lease_s}
+            "cache_salt": req.cache_salt, "tenant": req.tenant, "arrival_time": req.arrival_time, "lease_s": req.lease_s}
 
 
 def request_from_json(d: dict[str, Any]) -> EngineRequest:
@@ -26,7 +26,8 @@ def request_from_json(d: dict[str, Any]) -> EngineRequest:
     s["stop"], s["stop_token_ids"] = tuple(s.get("stop") or ()), tuple(s.get("stop_token_ids") or ())
     return EngineRequest(request_id=str(d["request_id"]), prompt_token_ids=[int(t) for t in d["prompt_token_ids"]],
                          sampling=SamplingParams(**s), workload_class=str(d["workload_class"]),
-                         cache_salt=str(d.get("cache_salt", "")), arrival_time=float(d["arrival_time"]),
+                         cache_salt=str(d.get("cache_salt", "")), tenant=str(d.get("tenant", "")),
+                         arrival_time=float(d["arrival_time"]),
                          lease_s=float(d.get("lease_s", 0.0)))
 
 

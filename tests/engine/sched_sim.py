@@ -8,6 +8,7 @@ accounting is checked after every step.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from dataclasses import replace
 
@@ -51,12 +52,14 @@ EOS = 2  # the fake model's end-of-sequence id
 
 
 def make_scheduler(
-    policy: Policy | None = None, *, num_blocks: int = 32, max_model_len: int = 512, starvation_steps: int = 0, **config
+    policy: Policy | None = None, *, num_blocks: int = 32, max_model_len: int = 512, starvation_steps: int = 0,
+    attention_tokens: float = math.inf, **config
 ) -> Scheduler:
     """A scheduler over a fake pool; block_size 4, 16-token steps, 8 slots, EOS id 2 unless overridden."""
     settings = dict(block_size=4, max_num_batched_tokens=16, max_num_seqs=8) | config
     cfg = EngineConfig(model="unused", policy=policy or make_policy(), **settings)
-    return Scheduler(cfg, num_blocks, max_model_len, starvation_steps=starvation_steps, eos_token_ids=(EOS,))
+    return Scheduler(cfg, num_blocks, max_model_len, starvation_steps=starvation_steps, eos_token_ids=(EOS,),
+                     attention_tokens=attention_tokens)
 
 
 class Sim:
@@ -71,12 +74,13 @@ class Sim:
         self.scripted: dict[str, list[int]] = {}  # request id -> tokens the fake model samples next
 
     def add(
-        self, rid: str, prompt: int | list[int], cls: str, *, max_tokens: int = 4, salt: str = "", **sampling
+        self, rid: str, prompt: int | list[int], cls: str, *, max_tokens: int = 4, salt: str = "", tenant: str = "",
+        **sampling,
     ) -> EngineRequest:
         tokens = list(range(1, prompt + 1)) if isinstance(prompt, int) else list(prompt)
         req = EngineRequest(
             rid, tokens, SamplingParams(max_tokens=max_tokens, **sampling), workload_class=cls, cache_salt=salt,
-            arrival_time=float(next(self.clock)),
+            tenant=tenant, arrival_time=float(next(self.clock)),
         )  # fmt: skip
         self.sched.add_request(req)
         return req

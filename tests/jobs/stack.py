@@ -53,10 +53,11 @@ class Stack:
     def env(self) -> dict[str, str]:
         return worker_env(self.settings, **FAST_JOBS_ENV)
 
-    def start_worker(self, name: str, concurrency: int = 4) -> subprocess.Popen:
+    def start_worker(self, name: str, concurrency: int = 4, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """A worker process with the fast job settings, `env` (FINSERVE_* variables) over them."""
         with (self.home / f"worker-{name}.log").open("ab") as log:
             proc = start_worker(self.settings, concurrency=concurrency, name=f"{name}@%h", log=log,
-                                extra_env=FAST_JOBS_ENV)
+                                extra_env=FAST_JOBS_ENV | (env or {}))
         self.workers.append(proc)
         return proc
 

@@ -11,7 +11,7 @@ import redis
 from jobs import service
 from jobs.celery_app import QUEUE, use_broker
 from jobs.queue import EXTRACT_TASK, enqueue_items
-from jobs.reconcile import SUSPECTS_KEY, UNACKED_KEY, queued_item_ids, reconcile_once
+from jobs.reconcile import SUSPECTS_KEY, UNACKED_KEY, EpochWatch, queued_item_ids, reconcile_once
 from tests.jobs.test_service import create, spec
 
 INTERVAL_S = 0.2
@@ -93,3 +93,96 @@ def test_a_backlog_too_long_to_read_enqueues_nothing(sessions, tenant_keys, redi
     assert r.llen(QUEUE) == 3
     monkeypatch.setattr(reconcile, "MAX_SCAN", 1000)  # the backlog drained below the bound: back to normal
     assert _pass(r, sessions).suspects == 1 and _pass(r, sessions).reenqueued == [ids[3]]
+
+
+def _pass_with(r, sessions, epoch):
+    deadline = time.monotonic() + 5
+    while (done := reconcile_once(r, sessions, enqueue_items, queue=QUEUE, task=EXTRACT_TASK,
+                                  interval_s=INTERVAL_S, epoch=epoch)) is None:
+        assert time.monotonic() < deadline, "the reconcile lock never expired"
+        time.sleep(0.05)
+    return done
+
+
+def test_redis_that_lost_its_data_is_repaired_in_one_pass(sessions, tenant_keys, redis_server):
+    """Issue 23 finding 8: after Redis restarts empty, one pass (not two) puts every unfinished item back."""
+    use_broker(redis_server.url)
+    r = redis.Redis.from_url(redis_server.url)
+    with sessions() as s:
+        job, _ = create(s, "acme", spec(5), None)
+        ids = service.item_ids(s, job.id)
+    enqueue_items(ids)
+    epoch = EpochWatch()
+    assert _pass_with(r, sessions, epoch).reenqueued == []  # leaves its marker in Redis
+    r.flushall()  # what a restart without persistence looks like: queue, unacked, marker, lock all gone
+    repaired = _pass_with(r, sessions, epoch)
+    assert repaired.data_lost and repaired.reenqueued == sorted(ids) and repaired.suspects == 0
+    assert queued_item_ids(r, QUEUE, EXTRACT_TASK) == set(ids)
+    settled = _pass_with(r, sessions, epoch)
+    assert not settled.data_lost and settled.reenqueued == [] and r.llen(QUEUE) == 5
+
+
+def test_another_worker_that_saw_the_marker_notices_the_loss(sessions, tenant_keys, redis_server):
+    use_broker(redis_server.url)
+    r = redis.Redis.from_url(redis_server.url)
+    with sessions() as s:
+        job, _ = create(s, "acme", spec(2), None)
+        ids = service.item_ids(s, job.id)
+    first, second = EpochWatch(), EpochWatch()
+    _pass_with(r, sessions, first)  # worker 1 makes the passes; worker 2 only observes the marker
+    second.observe(r)
+    r.flushall()
+    assert _pass_with(r, sessions, second).reenqueued == sorted(ids)
+    assert _pass_with(r, sessions, first).reenqueued == []  # the marker was renewed: no second repair
+
+
+def test_a_fresh_redis_is_not_mistaken_for_a_loss(sessions, tenant_keys, redis_server):
+    use_broker(redis_server.url)
+    r = redis.Redis.from_url(redis_server.url)
+    with sessions() as s:
+        job, _ = create(s, "acme", spec(2), None)
+    first = _pass_with(r, sessions, EpochWatch())  # no marker yet, and this worker never saw one
+    assert not first.data_lost and first.reenqueued == [] and first.suspects == 2
+
+
+def test_an_item_whose_lease_ran_out_is_enqueued_again_at_once(sessions, tenant_keys, redis_server):
+    """Its worker died holding the message unacknowledged: Redis alone would bring it back only after
+    the visibility timeout (the whole jobs_lease_s); the lease that stopped being renewed is enough."""
+    use_broker(redis_server.url)
+    r = redis.Redis.from_url(redis_server.url)
+    with sessions() as s:
+        job, _ = create(s, "acme", spec(2), None)
+        a, b = service.item_ids(s, job.id)
+    enqueue_items([a, b])
+    held = [json.loads(r.rpop(QUEUE)) for _ in range(2)]  # both delivered to a worker ...
+    for i, message in enumerate(held):
+        r.hset(UNACKED_KEY, f"tag-{i}", json.dumps([message, "", QUEUE]))
+    with sessions() as s:  # ... which claimed a (a lease that has run out: no heartbeat) and b (a live one)
+        assert service.claim_item(s, a, 0.01).outcome is service.ClaimOutcome.CLAIMED
+        assert service.claim_item(s, b, 60).outcome is service.ClaimOutcome.CLAIMED
+    time.sleep(0.05)
+    done = _pass(r, sessions)
+    assert done.reenqueued == [a] and done.abandoned == 1 and r.llen(QUEUE) == 1
+    assert _pass(r, sessions).reenqueued == []  # its message now waits in the queue: not enqueued twice
+
+
+def test_a_heartbeat_keeps_an_items_lease_and_stops_when_the_item_is_done(sessions, tenant_keys):
+    from core.settings import Settings
+    from jobs.worker import Heartbeat
+
+    with sessions() as s:
+        job, _ = create(s, "acme", spec(1), None)
+        (item,) = service.item_ids(s, job.id)
+        claim = service.claim_item(s, item, 0.01)
+    beat = Heartbeat(Settings(jobs_heartbeat_s=5, jobs_lease_s=60, jobs_request_timeout_s=50), sessions)
+    assert beat.lease_s == 15  # three beats
+    beat.hold(item, claim.attempt)
+    time.sleep(0.05)
+    with sessions() as s:
+        assert service.expired_item_ids(s) == [item]  # the claim's own lease ran out ...
+    assert beat.beat() == 1
+    with sessions() as s:
+        assert service.expired_item_ids(s) == []  # ... the beat renewed it
+        assert service.claim_item(s, item, 60).outcome is service.ClaimOutcome.BUSY
+    beat.release(item)
+    assert beat.beat() == 0

@@ -1,0 +1,19 @@
+"""`bench isolation`'s tenant and long-document parts run end to end on a tiny model and report what they say."""
+from __future__ import annotations
+
+from bench.isolation import run_parts
+
+
+def test_tenant_and_long_document_parts(make_tiny_model):
+    model = str(make_tiny_model(max_position_embeddings=8192))
+    data = run_parts(None, ("tenants", "long_document"), n_risk=6, gap_s=0.02, burst=60, threads=(1,),
+                     doc_tokens=1500, model=model)
+    fair, shared = data["tenants"]["fair"], data["tenants"]["shared"]
+    assert fair["tenant_queue_share"] == 0.5 and shared["tenant_queue_share"] == 1.0
+    # With its share of the queue, the burst can never fill the queue in front of the steady tenant.
+    assert fair["steady"]["refused_429"] == 0 and fair["steady"]["answered"] == 6
+    assert fair["burst"]["refused_429"] > 0  # the burst is refused, to its own tenant
+    assert fair["steady"]["ttft_ms"]["p99"] >= fair["steady"]["ttft_ms"]["p50"] > 0
+    (run,) = data["long_document"]["runs"]
+    assert run["threads"] == 1 and run["chunk_shield"] and run["risk"]["answered"] >= 1
+    assert run["document_prefill_chunks"] >= 1500 // 256 and run["document_ttft_ms"] > 0
