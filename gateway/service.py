@@ -33,6 +33,7 @@ from typing import Any
 
 import structlog
 
+from core.db.models import RUNNING_STATUS
 from core.keys import KeyInfo
 from core.web.context import RequestContext
 from core.web.errors import CLIENT_CLOSED_STATUS, ERROR_CODES, APIError
@@ -364,6 +365,8 @@ class InferenceService:
         spans.engine_phases(adm.request, submitted, tenant=adm.key.tenant, replica=adm.ctx.fields.get("replica"))
 
     def _submit(self, row: LedgerRow) -> None:
+        if row.status != RUNNING_STATUS:  # the SLI counts each final row as the ledger report does
+            self.state.metrics.observe_slo(row.workload_class, row.slo_met)
         self._ledgered = self.state.ledger.submit(row)
         spans.ledger_write(self._ledgered, request_id=row.request_id, status=row.status)
 
@@ -416,7 +419,7 @@ class InferenceService:
         row.timeline = (row.timeline or {}) | self._placement(adm)
         outcome = {"finished": "finished", "failed": "error", "aborted": "aborted"}[row.status]
         self._submit(row)
-        self.state.metrics.observe_request(adm.cls.name, outcome, metrics, slo_met=row.slo_met)
+        self.state.metrics.observe_request(adm.cls.name, outcome, metrics, finish_reason=row.finish_reason)
         ctx.outcome = outcome
         ctx.fields.update(
             finish_reason=row.finish_reason, input_tokens=metrics.input_tokens, cached_tokens=metrics.cached_tokens,
