@@ -43,6 +43,7 @@ from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from engine.tokenizer import ChatTemplateError, Tokenizer
 from gateway import spans
 from gateway.ledger import LedgerRow, build_timeline, row_from_engine_request, row_from_request
+from gateway.ratelimit import ratelimit_headers
 from gateway.replicas.client import REPLICA_LOST
 from gateway.replicas.replica_set import ReplicaSet
 from gateway.state import GatewayState
@@ -140,6 +141,20 @@ class Completion:
     metrics: RequestMetrics
 
 
+# Routes that answer a prompt that does not fit as OpenAI does: 400 context_length_exceeded (gateway/routes/openai.py).
+OPENAI_ROUTES = {"completions": "prompt", "chat": "messages"}
+_CONTEXT_CODES = frozenset({"prompt_too_long", "context_overflow"})
+
+
+def openai_shape(route: str, err: APIError, max_model_len: int) -> APIError:
+    """On an OpenAI route, a prompt that does not fit becomes OpenAI's 400 context_length_exceeded."""
+    param = OPENAI_ROUTES.get(route)
+    if param is None or err.code not in _CONTEXT_CODES:
+        return err
+    return APIError("context_length_exceeded", f"This model's maximum context length is {max_model_len} tokens; "
+                    f"{err.message}. Please reduce the length of the {param} or max_tokens.", param=param)
+
+
 def admission_error(exc: AdmissionError) -> APIError:
     code = _ADMISSION_CODES.get(exc.reason) or ("queue_full" if exc.retryable else "invalid_request")
     default_retry = {429: 1.0, 503: 5.0}.get(ERROR_CODES[code])
@@ -228,7 +243,10 @@ class InferenceService:
 
     async def _prepare(self, ctx: RequestContext, key: KeyInfo, inp: InferenceInput) -> Admitted:
         t0 = time.time()
-        ids = await self.tokenize(inp.prompt, inp.explicit_class)
+        try:
+            ids = await self.tokenize(inp.prompt, inp.explicit_class)
+        except APIError as exc:
+            raise openai_shape(inp.route, exc, self.max_model_len) from None
         ctx.fields.update(inp.log_fields)
         try:
             adm = self.admit(ctx, key, route=inp.route, prompt_token_ids=ids, sampling=inp.sampling,
@@ -266,6 +284,9 @@ class InferenceService:
         if not key.allows(cls.name):
             raise self.reject(adm, APIError("class_forbidden", f"this API key may not use class {cls.name!r}"))
         wait = self.state.limiter.acquire(key.key_id, key.rate_limit_rps)
+        snapshot = self.state.limiter.snapshot(key.key_id, key.rate_limit_rps)
+        if snapshot is not None:
+            ctx.response_headers.update(ratelimit_headers(snapshot, cls.max_input_tokens + cls.max_output_tokens))
         if wait is not None:
             raise self.reject(adm, APIError(
                 "rate_limited", f"rate limit of {key.rate_limit_rps:g} requests/s exceeded", retry_after_s=wait))
@@ -283,6 +304,7 @@ class InferenceService:
     def reject(self, adm: Admitted, err: APIError, reason: str | None = None) -> APIError:
         """Record a refused request (ledger, metrics, log) and return the error to raise."""
         reason = reason or err.code
+        err = openai_shape(adm.route, err, self.max_model_len)
         adm.ctx.outcome, adm.ctx.error_code = "rejected", err.code
         adm.ctx.fields["rejection_reason"] = reason
         self.state.metrics.observe_rejection(adm.cls.name, reason)

@@ -29,6 +29,7 @@ ERROR_CODES: dict[str, int] = {
     "unknown_workload_class": 400,
     "invalid_json_schema": 400,
     "max_tokens_too_large": 400,
+    "context_length_exceeded": 400,
     "missing_api_key": 401,
     "invalid_api_key": 401,
     "class_forbidden": 403,
