@@ -316,7 +316,7 @@ class InferenceService:
             metrics=RequestMetrics.of(adm.request),
             timeline=build_timeline(adm.ctx.arrival_time, tokenize_start=adm.tokenize_start,
                                     tokenized=adm.tokenized, finished=time.time()) | placed,
-        ))
+        ), adm.ctx)
         return err
 
     def _placement(self, adm: Admitted) -> dict[str, Any]:
@@ -375,7 +375,7 @@ class InferenceService:
         self._submit(row_from_request(
             request_id=req.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name, class_rule=adm.rule,
             route=adm.route, status="running", arrival_time=req.arrival_time, http_status=0,
-            metrics=RequestMetrics.of(req), slo=adm.cls.slo, timeline=timeline, key_id=adm.key.key_id))
+            metrics=RequestMetrics.of(req), slo=adm.cls.slo, timeline=timeline, key_id=adm.key.key_id), adm.ctx)
         return await self._ledger_durable()
 
     def _finish(self, adm: Admitted, last: RequestOutput | None, submitted: float) -> None:
@@ -386,7 +386,9 @@ class InferenceService:
         self._record(adm, last)
         spans.engine_phases(adm.request, submitted, tenant=adm.key.tenant, replica=adm.ctx.fields.get("replica"))
 
-    def _submit(self, row: LedgerRow) -> None:
+    def _submit(self, row: LedgerRow, ctx: RequestContext | None = None) -> None:
+        if ctx is not None:
+            row.client_request_id = ctx.client_request_id
         if row.status != RUNNING_STATUS:  # the SLI counts each final row as the ledger report does
             self.state.metrics.observe_slo(row.workload_class, row.slo_met)
         self._ledgered = self.state.ledger.submit(row)
@@ -440,7 +442,7 @@ class InferenceService:
                                         first_token=req.first_token_time, finished=time.time()))
         row.timeline = (row.timeline or {}) | self._placement(adm)
         outcome = {"finished": "finished", "failed": "error", "aborted": "aborted"}[row.status]
-        self._submit(row)
+        self._submit(row, ctx)
         self.state.metrics.observe_request(adm.cls.name, outcome, metrics, finish_reason=row.finish_reason)
         ctx.outcome = outcome
         ctx.fields.update(

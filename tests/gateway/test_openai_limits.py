@@ -69,3 +69,18 @@ async def test_ratelimit_headers_as_openai_sends_them(client: httpx.AsyncClient,
 
 def test_reset_durations_read_like_openais() -> None:
     assert [reset_text(s) for s in (0.02, 1.0, 360.0, 3723.0)] == ["20ms", "1s", "6m0s", "1h2m3s"]
+
+
+async def test_client_request_id_is_stored_and_searchable(client: httpx.AsyncClient, keys: Keys) -> None:
+    h = {**auth(keys.acme), **RISK, "X-Request-Id": "trade-42.retry:1"}
+    r = await client.post("/v1/completions", headers=h, json={"prompt": "FX", "max_tokens": 1})
+    assert r.status_code == 200 and r.headers["x-request-id"] == "trade-42.retry:1"
+    ours = r.headers["x-finserve-request-id"]
+    record = (await client.get(f"/v1/requests/{ours}", headers=auth(keys.acme))).json()
+    assert record["client_request_id"] == "trade-42.retry:1"
+    found = (await client.get("/v1/requests", params={"client_request_id": "trade-42.retry:1"},
+                              headers=auth(keys.acme))).json()
+    assert [d["request_id"] for d in found["data"]] == [ours]
+    other = (await client.get("/v1/requests", params={"client_request_id": "trade-42.retry:1"},
+                              headers=auth(keys.globex))).json()
+    assert other["data"] == []  # tenant-scoped
