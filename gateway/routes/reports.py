@@ -4,18 +4,24 @@ The report is an operator's view: it covers every tenant (with a per-tenant brea
 unless `tenant=` narrows it. The window ends at `until` (default now) and starts at
 `since`, or `window` before the end (a duration such as 24h or 28d; default 28 days,
 the rolling window error budgets are judged over). Times without a zone are UTC.
+
+GET /v1/ledger/export: the ledger rows themselves, by tenant and period, as NDJSON or CSV
+(gateway/ledger/export.py; the same as `finserve ledger export`), streamed. Admin keys only.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
 
 from core.db.base import utcnow
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES
 from gateway.deps import AdminDep, StateDep, run_db
+from gateway.ledger import export
 from gateway.reports import DEFAULT_WINDOW, MEDIA_TYPES, build_report, parse_duration, render_report
 
 router = APIRouter(tags=["reports"])
@@ -56,3 +62,24 @@ def _window(text: str | None) -> timedelta:
         return parse_duration(text)
     except ValueError as exc:
         raise APIError("invalid_request", f"window: {exc}") from None
+
+
+@router.get("/ledger/export", responses={200: {"content": {m: {} for m in export.FORMATS.values()}},
+                                         **ERROR_RESPONSES})
+async def ledger_export(
+    key: AdminDep,
+    state: StateDep,
+    tenant: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    format: Literal["ndjson", "csv"] = "ndjson",
+) -> StreamingResponse:
+    start, end = _utc(since), _utc(until)
+    if start is not None and end is not None and end <= start:
+        raise APIError("invalid_request", "until must be after since")
+
+    def lines() -> Iterator[str]:  # runs in a worker thread (Starlette iterates sync bodies off the loop)
+        with state.db.connect() as conn:
+            yield from export.render(export.export_rows(conn, tenant=tenant, since=start, until=end), format)
+
+    return StreamingResponse(lines(), media_type=export.FORMATS[format])
