@@ -70,11 +70,11 @@ async def ledger_export(
     key: AdminDep,
     state: StateDep,
     tenant: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: Annotated[str | None, Query(description="ISO 8601 (no zone: UTC); rows that arrived from then on")] = None,
+    until: Annotated[str | None, Query(description="ISO 8601 (no zone: UTC); rows that arrived before then")] = None,
     format: Literal["ndjson", "csv"] = "ndjson",
 ) -> StreamingResponse:
-    start, end = _utc(since), _utc(until)
+    start, end = _iso("since", since), _iso("until", until)
     if start is not None and end is not None and end <= start:
         raise APIError("invalid_request", "until must be after since")
 
@@ -83,3 +83,13 @@ async def ledger_export(
             yield from export.render(export.export_rows(conn, tenant=tenant, since=start, until=end), format)
 
     return StreamingResponse(lines(), media_type=export.FORMATS[format])
+
+
+def _iso(name: str, text: str | None) -> datetime | None:
+    """ISO 8601 only (pydantic's datetime would also take a number as epoch seconds)."""
+    if text is None:
+        return None
+    try:
+        return _utc(datetime.fromisoformat(text))
+    except ValueError:
+        raise APIError("invalid_request", f"{name}: {text!r} is not an ISO 8601 time", param=name) from None
