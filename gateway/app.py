@@ -144,8 +144,10 @@ def _make_state(settings: Settings, policy: Policy, engine_client: EngineClient 
     if interrupted:
         log.warning("ledger_spooled_rows_interrupted", rows=interrupted)
     ledger.start()
+    metrics = GatewayMetrics(served_model_name(settings, engine_client))
+    metrics.init_classes(list(policy.classes))  # every class's SLI series from the start, at 0
     return GatewayState(
-        settings=settings, policy=policy, metrics=GatewayMetrics(served_model_name(settings, engine_client)),
+        settings=settings, policy=policy, metrics=metrics,
         limiter=RateLimiter(burst_s=settings.rate_limit_burst_s), db=db, sessions=sessions, ledger=ledger,
         auth=Authenticator(sessions, ttl_s=settings.auth_cache_ttl_s), engine_client=engine_client,
     )

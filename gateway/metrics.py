@@ -9,8 +9,19 @@ Every series carries `model_name`. Besides finserve's class-labelled series, the
 protocol's gauges and counters are exported under vLLM's names (`vllm:num_requests_running`,
 `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` as a 0-1 fraction, `vllm:prefix_cache_*`),
 so an external endpoint picker or dashboard written for vLLM reads finserve unchanged.
+vLLM's request histograms are exported under their names and buckets too (`vllm:time_to_first_token_seconds`,
+`vllm:time_per_output_token_seconds`, `vllm:e2e_request_latency_seconds`, `vllm:request_queue_time_seconds`,
+`vllm:inter_token_latency_seconds`, `vllm:request_prompt_tokens`, `vllm:request_generation_tokens`) with the
+token counters `vllm:prompt_tokens_total` / `vllm:generation_tokens_total` and
+`vllm:request_success_total{finished_reason}`.
+
 SLO burn rates are computed by Prometheus from `finserve_slo_requests_total` (recording rules and
 multi-window alerts in deploy/prometheus/rules.yml), the standard way: a counter here, windows there.
+That counter sees exactly what the ledger report counts: every final ledger row whose `slo_met` is
+not None (finished, failed, capacity rejections such as 429 `queue_full` and 5xx, aborts that had
+already missed a target, rows interrupted by a gateway crash), with the row's own verdict, so report
+and Prometheus agree by construction (`observe_slo` is called with the row the ledger receives). Both
+`slo_met` series of every class exist from the start at 0, so a class that never missed shows 100%.
 """
 from __future__ import annotations
 
@@ -31,6 +42,29 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 MODEL = "model_name"
 CLASS = "workload_class"
+
+# vLLM's buckets (vllm/engine/metrics.py), so a vLLM dashboard's quantiles read the same.
+_VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                      20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_VLLM_TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                      40.0, 80.0)
+_VLLM_REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                         240.0, 480.0, 960.0, 1920.0, 7680.0)
+_VLLM_TOKEN_MAX = 1 << 20
+
+
+def token_buckets(max_value: int = _VLLM_TOKEN_MAX) -> tuple[float, ...]:
+    """vLLM's 1-2-5 series up to max_value (its build_1_2_5_buckets) for the token-count histograms."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            value = m * 10 ** exponent
+            if value > max_value:
+                return tuple(out)
+            out.append(float(value))
+        exponent += 1
+
 
 # `_created` series double the series count and no dashboard or alert here reads them.
 disable_created_metrics()
@@ -54,9 +88,11 @@ class GatewayMetrics:
                                 "(finished, aborted, rejected, error).", [MODEL, CLASS, "outcome"], registry=r)
         self.rejections = Counter("finserve_rejections", "Requests refused, by reason.", [MODEL, CLASS, "reason"],
                                   registry=r)
-        self.slo = Counter("finserve_slo_requests", "Finished requests by whether they met every SLO target of "
-                           "their class (the SLI behind the burn-rate rules).", [MODEL, CLASS, "slo_met"],
-                           registry=r)
+        self.slo = Counter("finserve_slo_requests", "Requests counted towards the SLO (as the ledger report counts "
+                           "them: finished, failed, capacity rejections, aborts past a target, interrupted) by "
+                           "whether they met every target of their class (the SLI behind the burn-rate rules).",
+                           [MODEL, CLASS, "slo_met"], registry=r)
+        self._interrupted_seen: dict[str, int] = {}  # per class, interrupted rows already counted
         self.preemptions = Counter("finserve_preemptions", "Preemptions of finished requests.", [MODEL, CLASS],
                                    registry=r)
         self.tokens = Counter("finserve_tokens", "Tokens by kind: input (incl. cached), cached, output.",
@@ -89,6 +125,30 @@ class GatewayMetrics:
         self.vllm_prefix_hits = Counter("vllm:prefix_cache_hits", "Prompt tokens served from the prefix cache.",
                                         [MODEL], registry=r)
         self._prefix_seen = (0, 0)  # (queries, hits) already counted
+
+        def vllm_hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, [MODEL], buckets=buckets, registry=r)
+
+        self.vllm_ttft = vllm_hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                                   _VLLM_TTFT_BUCKETS)
+        self.vllm_tpot = vllm_hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in "
+                                   "seconds.", _VLLM_TPOT_BUCKETS)
+        self.vllm_itl = vllm_hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                                  _VLLM_TPOT_BUCKETS)
+        self.vllm_e2e = vllm_hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in "
+                                  "seconds.", _VLLM_REQUEST_BUCKETS)
+        self.vllm_queue = vllm_hist("vllm:request_queue_time_seconds", "Histogram of time spent waiting in the queue "
+                                    "in seconds.", _VLLM_REQUEST_BUCKETS)
+        self.vllm_prompt_tokens = vllm_hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+                                            token_buckets())
+        self.vllm_generation_tokens = vllm_hist("vllm:request_generation_tokens", "Number of generation tokens "
+                                                "processed.", token_buckets())
+        self.vllm_prompt_total = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", [MODEL],
+                                         registry=r)
+        self.vllm_generation_total = Counter("vllm:generation_tokens", "Number of generation tokens processed.",
+                                             [MODEL], registry=r)
+        self.vllm_success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                                    [MODEL, "finished_reason"], registry=r)
         self.ledger_spool = Gauge("finserve_ledger_spool_bytes", "Bytes of ledger rows waiting in the on-disk spool "
                                   "for the database (alarm when above 0 for long, or near the bound).", [MODEL],
                                   registry=r)
@@ -100,20 +160,42 @@ class GatewayMetrics:
                                            "raised since start (each logged; the writer carried on).", [MODEL],
                                            registry=r)
 
+    def init_classes(self, workload_classes: list[str]) -> None:
+        """Create both SLI series (and the request outcomes) of every class at 0: a class that never
+        missed has a `slo_met="false"` series reading 0, so its attainment is 100%, not "no data"."""
+        model = self.model_name
+        for name in workload_classes:
+            for met in ("true", "false"):
+                self.slo.labels(model, name, met)
+            for outcome in ("finished", "error", "aborted", "rejected"):
+                self.requests.labels(model, name, outcome)
+        self.vllm_success.labels(model, "stop")
+        self.vllm_success.labels(model, "length")
+
+    def observe_slo(self, workload_class: str, slo_met: bool | None) -> None:
+        """Count one final ledger row towards the SLI; slo_met None means the ledger does not count it."""
+        if slo_met is not None:
+            self.slo.labels(self.model_name, workload_class, "true" if slo_met else "false").inc()
+
     def update_ledger(self, stats: dict[str, object]) -> None:
         model = self.model_name
         self.ledger_spool.labels(model).set(float(stats["spool_bytes"]))  # type: ignore[arg-type]
         self.ledger_lost.labels(model).set(float(stats["lost"]))  # type: ignore[arg-type]
         self.ledger_healthy.labels(model).set(1.0 if stats["healthy"] else 0.0)
         self.ledger_cycle_failures.labels(model).set(float(stats.get("cycle_failures", 0)))  # type: ignore[arg-type]
+        interrupted: dict[str, int] = stats.get("interrupted") or {}  # type: ignore[assignment]
+        for name, total in interrupted.items():  # misses in the report: misses here too
+            new = total - self._interrupted_seen.get(name, 0)
+            if new > 0:
+                self.slo.labels(model, name, "false").inc(new)
+            self._interrupted_seen[name] = total
 
     def observe_request(self, workload_class: str, outcome: str, m: RequestMetrics | None,
-                        slo_met: bool | None = None) -> None:
-        """Count one inference request that reached the engine; latencies only for completed ones."""
+                        finish_reason: str | None = None) -> None:
+        """Count one inference request that reached the engine; latencies only for completed ones.
+        (Its SLI count comes from its ledger row: observe_slo.)"""
         model = self.model_name
         self.requests.labels(model, workload_class, outcome).inc()
-        if slo_met is not None and outcome == "finished":
-            self.slo.labels(model, workload_class, "true" if slo_met else "false").inc()
         if m is None:
             return
         self.tokens.labels(model, workload_class, "input").inc(m.input_tokens)
@@ -121,15 +203,22 @@ class GatewayMetrics:
         self.tokens.labels(model, workload_class, "output").inc(m.output_tokens)
         if m.preemptions:
             self.preemptions.labels(model, workload_class).inc(m.preemptions)
+        self.vllm_prompt_total.labels(model).inc(m.input_tokens)
+        self.vllm_generation_total.labels(model).inc(m.output_tokens)
         if outcome != "finished":
             return  # an aborted request's latencies would drag the distributions toward zero
-        for h, value in ((self.ttft, m.ttft_ms), (self.tpot, m.tpot_ms), (self.e2e, m.e2e_ms),
-                         (self.queue, m.queue_ms)):
+        for h, vh, value in ((self.ttft, self.vllm_ttft, m.ttft_ms), (self.tpot, self.vllm_tpot, m.tpot_ms),
+                             (self.e2e, self.vllm_e2e, m.e2e_ms), (self.queue, self.vllm_queue, m.queue_ms)):
             if value is not None:
                 h.labels(model, workload_class).observe(value / 1000.0)
-        itl = self.itl.labels(model, workload_class)
+                vh.labels(model).observe(value / 1000.0)
+        itl, vitl = self.itl.labels(model, workload_class), self.vllm_itl.labels(model)
         for gap in m.itl_ms:
             itl.observe(gap / 1000.0)
+            vitl.observe(gap / 1000.0)
+        self.vllm_prompt_tokens.labels(model).observe(m.input_tokens)
+        self.vllm_generation_tokens.labels(model).observe(m.output_tokens)
+        self.vllm_success.labels(model, finish_reason or "stop").inc()
 
     def observe_rejection(self, workload_class: str, reason: str) -> None:
         self.requests.labels(self.model_name, workload_class, "rejected").inc()

@@ -35,6 +35,7 @@ from typing import Any
 
 import structlog
 
+from core.db.models import RUNNING_STATUS
 from core.keys import KeyInfo
 from core.web.context import RequestContext
 from core.web.errors import CLIENT_CLOSED_STATUS, ERROR_CODES, APIError
@@ -45,6 +46,7 @@ from engine.structured import check_constraint, constraint_kind
 from engine.tokenizer import ChatTemplateError, Tokenizer
 from gateway import spans
 from gateway.ledger import LedgerRow, build_timeline, row_from_engine_request, row_from_request
+from gateway.ratelimit import ratelimit_headers
 from gateway.replicas.client import REPLICA_LOST
 from gateway.replicas.replica_set import ReplicaSet
 from gateway.state import GatewayState
@@ -147,6 +149,20 @@ class Completion:
     metrics: RequestMetrics
 
 
+# Routes that answer a prompt that does not fit as OpenAI does: 400 context_length_exceeded (gateway/routes/openai.py).
+OPENAI_ROUTES = {"completions": "prompt", "chat": "messages"}
+_CONTEXT_CODES = frozenset({"prompt_too_long", "context_overflow"})
+
+
+def openai_shape(route: str, err: APIError, max_model_len: int) -> APIError:
+    """On an OpenAI route, a prompt that does not fit becomes OpenAI's 400 context_length_exceeded."""
+    param = OPENAI_ROUTES.get(route)
+    if param is None or err.code not in _CONTEXT_CODES:
+        return err
+    return APIError("context_length_exceeded", f"This model's maximum context length is {max_model_len} tokens; "
+                    f"{err.message}. Please reduce the length of the {param} or max_tokens.", param=param)
+
+
 def admission_error(exc: AdmissionError) -> APIError:
     code = _ADMISSION_CODES.get(exc.reason) or ("queue_full" if exc.retryable else "invalid_request")
     default_retry = {429: 1.0, 503: 5.0}.get(ERROR_CODES[code])
@@ -244,7 +260,10 @@ class InferenceService:
 
     async def _prepare(self, ctx: RequestContext, key: KeyInfo, inp: InferenceInput) -> Admitted:
         t0 = time.time()
-        ids = await self.tokenize(inp.prompt, inp.explicit_class)
+        try:
+            ids = await self.tokenize(inp.prompt, inp.explicit_class)
+        except APIError as exc:
+            raise openai_shape(inp.route, exc, self.max_model_len) from None
         ctx.fields.update(inp.log_fields)
         try:
             adm = self.admit(ctx, key, route=inp.route, prompt_token_ids=ids, sampling=inp.sampling,
@@ -303,6 +322,9 @@ class InferenceService:
             raise self.reject(adm, APIError("class_forbidden", f"this API key may not use class {route_class!r}, "
                                             f"which serves this route; X-Workload-Class cannot change that"))
         wait = self.state.limiter.acquire(key.key_id, key.rate_limit_rps)
+        snapshot = self.state.limiter.snapshot(key.key_id, key.rate_limit_rps)
+        if snapshot is not None:
+            ctx.response_headers.update(ratelimit_headers(snapshot, cls.max_input_tokens + cls.max_output_tokens))
         if wait is not None:
             raise self.reject(adm, APIError(
                 "rate_limited", f"rate limit of {key.rate_limit_rps:g} requests/s exceeded", retry_after_s=wait))
@@ -320,6 +342,7 @@ class InferenceService:
     def reject(self, adm: Admitted, err: APIError, reason: str | None = None) -> APIError:
         """Record a refused request (ledger, metrics, log) and return the error to raise."""
         reason = reason or err.code
+        err = openai_shape(adm.route, err, self.max_model_len)
         adm.ctx.outcome, adm.ctx.error_code = "rejected", err.code
         adm.ctx.fields["rejection_reason"] = reason
         self.state.metrics.observe_rejection(adm.cls.name, reason)
@@ -331,7 +354,7 @@ class InferenceService:
             metrics=RequestMetrics.of(adm.request),
             timeline=build_timeline(adm.ctx.arrival_time, tokenize_start=adm.tokenize_start,
                                     tokenized=adm.tokenized, finished=time.time()) | placed,
-        ))
+        ), adm.ctx)
         return err
 
     def _placement(self, adm: Admitted) -> dict[str, Any]:
@@ -390,7 +413,7 @@ class InferenceService:
         self._submit(row_from_request(
             request_id=req.request_id, tenant=adm.key.tenant, workload_class=adm.cls.name, class_rule=adm.rule,
             route=adm.route, status="running", arrival_time=req.arrival_time, http_status=0,
-            metrics=RequestMetrics.of(req), slo=adm.cls.slo, timeline=timeline, key_id=adm.key.key_id))
+            metrics=RequestMetrics.of(req), slo=adm.cls.slo, timeline=timeline, key_id=adm.key.key_id), adm.ctx)
         return await self._ledger_durable()
 
     def _finish(self, adm: Admitted, last: RequestOutput | None, submitted: float) -> None:
@@ -401,7 +424,11 @@ class InferenceService:
         self._record(adm, last)
         spans.engine_phases(adm.request, submitted, tenant=adm.key.tenant, replica=adm.ctx.fields.get("replica"))
 
-    def _submit(self, row: LedgerRow) -> None:
+    def _submit(self, row: LedgerRow, ctx: RequestContext | None = None) -> None:
+        if ctx is not None:
+            row.client_request_id = ctx.client_request_id
+        if row.status != RUNNING_STATUS:  # the SLI counts each final row as the ledger report does
+            self.state.metrics.observe_slo(row.workload_class, row.slo_met)
         self._ledgered = self.state.ledger.submit(row)
         spans.ledger_write(self._ledgered, request_id=row.request_id, status=row.status)
 
@@ -453,8 +480,8 @@ class InferenceService:
                                         first_token=req.first_token_time, finished=time.time()))
         row.timeline = (row.timeline or {}) | self._placement(adm)
         outcome = {"finished": "finished", "failed": "error", "aborted": "aborted"}[row.status]
-        self._submit(row)
-        self.state.metrics.observe_request(adm.cls.name, outcome, metrics, slo_met=row.slo_met)
+        self._submit(row, ctx)
+        self.state.metrics.observe_request(adm.cls.name, outcome, metrics, finish_reason=row.finish_reason)
         ctx.outcome = outcome
         ctx.fields.update(
             finish_reason=row.finish_reason, input_tokens=metrics.input_tokens, cached_tokens=metrics.cached_tokens,

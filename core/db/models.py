@@ -76,6 +76,7 @@ class RequestLedger(Base):
         Index("ix_request_ledger_arrival_at", "arrival_at"),
         Index("ix_request_ledger_class_arrival", "workload_class", "arrival_at"),
         Index("ix_request_ledger_tenant_arrival", "tenant", "arrival_at"),
+        Index("ix_request_ledger_tenant_client_request_id", "tenant", "client_request_id"),
         # One chain position per partition (tenant): two writers can never both take seq n.
         UniqueConstraint("tenant", "chain_seq", name="uq_request_ledger_tenant_chain_seq"),
     )
@@ -135,6 +136,10 @@ class RequestLedger(Base):
     prev_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)  # row_hash of chain_seq - 1
     row_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)  # sha256(prev_hash, summary fields)
     timeline_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)  # digest kept after pruning
+
+    # --- 0005: the client's own X-Request-Id (when it sent a safe one), searchable per tenant. Not in the
+    # hash chain (HASHED_FIELDS is frozen for CHAIN_VERSION 1, so chains written before it still verify).
+    client_request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class LedgerChainHead(Base):

@@ -39,6 +39,7 @@ class RequestContext:
     error_code: str | None = None
     # Canonical-log extras: token counts, timings, finish reason. Never prompt or answer text.
     fields: dict[str, Any] = field(default_factory=dict)
+    response_headers: dict[str, str] = field(default_factory=dict)  # added to the response (x-ratelimit-*)
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.arrival_perf) * 1000.0

@@ -32,6 +32,7 @@ ERROR_CODES: dict[str, int] = {
     "invalid_choice": 400,
     "nested_too_deeply": 400,
     "max_tokens_too_large": 400,
+    "context_length_exceeded": 400,
     "missing_api_key": 401,
     "invalid_api_key": 401,
     "class_forbidden": 403,

@@ -119,6 +119,7 @@ class RequestContextMiddleware:
                 headers.append((b"x-finserve-request-id", ctx.request_id.encode()))
                 if replaced is not None:
                     headers.append((b"x-request-id-replaced", replaced.encode()))
+                headers.extend((k.encode(), v.encode()) for k, v in ctx.response_headers.items())
                 if ctx.workload_class and not any(k.lower() == b"x-workload-class" for k, _ in headers):
                     headers.append((b"x-workload-class", ctx.workload_class.encode()))
                 if traceparent is not None:

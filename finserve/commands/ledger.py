@@ -5,10 +5,14 @@ edited or whose predecessor is missing; it exits 6 (ExitCode.INTEGRITY) when it 
 the amendments (superseded positions) and prunes (checkpoints) it accepted; with
 FINSERVE_LEDGER_HMAC_KEY, prune signs its checkpoints and verify refuses an unsigned or forged one.
 prune deletes old rows behind a checkpoint and drops old step timelines (gateway/ledger/retention.py).
+export writes the rows of a tenant and period as NDJSON or CSV (gateway/ledger/export.py).
 """
 from __future__ import annotations
 
+import sys
+from contextlib import nullcontext
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -22,6 +26,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(ledger_app, name="ledger")
     ledger_app.command("verify")(verify)
     ledger_app.command("prune")(prune)
+    ledger_app.command("export")(export)
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --output json: one JSON document on stdout.")]
@@ -144,3 +149,32 @@ def prune(
         first = result.refused[0]
         raise CLIError(f"not pruned: tenant {first.partition}'s old chain is broken ({first.kind} at "
                        f"{first.request_id or first.seq}); run `finserve ledger verify`", ExitCode.INTEGRITY)
+
+
+def export(
+    tenant: Annotated[Optional[str], typer.Option(help="Only this tenant's rows (default: every tenant)")] = None,
+    since: Annotated[Optional[str], typer.Option(metavar="TIME", help="Rows that arrived from then on: ISO 8601 "
+                                                 "or a duration ago (24h)")] = None,
+    until: Annotated[Optional[str], typer.Option(metavar="TIME", help="Rows that arrived before then: ISO 8601, "
+                                                 "'now' or a duration ago")] = None,
+    format: Annotated[str, typer.Option("--format", help="ndjson (one JSON object a line) or csv")] = "ndjson",
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write to this file (default: stdout)")] = None,
+) -> None:
+    """Export ledger rows (every column but the step timeline), oldest first; running requests are left out."""
+    from finserve.commands.db import parse_time
+    from gateway.ledger.export import FORMATS, export_rows, render
+
+    if format not in FORMATS:
+        raise CLIError(f"--format: {format!r} is not one of {', '.join(FORMATS)}")
+    now = datetime.now(timezone.utc)
+    t0 = parse_time(since, now) if since else None
+    t1 = parse_time(until, now) if until else None
+    if t0 is not None and t1 is not None and t1 <= t0:
+        raise CLIError("--until must be after --since")
+    engine = _engine()
+    try:
+        with engine.connect() as conn, (open(out, "w", newline="") if out else nullcontext(sys.stdout)) as sink:
+            for line in render(export_rows(conn, tenant=tenant, since=t0, until=t1), format):
+                sink.write(line)
+    finally:
+        engine.dispose()

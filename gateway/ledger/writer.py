@@ -26,6 +26,7 @@ import dataclasses
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from datetime import datetime, timezone
@@ -96,6 +97,9 @@ class LedgerWriter:
         self.lost = 0  # rows kept nowhere (spool full or unwritable): each one is logged as an error
         self.healthy = True  # False while the database is refusing writes
         self.cycle_failures = 0  # writer cycles that raised (each logged); the thread carried on
+        # Rows this process turned `interrupted` (the previous run died with them in flight), by class:
+        # they count as misses in the reports, so the Prometheus SLI counts them too (GatewayMetrics).
+        self.interrupted: Counter[str] = Counter()
 
     # ---- caller side ----
     def start(self) -> "LedgerWriter":
@@ -109,6 +113,7 @@ class LedgerWriter:
         stale = [interrupted_row(r, at=started_at) for r in self.spool.unfinished()
                  if r.arrival_at < at and (r.timeline or {}).get("gateway") == self.gateway_id]
         self._spool_rows(stale)
+        self.interrupted.update(r.workload_class for r in stale)
         return len(stale)
 
     def submit(self, row: LedgerRow) -> "Future[bool]":
@@ -157,7 +162,8 @@ class LedgerWriter:
     def stats(self) -> dict[str, Any]:
         return {"queued": self._queue.qsize(), "written": self.written, "spooled": self.spooled,
                 "lost": self.lost, "spool_bytes": self.spool.size_bytes(), "healthy": self.healthy,
-                "cycle_failures": self.cycle_failures, "alive": self._thread.is_alive()}
+                "cycle_failures": self.cycle_failures, "alive": self._thread.is_alive(),
+                "interrupted": dict(self.interrupted)}
 
     # ---- writer thread ----
     def _run(self) -> None:
@@ -333,6 +339,7 @@ class LedgerWriter:
         mine = [LedgerRow(**dict(r)) for r in stale if (r["timeline"] or {}).get("gateway") == self.gateway_id]
         if mine:
             self._upsert([interrupted_row(r, at=before.timestamp()) for r in mine])
+            self.interrupted.update(r.workload_class for r in mine)
         return len(mine)
 
 

@@ -86,7 +86,7 @@ async def _lines(client: EngineClient, req: EngineRequest, first: RequestOutput,
             out = await anext(outputs)
             yield _ndjson(wire.output_to_json(out, req))
         outcome = {"stop": "finished", "length": "finished", "abort": "aborted"}.get(out.finish_reason or "", "error")
-        metrics.observe_request(req.workload_class, outcome, out.metrics)
+        metrics.observe_request(req.workload_class, outcome, out.metrics, finish_reason=out.finish_reason)
 
 
 def create_engine_app(settings: Settings, engine_client: EngineClient | None = None) -> FastAPI:

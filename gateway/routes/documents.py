@@ -9,14 +9,20 @@ its prompt's KV blocks leased for the class's `kv_lease_s` (policy) after it fin
 every question: a burst of bulk work cannot evict a document an analyst is still asking about.
 Registering computes no KV (that would cost a whole prefill on a replica the document may not be
 routed to yet), so the lease starts with the first question.
+
+`GET /v1/documents` lists the tenant's documents (newest first, `limit` and `after` as OpenAI's lists
+page), `DELETE /v1/documents/{id}` removes one (its questions' ledger rows stay: the ledger is an
+audit record). Deleting does not yet free the document's KV blocks early: its lease runs out after
+the class's `kv_lease_s`, and the blocks are salted with the tenant, so no other tenant can reach them.
 """
 from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, Query, Request, status
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from core.db.models import Document
@@ -29,7 +35,14 @@ from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
 from gateway.prompts import document_messages, quoted_answer_schema, relevant_sentences
 from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
-from gateway.schemas.documents import Answer, DocumentCreate, DocumentPublic, QuestionCreate
+from gateway.schemas.documents import (
+    Answer,
+    DocumentCreate,
+    DocumentDeleted,
+    DocumentList,
+    DocumentPublic,
+    QuestionCreate,
+)
 from gateway.service import InferenceInput, Prompt
 from gateway.streaming import EventStreamResponse, cancel_on_disconnect
 
@@ -83,6 +96,40 @@ async def create_document(body: DocumentCreate, key: TenantDep, service: Service
 @router.get("/documents/{document_id}", response_model=DocumentPublic, responses=ERROR_RESPONSES)
 async def get_document(document_id: str, key: TenantDep, state: StateDep) -> DocumentPublic:
     return _public(await _load(state, key, document_id))
+
+
+@router.get("/documents", response_model=DocumentList, responses=ERROR_RESPONSES)
+async def list_documents(key: TenantDep, state: StateDep, limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                         after: Annotated[str | None, Query(max_length=64, description="List documents older than "
+                                                            "this one (the last id of the previous page).")] = None,
+                         ) -> DocumentList:
+    def load(session: Session) -> list[Document]:
+        stmt = select(Document).where(Document.tenant == key.tenant)
+        if after is not None:
+            cursor = session.get(Document, after)
+            if cursor is None or cursor.tenant != key.tenant:
+                raise APIError("document_not_found", f"no document {after!r}", param="after")
+            stmt = stmt.where(tuple_(Document.created_at, Document.id) < tuple_(cursor.created_at, cursor.id))
+        order = (Document.created_at.desc(), Document.id.desc())
+        return list(session.scalars(stmt.order_by(*order).limit(limit + 1)))
+
+    docs = await run_db(state, load)
+    return DocumentList(data=[_public(d) for d in docs[:limit]], has_more=len(docs) > limit)
+
+
+@router.delete("/documents/{document_id}", response_model=DocumentDeleted, responses=ERROR_RESPONSES)
+async def delete_document(document_id: str, key: TenantDep, state: StateDep) -> DocumentDeleted:
+    def delete(session: Session) -> bool:
+        doc = session.get(Document, document_id)
+        if doc is None or doc.tenant != key.tenant:
+            return False
+        session.delete(doc)
+        session.commit()
+        return True
+
+    if not await run_db(state, delete):  # another tenant's document is as unknown as a missing one
+        raise APIError("document_not_found", f"no document {document_id!r}")
+    return DocumentDeleted(id=document_id)
 
 
 @router.post("/documents/{document_id}/questions", response_model=Answer, responses=STREAMING_RESPONSES)

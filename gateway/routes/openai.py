@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -46,7 +46,7 @@ from gateway.schemas.openai import (
 )
 from gateway.service import InferenceInput, InferenceService, Prompt, raise_if_failed
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
-from gateway.tools import describe_tools, tool_calls, tool_schema
+from gateway.tools import ToolParser, ToolStream, answer, describe_tools, parser_for, render_turn, tool_schema
 
 router = APIRouter(tags=["openai"])
 
@@ -57,9 +57,12 @@ def _check_model(body: SamplingFields, service: InferenceService) -> None:
                        f"{service.model_name!r} (see /v1/models)", param="model")
 
 
-def _chat_prompt(body: ChatCompletionRequest) -> Prompt:
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
-    tools = describe_tools(body)
+def _chat_prompt(body: ChatCompletionRequest, parser: ToolParser) -> Prompt:
+    messages = [{"role": "system" if m.role == "developer" else m.role,
+                 "content": render_turn(m.model_copy(update={"tool_calls": None}).text(),
+                                        [c.function for c in m.tool_calls], parser) if m.tool_calls else m.text()}
+                for m in body.messages]
+    tools = describe_tools(body, parser)
     return Prompt(messages=messages if tools is None else [tools, *messages])
 
 
@@ -71,10 +74,29 @@ class _Stream:
     """OpenAI chunk events for every choice; nothing is yielded before the first engine output."""
 
     def __init__(self, ctx: RequestContext, model: str, tok: Tokenizer, *, chat: bool, include_usage: bool,
-                 logprobs: bool, echo: list[str] | None = None) -> None:
+                 logprobs: bool, echo: list[str] | None = None, tools: Callable[[], ToolStream] | None = None) -> None:
         self.base = {"id": ctx.request_id, "object": "chat.completion.chunk" if chat else "text_completion",
                      "created": int(ctx.arrival_time), "model": model}
         self.tok, self.chat, self.include_usage, self.logprobs, self.echo = tok, chat, include_usage, logprobs, echo
+        self.tools = tools  # chat with tools: content and tool-call deltas come from a ToolStream per choice
+        self._tool_streams: dict[int, ToolStream] = {}
+
+    def tool_chunks(self, index: int, out: RequestOutput) -> list[bytes]:
+        """Chunks of one output through the choice's ToolStream; the last carries the finish_reason."""
+        assert self.tools is not None
+        ts = self._tool_streams.setdefault(index, self.tools())
+        pushed = ts.push(out.new_text)
+        deltas = [pushed] if pushed else []
+        finish = None
+        if out.finished:
+            last, finish = ts.finish(out.finish_reason or "stop")
+            deltas += last
+        chunks = [{"index": index, "delta": d, "finish_reason": None, "logprobs": None} for d in deltas]
+        if finish is not None:
+            if not chunks:
+                chunks.append({"index": index, "delta": {}, "finish_reason": None, "logprobs": None})
+            chunks[-1]["finish_reason"] = finish
+        return [sse({**self.base, "choices": [c]}) for c in chunks]
 
     def chunk(self, index: int, out: RequestOutput | None, *, role: bool = False, text: str | None = None) -> bytes:
         finish = out.finish_reason if out is not None and out.finished else None
@@ -103,7 +125,10 @@ class _Stream:
                         yield self.chunk(i, None, role=True)
                     elif self.echo is not None:
                         yield self.chunk(i, None, text=self.echo[i])
-                if out.new_text or out.finished or (self.logprobs and out.logprobs):
+                if self.tools is not None and self.chat:
+                    for chunk in self.tool_chunks(i, out):
+                        yield chunk
+                elif out.new_text or out.finished or (self.logprobs and out.logprobs):
                     yield self.chunk(i, out)
                 if out.finished and out.metrics is not None:
                     metrics[i] = out.metrics
@@ -154,19 +179,23 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
         raise APIError("invalid_request", "top_logprobs needs logprobs: true", param="top_logprobs")
     # Tool and output schemas are built and checked in a worker thread when there are any: 500 tools or a
     # 10,000-item enum take a second, during which the event loop would answer nobody.
-    build = functools.partial(_chat_input, body, explicit_class(body.workload_class, x_workload_class))
+    parser = parser_for(service.model_folder)
+    build = functools.partial(_chat_input, body, explicit_class(body.workload_class, x_workload_class), parser)
     calls, inp = await asyncio.to_thread(build) if body.tools or _constrained(body) else build()
     choices = await prepare_choices(service, ctx, key, [inp], body.n)
     tok = service.client.tokenizer
     if body.stream:
+        tools = (lambda: ToolStream(body, parser, calls is not None)) if body.tools and body.tool_choice != "none" \
+            else None
         stream = _Stream(ctx, service.model_name, tok, chat=True, include_usage=body.include_usage,
-                         logprobs=body.logprobs)
+                         logprobs=body.logprobs, tools=tools)
         return EventStreamResponse(stream.events(choices))
     done = await cancel_on_disconnect(request, collect_all(choices))
-    out = [ChatChoice(index=c.index, message=_message(body, d.text, calls is not None),
-                      finish_reason="tool_calls" if calls is not None and d.finish_reason == "stop" else d.finish_reason,
-                      logprobs=chat_logprobs(tok, d.logprobs) if body.logprobs else None)
-           for c, d in zip(choices, done)]
+    out = []
+    for c, d in zip(choices, done):
+        content, tool_calls, finish = answer(body, parser, d.text, d.finish_reason, calls is not None)
+        out.append(ChatChoice(index=c.index, message=AssistantMessage(content=content, tool_calls=tool_calls),
+                              finish_reason=finish, logprobs=chat_logprobs(tok, d.logprobs) if body.logprobs else None))
     return ChatCompletionResponse(
         id=ctx.request_id, created=int(ctx.arrival_time), model=service.model_name, choices=out,
         usage=usage(choices, [d.metrics for d in done]), timings=Timings.of(done[0].metrics),
@@ -178,18 +207,13 @@ def _constrained(body: ChatCompletionRequest) -> bool:
                                        body.structured_outputs))
 
 
-def _chat_input(body: ChatCompletionRequest, workload_class: str | None) -> tuple[str | None, InferenceInput]:
+def _chat_input(body: ChatCompletionRequest, workload_class: str | None,
+                parser: ToolParser) -> tuple[str | None, InferenceInput]:
     """The tool-call schema (None without forced tools) and the request as the service takes it."""
     calls = tool_schema(body)
-    return calls, InferenceInput(route="chat", prompt=_chat_prompt(body), max_tokens=body.output_limit,
+    return calls, InferenceInput(route="chat", prompt=_chat_prompt(body, parser), max_tokens=body.output_limit,
                                  sampling=sampling_params(body, logprobs=body.num_logprobs, tool_schema=calls),
                                  explicit_class=workload_class, temperature_unset=body.temperature is None)
-
-
-def _message(body: ChatCompletionRequest, text: str, is_call: bool) -> AssistantMessage:
-    if is_call:
-        return AssistantMessage(content=None, tool_calls=tool_calls(body, text))
-    return AssistantMessage(content=text)
 
 
 @router.get("/models", response_model=ModelList, responses=ERROR_RESPONSES)

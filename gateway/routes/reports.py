@@ -6,18 +6,24 @@ unless `tenant=` narrows it. The window ends at `until` (default now) and starts
 the rolling window error budgets are judged over). Times without a zone are UTC.
 Bounds (400 `invalid_request` past them): times from 1970-01-01 to 9000-01-01, a window of at most
 MAX_WINDOW (10 years), so no date arithmetic can overflow.
+
+GET /v1/ledger/export: the ledger rows themselves, by tenant and period, as NDJSON or CSV
+(gateway/ledger/export.py; the same as `finserve ledger export`), streamed. Admin keys only.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
 
 from core.db.base import utcnow
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES
 from gateway.deps import AdminDep, StateDep, run_db
+from gateway.ledger import export
 from gateway.reports import DEFAULT_WINDOW, MEDIA_TYPES, build_report, parse_duration, render_report
 
 router = APIRouter(tags=["reports"])
@@ -76,3 +82,34 @@ def _window(text: str | None) -> timedelta:
     if window > MAX_WINDOW:
         raise APIError("invalid_request", f"window: at most {MAX_WINDOW.days}d", param="window")
     return window
+
+
+@router.get("/ledger/export", responses={200: {"content": {m: {} for m in export.FORMATS.values()}},
+                                         **ERROR_RESPONSES})
+async def ledger_export(
+    key: AdminDep,
+    state: StateDep,
+    tenant: str | None = None,
+    since: Annotated[str | None, Query(description="ISO 8601 (no zone: UTC); rows that arrived from then on")] = None,
+    until: Annotated[str | None, Query(description="ISO 8601 (no zone: UTC); rows that arrived before then")] = None,
+    format: Literal["ndjson", "csv"] = "ndjson",
+) -> StreamingResponse:
+    start, end = _iso("since", since), _iso("until", until)
+    if start is not None and end is not None and end <= start:
+        raise APIError("invalid_request", "until must be after since")
+
+    def lines() -> Iterator[str]:  # runs in a worker thread (Starlette iterates sync bodies off the loop)
+        with state.db.connect() as conn:
+            yield from export.render(export.export_rows(conn, tenant=tenant, since=start, until=end), format)
+
+    return StreamingResponse(lines(), media_type=export.FORMATS[format])
+
+
+def _iso(name: str, text: str | None) -> datetime | None:
+    """ISO 8601 only (pydantic's datetime would also take a number as epoch seconds)."""
+    if text is None:
+        return None
+    try:
+        return _utc(datetime.fromisoformat(text))
+    except ValueError:
+        raise APIError("invalid_request", f"{name}: {text!r} is not an ISO 8601 time", param=name) from None

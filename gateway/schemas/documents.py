@@ -23,6 +23,18 @@ class DocumentPublic(BaseModel):
     created_at: datetime
 
 
+class DocumentList(BaseModel):
+    object: str = "list"
+    data: list[DocumentPublic] = Field(description="The tenant's documents, newest first.")
+    has_more: bool = Field(description="More documents are older than the last one listed (pass its id as `after`).")
+
+
+class DocumentDeleted(BaseModel):
+    id: str
+    object: str = "document.deleted"
+    deleted: bool = True
+
+
 class QuestionCreate(EdgeModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # "stream": 0 is not a bool (as on the OpenAI routes)
 

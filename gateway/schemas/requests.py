@@ -75,6 +75,8 @@ class RequestRecord(BaseModel):
     replica: str | None = Field(None, description="The engine replica that served it (FINSERVE_ENGINES).")
     replica_reason: str | None = Field(None, description="Why the router chose that replica.")
     served_by: ServedBy
+    client_request_id: str | None = Field(None, description="The client's own X-Request-Id, when it sent a "
+                                          "safe one (search: GET /v1/requests?client_request_id=...).")
     row_hash: str | None = Field(None, description="The row's hash in its tenant's ledger chain (null while "
                                                    "running); `finserve ledger verify` checks it.")
     timeline: Timeline | None = Field(description="Null when not recorded, or dropped by timeline retention.")
@@ -96,7 +98,7 @@ class RequestRecord(BaseModel):
             served_by=ServedBy(model_id=row.model_id, weights_sha256=row.weights_sha256,
                                weight_format=row.weight_format, policy_sha256=row.policy_sha256,
                                finserve_version=row.finserve_version),
-            row_hash=row.row_hash,
+            row_hash=row.row_hash, client_request_id=row.client_request_id,
             timeline=_timeline(row.timeline) if row.timeline else None,
         )
 
@@ -114,3 +116,8 @@ def _timeline(t: dict[str, Any]) -> Timeline:
         steps=[Step(kind=s["kind"], start_ms=rel(s["start"]) or 0.0, end_ms=rel(s["end"]) or 0.0,
                     num_tokens=s["num_tokens"], batch_tokens=s["batch_tokens"]) for s in t.get("steps", [])],
     )
+
+
+class RequestList(BaseModel):
+    object: str = "list"
+    data: list[RequestRecord]

@@ -73,6 +73,16 @@ async def test_metrics_count_requests_tokens_and_latencies(client: httpx.AsyncCl
     assert sample(text, "vllm:num_requests_running", model_name=model) is not None
     assert sample(text, "vllm:num_requests_waiting", model_name=model) is not None
     assert sample(text, "vllm:prefix_cache_queries_total", model_name=model) >= 0
+    # vLLM's request histograms and token counters, under its names, labelled with model_name only.
+    m = {"model_name": model}
+    for hist in ("time_to_first_token_seconds", "time_per_output_token_seconds", "e2e_request_latency_seconds",
+                 "request_queue_time_seconds", "request_prompt_tokens", "request_generation_tokens"):
+        assert sample(text, f"vllm:{hist}_count", **m) == 1, hist
+    assert sample(text, "vllm:inter_token_latency_seconds_count", **m) == 2
+    assert sample(text, "vllm:request_generation_tokens_sum", **m) == 3
+    assert sample(text, "vllm:generation_tokens_total", **m) == 3
+    assert sample(text, "vllm:prompt_tokens_total", **m) >= 1
+    assert sample(text, "vllm:request_success_total", finished_reason="length", **m) == 1
     assert "_created" not in text  # no doubled series
 
 
