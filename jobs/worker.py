@@ -95,6 +95,10 @@ def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
         return Step("skipped", detail=claim.outcome.value)
 
     plan = plan_item(claim.schema_json, claim.text)  # prompt, and the schema the grammar enforces for this text
+    if plan.unanswerable is not None:  # no answer could be valid (a user's pattern no span fits): say so now
+        with rt.sessions() as s:
+            service.fail_item(s, item_id, f"no valid record: {plan.unanswerable}")
+        return Step("failed", detail=plan.unanswerable)
     sampled = claim.invalid_outputs > 0
     try:
         answer = rt.gateway.extract(
