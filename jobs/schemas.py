@@ -26,6 +26,8 @@ class JobOptions(EdgeModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     schema_: dict[str, Any] = Field(alias="schema")  # flat JSON Schema object of the fields to extract
     max_tokens: int | None = Field(None, ge=1, le=4096)  # answer budget per item; None: the server default
+    # Our own company names (and affiliates): never returned as a name field, in any case or spelling.
+    own_names: list[StoredStr] | None = Field(None, min_length=1, max_length=64)
 
 
 class JobCreate(JobOptions):
