@@ -29,6 +29,7 @@ import httpx
 
 from bench.contracts_gen import Contract
 from engine.engine import LLMEngine
+from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
 from jobs.extraction import InvalidOutput, ItemPlan, finish_item, plan_item
 from jobs.names import OwnNames
@@ -142,6 +143,7 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
     reqs: dict[str, tuple[Contract, EngineRequest]] = {}
     texts: dict[str, list[str]] = {}
     plans: dict[str, ItemPlan] = {}
+    refused: list[Outcome] = []
     done = 0
     while pending or engine.has_unfinished():
         while pending and len(reqs) - done < in_flight:
@@ -149,7 +151,11 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
             plan = plan_item(schema_json, c.text)
             req = EngineRequest(f"eval-{uuid.uuid4().hex[:12]}", engine.tokenizer.encode_chat(plan.messages),
                                 SamplingParams(max_tokens=max_tokens, json_schema=plan.decode_schema), CLASS)
-            engine.add_request(req)
+            try:
+                engine.add_request(req)
+            except AdmissionError as exc:  # refused (e.g. longer than the model's context): an item without a record
+                refused.append(Outcome(c.id, None, c.truth, "", f"refused: {exc}"))
+                continue
             reqs[req.request_id], texts[req.request_id], plans[req.request_id] = (c, req), [], plan
         for out in engine.step():
             texts[out.request_id].append(out.new_text)
@@ -157,7 +163,7 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
                 done += 1
                 if progress is not None:
                     progress(done)
-    report = Report(items=len(items), seconds=time.perf_counter() - t0)
+    report = Report(items=len(items), seconds=time.perf_counter() - t0, outcomes=refused)
     for rid, (c, req) in reqs.items():
         text = "".join(texts[rid])
         try:
@@ -218,5 +224,7 @@ def run_job(url: str, api_key: str, contracts: Iterable[Contract], schema: dict[
     return report
 
 
-def to_json(report: Report, *, mistakes: int = 3, **meta: Any) -> str:
-    return json.dumps({**meta, **report.summary(), "mistakes": report.mistakes(mistakes)}, indent=2, ensure_ascii=False)
+def summary_json(reports: dict[str, Report], *, mistakes: int = 3, **meta: Any) -> str:
+    """One JSON document: `meta`, then per run ("handwritten/shipped", ...) its summary and mistakes."""
+    runs = {label: {**r.summary(), "mistakes": r.mistakes(mistakes)} for label, r in reports.items()}
+    return json.dumps({**meta, "runs": runs}, indent=2, ensure_ascii=False)
