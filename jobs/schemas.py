@@ -80,14 +80,17 @@ class ItemResult(BaseModel):
     id: str
     status: Literal["pending", "running", "done", "failed", "cancelled"]
     result: dict[str, Any] | None
+    null_reasons: dict[str, str] | None = None  # field -> why it is null ("not_found", "ambiguous")
     error: str | None
     request_id: str | None  # the engine request's id in the SLO ledger (GET /v1/requests/{id})
     attempts: int
 
     @classmethod
     def of(cls, item: ExtractionItem) -> "ItemResult":
+        done = item.status == "done"
         return cls(id=item.external_id, status=item.status, result=item.result,  # type: ignore[arg-type]
-                   error=item.error if item.status != "done" else None, request_id=item.request_id,
+                   null_reasons=item.null_reasons if done else None,
+                   error=item.error if not done else None, request_id=item.request_id,
                    attempts=item.attempts)
 
 

@@ -134,5 +134,6 @@ def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
 
     with rt.sessions() as s:
         stored = service.complete_item(s, item_id, doc, request_id=answer.request_id,
-                                       input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
+                                       input_tokens=answer.input_tokens, output_tokens=answer.output_tokens,
+                                       null_reasons={k: v for k, v in plan.null_reasons.items() if doc.get(k) is None})
     return Step("done" if stored else "skipped", detail="" if stored else "result already stored")

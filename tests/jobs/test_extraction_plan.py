@@ -151,3 +151,16 @@ def test_synonyms_narrow_an_enum_to_the_value_the_text_names() -> None:
 def test_extraction_keywords_are_checked(field: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         normalize_schema({"type": "object", "properties": {"f": field}}, max_fields=4)
+
+
+def test_every_readme_example_contract_gets_a_record() -> None:
+    """The README's example job (examples/contracts.ndjson): every item plans to a valid record, none lost."""
+    lines = (Path(__file__).parents[2] / "examples" / "contracts.ndjson").read_text().splitlines()
+    schema_json = normalize_schema(SCHEMA, max_fields=16)
+    for line in lines:
+        plan = plan_item(schema_json, json.loads(line)["text"])
+        decode = json.loads(plan.decode_schema)["properties"]
+        assert plan.unanswerable is None and all(len(f.get("enum", [])) >= 1 for f in decode.values())
+        answer = {k: f["enum"][0] for k, f in decode.items()}
+        record = finish_item(json.dumps(answer), "stop", plan)
+        assert "finserve" not in record["counterparty"].casefold()
