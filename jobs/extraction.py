@@ -562,8 +562,7 @@ def _currency_of_amount(doc: dict[str, Any], plan: ItemPlan, spans: dict[str, st
         return
     for name, field in plan.schema["properties"].items():
         values = field.get("enum", [])
-        if name in doc and code in values and all(isinstance(v, str) and (v is None or len(v) == 3) for v in values
-                                                  if v is not None):
+        if name in doc and code in values and all(isinstance(v, str) and len(v) == 3 for v in values if v is not None):
             doc[name] = code
             return
 
