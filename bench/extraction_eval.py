@@ -1,4 +1,5 @@
-"""Extraction accuracy on the labelled synthetic contracts (bench/contracts_gen.py).
+"""Extraction accuracy on labelled contracts: generated (bench/contracts_gen.py) and hand-written
+(bench/data/contracts_handwritten.txt, `load_handwritten`), with the shipped schema or its plain twin.
 
 Two ways in, scored the same way:
 - `run_job`: the job path a back office uses: one extraction job over HTTP (POST /v1/extraction-jobs),
@@ -15,21 +16,55 @@ items per minute of wall time.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench.contracts_gen import Contract
 from engine.engine import LLMEngine
+from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
 from jobs.extraction import InvalidOutput, ItemPlan, finish_item, plan_item
+from jobs.names import OwnNames
 
 CLASS = "bulk_extraction"
+HANDWRITTEN = Path(__file__).resolve().parent / "data" / "contracts_handwritten.txt"
+OWN_NAMES = ("Finserve Holdings Ltd.", "Finserve Group Services Limited")  # us, and our service company
+
+
+def load_handwritten(path: Path = HANDWRITTEN) -> list[Contract]:
+    """The hand-written labelled set: "=== ID", a JSON truth line, "---", the text; "{{NAME}}" inserts
+    the boilerplate block "=== @NAME" (see the file's header)."""
+    blocks: dict[str, str] = {}
+    entries: list[tuple[str, str]] = []
+    body = path.read_text(encoding="utf-8")
+    for chunk in re.split(r"^=== ", body, flags=re.MULTILINE)[1:]:
+        head, _, rest = chunk.partition("\n")
+        if head.startswith("@"):
+            blocks[head[1:].strip()] = rest.strip()
+        else:
+            entries.append((head.strip(), rest))
+    contracts = []
+    for cid, rest in entries:
+        truth_line, _, text = rest.partition("\n---\n")
+        text = re.sub(r"\{\{(\w+)\}\}", lambda m: blocks[m.group(1)], text.strip()) + "\n"
+        contracts.append(Contract(cid, text, json.loads(truth_line)))
+    return contracts
+
+
+def plain_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema a new user would write: the same fields, types, enums and descriptions, without any
+    `x-*` keyword or `pattern`."""
+    def strip(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if not k.startswith("x-") and k != "pattern"}
+    return {**strip(schema), "properties": {k: strip(f) for k, f in schema["properties"].items()}}
 
 
 def field_matches(name: str, got: Any, want: Any) -> bool:
@@ -72,8 +107,12 @@ class Report:
         fields = list(self.outcomes[0].truth) if self.outcomes else []
         per_field = {f: sum(o.correct[f] for o in self.outcomes) / self.items for f in fields}
         invalid = sum(o.answer is None for o in self.outcomes)
+        ours = OwnNames(OWN_NAMES)
         return {
             "items": self.items,
+            "items_without_record": invalid,
+            "own_name_returned": sum(o.answer is not None and any(isinstance(v, str) and ours.is_ours(v)
+                                                                  for v in o.answer.values()) for o in self.outcomes),
             "field_accuracy": {f: round(v, 4) for f, v in per_field.items()},
             "overall_field_accuracy": round(sum(per_field.values()) / max(1, len(fields)), 4),
             "exact_match": round(sum(all(o.correct.values()) for o in self.outcomes) / self.items, 4),
@@ -104,6 +143,7 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
     reqs: dict[str, tuple[Contract, EngineRequest]] = {}
     texts: dict[str, list[str]] = {}
     plans: dict[str, ItemPlan] = {}
+    refused: list[Outcome] = []
     done = 0
     while pending or engine.has_unfinished():
         while pending and len(reqs) - done < in_flight:
@@ -111,7 +151,11 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
             plan = plan_item(schema_json, c.text)
             req = EngineRequest(f"eval-{uuid.uuid4().hex[:12]}", engine.tokenizer.encode_chat(plan.messages),
                                 SamplingParams(max_tokens=max_tokens, json_schema=plan.decode_schema), CLASS)
-            engine.add_request(req)
+            try:
+                engine.add_request(req)
+            except AdmissionError as exc:  # refused (e.g. longer than the model's context): an item without a record
+                refused.append(Outcome(c.id, None, c.truth, "", f"refused: {exc}"))
+                continue
             reqs[req.request_id], texts[req.request_id], plans[req.request_id] = (c, req), [], plan
         for out in engine.step():
             texts[out.request_id].append(out.new_text)
@@ -119,7 +163,7 @@ def run_direct(engine: LLMEngine, contracts: Iterable[Contract], schema_json: st
                 done += 1
                 if progress is not None:
                     progress(done)
-    report = Report(items=len(items), seconds=time.perf_counter() - t0)
+    report = Report(items=len(items), seconds=time.perf_counter() - t0, outcomes=refused)
     for rid, (c, req) in reqs.items():
         text = "".join(texts[rid])
         try:
@@ -137,13 +181,16 @@ class JobFailed(RuntimeError):
 
 def run_job(url: str, api_key: str, contracts: Iterable[Contract], schema: dict[str, Any], *,
             max_tokens: int = 256, timeout_s: float = 3600.0, poll_s: float = 0.5,
-            progress: Callable[[int], None] | None = None) -> Report:
+            progress: Callable[[int], None] | None = None, own_names: Iterable[str] = ()) -> Report:
     """One extraction job through the gateway at `url` with `api_key`; waits for it, then scores its results."""
     items = list(contracts)
     truth = {c.id: c for c in items}
+    body: dict[str, Any] = {"schema": schema, "max_tokens": max_tokens,
+                            "items": [{"id": c.id, "text": c.text} for c in items]}
+    if own_names:
+        body["own_names"] = list(own_names)
     with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {api_key}"}) as http:
-        resp = http.post("/v1/extraction-jobs", json={"schema": schema, "max_tokens": max_tokens,
-                                                      "items": [{"id": c.id, "text": c.text} for c in items]})
+        resp = http.post("/v1/extraction-jobs", json=body)
         if resp.status_code != 202:
             raise JobFailed(f"the gateway refused the job: HTTP {resp.status_code} {resp.text[:300]}")
         job_id = resp.json()["id"]
@@ -177,5 +224,7 @@ def run_job(url: str, api_key: str, contracts: Iterable[Contract], schema: dict[
     return report
 
 
-def to_json(report: Report, *, mistakes: int = 3, **meta: Any) -> str:
-    return json.dumps({**meta, **report.summary(), "mistakes": report.mistakes(mistakes)}, indent=2, ensure_ascii=False)
+def summary_json(reports: dict[str, Report], *, mistakes: int = 3, **meta: Any) -> str:
+    """One JSON document: `meta`, then per run ("handwritten/shipped", ...) its summary and mistakes."""
+    runs = {label: {**r.summary(), "mistakes": r.mistakes(mistakes)} for label, r in reports.items()}
+    return json.dumps({**meta, "runs": runs}, indent=2, ensure_ascii=False)

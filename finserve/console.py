@@ -27,13 +27,15 @@ class ExitCode(IntEnum):
     REFUSED = 4  # the gateway refused the request (HTTP 4xx): bad key, unknown job, ...
     SERVER = 5  # the gateway failed (HTTP 5xx)
     INTEGRITY = 6  # `finserve ledger verify` found an edited or deleted ledger row
+    ITEMS_FAILED = 7  # `finserve jobs submit|watch`: the job finished but some items failed (see their results)
     INTERNAL = 70  # a bug in finserve: rerun with --debug and report the traceback
 
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 usage or validation error; 2 a service is unreachable (gateway, Redis, database); "
     "3 bad configuration (no model prepared, bad policy file, bad settings); 4 the gateway refused the request "
-    "(4xx); 5 gateway error (5xx); 6 the ledger failed verification (an edited or deleted row); 70 internal error. Errors are one line on stderr; --debug adds the traceback. "
+    "(4xx); 5 gateway error (5xx); 6 the ledger failed verification (an edited or deleted row); "
+    "7 a job finished with failed items; 70 internal error. Errors are one line on stderr; --debug adds the traceback. "
     "Commands that print data take --output json."
 )
 

@@ -3,7 +3,7 @@
 Three body forms: `application/json` ({"schema", "items": [{"id", "text"}], "max_tokens"?}),
 `application/x-ndjson` (first line {"schema", "max_tokens"?}, then one {"id", "text"} per line),
 and `multipart/form-data` (an `items` NDJSON file, a `schema` JSON file or field, optional
-`max_tokens`). Nothing is written before the whole body has passed these checks.
+`max_tokens` and `own_names`, a JSON list). Nothing is written before the whole body has passed these checks.
 """
 from __future__ import annotations
 
@@ -74,12 +74,13 @@ def from_ndjson(body: bytes) -> tuple[JobOptions, list[ContractItem]]:
 
 
 def from_form(items_file: bytes | None, schema_text: str | bytes | None,
-              max_tokens: str | None) -> tuple[JobOptions, list[ContractItem]]:
+              max_tokens: str | None, own_names: str | None = None) -> tuple[JobOptions, list[ContractItem]]:
     if items_file is None or schema_text is None:
         raise _invalid("multipart upload needs an 'items' NDJSON file and a 'schema' JSON file or field")
     try:
         options = JobOptions(schema=_json(schema_text, "schema"),
-                             max_tokens=int(max_tokens) if max_tokens not in (None, "") else None)
+                             max_tokens=int(max_tokens) if max_tokens not in (None, "") else None,
+                             own_names=_json(own_names, "own_names") if own_names else None)
     except ValidationError as exc:
         raise _invalid(_pydantic_message(exc, "form")) from None
     except ValueError:
@@ -117,7 +118,8 @@ def build_spec(options: JobOptions, items: list[ContractItem], settings: Setting
             raise _invalid(f"duplicate item id {item.id!r}: ids must be unique within a job")
         seen.add(item.id)
     try:
-        schema_json = normalize_schema(options.schema_, max_fields=settings.jobs_max_schema_fields)
+        schema_json = normalize_schema(options.schema_, max_fields=settings.jobs_max_schema_fields,
+                                       own_names=options.own_names)
     except ValueError as exc:
         raise IngestError("invalid_json_schema", str(exc), 400) from None
     return JobSpec(items=tuple((i.id, i.text) for i in items), schema_json=schema_json, max_tokens=max_tokens,

@@ -47,11 +47,13 @@ async def _parse(request: Request) -> tuple[JobOptions, list[ContractItem]]:
     if ctype in (NDJSON, "application/ndjson", "application/jsonl"):
         return ingest.from_ndjson(await request.body())
     if ctype == "multipart/form-data":
-        async with request.form(max_files=2, max_fields=4) as form:
+        async with request.form(max_files=2, max_fields=5) as form:
             items, schema, max_tokens = form.get("items"), form.get("schema"), form.get("max_tokens")
+            own = form.get("own_names")
             items_bytes = await items.read() if isinstance(items, UploadFile) else (items or "").encode() or None
             schema_text = await schema.read() if isinstance(schema, UploadFile) else schema
-            return ingest.from_form(items_bytes, schema_text, max_tokens if isinstance(max_tokens, str) else None)
+            return ingest.from_form(items_bytes, schema_text, max_tokens if isinstance(max_tokens, str) else None,
+                                    own if isinstance(own, str) else None)
     if ctype == "application/json":
         return ingest.from_json(await request.body())
     raise APIError("unsupported_media_type", f"unsupported Content-Type {ctype!r}; send application/json, "

@@ -26,6 +26,8 @@ class JobOptions(EdgeModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     schema_: dict[str, Any] = Field(alias="schema")  # flat JSON Schema object of the fields to extract
     max_tokens: int | None = Field(None, ge=1, le=4096)  # answer budget per item; None: the server default
+    # Our own company names (and affiliates): never returned as a name field, in any case or spelling.
+    own_names: list[StoredStr] | None = Field(None, min_length=1, max_length=64)
 
 
 class JobCreate(JobOptions):
@@ -78,14 +80,17 @@ class ItemResult(BaseModel):
     id: str
     status: Literal["pending", "running", "done", "failed", "cancelled"]
     result: dict[str, Any] | None
+    null_reasons: dict[str, str] | None = None  # field -> why it is null ("not_found", "ambiguous")
     error: str | None
     request_id: str | None  # the engine request's id in the SLO ledger (GET /v1/requests/{id})
     attempts: int
 
     @classmethod
     def of(cls, item: ExtractionItem) -> "ItemResult":
+        done = item.status == "done"
         return cls(id=item.external_id, status=item.status, result=item.result,  # type: ignore[arg-type]
-                   error=item.error if item.status != "done" else None, request_id=item.request_id,
+                   null_reasons=item.null_reasons if done else None,
+                   error=item.error if not done else None, request_id=item.request_id,
                    attempts=item.attempts)
 
 

@@ -345,11 +345,12 @@ def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
 
 
 def complete_item(session: Session, item_id: int, result: dict, *, request_id: str | None,
-                  input_tokens: int, output_tokens: int) -> bool:
-    """Store the result unless the item already has one. True if this call stored it."""
+                  input_tokens: int, output_tokens: int, null_reasons: dict[str, str] | None = None) -> bool:
+    """Store the result (and why its null fields are null) unless the item already has one. True if this call stored it."""
     n = session.execute(update(ExtractionItem).where(
         ExtractionItem.id == item_id, ExtractionItem.status.in_(_OPEN),
-    ).values(status=ITEM_DONE, result=result, error=None, lease_until=None, finished_at=utcnow(),
+    ).values(status=ITEM_DONE, result=result, null_reasons=null_reasons or None, error=None, lease_until=None,
+             finished_at=utcnow(),
              request_id=request_id, input_tokens=input_tokens, output_tokens=output_tokens)).rowcount
     session.commit()
     return n == 1

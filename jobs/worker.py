@@ -186,6 +186,10 @@ def _run_claimed(rt: WorkerRuntime, item_id: int, claim: service.Claim, retries:
     """The claimed item's engine call and its outcome in SQL (the heartbeat holds its lease meanwhile)."""
     cfg = rt.settings
     plan = plan_item(claim.schema_json, claim.text)  # prompt, and the schema the grammar enforces for this text
+    if plan.unanswerable is not None:  # no answer could be valid (a user's pattern no span fits): say so now
+        with rt.sessions() as s:
+            service.fail_item(s, item_id, f"no valid record: {plan.unanswerable}")
+        return Step("failed", detail=plan.unanswerable)
     sampled = claim.invalid_outputs > 0
     try:
         answer = rt.gateway.extract(
@@ -221,7 +225,8 @@ def _run_claimed(rt: WorkerRuntime, item_id: int, claim: service.Claim, retries:
 
     with rt.sessions() as s:
         stored = service.complete_item(s, item_id, doc, request_id=answer.request_id,
-                                       input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
+                                       input_tokens=answer.input_tokens, output_tokens=answer.output_tokens,
+                                       null_reasons={k: v for k, v in plan.null_reasons.items() if doc.get(k) is None})
     return Step("done" if stored else "skipped", detail="" if stored else "result already stored")
 
 

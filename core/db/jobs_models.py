@@ -4,7 +4,8 @@ Redis only carries item ids; everything a worker needs (text, schema, state, res
 so losing Redis or a worker loses nothing. An item's result lives in its own row, written by
 a conditional UPDATE keyed by item id: a redelivered task can never add a second result.
 migrations/versions/0002_jobs.py creates these tables, 0003 adds the job's owner key and class,
-0005 the job's kind and the OpenAI Batch API's tables (uploaded files, batches; docs/JOBS.md).
+0005_batches the job's kind and the OpenAI Batch API's tables (uploaded files, batches; docs/JOBS.md),
+0008_null_reasons the reasons of null result fields.
 """
 from __future__ import annotations
 
@@ -74,6 +75,8 @@ class ExtractionItem(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)  # first claim
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # the validated extraction
+    # field -> why it is null ("not_found", "ambiguous"), for the fields of `result` left null (0005)
+    null_reasons: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # failure reason, or the last retried problem
     request_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # gateway request id -> SLO ledger row
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)

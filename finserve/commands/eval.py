@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -28,6 +29,16 @@ def extraction(
     items: int = typer.Option(300, "--items", min=1, help="Generated contracts to evaluate."),
     seed: int = typer.Option(0, "--seed", help="Generator seed: the same seed gives the same contracts."),
     schema: Path = typer.Option(DEFAULT_SCHEMA, "--schema", help="The job schema (default: examples/)."),
+    sets: str = typer.Option("generated,handwritten", "--sets",
+                             help="Comma-separated contract sets: generated (bench/contracts_gen.py) and/or "
+                                  "handwritten (bench/data/contracts_handwritten.txt); each is reported apart."),
+    schemas: str = typer.Option("shipped,plain", "--schemas",
+                                help="Comma-separated: shipped (--schema as written) and/or plain (its fields, "
+                                     "types, enums and descriptions without x-* keywords or pattern)."),
+    own_names: list[str] = typer.Option(None, "--own-name",
+                                        help="Our own company name, sent as the job's own_names; repeat for "
+                                             "several (default: Finserve Holdings Ltd. and Finserve Group "
+                                             "Services Limited)."),
     direct: bool = typer.Option(False, "--direct/--no-direct",
                                 help="Feed the engine in this process instead of running an extraction job "
                                      "(no queue, no HTTP, no worker retries of an invalid answer)."),
@@ -52,49 +63,82 @@ def extraction(
              "else on)."),
     mistakes: int = typer.Option(3, "--mistakes", min=0, help="Wrong values shown per field."),
 ) -> None:
-    """Per-field accuracy, exact match per item, invalid-output rate and items/min of the extraction pipeline,
-    through an extraction job (default) or straight into the engine (--direct)."""
+    """Per-field accuracy, exact match per item, items without a record, our own name returned, invalid-output
+    rate and items/min of the extraction pipeline, per contract set and per schema (one job each), through
+    extraction jobs (default) or straight into the engine (--direct)."""
     from bench.contracts_gen import generate
-    from bench.extraction_eval import JobFailed, run_direct, run_job, to_json
+    from bench.extraction_eval import (
+        OWN_NAMES,
+        JobFailed,
+        Report,
+        load_handwritten,
+        plain_schema,
+        run_direct,
+        run_job,
+        summary_json,
+    )
     from engine.engine import LLMEngine
     from jobs.extraction import normalize_schema
 
     if direct and gateway:
         raise typer.BadParameter("--direct runs the engine in this process; --gateway needs the job path",
                                  param_hint="--gateway")
-    raw_schema = json.loads(schema.read_text(encoding="utf-8"))
-    contracts = generate(items, seed)
+    chosen_sets = _choices(sets, ("generated", "handwritten"), "--sets")
+    chosen_schemas = _choices(schemas, ("shipped", "plain"), "--schemas")
+    shipped = json.loads(schema.read_text(encoding="utf-8"))
+    schema_of = {"shipped": shipped, "plain": plain_schema(shipped)}
+    contract_sets = {name: generate(items, seed) if name == "generated" else load_handwritten()
+                     for name in chosen_sets}
+    names = list(own_names or OWN_NAMES)
+    runs = [(s, k) for s in chosen_sets for k in chosen_schemas]
 
-    shown = [-1]
+    def progress_for(label: str, total: int) -> Callable[[int], None]:
+        shown = [-1]
 
-    def progress(done: int) -> None:  # every 25 items (the job path's polls can step over a multiple)
-        if done // 25 != shown[0] or done == items:
-            shown[0] = done // 25
-            print(f"{done}/{items} items", file=sys.stderr, flush=True)
+        def progress(done: int) -> None:  # every 25 items (the job path's polls can step over a multiple)
+            if done // 25 != shown[0] or done == total:
+                shown[0] = done // 25
+                print(f"{label}: {done}/{total} items", file=sys.stderr, flush=True)
+        return progress
+
+    meta: dict[str, object] = {"seed": seed, "generated_items": items, "fast_forward": fast_forward,
+                               "own_names": names}
+    reports: dict[str, Report] = {}
+
+    def job_runs(url: str, key: str, logs: Callable[[], str] | None = None) -> None:
+        for set_name, schema_name in runs:
+            label = f"{set_name}/{schema_name}"
+            contracts = contract_sets[set_name]
+            try:
+                reports[label] = run_job(url, key, contracts, schema_of[schema_name], max_tokens=max_tokens,
+                                         timeout_s=timeout_s, progress=progress_for(label, len(contracts)),
+                                         own_names=names)
+            except JobFailed as exc:
+                typer.echo(f"error: {label}: {exc}" + (f"\n{logs()}" if logs else ""), err=True)
+                raise typer.Exit(1) from None
 
     settings = _settings(model, threads, 512 << 20, device=device, fast_forward=fast_forward)
-    meta: dict[str, object] = {"seed": seed, "fast_forward": settings.fast_forward}
+    meta["fast_forward"] = settings.fast_forward
     if gateway:
         key = api_key or settings.api_key
         if not key:
             raise typer.BadParameter("give the key that owns the job (--api-key or FINSERVE_API_KEY)",
                                      param_hint="--api-key")
         meta.update(path="job", gateway=gateway, model=None, device=None)
-        try:
-            report = run_job(gateway, key, contracts, raw_schema, max_tokens=max_tokens, timeout_s=timeout_s,
-                             progress=progress)
-        except JobFailed as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(1) from None
-        _echo_and_write(to_json(report, mistakes=mistakes, **meta), json_path)
+        job_runs(gateway, key)
+        _echo_and_write(summary_json(reports, mistakes=mistakes, **meta), json_path)
         return
     config = _engine_config(model, settings)
     meta.update(model=Path(config.model).name, device=config.device)
     if direct:
         meta["path"] = "direct"
-        schema_json = normalize_schema(raw_schema, max_fields=64)
-        report = run_direct(LLMEngine(config), contracts, schema_json, max_tokens=max_tokens, in_flight=in_flight,
-                            progress=progress)
+        engine = LLMEngine(config)
+        for set_name, schema_name in runs:
+            label = f"{set_name}/{schema_name}"
+            schema_json = normalize_schema(schema_of[schema_name], max_fields=64, own_names=names)
+            contracts = contract_sets[set_name]
+            reports[label] = run_direct(engine, contracts, schema_json, max_tokens=max_tokens, in_flight=in_flight,
+                                        progress=progress_for(label, len(contracts)))
     else:
         import tempfile
 
@@ -104,14 +148,19 @@ def extraction(
         with tempfile.TemporaryDirectory(prefix="finserve-eval-") as tmp:
             stack = LocalJobStack(Path(tmp), config, workers=workers, in_flight=in_flight, tenant="eval")
             try:
-                report = run_job(stack.url, stack.client_key, contracts, raw_schema, max_tokens=max_tokens,
-                                 timeout_s=timeout_s, progress=progress)
-            except JobFailed as exc:
-                typer.echo(f"error: {exc}\n{stack.worker_logs()}", err=True)
-                raise typer.Exit(1) from None
+                job_runs(stack.url, stack.client_key, stack.worker_logs)
             finally:
                 stack.close()
-    _echo_and_write(to_json(report, mistakes=mistakes, **meta), json_path)
+    _echo_and_write(summary_json(reports, mistakes=mistakes, **meta), json_path)
+
+
+def _choices(value: str, allowed: tuple[str, ...], hint: str) -> list[str]:
+    chosen = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in chosen if v not in allowed]
+    if bad or not chosen:
+        raise typer.BadParameter(f"choose among {', '.join(allowed)} (comma-separated), not {value!r}",
+                                 param_hint=hint)
+    return list(dict.fromkeys(chosen))
 
 
 @eval_app.command("verdict")

@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from finserve.console import CLIError, Output, OutputOpt, config_error, http_error, print_json, stderr, stdout
+from finserve.console import (
+    CLIError,
+    ExitCode,
+    Output,
+    OutputOpt,
+    config_error,
+    http_error,
+    print_json,
+    stderr,
+    stdout,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -117,7 +127,8 @@ def submit(
     key: KeyOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Submit a job and follow it with a progress bar (--no-wait: print the job and return)."""
+    """Submit a job and follow it with a progress bar (--no-wait: print the job and return). Exits 7 when the
+    finished job has failed items."""
     body = {"schema": _read_schema(schema), "items": _read_items(file)}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
@@ -133,17 +144,28 @@ def submit(
     elif wait:
         typer.echo(f"{job['status']}: {job['counts']['done']} done, {job['counts']['failed']} failed; "
                    f"results: finserve jobs results {job['id']}")
+    if wait:
+        _fail_on_failed_items(job)
+
+
+def _fail_on_failed_items(job: dict) -> None:
+    """Exit 7 (ExitCode.ITEMS_FAILED) when a finished job has failed items: a script must not read success."""
+    failed = job["counts"]["failed"]
+    if failed:
+        raise CLIError(f"{failed} of {job['num_items']} items of job {job['id']} failed (each record says why: "
+                       f"finserve jobs results {job['id']})", ExitCode.ITEMS_FAILED)
 
 
 @jobs_app.command()
 def watch(job_id: JobIdArg, url: UrlOpt = None, key: KeyOpt = None, output: OutputOpt = Output.table) -> None:
-    """Follow a job's progress until it completes or is cancelled."""
+    """Follow a job's progress until it completes or is cancelled; exits 7 if items failed."""
     with _client(url, key) as client:
         job = _watch(client, job_id, 0.5)
     if output is Output.json:
         print_json(job)
     else:
         typer.echo(_summary(job))
+    _fail_on_failed_items(job)
 
 
 @jobs_app.command()

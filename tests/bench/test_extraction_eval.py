@@ -35,10 +35,13 @@ FIELDS = {"counterparty", "contract_type", "notional", "currency", "term_months"
 def test_eval_command_direct_prints_and_writes_the_figures(tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "eval.json"
     result = CliRunner().invoke(app, ["eval", "extraction", "--direct", "--items", "4", "--model", str(tiny_model_dir),
-                                      "--max-tokens", "96", "--threads", "1", "--json", str(out)])
+                                      "--max-tokens", "96", "--threads", "1", "--json", str(out),
+                                      "--sets", "generated", "--schemas", "shipped,plain"])
     assert result.exit_code == 0, result.output
-    figures = json.loads(out.read_text())
-    assert figures["path"] == "direct" and figures["items"] == 4 and set(figures["field_accuracy"]) == FIELDS
+    document = json.loads(out.read_text())
+    assert set(document["runs"]) == {"generated/shipped", "generated/plain"}  # each schema reported apart
+    figures = document["runs"]["generated/plain"]
+    assert document["path"] == "direct" and figures["items"] == 4 and set(figures["field_accuracy"]) == FIELDS
     assert 0 <= figures["overall_field_accuracy"] <= 1 and figures["items_per_min"] > 0
 
 
@@ -47,10 +50,12 @@ def test_eval_command_runs_an_extraction_job_by_default(tiny_model_dir: Path, tm
     out = tmp_path / "eval.json"
     result = CliRunner().invoke(app, ["eval", "extraction", "--items", "6", "--model", str(tiny_model_dir),
                                       "--max-tokens", "64", "--threads", "1", "--in-flight", "4",
-                                      "--timeout", "240", "--json", str(out)])
+                                      "--timeout", "240", "--json", str(out), "--sets", "generated",
+                                      "--schemas", "shipped"])
     assert result.exit_code == 0, result.output
-    figures = json.loads(out.read_text())
-    assert figures["path"] == "job" and figures["items"] == 6 and set(figures["field_accuracy"]) == FIELDS
+    document = json.loads(out.read_text())
+    figures = document["runs"]["generated/shipped"]
+    assert document["path"] == "job" and figures["items"] == 6 and set(figures["field_accuracy"]) == FIELDS
     assert figures["items_per_min"] > 0 and figures["output_tokens_per_item"] > 0  # stored results cost tokens
     # scored item by item from the job's results: an exact match is right in every field, so it cannot
     # exceed any field's accuracy, and every figure is a count of the 6 items

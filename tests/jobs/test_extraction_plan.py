@@ -102,22 +102,30 @@ def test_a_cue_and_its_negation_are_read_by_code(text: str, value: bool | None) 
 
 
 def test_a_cue_the_text_never_mentions_leaves_the_boolean_to_the_model() -> None:
+    schema = {"type": "object", "properties": {"guaranteed": {"type": "boolean", "x-cue": "guarantee"}}}
+    plan = plan_item(normalize_schema(schema, max_fields=4), TEXT)
+    assert json.loads(plan.decode_schema)["properties"]["guaranteed"] == {"type": "boolean"}
+
+
+def test_a_contract_without_renewal_wording_does_not_renew_automatically() -> None:
     plan = plan_item(normalize_schema(SCHEMA, max_fields=16), TEXT.replace("it renews automatically", "fixed"))
-    assert json.loads(plan.decode_schema)["properties"]["auto_renew"] == {
-        "type": "boolean", "description": SCHEMA["properties"]["auto_renew"]["description"]}
+    assert json.loads(plan.decode_schema)["properties"]["auto_renew"]["enum"] == [False]
 
 
 def test_counterparty_candidates_are_whole_names_other_than_ours() -> None:
     field = SCHEMA["properties"]["counterparty"]
     two = TEXT + "Notices go to Finserve Holdings Ltd. and to Harbor Point Capital LLC, its agent.\n"
-    assert grounded_candidates(field, two) == ["Kestrel Energy plc", "Harbor Point Capital LLC"]
-    only_us = "Finserve Holdings Ltd. agrees with Harbor Point Bank."
+    assert grounded_candidates(field, two) == ["Kestrel Energy plc"]  # the one other party in a party position
+    no_parties = "Kestrel Energy plc shall deliver. Harbor Point Capital LLC pays. Finserve Holdings Ltd. watches."
+    assert grounded_candidates(field, no_parties) == ["Kestrel Energy plc", "Harbor Point Capital LLC"]
+    only_us = "Finserve Holdings Ltd. agrees with its own department."
     assert grounded_candidates(field, only_us) == []
     plan = plan_item(normalize_schema(SCHEMA, max_fields=16), only_us)
-    assert "enum" not in json.loads(plan.decode_schema)["properties"]["counterparty"]  # never only our own name
+    offered = json.loads(plan.decode_schema)["properties"]["counterparty"]["enum"]  # the grounded fallback
+    assert "its own department" in offered and not any("Finserve" in s for s in offered)
     answer = {"counterparty": "Finserve Holdings Ltd.", "contract_type": "supply", "notional": 1.0, "currency": "EUR",
               "term_months": 1, "effective_date": "2025-01-01", "auto_renew": True}
-    with pytest.raises(InvalidOutput, match="excluded"):
+    with pytest.raises(InvalidOutput, match="our own names"):
         finish_item(json.dumps(answer), "stop", plan)
 
 
@@ -143,3 +151,16 @@ def test_synonyms_narrow_an_enum_to_the_value_the_text_names() -> None:
 def test_extraction_keywords_are_checked(field: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         normalize_schema({"type": "object", "properties": {"f": field}}, max_fields=4)
+
+
+def test_every_readme_example_contract_gets_a_record() -> None:
+    """The README's example job (examples/contracts.ndjson): every item plans to a valid record, none lost."""
+    lines = (Path(__file__).parents[2] / "examples" / "contracts.ndjson").read_text().splitlines()
+    schema_json = normalize_schema(SCHEMA, max_fields=16)
+    for line in lines:
+        plan = plan_item(schema_json, json.loads(line)["text"])
+        decode = json.loads(plan.decode_schema)["properties"]
+        assert plan.unanswerable is None and all(len(f.get("enum", [])) >= 1 for f in decode.values())
+        answer = {k: f["enum"][0] for k, f in decode.items()}
+        record = finish_item(json.dumps(answer), "stop", plan)
+        assert "finserve" not in record["counterparty"].casefold()

@@ -197,3 +197,17 @@ def test_items_of_a_job_whose_key_was_revoked_cannot_run(client, tenant_keys, se
     resp = client.get(f"/v1/extraction-jobs/{job_id}",
                       headers={**auth(tenant_keys["worker"]), JOB_ITEM_HEADER: str(item_id)})
     assert resp.status_code == 401 and "revoked" in resp.json()["error"]["message"]
+
+
+def test_own_names_travel_with_the_job_by_json_and_multipart(client, tenant_keys):
+    names = ["Finserve Holdings Ltd.", "Finserve Group Services Limited"]
+    resp = client.post("/v1/extraction-jobs", json=body(1, own_names=names), headers=auth(tenant_keys["acme"]))
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["schema"]["x-own-names"] == names
+    form = client.post("/v1/extraction-jobs", headers=auth(tenant_keys["acme"]), files={
+        "items": ("items.ndjson", json.dumps({"id": "m1", "text": "x"}) + "\n"),
+        "schema": ("schema.json", json.dumps(SCHEMA))}, data={"own_names": json.dumps(names[:1])})
+    assert form.status_code == 202, form.text
+    assert form.json()["schema"]["x-own-names"] == names[:1]
+    empty = client.post("/v1/extraction-jobs", json=body(1, own_names=[]), headers=auth(tenant_keys["acme"]))
+    assert empty.status_code == 400 and empty.json()["error"]["code"] == "invalid_request"

@@ -142,3 +142,16 @@ def test_resume_finds_pending_and_abandoned_items_not_cancelled_ones(sessions, t
         service.complete_item(s, b, {"currency": "EUR", "auto_renew": True}, request_id=None,
                               input_tokens=1, output_tokens=1)
         assert service.resumable_item_ids(s) == [c]
+
+
+def test_a_result_keeps_the_reasons_of_its_null_fields(sessions, tenant_keys):
+    from jobs.schemas import ItemResult
+
+    with sessions() as s:
+        job, _ = create(s, "acme", spec(1), None)
+        item_id = service.item_ids(s, job.id)[0]
+        assert service.claim_item(s, item_id, 60).outcome is ClaimOutcome.CLAIMED
+        assert service.complete_item(s, item_id, {"notional": None}, request_id="r1", input_tokens=1,
+                                     output_tokens=1, null_reasons={"notional": "not_found"})
+        record = ItemResult.of(s.get(ExtractionItem, item_id))
+        assert record.result == {"notional": None} and record.null_reasons == {"notional": "not_found"}
