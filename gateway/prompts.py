@@ -32,6 +32,18 @@ VERDICT_SYSTEM = (
 )
 
 
+JUDGEMENT_SYSTEM = (
+    "You are a financial risk analyst. You receive one event from a risk system as JSON. "
+    "Judge how risky it is: answer with one word, low, medium or high."
+)
+
+
+def judgement_messages(event: RiskEvent, question: str) -> list[dict[str, str]]:
+    """The model's part of a rule-scored verdict (gateway/verdict.py): no schema in the prompt, the three
+    levels in severity order, so nothing about the schema's enum order can reach the model."""
+    return [{"role": "system", "content": JUDGEMENT_SYSTEM}, {"role": "user", "content": _event_turn(event, question)}]
+
+
 def risk_messages(event: RiskEvent, question: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": RISK_SYSTEM}, {"role": "user", "content": _event_turn(event, question)}]
 
