@@ -107,8 +107,8 @@ def _valid(text: str, reason: str | None, schema: dict[str, Any]) -> bool:
 # ---- verdicts under load: p99 TTFT with bulk and a document prefilling vs alone -------------------------
 def isolation(factory: Callable[[], LLMEngine], *, n_risk: int = 20, gap_s: float = 1.0,
               bulk_in_flight: int = 16, seed: int = 0, doc_tokens: int | None = None) -> dict[str, Any]:
-    """`finserve bench isolation` with real verdicts: the risk requests are the policy schema's verdicts
-    on EVENTS (prompt and grammar as the route builds them); the load is the same bulk pump and
+    """`finserve bench isolation` with real verdicts: the risk requests are the route's requests for
+    EVENTS (with risk rules: the model's judgement; without: the policy schema's verdict); the load is the same bulk pump and
     4,000-token document. Idle first, then loaded, each on a fresh engine from `factory`."""
     from bench.isolation import DOC_TOKENS, _bulk_pump, _new, _one
 
@@ -122,7 +122,11 @@ def isolation(factory: Callable[[], LLMEngine], *, n_risk: int = 20, gap_s: floa
         tok = client.tokenizer
 
         def verdict_req(i: int) -> EngineRequest:
-            msgs = verdict_messages(RiskEvent(**EVENTS[i % len(EVENTS)]), DEFAULT_QUESTION, schema)
+            event = RiskEvent(**EVENTS[i % len(EVENTS)])
+            if rules_of(cls, schema_json) is not None:  # the route's request: the model's judgement only
+                return EngineRequest(uuid.uuid4().hex, tok.encode_chat(judgement_messages(event, DEFAULT_QUESTION)),
+                                     judgement_sampling(), cls.name)
+            msgs = verdict_messages(event, DEFAULT_QUESTION, schema)
             return EngineRequest(uuid.uuid4().hex, tok.encode_chat(msgs),
                                  SamplingParams(max_tokens=cls.max_output_tokens, json_schema=schema_json), cls.name)
         try:
