@@ -141,7 +141,7 @@ def run(engine: LLMEngine, *, path: Path = DEFAULT_SET, max_tokens: int = 160) -
         doc_rows = []
         for q in doc.questions:
             candidates = relevant_sentences(doc.text, q.question)
-            schema = json.dumps(quoted_answer_schema(candidates), ensure_ascii=False)
+            schema = json.dumps(quoted_answer_schema(candidates, q.question), ensure_ascii=False)
             raw, reason, m, n_steps, stop_reason = _ask(engine, doc.title, doc.text, q, candidates, schema,
                                                         max_tokens)
             row = score(q, doc.text, raw, reason)

@@ -86,18 +86,41 @@ def document_messages(title: str, text: str, question: str, *,
     ]
 
 
-def quoted_answer_schema(candidates: list[str]) -> dict[str, Any]:
+def quoted_answer_schema(candidates: list[str], question: str = "") -> dict[str, Any]:
     """Quotes first, then the answer. The first quote is the best-ranked sentence (forced: the grammar leaves
     no choice, and jump-forward decoding writes it without model steps); a second, if the model adds one, is
-    another of `candidates`, so a sentence is never quoted twice."""
+    another of `candidates`, so a sentence is never quoted twice. When `question` asks for a figure or an
+    article, the answer starts with one the candidates hold (code finds them, the model chooses)."""
     first, rest = candidates[0], list(dict.fromkeys(c for c in candidates[1:] if c != candidates[0]))
     quotes: dict[str, Any] = {"type": "array", "prefixItems": [{"const": first}], "minItems": 1,
                               "maxItems": 1 + min(len(rest), 1)}
     quotes["items"] = {"enum": rest} if rest else False
-    return {"type": "object", "properties": {
-        "quotes": quotes,
-        "answer": {"type": "string", "minLength": 1, "maxLength": 300}},
-        "required": ["quotes", "answer"], "additionalProperties": False}
+    answer: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 300}
+    leads = answer_leads(question, [first, *rest])
+    if leads:
+        answer["pattern"] = "^(" + "|".join(_regex_literal(x) for x in leads) + ")([ ,.;:)][^\\n]{0,240})?$"
+    return {"type": "object", "properties": {"quotes": quotes, "answer": answer},
+            "required": ["quotes", "answer"], "additionalProperties": False}
+
+
+def answer_leads(question: str, sentences: list[str]) -> list[str]:
+    """What an answer to `question` may start with: the figures `sentences` hold ("4.5 per cent", "72 hours",
+    "15,000 euro") for a figure question, their articles ("Article 9", from a paragraph numbered 9.x) for an
+    article question; none for any other question (its answer is free)."""
+    if _WANTS_ARTICLE.search(question):
+        found = [f"Article {m.group(1)}" for s in sentences if (m := re.match(r"^(\d+)\.\d+\s", s))]
+    elif _WANTS_FIGURE.search(question):
+        spans = [m for s in sentences for m in _FIGURE_SPAN.finditer(_PARAGRAPH.sub("", s))]
+        with_unit = [m.group(0).strip() for m in spans if m.group(4)]
+        # A bare number is a figure only where no sentence gives one with its unit ("Article 4", "tier 1" are not).
+        found = with_unit or [m.group(0).strip() for m in spans if not _REFERENCE.search(m.string[: m.start()])]
+    else:
+        found = []
+    return list(dict.fromkeys(found))
+
+
+def _regex_literal(text: str) -> str:
+    return "".join("\\" + c if c in ".^$*+?()[]{}|\\/-" else c for c in text)
 
 
 def parse_quoted_answer(text: str, finish_reason: str | None) -> dict[str, Any] | None:
@@ -172,6 +195,15 @@ _ASKS_SIZE = re.compile(r"\b(how (big|large|high|much)|what (share|percentage|pr
                         r"amount|fine)\b", re.IGNORECASE)
 _ASKS_TIME = re.compile(r"\b(how (long|often|quickly|soon)|within how|when|how many (hours|days|business days|"
                         r"working days|weeks|months|years))\b", re.IGNORECASE)
+# A figure as written: a number (digits with separators, or words such as "thirty-five") and its unit, if any.
+_FIGURE_UNITS = ("per cent", "percent", "%", "million euro", "billion euro", "euro", "million", "billion",
+                 "calendar days", "business days", "working days", "hours", "days", "weeks", "months", "years",
+                 "month", "year", "days' notice")
+_REFERENCE = re.compile(r"\b(article|articles|paragraph|paragraphs|part|section|chapter|tier|annex)\s*$", re.IGNORECASE)
+_FIGURE_SPAN = re.compile(
+    r"(?<![\w.])(\d[\d,.']*\d|\d|\b(" + "|".join(_NUMBER_WORDS) + r")(-(" + "|".join(_NUMBER_WORDS) + r"))?\b)"
+    r"(\s*(" + "|".join(re.escape(u) for u in sorted(_FIGURE_UNITS, key=len, reverse=True)) + r"))?",
+    re.IGNORECASE)
 _PARAGRAPH = re.compile(r"^\d+(\.\d+)+\s")  # "9.1 An institution ...": the number of the article it belongs to
 _HEADING = re.compile(r"^(article|section|part|chapter|rule)\s+\d+\b", re.IGNORECASE | re.MULTILINE)
 # Regulatory drafting says "at least" for a minimum and "not exceed" / "up to" for a maximum or a limit.

@@ -98,7 +98,8 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
     candidates = relevant_sentences(doc.text, body.question) if body.quotes else None
-    schema = json.dumps(quoted_answer_schema(candidates), ensure_ascii=False) if candidates is not None else None
+    schema = json.dumps(quoted_answer_schema(candidates, body.question), ensure_ascii=False) \
+        if candidates is not None else None
     adm = await service.prepare(ctx, key, InferenceInput(
         route=ROUTE, prompt=Prompt(messages=document_messages(doc.title, doc.text, body.question,
                                                               candidates=candidates)),

@@ -2,11 +2,18 @@
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 
 from engine.structured import sentence_spans
-from gateway.prompts import document_messages, parse_quoted_answer, quoted_answer_schema, relevant_sentences
+from gateway.prompts import (
+    answer_leads,
+    document_messages,
+    parse_quoted_answer,
+    quoted_answer_schema,
+    relevant_sentences,
+)
 from tests.gateway.conftest import Keys, auth
 from tests.gateway.test_openai_api import sse_events
 
@@ -110,3 +117,16 @@ def test_an_answer_the_repetition_guard_stopped_keeps_its_quotes_and_first_words
     parsed = parse_quoted_answer(raw, "stop")
     assert parsed == {"quotes": ["The total capital ratio shall be 8%."], "answer": "The ratio is 8%"}
     assert parse_quoted_answer(raw, "length") is None  # cut by the token budget: no answer to show
+
+
+def test_a_figure_answer_starts_with_a_figure_the_candidates_hold() -> None:
+    candidates = ["4.1 An institution shall maintain a common equity tier 1 ratio of at least 4.5 per cent under Article 4.",
+                  "8.4 A capital conservation plan is due within five business days."]
+    assert answer_leads("What is the minimum ratio?", candidates) == ["4.5 per cent", "five business days"]
+    assert answer_leads("Which article sets the ratio?", candidates) == ["Article 4", "Article 8"]
+    assert answer_leads("What must banks hold?", candidates) == []  # not a figure question: the answer is free
+    answer = quoted_answer_schema(candidates, "What is the minimum ratio?")["properties"]["answer"]
+    pattern = re.compile(answer["pattern"])
+    assert pattern.match("4.5 per cent of its total risk exposure amount.")
+    assert pattern.match("five business days") and not pattern.match("The ratio is 4.5 per cent.")
+    assert "pattern" not in quoted_answer_schema(candidates, "What must banks hold?")["properties"]["answer"]
