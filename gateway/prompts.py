@@ -96,7 +96,9 @@ def quoted_answer_schema(candidates: list[str], question: str = "") -> dict[str,
                               "maxItems": 1 + min(len(rest), 1)}
     quotes["items"] = {"enum": rest} if rest else False
     answer: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 300}
-    leads = answer_leads(question, [first, *rest])
+    # From the first quote only: answer and evidence then agree (offered the second candidate's figures too,
+    # the model picked one of those for most of its wrong answers on bench/data/document_questions_*.json).
+    leads = answer_leads(question, [first])
     if leads:
         answer["pattern"] = "^(" + "|".join(_regex_literal(x) for x in leads) + ")([ ,.;:)][^\\n]{0,240})?$"
     return {"type": "object", "properties": {"quotes": quotes, "answer": answer},
@@ -114,6 +116,12 @@ def answer_leads(question: str, sentences: list[str]) -> list[str]:
         with_unit = [m.group(0).strip() for m in spans if m.group(4)]
         # A bare number is a figure only where no sentence gives one with its unit ("Article 4", "tier 1" are not).
         found = with_unit or [m.group(0).strip() for m in spans if not _REFERENCE.search(m.string[: m.start()])]
+        found += [m.group(0) for s in sentences for m in _FREQUENCY.finditer(s)]
+        # A question asking for a period is answered by a period, one asking for a size by a share or an amount.
+        asked = _TIME_UNITS if _ASKS_TIME.search(question) else _SIZE_UNITS if _ASKS_SIZE.search(question) else ()
+        fitting = [f for f in found if any(f.casefold().endswith(u) for u in asked) or
+                   asked is _TIME_UNITS and _FREQUENCY.fullmatch(f)]
+        found = fitting or found
     else:
         found = []
     return list(dict.fromkeys(found))
@@ -199,6 +207,7 @@ _ASKS_TIME = re.compile(r"\b(how (long|often|quickly|soon)|within how|when|how m
 _FIGURE_UNITS = ("per cent", "percent", "%", "million euro", "billion euro", "euro", "million", "billion",
                  "calendar days", "business days", "working days", "hours", "days", "weeks", "months", "years",
                  "month", "year", "days' notice")
+_FREQUENCY = re.compile(r"\b(once|twice) (a|per|every|each) (day|week|month|quarter|year)\b", re.IGNORECASE)
 _REFERENCE = re.compile(r"\b(article|articles|paragraph|paragraphs|part|section|chapter|tier|annex)\s*$", re.IGNORECASE)
 _FIGURE_SPAN = re.compile(
     r"(?<![\w.])(\d[\d,.']*\d|\d|\b(" + "|".join(_NUMBER_WORDS) + r")(-(" + "|".join(_NUMBER_WORDS) + r"))?\b)"

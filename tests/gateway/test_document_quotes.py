@@ -122,11 +122,18 @@ def test_an_answer_the_repetition_guard_stopped_keeps_its_quotes_and_first_words
 def test_a_figure_answer_starts_with_a_figure_the_candidates_hold() -> None:
     candidates = ["4.1 An institution shall maintain a common equity tier 1 ratio of at least 4.5 per cent under Article 4.",
                   "8.4 A capital conservation plan is due within five business days."]
-    assert answer_leads("What is the minimum ratio?", candidates) == ["4.5 per cent", "five business days"]
+    # A size question is answered by a share or an amount, a period question by a period.
+    assert answer_leads("What is the minimum ratio?", candidates) == ["4.5 per cent"]
+    assert answer_leads("Within how many days?", candidates) == ["five business days"]
+    assert answer_leads("How many are there?", candidates) == ["4.5 per cent", "five business days"]
     assert answer_leads("Which article sets the ratio?", candidates) == ["Article 4", "Article 8"]
     assert answer_leads("What must banks hold?", candidates) == []  # not a figure question: the answer is free
     answer = quoted_answer_schema(candidates, "What is the minimum ratio?")["properties"]["answer"]
     pattern = re.compile(answer["pattern"])
     assert pattern.match("4.5 per cent of its total risk exposure amount.")
-    assert pattern.match("five business days") and not pattern.match("The ratio is 4.5 per cent.")
+    assert not pattern.match("The ratio is 4.5 per cent.")
+    assert not pattern.match("five business days")  # a figure of the second candidate, not of the quote
+    assert answer_leads("How quickly is the plan due?", candidates[1:] + candidates[:1]) == ["five business days"]
+    assert answer_leads("How often is it reviewed?", ["Reviewed once a year and kept five years."]) == [
+        "five years", "once a year"]
     assert "pattern" not in quoted_answer_schema(candidates, "What must banks hold?")["properties"]["answer"]
