@@ -100,7 +100,9 @@ def quoted_answer_schema(candidates: list[str], question: str = "") -> dict[str,
     # the model picked one of those for most of its wrong answers on bench/data/document_questions_*.json).
     leads = answer_leads(question, [first])
     if leads:
-        answer["pattern"] = "^(" + "|".join(_regex_literal(x) for x in leads) + ")([ ,.;:)][^\\n]{0,240})?$"
+        # Then words, no digits: a small model otherwise counts on ("Article 11.1.1.2.3.4 ...", one token per
+        # character) to the token limit; the figure is already written (as the shipped verdict schema's reasons).
+        answer["pattern"] = "^(" + "|".join(_regex_literal(x) for x in leads) + ")([ ,.;:)][^\\n0-9]{0,240})?$"
     return {"type": "object", "properties": {"quotes": quotes, "answer": answer},
             "required": ["quotes", "answer"], "additionalProperties": False}
 

@@ -132,6 +132,7 @@ def test_a_figure_answer_starts_with_a_figure_the_candidates_hold() -> None:
     pattern = re.compile(answer["pattern"])
     assert pattern.match("4.5 per cent of its total risk exposure amount.")
     assert not pattern.match("The ratio is 4.5 per cent.")
+    assert not pattern.match("4.5 per cent, 4.5.1.2.3.4.5.6")  # no counting on after the figure
     assert not pattern.match("five business days")  # a figure of the second candidate, not of the quote
     assert answer_leads("How quickly is the plan due?", candidates[1:] + candidates[:1]) == ["five business days"]
     assert answer_leads("How often is it reviewed?", ["Reviewed once a year and kept five years."]) == [
