@@ -23,6 +23,7 @@ from engine.config import EngineConfig
 from engine.model_runner import ModelRunner
 from engine.outputs import AdmissionError, EngineStats, RequestOutput, SchedulerOutput, TokenLogprobs, TokenUpdate
 from engine.prefill_cost import attention_tokens
+from engine.repetition import REPETITION, repeated_tail
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, SamplingParams, StepEvent
 from engine.sampler import SamplingRow
 from engine.scheduler import Scheduler
@@ -248,6 +249,8 @@ class LLMEngine:
         for t in tokens:
             live.text += live.detok.push(t)
         stop = self._cut_at_stop_string(live, prev_len) if p.stop else None  # cut even when already finished
+        if stop is None and p.stop_repetition and not req.is_finished:
+            stop = self._cut_at_repetition(live)
         if not req.is_finished:
             if stop is not None:
                 req.stop_reason = stop
@@ -274,6 +277,16 @@ class LLMEngine:
         for t in taken:
             grammar.accept(t)
         return taken
+
+    @staticmethod
+    def _cut_at_repetition(live: _Live) -> str | None:
+        """"repetition" when the text has degenerated into a loop; cuts it after the loop's first span."""
+        cut = repeated_tail(live.text)
+        if cut is None:
+            return None
+        live.text = live.text[:cut]
+        live.emitted = min(live.emitted, cut)
+        return REPETITION
 
     @staticmethod
     def _cut_at_stop_string(live: _Live, prev_len: int) -> str | None:

@@ -45,6 +45,9 @@ class SamplingParams:
     json_schema: str | None = None  # JSON text of a schema
     regex: str | None = None  # the whole output matches this regular expression
     choice: tuple[str, ...] | None = None  # the output is exactly one of these strings
+    # Finish the request (finish "stop", stop_reason "repetition") when its text ends in one span repeated
+    # over and over (engine/repetition.py); the text is cut after the span's first occurrence.
+    stop_repetition: bool = False
 
     @property
     def constrained(self) -> bool:

@@ -9,6 +9,7 @@ environment variable (the application's settings choose the path).
 """
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from importlib import resources
@@ -17,6 +18,7 @@ from typing import Any, Mapping
 from policies.errors import PolicyError
 from policies.model import Policy
 from policies.reader import Reader
+from policies.risk import VERDICT_FIELDS
 
 
 def load_policy(path: str | os.PathLike[str] | None = None) -> Policy:
@@ -44,6 +46,7 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<memory>",
     r.check_class_refs(policy, "", known=policy.classes)
     _check_heuristic_target(r, policy)
     _check_default_temperatures(r, policy)
+    _check_risk_rules(r, policy)
     return policy
 
 
@@ -77,3 +80,23 @@ def _check_heuristic_target(r: Reader, policy: Policy) -> None:
         raise r.error("classification.long_input_tokens",
                       f"{rules.long_input_tokens} exceeds max_input_tokens {limit} of {rules.long_input_class!r}, "
                       "so every input the heuristic routes there would be refused")
+
+
+def _check_risk_rules(r: Reader, policy: Policy) -> None:
+    """Rule-scored verdicts are written in the class's own schema: it must offer the fields and values
+    code writes (policies/risk.py), in any order."""
+    for c in policy.classes.values():
+        if not c.risk_rules.enabled:
+            continue
+        key = f"classes.{c.name}.risk_rules.enabled"
+        if not c.response_schema:
+            raise r.error(key, "risk rules score a verdict, so the class needs a response_schema")
+        props = json.loads(c.response_schema).get("properties", {})
+        for name, values in VERDICT_FIELDS.items():
+            offered = props.get(name, {}).get("enum", [])
+            if sorted(offered) != sorted(values):
+                raise r.error(key, f"the class's response_schema must have {name!r} with the values "
+                                   f"{', '.join(values)} (in any order), not {offered}")
+        for name in ("score", "reasons"):
+            if name not in props:
+                raise r.error(key, f"the class's response_schema must have {name!r}")

@@ -3,7 +3,7 @@
 Supported field types (from the annotations): bool, int, float, str, a str-valued Enum,
 `X | None` (written "none" in the file), a nested dataclass (a TOML table) and
 `Mapping[str, X]` (a table of entries, each an X; a dataclass X gets its from_key field
-from the entry's name). Every error is a PolicyError naming the source, key path and problem.
+from the entry's name) and `tuple[X, ...]` (an array of scalars X, e.g. a list of country codes). Every error is a PolicyError naming the source, key path and problem.
 """
 from __future__ import annotations
 
@@ -86,7 +86,16 @@ class Reader:
             return self.build(hint, raw, key, {})
         if origin is Mapping or origin is dict:
             return self._entries(hint, knob, raw, key)
+        if origin is tuple:
+            return self._array(hint, knob, raw, key)
         return self._scalar(hint, knob, raw, key, nullable=False)
+
+    def _array(self, hint: Any, knob: Knob, raw: object, key: str) -> tuple[Any, ...]:
+        args = typing.get_args(hint)
+        if len(args) != 2 or args[1] is not Ellipsis:
+            raise TypeError(f"{key}: only `tuple[X, ...]` arrays are supported in a policy")
+        items: list[Any] = self._typed(raw, key, (list,), "an array")
+        return tuple(self._scalar(args[0], knob, item, f"{key}[{i}]", nullable=False) for i, item in enumerate(items))
 
     def _scalar(self, hint: Any, knob: Knob, raw: object, key: str, *, nullable: bool) -> Any:
         none = f' or "{NO_VALUE}"' if nullable else ""

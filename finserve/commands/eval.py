@@ -176,14 +176,35 @@ def verdict(
     fast_forward: Optional[bool] = typer.Option(
         None, "--fast-forward/--no-fast-forward",
         help="With --under-load: jump-forward decoding on or off (default: FINSERVE_FAST_FORWARD, else on)."),
+    quality: bool = typer.Option(False, "--quality",
+                                 help="Instead: verdict quality on the labelled events (Spearman of score with the "
+                                      "label, level and action accuracy, enum-order invariance, latency)."),
+    events: Path = typer.Option(None, "--events", help="With --quality: the labelled event set "
+                                                       "(default: bench/data/risk_events.json)."),
+    model_only: bool = typer.Option(True, "--model-only/--no-model-only",
+                                    help="With --quality: also measure the model-decoded verdict without rules."),
 ) -> None:
-    """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity."""
+    """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity;
+    with --quality, how well the verdicts rank and classify hand-labelled events."""
     from dataclasses import replace
 
     from bench.verdict_eval import run
     from engine.engine import LLMEngine
 
     settings = _settings(model, threads, 256 << 20)
+    if quality:
+        from bench.verdict_eval import EVENT_SET
+        from bench.verdict_eval import quality as measure_quality
+
+        engine = LLMEngine(_engine_config(model, settings))
+        policy = engine.config.policy
+        cls = policy.get(policy.classification.routes["risk"])
+        try:
+            report = measure_quality(engine, cls, path=events or EVENT_SET, model_only=model_only)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="FINSERVE_POLICY") from None
+        _emit(report, json_path)
+        return
     if under_load:
         from bench.verdict_eval import isolation
 

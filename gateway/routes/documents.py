@@ -33,7 +33,13 @@ from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
-from gateway.prompts import document_messages, quoted_answer_schema, relevant_sentences
+from gateway.prompts import (
+    document_messages,
+    parse_quoted_answer,
+    quoted_answer_schema,
+    relevant_sentences,
+    trim_repetition,
+)
 from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.schemas.documents import (
     Answer,
@@ -139,11 +145,13 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
     candidates = relevant_sentences(doc.text, body.question) if body.quotes else None
-    schema = json.dumps(quoted_answer_schema(candidates), ensure_ascii=False) if candidates is not None else None
+    schema = json.dumps(quoted_answer_schema(candidates, body.question), ensure_ascii=False) \
+        if candidates is not None else None
     adm = await service.prepare(ctx, key, InferenceInput(
         route=ROUTE, prompt=Prompt(messages=document_messages(doc.title, doc.text, body.question,
                                                               candidates=candidates)),
-        sampling=SamplingParams(temperature=body.temperature, json_schema=schema), max_tokens=body.max_tokens,
+        sampling=SamplingParams(temperature=body.temperature, json_schema=schema, stop_repetition=True),
+        max_tokens=body.max_tokens,
         default_max_tokens=settings.question_max_tokens, explicit_class=x_workload_class,
         log_fields={"document_id": doc.id}))
     adm.request.lease_s = adm.cls.kv_lease_s
@@ -151,7 +159,7 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
         fields = None if schema is None else (lambda text, reason: _quoted(doc.text, text, reason))
         return EventStreamResponse(answer_events(service.generate(adm), fields))
     done = await cancel_on_disconnect(request, service.collect(adm))
-    answer, quotes = done.text, None
+    answer, quotes = trim_repetition(done.text), None
     if schema is not None:
         parsed = _quoted(doc.text, done.text, done.finish_reason)
         answer, quotes = parsed["answer"], parsed["quotes"]
@@ -164,17 +172,14 @@ def _quoted(document: str, text: str, finish_reason: str | None) -> dict[str, An
     """{"answer", "quotes": [{text, start, end}]} from a quoted answer; the raw text and no quotes if it was cut.
 
     The grammar only admits sentences of the document, so every quote is found in it; the offsets
-    are those of its first occurrence.
+    are those of its first occurrence. A sentence is quoted once (prompts.parse_quoted_answer).
     """
-    try:
-        doc = json.loads(text) if finish_reason == "stop" else None
-    except json.JSONDecodeError:
-        doc = None
-    if not isinstance(doc, dict):
+    doc = parse_quoted_answer(text, finish_reason)
+    if doc is None:
         return {"answer": text, "quotes": None}
     quotes = []
-    for q in doc.get("quotes", []):
+    for q in doc["quotes"]:
         start = document.find(q)
         if start >= 0:
             quotes.append({"text": q, "start": start, "end": start + len(q)})
-    return {"answer": doc.get("answer", ""), "quotes": quotes}
+    return {"answer": doc["answer"], "quotes": quotes}

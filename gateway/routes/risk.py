@@ -3,25 +3,41 @@
 By default the answer is a verdict decoded under a JSON Schema (the request's `response_schema`,
 else the class's `response_schema` from the policy), so a risk system gets the same fields every
 time; `"format": "text"` (or a class without a schema) answers in free text.
+
+When the class's policy has risk rules (`risk_rules`, policies/risk.py) and the answer is the class's
+own schema, the verdict is built by code: the rules' points plus the model's judgement (a choice of
+low/medium/high read from its token probabilities, gateway/verdict.py), with the rules that fired
+in `reasons` and the make-up of the score in `scoring`.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 from core.web.context import get_context
 from core.web.responses import STREAMING_RESPONSES
+from engine.outputs import RequestOutput, TokenLogprobs
 from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, TenantDep
-from gateway.prompts import risk_messages, verdict_messages
+from gateway.prompts import judgement_messages, risk_messages, verdict_messages
 from gateway.sampling import schema_text
 from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.schemas.risk import RiskAssessment, RiskAssessRequest
-from gateway.service import InferenceInput, Prompt
-from gateway.streaming import EventStreamResponse, cancel_on_disconnect
+from gateway.service import InferenceInput, InferenceService, Prompt, raise_if_failed
+from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
+from gateway.verdict import (
+    JUDGEMENT_MAX_TOKENS,
+    combine,
+    judgement_sampling,
+    level_probabilities,
+    rules_of,
+    verdict_text,
+)
 
 router = APIRouter(tags=["risk"])
 ROUTE = "risk"  # policy route name
@@ -48,8 +64,10 @@ async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep,
                       x_workload_class: WorkloadClassHeader = None,
                       ):
     ctx = get_context(request)
-    schema = _verdict_schema(body, service.resolve_class(
-        key, route=ROUTE, explicit=x_workload_class, input_tokens=0)[0].response_schema)
+    cls = service.resolve_class(key, route=ROUTE, explicit=x_workload_class, input_tokens=0)[0]
+    schema = _verdict_schema(body, cls.response_schema)
+    if rules_of(cls, schema) is not None:
+        return await _rule_scored(body, request, key, service, x_workload_class)
     messages = risk_messages(body.event, body.question) if schema is None else \
         verdict_messages(body.event, body.question, json.loads(schema))
     adm = await service.prepare(ctx, key, InferenceInput(
@@ -64,6 +82,51 @@ async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep,
     return RiskAssessment(request_id=ctx.request_id, workload_class=adm.cls.name, answer=done.text.strip(),
                           verdict=verdict, finish_reason=done.finish_reason, usage=Usage.of(done.metrics),
                           timings=Timings.of(done.metrics))
+
+
+async def _rule_scored(body: RiskAssessRequest, request: Request, key: Any, service: InferenceService,
+                       x_workload_class: str | None) -> Any:
+    """The verdict from the class's risk rules and the model's judgement (gateway/verdict.py)."""
+    ctx = get_context(request)
+    adm = await service.prepare(ctx, key, InferenceInput(
+        route=ROUTE, prompt=Prompt(messages=judgement_messages(body.event, body.question)),
+        sampling=judgement_sampling(body.temperature), max_tokens=body.max_tokens,
+        default_max_tokens=JUDGEMENT_MAX_TOKENS, explicit_class=x_workload_class))
+    event = body.event.model_dump(mode="json", exclude_none=True)
+
+    async def judged() -> tuple[RequestOutput, TokenLogprobs | None]:
+        first: TokenLogprobs | None = None
+        last: RequestOutput | None = None
+        async with aclosing(service.generate(adm)) as outputs:
+            async for out in outputs:
+                if first is None and out.logprobs:
+                    first = out.logprobs[0]
+                last = out
+        assert last is not None and last.finished and last.metrics is not None
+        raise_if_failed(last)
+        return last, first
+
+    def answer(last: RequestOutput, first: TokenLogprobs | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        rules = rules_of(adm.cls, _verdict_schema(body, adm.cls.response_schema))
+        assert rules is not None  # the class the request was admitted to is the one resolved above
+        return combine(rules, event, level_probabilities(service.client.tokenizer, first))
+
+    if body.stream:
+        async def events() -> AsyncIterator[bytes]:
+            last, first = await judged()
+            result, scoring = answer(last, first)
+            assert last.metrics is not None
+            yield sse({"type": "delta", "text": verdict_text(result)})
+            yield sse({"type": "done", "finish_reason": "stop", "verdict": result, "scoring": scoring,
+                       "usage": Usage.of(last.metrics).model_dump(), "timings": Timings.of(last.metrics).model_dump()})
+            yield DONE
+        return EventStreamResponse(events())
+    last, first = await cancel_on_disconnect(request, judged())
+    result, scoring = answer(last, first)
+    assert last.metrics is not None
+    return RiskAssessment(request_id=ctx.request_id, workload_class=adm.cls.name, answer=verdict_text(result),
+                          verdict=result, scoring=scoring, finish_reason="stop", usage=Usage.of(last.metrics),
+                          timings=Timings.of(last.metrics))
 
 
 def _verdict_schema(body: RiskAssessRequest, class_schema: str) -> str | None:

@@ -50,3 +50,18 @@ def test_run_answers_every_question_with_grounded_quotes(tiny_model_dir: Path, t
     assert out["questions"] == 2 and len(out["rows"]) == 2
     for row in out["rows"]:  # a random model's answer may run out of budget; a complete one quotes the document
         assert not row["valid"] or (row["quotes_grounded"] and all(s in DOC for s in row["quotes"]))
+
+
+def test_the_independent_sets_are_consistent_with_their_documents() -> None:
+    from bench.quotes_eval import ROOT, load_sets
+
+    for name, least in (("document_questions_independent.json", 30), ("document_questions_heldout.json", 15)):
+        docs = load_sets(ROOT / "bench" / "data" / name)
+        assert len(docs) >= 3 and sum(len(d.questions) for d in docs) >= least
+        for d in docs:
+            assert 1_000 <= len(d.text.split()) <= 2_000, d.name
+            sentences = sentence_spans(d.text)
+            for q in d.questions:
+                clause = clause_sentences(d.text, q.clause)
+                assert clause and all(s in sentences for s in clause), (d.name, q.clause)
+                assert any(f.casefold() in s.casefold() for s in clause for f in q.expect), q.question

@@ -43,3 +43,29 @@ def test_verdicts_under_load_are_measured_against_idle(tiny_model_dir: Path) -> 
                     n_risk=3, gap_s=0.05, bulk_in_flight=2, doc_tokens=500)
     assert out["idle"]["bulk_requests_done"] == 0 and out["loaded"]["bulk_requests_done"] > 0
     assert out["loaded_p99_ttft_over_idle"] > 0 and out["idle"]["ttft_ms_p99"] >= out["idle"]["ttft_ms_p50"]
+
+
+def test_spearman_handles_ties_and_order() -> None:
+    from bench.verdict_eval import spearman
+
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    assert abs(spearman([0, 0, 1, 2], [1, 2, 3, 4]) - 0.9487) < 1e-3  # tied scores share their mean rank
+    assert spearman([5, 5, 5], [1, 2, 3]) == 0.0
+
+
+def test_quality_measures_the_labelled_events_in_both_enum_orders(tiny_model_dir: Path) -> None:
+    from bench.verdict_eval import load_events, quality
+
+    torch.set_num_threads(1)
+    policy = load_policy()
+    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=policy, kv_cache_memory_bytes=4 << 20,
+                                    num_threads=1))
+    out = quality(engine, policy.get("realtime_risk"), model_only=False)
+    assert out["events"] == len(load_events()) >= 60
+    assert out["permutation_invariant"] is True and out["same_verdicts_reversed_order"] == out["events"]
+    assert out["combined"]["valid"] == out["events"]
+    # The rules rank the hand-labelled events whatever the (random) model says; it adds at most model_points.
+    assert out["rules_only"]["spearman"] >= 0.8 and out["combined"]["spearman"] >= 0.8
+    assert out["readme_event"]["verdict"]["recommended_action"] != "approve"
+    assert out["latency"]["requests"] == out["events"]

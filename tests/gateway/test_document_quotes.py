@@ -1,10 +1,19 @@
 """Document answers with quotes: every quote is a sentence of the document, with offsets that find it."""
 from __future__ import annotations
 
+import json
+import re
+
 import httpx
 
 from engine.structured import sentence_spans
-from gateway.prompts import document_messages, quoted_answer_schema, relevant_sentences
+from gateway.prompts import (
+    answer_leads,
+    document_messages,
+    parse_quoted_answer,
+    quoted_answer_schema,
+    relevant_sentences,
+)
 from tests.gateway.conftest import Keys, auth
 from tests.gateway.test_openai_api import sse_events
 
@@ -26,9 +35,11 @@ def test_the_sentences_a_quote_may_be_are_those_retrieved_for_the_question() -> 
         "They shall satisfy a Tier 1 capital ratio of 6%.")
     assert relevant_sentences(DOC, "What initial capital applies on going concern?", k=1) == [
         "Initial capital requirement on going concern."]
-    schema = quoted_answer_schema(relevant_sentences(DOC, "What is the total capital ratio?"))
-    allowed = schema["properties"]["quotes"]["items"]["enum"]
-    assert len(allowed) == 2 and allowed[0] == "The total capital ratio shall be 8%." and set(allowed) <= set(sentence_spans(DOC))
+    candidates = relevant_sentences(DOC, "What is the total capital ratio?")
+    quotes = quoted_answer_schema(candidates)["properties"]["quotes"]
+    assert quotes["prefixItems"] == [{"const": "The total capital ratio shall be 8%."}]  # the best one, always quoted
+    assert quotes["items"]["enum"] == candidates[1:] and quotes["maxItems"] == 2
+    assert set(candidates) <= set(sentence_spans(DOC))
     user = document_messages("CRR", DOC, "What is the total capital ratio?",
                              candidates=relevant_sentences(DOC, "What is the total capital ratio?"))[1]["content"]
     assert "1. The total capital ratio shall be 8%." in user  # the candidates are shown, best first
@@ -62,3 +73,68 @@ async def test_streamed_quoted_answer_ends_with_the_quotes(client: httpx.AsyncCl
     assert done["type"] == "done" and "quotes" in done and "answer" in done
     for q in done["quotes"] or []:
         assert DOC[q["start"]:q["end"]] == q["text"]
+
+
+RULEBOOK = """Article 4. Minimum capital ratios
+
+4.1 An institution shall maintain a common equity tier 1 capital ratio of at least 4.5 per cent of its total risk exposure amount.
+
+4.2 The ratio shall be reported to the Commission with the institution's quarterly returns, signed by two directors.
+
+Article 5. Incident reporting
+
+5.1 A major incident shall be notified to the Authority within four hours of its classification.
+
+5.2 The notification shall describe the incident, the services affected and the customers concerned.
+"""
+
+
+def test_a_figure_question_ranks_the_sentence_holding_a_figure_in_its_units_first() -> None:
+    # 4.2 shares as many words with the question as 4.1 does, but holds no figure.
+    assert relevant_sentences(RULEBOOK, "What is the minimum ratio to report?", k=1)[0].startswith("4.1")
+    # "How quickly" asks for a period: the sentence with "four hours", not the one describing the notification.
+    assert relevant_sentences(RULEBOOK, "How quickly must an incident notification reach the Authority?",
+                              k=1)[0].startswith("5.1")
+
+
+def test_an_article_question_ranks_a_paragraph_of_the_article_whose_heading_fits() -> None:
+    top = relevant_sentences(RULEBOOK, "Which article deals with incident reporting?", k=2)
+    assert all(s.startswith("5.") for s in top)  # paragraphs of Article 5, not its bare heading
+    assert relevant_sentences(RULEBOOK, "Which article sets the capital ratios?", k=1)[0].startswith("4.")
+
+
+def test_a_sentence_is_never_quoted_twice() -> None:
+    schema = quoted_answer_schema(["A.", "A.", "B."])["properties"]["quotes"]
+    assert schema["prefixItems"] == [{"const": "A."}] and schema["items"] == {"enum": ["B."]}
+    assert quoted_answer_schema(["A.", "A."])["properties"]["quotes"]["items"] is False  # nothing else to add
+    parsed = parse_quoted_answer(json.dumps({"quotes": ["A.", "A.", "B."], "answer": "8%."}), "stop")
+    assert parsed == {"quotes": ["A.", "B."], "answer": "8%."}
+
+
+def test_an_answer_the_repetition_guard_stopped_keeps_its_quotes_and_first_words() -> None:
+    # What the engine leaves when the guard stops a looping answer: the JSON cut inside the answer string.
+    raw = '{"quotes":["The total capital ratio shall be 8%."],"answer":"The ratio is 8% 8% 8% 8% 8% 8% 8% 8% 8% 8% 8%'
+    parsed = parse_quoted_answer(raw, "stop")
+    assert parsed == {"quotes": ["The total capital ratio shall be 8%."], "answer": "The ratio is 8%"}
+    assert parse_quoted_answer(raw, "length") is None  # cut by the token budget: no answer to show
+
+
+def test_a_figure_answer_starts_with_a_figure_the_candidates_hold() -> None:
+    candidates = ["4.1 An institution shall maintain a common equity tier 1 ratio of at least 4.5 per cent under Article 4.",
+                  "8.4 A capital conservation plan is due within five business days."]
+    # A size question is answered by a share or an amount, a period question by a period.
+    assert answer_leads("What is the minimum ratio?", candidates) == ["4.5 per cent"]
+    assert answer_leads("Within how many days?", candidates) == ["five business days"]
+    assert answer_leads("How many are there?", candidates) == ["4.5 per cent", "five business days"]
+    assert answer_leads("Which article sets the ratio?", candidates) == ["Article 4", "Article 8"]
+    assert answer_leads("What must banks hold?", candidates) == []  # not a figure question: the answer is free
+    answer = quoted_answer_schema(candidates, "What is the minimum ratio?")["properties"]["answer"]
+    pattern = re.compile(answer["pattern"])
+    assert pattern.match("4.5 per cent of its total risk exposure amount.")
+    assert not pattern.match("The ratio is 4.5 per cent.")
+    assert not pattern.match("4.5 per cent, 4.5.1.2.3.4.5.6")  # no counting on after the figure
+    assert not pattern.match("five business days")  # a figure of the second candidate, not of the quote
+    assert answer_leads("How quickly is the plan due?", candidates[1:] + candidates[:1]) == ["five business days"]
+    assert answer_leads("How often is it reviewed?", ["Reviewed once a year and kept five years."]) == [
+        "five years", "once a year"]
+    assert "pattern" not in quoted_answer_schema(candidates, "What must banks hold?")["properties"]["answer"]

@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import jsonschema
+import pytest
 
+from core.settings import Settings
+from finserve.app import create_app
 from policies import load_policy
-from tests.gateway.conftest import Keys, auth
+from tests.gateway.conftest import Keys, auth, make_client, policy_with
 from tests.gateway.test_openai_api import sse_events
 
 EVENTS = [
@@ -76,3 +82,63 @@ async def test_invalid_request_schema_is_refused(client: httpx.AsyncClient, keys
                           json={"event": EVENTS[0], "response_schema": {"type": "nonsense"}})
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "invalid_json_schema"
+
+
+# ---- rule-scored verdicts (the class's risk_rules) ----------------------------------------------------
+def reversed_schema() -> str:
+    schema = policy_schema()
+    for prop in schema["properties"].values():
+        if "enum" in prop:
+            prop["enum"].reverse()
+    return json.dumps(schema)
+
+
+@pytest.fixture
+async def reversed_client(tiny_model_dir: Path, settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The same gateway and model, the policy's verdict schema with every enum in the opposite order."""
+    engine = make_client(tiny_model_dir, policy_with(realtime_risk={"response_schema": reversed_schema()}))
+    app = create_app(settings, engine_client=engine)
+    try:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+                yield c
+    finally:
+        engine.shutdown()
+
+
+async def _verdict(client: httpx.AsyncClient, keys: Keys, event: dict[str, Any]) -> dict[str, Any]:
+    r = await client.post("/v1/risk/assess", headers=auth(keys.acme), json={"event": event})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_rules_decide_the_readme_wire_and_name_what_fired(client: httpx.AsyncClient, keys: Keys) -> None:
+    body = await _verdict(client, keys, EVENTS[0])  # USD 950,000 to the Cayman Islands, new beneficiary
+    verdict = body["verdict"]
+    jsonschema.validate(verdict, policy_schema())
+    assert verdict["recommended_action"] != "approve" and verdict["risk_level"] == "high"
+    assert verdict["reasons"][0] == "high risk jurisdiction KY" and "very large amount" in verdict["reasons"]
+    assert json.loads(body["answer"]) == verdict and body["finish_reason"] == "stop"
+    scoring = body["scoring"]
+    assert {r["rule"] for r in scoring["rules"]} == {"high_risk_country", "very_large_amount", "flag:new_beneficiary"}
+    assert verdict["score"] == scoring["rule_points"] + scoring["model"]["points"]
+    assert abs(sum(scoring["model"]["probabilities"].values()) - 1) < 1e-3  # the model's judgement was read
+    calm = (await _verdict(client, keys, EVENTS[1]))["verdict"]  # a EUR 12.50 coffee
+    assert calm["recommended_action"] == "approve" and calm["reasons"] == ["no risk rule fired"]
+
+
+async def test_verdict_does_not_depend_on_the_schemas_enum_order(
+        client: httpx.AsyncClient, reversed_client: httpx.AsyncClient, keys: Keys) -> None:
+    for event in EVENTS:
+        straight = await _verdict(client, keys, event)
+        flipped = await _verdict(reversed_client, keys, event)
+        assert straight["verdict"] == flipped["verdict"]
+        assert straight["scoring"] == flipped["scoring"]
+
+
+async def test_streamed_rule_verdict_arrives_in_the_done_event(client: httpx.AsyncClient, keys: Keys) -> None:
+    r = await client.post("/v1/risk/assess", headers=auth(keys.acme), json={"event": EVENTS[0], "stream": True})
+    events = sse_events(r.text)
+    done = events[-2]
+    assert done["type"] == "done" and done["verdict"] == json.loads("".join(e["text"] for e in events[:-2]))
+    assert done["verdict"]["recommended_action"] != "approve" and done["scoring"]["rules"]

@@ -1,0 +1,40 @@
+"""Degenerate repetition: a text whose tail is one span repeated over and over.
+
+A small model decoding greedily can fall into a loop ("8% 8% 8% ...", the same sentence again and
+again, a digit repeated to the token limit). `repeated_tail(text)` finds such a tail; the engine
+stops a request that asks for it (`SamplingParams.stop_repetition`) and the caller keeps the text
+up to the end of the span's first occurrence. Only the last `WINDOW` characters are examined, so
+the check costs the same on every token however long the answer grows.
+"""
+from __future__ import annotations
+
+REPETITION = "repetition"  # the stop_reason of a request the guard finished
+MAX_PERIOD = 120  # the longest repeated span looked for (about two sentences)
+MIN_SPAN = 32  # a repetition counts once the repeated region covers this many characters ...
+LONG_PERIOD = 24  # ... and a span of at least this length has come twice, a shorter one three times
+WINDOW = 2 * MAX_PERIOD + MIN_SPAN
+
+
+def _needed(period: int) -> int:
+    """Characters the periodic tail must cover for a span of `period` characters to count."""
+    return max(MIN_SPAN, period * (2 if period >= LONG_PERIOD else 3))
+
+
+def repeated_tail(text: str) -> int | None:
+    """Where to cut `text` (just past the first occurrence of the repeated span) if its tail is a
+    degenerate repetition; None otherwise. The shortest repeating period wins."""
+    offset = max(0, len(text) - WINDOW)
+    tail = text[offset:]
+    n = len(tail)
+    for period in range(1, MAX_PERIOD + 1):
+        need = _needed(period)
+        if need > n:
+            break
+        if tail[n - need + period:] != tail[n - need: n - period]:
+            continue
+        start = n - need  # extend the periodic region backwards as far as it goes
+        while start > 0 and tail[start - 1] == tail[start - 1 + period]:
+            start -= 1
+        if tail[start:start + period].strip():  # a run of blanks is layout, not a loop
+            return offset + start + period
+    return None

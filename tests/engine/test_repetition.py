@@ -1,0 +1,53 @@
+"""The repetition guard: a tail that is one span repeated over and over is found, and the engine stops there."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from engine.config import EngineConfig
+from engine.engine import LLMEngine
+from engine.repetition import REPETITION, repeated_tail
+from engine.request import EngineRequest, SamplingParams
+from policies import load_policy
+
+
+def cut(text: str) -> str | None:
+    at = repeated_tail(text)
+    return None if at is None else text[:at].rstrip()
+
+
+def test_loops_are_found_and_cut_after_their_first_occurrence() -> None:
+    assert cut("The minimum is " + "8% " * 14) == "The minimum is 8%"
+    assert cut("It is 1" + "0" * 40) == "It is 10"
+    assert cut("Answer: " + "the same sentence again. " * 3) == "Answer: the same sentence again."
+    assert cut("x" + " the" * 12) == "x the"
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    for text in ("The fine is 10,000,000 euro, or 10 per cent of turnover.",
+                 "Banks must hold 4.5%, 6% and 8% of risk-weighted assets; the buffer is 2.5%.",
+                 "1.1 This notice applies. 1.2 It applies again to branches. 1.3 It applies to agents.",
+                 "Name" + " " * 60 + "Value", "ab" * 10):
+        assert repeated_tail(text) is None, text
+
+
+def _run(engine: LLMEngine, sampling: SamplingParams) -> tuple[str, EngineRequest]:
+    req = EngineRequest("r", engine.tokenizer.encode("Say it"), sampling, "document_qa")
+    engine.add_request(req)
+    text = []
+    while engine.has_unfinished():
+        text.extend(o.new_text for o in engine.step())
+    return "".join(text), req
+
+
+def test_the_engine_stops_a_looping_request_when_asked(tiny_model_dir: Path) -> None:
+    torch.set_num_threads(1)
+    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=4 << 20,
+                                    num_threads=1))
+    loop = "(ab ){40}"  # a grammar that forces a loop, whatever the random model prefers
+    text, req = _run(engine, SamplingParams(max_tokens=200, regex=loop, stop_repetition=True))
+    assert text.strip() == "ab" and req.status.finish_reason == "stop" and req.stop_reason == REPETITION
+    assert len(req.output_token_ids) < 100  # stopped early, not at the grammar's end
+    text, req = _run(engine, SamplingParams(max_tokens=200, regex=loop))  # without the guard: the whole loop
+    assert text == "ab " * 40 and req.stop_reason != REPETITION
