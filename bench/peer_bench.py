@@ -213,6 +213,7 @@ def run(json_path: str | None, *, model: str, shape: PeerShape, hog: bool = Fals
         part["table"] = table(part["medians"]).splitlines()
         out[label] = part
         print(f"{label}:\n" + "\n".join(part["table"]), file=sys.stderr)
+        write_json(json_path, out)  # after each part: a run stopped during the hog part keeps the quiet one
     if hog:
         q, h = out["quiet"]["medians"], out["hog"]["medians"]
         out["hog_slowdown_tg128"] = {n: q[n]["tg128"] / h[n]["tg128"] for n in q if n in h and "tg128" in q[n]}
