@@ -314,7 +314,7 @@ def run(json_path: str | None, *, model: str, shape: Shape, weights: str = "auto
                 starters[f"llama.cpp {t}"] = (lambda g=gguf, t=t: start_llamacpp(
                     peer_python, g, t, threads=shape.threads, n_ctx=2048, log=log))
         else:
-            info["llama_cpp_python_skipped"] = reason
+            info["peer_skipped"] = reason  # llama-cpp-python's server (an extra beside llama-server)
         runs = run_all(starters, shape, model, info)
         out = report(runs, shape, info)
     finally:

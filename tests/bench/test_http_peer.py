@@ -26,7 +26,7 @@ def tiny_8k(make_tiny_model: Callable[..., Path]) -> Path:
 def test_finserve_alone_every_answer_has_exactly_the_asked_tokens(tiny_8k: Path, tmp_path: Path) -> None:
     shape = Shape(prompt_tokens=40, output_tokens=6, concurrency=(1, 3), rounds=2, reps=1, threads=1)
     out = run(str(tmp_path / "http_peer.json"), model=str(tiny_8k), shape=shape, weights="fp32",
-              peer_python=sys.executable, log_path=tmp_path / "servers.log")
+              peer_python=sys.executable, log_path=tmp_path / "servers.log", server_gguf_types="")
 
     assert "llama_cpp" in out["servers"]["peer_skipped"]  # this venv has no llama-cpp-python: peer skipped, said why
     assert list(out["systems"]) == [FINSERVE]

@@ -1,0 +1,39 @@
+"""bench/llamacpp.py without building llama.cpp: a stand-in llama-bench records the environment it was given and
+prints llama-bench's JSON, so the clean environment and the parsing are checked; the real build is
+`finserve bench llamacpp --build` (never part of the suite)."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from bench import llamacpp
+
+
+def fake_tools(tmp_path: Path) -> llamacpp.Tools:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    rows = [{"n_prompt": 256, "n_gen": 0, "n_depth": 0, "avg_ts": 400.0, "stddev_ts": 5.0, "n_threads": 2},
+            {"n_prompt": 0, "n_gen": 32, "n_depth": 4096, "avg_ts": 25.0, "stddev_ts": 1.0, "n_threads": 2}]
+    script = bin_dir / "llama-bench"
+    script.write_text("#!/bin/sh\nenv > \"$(dirname \"$0\")/env.txt\"\n"
+                      f"cat <<'JSON'\n{json.dumps(rows)}\nJSON\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return llamacpp.Tools(bin_dir)
+
+
+def test_llama_bench_runs_in_a_clean_environment_and_its_json_is_read(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # what finserve's process once set for itself
+    monkeypatch.setenv("FINSERVE_WEIGHTS", "q4")
+    tools = fake_tools(tmp_path)
+    rows = llamacpp.llama_bench(tools, tmp_path / "model.gguf", threads=2, prompt="256", gen=32, depth=4096)
+    assert [r["test"] for r in rows] == ["pp256", "tg32@d4096"]
+    assert rows[0]["tokens_per_s"] == 400.0 and abs(rows[1]["ms_per_token"] - 40.0) < 1e-9
+    env = dict(line.split("=", 1) for line in (tmp_path / "bin" / "env.txt").read_text().splitlines() if "=" in line)
+    assert not [k for k in env if k.startswith(("OMP_", "GOMP_", "KMP_", "FINSERVE_"))], env
+    assert "OMP_WAIT_POLICY" in os.environ  # the test's own process still has it: only the child is clean
+
+
+def test_an_unbuilt_cache_is_reported_as_not_built(tmp_path: Path) -> None:
+    assert llamacpp.find_built(tmp_path) is None
