@@ -82,7 +82,9 @@ def isolation_bench(
     burst: Annotated[int, typer.Option(
         "--burst", min=1, help="tenants part: realtime requests the bursting tenant keeps in flight.")] = 120,
     threads: Annotated[Optional[list[int]], typer.Option(
-        "--threads", min=1, help="long_document part: engine threads per run (repeatable; default 2 and 1).")] = None,
+        "--threads", min=1, help="Engine threads (repeatable: the long_document part runs once per value, default 2 "
+                                 "and 1; the other parts run with FINSERVE_THREADS, else one per usable "
+                                 "core).")] = None,
     document_tokens: Annotated[int, typer.Option(
         "--document-tokens", min=16, help="long_document part: the document's prompt tokens.")] = 6000,
     chunk_shield: Annotated[bool, typer.Option(
