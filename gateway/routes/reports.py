@@ -110,6 +110,6 @@ def _iso(name: str, text: str | None) -> datetime | None:
     if text is None:
         return None
     try:
-        return _utc(datetime.fromisoformat(text))
+        return _utc(datetime.fromisoformat(text), name)
     except ValueError:
         raise APIError("invalid_request", f"{name}: {text!r} is not an ISO 8601 time", param=name) from None
