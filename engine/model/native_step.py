@@ -137,8 +137,6 @@ class NativeDecoder:
             return "mixed weight formats across layers"
         if cfg.intermediate_size % 16 or cfg.head_dim % 2 or cfg.head_dim > 512 or cfg.num_heads % cfg.num_kv_heads:
             return "a shape the fused kernel does not take (FFN width not a multiple of 16, head_dim odd or > 512)"
-        if not isinstance(model.lm_head, QuantizedLinear) or not hasattr(model.lm_head.lib, "fs_decode"):
-            return "the native library predates the fused step (rebuild: pip install -e .)"
         return None
 
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,

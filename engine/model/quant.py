@@ -169,12 +169,11 @@ class QuantizedLinear:
         return F.linear(x, self._dense, self.bias)
 
     def _native(self, x: torch.Tensor, act16: bool) -> torch.Tensor:
+        # every library built from this source has the pool matmul (cpu_kernels._declare binds it or fails)
         qw, lib = self.weight, self.lib
         assert lib is not None
-        if hasattr(lib, "fs_qgemm"):
-            return cpu_kernels.pool_qgemm(lib, qw.kind == "q4", x, qw.packed, qw.scales, qw.mins, qw.n, self.bias, act16,
-                                          torch.get_num_threads())
-        return cpu_kernels.qgemm(lib, qw.kind == "q4", x, qw.packed, qw.scales, qw.mins, qw.n, self.bias, act16)
+        return cpu_kernels.pool_qgemm(lib, qw.kind == "q4", x, qw.packed, qw.scales, qw.mins, qw.n, self.bias, act16,
+                                      torch.get_num_threads())
 
     @property
     def nbytes(self) -> int:

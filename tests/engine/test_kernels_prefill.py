@@ -2,13 +2,12 @@
 as the OpenMP qgemm on every ISA variant, for any thread count; two engines' threads using the pool at once."""
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
 from engine.model import cpu_kernels
 from engine.model.quant import QuantizedLinear, quantize, reference_linear
+from tests.engine.test_kernels_dense_prefill import errors_on_two_threads
 
 VARIANTS = cpu_kernels.supported_variants()
 needs_kernels = pytest.mark.skipif(not VARIANTS, reason="native kernels not built (pip install -e .)")
@@ -37,15 +36,5 @@ def test_engines_on_two_threads_can_share_the_pool() -> None:
     layers = [QuantizedLinear(quantize(torch.randn(64, 96, generator=g), "q4"), None, lib) for _ in range(2)]
     x = torch.randn(40, 96, generator=g)  # below DENSE_MIN_ROWS: the integer kernel on the pool
     want = [reference_linear(x, layer.weight, act16=True) for layer in layers]
-    errors: list[float] = []
-
-    def work(i: int) -> None:
-        for _ in range(200):
-            errors.append(float((layers[i](x) - want[i]).abs().max()))
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = errors_on_two_threads(layers, x, want)
     assert len(errors) == 400 and max(errors) < 1e-3
