@@ -54,10 +54,13 @@ async def test_a_long_document_is_tokenized_off_the_event_loop(live_server: Live
         return original(self, text, add_special_tokens)
 
     monkeypatch.setattr(Tokenizer, "encode", recording_encode)
-    # Best of three documents: the machine is shared, one scheduling hiccup is not the event loop's doing.
+    # Which thread encoded is the proof that tokenizing is off the loop (6,000 tokens encode in ~13 ms
+    # here, below any latency bound a shared machine holds). The probe bounds the rest of the request's
+    # work on the loop (hashing, the database, the engine hand-off): best of five documents, since the
+    # machine is shared (the whole suite, a CI neighbour) and one scheduling hiccup is not the loop's doing.
     worst: list[float] = []
     async with httpx.AsyncClient(base_url=live_server.url, timeout=60) as c:
-        for n in range(3):
+        for n in range(5):
             text = f"Document {n}. " + SENTENCE * 260  # ~6,000 tokens (the document_qa limit is 6,144)
             resp, latencies = await _with_probe(live_server.url, lambda: c.post(
                 "/v1/documents", headers=auth(keys.acme), json={"title": "Basel", "text": text}))
@@ -65,7 +68,7 @@ async def test_a_long_document_is_tokenized_off_the_event_loop(live_server: Live
             assert resp.json()["num_tokens"] > 5000
             worst.append(max(latencies))
     assert on_loop and not any(on_loop), "the document was tokenized on the event loop's thread"
-    assert min(worst) < 20, f"/healthz took up to {worst} ms while each document was tokenized"
+    assert min(worst) < 50, f"/healthz took up to {worst} ms while each document was tokenized"
 
 
 def _in_event_loop() -> bool:

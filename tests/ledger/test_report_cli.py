@@ -15,7 +15,6 @@ from core.db.models import RequestLedger
 from finserve.cli import app
 from tests.ledger.factories import T0, make_row
 
-NOW = datetime.now(timezone.utc)
 RISK = dict(workload_class="realtime_risk", ttft_target_ms=80.0, slo_goal=0.9, slo_percentile=99.0)
 
 
@@ -27,7 +26,8 @@ def report(db_url, monkeypatch, tmp_path):
     monkeypatch.setenv("FINSERVE_HOME", str(tmp_path / "home"))
     upgrade(db_url)
     engine = make_engine(db_url)
-    ago = (NOW - T0).total_seconds()  # make_row places rows at T0 + at_s; these are NOW - x
+    # "now" is read here, not at import: the whole suite runs for twenty minutes after collection.
+    ago = (datetime.now(timezone.utc) - T0).total_seconds()  # make_row places rows at T0 + at_s; these are now - x
     rows = [make_row(f"old-{i}", at_s=ago - 30 * 86400, **RISK) for i in range(3)]
     rows += [make_row(f"acme-{i}", at_s=ago - 2 * 86400 + i, slo_met=i != 0, **RISK) for i in range(10)]
     rows += [make_row(f"globex-{i}", at_s=ago - 2400 + i, tenant="globex", slo_met=i >= 2, **RISK) for i in range(4)]
