@@ -33,7 +33,7 @@ from bench.configured import engine_config
 from engine.client import EngineClient
 from engine.engine import LLMEngine
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
-from gateway.reports.percentiles import nearest_rank
+from ledger.reports.percentiles import nearest_rank
 
 PROMPT = "Rate the counterparty risk of an overnight repo with a BBB-rated bank as low, medium or high."
 TENANT = "bench"

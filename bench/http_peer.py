@@ -31,7 +31,7 @@ import httpx
 from bench.common import summary, write_json
 from bench.loadgen import SSEDecoder, StreamRecorder
 from bench.peer_server import Server, parse_gguf_types, peer_gguf, peer_unavailable, start_finserve, start_llamacpp
-from gateway.reports.percentiles import nearest_rank
+from ledger.reports.percentiles import nearest_rank
 
 TEXT = Path(__file__).with_name("data") / "regulatory_text.txt"
 FINSERVE = "finserve"

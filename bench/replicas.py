@@ -38,7 +38,7 @@ from bench.common import environment, write_json
 from bench.gateway_bench import _logs_to
 from core.settings import Settings
 from finserve.stack import EngineProcess, GatewayThread
-from gateway.reports.percentiles import nearest_rank
+from ledger.reports.percentiles import nearest_rank
 
 PARTS = ("routing", "overhead", "failover")
 QUESTIONS = ("What capital must the bank hold?", "Which exposures are excluded?", "When does the rule apply?",

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from bench.common import summary
-from gateway.reports.percentiles import nearest_rank
+from ledger.reports.percentiles import nearest_rank
 
 PROMPT = "Rate the counterparty risk of an overnight repo with a BBB-rated bank as low, medium or high."
 

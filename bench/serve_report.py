@@ -1,8 +1,8 @@
 """The figures `finserve bench serve` reports, computed from client-side results (pure functions).
 
-Percentiles are nearest-rank, the definition the SLO reports use (gateway/reports/percentiles.py),
+Percentiles are nearest-rank, the definition the SLO reports use (ledger/reports/percentiles.py),
 so a client-side p99 can be set beside the ledger's. Which requests count towards SLO attainment
-follows the ledger's rule (gateway/ledger/row.py), applied to what the client measured:
+follows the ledger's rule (ledger/row.py), applied to what the client measured:
 - answered (200, complete stream): met when every target of the class holds;
 - failed by the service (5xx, in-band stream error, cut-off stream, no response or timeout, 429
   for a full queue): a miss;
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from statistics import median
 
 from bench.loadgen import RequestResult
-from gateway.reports.percentiles import nearest_rank, summarize
+from ledger.reports.percentiles import nearest_rank, summarize
 from policies import SLOTargets
 
 CLIENT_FAULT_CODES = frozenset({"rate_limited"})

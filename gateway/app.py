@@ -32,8 +32,8 @@ from core.web.errors import install_error_handlers
 from core.web.middleware import BodyLimit, RequestContextMiddleware
 from core.web.state import STATE_ATTR
 from engine.client import EngineClient
+from gateway import ledger_maintenance as maintenance
 from gateway.docs_ui import mount_docs
-from gateway.ledger import LedgerWriter, maintenance
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.replicas.replica_set import ReplicaSet, build_replica_set
@@ -41,6 +41,7 @@ from gateway.routes import documents, health, openai, reports, requests, risk, u
 from gateway.schemas.common import BOUND_KEY
 from gateway.service import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
 from gateway.state import GatewayState
+from ledger import LedgerWriter
 from policies import Policy, check_against_model, load_policy
 from policies.model import CLASS_NAME_PATTERN
 

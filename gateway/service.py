@@ -45,11 +45,11 @@ from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from engine.structured import check_constraint, constraint_kind
 from engine.tokenizer import ChatTemplateError, Tokenizer
 from gateway import spans
-from gateway.ledger import LedgerRow, build_timeline, row_from_engine_request, row_from_request
 from gateway.ratelimit import ratelimit_headers
 from gateway.replicas.client import REPLICA_LOST
 from gateway.replicas.replica_set import ReplicaSet
 from gateway.state import GatewayState
+from ledger import LedgerRow, build_timeline, row_from_engine_request, row_from_request
 from policies import ClassPolicy, UnknownWorkloadClass, classify
 
 log = structlog.get_logger("finserve.gateway")
@@ -210,7 +210,7 @@ class InferenceService:
     def weights(self) -> dict[str, str] | None:
         """The weight format the embedded engine loaded and why (None with engine replicas)."""
         from engine.model.linear import weights_of  # torch: imported once the engine is loaded anyway
-        from gateway.ledger.versions import loaded_weight_format
+        from ledger.versions import loaded_weight_format
 
         fmt = loaded_weight_format(self.client)
         return None if fmt is None else weights_of(self.client.engine.config, fmt)

@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 from core.web.state import CoreState
 from engine.client import EngineClient
-from gateway.ledger import LedgerWriter
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.replicas.replica_set import ReplicaSet
+from ledger import LedgerWriter
 
 
 @dataclass

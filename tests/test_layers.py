@@ -1,4 +1,4 @@
-"""Imports flow one way: policies <- engine <- core <- (gateway, jobs) <- (finserve, bench).
+"""Imports flow one way: policies <- engine <- core <- ledger <- (gateway, jobs) <- (finserve, bench).
 
 Read from the source with `ast` (nothing is imported), so the test also sees imports inside
 functions. A package may import itself and any package below it, never a sibling or one above.
@@ -11,17 +11,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("policies", "engine", "core", "gateway", "jobs", "migrations", "finserve", "bench")
+PROJECT = ("policies", "engine", "core", "ledger", "gateway", "jobs", "migrations", "finserve", "bench")
 # What each package may import from the project (besides itself).
 ALLOWED: dict[str, set[str]] = {
     "policies": set(),
     "engine": {"policies"},
     "core": {"policies", "engine", "migrations"},
     "migrations": {"core", "engine", "policies"},
-    "gateway": {"policies", "engine", "core"},
-    "jobs": {"policies", "engine", "core"},
-    "finserve": {"policies", "engine", "core", "gateway", "jobs", "bench", "migrations"},
-    "bench": {"policies", "engine", "core", "gateway", "jobs", "finserve"},
+    # The request ledger (rows, chain, writer, verify, reports): below gateway and jobs, above core.
+    "ledger": {"policies", "engine", "core"},
+    "gateway": {"policies", "engine", "core", "ledger"},
+    "jobs": {"policies", "engine", "core", "ledger"},
+    "finserve": {"policies", "engine", "core", "ledger", "gateway", "jobs", "bench", "migrations"},
+    "bench": {"policies", "engine", "core", "ledger", "gateway", "jobs", "finserve"},
 }
 # Inside the engine, the scheduler and the KV cache stay free of torch (unit-tested without it).
 TORCH_FREE = ("engine/scheduler.py", "engine/kv_cache", "engine/request_queue.py", "engine/token_budget.py",

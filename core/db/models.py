@@ -2,7 +2,7 @@
 
 migrations/versions/0001_core.py creates these (0003 adds api_keys.is_worker; 0004 the ledger's
 attribution, version and chain columns and the chain tables); tests/ledger checks that the
-migrations and the models agree. The chain's rules live in gateway/ledger/chain.py.
+migrations and the models agree. The chain's rules live in ledger/chain.py.
 """
 from __future__ import annotations
 
@@ -124,14 +124,14 @@ class RequestLedger(Base):
     replica: Mapped[str | None] = mapped_column(String(255), nullable=True)  # engine replica URL (FINSERVE_ENGINES)
     replica_reason: Mapped[str | None] = mapped_column(String(64), nullable=True)  # why the router chose it
 
-    # --- 0004: what served it, computed once per gateway process (gateway/ledger/versions.py) ---
+    # --- 0004: what served it, computed once per gateway process (ledger/versions.py) ---
     model_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
     weights_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     weight_format: Mapped[str | None] = mapped_column(String(16), nullable=True)  # fp32 | bf16 | int8 | q4
     policy_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     finserve_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
-    # --- 0004: tamper evidence (gateway/ledger/chain.py). NULL while running, and on rows before 0004. ---
+    # --- 0004: tamper evidence (ledger/chain.py). NULL while running, and on rows before 0004. ---
     chain_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)  # 1, 2, ... per tenant
     prev_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)  # row_hash of chain_seq - 1
     row_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)  # sha256(prev_hash, summary fields)
@@ -166,7 +166,7 @@ class LedgerChainCheckpoint(Base):
     rows_pruned: Mapped[int] = mapped_column(Integer)
     older_than: Mapped[datetime] = mapped_column(UTCDateTime())  # the cutoff the prune was asked for
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    # HMAC-SHA256 of the fields above under FINSERVE_LEDGER_HMAC_KEY (gateway/ledger/checkpoints.py); None without one
+    # HMAC-SHA256 of the fields above under FINSERVE_LEDGER_HMAC_KEY (ledger/checkpoints.py); None without one
     mac: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 

@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout")] = None,
     ) -> None:
         """SLO report per workload class from the request ledger: attainment, error budget, burn rates, alerts."""
-        from gateway.reports import DEFAULT_WINDOW, FORMATS, build_report, parse_duration, render_report
+        from ledger.reports import DEFAULT_WINDOW, FORMATS, build_report, parse_duration, render_report
 
         if fmt not in FORMATS:
             raise CLIError(f"--format must be one of {', '.join(FORMATS)}")

@@ -1,11 +1,11 @@
 """`finserve ledger verify` and `finserve ledger prune`: the SLO ledger's tamper evidence and retention.
 
-verify walks each tenant's hash chain (gateway/ledger/verify.py) and names every row that was
+verify walks each tenant's hash chain (ledger/verify.py) and names every row that was
 edited or whose predecessor is missing; it exits 6 (ExitCode.INTEGRITY) when it finds one. It lists
 the amendments (superseded positions) and prunes (checkpoints) it accepted; with
 FINSERVE_LEDGER_HMAC_KEY, prune signs its checkpoints and verify refuses an unsigned or forged one.
-prune deletes old rows behind a checkpoint and drops old step timelines (gateway/ledger/retention.py).
-export writes the rows of a tenant and period as NDJSON or CSV (gateway/ledger/export.py).
+prune deletes old rows behind a checkpoint and drops old step timelines (ledger/retention.py).
+export writes the rows of a tenant and period as NDJSON or CSV (ledger/export.py).
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _hmac_key() -> bytes | None:
 
 
 def _duration(option: str, text: str) -> Any:
-    from gateway.reports import parse_duration
+    from ledger.reports import parse_duration
 
     try:
         return parse_duration(text)
@@ -72,7 +72,7 @@ def verify(
 ) -> None:
     """Check every ledger row against its tenant's hash chain; name each edited row and each missing one."""
     from finserve.commands.db import parse_time
-    from gateway.ledger.verify import verify_ledger
+    from ledger.verify import verify_ledger
 
     now = datetime.now(timezone.utc)
     t0 = parse_time(since, now) if since else None
@@ -125,7 +125,7 @@ def prune(
     output: OutputOpt = Output.table,
 ) -> None:
     """Delete old ledger rows (behind a chain checkpoint) and drop old step timelines."""
-    from gateway.ledger.retention import prune as run_prune
+    from ledger.retention import prune as run_prune
 
     if older_than is None and timelines_older_than is None:
         raise CLIError("give --older-than (whole rows) and/or --timelines-older-than (step timelines)")
@@ -162,7 +162,7 @@ def export(
 ) -> None:
     """Export ledger rows (every column but the step timeline), oldest first; running requests are left out."""
     from finserve.commands.db import parse_time
-    from gateway.ledger.export import FORMATS, export_rows, render
+    from ledger.export import FORMATS, export_rows, render
 
     if format not in FORMATS:
         raise CLIError(f"--format: {format!r} is not one of {', '.join(FORMATS)}")

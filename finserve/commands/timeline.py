@@ -16,8 +16,8 @@ import typer
 
 from finserve.console import CLIError, ExitCode, Output, OutputOpt, print_json
 
-if TYPE_CHECKING:  # gateway.reports pulls in the HTML/plot stack: imported when a timeline is drawn, not for --help
-    from gateway.reports.timeline import Phase
+if TYPE_CHECKING:  # ledger.reports pulls in the HTML/plot stack: imported when a timeline is drawn, not for --help
+    from ledger.reports.timeline import Phase
 
 _DECODE_RUN = ("decode", "gap")  # a decode run: decode steps and the waits between them
 
@@ -40,7 +40,7 @@ def timeline(
     else:
         typer.echo(render_text(row, show_all=show_all, slowest=slowest))
     if html is not None:
-        from gateway.reports.timeline import render_timeline_html
+        from ledger.reports.timeline import render_timeline_html
 
         html.parent.mkdir(parents=True, exist_ok=True)
         html.write_text(render_timeline_html(row))
@@ -49,7 +49,7 @@ def timeline(
 
 def timeline_doc(row: Any) -> dict[str, Any]:
     """The ledger row (without its raw timeline) and every phase, each with its duration."""
-    from gateway.reports.timeline import timeline_phases
+    from ledger.reports.timeline import timeline_phases
 
     request = {c.name: getattr(row, c.name) for c in row.__table__.columns if c.name != "timeline"}
     phases = [{**asdict(p), "duration_ms": p.duration_ms} for p in timeline_phases(row)]
@@ -80,7 +80,7 @@ def _load(request_id: str) -> Any:
 
 # ---- text rendering ------------------------------------------------------------------------
 def render_text(row: Any, *, show_all: bool = False, slowest: int = 3) -> str:
-    from gateway.reports.timeline import timeline_phases
+    from ledger.reports.timeline import timeline_phases
 
     phases = timeline_phases(row)
     lines = _header(row)

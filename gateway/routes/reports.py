@@ -8,7 +8,7 @@ Bounds (400 `invalid_request` past them): times from 1970-01-01 to 9000-01-01, a
 MAX_WINDOW (10 years), so no date arithmetic can overflow.
 
 GET /v1/ledger/export: the ledger rows themselves, by tenant and period, as NDJSON or CSV
-(gateway/ledger/export.py; the same as `finserve ledger export`), streamed. Admin keys only.
+(ledger/export.py; the same as `finserve ledger export`), streamed. Admin keys only.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from core.db.base import utcnow
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES
 from gateway.deps import AdminDep, StateDep, run_db
-from gateway.ledger import export
-from gateway.reports import DEFAULT_WINDOW, MEDIA_TYPES, build_report, parse_duration, render_report
+from ledger import export
+from ledger.reports import DEFAULT_WINDOW, MEDIA_TYPES, build_report, parse_duration, render_report
 
 router = APIRouter(tags=["reports"])
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)

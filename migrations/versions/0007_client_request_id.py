@@ -5,7 +5,7 @@ Revises: 0006_checkpoint_mac
 Create Date: 2026-12-01
 
 Nullable: rows written before it keep NULL. The column is not part of the hash chain
-(gateway/ledger/chain.py HASHED_FIELDS is frozen for CHAIN_VERSION 1), so chains written before
+(ledger/chain.py HASHED_FIELDS is frozen for CHAIN_VERSION 1), so chains written before
 and after this revision verify unchanged.
 """
 from __future__ import annotations

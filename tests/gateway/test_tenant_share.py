@@ -65,7 +65,7 @@ async def test_a_burst_is_refused_to_its_tenant_and_another_tenant_is_served_nex
 
 def test_a_refusal_for_the_tenants_share_does_not_count_against_the_class():
     """The burst is its tenant's doing (like a rate limit): not a miss of the class's SLO, unlike a full queue."""
-    from gateway.ledger.row import slo_flags
+    from ledger.row import slo_flags
     from policies import load_policy
 
     slo = load_policy().get("realtime_risk").slo

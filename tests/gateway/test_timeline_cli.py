@@ -13,7 +13,7 @@ from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.db.models import RequestLedger
 from finserve.cli import app
-from gateway.ledger import LedgerRow, row_from_engine_request
+from ledger import LedgerRow, row_from_engine_request
 from tests.ledger.factories import make_row
 
 T = 1_700_000_000.0

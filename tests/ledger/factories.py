@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from gateway.ledger import LedgerRow
+from ledger import LedgerRow
 
 T0 = datetime(2025, 3, 3, 9, 0, 0, tzinfo=timezone.utc)
 

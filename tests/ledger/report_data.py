@@ -15,8 +15,8 @@ from typing import Any
 from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.db.models import RequestLedger
-from gateway.ledger import LedgerRow
-from gateway.reports import build_report
+from ledger import LedgerRow
+from ledger.reports import build_report
 from tests.ledger.factories import T0, make_row
 
 DAY_SINCE = T0

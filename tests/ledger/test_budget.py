@@ -1,4 +1,4 @@
-"""Error budget and burn-rate math (gateway/reports/budget.py) against cases worked out by hand."""
+"""Error budget and burn-rate math (ledger/reports/budget.py) against cases worked out by hand."""
 from __future__ import annotations
 
 import math
@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gateway.reports import budget as eb
-from gateway.reports import parse_duration
-from gateway.reports.percentiles import low_sample, min_samples, nearest_rank
+from ledger.reports import budget as eb
+from ledger.reports import parse_duration
+from ledger.reports.percentiles import low_sample, min_samples, nearest_rank
 
 END = datetime(2025, 3, 3, 12, 0, tzinfo=timezone.utc)
 

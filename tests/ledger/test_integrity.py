@@ -14,12 +14,12 @@ from core.db.base import make_engine
 from core.db.models import LedgerChainCheckpoint, RequestLedger
 from finserve.cli import app
 from finserve.console import ExitCode
-from gateway.ledger import LedgerWriter
-from gateway.ledger import verify as ledger_verify
-from gateway.ledger.chain import row_hash
-from gateway.ledger.retention import drop_timelines, prune
-from gateway.ledger.verify import verify_ledger
-from gateway.reports import build_report
+from ledger import LedgerWriter
+from ledger import verify as ledger_verify
+from ledger.chain import row_hash
+from ledger.reports import build_report
+from ledger.retention import drop_timelines, prune
+from ledger.verify import verify_ledger
 from tests.ledger.factories import T0, make_row
 
 

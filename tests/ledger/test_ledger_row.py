@@ -5,7 +5,7 @@ import dataclasses
 
 from core.db.models import RequestLedger
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, SamplingParams, StepEvent
-from gateway.ledger import LedgerRow, row_from_engine_request, row_from_request
+from ledger import LedgerRow, row_from_engine_request, row_from_request
 from policies import SLOTargets
 
 SLO = SLOTargets(ttft_ms=100.0, tpot_ms=20.0, e2e_ms=1000.0, percentile=99.0, attainment_goal=0.99)

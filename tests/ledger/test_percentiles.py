@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.reports.percentiles import nearest_rank, summarize
+from ledger.reports.percentiles import nearest_rank, summarize
 
 
 def test_ten_values():

@@ -18,8 +18,8 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from gateway.reports import render_report
-from gateway.reports.charts import DATE_FORMAT, class_style
+from ledger.reports import render_report
+from ledger.reports.charts import DATE_FORMAT, class_style
 from tests.ledger.browser import find_or_install_chromium, run_chromium
 from tests.ledger.report_data import DAY_SINCE, DAY_UNTIL, build_day_report
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from matplotlib.lines import Line2D
 
-from gateway.reports import charts
+from ledger.reports import charts
 from tests.ledger.report_data import DAY_SINCE, DAY_UNTIL, build_day_report
 
 

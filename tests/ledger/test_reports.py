@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from core.db.models import RequestLedger
-from gateway.reports import build_report, render_report
+from ledger.reports import build_report, render_report
 from tests.ledger.factories import T0, make_row
 
 RISK = dict(workload_class="realtime_risk", ttft_target_ms=80.0, slo_goal=0.9, slo_percentile=99.0)

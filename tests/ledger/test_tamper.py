@@ -13,7 +13,7 @@ from core.db.base import utcnow
 from core.db.models import LedgerChainCheckpoint, LedgerChainSuperseded, RequestLedger
 from finserve.cli import app
 from finserve.console import ExitCode
-from gateway.ledger.retention import prune
+from ledger.retention import prune
 from tests.ledger.factories import T0, make_row
 from tests.ledger.test_integrity import execute, seqs, verify, write
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.reports import render_timeline_html, timeline_phases
+from ledger.reports import render_timeline_html, timeline_phases
 from tests.ledger.factories import make_row
 
 T = 1_700_000_000.0

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import select
 
 from core.db.models import RequestLedger
-from gateway.ledger import LedgerWriter, versions
-from gateway.ledger.versions import Versions, weights_sha256
-from gateway.reports import build_report, render_report
+from ledger import LedgerWriter, versions
+from ledger.reports import build_report, render_report
+from ledger.versions import Versions, weights_sha256
 from tests.ledger.factories import T0, make_row
 
 OLD = Versions(model_id="m", weights_sha256="a" * 64, weight_format="int8", policy_sha256="p" * 64,

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import event, func, select
 
 from core.db.models import RequestLedger
-from gateway.ledger import LedgerWriter, chain
+from ledger import LedgerWriter, chain
 from tests.ledger.factories import T0, make_row
 
 

@@ -1,5 +1,5 @@
 """What a report's figures rest on: which versions served the window's requests, and whether the
-window's ledger rows verify against their hash chain (gateway/ledger/verify.py).
+window's ledger rows verify against their hash chain (ledger/verify.py).
 
 - `versions`: one entry per combination of model id, weights hash, weight format, policy hash and
   finserve version, with its requests and share of the window's requests (running ones excluded),
@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from core.db.models import RUNNING_STATUS, RequestLedger
-from gateway.ledger.verify import verify_ledger
+from ledger.verify import verify_ledger
 
 VERSION_FIELDS = ("model_id", "weights_sha256", "weight_format", "policy_sha256", "finserve_version")
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import structlog
 
 from core.db.base import utcnow
-from gateway.ledger.retention import drop_timelines
-from gateway.ledger.versions import Versions, compute_versions, loaded_weight_format
 from gateway.state import GatewayState
+from ledger.retention import drop_timelines
+from ledger.versions import Versions, compute_versions, loaded_weight_format
 
 log = structlog.get_logger("finserve.ledger")
 

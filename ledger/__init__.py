@@ -5,7 +5,7 @@ met flags); `LedgerWriter.submit(row)` hands it to a background thread that
 batches inserts, survives database outages (memory, then an NDJSON spool) and
 never writes a request id twice.
 """
-from gateway.ledger.row import (
+from ledger.row import (
     LedgerRow,
     build_timeline,
     ledger_status,
@@ -13,7 +13,7 @@ from gateway.ledger.row import (
     row_from_request,
     slo_flags,
 )
-from gateway.ledger.writer import LedgerWriter
+from ledger.writer import LedgerWriter
 
 __all__ = [
     "LedgerRow",

@@ -20,9 +20,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from core.db.models import LEDGER_STATUSES
-from gateway.reports import charts
-from gateway.reports.budget import ALERT_RULES, BURN_WINDOWS, EXHAUSTION_WINDOW
-from gateway.reports.percentiles import DEFAULT_PERCENTILES
+from ledger.reports import charts
+from ledger.reports.budget import ALERT_RULES, BURN_WINDOWS, EXHAUSTION_WINDOW
+from ledger.reports.percentiles import DEFAULT_PERCENTILES
 
 FORMATS = ("json", "csv", "html")
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8"}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import structlog
 
-from gateway.ledger.row import LedgerRow, replaces
+from ledger.row import LedgerRow, replaces
 
 log = structlog.get_logger("finserve.ledger")
 

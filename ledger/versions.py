@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from gateway.ledger.row import LedgerRow
+from ledger.row import LedgerRow
 
 log = structlog.get_logger("finserve.ledger")
 

@@ -4,10 +4,10 @@
 `render_report(report, fmt)` with fmt json | csv | html; `render_timeline_html(row)`.
 Error budgets and burn rates: budget.py; the default rolling window: DEFAULT_WINDOW.
 """
-from gateway.reports.build import DEFAULT_WINDOW, build_report, parse_duration
-from gateway.reports.percentiles import nearest_rank, summarize
-from gateway.reports.render import FORMATS, MEDIA_TYPES, render_report
-from gateway.reports.timeline import Phase, render_timeline_html, timeline_phases
+from ledger.reports.build import DEFAULT_WINDOW, build_report, parse_duration
+from ledger.reports.percentiles import nearest_rank, summarize
+from ledger.reports.render import FORMATS, MEDIA_TYPES, render_report
+from ledger.reports.timeline import Phase, render_timeline_html, timeline_phases
 
 __all__ = [
     "DEFAULT_WINDOW",

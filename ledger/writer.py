@@ -18,7 +18,7 @@ Contract:
 - `close()` writes everything still queued; later submits go to the spool.
 - Every row gets this process's `versions` (when it has none) and the replica columns from its
   placement; a row reaching a final status is chained at its tenant's head in the transaction that
-  writes it (gateway/ledger/chain.py), so a replayed or duplicate row never takes a second position.
+  writes it (ledger/chain.py), so a replayed or duplicate row never takes a second position.
 """
 from __future__ import annotations
 
@@ -39,10 +39,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from core.db.models import RUNNING_STATUS, RequestLedger
-from gateway.ledger import chain
-from gateway.ledger.row import LedgerRow, interrupted_row, replaces, with_placement
-from gateway.ledger.spool import Spool, SpoolFull
-from gateway.ledger.versions import Versions
+from ledger import chain
+from ledger.row import LedgerRow, interrupted_row, replaces, with_placement
+from ledger.spool import Spool, SpoolFull
+from ledger.versions import Versions
 
 log = structlog.get_logger("finserve.ledger")
 

@@ -33,7 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from core.db.base import UTCDateTime, utcnow
 from core.db.models import RUNNING_STATUS, LedgerChainHead, LedgerChainSuperseded, RequestLedger
-from gateway.ledger.row import LedgerRow, replaces
+from ledger.row import LedgerRow, replaces
 
 CHAIN_VERSION = "finserve-ledger-chain-v1"
 CHAIN_VERSION_AMENDED = "finserve-ledger-chain-v2"  # a row that supersedes an earlier position of its request

@@ -1,7 +1,7 @@
 """Error budgets and burn rates, the SRE way: pure functions over request counts.
 
 The SLI of a workload class is the share of its counted requests that met every
-target of the class (gateway/ledger/row.py says which requests count). Its SLO is
+target of the class (ledger/row.py says which requests count). Its SLO is
 the class's attainment goal, e.g. 0.99 over a rolling window (28 days by default).
 The error budget is the misses that goal allows: (1 - goal) x counted requests.
 

@@ -1,6 +1,6 @@
 """SLO compliance report: per workload class (and per tenant and class), over [since, until).
 
-Definitions (DESIGN.md metrics; the SLO counting rule is in gateway/ledger/row.py;
+Definitions (DESIGN.md metrics; the SLO counting rule is in ledger/row.py;
 error budgets and burn rates in budget.py):
 - outcomes: request counts by ledger status (finished, failed, aborted, rejected).
 - attainment (the SLI) = requests meeting every target of their class / requests counted.
@@ -32,9 +32,9 @@ from sqlalchemy.orm import Session
 
 from core.db.base import utcnow
 from core.db.models import LEDGER_STATUSES, RUNNING_STATUS, RequestLedger
-from gateway.reports import budget as eb
-from gateway.reports.percentiles import METHOD, low_sample, summarize
-from gateway.reports.provenance import ledger_verification, version_shares
+from ledger.reports import budget as eb
+from ledger.reports.percentiles import METHOD, low_sample, summarize
+from ledger.reports.provenance import ledger_verification, version_shares
 
 DEFAULT_WINDOW = timedelta(days=28)
 # Histogram bin edges (ms) for the latency distribution charts: roughly log-spaced.

@@ -75,13 +75,13 @@ class LedgerRow:
     key_id: str | None = None  # the key the request acted as (a job item's: its owner's)
     replica: str | None = None  # engine replica that served it (FINSERVE_ENGINES), and why
     replica_reason: str | None = None
-    # What served it (gateway/ledger/versions.py); the writer fills them in when a row has none.
+    # What served it (ledger/versions.py); the writer fills them in when a row has none.
     model_id: str | None = None
     weights_sha256: str | None = None
     weight_format: str | None = None
     policy_sha256: str | None = None
     finserve_version: str | None = None
-    # Hash chain (gateway/ledger/chain.py): set by the writer when the row reaches a final status.
+    # Hash chain (ledger/chain.py): set by the writer when the row reaches a final status.
     chain_seq: int | None = None
     prev_hash: str | None = None
     row_hash: str | None = None

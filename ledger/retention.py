@@ -11,7 +11,7 @@
   this legitimate prune and still fails on any other deletion. The run is verified first: a prune
   never deletes (and so never hides) a broken part of the chain; that tenant is skipped and named.
   Rows without a chain position (before migration 0004) older than the cutoff are deleted as well.
-  With an HMAC key (FINSERVE_LEDGER_HMAC_KEY) the checkpoint is signed (gateway/ledger/checkpoints.py).
+  With an HMAC key (FINSERVE_LEDGER_HMAC_KEY) the checkpoint is signed (ledger/checkpoints.py).
   A superseded entry in the run is deleted with it only when its request's row is deleted too: a
   remaining row's hash binds the entry.
 """
@@ -25,9 +25,9 @@ from sqlalchemy import Connection, Engine, delete, func, insert, null, select, u
 
 from core.db.base import utcnow
 from core.db.models import RUNNING_STATUS
-from gateway.ledger.chain import LEDGER, SUPERSEDED, lock_heads
-from gateway.ledger.checkpoints import checkpoint_mac
-from gateway.ledger.verify import CHECKPOINTS, Problem, chain_base, check_positions, read_head
+from ledger.chain import LEDGER, SUPERSEDED, lock_heads
+from ledger.checkpoints import checkpoint_mac
+from ledger.verify import CHECKPOINTS, Problem, chain_base, check_positions, read_head
 
 
 @dataclass

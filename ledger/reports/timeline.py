@@ -39,7 +39,7 @@ def timeline_phases(row: Any, *, min_gap_ms: float = 0.05) -> list[Phase]:
         return []
 
     def ms(t: float) -> float:
-        return (t - t0) * 1000.0
+        return float(t - t0) * 1000.0
 
     phases: list[Phase] = []
     cursor = t0

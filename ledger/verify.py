@@ -31,8 +31,8 @@ from sqlalchemy import Connection, Table, func, select
 from sqlalchemy.orm import Session
 
 from core.db.models import RUNNING_STATUS, LedgerChainCheckpoint
-from gateway.ledger.chain import GENESIS, HASHED_FIELDS, HEADS, LEDGER, SUPERSEDED, Head, row_hash, timeline_digest
-from gateway.ledger.checkpoints import mac_ok
+from ledger.chain import GENESIS, HASHED_FIELDS, HEADS, LEDGER, SUPERSEDED, Head, row_hash, timeline_digest
+from ledger.checkpoints import mac_ok
 
 CHECKPOINTS = cast(Table, LedgerChainCheckpoint.__table__)
 CHUNK = 5000  # chain positions read at a time
@@ -302,7 +302,7 @@ def check_checkpoints(db: Db, p: str, hmac_key: bytes | None) -> tuple[list[dict
             why = f"its position {cp['seq']} is not after the previous checkpoint's ({last_seq})"
         elif cp["older_than"] > cp["created_at"]:
             why = "its cutoff is later than the time it was made"
-        elif hmac_key is not None and not mac_ok(hmac_key, cp):
+        elif hmac_key is not None and not mac_ok(hmac_key, dict(cp)):
             why = ("its mac is missing or wrong under FINSERVE_LEDGER_HMAC_KEY (made up, edited, or made by a "
                    "prune without the key)")
         last_seq = max(last_seq, cp["seq"])
