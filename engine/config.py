@@ -27,6 +27,11 @@ class EngineConfig:
     weights: str = "auto"
     native_kernels: bool = True  # False: the torch paths only (same results, slower)
     kernel_isa: str = "auto"  # auto: the best variant this CPU runs; generic | avx2 | avx512 forces one
+    # Batch invariance: every token (prefill chunk or decode, in any batch) runs the fused native step's
+    # per-row arithmetic, so greedy/seeded answers and logprobs are bitwise reproducible (ledger replay)
+    # whatever else was batched, however the prompt was chunked, cached prefix or not. Needs the native
+    # step (quantized weights, fp32 compute on CPU); its cost is measured in docs/BENCHMARKS.md.
+    batch_invariant: bool = False
     block_size: int = 16
     kv_cache_memory_bytes: int = 1 << 30  # KV block pool budget
     num_blocks_override: int | None = None  # tests: exact number of blocks

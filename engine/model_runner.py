@@ -55,6 +55,10 @@ class ModelRunner:
             (mc.num_layers, 2, slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype, device=self.device
         )
         self.native_step = self._native_step()
+        if config.batch_invariant and self.native_step is None:
+            why = ("the native kernels are off or not built, or the K/V dtype is not one they read" if not self.native_decode
+                   else NativeDecoder.eligible(self.model))
+            raise ValueError(f"batch_invariant needs the fused native step, which cannot serve this engine: {why}")
 
     def _native_step(self) -> NativeDecoder | None:
         """The fused native decode step when this model and pool can use it (engine/model/native_step.py)."""
@@ -92,7 +96,9 @@ class ModelRunner:
         """
         input_ids, positions, meta, logits_rows, sampled_ids = self._prepare(out.seqs)
         with torch.inference_mode():  # the sampler edits the logits in place
-            if self.native_step is not None and not meta.prefills and meta.native_decode:
+            if self.native_step is not None and self.config.batch_invariant:
+                logits = self.native_step.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
+            elif self.native_step is not None and not meta.prefills and meta.native_decode:
                 logits = self.native_step.decode(input_ids, positions, self.kv_cache, meta)  # [T, V]
                 if logits_rows.numel() != logits.shape[0]:
                     logits = logits.index_select(0, logits_rows)

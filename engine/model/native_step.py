@@ -142,24 +142,71 @@ class NativeDecoder:
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
                meta: AttentionMetadata) -> torch.Tensor:  # [B] decode tokens -> logits [B, V] fp32
         assert meta.decode_slots is not None and meta.decode_ctx is not None and meta.decode_start == 0
+        return self._run(input_ids, positions, kv_cache, meta.slot_mapping, meta.decode_slots, None,
+                         meta.decode_ctx, None)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
+                meta: AttentionMetadata, logits_rows: torch.Tensor) -> torch.Tensor:  # -> logits [R, V] fp32
+        """Any batch (prefill chunks and decode tokens) through the native step: every token computed by
+        the same per-row arithmetic (engine/model/kernels/decode_step.c: fs_forward), so a token's K/V and
+        logits are the same bits whatever else is in the batch and however its prompt was chunked."""
+        t = int(input_ids.shape[0])
+        ctx = positions + 1  # a prefill token attends to keys 0..its position
+        tables: list[torch.Tensor] = []
+        slot_row = torch.empty(t, dtype=torch.int64)
+        for p in meta.prefills:
+            keys = p.key_slots if p.key_slots is not None else meta.slot_mapping[p.q_start : p.q_end]
+            slot_row[p.q_start : p.q_end] = len(tables)
+            tables.append(keys.to(torch.int64))
+        if meta.decode_slots is not None:
+            assert meta.decode_ctx is not None  # the native path's decode metadata
+            nd = int(meta.decode_slots.shape[0])
+            slot_row[meta.decode_start :] = torch.arange(len(tables), len(tables) + nd)
+            ctx[meta.decode_start :] = meta.decode_ctx
+        lmax = max([int(x.shape[0]) for x in tables] + ([int(meta.decode_slots.shape[1])]
+                                                         if meta.decode_slots is not None else []))
+        table = torch.zeros((len(tables) + (0 if meta.decode_slots is None else int(meta.decode_slots.shape[0])),
+                             lmax), dtype=torch.int64)
+        for i, keys in enumerate(tables):
+            table[i, : keys.shape[0]] = keys
+        if meta.decode_slots is not None:
+            table[len(tables) :, : meta.decode_slots.shape[1]] = meta.decode_slots
+        return self._run(input_ids, positions, kv_cache, meta.slot_mapping, table, slot_row, ctx, logits_rows)
+
+    def _run(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+             table: torch.Tensor, slot_row: torch.Tensor | None, ctx: torch.Tensor,
+             logits_rows: torch.Tensor | None) -> torch.Tensor:
         b = int(input_ids.shape[0])
         x = self.model.embed_tokens(input_ids).float().contiguous()
-        pos = positions.contiguous()
-        slot = meta.slot_mapping.contiguous()
-        slots = meta.decode_slots.contiguous()
-        ctx = meta.decode_ctx.contiguous()
-        logits = torch.empty((b, self.vocab), dtype=torch.float32)
+        pos = positions.to(torch.int64).contiguous()
+        slot = slot_mapping.to(torch.int64).contiguous()
+        slots = table.contiguous()
+        ctx = ctx.to(torch.int64).contiguous()
+        rows = None if logits_rows is None else logits_rows.to(torch.int64).contiguous()
+        if rows is not None and rows.numel() > 1 and not bool((rows[1:] > rows[:-1]).all()):
+            raise ValueError("logits rows must be increasing")
+        logits = torch.empty((b if rows is None else int(rows.numel()), self.vocab), dtype=torch.float32)
         kv_type = KV_TYPES[kv_cache.dtype]
         threads = self.governor.pick(b)
         t0 = time.perf_counter()
+        done = 0  # logits rows written so far
         for s in range(0, b, MAX_BATCH):
             e = min(b, s + MAX_BATCH)
-            rc = self.lib.fs_decode(
-                self.handle, e - s, x[s].data_ptr(), pos[s].data_ptr(), slot[s].data_ptr(), slots[s].data_ptr(),
-                ctx[s].data_ptr(), int(slots.shape[1]), kv_cache.data_ptr(), int(kv_cache.shape[2]), kv_type, threads,
-                logits[s].data_ptr(),
+            if rows is None:
+                n, out_rows, out_ptr = e - s, None, logits[s].data_ptr()
+            else:
+                mine = rows[(rows >= s) & (rows < e)] - s
+                n, out_rows = int(mine.numel()), mine.contiguous()
+                out_ptr = logits[done].data_ptr() if n else logits.data_ptr()
+            rc = self.lib.fs_forward(
+                self.handle, e - s, x[s].data_ptr(), pos[s].data_ptr(), slot[s].data_ptr(),
+                slots[s].data_ptr() if slot_row is None else slots.data_ptr(),  # slot_row indexes the whole table
+                None if slot_row is None else slot_row[s].data_ptr(), ctx[s].data_ptr(), int(slots.shape[1]),
+                kv_cache.data_ptr(), int(kv_cache.shape[2]), kv_type, threads, n,
+                None if out_rows is None else out_rows.data_ptr(), out_ptr,
             )
             if rc != 0:
-                raise MemoryError("the native decode step could not allocate its scratch buffers")
+                raise MemoryError("the native step could not allocate its scratch buffers")
+            done += n
         self.governor.record(b, threads, time.perf_counter() - t0)
         return logits

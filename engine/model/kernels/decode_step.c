@@ -292,7 +292,7 @@ static int ensure_scratch(model_t *m, int B) {
 typedef struct {
     model_t *m;
     int B, Lmax, kv_type, nthreads, l;
-    const int64_t *pos, *slot, *slots, *ctx;
+    const int64_t *pos, *slot, *slots, *ctx, *slot_row;  // slot_row: the slots row of each token (NULL: its own)
     uint8_t *kv;       // [L, 2, S, KVH, D] of kv_type
     int64_t S;
     // current matmul phase
@@ -369,7 +369,9 @@ static void store_row(uint8_t *dst, int kv_type, const float *src, int D) {
     }
 }
 
-static void task_attend(void *c, int task) {
+// Per (token, KV head): RoPE of the query heads and the key, then the K/V write into the paged pool.
+// A phase of its own, before any attention: a prefill chunk's tokens attend to each other's keys.
+static void task_rope_store(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
     const int b = task / m->KVH, kh = task % m->KVH, D = m->D, G = m->H / m->KVH;
@@ -383,11 +385,24 @@ static void task_attend(void *c, int task) {
     const size_t at = ((size_t)s->slot[b] * m->KVH + kh) * D * esz;
     store_row(kc + at, s->kv_type, k, D);
     store_row(vc + at, s->kv_type, v, D);
+}
+
+// Per (token, KV head): attention over the token's ctx[b] keys, read from the pool in position order.
+// What a token computes depends on its own query and keys only, never on the other rows of the call:
+// the same token gives the same bits alone, in any batch, in any chunk of its prompt, or decoded.
+static void task_attend(void *c, int task) {
+    step_t *s = (step_t *)c;
+    model_t *m = s->m;
+    const int b = task / m->KVH, kh = task % m->KVH, D = m->D, G = m->H / m->KVH;
+    const float *q = m->qkv + (int64_t)b * (m->H + 2 * m->KVH) * D + (int64_t)kh * G * D;
+    const size_t esz = kv_elem(s->kv_type), plane = (size_t)s->S * m->KVH * D * esz;
+    const uint8_t *kc = s->kv + (size_t)s->l * 2 * plane, *vc = kc + plane;
     const int L = (int)s->ctx[b];
+    const int64_t srow = s->slot_row ? s->slot_row[b] : b;
     float stack_scores[4096];
     float *scores = (size_t)G * (size_t)L <= 4096 ? stack_scores : (float *)malloc(sizeof(float) * (size_t)G * (size_t)L);
     if (!scores) return;  // cannot happen in practice; the output row stays as it was
-    fs_attend(q, kc, vc, s->slots + (int64_t)b * s->Lmax, L, m->KVH, kh, D, G, m->scale, s->kv_type, scores,
+    fs_attend(q, kc, vc, s->slots + srow * s->Lmax, L, m->KVH, kh, D, G, m->scale, s->kv_type, scores,
               m->attn + (int64_t)b * m->H * D + (int64_t)kh * G * D);
     if (scores != stack_scores) free(scores);
 }
@@ -434,14 +449,19 @@ static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const fl
     parallel_for(s->nthreads, task_matmul, s, (s->ngroups + s->groups_per_task - 1) / s->groups_per_task);
 }
 
-// x_in [B, hidden] (embeddings) -> logits [B, V]. pos, slot, ctx [B]; slots [B, Lmax]; kv the whole pool.
+// x_in [B, hidden] (embeddings) -> logits [N, V] of rows out_rows[0..N-1] (increasing; NULL with N = B: all rows).
+// pos, slot, ctx [B]; slots [R, Lmax], token b reading row slot_row[b] (NULL: row b); kv the whole pool.
+// Rows may be decode tokens or a prefill chunk's tokens (ctx = position + 1); a chunk's tokens are in
+// position order, and a sequence split over several calls has its earlier tokens in the earlier call.
 // Returns 0 on success, -1 when B is out of range or scratch memory could not be had.
-int fs_decode(void *handle, int B, const float *x_in, const int64_t *pos, const int64_t *slot, const int64_t *slots,
-              const int64_t *ctx, int Lmax, void *kv, int64_t S, int kv_type, int nthreads, float *logits) {
+int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const int64_t *slot, const int64_t *slots,
+               const int64_t *slot_row, const int64_t *ctx, int Lmax, void *kv, int64_t S, int kv_type, int nthreads,
+               int N, const int64_t *out_rows, float *logits) {
     model_t *m = (model_t *)handle;
     if (!m || B < 1 || B > 64 || m->D > 512 || !ensure_scratch(m, B)) return -1;
+    if (N < 0 || N > B || (out_rows == NULL && N != 0 && N != B)) return -1;
     step_t s = {.m = m, .B = B, .Lmax = Lmax, .kv_type = kv_type, .nthreads = nthreads < 1 ? 1 : nthreads,
-                .pos = pos, .slot = slot, .slots = slots, .ctx = ctx, .kv = (uint8_t *)kv, .S = S};
+                .pos = pos, .slot = slot, .slots = slots, .ctx = ctx, .slot_row = slot_row, .kv = (uint8_t *)kv, .S = S};
     memcpy(m->x, x_in, sizeof(float) * (size_t)B * (size_t)m->hidden);
     const int qkv_n = (m->H + 2 * m->KVH) * m->D;
     for (int l = 0; l < m->L; l++) {
@@ -450,6 +470,7 @@ int fs_decode(void *handle, int B, const float *x_in, const int64_t *pos, const 
         s.norm_w = ly->in_norm;
         parallel_for(s.nthreads, task_norm, &s, B);
         matmul_phase(&s, &ly->qkv, m->xq, m->xd, m->xs, m->qkv, qkv_n, 0);
+        parallel_for(s.nthreads, task_rope_store, &s, B * m->KVH);
         parallel_for(s.nthreads, task_attend, &s, B * m->KVH);
         parallel_for(s.nthreads, task_quant_attn, &s, B);
         matmul_phase(&s, &ly->o, m->xq, m->xd, m->xs, m->x, m->hidden, 1);
@@ -459,10 +480,25 @@ int fs_decode(void *handle, int B, const float *x_in, const int64_t *pos, const 
         parallel_for(s.nthreads, task_mlp, &s, kb_of(m->I));
         matmul_phase(&s, &ly->down, m->aq, m->ad, m->as, m->x, m->hidden, 1);
     }
+    if (N == 0) return 0;
+    if (out_rows != NULL && N < B) {  // the rows whose logits are wanted, moved to the front (increasing: in place)
+        for (int i = 0; i < N; i++) {
+            const int64_t r = out_rows[i];
+            if (r < i || r >= B || (i > 0 && r <= out_rows[i - 1])) return -1;
+            if (r != i) memcpy(m->x + (int64_t)i * m->hidden, m->x + r * m->hidden, sizeof(float) * (size_t)m->hidden);
+        }
+    }
+    s.B = N;
     s.norm_w = m->norm;
-    parallel_for(s.nthreads, task_norm, &s, B);
+    parallel_for(s.nthreads, task_norm, &s, N);
     matmul_phase(&s, &m->head, m->xq, m->xd, m->xs, logits, m->V, 0);
     return 0;
+}
+
+// The decode-only form: one new token per sequence, logits of every row.
+int fs_decode(void *handle, int B, const float *x_in, const int64_t *pos, const int64_t *slot, const int64_t *slots,
+              const int64_t *ctx, int Lmax, void *kv, int64_t S, int kv_type, int nthreads, float *logits) {
+    return fs_forward(handle, B, x_in, pos, slot, slots, NULL, ctx, Lmax, kv, S, kv_type, nthreads, B, NULL, logits);
 }
 
 // ---------------------------------------------------------------------------------------------
