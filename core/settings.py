@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     weights: Literal["auto", "fp32", "bf16", "int8", "q4"] = "auto"  # matmul weight format (EngineConfig.weights)
     native_kernels: bool = True  # false: torch paths only
     kernel_isa: Literal["auto", "generic", "avx2", "avx512"] = "auto"  # force a kernel variant (tests, debugging)
+    # every token through the native step's per-row arithmetic: bitwise-reproducible answers (ledger replay)
+    batch_invariant: bool = False
     block_size: int = Field(16, gt=0)
     kv_cache_memory_bytes: int = Field(1 << 30, gt=0)
     kv_cache_num_blocks: int | None = Field(None, gt=0)  # an exact block count; overrides the byte budget
@@ -169,6 +171,7 @@ class Settings(BaseSettings):
             weights=self.weights,
             native_kernels=self.native_kernels,
             kernel_isa=self.kernel_isa,
+            batch_invariant=self.batch_invariant,
             block_size=self.block_size,
             kv_cache_memory_bytes=self.kv_cache_memory_bytes,
             num_blocks_override=self.kv_cache_num_blocks,

@@ -328,6 +328,20 @@ def http_peer_bench(
             server_gguf_types=server_gguf_types, build=build)
 
 
+@bench_app.command("invariance")
+def invariance_bench(
+    json_file: JsonFileOpt = "results/invariance.json",
+    reps: Annotated[int, typer.Option("--reps", min=1, help="Repetitions; the two engines alternate within each.")] = 3,
+    model: ModelOpt = None,
+) -> None:
+    """What FINSERVE_BATCH_INVARIANT costs: decode TPOT, prefill tokens/s, mixed output tokens/s, side by side."""
+    from bench.invariance import run
+    from finserve.models import resolve_model
+
+    with status(f"bench invariance: default and batch-invariant engines, {reps} repetitions ..."):
+        run(json_file, model=str(resolve_model(model)), reps=reps)
+
+
 @bench_app.command("llamacpp")
 def llamacpp_bench(
     json_file: JsonFileOpt = "results/llamacpp.json",

@@ -129,7 +129,7 @@ static inline void axpy_kv(float *o, float p, const void *v, int kv_type, int d)
     else axpy_16(o, p, (const uint16_t *)v, kv_type, d);
 }
 
-void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
+static void fs_attend_portable(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
                int G, float scale, int kv_type, float *scores, float *ob) {
     // pass 1: scores of every key, for the G query heads sharing this KV head
     for (int t = 0; t < L; t++) {
@@ -150,6 +150,125 @@ void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *s
         for (int g = 0; g < G; g++) axpy_kv(ob + g * D, scores[g * L + t], v, kv_type, D);
     }
 }
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// exp(x) for 8 lanes: x = n ln2 + r (|r| <= ln2/2, ln2 split in two for exactness), e^r by a degree-6
+// polynomial (Cephes' coefficients; relative error ~2e-7), 2^n through the exponent bits. x <= 0 here
+// (scores minus their maximum); below -87 the result is 0, as expf's.
+static inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+// 8 values of a K/V row from index i, widened to fp32.
+static inline __m256 kv_load8(const void *row, int kv_type, int i) {
+    if (kv_type == KV_F32) return _mm256_loadu_ps((const float *)row + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
+    if (kv_type == KV_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+// The sums of 8 vectors' lanes, as one vector: lane j = the sum of a[j]'s 8 lanes.
+static inline __m256 hsum8x8(const __m256 *a) {
+    const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 q0 = _mm256_hadd_ps(h01, h23), q1 = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
+}
+
+// AVX2 (also in the AVX-512 build): keys in blocks of 8, each block's 8 dot products per query head as
+// 8 independent FMA chains reduced together; exp 8 lanes at a time; the weighted sum of values with the
+// G heads' outputs updated per value row. What a query computes depends on its own q, its L keys and L
+// only (the block layout starts at key 0 whatever L is), never on other queries or threads.
+void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
+               int G, float scale, int kv_type, float *scores, float *ob) {
+    if (D % 8 != 0) {  // head dims that are not a multiple of 8: the portable path below
+        fs_attend_portable(qb, kc, vc, sl, L, KVH, kh, D, G, scale, kv_type, scores, ob);
+        return;
+    }
+    const int esz = kv_type == KV_F32 ? 4 : 2;
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int t0 = 0; t0 < L; t0 += 8) {
+        const char *k[8];
+        for (int j = 0; j < 8; j++)  // past the last key: key 0 again (valid memory; its score is unused)
+            k[j] = (const char *)kc + ((t0 + j < L ? sl[t0 + j] : sl[0]) * KVH + kh) * (int64_t)D * esz;
+        for (int g = 0; g < G; g++) {
+            const float *q = qb + g * D;
+            __m256 acc[8];
+            for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+            for (int i = 0; i < D; i += 8) {
+                const __m256 qv = _mm256_loadu_ps(q + i);
+                for (int j = 0; j < 8; j++) acc[j] = _mm256_fmadd_ps(qv, kv_load8(k[j], kv_type, i), acc[j]);
+            }
+            const __m256 sv = _mm256_mul_ps(hsum8x8(acc), vscale);
+            if (t0 + 8 <= L) {
+                _mm256_storeu_ps(scores + (int64_t)g * L + t0, sv);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, sv);
+                for (int j = 0; t0 + j < L; j++) scores[(int64_t)g * L + t0 + j] = tmp[j];
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        float *s = scores + (int64_t)g * L, m = -INFINITY;
+        for (int t = 0; t < L; t++) m = s[t] > m ? s[t] : m;
+        const __m256 vm = _mm256_set1_ps(m);
+        __m256 vsum = _mm256_setzero_ps();
+        int t = 0;
+        for (; t + 8 <= L; t += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+            _mm256_storeu_ps(s + t, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        if (t < L) {
+            float tmp[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            for (int j = 0; t + j < L; j++) tmp[j] = s[t + j] - m;
+            const __m256 valid = _mm256_cmp_ps(_mm256_set_ps(7.f, 6.f, 5.f, 4.f, 3.f, 2.f, 1.f, 0.f),
+                                               _mm256_set1_ps((float)(L - t)), _CMP_LT_OQ);
+            const __m256 e = _mm256_and_ps(exp8(_mm256_loadu_ps(tmp)), valid);
+            _mm256_storeu_ps(tmp, e);
+            for (int j = 0; t + j < L; j++) s[t + j] = tmp[j];
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        __m256 parts[8] = {vsum, vsum, vsum, vsum, vsum, vsum, vsum, vsum};
+        const float inv = 1.f / _mm256_cvtss_f32(hsum8x8(parts));
+        const __m256 vinv = _mm256_set1_ps(inv);
+        for (t = 0; t + 8 <= L; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(_mm256_loadu_ps(s + t), vinv));
+        for (; t < L; t++) s[t] *= inv;
+    }
+    for (int i = 0; i < G * D; i++) ob[i] = 0.f;
+    for (int t = 0; t < L; t++) {
+        const char *v = (const char *)vc + (sl[t] * KVH + kh) * (int64_t)D * esz;
+        for (int i = 0; i < D; i += 8) {
+            const __m256 vv = kv_load8(v, kv_type, i);
+            for (int g = 0; g < G; g++) {
+                float *o = ob + g * D + i;
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_set1_ps(scores[(int64_t)g * L + t]), vv, _mm256_loadu_ps(o)));
+            }
+        }
+    }
+}
+#else
+void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
+               int G, float scale, int kv_type, float *scores, float *ob) {
+    fs_attend_portable(qb, kc, vc, sl, L, KVH, kh, D, G, scale, kv_type, scores, ob);
+}
+#endif
 
 void paged_decode(const float *q, const void *kc, const void *vc, const int64_t *slots, const int64_t *ctx,
                   float *out, int B, int H, int KVH, int D, int Lmax, float scale, int nthreads, int kv_type) {
