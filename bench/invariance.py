@@ -17,8 +17,8 @@ from typing import Any
 from bench.common import alternate, environment, summary, write_json
 from bench.configured import engine_config
 from bench.peer_bench import cpu_name
-from engine.model import cpu_kernels
 from engine.engine import LLMEngine
+from engine.model import cpu_kernels
 from engine.request import EngineRequest, SamplingParams
 
 SYSTEMS = ("default", "invariant")
