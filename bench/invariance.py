@@ -10,6 +10,7 @@ Two engines of the same settings, one with batch_invariant, alternating (A B A B
 from __future__ import annotations
 
 import random
+import statistics
 import time
 import uuid
 from typing import Any
@@ -47,12 +48,18 @@ def run(json_path: str | None, model: str, reps: int = 3) -> dict[str, Any]:
     mixed = [(_ids(rng, rng.randrange(32, 513)), rng.randrange(16, 65)) for _ in range(16)]
     mixed_prompt_tokens = sum(len(p) for p, _ in mixed)
 
-    def tpot(name: str) -> float:
+    def tpot(name: str) -> float:  # median ms of the decode steps of one request (its prefill step left out)
         engine = engines[name]
-        _run(engine, [(decode_prompt, 1)])  # warm: the same prompt's prefill is then a cache miss anyway
-        t_first, _ = _run(engine, [(list(decode_prompt), 1)])
-        t_all, n = _run(engine, [(list(decode_prompt), 65)])
-        return (t_all - t_first) / (n - 1) * 1e3  # ms per decoded token, prefill time taken out
+        engine.add_request(EngineRequest(uuid.uuid4().hex, list(decode_prompt),
+                                         SamplingParams(max_tokens=65, ignore_eos=True), "bulk_extraction"))
+        steps: list[float] = []
+        t = time.perf_counter()
+        while engine.has_unfinished():
+            engine.step()
+            now = time.perf_counter()
+            steps.append(now - t)
+            t = now
+        return statistics.median(steps[1:]) * 1e3
 
     def prefill(name: str, prompt: list[int]) -> float:
         seconds, _ = _run(engines[name], [(list(prompt), 1)])

@@ -135,8 +135,10 @@ class NativeDecoder:
         acts = {lin.act16 for lin in lins + [model.lm_head] if isinstance(lin, QuantizedLinear)}
         if len(kinds) != 1 or len(acts) != 1:
             return "mixed weight formats across layers"
-        if cfg.intermediate_size % 16 or cfg.head_dim % 2 or cfg.head_dim > 512 or cfg.num_heads % cfg.num_kv_heads:
-            return "a shape the fused kernel does not take (FFN width not a multiple of 16, head_dim odd or > 512)"
+        if cfg.intermediate_size % 16 or cfg.head_dim % 2 or cfg.head_dim > 512 or cfg.num_heads % cfg.num_kv_heads \
+                or cfg.num_heads // cfg.num_kv_heads > 8:
+            return ("a shape the fused kernel does not take (FFN width not a multiple of 16, head_dim odd or > 512, "
+                    "more than 8 query heads per KV head)")
         return None
 
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,

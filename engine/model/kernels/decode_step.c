@@ -44,6 +44,7 @@ enum { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2 };
 // Thread pool
 
 #define FS_MAX_THREADS 64
+#define FS_MAX_PARTS 64  // attention parts per token: 64 x 512 = 32,768 keys
 
 typedef void (*task_fn)(void *ctx, int task);
 
@@ -293,6 +294,8 @@ typedef struct {
     model_t *m;
     int B, Lmax, kv_type, nthreads, l;
     const int64_t *pos, *slot, *slots, *ctx, *slot_row;  // slot_row: the slots row of each token (NULL: its own)
+    int att_parts;     // attention parts per (token, KV head): the most any token of the call has
+    float *att;        // [B, KVH, att_parts, G * (D + 2)] the parts' outputs, maxima and sums
     uint8_t *kv;       // [L, 2, S, KVH, D] of kv_type
     int64_t S;
     // current matmul phase
@@ -387,24 +390,47 @@ static void task_rope_store(void *c, int task) {
     store_row(vc + at, s->kv_type, v, D);
 }
 
-// Per (token, KV head): attention over the token's ctx[b] keys, read from the pool in position order.
-// What a token computes depends on its own query and keys only, never on the other rows of the call:
-// the same token gives the same bits alone, in any batch, in any chunk of its prompt, or decoded.
-static void task_attend(void *c, int task) {
+// Per (token, KV head, part): attention over one part of the token's ctx[b] keys (FS_ATT_PART keys, cut
+// from key 0), read from the pool in position order; then per (token, KV head) the parts merged in order.
+// What a token computes depends on its own query, its keys and their number only, never on the other
+// rows of the call or on which thread took which part: the same token gives the same bits alone, in
+// any batch, in any chunk of its prompt, or decoded.
+static void task_attend_part(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
-    const int b = task / m->KVH, kh = task % m->KVH, D = m->D, G = m->H / m->KVH;
+    const int P = s->att_parts, p = task % P, bk = task / P, b = bk / m->KVH, kh = bk % m->KVH, D = m->D;
+    const int G = m->H / m->KVH, L = (int)s->ctx[b];
+    if (p >= fs_attend_parts(L)) return;
     const float *q = m->qkv + (int64_t)b * (m->H + 2 * m->KVH) * D + (int64_t)kh * G * D;
     const size_t esz = kv_elem(s->kv_type), plane = (size_t)s->S * m->KVH * D * esz;
     const uint8_t *kc = s->kv + (size_t)s->l * 2 * plane, *vc = kc + plane;
-    const int L = (int)s->ctx[b];
     const int64_t srow = s->slot_row ? s->slot_row[b] : b;
-    float stack_scores[4096];
-    float *scores = (size_t)G * (size_t)L <= 4096 ? stack_scores : (float *)malloc(sizeof(float) * (size_t)G * (size_t)L);
-    if (!scores) return;  // cannot happen in practice; the output row stays as it was
-    fs_attend(q, kc, vc, s->slots + srow * s->Lmax, L, m->KVH, kh, D, G, m->scale, s->kv_type, scores,
-              m->attn + (int64_t)b * m->H * D + (int64_t)kh * G * D);
+    const int t0 = p * FS_ATT_PART, t1 = t0 + FS_ATT_PART < L ? t0 + FS_ATT_PART : L;
+    float stack_scores[8 * FS_ATT_PART];
+    float *scores = G <= 8 ? stack_scores : (float *)malloc(sizeof(float) * (size_t)G * FS_ATT_PART);
+    if (!scores) return;  // cannot happen in practice
+    float *part = s->att + ((size_t)bk * P + p) * (size_t)G * (D + 2);
+    fs_attend_part(q, kc, vc, s->slots + srow * s->Lmax, t0, t1, m->KVH, kh, D, G, m->scale, s->kv_type, scores, part,
+                   part + G * D, part + G * D + G);
     if (scores != stack_scores) free(scores);
+}
+
+static void task_attend_combine(void *c, int bk) {
+    step_t *s = (step_t *)c;
+    model_t *m = s->m;
+    const int P = s->att_parts, b = bk / m->KVH, kh = bk % m->KVH, D = m->D, G = m->H / m->KVH;
+    const int n = fs_attend_parts((int)s->ctx[b]);
+    float o[8 * 512], mx[FS_MAX_PARTS * 8], sm[FS_MAX_PARTS * 8];
+    float *ov = (size_t)n * G * D <= sizeof(o) / sizeof(float) ? o : (float *)malloc(sizeof(float) * (size_t)n * G * D);
+    if (!ov) return;  // cannot happen in practice (fs_forward bounds n and G)
+    for (int p = 0; p < n; p++) {
+        const float *part = s->att + ((size_t)bk * P + p) * (size_t)G * (D + 2);
+        memcpy(ov + (size_t)p * G * D, part, sizeof(float) * (size_t)G * D);
+        memcpy(mx + p * G, part + G * D, sizeof(float) * (size_t)G);
+        memcpy(sm + p * G, part + G * D + G, sizeof(float) * (size_t)G);
+    }
+    fs_attend_combine(n, G, D, ov, mx, sm, m->attn + (int64_t)b * m->H * D + (int64_t)kh * G * D);
+    if (ov != o) free(ov);
 }
 
 // FFN channels 32j..32j+31: gate groups 2j, 2j+1 and up groups I/16 + 2j, I/16 + 2j + 1 (the fused
@@ -462,6 +488,15 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
     if (N < 0 || N > B || (out_rows == NULL && N != 0 && N != B)) return -1;
     step_t s = {.m = m, .B = B, .Lmax = Lmax, .kv_type = kv_type, .nthreads = nthreads < 1 ? 1 : nthreads,
                 .pos = pos, .slot = slot, .slots = slots, .ctx = ctx, .slot_row = slot_row, .kv = (uint8_t *)kv, .S = S};
+    int parts = 1;
+    for (int b = 0; b < B; b++) {
+        const int p = fs_attend_parts((int)ctx[b]);
+        parts = p > parts ? p : parts;
+    }
+    if (parts > FS_MAX_PARTS || m->H / m->KVH > 8) return -1;
+    s.att_parts = parts;
+    s.att = (float *)malloc(sizeof(float) * (size_t)B * m->KVH * parts * (size_t)(m->H / m->KVH) * (m->D + 2));
+    if (!s.att) return -1;
     memcpy(m->x, x_in, sizeof(float) * (size_t)B * (size_t)m->hidden);
     const int qkv_n = (m->H + 2 * m->KVH) * m->D;
     for (int l = 0; l < m->L; l++) {
@@ -471,7 +506,8 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
         parallel_for(s.nthreads, task_norm, &s, B);
         matmul_phase(&s, &ly->qkv, m->xq, m->xd, m->xs, m->qkv, qkv_n, 0);
         parallel_for(s.nthreads, task_rope_store, &s, B * m->KVH);
-        parallel_for(s.nthreads, task_attend, &s, B * m->KVH);
+        parallel_for(s.nthreads, task_attend_part, &s, B * m->KVH * parts);
+        parallel_for(s.nthreads, task_attend_combine, &s, B * m->KVH);
         parallel_for(s.nthreads, task_quant_attn, &s, B);
         matmul_phase(&s, &ly->o, m->xq, m->xd, m->xs, m->x, m->hidden, 1);
         s.norm_w = ly->post_norm;
@@ -480,6 +516,7 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
         parallel_for(s.nthreads, task_mlp, &s, kb_of(m->I));
         matmul_phase(&s, &ly->down, m->aq, m->ad, m->as, m->x, m->hidden, 1);
     }
+    free(s.att);
     if (N == 0) return 0;
     if (out_rows != NULL && N < B) {  // the rows whose logits are wanted, moved to the front (increasing: in place)
         for (int i = 0; i < N; i++) {

@@ -129,25 +129,27 @@ static inline void axpy_kv(float *o, float p, const void *v, int kv_type, int d)
     else axpy_16(o, p, (const uint16_t *)v, kv_type, d);
 }
 
-static void fs_attend_portable(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
-               int G, float scale, int kv_type, float *scores, float *ob) {
-    // pass 1: scores of every key, for the G query heads sharing this KV head
-    for (int t = 0; t < L; t++) {
-        const void *k = row_at(kc, kv_type, sl[t], KVH, kh, D);
-        for (int g = 0; g < G; g++) scores[g * L + t] = dot_kv(qb + g * D, k, kv_type, D) * scale;
+// Attention of one query's G heads over keys [t0, t1) of its L keys: scores, their maximum m[g], the
+// sum of exp(score - m) s[g] and the unnormalized sum of exp(score - m) * value o[g*D..]. A query's
+// keys are cut into parts of FS_ATT_PART keys from key 0 (a layout that depends on L alone), the parts
+// are independent (threads may take them in any order) and fs_attend_combine merges them in part order.
+static void part_portable(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
+                          int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
+    const int n = t1 - t0;
+    for (int t = 0; t < n; t++) {
+        const void *k = row_at(kc, kv_type, sl[t0 + t], KVH, kh, D);
+        for (int g = 0; g < G; g++) scores[g * n + t] = dot_kv(qb + g * D, k, kv_type, D) * scale;
     }
     for (int g = 0; g < G; g++) {
-        float *s = scores + g * L, m = -INFINITY, sum = 0.f;
-        for (int t = 0; t < L; t++) m = s[t] > m ? s[t] : m;
-        for (int t = 0; t < L; t++) { s[t] = expf(s[t] - m); sum += s[t]; }
-        const float inv = 1.f / sum;
-        for (int t = 0; t < L; t++) s[t] *= inv;
+        float *sc = scores + g * n, mx = -INFINITY, sum = 0.f;
+        for (int t = 0; t < n; t++) mx = sc[t] > mx ? sc[t] : mx;
+        for (int t = 0; t < n; t++) { sc[t] = expf(sc[t] - mx); sum += sc[t]; }
+        m[g] = mx, s[g] = sum;
     }
-    // pass 2: weighted sum of values
-    for (int i = 0; i < G * D; i++) ob[i] = 0.f;
-    for (int t = 0; t < L; t++) {
-        const void *v = row_at(vc, kv_type, sl[t], KVH, kh, D);
-        for (int g = 0; g < G; g++) axpy_kv(ob + g * D, scores[g * L + t], v, kv_type, D);
+    for (int i = 0; i < G * D; i++) o[i] = 0.f;
+    for (int t = 0; t < n; t++) {
+        const void *v = row_at(vc, kv_type, sl[t0 + t], KVH, kh, D);
+        for (int g = 0; g < G; g++) axpy_kv(o + g * D, scores[g * n + t], v, kv_type, D);
     }
 }
 
@@ -190,22 +192,27 @@ static inline __m256 hsum8x8(const __m256 *a) {
     return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
 }
 
+static inline float hsum8(__m256 v) {
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
+}
+
 // AVX2 (also in the AVX-512 build): keys in blocks of 8, each block's 8 dot products per query head as
-// 8 independent FMA chains reduced together; exp 8 lanes at a time; the weighted sum of values with the
-// G heads' outputs updated per value row. What a query computes depends on its own q, its L keys and L
-// only (the block layout starts at key 0 whatever L is), never on other queries or threads.
-void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
-               int G, float scale, int kv_type, float *scores, float *ob) {
-    if (D % 8 != 0) {  // head dims that are not a multiple of 8: the portable path below
-        fs_attend_portable(qb, kc, vc, sl, L, KVH, kh, D, G, scale, kv_type, scores, ob);
+// 8 independent FMA chains reduced together; exp 8 lanes at a time; the values' weighted sum with the G
+// heads' outputs updated per value row.
+void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
+                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
+    if (D % 8 != 0) {  // head dims that are not a multiple of 8
+        part_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
         return;
     }
-    const int esz = kv_type == KV_F32 ? 4 : 2;
+    const int n = t1 - t0, esz = kv_type == KV_F32 ? 4 : 2;
     const __m256 vscale = _mm256_set1_ps(scale);
-    for (int t0 = 0; t0 < L; t0 += 8) {
+    for (int b0 = 0; b0 < n; b0 += 8) {
         const char *k[8];
-        for (int j = 0; j < 8; j++)  // past the last key: key 0 again (valid memory; its score is unused)
-            k[j] = (const char *)kc + ((t0 + j < L ? sl[t0 + j] : sl[0]) * KVH + kh) * (int64_t)D * esz;
+        for (int j = 0; j < 8; j++)  // past the part's last key: its first key again (valid memory, unused)
+            k[j] = (const char *)kc + ((b0 + j < n ? sl[t0 + b0 + j] : sl[t0]) * KVH + kh) * (int64_t)D * esz;
         for (int g = 0; g < G; g++) {
             const float *q = qb + g * D;
             __m256 acc[8];
@@ -215,60 +222,97 @@ void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *s
                 for (int j = 0; j < 8; j++) acc[j] = _mm256_fmadd_ps(qv, kv_load8(k[j], kv_type, i), acc[j]);
             }
             const __m256 sv = _mm256_mul_ps(hsum8x8(acc), vscale);
-            if (t0 + 8 <= L) {
-                _mm256_storeu_ps(scores + (int64_t)g * L + t0, sv);
+            if (b0 + 8 <= n) {
+                _mm256_storeu_ps(scores + (int64_t)g * n + b0, sv);
             } else {
                 float tmp[8];
                 _mm256_storeu_ps(tmp, sv);
-                for (int j = 0; t0 + j < L; j++) scores[(int64_t)g * L + t0 + j] = tmp[j];
+                for (int j = 0; b0 + j < n; j++) scores[(int64_t)g * n + b0 + j] = tmp[j];
             }
         }
     }
     for (int g = 0; g < G; g++) {
-        float *s = scores + (int64_t)g * L, m = -INFINITY;
-        for (int t = 0; t < L; t++) m = s[t] > m ? s[t] : m;
-        const __m256 vm = _mm256_set1_ps(m);
+        float *sc = scores + (int64_t)g * n, mx = -INFINITY;
+        for (int t = 0; t < n; t++) mx = sc[t] > mx ? sc[t] : mx;
+        const __m256 vm = _mm256_set1_ps(mx);
         __m256 vsum = _mm256_setzero_ps();
         int t = 0;
-        for (; t + 8 <= L; t += 8) {
-            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
-            _mm256_storeu_ps(s + t, e);
+        for (; t + 8 <= n; t += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), vm));
+            _mm256_storeu_ps(sc + t, e);
             vsum = _mm256_add_ps(vsum, e);
         }
-        if (t < L) {
+        if (t < n) {
             float tmp[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-            for (int j = 0; t + j < L; j++) tmp[j] = s[t + j] - m;
+            for (int j = 0; t + j < n; j++) tmp[j] = sc[t + j] - mx;
             const __m256 valid = _mm256_cmp_ps(_mm256_set_ps(7.f, 6.f, 5.f, 4.f, 3.f, 2.f, 1.f, 0.f),
-                                               _mm256_set1_ps((float)(L - t)), _CMP_LT_OQ);
+                                               _mm256_set1_ps((float)(n - t)), _CMP_LT_OQ);
             const __m256 e = _mm256_and_ps(exp8(_mm256_loadu_ps(tmp)), valid);
             _mm256_storeu_ps(tmp, e);
-            for (int j = 0; t + j < L; j++) s[t + j] = tmp[j];
+            for (int j = 0; t + j < n; j++) sc[t + j] = tmp[j];
             vsum = _mm256_add_ps(vsum, e);
         }
-        __m256 parts[8] = {vsum, vsum, vsum, vsum, vsum, vsum, vsum, vsum};
-        const float inv = 1.f / _mm256_cvtss_f32(hsum8x8(parts));
-        const __m256 vinv = _mm256_set1_ps(inv);
-        for (t = 0; t + 8 <= L; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(_mm256_loadu_ps(s + t), vinv));
-        for (; t < L; t++) s[t] *= inv;
+        m[g] = mx, s[g] = hsum8(vsum);
     }
-    for (int i = 0; i < G * D; i++) ob[i] = 0.f;
-    for (int t = 0; t < L; t++) {
-        const char *v = (const char *)vc + (sl[t] * KVH + kh) * (int64_t)D * esz;
+    for (int i = 0; i < G * D; i++) o[i] = 0.f;
+    for (int t = 0; t < n; t++) {
+        const char *v = (const char *)vc + (sl[t0 + t] * KVH + kh) * (int64_t)D * esz;
         for (int i = 0; i < D; i += 8) {
             const __m256 vv = kv_load8(v, kv_type, i);
             for (int g = 0; g < G; g++) {
-                float *o = ob + g * D + i;
-                _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_set1_ps(scores[(int64_t)g * L + t]), vv, _mm256_loadu_ps(o)));
+                float *op = o + g * D + i;
+                _mm256_storeu_ps(op, _mm256_fmadd_ps(_mm256_set1_ps(scores[(int64_t)g * n + t]), vv, _mm256_loadu_ps(op)));
             }
         }
     }
 }
 #else
-void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
-               int G, float scale, int kv_type, float *scores, float *ob) {
-    fs_attend_portable(qb, kc, vc, sl, L, KVH, kh, D, G, scale, kv_type, scores, ob);
+void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
+                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
+    part_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
 }
 #endif
+
+// ob[g*D..] = the softmax-weighted values over all parts: parts merged in part order, each rescaled from
+// its own maximum to the overall one. o_parts [P][G*D], m_parts / s_parts [P][G].
+void fs_attend_combine(int P, int G, int D, const float *o_parts, const float *m_parts, const float *s_parts,
+                       float *ob) {
+    for (int g = 0; g < G; g++) {
+        float mx = -INFINITY;
+        for (int p = 0; p < P; p++) mx = m_parts[p * G + g] > mx ? m_parts[p * G + g] : mx;
+        float sum = 0.f;
+        float *out = ob + g * D;
+        for (int i = 0; i < D; i++) out[i] = 0.f;
+        for (int p = 0; p < P; p++) {
+            const float w = P == 1 ? 1.f : expf(m_parts[p * G + g] - mx);
+            sum += w * s_parts[p * G + g];
+            const float *op = o_parts + (int64_t)p * G * D + g * D;
+            for (int i = 0; i < D; i++) out[i] += w * op[i];
+        }
+        const float inv = 1.f / sum;
+        for (int i = 0; i < D; i++) out[i] *= inv;
+    }
+}
+
+int fs_attend_parts(int L) { return L <= 0 ? 1 : (L + FS_ATT_PART - 1) / FS_ATT_PART; }
+
+void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
+               int G, float scale, int kv_type, float *scores, float *ob) {
+    // scores: G * FS_ATT_PART floats of scratch (or G * L when L is shorter)
+    const int P = fs_attend_parts(L);
+    float stack[16384];  // 64 KB: P * G * (D + 2) floats for up to 8,192 keys of 8 heads of 64
+    const size_t need = (size_t)P * (size_t)G * (size_t)(D + 2);
+    float *buf = need <= sizeof(stack) / sizeof(float) ? stack : (float *)malloc(sizeof(float) * need);
+    if (!buf) return;
+    float *o = buf, *m = buf + (size_t)P * G * D, *s = m + (size_t)P * G;
+    for (int p = 0; p < P; p++) {
+        const int t0 = p * FS_ATT_PART, t1 = t0 + FS_ATT_PART < L ? t0 + FS_ATT_PART : L;
+        fs_attend_part(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o + (size_t)p * G * D, m + p * G,
+                       s + p * G);
+    }
+    fs_attend_combine(P, G, D, o, m, s, ob);
+    if (buf != stack) free(buf);
+}
 
 void paged_decode(const float *q, const void *kc, const void *vc, const int64_t *slots, const int64_t *ctx,
                   float *out, int B, int H, int KVH, int D, int Lmax, float scale, int nthreads, int kv_type) {
@@ -277,7 +321,8 @@ void paged_decode(const float *q, const void *kc, const void *vc, const int64_t 
     for (int b = 0; b < B; b++) {
         for (int kh = 0; kh < KVH; kh++) {
             const int L = (int)ctx[b];
-            float *scores = (float *)malloc(sizeof(float) * (size_t)G * (size_t)(L > 0 ? L : 1));
+            const int part = L < FS_ATT_PART ? (L > 0 ? L : 1) : FS_ATT_PART;
+            float *scores = (float *)malloc(sizeof(float) * (size_t)G * (size_t)part);
             fs_attend(q + ((int64_t)b * H + (int64_t)kh * G) * D, kc, vc, slots + (int64_t)b * Lmax, L, KVH, kh, D, G,
                       scale, kv_type, scores, out + ((int64_t)b * H + (int64_t)kh * G) * D);
             free(scores);

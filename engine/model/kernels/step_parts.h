@@ -16,8 +16,18 @@ void fs_quantize_act(int act16, const float *x, int M, int K, int ldx, int KB, v
 void fs_qgemm_group(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g,
                     const void *xq, const float *xd, const int32_t *xs, int M, float *out);
 
-// One decode query's G heads (qb [G, D]) sharing KV head kh attend to its L cached keys (slots sl):
-// ob [G, D], as paged_decode does for one (b, kh). scores: scratch of G*L floats.
+#define FS_ATT_PART 512  // keys per attention part (a query's keys are cut from key 0: the cut depends on L only)
+
+// One query's G heads (qb [G, D]) sharing KV head kh attend to its L cached keys (slots sl): ob [G, D].
+// scores: scratch of G * min(L, FS_ATT_PART) floats. The same as the parts below, taken in order.
 void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
                int G, float scale, int kv_type, float *scores, float *ob);
+// How many parts a query with L keys has.
+int fs_attend_parts(int L);
+// Part over keys [t0, t1): unnormalized output o [G, D], score maximum m [G], sum of exp s [G].
+void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
+                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s);
+// Merges P parts (in order) into ob [G, D].
+void fs_attend_combine(int P, int G, int D, const float *o_parts, const float *m_parts, const float *s_parts,
+                       float *ob);
 #endif
