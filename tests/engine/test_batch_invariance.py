@@ -96,7 +96,7 @@ def test_prefill_through_the_native_step_matches_the_torch_model(make_tiny_model
     """The invariant path computes prefill chunks with the same numbers as the torch model (int16
     activations on both: within fp32 rounding), including chunks after a cached prefix."""
     engine = make_engine(make_tiny_model(num_heads=4, num_kv_heads=2, head_dim=16), block_size=4,
-                         num_blocks_override=256, max_num_batched_tokens=32)
+                         num_blocks_override=512, max_num_batched_tokens=32)
     runner = engine.runner
     native = runner.native_step
     assert native is not None
@@ -113,7 +113,7 @@ def test_prefill_through_the_native_step_matches_the_torch_model(make_tiny_model
 
     native.forward = both  # type: ignore[method-assign]
     rng = random.Random(0)
-    for i, n in enumerate((5, 40, 70)):  # 70 tokens: three chunks of a 32-token budget
+    for i, n in enumerate((5, 40, 70, 700)):  # 70: three chunks of a 32-token budget; 700: two attention parts
         engine.add_request(EngineRequest(f"r{i}", [rng.randrange(100, 40000) for _ in range(n)],
                                          SamplingParams(max_tokens=4, ignore_eos=True), "bulk_extraction"))
     while engine.has_unfinished():

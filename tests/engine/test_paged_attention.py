@@ -29,9 +29,13 @@ def _case(heads: int, kv_heads: int, head_dim: int, lens: list[int], block_size:
 
 
 @pytest.mark.skipif(paged_decode_kernel() is None, reason="no C compiler on this machine")
-@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (4, 1, 16), (4, 4, 8), (8, 2, 32)])
-def test_native_decode_matches_gather_and_sdpa(heads, kv_heads, head_dim):
-    lens = [1, 5, 17, 64, 33]
+@pytest.mark.parametrize("heads,kv_heads,head_dim,lens", [
+    (9, 3, 64, [1, 5, 17, 64, 33]), (4, 1, 16, [1, 5, 17, 64, 33]), (4, 4, 8, [1, 5, 17, 64, 33]),
+    (8, 2, 32, [1, 5, 17, 64, 33]),
+    # past one 512-key part: 2 and 4 parts merged, a part boundary exactly at the end, a 1-key last part
+    (9, 3, 64, [513, 1024, 1900, 7]), (4, 1, 16, [1537, 600]),
+])
+def test_native_decode_matches_gather_and_sdpa(heads, kv_heads, head_dim, lens):
     q, k, v, kc, vc, slots, ctx = _case(heads, kv_heads, head_dim, lens)
     last = slots[torch.arange(len(lens)), ctx - 1]
     mask = (torch.arange(slots.shape[1])[None, :] < ctx[:, None])[:, None, None, :]
