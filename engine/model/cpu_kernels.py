@@ -59,6 +59,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.fs_decode.restype = _I
     lib.fs_decode.argtypes = [_P, _I, _P, _P, _P, _P, _P, _I, _P, ctypes.c_int64, _I, _I, _P]
     lib.fs_forward.restype = _I
+    lib.fs_profile.restype = None
+    lib.fs_profile.argtypes = [_I]
+    lib.fs_profile_read.restype = _I
+    lib.fs_profile_read.argtypes = [_P, _I]
     lib.fs_forward.argtypes = [_P, _I, _P, _P, _P, _P, _P, _P, _I, _P, ctypes.c_int64, _I, _I, _I, _P, _P]
     lib.fs_set_spin.restype = None
     lib.fs_set_spin.argtypes = [_I]

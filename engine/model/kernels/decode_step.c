@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
@@ -171,6 +172,35 @@ static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
 }
 
 void fs_set_spin(int polls) { atomic_store(&g_pool.spin, polls < 0 ? 0 : polls); }
+
+// Optional phase timers (fs_profile(1) on, then fs_profile_read): wall time of each kind of phase of the
+// step, summed over calls, for finding where a step's time goes (bench/decode_split.py). Off by default.
+enum { PH_NORM, PH_QKV, PH_ROPE, PH_ATTEND, PH_COMBINE, PH_QUANT, PH_O, PH_MLP, PH_DOWN, PH_HEAD, PH_COUNT };
+static int g_profile = 0;
+static double g_phase_s[PH_COUNT];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void fs_profile(int on) {
+    g_profile = on;
+    for (int i = 0; i < PH_COUNT; i++) g_phase_s[i] = 0.0;
+}
+
+int fs_profile_read(double *out, int n) {
+    for (int i = 0; i < n && i < PH_COUNT; i++) out[i] = g_phase_s[i];
+    return PH_COUNT;
+}
+
+#define TIMED(ph, stmt)                                   \
+    do {                                                  \
+        const double t_ = g_profile ? now_s() : 0.0;      \
+        stmt;                                             \
+        if (g_profile) g_phase_s[ph] += now_s() - t_;     \
+    } while (0)
 
 int fs_pool_threads(void) { return g_pool.nworkers + 1; }
 
@@ -503,18 +533,18 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
         const layer_t *ly = &m->layers[l];
         s.l = l;
         s.norm_w = ly->in_norm;
-        parallel_for(s.nthreads, task_norm, &s, B);
-        matmul_phase(&s, &ly->qkv, m->xq, m->xd, m->xs, m->qkv, qkv_n, 0);
-        parallel_for(s.nthreads, task_rope_store, &s, B * m->KVH);
-        parallel_for(s.nthreads, task_attend_part, &s, B * m->KVH * parts);
-        parallel_for(s.nthreads, task_attend_combine, &s, B * m->KVH);
-        parallel_for(s.nthreads, task_quant_attn, &s, B);
-        matmul_phase(&s, &ly->o, m->xq, m->xd, m->xs, m->x, m->hidden, 1);
+        TIMED(PH_NORM, parallel_for(s.nthreads, task_norm, &s, B));
+        TIMED(PH_QKV, matmul_phase(&s, &ly->qkv, m->xq, m->xd, m->xs, m->qkv, qkv_n, 0));
+        TIMED(PH_ROPE, parallel_for(s.nthreads, task_rope_store, &s, B * m->KVH));
+        TIMED(PH_ATTEND, parallel_for(s.nthreads, task_attend_part, &s, B * m->KVH * parts));
+        TIMED(PH_COMBINE, parallel_for(s.nthreads, task_attend_combine, &s, B * m->KVH));
+        TIMED(PH_QUANT, parallel_for(s.nthreads, task_quant_attn, &s, B));
+        TIMED(PH_O, matmul_phase(&s, &ly->o, m->xq, m->xd, m->xs, m->x, m->hidden, 1));
         s.norm_w = ly->post_norm;
-        parallel_for(s.nthreads, task_norm, &s, B);
+        TIMED(PH_NORM, parallel_for(s.nthreads, task_norm, &s, B));
         s.mat = &ly->gu, s.xq = m->xq, s.xd = m->xd, s.xs = m->xs;
-        parallel_for(s.nthreads, task_mlp, &s, kb_of(m->I));
-        matmul_phase(&s, &ly->down, m->aq, m->ad, m->as, m->x, m->hidden, 1);
+        TIMED(PH_MLP, parallel_for(s.nthreads, task_mlp, &s, kb_of(m->I)));
+        TIMED(PH_DOWN, matmul_phase(&s, &ly->down, m->aq, m->ad, m->as, m->x, m->hidden, 1));
     }
     free(s.att);
     if (N == 0) return 0;
@@ -527,8 +557,8 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
     }
     s.B = N;
     s.norm_w = m->norm;
-    parallel_for(s.nthreads, task_norm, &s, N);
-    matmul_phase(&s, &m->head, m->xq, m->xd, m->xs, logits, m->V, 0);
+    TIMED(PH_NORM, parallel_for(s.nthreads, task_norm, &s, N));
+    TIMED(PH_HEAD, matmul_phase(&s, &m->head, m->xq, m->xd, m->xs, logits, m->V, 0));
     return 0;
 }
 

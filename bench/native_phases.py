@@ -1,0 +1,60 @@
+"""Where the fused native step's time goes: wall ms per step of each kind of phase (norms, the four
+matmuls, RoPE + K/V write, attention parts and their merge, the LM head), from the kernel's own timers.
+
+    python -m bench.native_phases [DEPTH] [THREADS] [KV_DTYPE]   -> JSON (per-step ms, steps measured)
+
+One request of DEPTH prompt tokens decodes 40 tokens; the timers run over its decode steps only.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+from bench.configured import engine_config
+from bench.peer_bench import cpu_name
+from engine.engine import LLMEngine
+from engine.model import cpu_kernels
+from engine.request import EngineRequest, SamplingParams
+from finserve.models import resolve_model
+
+PHASES = ("norm", "qkv", "rope_kv_write", "attend", "attend_merge", "quant", "o_proj", "gate_up_silu", "down", "head")
+
+
+def measure(depth: int, threads: int, kv_dtype: str, new_tokens: int = 40) -> dict[str, Any]:
+    engine = LLMEngine(engine_config(str(resolve_model(None)), num_threads=threads, kv_cache_dtype=kv_dtype,
+                                     max_num_batched_tokens=512))
+    lib = cpu_kernels._library()
+    if lib is None or engine.runner.native_step is None:
+        raise SystemExit("the native step does not serve this engine (quantized weights and the kernels needed)")
+    prompt = [random.Random(0).randrange(200, 40000) for _ in range(depth)]
+    engine.add_request(EngineRequest("phases", prompt, SamplingParams(max_tokens=new_tokens, ignore_eos=True),
+                                     "bulk_extraction"))
+    prefill_steps = -(-depth // 512)
+    steps: list[float] = []
+    n = 0
+    while engine.has_unfinished():
+        if n == prefill_steps + 2:  # the prefill and two decode steps done: time the rest
+            lib.fs_profile(1)
+            first = len(steps)
+        t0 = time.perf_counter()
+        engine.step()
+        steps.append(time.perf_counter() - t0)
+        n += 1
+    buf = (ctypes.c_double * len(PHASES))()
+    lib.fs_profile_read(buf, len(PHASES))
+    lib.fs_profile(0)
+    k = len(steps) - first
+    return {"cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(), "depth": depth, "threads": threads,
+            "kv_dtype": kv_dtype, "steps": k, "median_step_ms": round(statistics.median(steps[first:]) * 1e3, 3),
+            "phase_ms_per_step": {name: round(buf[i] / k * 1e3, 3) for i, name in enumerate(PHASES)}}
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    print(json.dumps(measure(int(args[0]) if args else 64, int(args[1]) if len(args) > 1 else 2,
+                             args[2] if len(args) > 2 else "auto"), indent=2))
