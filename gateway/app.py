@@ -31,12 +31,12 @@ from core.web.auth import Authenticator
 from core.web.errors import install_error_handlers
 from core.web.middleware import BodyLimit, RequestContextMiddleware
 from core.web.state import STATE_ATTR
-from engine.client import EngineClient
+from engine.protocol import EngineClient
 from gateway import ledger_maintenance as maintenance
 from gateway.docs_ui import mount_docs
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
-from gateway.replicas.replica_set import ReplicaSet, build_replica_set
+from gateway.replicas.replica_set import build_replica_set
 from gateway.routes import documents, health, openai, reports, requests, risk, utility
 from gateway.schemas.common import BOUND_KEY
 from gateway.service import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
@@ -67,7 +67,8 @@ def gateway_id(settings: Settings) -> str:
 
 
 def _build_engine(state: GatewayState) -> EngineClient:
-    from engine.engine import LLMEngine  # torch import deferred: the app module loads without it
+    from engine.client import LocalEngineClient  # torch import deferred: the app module loads without it
+    from engine.engine import LLMEngine
 
     def build() -> LLMEngine:
         engine = LLMEngine(state.settings.engine_config(state.policy))
@@ -78,7 +79,7 @@ def _build_engine(state: GatewayState) -> EngineClient:
                             max_num_batched_tokens=cfg.max_num_batched_tokens)
         return engine
 
-    client = EngineClient.launch(build)  # loaded and stepped on one thread: one OpenMP team
+    client = LocalEngineClient.launch(build)  # loaded and stepped on one thread: one OpenMP team
     max_token_bytes(client.tokenizer)  # scans the vocabulary once, here, not on a request's event loop
     return client
 
@@ -94,7 +95,7 @@ async def _connect_replicas(state: GatewayState) -> None:
         state.engine_error = f"{type(exc).__name__}: {exc}"
         log.exception("replicas_connect_failed", engines=state.settings.engine_urls)
         return
-    state.engine_client = replicas
+    state.engine_client, state.owns_engine = replicas, True
     log.info("replicas_connected", engines=state.settings.engine_urls, ready=replicas.health().ready)
 
 
@@ -176,10 +177,8 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
             retention.cancel()
             if loader is not None and not loader.done():
                 loader.cancel()  # the loading thread finishes on its own; its engine is never started
-            if isinstance(state.engine_client, ReplicaSet):
-                await state.engine_client.aclose()
             if state.owns_engine and state.engine_client is not None:
-                await asyncio.to_thread(state.engine_client.shutdown)
+                await state.engine_client.aclose()
             await asyncio.to_thread(state.ledger.close)  # nothing is lost on a clean shutdown
             state.ledger.engine.dispose()
             state.db.dispose()

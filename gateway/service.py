@@ -39,15 +39,14 @@ from core.db.models import RUNNING_STATUS
 from core.keys import KeyInfo
 from core.web.context import RequestContext
 from core.web.errors import CLIENT_CLOSED_STATUS, ERROR_CODES, APIError
-from engine.client import EngineClient
 from engine.outputs import AdmissionError, RequestOutput
+from engine.protocol import EngineClient
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from engine.structured import check_constraint, constraint_kind
 from engine.tokenizer import ChatTemplateError, Tokenizer
 from gateway import spans
 from gateway.ratelimit import ratelimit_headers
 from gateway.replicas.client import REPLICA_LOST
-from gateway.replicas.replica_set import ReplicaSet
 from gateway.state import GatewayState
 from ledger import LedgerRow, build_timeline, row_from_engine_request, row_from_request
 from policies import ClassPolicy, UnknownWorkloadClass, classify
@@ -359,7 +358,7 @@ class InferenceService:
 
     def _placement(self, adm: Admitted) -> dict[str, Any]:
         """With engine replicas: where the request went and why, for the ledger's timeline and the log line."""
-        placed = self.client.pop_placement(adm.request.request_id) if isinstance(self.client, ReplicaSet) else None
+        placed = self.client.pop_placement(adm.request.request_id)
         if placed is None:
             return {}
         adm.ctx.fields.update(replica=placed.replica, replica_reason=placed.reason)

@@ -10,14 +10,14 @@ import httpx
 import pytest
 
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from finserve.app import create_app
 from tests.gateway.conftest import Keys, auth, make_client, policy_with, wait_for
 
 
 @pytest.fixture
 async def shared_queue(tiny_model_dir: Path, settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient,
-                                                                                        EngineClient]]:
+                                                                                        LocalEngineClient]]:
     """realtime_risk with one batch slot and a queue of 4, half of it per tenant."""
     policy = policy_with(realtime_risk={"max_running": 1, "queue_limit": 4, "tenant_queue_share": 0.5,
                                         "max_output_tokens": 512})
