@@ -17,7 +17,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -34,12 +33,13 @@ from core.web.state import STATE_ATTR
 from engine.protocol import EngineClient
 from gateway import ledger_maintenance as maintenance
 from gateway.docs_ui import mount_docs
+from gateway.inference.inputs import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from gateway.replicas.replica_set import build_replica_set
 from gateway.routes import documents, health, openai, reports, requests, risk, utility
 from gateway.schemas.common import BOUND_KEY
-from gateway.service import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
+from gateway.service import served_model_name
 from gateway.state import GatewayState
 from ledger import LedgerWriter
 from policies import Policy, check_against_model, load_policy
@@ -127,13 +127,6 @@ def prompt_body_limit(scope: Scope) -> BodyLimit | None:
     limit = max_tokens * max_token_bytes(client.tokenizer) * JSON_ESCAPE_FACTOR + BODY_OVERHEAD_BYTES
     return BodyLimit(limit, "prompt_too_long", f"request body over {limit} bytes: its prompt cannot fit in "
                      f"{max_tokens} tokens (refused before reading or tokenizing it)")
-
-
-def served_model_name(settings: Settings, engine_client: EngineClient | None) -> str:
-    """The `model` id clients use and every metric is labelled with: the configured name, else the folder's."""
-    if settings.served_model_name:
-        return settings.served_model_name
-    return Path(engine_client.engine.config.model).name if engine_client is not None else settings.model_path.name
 
 
 def _make_state(settings: Settings, policy: Policy, engine_client: EngineClient | None) -> GatewayState:
