@@ -26,8 +26,8 @@ from typing import Any
 from engine.engine import LLMEngine
 from engine.repetition import REPETITION
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
-from engine.structured import sentence_spans
 from gateway.prompts import document_messages, parse_quoted_answer, quoted_answer_schema, relevant_sentences
+from textspans import sentence_spans
 
 CLASS = "document_qa"
 ROOT = Path(__file__).resolve().parents[1]

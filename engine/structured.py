@@ -14,7 +14,6 @@ can never spend its whole budget on them inside an otherwise finished object.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -161,108 +160,6 @@ def compile_json_schema(tokenizer: Tokenizer | tokenizers.Tokenizer, schema_json
 def _compile(tokenizer: Tokenizer | tokenizers.Tokenizer, schema_json: str) -> CompiledGrammar:
     schema, grammar = validate_json_schema(schema_json)
     return CompiledGrammar(schema=schema, grammar=grammar, ll_tokenizer=_ll_tokenizer(tokenizer))
-
-
-def describe_fields(schema: dict[str, Any]) -> list[str]:
-    """One instruction line per top-level property of an object schema: name, kind, description.
-
-    Prompts are built from the schema itself, so the model is told exactly what the grammar will
-    force it to write, and a field's `description` is the one place its meaning is written.
-    """
-    listed = schema.get("required", [])
-    required = {n for n in listed if isinstance(n, str)} if isinstance(listed, list) else set()
-    props = schema.get("properties", {})
-    return [_describe(str(name), field if isinstance(field, dict) else {}, name in required)
-            for name, field in (props.items() if isinstance(props, dict) else ())]
-
-
-def _describe(name: str, field: dict[str, Any], required: bool) -> str:
-    """One field's line; a part of the schema of an unexpected shape reads as a plain value, never raises."""
-    if isinstance(field.get("enum"), list):
-        kind = "one of " + ", ".join(json.dumps(v) for v in field["enum"])
-    elif field.get("format") == "date":
-        kind = "date, YYYY-MM-DD"
-    elif field.get("type") == "array":
-        raw = field.get("items")
-        items: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        kind = f"list of {field.get('minItems', 0)} to {field.get('maxItems', 'any')} {items.get('type', 'value')}s"
-        if "maxLength" in items:
-            kind += f", each at most {items['maxLength']} characters"
-    elif field.get("type") == "integer" and "minimum" in field and "maximum" in field:
-        kind = f"integer {field['minimum']} to {field['maximum']}"
-    else:
-        kind = str(field.get("type", "value"))
-    note = f": {field['description']}" if field.get("description") else ""
-    return f"- {name} ({kind}{'' if required else ', optional'}){note}"
-
-
-# ---- grounded strings: values that must be spans of a source text ---------------------------
-GROUNDED = "x-grounded"  # schema keyword: {"type": "string", "x-grounded": true}
-_SEGMENT_BREAKS = re.compile(r"[\n()\"“”|;:]+|\.\s|,\s")  # spans never cross these
-_MAX_SPAN_WORDS = 8
-
-
-def text_spans(source: str, *, max_chars: int = 80, max_words: int = _MAX_SPAN_WORDS) -> list[str]:
-    """Distinct word spans of `source` (1..max_words words, at most max_chars), in order of first use.
-
-    Spans stay within a segment (no line break, bracket, quote, semicolon, colon or sentence end
-    inside), which keeps the set to a few hundred for a page of text while still holding every
-    name, amount or phrase a field could be; a span that begins a sentence keeps its full stop
-    when the word is an abbreviation such as "Ltd." (the period is followed by a space there too,
-    so "Ltd" and "Ltd." are both offered).
-    """
-    seen: dict[str, None] = {}
-    for segment in _SEGMENT_BREAKS.split(source):
-        words = segment.split()
-        for i in range(len(words)):
-            for j in range(i + 1, min(len(words), i + max_words) + 1):
-                span = " ".join(words[i:j]).strip(" ,.")
-                if span and len(span) <= max_chars and span in source:
-                    seen.setdefault(span, None)
-                    if span + "." in source and len(span) < max_chars:
-                        seen.setdefault(span + ".", None)
-    return list(seen)
-
-
-def grounded_schema(schema: dict[str, Any], source: str) -> dict[str, Any]:
-    """`schema` with each top-level `x-grounded` string property replaced by an enum of spans of `source`
-    (those that match the property's `pattern`, if it has one).
-
-    The grammar then only admits text that occurs in `source`, so a grounded value can never be
-    invented. A property whose source has no span keeps its plain string type (the caller's check
-    after decoding, `is_grounded`, still refuses an invented value).
-    """
-    props = dict(schema.get("properties", {}))
-    for name, field in props.items():
-        if isinstance(field, dict) and field.get(GROUNDED) and field.get("type") == "string":
-            spans = text_spans(source, max_chars=int(field.get("maxLength", 80)))
-            if "pattern" in field:  # the field's own pattern narrows the spans (JSON Schema: search, not match)
-                spans = [s for s in spans if re.search(field["pattern"], s)]
-            base = {k: v for k, v in field.items() if k not in (GROUNDED, "type", "maxLength", "minLength", "pattern")}
-            props[name] = {**base, "enum": spans} if spans else {k: v for k, v in field.items() if k != GROUNDED}
-    return {**schema, "properties": props}
-
-
-def is_grounded(value: str, source: str) -> bool:
-    """True when `value` occurs verbatim in `source` (the check after decoding)."""
-    return bool(value) and value in source
-
-
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
-
-
-def sentence_spans(source: str, *, max_chars: int = 400) -> list[str]:
-    """Distinct sentences (and lines) of `source`, stripped, at most max_chars each: what a quote may be.
-
-    A document of thousands of tokens has tens of thousands of word spans but only hundreds of
-    sentences, so an enum of sentences stays small enough to compile per request.
-    """
-    seen: dict[str, None] = {}
-    for part in _SENTENCE_END.split(source):
-        s = part.strip()
-        if s and len(s) <= max_chars:
-            seen.setdefault(s, None)
-    return list(seen)
 
 
 # ---- regex and choice grammars (vLLM's guided_regex / guided_choice) ------------------------------

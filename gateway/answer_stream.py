@@ -1,20 +1,20 @@
 """SSE events of the finserve domain routes (risk assessments, document questions)."""
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
 from engine.outputs import RequestOutput
+from gateway.inference.errors import raise_if_failed
 from gateway.schemas.common import Timings, Usage
-from gateway.service import raise_if_failed
 from gateway.streaming import DONE, sse
 
 # Builds the done event's extra fields (e.g. the decoded verdict) from the whole text and finish reason.
 DoneFields = Callable[[str, str | None], dict[str, Any]]
 
 
-async def answer_events(outputs: AsyncIterator[RequestOutput], done_fields: DoneFields | None = None,
+async def answer_events(outputs: AsyncGenerator[RequestOutput, None], done_fields: DoneFields | None = None,
                         ) -> AsyncIterator[bytes]:
     """`{"type": "delta", "text"}` events, then one `{"type": "done", finish_reason, usage, timings, ...}`."""
     text: list[str] = []

@@ -17,7 +17,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -31,15 +30,16 @@ from core.web.auth import Authenticator
 from core.web.errors import install_error_handlers
 from core.web.middleware import BodyLimit, RequestContextMiddleware
 from core.web.state import STATE_ATTR
-from engine.client import EngineClient
+from engine.protocol import EngineClient
 from gateway import ledger_maintenance as maintenance
 from gateway.docs_ui import mount_docs
+from gateway.inference.inputs import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
-from gateway.replicas.replica_set import ReplicaSet, build_replica_set
+from gateway.replicas.replica_set import build_replica_set
 from gateway.routes import documents, health, openai, reports, requests, risk, utility
 from gateway.schemas.common import BOUND_KEY
-from gateway.service import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
+from gateway.service import served_model_name
 from gateway.state import GatewayState
 from ledger import LedgerWriter
 from policies import Policy, check_against_model, load_policy
@@ -67,7 +67,8 @@ def gateway_id(settings: Settings) -> str:
 
 
 def _build_engine(state: GatewayState) -> EngineClient:
-    from engine.engine import LLMEngine  # torch import deferred: the app module loads without it
+    from engine.client import LocalEngineClient  # torch import deferred: the app module loads without it
+    from engine.engine import LLMEngine
 
     def build() -> LLMEngine:
         engine = LLMEngine(state.settings.engine_config(state.policy))
@@ -78,7 +79,7 @@ def _build_engine(state: GatewayState) -> EngineClient:
                             max_num_batched_tokens=cfg.max_num_batched_tokens)
         return engine
 
-    client = EngineClient.launch(build)  # loaded and stepped on one thread: one OpenMP team
+    client = LocalEngineClient.launch(build)  # loaded and stepped on one thread: one OpenMP team
     max_token_bytes(client.tokenizer)  # scans the vocabulary once, here, not on a request's event loop
     return client
 
@@ -94,7 +95,7 @@ async def _connect_replicas(state: GatewayState) -> None:
         state.engine_error = f"{type(exc).__name__}: {exc}"
         log.exception("replicas_connect_failed", engines=state.settings.engine_urls)
         return
-    state.engine_client = replicas
+    state.engine_client, state.owns_engine = replicas, True
     log.info("replicas_connected", engines=state.settings.engine_urls, ready=replicas.health().ready)
 
 
@@ -126,13 +127,6 @@ def prompt_body_limit(scope: Scope) -> BodyLimit | None:
     limit = max_tokens * max_token_bytes(client.tokenizer) * JSON_ESCAPE_FACTOR + BODY_OVERHEAD_BYTES
     return BodyLimit(limit, "prompt_too_long", f"request body over {limit} bytes: its prompt cannot fit in "
                      f"{max_tokens} tokens (refused before reading or tokenizing it)")
-
-
-def served_model_name(settings: Settings, engine_client: EngineClient | None) -> str:
-    """The `model` id clients use and every metric is labelled with: the configured name, else the folder's."""
-    if settings.served_model_name:
-        return settings.served_model_name
-    return Path(engine_client.engine.config.model).name if engine_client is not None else settings.model_path.name
 
 
 def _make_state(settings: Settings, policy: Policy, engine_client: EngineClient | None) -> GatewayState:
@@ -176,10 +170,8 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
             retention.cancel()
             if loader is not None and not loader.done():
                 loader.cancel()  # the loading thread finishes on its own; its engine is never started
-            if isinstance(state.engine_client, ReplicaSet):
-                await state.engine_client.aclose()
             if state.owns_engine and state.engine_client is not None:
-                await asyncio.to_thread(state.engine_client.shutdown)
+                await state.engine_client.aclose()
             await asyncio.to_thread(state.ledger.close)  # nothing is lost on a clean shutdown
             state.ledger.engine.dispose()
             state.db.dispose()

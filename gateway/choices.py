@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -21,9 +21,11 @@ from core.web.context import RequestContext
 from engine.outputs import RequestOutput, TokenLogprobs
 from engine.request import SEED_LIMIT, EngineRequest, RequestMetrics
 from engine.tokenizer import Tokenizer
+from gateway.inference.errors import raise_if_failed
+from gateway.inference.inputs import Admitted, InferenceInput
 from gateway.schemas.common import PromptTokensDetails, Usage
 from gateway.schemas.openai import ChatLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob
-from gateway.service import Admitted, InferenceInput, InferenceService, raise_if_failed
+from gateway.service import InferenceService
 
 T = TypeVar("T")
 
@@ -104,7 +106,7 @@ async def collect_all(choices: list[Choice]) -> list[Collected]:
         raise
 
 
-async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+async def merge(streams: list[AsyncGenerator[T, None]]) -> AsyncGenerator[tuple[int, T], None]:
     """Items of several streams as they come, tagged with the stream's index; closing it closes them all."""
     pending: dict[asyncio.Future[T], int] = {asyncio.ensure_future(anext(s)): i for i, s in enumerate(streams)}
     try:
@@ -123,7 +125,7 @@ async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)  # a generator cannot close while it runs
         for s in streams:
-            await s.aclose()  # type: ignore[attr-defined]
+            await s.aclose()
 
 
 def usage(choices: list[Choice], metrics: list[RequestMetrics]) -> Usage:

@@ -9,7 +9,7 @@ from core.settings import Settings
 from core.web.deps import AdminDep, TenantDep, run_db
 from core.web.errors import APIError
 from core.web.state import STATE_ATTR
-from engine.client import EngineClient
+from engine.protocol import EngineClient
 from gateway.service import InferenceService
 from gateway.state import GatewayState
 

@@ -13,8 +13,8 @@ from collections import Counter
 from typing import Any
 
 from engine.repetition import repeated_tail
-from engine.structured import describe_fields, sentence_spans
 from gateway.schemas.risk import RiskEvent
+from textspans import describe_fields, sentence_spans
 
 RISK_SYSTEM = (
     "You are a financial risk analyst. You receive one event from a risk system as JSON. "

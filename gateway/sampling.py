@@ -1,6 +1,7 @@
 """HTTP request fields -> engine SamplingParams, and the checks the engine cannot make itself."""
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -9,6 +10,7 @@ import jsonschema
 from core.web.errors import APIError
 from engine.jsondepth import MAX_SCHEMA_DEPTH, json_depth
 from engine.request import SamplingParams
+from gateway.inference.inputs import SamplingChoice
 from gateway.schemas.openai import ResponseFormat, SamplingFields
 
 OPENAI_DEFAULT_TEMPERATURE = 1.0  # OpenAI's documented default; the domain routes default to greedy
@@ -84,8 +86,8 @@ def _logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
 
 
 def sampling_params(body: SamplingFields, *, logprobs: int | None = None, tool_schema: str | None = None
-                    ) -> SamplingParams:
-    """Everything but max_tokens, which the service resolves once the class is known.
+                    ) -> SamplingChoice:
+    """Every SamplingParams field but max_tokens, which admission resolves once the class is known.
 
     `tool_schema`: the JSON Schema (text) a tool call must follow (gateway/tools.py), if any."""
     problem = body.unsupported()
@@ -99,7 +101,8 @@ def sampling_params(body: SamplingFields, *, logprobs: int | None = None, tool_s
         names = ", ".join(name for name, _ in constraints)
         raise APIError("invalid_request", f"send at most one output constraint, got {names}",
                        param=constraints[1][0])
-    return SamplingParams(
+    return functools.partial(
+        SamplingParams,
         temperature=OPENAI_DEFAULT_TEMPERATURE if body.temperature is None else body.temperature,
         top_k=max(0, body.top_k or 0),
         top_p=1.0 if body.top_p is None else body.top_p,

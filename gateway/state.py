@@ -4,10 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.web.state import CoreState
-from engine.client import EngineClient
+from engine.protocol import EngineClient
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
-from gateway.replicas.replica_set import ReplicaSet
 from ledger import LedgerWriter
 
 
@@ -17,6 +16,6 @@ class GatewayState(CoreState):
     limiter: RateLimiter
     ledger: LedgerWriter
     # None while the engine is still loading (503 engine_not_ready); a ReplicaSet with FINSERVE_ENGINES
-    engine_client: EngineClient | ReplicaSet | None = None
+    engine_client: EngineClient | None = None
     engine_error: str | None = None  # set when loading failed; /readyz reports it
-    owns_engine: bool = False  # an injected client is shut down by whoever made it
+    owns_engine: bool = False  # built by the lifespan, closed by it; an injected client is closed by whoever made it

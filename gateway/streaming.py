@@ -83,10 +83,10 @@ class EventStreamResponse(Response):
             async for chunk in self.events:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (APIError, Exception) as exc:  # the status line is gone: report in-band, then end
-            err = exc if isinstance(exc, APIError) else APIError("internal_error", "internal server error")
+            failure = exc if isinstance(exc, APIError) else APIError("internal_error", "internal server error")
             if not isinstance(exc, APIError):
                 log.exception("stream_failed")
-            await send({"type": "http.response.body", "body": sse(err.body(get_context(Request(scope)).request_id)),
+            await send({"type": "http.response.body", "body": sse(failure.body(get_context(Request(scope)).request_id)),
                         "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -9,6 +9,7 @@ from the total by the policy's thresholds, by name: the order of the schema's en
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from typing import Any
 from engine.outputs import TokenLogprobs
 from engine.request import SamplingParams
 from engine.tokenizer import Tokenizer
+from gateway.inference.inputs import SamplingChoice
 from policies.model import ClassPolicy, RiskRules
 from policies.risk import LEVELS, evaluate, verdict
 
@@ -32,9 +34,14 @@ def rules_of(cls: ClassPolicy, schema: str | None) -> RiskRules | None:
     return rules if rules.enabled and schema is not None and schema == cls.response_schema else None
 
 
+def judgement_choice(temperature: float = 0.0) -> SamplingChoice:
+    """The judgement's sampling as the risk route hands it to admission (which resolves max_tokens)."""
+    return functools.partial(SamplingParams, temperature=temperature, choice=LEVELS, logprobs=JUDGEMENT_TOP)
+
+
 def judgement_sampling(temperature: float = 0.0) -> SamplingParams:
-    return SamplingParams(max_tokens=JUDGEMENT_MAX_TOKENS, temperature=temperature, choice=LEVELS,
-                          logprobs=JUDGEMENT_TOP)
+    """The judgement's whole SamplingParams, for callers that send it to the engine directly (bench/)."""
+    return judgement_choice(temperature)(max_tokens=JUDGEMENT_MAX_TOKENS)
 
 
 def level_probabilities(tokenizer: Tokenizer, first: TokenLogprobs | None) -> dict[str, float] | None:

@@ -15,15 +15,10 @@ from typing import Any
 
 import jsonschema
 
-from engine.structured import (
-    GROUNDED,
-    describe_fields,
-    is_grounded,
-    text_spans,
-    validate_json_schema,
-)
+from engine.structured import validate_json_schema
 from jobs import names, normalize
 from jobs.names import OwnNames
+from textspans import GROUNDED, describe_fields, is_grounded, text_spans
 
 EXAMPLE = "x-example"
 EXCLUDE = "x-exclude"  # on an x-grounded field: names it never takes (our own company), nor any part of them

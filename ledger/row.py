@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from core.db.models import LEDGER_STATUSES, RUNNING_STATUS
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
@@ -281,6 +281,51 @@ def row_from_engine_request(
         timeline=timeline,
         key_id=key_id,
     )
+
+
+# How a request the gateway classified ended, as `row_from_outcome` takes it: written ahead (running), refused
+# (rejected, by the gateway or the engine's admission), ended by the engine (finished, failed or aborted:
+# its status says which), or left by its client before the engine finished it.
+OutcomeStage = Literal["running", "rejected", "ended", "left"]
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    """Everything a request's ledger row is built from: the engine request as it stands, who sent it, how
+    it was classified, and how it ended. One per row the gateway writes (gateway/inference/record.py)."""
+
+    stage: OutcomeStage
+    request: EngineRequest  # its id, class, arrival (the gateway's wall clock), timestamps, events, status
+    tenant: str
+    class_rule: str
+    route: str
+    slo: SLOTargets | None
+    http_status: int  # what the client was (or will be) answered; 0 while running
+    key_id: str | None = None
+    tokenize_start: float | None = None
+    tokenized: float | None = None
+    rejection_reason: str | None = None  # rejected only: the gateway's or the engine's reason
+    timeline_extra: dict[str, Any] = field(default_factory=dict)  # e.g. the gateway id, the replica placement
+
+
+def row_from_outcome(o: RequestOutcome, *, now: float) -> LedgerRow:
+    """The ledger row of `o`; `now` (epoch seconds) ends a rejected or left request's timeline (an ended one
+    ends at the engine's finish time, a running one has no end yet)."""
+    req = o.request
+    status = {"running": RUNNING_STATUS, "rejected": "rejected", "left": "aborted"}.get(o.stage) \
+        or ledger_status(req.status)
+    finished = None if o.stage == "running" else req.finish_time if o.stage == "ended" else now
+    # A left request's timestamps are read while the engine thread may still finish its abort: each is
+    # written once, so what is read is what the request had reached.
+    timeline = build_timeline(req.arrival_time, events=list(req.events), tokenize_start=o.tokenize_start,
+                              tokenized=o.tokenized, first_scheduled=req.first_scheduled_time,
+                              first_token=req.first_token_time, finished=finished)
+    finish_reason = req.status.finish_reason if o.stage == "ended" else "abort" if o.stage == "left" else None
+    return row_from_request(
+        request_id=req.request_id, tenant=o.tenant, workload_class=req.workload_class, class_rule=o.class_rule,
+        route=o.route, status=status, arrival_time=req.arrival_time, http_status=o.http_status,
+        metrics=RequestMetrics.of(req), slo=o.slo, finish_reason=finish_reason, rejection_reason=o.rejection_reason,
+        timeline=timeline | o.timeline_extra, key_id=o.key_id)
 
 
 def with_placement(row: LedgerRow) -> LedgerRow:

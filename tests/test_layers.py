@@ -1,4 +1,5 @@
-"""Imports flow one way: policies <- engine <- core <- ledger <- (gateway, jobs) <- (finserve, bench).
+"""Imports flow one way: policies <- engine <- core <- ledger <- (gateway, jobs) <- (finserve, bench);
+textspans (text and schema helpers) imports nothing and sits below gateway and jobs.
 
 Read from the source with `ast` (nothing is imported), so the test also sees imports inside
 functions. A package may import itself and any package below it, never a sibling or one above.
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("policies", "engine", "core", "ledger", "gateway", "jobs", "migrations", "finserve", "bench")
+PROJECT = ("policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "finserve", "bench")
 # What each package may import from the project (besides itself).
 ALLOWED: dict[str, set[str]] = {
     "policies": set(),
@@ -20,10 +21,12 @@ ALLOWED: dict[str, set[str]] = {
     "migrations": {"core", "engine", "policies"},
     # The request ledger (rows, chain, writer, verify, reports): below gateway and jobs, above core.
     "ledger": {"policies", "engine", "core"},
-    "gateway": {"policies", "engine", "core", "ledger"},
-    "jobs": {"policies", "engine", "core", "ledger"},
-    "finserve": {"policies", "engine", "core", "ledger", "gateway", "jobs", "bench", "migrations"},
-    "bench": {"policies", "engine", "core", "ledger", "gateway", "jobs", "finserve"},
+    # Spans, sentences, grounded schemas: plain text and schema code that gateway and jobs both use.
+    "textspans": set(),
+    "gateway": {"policies", "engine", "core", "ledger", "textspans"},
+    "jobs": {"policies", "engine", "core", "ledger", "textspans"},
+    "finserve": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "bench", "migrations"},
+    "bench": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "finserve"},
 }
 # Inside the engine, the scheduler and the KV cache stay free of torch (unit-tested without it).
 TORCH_FREE = ("engine/scheduler.py", "engine/kv_cache", "engine/request_queue.py", "engine/token_budget.py",

@@ -26,7 +26,7 @@ from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.keys import create_key
 from core.settings import Settings, TracingSettings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.request import EngineRequest, SamplingParams
 from finserve.app import create_app
 from gateway.replicas import wire
@@ -78,14 +78,14 @@ def one(spans: list[ReadableSpan], name: str) -> ReadableSpan:
 
 
 @pytest.fixture(scope="module")
-def engine_client(tiny_model_dir: Path) -> Iterator[EngineClient]:
+def engine_client(tiny_model_dir: Path) -> Iterator[LocalEngineClient]:
     client = make_client(tiny_model_dir, load_policy())
     yield client
     client.shutdown()
 
 
 @pytest.fixture()
-async def gateway(tmp_path: Path, engine_client: EngineClient) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+async def gateway(tmp_path: Path, engine_client: LocalEngineClient) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
     memory_spans()
     url = f"sqlite:///{tmp_path / 'finserve.db'}"
     upgrade(url)
@@ -233,7 +233,7 @@ def test_spans_are_exported_only_when_otel_variables_ask(monkeypatch: pytest.Mon
 
 
 async def test_an_engine_replica_joins_its_callers_trace_and_leaves_probes_untraced(
-        tmp_path: Path, engine_client: EngineClient) -> None:
+        tmp_path: Path, engine_client: LocalEngineClient) -> None:
     memory_spans()
     app = create_engine_app(Settings(home=tmp_path), engine_client=engine_client)
     trace_id = "22222222222222222222222222222222"
@@ -252,7 +252,7 @@ async def test_an_engine_replica_joins_its_callers_trace_and_leaves_probes_untra
 
 
 async def test_a_remote_engine_call_carries_the_callers_trace_to_the_replica(
-        tmp_path: Path, engine_client: EngineClient) -> None:
+        tmp_path: Path, engine_client: LocalEngineClient) -> None:
     from gateway.replicas.client import RemoteEngineClient
 
     memory_spans()

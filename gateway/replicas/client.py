@@ -1,4 +1,4 @@
-"""RemoteEngineClient: one engine server (`finserve engine`) seen through EngineClient's interface.
+"""RemoteEngineClient: one engine server (`finserve engine`) behind the EngineClient protocol (engine/protocol.py).
 
 `generate(req)` posts the EngineRequest and yields its outputs from the NDJSON stream; the gateway's
 `req` is brought up to date from every line (wire.apply_output), so ledger rows are built from it as
@@ -19,13 +19,14 @@ import json
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from core import tracing
 from engine.config import EngineConfig
 from engine.outputs import AdmissionError, EngineHealth, EngineStats, RequestOutput
+from engine.protocol import EngineClient, Placement
 from engine.request import EngineRequest, RequestMetrics, RequestStatus
 from engine.tokenizer import Tokenizer
 from gateway.replicas import wire
@@ -46,8 +47,8 @@ class ReplicaUnavailable(AdmissionError):
 
 
 @dataclass(frozen=True)
-class EngineView:
-    """What the gateway reads from `client.engine` in embedded mode: the config and the context length."""
+class RemoteEngineView:
+    """`client.engine` of a replica (engine.protocol.EngineView): the config and the replica's context length."""
 
     config: EngineConfig
     max_model_len: int
@@ -72,7 +73,7 @@ class RemoteEngineClient:
         self._tasks: set[asyncio.Task[None]] = set()
         self.in_flight = 0  # requests sent here and not finished (the router's freshest load figure)
 
-    # ---- the EngineClient interface -------------------------------------------------------
+    # ---- the EngineClient protocol --------------------------------------------------------
     @property
     def tokenizer(self) -> Tokenizer:
         return self._tokenizer
@@ -82,8 +83,8 @@ class RemoteEngineClient:
         return self._policy
 
     @property
-    def engine(self) -> EngineView:
-        return EngineView(self._config, self._max_model_len or self._config.max_model_len or 0)
+    def engine(self) -> RemoteEngineView:
+        return RemoteEngineView(self._config, self._max_model_len or self._config.max_model_len or 0)
 
     @property
     def running(self) -> bool:
@@ -144,6 +145,10 @@ class RemoteEngineClient:
         task = loop.create_task(self._post_abort(request_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def pop_placement(self, request_id: str) -> Placement | None:
+        """One replica on its own places nothing (the replica set does)."""
+        return None
 
     # ---- probing ----------------------------------------------------------------------------
     async def probe(self) -> bool:
@@ -206,3 +211,7 @@ def load_for_router(client: RemoteEngineClient) -> dict[str, Any]:
             "waiting": {c: cs.waiting for c, cs in s.per_class.items()},
             # leased blocks are no more available to new work than used ones
             "kv_usage": (s.used_blocks + s.leased_blocks) / s.num_blocks if s.num_blocks else 0.0}
+
+
+if TYPE_CHECKING:  # mypy checks that the class implements the protocol
+    _implements: type[EngineClient] = RemoteEngineClient

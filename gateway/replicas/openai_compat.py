@@ -13,14 +13,14 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from engine.client import EngineClient
 from engine.outputs import AdmissionError, RequestOutput
+from engine.protocol import EngineClient
 from engine.request import EngineRequest, SamplingParams
 from policies import UnknownWorkloadClass, classify
 
@@ -71,7 +71,7 @@ async def completions(body: CompletionBody, request: Request, client: EngineClie
     req = EngineRequest(request_id=rid, prompt_token_ids=list(ids), workload_class=cls, cache_salt=body.user or "",
                         tenant=body.user or "", sampling=SamplingParams(max_tokens=body.max_tokens, temperature=body.temperature,
                                                 top_p=body.top_p, seed=body.seed, stop=tuple(body.stop or ())))
-    outputs = cast(AsyncGenerator[RequestOutput, None], client.generate(req))
+    outputs = client.generate(req)
     try:
         first = await anext(outputs)
     except AdmissionError as exc:

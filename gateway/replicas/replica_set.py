@@ -1,4 +1,4 @@
-"""ReplicaSet: several engine servers behind EngineClient's interface, with routing, probing and failover.
+"""ReplicaSet: several engine servers behind the EngineClient protocol, with routing, probing and failover.
 
 The gateway holds one ReplicaSet where it would hold one embedded EngineClient. For each request the
 router (router.py) picks a replica from the last probes plus the set's own in-flight counts; the
@@ -16,16 +16,23 @@ import dataclasses
 import random
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import structlog
 
 from core.settings import Settings
 from engine.config import EngineConfig
 from engine.outputs import AdmissionError, ClassStats, EngineHealth, EngineStats, RequestOutput
+from engine.protocol import EngineClient, Placement
 from engine.request import EngineRequest
 from engine.tokenizer import Tokenizer
-from gateway.replicas.client import EMPTY_STATS, EngineView, RemoteEngineClient, ReplicaUnavailable, load_for_router
+from gateway.replicas.client import (
+    EMPTY_STATS,
+    RemoteEngineClient,
+    RemoteEngineView,
+    ReplicaUnavailable,
+    load_for_router,
+)
 from gateway.replicas.router import Decision, ReplicaLoad, RoutingConfig, pick, pick_round_robin
 from policies import Policy
 
@@ -33,15 +40,6 @@ log = structlog.get_logger("finserve.replicas")
 
 MAX_PLACEMENTS = 10_000  # placements kept for the ledger; the gateway takes each when it records the request
 ROUTING_MODES = ("policy", "round_robin")  # round_robin: the benchmark's baseline
-
-
-@dataclass
-class Placement:
-    """Where a request ran: the ledger's `replica` timeline entry."""
-
-    replica: str | None
-    reason: str
-    tried: list[str] = field(default_factory=list)  # replicas that could not take it first (failover)
 
 
 class ReplicaSet:
@@ -77,9 +75,6 @@ class ReplicaSet:
         for r in self.replicas:
             await r.aclose()
 
-    def shutdown(self) -> None:
-        """EngineClient's interface: the replicas are other processes, nothing to stop here."""
-
     async def probe_all(self) -> None:
         before = {r.url: r.health().ready for r in self.replicas}
         await asyncio.gather(*(r.probe() for r in self.replicas))
@@ -93,7 +88,7 @@ class ReplicaSet:
             await asyncio.sleep(self.probe_interval_s)
             await self.probe_all()
 
-    # ---- the EngineClient interface ---------------------------------------------------------
+    # ---- the EngineClient protocol ----------------------------------------------------------
     @property
     def tokenizer(self) -> Tokenizer:
         return self.replicas[0].tokenizer
@@ -103,7 +98,7 @@ class ReplicaSet:
         return self.replicas[0].policy
 
     @property
-    def engine(self) -> EngineView:
+    def engine(self) -> RemoteEngineView:
         ready = [r for r in self.replicas if r.health().ready] or self.replicas
         return ready[0].engine
 
@@ -133,6 +128,7 @@ class ReplicaSet:
         return self._placements.get(request_id)
 
     def pop_placement(self, request_id: str) -> Placement | None:
+        """Where `request_id` was sent and why, taken once (the service records it with the request)."""
         return self._placements.pop(request_id, None)
 
     def decide(self, req: EngineRequest, exclude: Sequence[str] = ()) -> Decision:
@@ -194,3 +190,7 @@ def build_replica_set(settings: Settings, policy: Policy) -> ReplicaSet:
     return ReplicaSet(settings.engine_urls, tokenizer=Tokenizer.from_folder(settings.model_path), policy=policy,
                       config=settings.engine_config(policy), mode=settings.engine_routing,
                       probe_interval_s=settings.engine_probe_interval_s)
+
+
+if TYPE_CHECKING:  # mypy checks that the class implements the protocol
+    _implements: type[EngineClient] = ReplicaSet

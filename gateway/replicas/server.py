@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request, Response
@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from core.settings import Settings
 from core.tracing import SERVICE_ENGINE, setup_tracing
 from core.web.middleware import TracingMiddleware
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest
 from gateway.metrics import GatewayMetrics
@@ -46,11 +46,11 @@ _NEVER_FITS, _FULL, _GONE = 400, 429, 503
 @dataclass
 class _ServerState:
     metrics: GatewayMetrics
-    client: EngineClient | None = None
+    client: LocalEngineClient | None = None
     error: str | None = None
 
 
-def _build(settings: Settings) -> EngineClient:
+def _build(settings: Settings) -> LocalEngineClient:
     from engine.engine import LLMEngine  # torch import deferred: the module loads without it
 
     policy = load_policy(settings.policy)
@@ -63,7 +63,7 @@ def _build(settings: Settings) -> EngineClient:
                             max_num_batched_tokens=cfg.max_num_batched_tokens)
         return engine
 
-    return EngineClient.launch(build)  # loaded and stepped on one thread: one OpenMP team
+    return LocalEngineClient.launch(build)  # loaded and stepped on one thread: one OpenMP team
 
 
 def _status_of(exc: AdmissionError) -> int:
@@ -76,7 +76,7 @@ def _ndjson(d: dict[str, Any]) -> bytes:
     return json.dumps(d, separators=(",", ":")).encode() + b"\n"
 
 
-async def _lines(client: EngineClient, req: EngineRequest, first: RequestOutput,
+async def _lines(client: LocalEngineClient, req: EngineRequest, first: RequestOutput,
                  outputs: AsyncGenerator[RequestOutput, None], metrics: GatewayMetrics) -> AsyncIterator[bytes]:
     """The stream after admission; closing it (client gone) closes `outputs`, which aborts the request."""
     async with aclosing(outputs):
@@ -89,7 +89,7 @@ async def _lines(client: EngineClient, req: EngineRequest, first: RequestOutput,
         metrics.observe_request(req.workload_class, outcome, out.metrics, finish_reason=out.finish_reason)
 
 
-def create_engine_app(settings: Settings, engine_client: EngineClient | None = None) -> FastAPI:
+def create_engine_app(settings: Settings, engine_client: LocalEngineClient | None = None) -> FastAPI:
     """The engine server's app; an injected `engine_client` is used as is and not shut down here."""
     name = settings.served_model_name or settings.model_path.name
     state = _ServerState(GatewayMetrics(name), engine_client)
@@ -132,7 +132,7 @@ def create_engine_app(settings: Settings, engine_client: EngineClient | None = N
         except (KeyError, TypeError, ValueError) as exc:
             bad = AdmissionError("invalid_request", f"malformed engine request: {exc}")
             return JSONResponse(wire.admission_to_json(bad), status_code=_NEVER_FITS)
-        outputs = cast(AsyncGenerator[RequestOutput, None], client.generate(req))  # an async generator
+        outputs = client.generate(req)
         try:
             first = await anext(outputs)
         except AdmissionError as exc:

@@ -17,11 +17,13 @@ the class's `kv_lease_s`, and the blocks are salted with the tenant, so no other
 """
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, status
+from fastapi.responses import Response
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
@@ -33,6 +35,7 @@ from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
+from gateway.inference.inputs import InferenceInput, Prompt
 from gateway.prompts import (
     document_messages,
     parse_quoted_answer,
@@ -49,7 +52,6 @@ from gateway.schemas.documents import (
     DocumentPublic,
     QuestionCreate,
 )
-from gateway.service import InferenceInput, Prompt
 from gateway.streaming import EventStreamResponse, cancel_on_disconnect
 
 router = APIRouter(tags=["documents"])
@@ -81,10 +83,12 @@ async def create_document(body: DocumentCreate, key: TenantDep, service: Service
         if exc.code != "prompt_too_long":
             raise
         raise APIError("document_too_long", exc.message) from None
-    # The class its questions will run in: decided by the same rule as every request (tenant default aside).
-    cls, _ = service.resolve_class(key, route=ROUTE, explicit=None, input_tokens=num_tokens)
-    if not key.allows(cls.name):
-        raise APIError("class_forbidden", f"this API key may not use class {cls.name!r}, which answers documents")
+    # The class its questions will run in, decided and checked as admission does for each of them.
+    classified = service.classify(key, route=ROUTE, explicit=None, input_tokens=num_tokens)
+    refusal = service.forbidden(key, classified, ROUTE)
+    if refusal is not None:
+        raise refusal
+    cls = classified.cls
     if num_tokens > cls.max_input_tokens:
         raise APIError("document_too_long", f"document has {num_tokens} tokens; class {cls.name!r} accepts "
                        f"prompts up to {cls.max_input_tokens}")
@@ -141,7 +145,7 @@ async def delete_document(document_id: str, key: TenantDep, state: StateDep) -> 
 @router.post("/documents/{document_id}/questions", response_model=Answer, responses=STREAMING_RESPONSES)
 async def ask_question(document_id: str, body: QuestionCreate, request: Request, key: TenantDep,
                        service: ServiceDep, state: StateDep, settings: SettingsDep,
-                       x_workload_class: WorkloadClassHeader = None):
+                       x_workload_class: WorkloadClassHeader = None) -> Answer | Response:
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
     candidates = relevant_sentences(doc.text, body.question) if body.quotes else None
@@ -150,11 +154,10 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
     adm = await service.prepare(ctx, key, InferenceInput(
         route=ROUTE, prompt=Prompt(messages=document_messages(doc.title, doc.text, body.question,
                                                               candidates=candidates)),
-        sampling=SamplingParams(temperature=body.temperature, json_schema=schema, stop_repetition=True),
-        max_tokens=body.max_tokens,
-        default_max_tokens=settings.question_max_tokens, explicit_class=x_workload_class,
-        log_fields={"document_id": doc.id}))
-    adm.request.lease_s = adm.cls.kv_lease_s
+        sampling=functools.partial(SamplingParams, temperature=body.temperature, json_schema=schema,
+                                   stop_repetition=True),
+        max_tokens=body.max_tokens, default_max_tokens=settings.question_max_tokens, explicit_class=x_workload_class,
+        lease_prompt=True, log_fields={"document_id": doc.id}))
     if body.stream:
         fields = None if schema is None else (lambda text, reason: _quoted(doc.text, text, reason))
         return EventStreamResponse(answer_events(service.generate(adm), fields))

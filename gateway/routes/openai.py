@@ -14,6 +14,7 @@ from contextlib import aclosing
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
 from core.web.context import RequestContext, get_context
 from core.web.errors import APIError
@@ -30,6 +31,8 @@ from gateway.choices import (
     usage,
 )
 from gateway.deps import ServiceDep, TenantDep
+from gateway.inference.errors import raise_if_failed
+from gateway.inference.inputs import InferenceInput, Prompt
 from gateway.sampling import explicit_class, sampling_params
 from gateway.schemas.common import Timings, WorkloadClassHeader
 from gateway.schemas.openai import (
@@ -44,7 +47,7 @@ from gateway.schemas.openai import (
     ModelList,
     SamplingFields,
 )
-from gateway.service import InferenceInput, InferenceService, Prompt, raise_if_failed
+from gateway.service import InferenceService
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
 from gateway.tools import ToolParser, ToolStream, answer, describe_tools, parser_for, render_turn, tool_schema
 
@@ -91,7 +94,8 @@ class _Stream:
         if out.finished:
             last, finish = ts.finish(out.finish_reason or "stop")
             deltas += last
-        chunks = [{"index": index, "delta": d, "finish_reason": None, "logprobs": None} for d in deltas]
+        chunks: list[dict[str, Any]] = [{"index": index, "delta": d, "finish_reason": None, "logprobs": None}
+                                        for d in deltas]
         if finish is not None:
             if not chunks:
                 chunks.append({"index": index, "delta": {}, "finish_reason": None, "logprobs": None})
@@ -141,7 +145,7 @@ class _Stream:
 
 @router.post("/completions", response_model=CompletionResponse, responses=STREAMING_RESPONSES)
 async def create_completion(body: CompletionRequest, request: Request, key: TenantDep, service: ServiceDep,
-                            x_workload_class: WorkloadClassHeader = None):
+                            x_workload_class: WorkloadClassHeader = None) -> CompletionResponse | Response:
     ctx = get_context(request)
     _check_model(body, service)
     sampling = sampling_params(body, logprobs=body.logprobs)
@@ -151,7 +155,7 @@ async def create_completion(body: CompletionRequest, request: Request, key: Tena
                              sampling=sampling, max_tokens=body.max_tokens, explicit_class=cls,
                              temperature_unset=body.temperature is None) for p in prompts]
     choices = await prepare_choices(service, ctx, key, inputs, body.n)
-    tok = service.client.tokenizer
+    tok = service.tokenizer
     echo = [_echo_text(prompts[c.index // body.n], tok) for c in choices] if body.echo else None
     if body.stream:
         stream = _Stream(ctx, service.model_name, tok, chat=False, include_usage=body.include_usage,
@@ -171,8 +175,8 @@ async def create_completion(body: CompletionRequest, request: Request, key: Tena
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse, responses=STREAMING_RESPONSES)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request, key: TenantDep,
-                                 service: ServiceDep,
-                                 x_workload_class: WorkloadClassHeader = None):
+                                 service: ServiceDep, x_workload_class: WorkloadClassHeader = None,
+                                 ) -> ChatCompletionResponse | Response:
     ctx = get_context(request)
     _check_model(body, service)
     if body.top_logprobs and not body.logprobs:
@@ -183,7 +187,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     build = functools.partial(_chat_input, body, explicit_class(body.workload_class, x_workload_class), parser)
     calls, inp = await asyncio.to_thread(build) if body.tools or _constrained(body) else build()
     choices = await prepare_choices(service, ctx, key, [inp], body.n)
-    tok = service.client.tokenizer
+    tok = service.tokenizer
     if body.stream:
         tools = (lambda: ToolStream(body, parser, calls is not None)) if body.tools and body.tool_choice != "none" \
             else None

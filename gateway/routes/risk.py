@@ -11,29 +11,34 @@ in `reasons` and the make-up of the score in `scoring`.
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
+from core.keys import KeyInfo
 from core.web.context import get_context
 from core.web.responses import STREAMING_RESPONSES
 from engine.outputs import RequestOutput, TokenLogprobs
 from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, TenantDep
+from gateway.inference.errors import raise_if_failed
+from gateway.inference.inputs import Classified, InferenceInput, Prompt
 from gateway.prompts import judgement_messages, risk_messages, verdict_messages
 from gateway.sampling import schema_text
 from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.schemas.risk import RiskAssessment, RiskAssessRequest
-from gateway.service import InferenceInput, InferenceService, Prompt, raise_if_failed
+from gateway.service import InferenceService
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
 from gateway.verdict import (
     JUDGEMENT_MAX_TOKENS,
     combine,
-    judgement_sampling,
+    judgement_choice,
     level_probabilities,
     rules_of,
     verdict_text,
@@ -62,18 +67,19 @@ def parse_verdict(text: str, finish_reason: str | None) -> dict[str, Any] | None
 async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep, service: ServiceDep,
                       settings: SettingsDep,
                       x_workload_class: WorkloadClassHeader = None,
-                      ):
+                      ) -> RiskAssessment | Response:
     ctx = get_context(request)
-    cls = service.resolve_class(key, route=ROUTE, explicit=x_workload_class, input_tokens=0)[0]
-    schema = _verdict_schema(body, cls.response_schema)
-    if rules_of(cls, schema) is not None:
-        return await _rule_scored(body, request, key, service, x_workload_class)
+    # The class decides the prompt (its schema, its rules), so it is decided first, once, and passed on.
+    classified = service.classify(key, route=ROUTE, explicit=x_workload_class, input_tokens=0)
+    schema = _verdict_schema(body, classified.cls.response_schema)
+    if rules_of(classified.cls, schema) is not None:
+        return await _rule_scored(body, request, key, service, classified)
     messages = risk_messages(body.event, body.question) if schema is None else \
         verdict_messages(body.event, body.question, json.loads(schema))
     adm = await service.prepare(ctx, key, InferenceInput(
         route=ROUTE, prompt=Prompt(messages=messages),
-        sampling=SamplingParams(temperature=body.temperature, json_schema=schema), max_tokens=body.max_tokens,
-        default_max_tokens=settings.risk_max_tokens, explicit_class=x_workload_class))
+        sampling=functools.partial(SamplingParams, temperature=body.temperature, json_schema=schema),
+        max_tokens=body.max_tokens, default_max_tokens=settings.risk_max_tokens, classified=classified))
     if body.stream:
         fields = None if schema is None else (lambda text, reason: {"verdict": parse_verdict(text, reason)})
         return EventStreamResponse(answer_events(service.generate(adm), fields))
@@ -84,14 +90,14 @@ async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep,
                           timings=Timings.of(done.metrics))
 
 
-async def _rule_scored(body: RiskAssessRequest, request: Request, key: Any, service: InferenceService,
-                       x_workload_class: str | None) -> Any:
+async def _rule_scored(body: RiskAssessRequest, request: Request, key: KeyInfo, service: InferenceService,
+                       classified: Classified) -> RiskAssessment | Response:
     """The verdict from the class's risk rules and the model's judgement (gateway/verdict.py)."""
     ctx = get_context(request)
     adm = await service.prepare(ctx, key, InferenceInput(
         route=ROUTE, prompt=Prompt(messages=judgement_messages(body.event, body.question)),
-        sampling=judgement_sampling(body.temperature), max_tokens=body.max_tokens,
-        default_max_tokens=JUDGEMENT_MAX_TOKENS, explicit_class=x_workload_class))
+        sampling=judgement_choice(body.temperature), max_tokens=body.max_tokens,
+        default_max_tokens=JUDGEMENT_MAX_TOKENS, classified=classified))
     event = body.event.model_dump(mode="json", exclude_none=True)
 
     async def judged() -> tuple[RequestOutput, TokenLogprobs | None]:
@@ -108,8 +114,8 @@ async def _rule_scored(body: RiskAssessRequest, request: Request, key: Any, serv
 
     def answer(last: RequestOutput, first: TokenLogprobs | None) -> tuple[dict[str, Any], dict[str, Any]]:
         rules = rules_of(adm.cls, _verdict_schema(body, adm.cls.response_schema))
-        assert rules is not None  # the class the request was admitted to is the one resolved above
-        return combine(rules, event, level_probabilities(service.client.tokenizer, first))
+        assert rules is not None  # the request was admitted to the class classified above
+        return combine(rules, event, level_probabilities(service.tokenizer, first))
 
     if body.stream:
         async def events() -> AsyncIterator[bytes]:

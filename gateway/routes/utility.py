@@ -89,7 +89,7 @@ async def get_version() -> dict[str, str]:
 
 
 def _tokenize(service: InferenceService, body: TokenizeRequest) -> list[int]:
-    tok = service.client.tokenizer
+    tok = service.tokenizer
     if body.messages is not None:
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content or ""}
                     for m in body.messages]
@@ -129,7 +129,7 @@ def _detokenize(service: InferenceService, raw: bytes) -> str:
         body = parse_body(DetokenizeRequest, raw)
         _check_model(body.model, service)
         ids = body.tokens
-    tok = service.client.tokenizer
+    tok = service.tokenizer
     if ids and (min(ids) < 0 or max(ids) >= tok.vocab_size):
         bad = [t for t in ids if not 0 <= t < tok.vocab_size]
         raise APIError("invalid_request", f"token ids outside the vocabulary of {tok.vocab_size}: {bad[:5]}",
@@ -155,7 +155,7 @@ def _plain_ids(raw: bytes) -> list[int] | None:
 
 
 def _token_strs(service: InferenceService, ids: list[int]) -> list[str]:
-    return service.client.tokenizer.backend.decode_batch([[t] for t in ids], skip_special_tokens=False)
+    return service.tokenizer.backend.decode_batch([[t] for t in ids], skip_special_tokens=False)
 
 
 @models_router.get("/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)

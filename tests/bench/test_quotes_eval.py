@@ -9,8 +9,8 @@ import torch
 from bench.quotes_eval import Question, clause_sentences, load_set, run, score
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.structured import sentence_spans
 from policies import load_policy
+from textspans import sentence_spans
 
 Q = Question("What minimum capital?", "3.1", ("eight per cent", "8%"))
 DOC = ("3.1 An institution shall hold capital of not less than eight per cent of its assets.\n"

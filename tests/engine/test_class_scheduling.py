@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.outputs import AdmissionError
@@ -78,7 +78,7 @@ def test_admission_refuses_what_can_never_fit(tiny_model_dir):
 
 
 async def test_client_streams_and_cancelling_the_iterator_aborts(tiny_model_dir):
-    client = EngineClient(_engine(tiny_model_dir)).start()
+    client = LocalEngineClient(_engine(tiny_model_dir)).start()
     try:
         done = EngineRequest("a", [200, 300, 400], SamplingParams(max_tokens=6, ignore_eos=True), "document_qa")
         outs = [o async for o in client.generate(done)]

@@ -1,4 +1,4 @@
-"""EngineClient supervises its loop: a crash fails the requests in flight, never hangs them, and restarts."""
+"""LocalEngineClient supervises its loop: a crash fails the requests in flight, never hangs them, and restarts."""
 from __future__ import annotations
 
 import asyncio
@@ -6,7 +6,7 @@ import asyncio
 import pytest
 import torch
 
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.outputs import AdmissionError, RequestOutput
@@ -25,11 +25,11 @@ def _req(rid: str, max_tokens: int = 4) -> EngineRequest:
     return EngineRequest(rid, [1500, 1600, 1700], SamplingParams(max_tokens=max_tokens, ignore_eos=True), "document_qa")
 
 
-async def _collect(client: EngineClient, req: EngineRequest) -> list[RequestOutput]:
+async def _collect(client: LocalEngineClient, req: EngineRequest) -> list[RequestOutput]:
     return await asyncio.wait_for(_outputs(client, req), timeout=30)
 
 
-async def _outputs(client: EngineClient, req: EngineRequest) -> list[RequestOutput]:
+async def _outputs(client: LocalEngineClient, req: EngineRequest) -> list[RequestOutput]:
     return [o async for o in client.generate(req)]
 
 
@@ -49,7 +49,7 @@ def _crash_on_step(engine: LLMEngine, monkeypatch, *, times: int) -> None:
 
 
 async def test_a_loop_crash_fails_requests_in_flight_and_the_loop_restarts(engine, monkeypatch):
-    client = EngineClient(engine, restart_backoff_s=0.01).start()
+    client = LocalEngineClient(engine, restart_backoff_s=0.01).start()
     try:
         assert client.health().alive and client.health().restarts == 0
         _crash_on_step(engine, monkeypatch, times=1)
@@ -67,7 +67,7 @@ async def test_a_loop_crash_fails_requests_in_flight_and_the_loop_restarts(engin
 
 
 async def test_a_loop_that_keeps_crashing_is_reported_dead_and_refuses_requests(engine, monkeypatch):
-    client = EngineClient(engine, max_restarts=2, restart_backoff_s=0.01).start()
+    client = LocalEngineClient(engine, max_restarts=2, restart_backoff_s=0.01).start()
     try:
         _crash_on_step(engine, monkeypatch, times=100)
         for i in range(3):  # each crash fails its request; the third one is one too many
@@ -88,7 +88,7 @@ async def test_a_loop_that_keeps_crashing_is_reported_dead_and_refuses_requests(
 
 async def test_a_bad_request_through_the_client_fails_alone(engine, monkeypatch):
     monkeypatch.setattr(SamplingParams, "validate", lambda self: None)  # as if it slipped past every check
-    client = EngineClient(engine).start()
+    client = LocalEngineClient(engine).start()
     try:
         bad = EngineRequest("bad", [1500, 1600], SamplingParams(max_tokens=4, temperature=1.0, seed=2**64),
                             "document_qa")
@@ -100,7 +100,7 @@ async def test_a_bad_request_through_the_client_fails_alone(engine, monkeypatch)
 
 
 async def test_launch_builds_the_engine_on_the_loop_thread(tiny_model_dir):
-    """One thread loads and steps the engine, so OpenMP keeps one team (see EngineClient.launch)."""
+    """One thread loads and steps the engine, so OpenMP keeps one team (see LocalEngineClient.launch)."""
     import threading
 
     built_on: list[str] = []
@@ -110,7 +110,7 @@ async def test_launch_builds_the_engine_on_the_loop_thread(tiny_model_dir):
         return LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), block_size=4,
                                       num_blocks_override=64, max_num_batched_tokens=32, num_threads=1))
 
-    client = EngineClient.launch(factory)
+    client = LocalEngineClient.launch(factory)
     try:
         assert built_on == ["finserve-engine"] and client.running
         outs = await _collect(client, _req("launched"))
@@ -125,4 +125,4 @@ def test_launch_raises_what_the_factory_raised():
         raise FileNotFoundError("no model here")
 
     with pytest.raises(FileNotFoundError, match="no model here"):
-        EngineClient.launch(factory)
+        LocalEngineClient.launch(factory)

@@ -7,8 +7,9 @@ import pytest
 import tokenizers
 import torch
 
-from engine.structured import compile_json_schema, grounded_schema, is_grounded, text_spans
+from engine.structured import compile_json_schema
 from tests.engine.test_structured import _walk
+from textspans import grounded_schema, is_grounded, text_spans
 
 SOURCE = ('This Supply Agreement is made on 3 March 2024 between Finserve Holdings Ltd. (the "Buyer") and '
           'Kestrel Energy plc (the "Supplier").\n1. Price. The total purchase price is USD 250,000.\n')

@@ -19,7 +19,7 @@ from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.keys import create_key
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from finserve.app import create_app
@@ -29,11 +29,11 @@ from policies import Policy, load_policy, policy_from_dict
 KV_BYTES = 4 << 20  # 512 blocks of 16 tokens for the tiny model (512 B of KV per token)
 
 
-def make_client(model_dir: Path, policy: Policy, **overrides: Any) -> EngineClient:
+def make_client(model_dir: Path, policy: Policy, **overrides: Any) -> LocalEngineClient:
     torch.set_num_threads(1)
     config = EngineConfig(model=str(model_dir), policy=policy, kv_cache_memory_bytes=KV_BYTES, num_threads=1,
                           max_num_batched_tokens=256, **overrides)
-    return EngineClient(LLMEngine(config)).start()
+    return LocalEngineClient(LLMEngine(config)).start()
 
 
 def policy_with(**class_overrides: dict[str, Any]) -> Policy:
@@ -45,7 +45,7 @@ def policy_with(**class_overrides: dict[str, Any]) -> Policy:
 
 
 @pytest.fixture(scope="session")
-def engine_client(tiny_model_dir: Path) -> Iterator[EngineClient]:
+def engine_client(tiny_model_dir: Path) -> Iterator[LocalEngineClient]:
     client = make_client(tiny_model_dir, load_policy())
     yield client
     client.shutdown()
@@ -88,7 +88,7 @@ def settings(tmp_path: Path, db_url: str) -> Settings:
 
 
 @pytest.fixture
-async def app(settings: Settings, engine_client: EngineClient) -> AsyncIterator[Any]:
+async def app(settings: Settings, engine_client: LocalEngineClient) -> AsyncIterator[Any]:
     application = create_app(settings, engine_client=engine_client)
     async with application.router.lifespan_context(application):
         yield application
@@ -115,7 +115,7 @@ class LiveServer:
 
 
 @pytest.fixture
-def live_server(settings: Settings, engine_client: EngineClient) -> Iterator[LiveServer]:
+def live_server(settings: Settings, engine_client: LocalEngineClient) -> Iterator[LiveServer]:
     """The app behind a real uvicorn server on 127.0.0.1 (streams and disconnects are real)."""
     gateway = GatewayThread(settings, engine_client).start()
     yield LiveServer(gateway.url, gateway.app)

@@ -6,7 +6,6 @@ import re
 
 import httpx
 
-from engine.structured import sentence_spans
 from gateway.prompts import (
     answer_leads,
     document_messages,
@@ -16,6 +15,7 @@ from gateway.prompts import (
 )
 from tests.gateway.conftest import Keys, auth
 from tests.gateway.test_openai_api import sse_events
+from textspans import sentence_spans
 
 DOC = ("Article 92. Own funds requirements.\nInstitutions shall at all times satisfy a Common Equity Tier 1 "
        "capital ratio of 4.5%. They shall satisfy a Tier 1 capital ratio of 6%. The total capital ratio "

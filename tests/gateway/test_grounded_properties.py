@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from engine.request import SamplingParams
 from engine.sampler import SamplingRow, sample
-from engine.structured import check_constraint, compile_json_schema, grounded_schema, is_grounded
+from engine.structured import check_constraint, compile_json_schema
 from engine.tokenizer import Tokenizer
 from gateway.prompts import quoted_answer_schema, relevant_sentences
+from textspans import grounded_schema, is_grounded
 
 MAX_STEPS = 400
 # Characters that stress the byte-level vocabulary and JSON escaping: 2-, 3- and 4-byte UTF-8, quotes and

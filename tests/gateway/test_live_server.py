@@ -9,7 +9,7 @@ import openai
 from sqlalchemy import select
 
 from core.db.models import RequestLedger
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from tests.gateway.conftest import Keys, LiveServer, auth, wait_for
 
 
@@ -44,7 +44,7 @@ def test_official_openai_client_works_unchanged(live_server: LiveServer, keys: K
         raise AssertionError("best_of=3 must be refused")
 
 
-def _idle(client: EngineClient) -> bool:
+def _idle(client: LocalEngineClient) -> bool:
     stats = client.stats()
     return stats.running == 0 and stats.waiting == 0 and stats.used_blocks == 0
 
@@ -57,7 +57,7 @@ async def _ledger(server: LiveServer, key: str, rid: str) -> dict:
 
 
 async def test_disconnect_mid_stream_aborts_the_engine_request(live_server: LiveServer, keys: Keys,
-                                                               engine_client: EngineClient) -> None:
+                                                               engine_client: LocalEngineClient) -> None:
     async with httpx.AsyncClient(base_url=live_server.url, timeout=30) as c:
         async with c.stream("POST", "/v1/completions", headers=auth(keys.acme),
                             json={"prompt": "Stress scenario", "max_tokens": 512, "ignore_eos": True,
@@ -73,7 +73,7 @@ async def test_disconnect_mid_stream_aborts_the_engine_request(live_server: Live
 
 
 async def test_disconnect_while_waiting_for_a_whole_answer_aborts_too(live_server: LiveServer, keys: Keys,
-                                                                      engine_client: EngineClient) -> None:
+                                                                      engine_client: LocalEngineClient) -> None:
     async with httpx.AsyncClient(base_url=live_server.url, timeout=0.3) as c:
         t0 = time.monotonic()
         try:
@@ -92,7 +92,7 @@ async def test_disconnect_while_waiting_for_a_whole_answer_aborts_too(live_serve
 
 
 async def test_clients_that_hang_up_at_once_leave_the_ledger_writer_serving(live_server: LiveServer, keys: Keys,
-                                                                             engine_client: EngineClient) -> None:
+                                                                             engine_client: LocalEngineClient) -> None:
     """Hang-ups during the write-ahead wait (a killed job worker does this) used to cancel the row's future
     and kill the writer thread; every later request then waited on its row until the client timed out."""
     async def hang_up(timeout: float) -> None:

@@ -11,14 +11,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from finserve.app import create_app
 from tests.gateway.conftest import Keys, auth, make_client, policy_with, wait_for
 
 
 @pytest.fixture
 async def one_slot_client(tiny_model_dir: Path, settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient,
-                                                                                          EngineClient]]:
+                                                                                          LocalEngineClient]]:
     """realtime_risk with one batch slot and a queue of one."""
     policy = policy_with(realtime_risk={"max_running": 1, "queue_limit": 1, "max_output_tokens": 512})
     engine = make_client(tiny_model_dir, policy)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from finserve.app import create_app
 from tests.gateway.conftest import Keys, auth
 
@@ -41,7 +41,7 @@ def post(client: TestClient, key: str, path: str, body: dict[str, Any]) -> int:
 
 
 def test_any_number_in_any_sampling_field_is_answered_and_the_engine_survives(
-        tmp_path: Any, db_url: str, keys: Keys, engine_client: EngineClient) -> None:
+        tmp_path: Any, db_url: str, keys: Keys, engine_client: LocalEngineClient) -> None:
     app = create_app(Settings(home=tmp_path, database_url=db_url, log_json=True), engine_client=engine_client)
     statuses: list[int] = []
     with TestClient(app) as client:

@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from finserve.app import create_app
 from tests.gateway.conftest import Keys, auth
 
@@ -36,7 +36,7 @@ EXAMPLES = 6
 
 
 @pytest.fixture
-def schema(tmp_path: Path, db_url: str, engine_client: EngineClient) -> Any:
+def schema(tmp_path: Path, db_url: str, engine_client: LocalEngineClient) -> Any:
     settings_ = Settings(home=tmp_path, database_url=db_url, log_json=True, broker_url="redis://127.0.0.1:1/0",
                          max_body_bytes=1 << 20)
     app = create_app(settings_, engine_client=engine_client)

@@ -18,7 +18,7 @@ from schemathesis.python import asgi
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from finserve.app import create_app
 from tests.gateway.conftest import Keys, auth, make_client, policy_with
 
@@ -40,7 +40,7 @@ def short_answers(tiny_model_dir: Path) -> Any:
 
 
 @pytest.fixture
-def api_schema(tmp_path: Path, db_url: str, short_answers: EngineClient) -> Any:
+def api_schema(tmp_path: Path, db_url: str, short_answers: LocalEngineClient) -> Any:
     engine_client = short_answers
     app = create_app(Settings(home=tmp_path, database_url=db_url, log_json=True, broker_url="redis://127.0.0.1:1/0",
                               max_body_bytes=1 << 20), engine_client=engine_client)

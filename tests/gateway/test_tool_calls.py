@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from finserve.stack import GatewayThread
@@ -97,17 +97,17 @@ def test_parser_is_chosen_per_model(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def smollm2(default_model_dir: Path) -> Iterator[EngineClient]:
+def smollm2(default_model_dir: Path) -> Iterator[LocalEngineClient]:
     torch.set_num_threads(2)
     config = EngineConfig(model=str(default_model_dir), policy=load_policy(), kv_cache_memory_bytes=256 << 20,
                           num_threads=2)
-    client = EngineClient(LLMEngine(config)).start()
+    client = LocalEngineClient(LLMEngine(config)).start()
     yield client
     client.shutdown()
 
 
 @pytest.fixture
-def real_server(settings: Settings, smollm2: EngineClient) -> Iterator[str]:
+def real_server(settings: Settings, smollm2: LocalEngineClient) -> Iterator[str]:
     gateway = GatewayThread(settings, smollm2).start()
     yield gateway.url
     gateway.stop()

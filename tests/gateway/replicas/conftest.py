@@ -12,7 +12,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.request import EngineRequest, SamplingParams
 from gateway.replicas.replica_set import ReplicaSet
 from gateway.replicas.server import create_engine_app
@@ -53,7 +53,7 @@ def engine_settings(model_dir: Path, home: Path) -> Settings:
 
 @pytest.fixture(scope="module")
 def replica_servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-                    ) -> Iterator[list[tuple[ServerThread, EngineClient]]]:
+                    ) -> Iterator[list[tuple[ServerThread, LocalEngineClient]]]:
     """Two engine servers, each with an engine of its own."""
     home = tmp_path_factory.mktemp("replicas")
     made = []

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import RequestStatus
 from gateway.replicas.replica_set import ReplicaSet
@@ -20,7 +20,7 @@ from tests.gateway.replicas.conftest import ServerThread, engine_settings, make_
 pytestmark = pytest.mark.slow
 
 
-async def collect(client: EngineClient | ReplicaSet, req_) -> list[RequestOutput]:  # type: ignore[no-untyped-def]
+async def collect(client: LocalEngineClient | ReplicaSet, req_) -> list[RequestOutput]:  # type: ignore[no-untyped-def]
     return [out async for out in client.generate(req_)]
 
 

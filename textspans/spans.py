@@ -1,0 +1,52 @@
+"""Spans of a source text that a constrained answer may hold: word spans (a field's value) and sentences
+(a quote). An enum of these in a grammar lets the model write only text that occurs in the source."""
+from __future__ import annotations
+
+import re
+
+_SEGMENT_BREAKS = re.compile(r"[\n()\"“”|;:]+|\.\s|,\s")  # spans never cross these
+_MAX_SPAN_WORDS = 8
+
+
+def text_spans(source: str, *, max_chars: int = 80, max_words: int = _MAX_SPAN_WORDS) -> list[str]:
+    """Distinct word spans of `source` (1..max_words words, at most max_chars), in order of first use.
+
+    Spans stay within a segment (no line break, bracket, quote, semicolon, colon or sentence end
+    inside), which keeps the set to a few hundred for a page of text while still holding every
+    name, amount or phrase a field could be; a span that begins a sentence keeps its full stop
+    when the word is an abbreviation such as "Ltd." (the period is followed by a space there too,
+    so "Ltd" and "Ltd." are both offered).
+    """
+    seen: dict[str, None] = {}
+    for segment in _SEGMENT_BREAKS.split(source):
+        words = segment.split()
+        for i in range(len(words)):
+            for j in range(i + 1, min(len(words), i + max_words) + 1):
+                span = " ".join(words[i:j]).strip(" ,.")
+                if span and len(span) <= max_chars and span in source:
+                    seen.setdefault(span, None)
+                    if span + "." in source and len(span) < max_chars:
+                        seen.setdefault(span + ".", None)
+    return list(seen)
+
+
+def is_grounded(value: str, source: str) -> bool:
+    """True when `value` occurs verbatim in `source` (the check after decoding)."""
+    return bool(value) and value in source
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+
+
+def sentence_spans(source: str, *, max_chars: int = 400) -> list[str]:
+    """Distinct sentences (and lines) of `source`, stripped, at most max_chars each: what a quote may be.
+
+    A document of thousands of tokens has tens of thousands of word spans but only hundreds of
+    sentences, so an enum of sentences stays small enough to compile per request.
+    """
+    seen: dict[str, None] = {}
+    for part in _SENTENCE_END.split(source):
+        s = part.strip()
+        if s and len(s) <= max_chars:
+            seen.setdefault(s, None)
+    return list(seen)
