@@ -90,6 +90,63 @@ static inline int32_t load4(const int8_t *p) {
     return v;
 }
 
+#if defined(QG_AVX2) && !defined(QG_AVX512)
+// int8 activations on AVX2, the tile height a compile-time constant (as tile16_avx2 below).
+static inline __attribute__((always_inline)) void tile8_avx2(int q4, const uint8_t *w, const uint16_t *wd,
+                                                             const uint16_t *wm, int KB, const int8_t *xq,
+                                                             const float *xd, const int32_t *xs, const int mt,
+                                                             float out[MT][QR]) {
+    const int tile_bytes = q4 ? 256 : 512;
+    const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    for (int h = 0; h < 2; h++) {  // rows 8h..8h+7: 32 bytes of each 64-byte row-quad
+        __m256 facc[MT];
+        for (int t = 0; t < mt; t++) facc[t] = _mm256_setzero_ps();
+        for (int b = 0; b < KB; b++) {
+            const uint8_t *wt = w + (int64_t)b * tile_bytes + 32 * h;
+            const __m256 wdv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wd + b * QR + 8 * h)));
+            __m256i iacc[MT];
+            for (int t = 0; t < mt; t++) iacc[t] = _mm256_setzero_si256();
+            if (q4) {
+                for (int j = 0; j < 4; j++) {
+                    const __m256i wv = _mm256_loadu_si256((const __m256i *)(wt + j * 64));
+                    const __m256i lo = _mm256_and_si256(wv, low), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low);
+                    for (int t = 0; t < mt; t++) {
+                        const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                        // u4 x s8 pairs stay far below the int16 limit: 2 * 15 * 127 * 2 < 32767
+                        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load4(xb + 4 * j))),
+                                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load4(xb + 16 + 4 * j))));
+                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(p, ones));
+                    }
+                }
+                const __m256 wmv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wm + b * QR + 8 * h)));
+                for (int t = 0; t < mt; t++) {
+                    const float d = xd[(int64_t)t * KB + b];
+                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(iacc[t]), wdv);
+                    facc[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(d), facc[t]);
+                    facc[t] = _mm256_fmadd_ps(wmv, _mm256_set1_ps(d * (float)xs[(int64_t)t * KB + b]), facc[t]);
+                }
+            } else {
+                for (int j = 0; j < 8; j++) {
+                    // maddubs needs u8 x s8 without int16 overflow: |q| x sign-adjusted x, |q| <= 127.
+                    const __m256i ws = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wt + j * 64)), flip);
+                    const __m256i aw = _mm256_abs_epi8(ws);
+                    for (int t = 0; t < mt; t++) {
+                        const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                        const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(load4(xb + 4 * j)), ws);
+                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+                    }
+                }
+                for (int t = 0; t < mt; t++) {
+                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(iacc[t]), wdv);
+                    facc[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(xd[(int64_t)t * KB + b]), facc[t]);
+                }
+            }
+        }
+        for (int t = 0; t < mt; t++) _mm256_storeu_ps(out[t] + 8 * h, facc[t]);
+    }
+}
+#endif
+
 // One group (16 output rows) x MT activation rows, all K blocks: out[t][r] for t < mt.
 static void group_tile(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int8_t *xq,
                        const float *xd, const int32_t *xs, int mt, float out[MT][QR]) {
@@ -137,52 +194,15 @@ static void group_tile(int q4, const uint8_t *w, const uint16_t *wd, const uint1
     }
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
 #elif defined(QG_AVX2)
-    const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-    for (int h = 0; h < 2; h++) {  // rows 8h..8h+7: 32 bytes of each 64-byte row-quad
-        __m256 facc[MT];
-        for (int t = 0; t < MT; t++) facc[t] = _mm256_setzero_ps();
-        for (int b = 0; b < KB; b++) {
-            const uint8_t *wt = w + (int64_t)b * tile_bytes + 32 * h;
-            const __m256 wdv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wd + b * QR + 8 * h)));
-            __m256i iacc[MT];
-            for (int t = 0; t < MT; t++) iacc[t] = _mm256_setzero_si256();
-            if (q4) {
-                for (int j = 0; j < 4; j++) {
-                    const __m256i wv = _mm256_loadu_si256((const __m256i *)(wt + j * 64));
-                    const __m256i lo = _mm256_and_si256(wv, low), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low);
-                    for (int t = 0; t < mt; t++) {
-                        const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
-                        // u4 x s8 pairs stay far below the int16 limit: 2 * 15 * 127 * 2 < 32767
-                        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load4(xb + 4 * j))),
-                                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load4(xb + 16 + 4 * j))));
-                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(p, ones));
-                    }
-                }
-                const __m256 wmv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wm + b * QR + 8 * h)));
-                for (int t = 0; t < mt; t++) {
-                    const float d = xd[(int64_t)t * KB + b];
-                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(iacc[t]), wdv);
-                    facc[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(d), facc[t]);
-                    facc[t] = _mm256_fmadd_ps(wmv, _mm256_set1_ps(d * (float)xs[(int64_t)t * KB + b]), facc[t]);
-                }
-            } else {
-                for (int j = 0; j < 8; j++) {
-                    // maddubs needs u8 x s8 without int16 overflow: |q| x sign-adjusted x, |q| <= 127.
-                    const __m256i ws = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wt + j * 64)), flip);
-                    const __m256i aw = _mm256_abs_epi8(ws);
-                    for (int t = 0; t < mt; t++) {
-                        const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
-                        const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(load4(xb + 4 * j)), ws);
-                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
-                    }
-                }
-                for (int t = 0; t < mt; t++) {
-                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(iacc[t]), wdv);
-                    facc[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(xd[(int64_t)t * KB + b]), facc[t]);
-                }
-            }
+    (void)tile_bytes;
+    if (mt == MT) {
+        tile8_avx2(q4, w, wd, wm, KB, xq, xd, xs, MT, out);
+    } else {
+        for (int t = 0; t < mt; t++) {
+            float one[MT][QR];
+            tile8_avx2(q4, w, wd, wm, KB, xq + (int64_t)t * KB * QK, xd + (int64_t)t * KB, xs + (int64_t)t * KB, 1, one);
+            memcpy(out[t], one[0], sizeof(float) * QR);
         }
-        for (int t = 0; t < mt; t++) _mm256_storeu_ps(out[t] + 8 * h, facc[t]);
     }
 #else
     for (int t = 0; t < mt; t++) {
