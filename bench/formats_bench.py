@@ -150,7 +150,7 @@ if __name__ == "__main__":
     # python -m bench.formats_bench [PEER_PYTHON|-] [REPS] [NEW_TOKENS] [FORMATS] [THREADS]
     args = sys.argv[1:] + [""] * 5
     t0 = time.perf_counter()
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     run(peer_python=None if args[0] in ("", "-") else args[0], reps=int(args[1] or 3),
         new_tokens=int(args[2] or 128), formats=args[3] or "fp32,bf16,int8,q4", threads=int(args[4] or 2),

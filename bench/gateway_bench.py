@@ -152,7 +152,7 @@ def run(json_path: str | None = None, *, n: int = 100, blocks: int = 5, warmup: 
     from core.db.migrate import upgrade
     from core.logging import configure_logging
     from core.settings import Settings
-    from finserve.app import create_app
+    from stack.app import create_app
 
     if n < 1 or blocks < 1 or warmup < 0:
         raise ValueError("n and blocks must be >= 1, warmup >= 0")

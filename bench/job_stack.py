@@ -16,9 +16,9 @@ from core.settings import Settings
 from engine.client import EngineClient
 from engine.engine import LLMEngine
 from engine.factory import EngineConfig
-from finserve.stack import GatewayThread, start_worker, stop_worker
 from jobs.celery_app import use_broker
 from jobs.redis_server import RedisServer
+from stack.processes import GatewayThread, start_worker, stop_worker
 
 UNLIMITED_RPS = 1e9  # the stack's own keys must not be what limits throughput
 

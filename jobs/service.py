@@ -73,7 +73,7 @@ def create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: st
                key_id: str, companion: Companion | None = None) -> tuple[ExtractionJob, bool]:
     """The job for this submission and whether it was created now (False: an idempotent replay).
 
-    `key_id` is the submitting key: the job's items run as it (core.keys.item_owner). Job and items are committed together; nothing is enqueued here (the caller enqueues after
+    `key_id` is the submitting key: the job's items run as it (jobs.owners.item_owner). Job and items are committed together; nothing is enqueued here (the caller enqueues after
     the commit, so a worker never sees an id SQL does not have). `companion` adds rows that
     belong to the job (a batch's row) to the same transaction. Traced as `finserve.jobs.create`.
     """

@@ -293,10 +293,10 @@ def register(app: typer.Typer) -> None:
         """Run a Celery worker for extraction items."""
         from core.logging import configure_logging
         from core.settings import get_settings
-        from finserve.stack import worker_argv
-        from jobs.celery_app import app as celery_app
+        from jobs.celery_app import celery_app
+        from stack.processes import worker_argv
 
         settings = get_settings()  # the Celery app module's settings: one object in this process
         level = loglevel or settings.log_level.upper()
         configure_logging(json=settings.log_json, level=level.lower())
-        celery_app.worker_main(worker_argv(concurrency or settings.worker_concurrency, level, name))
+        celery_app().worker_main(worker_argv(concurrency or settings.worker_concurrency, level, name))

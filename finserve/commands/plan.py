@@ -276,7 +276,7 @@ def sweep(
     from bench.sweep import run as run_sweep
     from core.logging import configure_logging
     from finserve.config import command_defaults, command_settings, engine_config
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     settings = command_defaults(command_settings(model=model, threads=threads, dtype=dtype, weights=weights,
                                                  max_num_batched_tokens=max_batched_tokens),

@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 from core.db.jobs_models import ExtractionJob
 from core.keys import JOB_ITEM_HEADER, revoke_key, verify_key
 from core.settings import Settings
-from finserve.app import create_app
 from jobs import service
 from jobs.celery_app import QUEUE, use_broker
 from policies import load_policy
+from stack.app import create_app
 from tests.jobs.conftest import SCHEMA
 
 
