@@ -185,7 +185,7 @@ class RequestResult:
 
 def _error_code(response: httpx.Response, body: bytes) -> str:
     try:
-        return json.loads(body)["error"]["code"]
+        return str(json.loads(body)["error"]["code"])
     except (ValueError, KeyError, TypeError):
         return f"http_{response.status_code}"
 

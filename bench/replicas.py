@@ -54,7 +54,8 @@ TARGET_HIT_RATE, TARGET_TTFT_RATIO, TARGET_ADDED_P50_MS, TARGET_THROUGHPUT_RATIO
 def document_text(i: int, approx_tokens: int) -> str:
     """A synthetic regulation, different from its first sentence on (seeded by `i`)."""
     rng = random.Random(i)
-    sentences, words = [], 0
+    sentences: list[str] = []
+    words = 0
     while words < approx_tokens * 0.75:  # ~1.3 tokens per word for this vocabulary
         n = rng.randint(8, 16)
         body = " ".join(rng.choice(WORDS) for _ in range(n))

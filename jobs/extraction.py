@@ -580,4 +580,6 @@ def parse_answer(text: str, finish_reason: str | None, schema: dict[str, Any]) -
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
         raise InvalidOutput(f"answer violates the schema at {where}: {exc.message}") from None
+    if not isinstance(doc, dict):  # a job's schema is an object schema (jobs/schemas.py), so this is a guard
+        raise InvalidOutput(f"answer is a JSON {type(doc).__name__}, not an object")
     return doc

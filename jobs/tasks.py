@@ -30,8 +30,6 @@ def trace_carrier(request: Any) -> dict[str, str]:
     return carrier
 
 
-# shared_task: registered with the app when the worker builds it (jobs/celery_app.py), not bound at import.
-@shared_task(name=EXTRACT_TASK, bind=True, max_retries=None, acks_late=True, reject_on_worker_lost=True)
 def extract_item(self: Task, item_id: int) -> str:
     """Extract one contract item. Idempotent: any number of deliveries store at most one result."""
     structlog.contextvars.clear_contextvars()
@@ -55,3 +53,9 @@ def extract_item(self: Task, item_id: int) -> str:
     if step.kind == "retry":
         raise self.retry(countdown=step.countdown_s)
     return step.kind
+
+
+# shared_task: registered with the app when the worker builds it (jobs/celery_app.py), not bound at import.
+# Applied by call (Celery ships no types: as a decorator it would make `extract_item` untyped for mypy).
+extract_item_task: Task = shared_task(name=EXTRACT_TASK, bind=True, max_retries=None, acks_late=True,
+                                      reject_on_worker_lost=True)(extract_item)

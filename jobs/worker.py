@@ -145,7 +145,7 @@ def worker_runtime() -> WorkerRuntime:
 
 def backoff_s(settings: Settings, retries: int, retry_after_s: float | None) -> float:
     """Capped exponential backoff with jitter; never sooner than the server's Retry-After."""
-    delay = min(settings.jobs_backoff_max_s, settings.jobs_backoff_base_s * 2 ** min(retries, 16))
+    delay: float = min(settings.jobs_backoff_max_s, settings.jobs_backoff_base_s * 2 ** min(retries, 16))
     delay *= random.uniform(0.5, 1.0)  # de-synchronise workers that were refused together
     return max(delay, retry_after_s or 0.0)
 

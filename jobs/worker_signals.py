@@ -24,14 +24,12 @@ from jobs.reconcile import Reconciler
 from jobs.worker import worker_runtime
 
 
-@signals.setup_logging.connect
 def _worker_logging(loglevel: int | str | None = None, **_: Any) -> None:
     """Celery calls this instead of configuring logging itself (and then leaves stdout alone too)."""
     level = logging.getLevelName(loglevel) if isinstance(loglevel, int) else (loglevel or "INFO")
     configure_logging(json=get_settings().log_json, level=str(level))
 
 
-@signals.celeryd_after_setup.connect
 def _announce(sender: str, instance: Any, **_: Any) -> None:
     # Sent just before the worker prints its text banner: one structured line says the same instead.
     instance.quiet = True
@@ -41,7 +39,6 @@ def _announce(sender: str, instance: Any, **_: Any) -> None:
         queues=sorted(instance.app.amqp.queues.keys()), broker=maybe_sanitize_url(instance.app.conf.broker_url))
 
 
-@signals.worker_init.connect
 def _worker_tracing(**_: Any) -> None:
     tracing.setup_tracing(tracing.SERVICE_WORKER)
 
@@ -49,7 +46,6 @@ def _worker_tracing(**_: Any) -> None:
 _reconciler: Reconciler | None = None
 
 
-@signals.worker_ready.connect
 def _start_reconciler(**_: Any) -> None:
     """Every worker runs the queue reconciler (jobs/reconcile.py); a Redis lock makes one pass at a time."""
     global _reconciler
@@ -61,8 +57,16 @@ def _start_reconciler(**_: Any) -> None:
                              task=EXTRACT_TASK, interval_s=settings.jobs_reconcile_interval_s).start()
 
 
-@signals.worker_shutdown.connect
 def _flush_spans(**_: Any) -> None:
     if _reconciler is not None:
         _reconciler.stop()
     tracing.shutdown_tracing()
+
+
+# Connected by call, not as decorators: Celery ships no types, and a decorator typed Any would erase these
+# functions' signatures for mypy.
+signals.setup_logging.connect(_worker_logging)
+signals.celeryd_after_setup.connect(_announce)
+signals.worker_init.connect(_worker_tracing)
+signals.worker_ready.connect(_start_reconciler)
+signals.worker_shutdown.connect(_flush_spans)
