@@ -34,7 +34,8 @@ from core.settings import get_settings
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
 from jobs import service
-from jobs.extraction import InvalidOutput, finish_item, normalize_schema, plan_item
+from jobs.extraction import finish_item, plan_item
+from jobs.field_schema import InvalidOutput, normalize_schema
 from jobs.worker import RETRY_TEMPERATURE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.settings import Settings
-from jobs.extraction import normalize_schema
+from jobs.field_schema import normalize_schema
 from jobs.schemas import ContractItem, JobCreate, JobOptions
 from jobs.service import JobSpec
 from policies import ClassPolicy

@@ -24,7 +24,8 @@ from core.db.base import make_engine, make_session_factory
 from core.db.jobs_models import JOB_BATCH
 from core.settings import Settings, get_settings
 from jobs import batch, service
-from jobs.extraction import InvalidOutput, finish_item, plan_item
+from jobs.extraction import finish_item, plan_item
+from jobs.field_schema import InvalidOutput
 from jobs.gateway_client import ClaimLost, GatewayClient, Refused, Saturated
 from jobs.service import Claim, ClaimOutcome
 

@@ -78,7 +78,7 @@ def extraction(
         summary_json,
     )
     from engine.engine import LLMEngine
-    from jobs.extraction import normalize_schema
+    from jobs.field_schema import normalize_schema
 
     if direct and gateway:
         raise typer.BadParameter("--direct runs the engine in this process; --gateway needs the job path",
