@@ -173,7 +173,7 @@ def _point_result(p: Point, runs: list[RunFigures], engine: LLMEngine, bandwidth
     for name, values in figures.items():
         present = [v for v in values if v is not None]
         res[name] = summary(present) if len(present) == len(values) else None
-    # What paging must hold for this batch (DESIGN.md KV formula, rounded up to whole blocks).
+    # What paging must hold for this batch (the KV formula of docs/ARCHITECTURE.md, rounded up to whole blocks).
     res["kv_formula_bytes"] = p.shape.batch * blocks_per_request(p.shape, engine.config.block_size) * per_block
     res["kv_bytes_per_token"] = engine.kv_spec.bytes_per_token
     wbytes = weight_bytes(engine.runner.model)

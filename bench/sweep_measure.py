@@ -5,7 +5,7 @@ batch slot, FCFS, prefix caching off, and prompts of random distinct tokens, so 
 class share nor a cached prefix (repeats reuse nothing) colours the figures.
 
 Per run, with B requests submitted together (continuous batching):
-- ttft_ms, tpot_ms, e2e_ms: medians over the B requests (RequestMetrics, DESIGN.md definitions);
+- ttft_ms, tpot_ms, e2e_ms: medians over the B requests (RequestMetrics, the definitions in docs/ARCHITECTURE.md);
 - input_tokens_per_s: all prompt tokens / (first submission -> last first token), the prefill rate;
 - output_tokens_per_s: decode-phase rate, all tokens after each request's first /
   (first first token -> last token); for B = 1 it is exactly 1000 / TPOT;
