@@ -28,7 +28,7 @@ serve: model
 # Import direction is checked twice: ruff's per-package banned imports and tests/test_layers.py.
 lint: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy --strict policies core engine ledger textspans gateway
+	$(VENV)/bin/mypy --strict policies core engine ledger textspans gateway jobs stack finserve bench
 
 test: lint
 	$(PY) -m pytest -q tests

@@ -18,21 +18,24 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import cycle, islice
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from bench.common import alternate, environment, percentile, summary, write_json
-from bench.configured import engine_config
+from bench.configured import engine_config, threads_of
 from bench.job_stack import LocalJobStack
 from core.logging import configure_logging
 from core.settings import get_settings
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
 from jobs import service
-from jobs.extraction import InvalidOutput, finish_item, normalize_schema, plan_item
+from jobs.extraction import finish_item, plan_item
+from jobs.field_schema import InvalidOutput, normalize_schema
 from jobs.worker import RETRY_TEMPERATURE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -55,7 +58,7 @@ class Run:
     risk_ttft_ms: list[float]
     errors: list[str]  # a few distinct failure reasons, if any item failed
 
-    def figures(self) -> dict:
+    def figures(self) -> dict[str, Any]:
         return {"items_per_minute": self.items * 60.0 / self.seconds,
                 "output_tokens_per_s": self.output_tokens / self.seconds}
 
@@ -92,13 +95,13 @@ class _Bench:
         self.schema = json.loads((EXAMPLES / "contract_schema.json").read_text())
         self.schema_json = normalize_schema(self.schema, max_fields=64)
         self.invalid_attempts = get_settings().jobs_invalid_output_attempts
-        kw = {"num_threads": threads} if threads else {}
+        kw: dict[str, object] = {"num_threads": threads} if threads else {}
         self.config = engine_config(model, **kw)
         self.stack = LocalJobStack(home, self.config, workers=workers, in_flight=in_flight, tenant="bench")
         self.engine, self.sessions, self.url = self.stack.engine, self.stack.sessions, self.stack.url
         self.bulk_key, self.risk_key = self.stack.client_key, self.stack.risk_key
 
-    def job(self, contracts: list[dict]) -> Run:
+    def job(self, contracts: list[dict[str, Any]]) -> Run:
         with httpx.Client(base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {self.bulk_key}"}) as c, \
                 _RiskProbe(self.url, self.risk_key, self.risk_gap_s) as probe:
             resp = c.post("/v1/extraction-jobs", json={"schema": self.schema, "items": contracts,
@@ -110,11 +113,13 @@ class _Bench:
         with self.sessions() as s:
             job = service.get_job(s, "bench", job_id)
             p = service.progress(s, job_id)
-            errors = {i.error for i in service.iter_results(s, job_id) if i.status == "failed"}
+            errors = {i.error or "" for i in service.iter_results(s, job_id) if i.status == "failed"}
+        if job is None or p.last_finished_at is None:
+            raise RuntimeError(f"job {job_id} reported completed but SQL has no finished items for it")
         seconds = (p.last_finished_at - job.created_at).total_seconds()
         return Run(seconds, len(contracts), j["counts"]["failed"], p.output_tokens, probe.ttft_ms, sorted(errors)[:3])
 
-    def direct(self, contracts: list[dict]) -> Run:
+    def direct(self, contracts: list[dict[str, Any]]) -> Run:
         tok = self.engine.tokenizer
         plans = [plan_item(self.schema_json, c["text"]) for c in contracts]  # prompt and grammar, as a worker does
         prompts = [tok.encode_chat(p.messages) for p in plans]
@@ -165,7 +170,7 @@ class _Bench:
 
 def run(json_path: str | None = None, items: int = 200, reps: int = 2, model: str | None = None,
         threads: int | None = None, workers: int = 1, in_flight: int = 16, max_tokens: int = 128,
-        risk_gap_s: float = 1.0) -> dict:
+        risk_gap_s: float = 1.0) -> dict[str, Any]:
     """Bulk job path vs direct engine on `items` contracts, `reps` alternated repetitions; prints JSON."""
     configure_logging(json=True, level="warning")
     runs: dict[str, list[Run]] = {"job": [], "direct": []}
@@ -177,17 +182,18 @@ def run(json_path: str | None = None, items: int = 200, reps: int = 2, model: st
             bench.direct(warm)
             contracts = _contracts(items)
 
-            def measure(name: str, fn) -> float:
+            def measure(name: str, fn: Callable[[list[dict[str, Any]]], Run]) -> float:
                 runs[name].append(fn(contracts))
-                return runs[name][-1].figures()["output_tokens_per_s"]
+                tps: float = runs[name][-1].figures()["output_tokens_per_s"]
+                return tps
 
             alternate({"job": lambda: measure("job", bench.job), "direct": lambda: measure("direct", bench.direct)},
                       reps)
         finally:
             bench.close()
-    data = {
+    data: dict[str, Any] = {
         "benchmark": "bulk",
-        "environment": environment(bench.config.num_threads, bench.config.resolved_dtype, bench.config.model),
+        "environment": environment(threads_of(bench.config), bench.config.resolved_dtype, bench.config.model),
         "workload": {"items": items, "reps": reps, "workers": workers, "in_flight": in_flight,
                      "max_tokens": max_tokens, "schema_fields": len(bench.schema["properties"]),
                      "risk_gap_s": risk_gap_s},

@@ -6,7 +6,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -35,8 +35,15 @@ def alternate(systems: dict[str, Callable[[], float]], reps: int) -> dict[str, l
     return results
 
 
-def summary(values: list[float]) -> dict:
+def summary(values: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
+
+
+def measured(value: float | None, what: str) -> float:
+    """A figure a finished request must have (TTFT, TPOT of a multi-token answer): a missing one is a broken run."""
+    if value is None:
+        raise RuntimeError(f"{what} was not measured")
+    return value
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -46,7 +53,7 @@ def percentile(values: list[float], p: float) -> float:
     return s[k]
 
 
-def environment(threads: int, dtype: str, model: str) -> dict:
+def environment(threads: int, dtype: str, model: str) -> dict[str, Any]:
     return {
         "threads": threads,
         "dtype": dtype,
@@ -57,7 +64,7 @@ def environment(threads: int, dtype: str, model: str) -> dict:
     }
 
 
-def write_json(path: str | None, data: dict) -> None:
+def write_json(path: str | None, data: dict[str, Any]) -> None:
     text = json.dumps(data, indent=2)
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -10,10 +10,19 @@ from __future__ import annotations
 from core.settings import Settings
 from engine.config import EngineConfig
 from policies import load_policy
+from stack.models import resolve_model
 
 
-def engine_config(model: str, *, policy_path: str | None = None, **overrides: object) -> EngineConfig:
-    """Settings().engine_config for `model` (policy: `policy_path`, else FINSERVE_POLICY, else the packaged one)."""
+def engine_config(model: str | None, **overrides: object) -> EngineConfig:
+    """Settings().engine_config for `model` (None: resolved as the CLI does, stack.models.resolve_model), with
+    the policy FINSERVE_POLICY names (else the packaged one) and the benchmark's `overrides` on top."""
     settings = Settings()
-    policy = load_policy(policy_path if policy_path is not None else settings.policy)
-    return settings.engine_config(policy, model=model, **overrides)
+    policy = load_policy(settings.policy)
+    return settings.engine_config(policy, model=model or resolve_model(None, settings), **overrides)
+
+
+def threads_of(config: EngineConfig) -> int:
+    """The engine's thread count (Settings resolve it; None in a hand-built config means all cores)."""
+    import torch
+
+    return config.num_threads or torch.get_num_threads()

@@ -40,7 +40,7 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 def run(weights: str, threads: int = 1, steps: int = 40, prompt_len: int = 256,
         model: str | None = None) -> dict[str, object]:
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     torch.set_num_threads(threads)
     engine = LLMEngine(engine_config(resolve_model(model), weights=weights, num_threads=threads,

@@ -10,17 +10,18 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from typing import Any
 
 import torch
 
-from bench.common import alternate, environment, measure_bandwidth_gbs, summary, write_json
-from bench.configured import engine_config
+from bench.common import alternate, environment, measure_bandwidth_gbs, measured, summary, write_json
+from bench.configured import engine_config, threads_of
 from engine.engine import LLMEngine
 from engine.model.loader import weight_bytes
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 
 
-def _req(ids, n, cls="bulk_extraction") -> EngineRequest:
+def _req(ids: list[int], n: int, cls: str = "bulk_extraction") -> EngineRequest:
     return EngineRequest(uuid.uuid4().hex, list(ids), SamplingParams(max_tokens=n, ignore_eos=True), cls)
 
 
@@ -34,10 +35,12 @@ def _rand_ids(rng: random.Random, n: int) -> list[int]:
 
 
 class HFRunner:
-    def __init__(self, model_dir: str):
+    def __init__(self, model_dir: str) -> None:
         from transformers import LlamaForCausalLM
 
-        self.model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        # Any: transformers' `eval()` is untyped; only generate() is called on it.
+        model: Any = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model = model.eval()
 
     @torch.inference_mode()
     def generate(self, batch: list[list[int]], n: int) -> float:
@@ -54,14 +57,14 @@ class HFRunner:
         return time.perf_counter() - t0
 
 
-def bench_decode(engine: LLMEngine, hf: HFRunner, reps: int, prompt_len=256, new=128) -> dict:
+def bench_decode(engine: LLMEngine, hf: HFRunner, reps: int, prompt_len: int = 256, new: int = 128) -> dict[str, Any]:
     prompt = _rand_ids(random.Random(0), prompt_len)
 
     def ours() -> float:
         r = _req(prompt, new)
         engine.add_request(r)
         _drain(engine)
-        return RequestMetrics.of(r).tpot_ms
+        return measured(RequestMetrics.of(r).tpot_ms, "TPOT")
 
     def theirs() -> float:
         t1 = hf.generate([prompt], 1)
@@ -78,7 +81,7 @@ def mixed_workload(n: int, seed: int = 0) -> list[tuple[list[int], int]]:
     return [(_rand_ids(rng, rng.randint(32, 1024)), rng.randint(16, 256)) for _ in range(n)]
 
 
-def bench_mixed(engine: LLMEngine, hf: HFRunner, reps: int, n_requests: int, hf_batch: int = 8) -> dict:
+def bench_mixed(engine: LLMEngine, hf: HFRunner, reps: int, n_requests: int, hf_batch: int = 8) -> dict[str, Any]:
     work = mixed_workload(n_requests)
     useful = sum(n for _, n in work)
 
@@ -97,15 +100,16 @@ def bench_mixed(engine: LLMEngine, hf: HFRunner, reps: int, n_requests: int, hf_
         return useful / secs
 
     res = alternate({"finserve": ours, "hf": theirs}, reps)
-    out = {name: summary(v) for name, v in res.items()}
+    out: dict[str, Any] = {name: summary(v) for name, v in res.items()}
     out["useful_output_tokens"] = useful
     out["input_tokens"] = sum(len(p) for p, _ in work)
     return out
 
 
-def bench_prefix(engine: LLMEngine, reps: int, doc_len: int = 2000) -> dict:
+def bench_prefix(engine: LLMEngine, reps: int, doc_len: int = 2000) -> dict[str, Any]:
     rng = random.Random(1)
-    cold, warm = [], []
+    cold: list[float] = []
+    warm: list[float] = []
     for _ in range(reps):
         doc = _rand_ids(rng, doc_len)  # a new document each repetition: the first question is truly cold
         q1, q2 = _rand_ids(rng, 20), _rand_ids(rng, 20)
@@ -115,8 +119,8 @@ def bench_prefix(engine: LLMEngine, reps: int, doc_len: int = 2000) -> dict:
         second = _req(doc + q2, 8, "document_qa")
         engine.add_request(second)
         _drain(engine)
-        cold.append(RequestMetrics.of(first).ttft_ms)
-        warm.append(RequestMetrics.of(second).ttft_ms)
+        cold.append(measured(RequestMetrics.of(first).ttft_ms, "TTFT"))
+        warm.append(measured(RequestMetrics.of(second).ttft_ms, "TTFT"))
         assert second.num_cached_tokens >= doc_len - engine.config.block_size
     return {"cold_ttft_ms": summary(cold), "warm_ttft_ms": summary(warm), "cached_tokens": second.num_cached_tokens}
 
@@ -125,25 +129,27 @@ PARTS = ("decode", "mixed", "prefix")
 
 
 def run(json_path: str | None, reps: int = 3, mixed_requests: int = 64, threads: int | None = None,
-        model: str | None = None, parts: tuple[str, ...] = PARTS) -> dict:
-    overrides = {"kv_cache_memory_bytes": 2 << 30, "max_num_batched_tokens": 1024, "max_num_seqs": 64,
+        model: str | None = None, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
+    overrides: dict[str, object] = {"kv_cache_memory_bytes": 2 << 30, "max_num_batched_tokens": 1024, "max_num_seqs": 64,
                  "scheduling": "fcfs"}
     if threads:
         overrides["num_threads"] = threads
     engine = LLMEngine(engine_config(model, **overrides))
-    torch.set_num_threads(engine.config.num_threads)
+    threads = threads_of(engine.config)
+    torch.set_num_threads(threads)
     hf = HFRunner(engine.config.model) if {"decode", "mixed"} & set(parts) else None
     bw = measure_bandwidth_gbs()
     wbytes = weight_bytes(engine.runner.model)
     data = {
         "benchmark": "engine",
-        "environment": environment(engine.config.num_threads, engine.config.resolved_dtype, engine.config.model),
+        "environment": environment(threads, engine.config.resolved_dtype, engine.config.model),
         "bandwidth_gbs": bw,
         "weights": engine.runner.model.weight_format,  # EngineConfig.weights "auto" resolved (q4 for SmolLM2)
         "weight_bytes_per_decode_step": wbytes,
         "targets": {"tpot_ratio_max": 0.5, "mixed_output_tps_ratio_min": 3.0, "warm_over_cold_max": 0.1},
     }
     if "decode" in parts:
+        assert hf is not None
         decode = bench_decode(engine, hf, reps)
         for name in ("finserve", "hf"):
             tpot_s = decode[name]["median"] / 1000
@@ -151,6 +157,7 @@ def run(json_path: str | None, reps: int = 3, mixed_requests: int = 64, threads:
         decode["tpot_ratio_finserve_over_hf"] = decode["finserve"]["median"] / decode["hf"]["median"]
         data["decode_batch1"] = {"prompt_tokens": 256, "new_tokens": 128, "tpot_ms": decode}
     if "mixed" in parts:
+        assert hf is not None
         mixed = bench_mixed(engine, hf, reps, mixed_requests)
         mixed["output_tps_ratio_finserve_over_hf"] = mixed["finserve"]["median"] / mixed["hf"]["median"]
         data["mixed_batch"] = {"requests": mixed_requests, "hf_static_batch": 8, "output_tokens_per_s": mixed}

@@ -31,7 +31,8 @@ from bench.contracts_gen import Contract
 from engine.engine import LLMEngine
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
-from jobs.extraction import InvalidOutput, ItemPlan, finish_item, plan_item
+from jobs.extraction import ItemPlan, finish_item, plan_item
+from jobs.field_schema import InvalidOutput
 from jobs.names import OwnNames
 
 CLASS = "bulk_extraction"

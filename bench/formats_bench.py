@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -26,6 +27,7 @@ from bench import formats_rss
 from bench.common import (
     environment,
     measure_bandwidth_gbs,
+    measured,
     summary,
     write_json,
 )
@@ -44,7 +46,7 @@ def _finserve_once(engine: LLMEngine, prompt: list[int], new_tokens: int) -> tup
     while engine.has_unfinished():
         engine.step()
     m = RequestMetrics.of(r)
-    return m.ttft_ms, m.tpot_ms
+    return measured(m.ttft_ms, "TTFT"), measured(m.tpot_ms, "TPOT")
 
 
 def _prefill_once(engine: LLMEngine, prompt: list[int]) -> float:
@@ -66,7 +68,10 @@ def peer_ggufs(python: str, cache: Path) -> dict[str, Path]:
 def run(json_path: str | None = "results/formats.json", formats: str = "fp32,bf16,int8,q4", reps: int = 3,
         threads: int = 2, prompt_len: int = 256, new_tokens: int = 128, peer_python: str | None = None,
         model: str | None = None, long_prompts: tuple[int, ...] = (2048,), kv_dtype: str = "auto",
-        rss: bool = True) -> dict:
+        rss: bool = True) -> dict[str, Any]:
+    from stack.models import resolve_model
+
+    model = resolve_model(model)  # None: the configured or default model, as the CLI resolves it
     torch.set_num_threads(threads)
     longest = max((prompt_len, *long_prompts))
     prompts = {n: [random.Random(n).randrange(200, 40000) for _ in range(n)] for n in (prompt_len, *long_prompts)}
@@ -124,13 +129,13 @@ def run(json_path: str | None = "results/formats.json", formats: str = "fp32,bf1
     return data
 
 
-def _prefill_row(ms: list[float], tokens: int) -> dict:
+def _prefill_row(ms: list[float], tokens: int) -> dict[str, Any]:
     s = summary(ms)
     return {"ms": s, "input_tokens_per_s": tokens / (s["median"] / 1000)}
 
 
-def _peer_summary(rows: dict, ours: list[str], theirs: list[str], peer_python: str | None,
-                  lengths: list[int]) -> dict:
+def _peer_summary(rows: dict[str, Any], ours: list[str], theirs: list[str], peer_python: str | None,
+                  lengths: list[int]) -> dict[str, Any]:
     """Best finserve format over the best llama.cpp format: TPOT (lower is better), prefill speed per length."""
     tpot = {n: rows[n]["tpot_ms"]["median"] for n in rows}
     best, peer_best = min(ours, key=tpot.__getitem__), min(theirs, key=tpot.__getitem__)
@@ -150,7 +155,7 @@ if __name__ == "__main__":
     # python -m bench.formats_bench [PEER_PYTHON|-] [REPS] [NEW_TOKENS] [FORMATS] [THREADS]
     args = sys.argv[1:] + [""] * 5
     t0 = time.perf_counter()
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     run(peer_python=None if args[0] in ("", "-") else args[0], reps=int(args[1] or 3),
         new_tokens=int(args[2] or 128), formats=args[3] or "fp32,bf16,int8,q4", threads=int(args[4] or 2),

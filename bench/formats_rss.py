@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 KV_BYTES = 32 << 20  # a small KV pool (subtracted): the figure is about weights
 
@@ -51,7 +52,7 @@ def _child(fmt: str, model: str, threads: int) -> dict[str, object]:
 
 def measure(formats: list[str], model: str, threads: int) -> dict[str, object]:
     """One fresh process per format; ratios of the weights' RSS against fp32's when fp32 is measured."""
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for fmt in formats:
         out = subprocess.run([sys.executable, "-m", "bench.formats_rss", fmt, model, str(threads)],
                              capture_output=True, text=True, check=True)

@@ -23,14 +23,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import torch
 import uvicorn
+from fastapi import FastAPI
 
-from bench.common import environment, summary, write_json
+from bench.common import environment, measured, summary, write_json
 from bench.configured import engine_config
 from engine.client import EngineClient
+from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from ledger.reports.percentiles import nearest_rank
@@ -43,7 +46,7 @@ TARGET_ADDED_P50_MS = 2.0
 Sample = tuple[float, float | None]  # (client-side latency ms, server-side e2e ms from its own arrival stamp)
 
 
-def _start_server(app) -> tuple[uvicorn.Server, threading.Thread, str]:
+def _start_server(app: FastAPI) -> tuple[uvicorn.Server, threading.Thread, str]:
     """uvicorn on 127.0.0.1 on a free port, configured as `finserve serve` runs it (host and port,
     so its sockets get TCP_NODELAY; a socket handed in with proto 0 would not, and Nagle's
     algorithm with delayed ACKs would add ~40 ms to every response)."""
@@ -98,13 +101,13 @@ def _block(fn: Callable[[], Sample], n: int) -> list[Sample]:
     return [fn() for _ in range(n)]
 
 
-def _system_report(blocks: list[list[Sample]]) -> dict:
+def _system_report(blocks: list[list[Sample]]) -> dict[str, Any]:
     lat = [[ms for ms, _ in b] for b in blocks]
     pooled = sorted(ms for b in lat for ms in b)
     server = [s for b in blocks for _, s in b if s is not None]
     return {
-        "p50_ms": summary([nearest_rank(sorted(b), 50.0) for b in lat]),
-        "p99_ms": summary([nearest_rank(sorted(b), 99.0) for b in lat]),
+        "p50_ms": summary([measured(nearest_rank(sorted(b), 50.0), "p50") for b in lat]),
+        "p99_ms": summary([measured(nearest_rank(sorted(b), 99.0), "p99") for b in lat]),
         "pooled": {"count": len(pooled), "p50_ms": nearest_rank(pooled, 50.0), "p99_ms": nearest_rank(pooled, 99.0),
                    "mean_ms": statistics.fmean(pooled)},
         "server_e2e_median_ms": statistics.median(server) if server else None,
@@ -147,16 +150,16 @@ def _logs_to(path: Path) -> Iterator[None]:
 
 
 def run(json_path: str | None = None, *, n: int = 100, blocks: int = 5, warmup: int = 20, model: str | None = None,
-        threads: int | None = None, kv_memory: int | None = None, log_level: str = "info") -> dict:
+        threads: int | None = None, kv_memory: int | None = None, log_level: str = "info") -> dict[str, Any]:
     """Measure, print the JSON (and write it to `json_path`), and return it."""
     from core.db.migrate import upgrade
     from core.logging import configure_logging
     from core.settings import Settings
-    from finserve.app import create_app
+    from stack.app import create_app
 
     if n < 1 or blocks < 1 or warmup < 0:
         raise ValueError("n and blocks must be >= 1, warmup >= 0")
-    overrides = {"num_threads": threads} if threads else {}
+    overrides: dict[str, object] = {"num_threads": threads} if threads else {}
     if kv_memory:
         overrides["kv_cache_memory_bytes"] = kv_memory
     config = engine_config(model, **overrides)
@@ -185,8 +188,8 @@ def run(json_path: str | None = None, *, n: int = 100, blocks: int = 5, warmup: 
     return out
 
 
-def _report(runs: dict[str, list[list[Sample]]], config, *, prompt_tokens: int, n: int, blocks: int,
-            warmup: int) -> dict:
+def _report(runs: dict[str, list[list[Sample]]], config: EngineConfig, *, prompt_tokens: int, n: int, blocks: int,
+            warmup: int) -> dict[str, Any]:
     http, direct = _system_report(runs["http"]), _system_report(runs["direct"])
     added_p50 = http["p50_ms"]["median"] - direct["p50_ms"]["median"]
     return {

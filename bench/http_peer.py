@@ -18,6 +18,7 @@ every request must produce exactly output_tokens tokens.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -143,7 +144,7 @@ def level_report(runs: list[dict[str, Any]]) -> dict[str, Any]:
     reqs = [r for run in runs for r in run["results"]]
     itl = [x for r in reqs for x in r["itl_ms"]]
     tpot = [r["tpot_ms"] for r in reqs if r["tpot_ms"] is not None]
-    out = {
+    out: dict[str, Any] = {
         "output_tokens_per_s": summary([run["output_tokens_per_s"] for run in runs]),
         "ttft_p50_ms": _p([r["ttft_ms"] for r in reqs if r["ttft_ms"] is not None], 50.0),
         "itl_p50_ms": _p(itl, 50.0), "itl_p90_ms": _p(itl, 90.0),
@@ -235,8 +236,9 @@ def _add_llama_server(starters: dict[str, Starter], info: dict[str, Any], shape:
         return
     for t in (x.strip().upper() for x in types.split(",") if x.strip()):
         path = llamacpp.gguf(tools, t)
-        starters[f"llama-server {t}"] = (lambda p=path, t=t: llamacpp.start_server(
-            tools, p, t, threads=shape.threads, parallel=max(8, max(shape.concurrency)), log=log))
+        starters[f"llama-server {t}"] = functools.partial(
+            llamacpp.start_server, tools, path, t, threads=shape.threads, parallel=max(8, max(shape.concurrency)),
+            log=log)
 
 
 def run_all(starters: dict[str, Starter], shape: Shape, tokenizer_dir: str, info: dict[str, Any],
@@ -311,8 +313,8 @@ def run(json_path: str | None, *, model: str, shape: Shape, weights: str = "auto
             assert peer_python is not None
             for t in parse_gguf_types(peer_gguf_types):
                 gguf = peer_gguf(peer_python, t, cache)
-                starters[f"llama.cpp {t}"] = (lambda g=gguf, t=t: start_llamacpp(
-                    peer_python, g, t, threads=shape.threads, n_ctx=2048, log=log))
+                starters[f"llama.cpp {t}"] = functools.partial(
+                    start_llamacpp, peer_python, gguf, t, threads=shape.threads, n_ctx=2048, log=log)
         else:
             info["peer_skipped"] = reason  # llama-cpp-python's server (an extra beside llama-server)
         runs = run_all(starters, shape, model, info)

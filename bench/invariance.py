@@ -9,10 +9,12 @@ Two engines of the same settings, one with batch_invariant, alternating (A B A B
 """
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import alternate, environment, summary, write_json
@@ -72,10 +74,10 @@ def run(json_path: str | None, model: str, reps: int = 3) -> dict[str, Any]:
     for name in SYSTEMS:  # warm-up: pools, thread governor, kernel caches
         _run(engines[name], [(_ids(rng, 64), 8)])
     figures: dict[str, dict[str, list[float]]] = {}
-    parts = {"decode_tpot_ms": tpot, "prefill_256_tok_s": lambda n: prefill(n, pp256),
+    parts: dict[str, Callable[[str], float]] = {"decode_tpot_ms": tpot, "prefill_256_tok_s": lambda n: prefill(n, pp256),
              "prefill_1024_tok_s": lambda n: prefill(n, pp1024), "mixed_output_tok_s": mixed_tps}
     for part, fn in parts.items():
-        figures[part] = alternate({name: (lambda name=name, fn=fn: fn(name)) for name in SYSTEMS}, reps)
+        figures[part] = alternate({name: functools.partial(fn, name) for name in SYSTEMS}, reps)
     cfg = engines["default"].config
     env = {**environment(cfg.num_threads or 0, cfg.resolved_dtype, model), "cpu_name": cpu_name(),
            "kernel_isa": cpu_kernels.kernel_isa(), "weights": engines["default"].runner.model.weight_format}

@@ -26,8 +26,8 @@ import time
 import uuid
 from typing import Any
 
-from bench.common import environment, percentile, write_json
-from bench.configured import engine_config
+from bench.common import environment, measured, percentile, write_json
+from bench.configured import engine_config, threads_of
 from engine.client import EngineClient
 from engine.engine import LLMEngine
 from engine.outputs import AdmissionError
@@ -54,21 +54,22 @@ async def _one(client: EngineClient, req: EngineRequest) -> EngineRequest:
     return req
 
 
-def _new(rng, n_in, n_out, cls, tenant: str = "") -> EngineRequest:
+def _new(rng: random.Random, n_in: int, n_out: int, cls: str, tenant: str = "") -> EngineRequest:
     return EngineRequest(uuid.uuid4().hex, _ids(rng, n_in), SamplingParams(max_tokens=n_out, ignore_eos=True), cls,
                          tenant=tenant)
 
 
-async def _risk_stream(client, rng, count: int, gap_s: float) -> list[EngineRequest]:
-    tasks = []
+async def _risk_stream(client: EngineClient, rng: random.Random, count: int, gap_s: float) -> list[EngineRequest]:
+    tasks: list[asyncio.Task[EngineRequest]] = []
     for _ in range(count):
         tasks.append(asyncio.create_task(_one(client, _new(rng, RISK_PROMPT_TOKENS, RISK_OUTPUT_TOKENS, "realtime_risk"))))
         await asyncio.sleep(gap_s * rng.uniform(0.5, 1.5))
     return list(await asyncio.gather(*tasks))
 
 
-async def _bulk_pump(client, rng, in_flight: int, stop: asyncio.Event, done: list[EngineRequest]) -> None:
-    async def worker():
+async def _bulk_pump(client: EngineClient, rng: random.Random, in_flight: int, stop: asyncio.Event,
+                     done: list[EngineRequest]) -> None:
+    async def worker() -> None:
         while not stop.is_set():
             done.append(await _one(client, _new(rng, BULK_PROMPT_TOKENS, BULK_OUTPUT_TOKENS, "bulk_extraction")))
 
@@ -98,12 +99,15 @@ def _processed_tps(reqs: list[EngineRequest], t0: float, t1: float) -> dict[str,
     return {"input": inp / span, "output": out / span, "total": (inp + out) / span}
 
 
-async def _situation(scheduling: str, load: bool, n_risk: int, gap_s: float, bulk_in_flight: int, seed: int, model) -> dict:
+async def _situation(scheduling: str, load: bool, n_risk: int, gap_s: float, bulk_in_flight: int, seed: int,
+                     model: str | None) -> dict[str, Any]:
     client = EngineClient.launch(lambda: LLMEngine(engine_config(model, scheduling=scheduling)))
     rng = random.Random(seed)
     try:
         await _one(client, _new(rng, 64, 4, "realtime_risk"))  # warm-up
-        stop, bulk_done, doc = asyncio.Event(), [], None
+        stop = asyncio.Event()
+        bulk_done: list[EngineRequest] = []
+        doc: asyncio.Task[EngineRequest] | None = None
         pump = None
         if load:
             pump = asyncio.create_task(_bulk_pump(client, rng, bulk_in_flight, stop, bulk_done))
@@ -125,7 +129,7 @@ async def _situation(scheduling: str, load: bool, n_risk: int, gap_s: float, bul
         client.shutdown()
 
 
-def _slo_met(policy, m: RequestMetrics) -> bool:
+def _slo_met(policy: Policy, m: RequestMetrics) -> bool:
     slo = policy.get("realtime_risk").slo
     return all(
         target is None or value is None or value <= target
@@ -133,16 +137,17 @@ def _slo_met(policy, m: RequestMetrics) -> bool:
     )
 
 
-def _report(metrics, bulk_done, t0, t1, doc_metrics, policy) -> dict:
-    ttft = [m.ttft_ms for m in metrics]
+def _report(metrics: list[RequestMetrics], bulk_done: list[EngineRequest], t0: float, t1: float,
+            doc_metrics: RequestMetrics | None, policy: Policy) -> dict[str, Any]:
+    ttft = [measured(m.ttft_ms, "risk TTFT") for m in metrics]
 
     def met(m: RequestMetrics) -> bool:
         return _slo_met(policy, m)
 
-    out = {
+    out: dict[str, Any] = {
         "risk_requests": len(metrics),
         "risk_ttft_ms": {"p50": percentile(ttft, 50), "p99": percentile(ttft, 99), "max": max(ttft)},
-        "risk_queue_ms_p99": percentile([m.queue_ms for m in metrics], 99),
+        "risk_queue_ms_p99": percentile([measured(m.queue_ms, "risk queue time") for m in metrics], 99),
         "risk_slo_attainment": sum(map(met, metrics)) / len(metrics),
         "risk_preemptions": sum(m.preemptions for m in metrics),
     }
@@ -154,11 +159,12 @@ def _report(metrics, bulk_done, t0, t1, doc_metrics, policy) -> dict:
     return out
 
 
-async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model) -> dict[str, float]:
+async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model: str | None) -> dict[str, Any]:
     client = EngineClient.launch(lambda: LLMEngine(engine_config(model)))
     rng = random.Random(seed)
     try:
-        stop, done = asyncio.Event(), []
+        stop = asyncio.Event()
+        done: list[EngineRequest] = []
         pump = asyncio.create_task(_bulk_pump(client, rng, bulk_in_flight, stop, done))
         await asyncio.sleep(3.0)
         t0 = time.time()
@@ -187,7 +193,7 @@ def _with_tenant_share(policy: Policy, share: float) -> Policy:
     return dataclasses.replace(policy, classes=classes)
 
 
-def _ttft_summary(policy, metrics: list[RequestMetrics], refused: int, refused_share: int = 0) -> dict[str, Any]:
+def _ttft_summary(policy: Policy, metrics: list[RequestMetrics], refused: int, refused_share: int = 0) -> dict[str, Any]:
     """p50/p99/max TTFT of the answered requests; attainment as the ledger counts it: a refusal for a full
     class queue (`refused`) is a miss, one for the tenant's own share of it (`refused_share`) is not counted."""
     ttft = [m.ttft_ms for m in metrics if m.ttft_ms is not None]
@@ -198,7 +204,8 @@ def _ttft_summary(policy, metrics: list[RequestMetrics], refused: int, refused_s
             "slo_attainment": sum(_slo_met(policy, m) for m in metrics) / counted if counted else None}
 
 
-async def _tenants(share: float | None, n_risk: int, gap_s: float, burst: int, seed: int, model) -> dict:
+async def _tenants(share: float | None, n_risk: int, gap_s: float, burst: int, seed: int,
+                   model: str | None) -> dict[str, Any]:
     """Tenant "burst" keeps `burst` realtime requests in flight; tenant "steady" sends the usual stream."""
     policy = load_policy() if share is None else _with_tenant_share(load_policy(), share)
     config = dataclasses.replace(engine_config(model), policy=policy)
@@ -225,7 +232,7 @@ async def _tenants(share: float | None, n_risk: int, gap_s: float, burst: int, s
         burst_done: list[EngineRequest] = []
         pumps = [asyncio.create_task(bursting(burst_done)) for _ in range(burst)]
         await asyncio.sleep(2.0)  # the burst fills the slots and the queue
-        tasks = []
+        tasks: list[asyncio.Task[EngineRequest | None]] = []
         for _ in range(n_risk):
             tasks.append(asyncio.create_task(attempt("steady")))
             await asyncio.sleep(gap_s * rng.uniform(0.5, 1.5))
@@ -248,8 +255,8 @@ def _without_chunk_shield(policy: Policy) -> Policy:
     return dataclasses.replace(policy, classes=classes)
 
 
-async def _long_document(n_risk: int, gap_s: float, seed: int, model, threads: int, chunk_shield: bool,
-                         doc_tokens: int = LONG_DOC_TOKENS) -> dict:
+async def _long_document(n_risk: int, gap_s: float, seed: int, model: str | None, threads: int, chunk_shield: bool,
+                         doc_tokens: int = LONG_DOC_TOKENS) -> dict[str, Any]:
     """The risk stream while one LONG_DOC_TOKENS-token document prefills (no other load)."""
     policy = load_policy() if chunk_shield else _without_chunk_shield(load_policy())
     config = dataclasses.replace(engine_config(model, num_threads=threads), policy=policy)
@@ -259,7 +266,7 @@ async def _long_document(n_risk: int, gap_s: float, seed: int, model, threads: i
         await _one(client, _new(rng, 64, 4, "realtime_risk"))  # warm-up
         doc = asyncio.create_task(_one(client, _new(rng, doc_tokens, 4, "document_qa", "docs")))
         await asyncio.sleep(0.5)
-        tasks = []  # risk events until the document's prefill is over (its late chunks are the costly ones)
+        tasks: list[asyncio.Task[EngineRequest | None]] = []  # risk events until the document's prefill is over (its late chunks are the costly ones)
         refused: dict[tuple[str, str], int] = {}
         while not doc.done() or len(tasks) < n_risk:
             # One-token events (issue 23's probe): what is measured is the wait for a step and the prefill,
@@ -288,13 +295,13 @@ async def _long_document(n_risk: int, gap_s: float, seed: int, model, threads: i
 def run_parts(json_path: str | None, parts: tuple[str, ...], *, n_risk: int = 30, gap_s: float = 1.0,
               bulk_in_flight: int = 16, burst: int = BURST_IN_FLIGHT, threads: tuple[int, ...] = (2, 1),
               chunk_shield: bool = True, doc_tokens: int = LONG_DOC_TOKENS, seed: int = 0,
-              model: str | None = None) -> dict:
+              model: str | None = None) -> dict[str, Any]:
     """The parts asked for, one JSON document: `classes` is `run`'s whole comparison."""
     data: dict[str, Any] = {"benchmark": "isolation", "parts": list(parts)}
     if "classes" in parts:
         data |= run(None, n_risk=n_risk, gap_s=gap_s, bulk_in_flight=bulk_in_flight, seed=seed, model=model)
     if "tenants" in parts:
-        async def tenants() -> dict:
+        async def tenants() -> dict[str, Any]:
             fair = await _tenants(None, n_risk, gap_s, burst, seed, model)
             shared = await _tenants(1.0, n_risk, gap_s, burst, seed, model)
             return {"fair": fair, "shared": shared}
@@ -303,7 +310,7 @@ def run_parts(json_path: str | None, parts: tuple[str, ...], *, n_risk: int = 30
             "workload": {"burst_in_flight": burst, "steady_requests": n_risk, "steady_mean_gap_s": gap_s,
                          "prompt_tokens": RISK_PROMPT_TOKENS, "output_tokens": RISK_OUTPUT_TOKENS, "seed": seed}}
     cfg = engine_config(model)
-    data["environment"] = environment(cfg.num_threads, cfg.resolved_dtype, cfg.model)
+    data["environment"] = environment(threads_of(cfg), cfg.resolved_dtype, cfg.model)
     if "long_document" in parts:
         data["long_document"] = {
             "runs": [],
@@ -318,8 +325,8 @@ def run_parts(json_path: str | None, parts: tuple[str, ...], *, n_risk: int = 30
 
 
 def run(json_path: str | None, n_risk: int = 30, gap_s: float = 1.0, bulk_in_flight: int = 16, seed: int = 0,
-        model: str | None = None) -> dict:
-    async def main():
+        model: str | None = None) -> dict[str, Any]:
+    async def main() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
         idle = await _situation("class", False, n_risk, gap_s, bulk_in_flight, seed, model)
         loaded = await _situation("class", True, n_risk, gap_s, bulk_in_flight, seed, model)
         fcfs = await _situation("fcfs", True, n_risk, gap_s, bulk_in_flight, seed, model)
@@ -330,7 +337,7 @@ def run(json_path: str | None, n_risk: int = 30, gap_s: float = 1.0, bulk_in_fli
     cfg = engine_config(model)
     data = {
         "benchmark": "isolation",
-        "environment": environment(cfg.num_threads, cfg.resolved_dtype, cfg.model),
+        "environment": environment(threads_of(cfg), cfg.resolved_dtype, cfg.model),
         "workload": {"risk_prompt_tokens": RISK_PROMPT_TOKENS, "risk_output_tokens": RISK_OUTPUT_TOKENS,
                      "risk_requests": n_risk, "risk_mean_gap_s": gap_s, "bulk_in_flight": bulk_in_flight,
                      "bulk_prompt_tokens": BULK_PROMPT_TOKENS, "bulk_output_tokens": BULK_OUTPUT_TOKENS,

@@ -8,17 +8,18 @@ run each item as its job's owner. `close()` stops every process it started.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.keys import create_key
 from core.settings import Settings
 from engine.client import EngineClient
+from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.factory import EngineConfig
-from finserve.stack import GatewayThread, start_worker, stop_worker
 from jobs.celery_app import use_broker
 from jobs.redis_server import RedisServer
+from stack.processes import GatewayThread, start_worker, stop_worker
 
 UNLIMITED_RPS = 1e9  # the stack's own keys must not be what limits throughput
 
@@ -38,7 +39,7 @@ class LocalJobStack:
         self.engine = EngineClient.launch(lambda: LLMEngine(config))
         self.redis: RedisServer | None = None
         self.gateway: GatewayThread | None = None
-        self.workers: list = []
+        self.workers: list[Any] = []
         try:
             self.redis = RedisServer(workdir=home / "redis").start()
             use_broker(self.redis.url)  # the gateway (this process) enqueues to this Redis

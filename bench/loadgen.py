@@ -171,7 +171,7 @@ class RequestResult:
 
     @property
     def tpot_ms(self) -> float | None:
-        """(E2E - TTFT) / (output tokens - 1), the DESIGN.md definition, from client-side times."""
+        """(E2E - TTFT) / (output tokens - 1), the docs/ARCHITECTURE.md definition, from client-side times."""
         if self.ttft_ms is None or self.e2e_ms is None or not self.output_tokens or self.output_tokens <= 1:
             return None
         return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
@@ -185,7 +185,7 @@ class RequestResult:
 
 def _error_code(response: httpx.Response, body: bytes) -> str:
     try:
-        return json.loads(body)["error"]["code"]
+        return str(json.loads(body)["error"]["code"])
     except (ValueError, KeyError, TypeError):
         return f"http_{response.status_code}"
 

@@ -20,7 +20,7 @@ from bench.peer_bench import cpu_name
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
 from engine.request import EngineRequest, SamplingParams
-from finserve.models import resolve_model
+from stack.models import resolve_model
 
 PHASES = ("norm", "qkv", "rope_kv_write", "attend", "attend_merge", "quant", "o_proj", "gate_up_silu", "down", "head")
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 _FTYPES = {"q8_0": 7, "q4_1": 3, "f32": 0}  # llama.h LLAMA_FTYPE_*
 
 
-def measure(path: str, threads: int, new_tokens: int, prompt: list[int]) -> dict:
+def measure(path: str, threads: int, new_tokens: int, prompt: list[int]) -> dict[str, Any]:
     import llama_cpp
 
     n_ctx = max(2048, len(prompt) + new_tokens + 8)  # a 2,048-token prompt and its answer must fit

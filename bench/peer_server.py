@@ -127,8 +127,8 @@ def start_finserve(model: str, *, threads: int, weights: str, log: IO[bytes] | N
     from core.db.migrate import upgrade
     from core.keys import create_key
     from core.settings import Settings
-    from finserve.stack import FINSERVE, worker_env
     from jobs.redis_server import free_port
+    from stack.processes import FINSERVE, worker_env
 
     home = tempfile.TemporaryDirectory(prefix="finserve-bench-http-peer-")
     db_url = f"sqlite:///{Path(home.name) / 'finserve.db'}"

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +37,7 @@ class FormatQuality:
     seconds: float
 
 
-def text_ids(tokenize, max_tokens: int | None = None) -> list[int]:
+def text_ids(tokenize: Callable[[str], list[int]], max_tokens: int | None = None) -> list[int]:
     ids: list[int] = tokenize(TEXT_PATH.read_text(encoding="utf-8"))
     return ids if max_tokens is None else ids[:max_tokens]
 
@@ -102,7 +104,7 @@ def evaluate(base: EngineConfig, formats: list[str], ids: list[int], prompts: li
 
 
 def run(model_dir: str | None = None, formats: str = "fp32,bf16,int8,q4", threads: int | None = None,
-        prompts: int = 20, new_tokens: int = 64, out: str = "results/quality.json") -> dict:
+        prompts: int = 20, new_tokens: int = 64, out: str = "results/quality.json") -> dict[str, Any]:
     from bench.common import environment, write_json
     from bench.configured import engine_config
     from engine.tokenizer import Tokenizer

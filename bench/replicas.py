@@ -37,8 +37,8 @@ from bench import replicas_failover, replicas_overhead
 from bench.common import environment, write_json
 from bench.gateway_bench import _logs_to
 from core.settings import Settings
-from finserve.stack import EngineProcess, GatewayThread
 from ledger.reports.percentiles import nearest_rank
+from stack.processes import EngineProcess, GatewayThread
 
 PARTS = ("routing", "overhead", "failover")
 QUESTIONS = ("What capital must the bank hold?", "Which exposures are excluded?", "When does the rule apply?",
@@ -54,7 +54,8 @@ TARGET_HIT_RATE, TARGET_TTFT_RATIO, TARGET_ADDED_P50_MS, TARGET_THROUGHPUT_RATIO
 def document_text(i: int, approx_tokens: int) -> str:
     """A synthetic regulation, different from its first sentence on (seeded by `i`)."""
     rng = random.Random(i)
-    sentences, words = [], 0
+    sentences: list[str] = []
+    words = 0
     while words < approx_tokens * 0.75:  # ~1.3 tokens per word for this vocabulary
         n = rng.randint(8, 16)
         body = " ".join(rng.choice(WORDS) for _ in range(n))
@@ -182,7 +183,7 @@ def _overhead(settings: Settings, engine: EngineProcess, key: str, *, n: int, bl
 
 def _failover(settings: Settings, engines: list[EngineProcess], key: str, log: IO[bytes], **timing: float
               ) -> dict[str, Any]:
-    from finserve.stack import start_engine, wait_engines_ready
+    from stack.processes import start_engine, wait_engines_ready
 
     def restart(victim: EngineProcess) -> EngineProcess:
         back = start_engine(settings, port=victim.port, threads=victim.threads, log=log)
@@ -213,7 +214,7 @@ def run(json_path: str | None = None, *, replicas: int = 2, threads_per_replica:
     from core.db.migrate import upgrade
     from core.keys import create_key
     from core.logging import configure_logging
-    from finserve.stack import start_engines, stop_engine, wait_engines_ready
+    from stack.processes import start_engines, stop_engine, wait_engines_ready
 
     unknown = set(parts) - set(PARTS)
     if unknown:

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from finserve.stack import EngineProcess
+from stack.processes import EngineProcess
 
 PROMPT = "Rate the counterparty risk of an overnight repo with a BBB-rated bank as low, medium or high."
 QUESTION = "Which exposures does this circular exclude?"

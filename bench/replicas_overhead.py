@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import summary
+from bench.common import measured, summary
 from ledger.reports.percentiles import nearest_rank
 
 PROMPT = "Rate the counterparty risk of an overnight repo with a BBB-rated bank as low, medium or high."
@@ -71,7 +71,7 @@ def measure(systems: dict[str, tuple[str, str]], *, n: int, blocks: int, warmup:
         for _ in range(blocks):
             for name, (url, key) in systems.items():
                 lat, tps = _block(url, key, clients=c, per_client=per_client, max_tokens=max_tokens)
-                p50s[name].append(nearest_rank(sorted(lat), 50.0))
+                p50s[name].append(measured(nearest_rank(sorted(lat), 50.0), "p50 latency"))
                 tput[name].append(tps)
         part: dict[str, Any] = {"clients": c, "max_tokens": max_tokens, "requests_per_block": c * per_client}
         for name in systems:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import platform
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -40,7 +41,7 @@ async def _check_key(client: httpx.AsyncClient) -> str:
     r = await client.get("/v1/models")
     if r.status_code != 200:
         raise RuntimeError(f"GET /v1/models answered HTTP {r.status_code}: {r.text[:300]} (is the key valid?)")
-    return r.json()["data"][0]["id"]
+    return str(r.json()["data"][0]["id"])
 
 
 async def _warm_up(client: httpx.AsyncClient, workload: Workload, classes: list[str]) -> None:
@@ -66,7 +67,7 @@ async def _fetch_ledger(client: httpx.AsyncClient, results: list[RequestResult])
     return sum(r.ledger is not None for r in results)
 
 
-def _report(results: list[RequestResult], policy: Policy, duration_s: float) -> dict:
+def _report(results: list[RequestResult], policy: Policy, duration_s: float) -> dict[str, Any]:
     classes = {}
     for name in [c for c in CLASSES if any(r.workload_class == c for r in results)]:
         mine = [r for r in results if r.workload_class == name]
@@ -89,7 +90,7 @@ def _report(results: list[RequestResult], policy: Policy, duration_s: float) -> 
 
 async def _run(url: str, key: str, arrivals: list[Arrival], mix: dict[str, float], *, seed: int, documents: int,
                shape: WorkloadShape, drain_timeout_s: float, request_timeout_s: float, policy: Policy,
-               config: dict) -> dict:
+               config: dict[str, Any]) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)  # open loop: never queue here
     timeout = httpx.Timeout(request_timeout_s, connect=10.0)
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, limits=limits,
@@ -134,7 +135,7 @@ async def _run(url: str, key: str, arrivals: list[Arrival], mix: dict[str, float
 def run(url: str, key: str, json_path: str | None = None, *, requests: int = 200, duration_s: float = 300.0,
         rate: float = 1.0, mix: str = DEFAULT_MIX, seed: int = 0, documents: int = 2,
         shape: WorkloadShape | None = None, drain_timeout_s: float = 300.0, request_timeout_s: float = 600.0,
-        policy_path: str | None = None) -> dict:
+        policy_path: str | None = None) -> dict[str, Any]:
     """Run the load, print the JSON report (and write it to `json_path`), and return it."""
     check_target(url)
     if not 1 <= documents <= 16:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from statistics import median
+from typing import Any
 
 from bench.loadgen import RequestResult
 from ledger.reports.percentiles import nearest_rank, summarize
@@ -41,11 +42,11 @@ def slo_met(r: RequestResult, slo: SLOTargets) -> bool | None:
 
 def error_counts(results: Iterable[RequestResult]) -> dict[str, int]:
     """Failures by 'STATUS code' ('200 stream_incomplete', '429 queue_full', 'timeout', ...)."""
-    c = Counter(r.error_code if r.status is None else f"{r.status} {r.error_code}" for r in results if not r.ok)
+    c = Counter(str(r.error_code) if r.status is None else f"{r.status} {r.error_code}" for r in results if not r.ok)
     return dict(sorted(c.items()))
 
 
-def _percentile_targets(ok: Sequence[RequestResult], slo: SLOTargets) -> dict[str, dict]:
+def _percentile_targets(ok: Sequence[RequestResult], slo: SLOTargets) -> dict[str, dict[str, Any]]:
     """Each target against the class's own percentile (e.g. p99 TTFT <= 1000 ms)."""
     out = {}
     for name, target in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms), ("e2e_ms", slo.e2e_ms)):
@@ -57,7 +58,7 @@ def _percentile_targets(ok: Sequence[RequestResult], slo: SLOTargets) -> dict[st
     return out
 
 
-def class_report(results: Sequence[RequestResult], slo: SLOTargets, duration_s: float) -> dict:
+def class_report(results: Sequence[RequestResult], slo: SLOTargets, duration_s: float) -> dict[str, Any]:
     ok = [r for r in results if r.ok]
     flags = [slo_met(r, slo) for r in results]
     met, counted = flags.count(True), sum(f is not None for f in flags)
@@ -91,7 +92,7 @@ def agrees(client_ms: float, ledger_ms: float) -> bool:
     return abs(client_ms - ledger_ms) <= max(AGREEMENT_REL * ledger_ms, AGREEMENT_ABS_MS)
 
 
-def ttft_agreement(pairs: Sequence[tuple[float, float]]) -> dict:
+def ttft_agreement(pairs: Sequence[tuple[float, float]]) -> dict[str, Any]:
     """Client-side vs ledger TTFT over (client_ms, ledger_ms) pairs of the same requests.
 
     The client's interval contains the server's (it starts before the gateway's arrival stamp
@@ -119,7 +120,7 @@ def ttft_pairs(results: Iterable[RequestResult]) -> list[tuple[float, float]]:
             if r.ok and r.ttft_ms is not None and r.ledger is not None and r.ledger["timings"]["ttft_ms"] is not None]
 
 
-def lateness_ms(results: Sequence[RequestResult]) -> dict:
+def lateness_ms(results: Sequence[RequestResult]) -> dict[str, Any]:
     """How late requests left against their schedule: large values mean the client could not keep up."""
     late = sorted((r.sent_s - r.scheduled_s) * 1e3 for r in results)
     return {"p50": nearest_rank(late, 50.0), "p99": nearest_rank(late, 99.0), "max": late[-1] if late else None}

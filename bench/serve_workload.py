@@ -10,6 +10,7 @@ each request's payload depends only on the seed and its index, so runs are repea
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -95,7 +96,8 @@ class Workload:
 
     def build(self, a: Arrival) -> RequestSpec:
         rng = random.Random(f"{self.seed}/request/{a.index}")
-        return getattr(self, f"_{a.workload_class}")(rng)
+        build: Callable[[random.Random], RequestSpec] = getattr(self, f"_{a.workload_class}")
+        return build(rng)
 
     def _realtime_risk(self, rng: random.Random) -> RequestSpec:
         event: dict[str, Any] = {
@@ -127,7 +129,7 @@ class Workload:
         return RequestSpec("/v1/chat/completions", body, stream=True)
 
 
-async def register_documents(client: httpx.AsyncClient, count: int, *, seed: int, words: int) -> list[dict]:
+async def register_documents(client: httpx.AsyncClient, count: int, *, seed: int, words: int) -> list[dict[str, Any]]:
     """POST /v1/documents `count` times; returns the created documents (id, num_tokens, ...)."""
     docs = []
     for i in range(count):

@@ -16,13 +16,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from bench.common import environment, measure_bandwidth_gbs, summary
 from bench.sweep_measure import RunFigures, Shape, blocks_per_request, check_dtypes, run_shape, sweep_engine_config
+
+if TYPE_CHECKING:
+    from engine.engine import LLMEngine
+    from engine.model.llama import LlamaModel
 
 VARY = ("input", "output", "batch", "dtype")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -86,12 +92,12 @@ def points(spec: SweepSpec) -> list[Point]:
                 for d in spec.values for b in spec.dtype_batches]
     field = {"input": "input_tokens", "output": "output_tokens", "batch": "batch"}[spec.vary]
     base = Shape(spec.fixed_input, spec.fixed_output, spec.fixed_batch, spec.dtype)
-    return [Point(v, int(v), dataclasses.replace(base, **{field: int(v)})) for v in spec.values]
+    return [Point(v, int(v), Shape(**(dataclasses.asdict(base) | {field: int(v)}))) for v in spec.values]
 
 
-def run(spec: SweepSpec) -> dict:
+def run(spec: SweepSpec) -> dict[str, Any]:
     """Runs the sweep; writes sweep.json, sweep.md and one PNG per metric into spec.out_dir."""
-    from bench.configured import engine_config
+    from bench.configured import engine_config, threads_of
     from bench.sweep_report import write_markdown, write_plots
     from engine.engine import LLMEngine
     from engine.model.loader import weight_bytes
@@ -102,11 +108,13 @@ def run(spec: SweepSpec) -> dict:
     if spec.threads:
         overrides["num_threads"] = spec.threads
     base = engine_config(spec.model, **overrides)
-    engines, actual = {}, {}
+    engines: dict[str, LLMEngine] = {}
+    actual: dict[str, dict[str, str]] = {}
     for dtype in dict.fromkeys(p.shape.dtype for p in pts):
         engines[dtype] = LLMEngine(sweep_engine_config(base, [p.shape for p in pts if p.shape.dtype == dtype], dtype))
         actual[dtype] = check_dtypes(engines[dtype], dtype)
-    torch.set_num_threads(base.num_threads)
+    threads = threads_of(base)
+    torch.set_num_threads(threads)
     bandwidth = measure_bandwidth_gbs(spec.bandwidth_gib) if spec.bandwidth_gib > 0 else None
 
     rng = random.Random(spec.seed)
@@ -125,7 +133,7 @@ def run(spec: SweepSpec) -> dict:
         "vary": spec.vary,
         "values": list(spec.values),
         "environment": {
-            **environment(base.num_threads, spec.dtype if spec.vary != "dtype" else ",".join(engines), base.model),
+            **environment(threads, spec.dtype if spec.vary != "dtype" else ",".join(engines), base.model),
             "model_name": Path(base.model).name,
             "seed": spec.seed, "repeat": spec.repeat, "warmup": f"every point once, output capped at "
                                                                 f"{_WARMUP_OUTPUT_TOKENS} tokens",
@@ -150,9 +158,10 @@ def run(spec: SweepSpec) -> dict:
     return data
 
 
-def _point_result(p: Point, runs: list[RunFigures], engine, bandwidth: float | None, weight_bytes) -> dict:
+def _point_result(p: Point, runs: list[RunFigures], engine: LLMEngine, bandwidth: float | None,
+                  weight_bytes: Callable[[LlamaModel], int]) -> dict[str, Any]:
     per_block = engine.kv_spec.bytes_per_block
-    figures = {
+    figures: dict[str, list[float | None]] = {
         "ttft_ms": [r.ttft_ms for r in runs],
         "tpot_ms": [r.tpot_ms for r in runs],
         "e2e_ms": [r.e2e_ms for r in runs],
@@ -160,10 +169,11 @@ def _point_result(p: Point, runs: list[RunFigures], engine, bandwidth: float | N
         "output_tokens_per_s": [r.output_tokens_per_s for r in runs],
         "kv_peak_bytes": [r.kv_peak_blocks * per_block for r in runs],
     }
-    res: dict = {"label": p.label, "value": p.value, **dataclasses.asdict(p.shape)}
+    res: dict[str, Any] = {"label": p.label, "value": p.value, **dataclasses.asdict(p.shape)}
     for name, values in figures.items():
-        res[name] = None if any(v is None for v in values) else summary(values)
-    # What paging must hold for this batch (DESIGN.md KV formula, rounded up to whole blocks).
+        present = [v for v in values if v is not None]
+        res[name] = summary(present) if len(present) == len(values) else None
+    # What paging must hold for this batch (the KV formula of docs/ARCHITECTURE.md, rounded up to whole blocks).
     res["kv_formula_bytes"] = p.shape.batch * blocks_per_request(p.shape, engine.config.block_size) * per_block
     res["kv_bytes_per_token"] = engine.kv_spec.bytes_per_token
     wbytes = weight_bytes(engine.runner.model)
@@ -174,10 +184,10 @@ def _point_result(p: Point, runs: list[RunFigures], engine, bandwidth: float | N
     return res
 
 
-def dtype_ratios(results: list[dict]) -> dict:
+def dtype_ratios(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Median TTFT and TPOT of each precision over float32's at the same batch (< 1: faster than fp32)."""
     ref = {r["batch"]: r for r in results if r["dtype"] == "float32"}
-    out: dict = {}
+    out: dict[str, Any] = {}
     for r in results:
         base = ref.get(r["batch"])
         if base is None or r["dtype"] == "float32":

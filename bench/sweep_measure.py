@@ -5,7 +5,7 @@ batch slot, FCFS, prefix caching off, and prompts of random distinct tokens, so 
 class share nor a cached prefix (repeats reuse nothing) colours the figures.
 
 Per run, with B requests submitted together (continuous batching):
-- ttft_ms, tpot_ms, e2e_ms: medians over the B requests (RequestMetrics, DESIGN.md definitions);
+- ttft_ms, tpot_ms, e2e_ms: medians over the B requests (RequestMetrics, the definitions in docs/ARCHITECTURE.md);
 - input_tokens_per_s: all prompt tokens / (first submission -> last first token), the prefill rate;
 - output_tokens_per_s: decode-phase rate, all tokens after each request's first /
   (first first token -> last token); for B = 1 it is exactly 1000 / TPOT;
@@ -19,11 +19,16 @@ import statistics
 import time
 import uuid
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from bench.common import measured
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
 from engine.model.config import ModelConfig
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from policies import ClassificationRules, ClassPolicy, Policy, SLOTargets
+
+if TYPE_CHECKING:  # for the annotations only: the sweep (bench/sweep.py) builds the engines
+    from engine.engine import LLMEngine
 
 SWEEP_CLASS = "sweep"
 _FIRST_ORDINARY_TOKEN = 200  # prompts avoid the special tokens at the start of the vocabulary
@@ -89,7 +94,7 @@ def sweep_engine_config(base: EngineConfig, shapes: list[Shape], dtype: str) -> 
     )
 
 
-def check_dtypes(engine, dtype: str) -> dict[str, str]:
+def check_dtypes(engine: LLMEngine, dtype: str) -> dict[str, str]:
     """What the engine really holds; raises if it silently runs another precision than asked."""
     # The compute dtype (quantized weights keep their own format; a tied quantized head has no embed table).
     weights = str(engine.runner.model.dtype).removeprefix("torch.")
@@ -99,7 +104,7 @@ def check_dtypes(engine, dtype: str) -> dict[str, str]:
     return {"weights": weights, "kv_cache": kv}
 
 
-def run_shape(engine, shape: Shape, rng: random.Random) -> RunFigures:
+def run_shape(engine: LLMEngine, shape: Shape, rng: random.Random) -> RunFigures:
     """Submits `shape.batch` requests at once and steps the engine until all finish."""
     vocab = engine.model_config.vocab_size
     params = SamplingParams(max_tokens=shape.output_tokens, ignore_eos=True)
@@ -122,7 +127,7 @@ def run_shape(engine, shape: Shape, rng: random.Random) -> RunFigures:
     return _figures(reqs, peak)
 
 
-def _blocks_held_during_step(engine, finished_now: list[EngineRequest]) -> int:
+def _blocks_held_during_step(engine: LLMEngine, finished_now: list[EngineRequest]) -> int:
     """Blocks in use while the last step ran: held after it + those freed by requests it finished.
 
     Sampling engine.stats() after each step alone would miss the final step, whose requests
@@ -130,21 +135,22 @@ def _blocks_held_during_step(engine, finished_now: list[EngineRequest]) -> int:
     request held exactly ceil(num_computed_tokens / block_size) blocks (the count is kept at finish).
     """
     bs = engine.config.block_size
-    return engine.stats().used_blocks + sum(math.ceil(r.num_computed_tokens / bs) for r in finished_now)
+    held: int = engine.stats().used_blocks
+    return held + sum(math.ceil(r.num_computed_tokens / bs) for r in finished_now)
 
 
 def _figures(reqs: list[EngineRequest], peak_blocks: int) -> RunFigures:
     metrics = [RequestMetrics.of(r) for r in reqs]
     start = min(r.arrival_time for r in reqs)
-    last_first = max(r.first_token_time for r in reqs)
-    first_first = min(r.first_token_time for r in reqs)
+    first_tokens = [measured(r.first_token_time, "first token time") for r in reqs]
+    last_first, first_first = max(first_tokens), min(first_tokens)
     last_token = max(r.token_times[-1] for r in reqs)
     decode_tokens = sum(len(r.output_token_ids) - 1 for r in reqs)
     tpots = [m.tpot_ms for m in metrics if m.tpot_ms is not None]
     return RunFigures(
-        ttft_ms=statistics.median(m.ttft_ms for m in metrics),
+        ttft_ms=statistics.median(measured(m.ttft_ms, "TTFT") for m in metrics),
         tpot_ms=statistics.median(tpots) if tpots else None,
-        e2e_ms=statistics.median(m.e2e_ms for m in metrics),
+        e2e_ms=statistics.median(measured(m.e2e_ms, "E2E") for m in metrics),
         input_tokens_per_s=sum(r.num_prompt_tokens for r in reqs) / (last_first - start),
         output_tokens_per_s=decode_tokens / (last_token - first_first) if decode_tokens else None,
         kv_peak_blocks=peak_blocks,

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
 MIB = 2**20
@@ -28,7 +30,7 @@ _X_LABELS = {
 }
 
 
-def _subtitle(data: dict) -> str:
+def _subtitle(data: dict[str, Any]) -> str:
     env, fixed = data["environment"], data["environment"]["fixed"]
     held = {"input": f"input {fixed['input_tokens']}", "output": f"output {fixed['output_tokens']}",
             "batch": f"batch {fixed['batch']}"}
@@ -41,7 +43,7 @@ def _subtitle(data: dict) -> str:
             f"median of {env['repeat']}, bars min-max")
 
 
-def write_markdown(data: dict, path: Path) -> None:
+def write_markdown(data: dict[str, Any], path: Path) -> None:
     env = data["environment"]
     lines = [
         f"# finserve sweep: --vary {data['vary']}",
@@ -74,7 +76,7 @@ def write_markdown(data: dict, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def _cell(s: dict | None, digits: int = 1) -> str:
+def _cell(s: dict[str, Any] | None, digits: int = 1) -> str:
     if s is None:
         return "-"
     return f"{s['median']:,.{digits}f} ({s['min']:,.{digits}f}-{s['max']:,.{digits}f})"
@@ -84,7 +86,7 @@ def _ratio(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
-def write_plots(data: dict, out_dir: Path) -> list[Path]:
+def write_plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     """One titled, labelled PNG per metric; returns the paths written."""
     paths = []
     for metric, (title, ylabel, scale, better) in _METRICS.items():
@@ -120,7 +122,7 @@ def _fmt(y: float) -> str:
     return f"{y:,.0f}" if y >= 1000 else f"{y:.3g}"
 
 
-def _line(ax, pts: list[dict], metric: str, scale: float) -> None:
+def _line(ax: Axes, pts: list[dict[str, Any]], metric: str, scale: float) -> None:
     xs = [p["value"] for p in pts]
     med = [p[metric]["median"] * scale for p in pts]
     lo = [m - p[metric]["min"] * scale for m, p in zip(med, pts)]
@@ -140,7 +142,7 @@ def _line(ax, pts: list[dict], metric: str, scale: float) -> None:
     ax.set_xticklabels([str(x) for x in xs])
 
 
-def _dtype_bars(ax, pts: list[dict], metric: str, scale: float) -> None:
+def _dtype_bars(ax: Axes, pts: list[dict[str, Any]], metric: str, scale: float) -> None:
     dtypes = list(dict.fromkeys(p["dtype"] for p in pts))
     batches = list(dict.fromkeys(p["batch"] for p in pts))
     width = 0.8 / len(batches)

@@ -13,7 +13,7 @@ import statistics
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ def run(engine: LLMEngine, schema_json: str, cls: str, *, reps: int = 2, max_tok
         engine_no_ff: LLMEngine | None = None) -> dict[str, Any]:
     """Medians per mode over reps x events; the prompts are warmed first so every mode hits the prefix cache alike."""
     schema = json.loads(schema_json)
-    modes = {"verdict": (engine, lambda ev: verdict_messages(ev, DEFAULT_QUESTION, schema), schema_json),
+    modes: dict[str, tuple[LLMEngine, Callable[[RiskEvent], list[dict[str, str]]], str | None]] = {"verdict": (engine, lambda ev: verdict_messages(ev, DEFAULT_QUESTION, schema), schema_json),
              "text": (engine, lambda ev: risk_messages(ev, DEFAULT_QUESTION), None)}
     if engine_no_ff is not None:
         modes["verdict_no_ff"] = (engine_no_ff, modes["verdict"][1], schema_json)
@@ -244,16 +244,16 @@ def _rules_us(rules: RiskRules, event: dict[str, Any], reps: int = 200) -> float
     return (time.perf_counter() - t0) / reps * 1e6
 
 
-def _figures(rows: list[dict[str, Any]], verdicts: list[dict[str, Any] | None]) -> dict[str, Any]:
+def _figures(rows: list[dict[str, Any]], verdicts: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
     """Spearman of score with the label, accuracy of level and action (an invalid verdict counts as wrong)."""
     scores = [float(v["score"]) if v else 0.0 for v in verdicts]
     labels = [float(r["label_score"]) for r in rows]
     n = len(rows)
     return {
         "spearman": round(spearman(scores, labels), 3),
-        "risk_level_accuracy": round(sum(bool(v) and v["risk_level"] == r["risk_level"]
+        "risk_level_accuracy": round(sum(v is not None and bool(v) and v["risk_level"] == r["risk_level"]
                                          for v, r in zip(verdicts, rows, strict=True)) / n, 3),
-        "recommended_action_accuracy": round(sum(bool(v) and v["recommended_action"] == r["recommended_action"]
+        "recommended_action_accuracy": round(sum(v is not None and bool(v) and v["recommended_action"] == r["recommended_action"]
                                                  for v, r in zip(verdicts, rows, strict=True)) / n, 3),
         "valid": sum(v is not None for v in verdicts),
     }
@@ -275,7 +275,7 @@ def quality(engine: LLMEngine, cls_policy: ClassPolicy, *, path: Path = EVENT_SE
     severities: list[float] = []
     metrics: list[RequestMetrics] = []
     rule_us: list[float] = []
-    examples = []
+    examples: list[dict[str, Any]] = []
     for row in rows:
         event = RiskEvent(**row["event"])
         facts = event.model_dump(mode="json", exclude_none=True)

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.db.base import utcnow
-from core.db.jobs_models import ITEM_RUNNING, ExtractionItem, ExtractionJob
 from core.db.models import ApiKey, Tenant
 
 log = logging.getLogger(__name__)
@@ -137,20 +137,10 @@ class ItemOwnerUnavailable(Exception):
     """The item's job has no usable submitting key (revoked, or the job predates owner keys)."""
 
 
-def item_owner(session: Session, item_id: int) -> KeyInfo:
-    """The identity a running job item acts as: its job's submitting key (tenant, classes, rate limit).
-
-    Only running items have one, so a worker that lost its claim cannot spend the owner's
-    identity any more, and neither can anyone holding an old item id.
-    """
-    row = session.execute(select(ExtractionItem.status, ExtractionJob.id, ExtractionJob.key_id).join(
-        ExtractionJob, ExtractionJob.id == ExtractionItem.job_id).where(ExtractionItem.id == item_id)).first()
-    if row is None or row.status != ITEM_RUNNING:
-        raise ItemNotRunning(f"job item {item_id} is not running")
-    owner = key_info(session, row.key_id) if row.key_id else None
-    if owner is None:
-        raise ItemOwnerUnavailable(f"the API key that submitted job {row.id} is revoked or unknown")
-    return owner
+# The identity a running job item acts as (X-Finserve-Job-Item): its job's submitting key. Raises ItemNotRunning
+# or ItemOwnerUnavailable. Jobs own their tables, so jobs provides it (jobs.owners.item_owner) and the app that
+# mounts the jobs routes hands it to the HTTP edge (core.web.deps.serve_item_owners); core asks only this.
+ItemOwnerLookup = Callable[[Session, int], KeyInfo]
 
 
 def revoke_key(session: Session, key_id: str) -> bool:

@@ -8,19 +8,19 @@ to a setting nobody set (`command_defaults`).
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from finserve.console import CLIError, config_error, no_model
+from finserve.console import CLIError
+from stack.models import ENV_MODEL, check_model
 
 if TYPE_CHECKING:
     from core.settings import Settings
     from engine.config import EngineConfig
 
-
-ENV_MODEL = "FINSERVE_MODEL (environment or .env)"
+__all__ = ["ENV_MODEL", "check_model", "command_defaults", "command_settings", "engine_config", "model_source",
+           "settings_model"]
 # The flag of a setting, where it is not --<field> (for errors about a value given on the command line).
 FLAGS = {"kv_cache_dtype": "--kv-dtype", "kv_cache_memory_bytes": "--kv-memory", "gateway_url": "--url",
          "api_key": "--key", "worker_concurrency": "--concurrency", "max_num_batched_tokens": "--max-batched-tokens"}
@@ -62,31 +62,9 @@ def model_source(settings: Settings, flag_given: bool) -> str:
     return ENV_MODEL if settings.model is not None else "the default model folder under FINSERVE_HOME"
 
 
-def check_model(folder: str | Path, source: str) -> Path:
-    """The folder, if it holds a readable HF-format model; else a CLIError with exit 3 and the fix.
-
-    Checked before anything loads, whatever named the folder (flag, FINSERVE_MODEL, .env, default): a
-    missing or unreadable model is a configuration error, not an internal one halfway through loading."""
-    path = Path(folder)
-    config = path / "config.json"
-    if not config.is_file():
-        raise no_model(path, source)
-    try:
-        json.loads(config.read_text(encoding="utf-8"))
-        weights = sorted(path.glob("*.safetensors"))
-        if not weights:
-            raise config_error(f"the model at {path} (from {source}) has no *.safetensors weights (run "
-                               "`finserve model prepare`, or point --model / FINSERVE_MODEL at an HF-format folder)")
-        with weights[0].open("rb") as f:
-            f.read(8)
-    except (OSError, ValueError) as exc:  # unreadable file, broken JSON
-        raise config_error(f"cannot read the model at {path} (from {source}): {type(exc).__name__}: {exc} "
-                           "(fix its permissions or files, or run `finserve model prepare`)") from None
-    return path
-
-
 def settings_model(settings: Settings, flag_given: bool) -> Path:
-    """settings.model_path, checked (serve, engine, up: they never prepare the default model themselves)."""
+    """settings.model_path, checked (serve, engine, up: they never prepare the default model themselves;
+    stack.models.ModelUnavailable is exit 3, finserve/console.py)."""
     return check_model(settings.model_path, model_source(settings, flag_given))
 
 

@@ -53,12 +53,6 @@ def config_error(message: str) -> CLIError:
     return CLIError(message, ExitCode.CONFIG)
 
 
-def no_model(path: object, source: str | None = None) -> CLIError:
-    where = f"; this folder came from {source}" if source else ""
-    return config_error(f"no model at {path} (run `finserve model prepare`, or pass --model / set "
-                        f"FINSERVE_MODEL to an HF-format model folder{where})")
-
-
 # ---- output ----------------------------------------------------------------------------------
 class Output(str, Enum):
     table = "table"
@@ -125,18 +119,21 @@ def explain(exc: BaseException) -> CLIError | None:
     from kombu.exceptions import OperationalError as BrokerError
     from redis.exceptions import ConnectionError as RedisConnectionError
 
+    from jobs.queue import QueueUnavailable
     from policies.errors import PolicyError
+    from stack.models import ModelUnavailable
 
     if isinstance(exc, CLIError):
         return exc
+    if isinstance(exc, ModelUnavailable):
+        return config_error(str(exc))
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
         return CLIError(f"cannot reach the gateway at {_base_url(exc)} (is `finserve serve` or `finserve up` "
                         "running? pass --url or set FINSERVE_GATEWAY_URL)", ExitCode.UNREACHABLE)
     if isinstance(exc, httpx.TimeoutException):
         return CLIError(f"the gateway at {_base_url(exc)} did not answer in time ({type(exc).__name__}); "
                         "is it overloaded? see its logs", ExitCode.UNREACHABLE)
-    # jobs.queue.QueueUnavailable by name: importing jobs.queue builds the Celery app from the settings.
-    if isinstance(exc, (RedisConnectionError, BrokerError)) or type(exc).__name__ == "QueueUnavailable":
+    if isinstance(exc, (RedisConnectionError, BrokerError, QueueUnavailable)):
         return CLIError(f"cannot reach Redis ({_first_line(exc)}); is `finserve up` running? "
                         "set FINSERVE_BROKER_URL to your Redis", ExitCode.UNREACHABLE)
     if isinstance(exc, sqlalchemy.exc.OperationalError):

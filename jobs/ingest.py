@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.settings import Settings
-from jobs.extraction import normalize_schema
+from jobs.field_schema import normalize_schema
 from jobs.schemas import ContractItem, JobCreate, JobOptions
 from jobs.service import JobSpec
 from policies import ClassPolicy
@@ -78,7 +78,7 @@ def from_form(items_file: bytes | None, schema_text: str | bytes | None,
     if items_file is None or schema_text is None:
         raise _invalid("multipart upload needs an 'items' NDJSON file and a 'schema' JSON file or field")
     try:
-        options = JobOptions(schema=_json(schema_text, "schema"),
+        options = JobOptions(schema_=_json(schema_text, "schema"),
                              max_tokens=int(max_tokens) if max_tokens not in (None, "") else None,
                              own_names=_json(own_names, "own_names") if own_names else None)
     except ValidationError as exc:

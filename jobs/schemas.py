@@ -88,7 +88,7 @@ class ItemResult(BaseModel):
     @classmethod
     def of(cls, item: ExtractionItem) -> "ItemResult":
         done = item.status == "done"
-        return cls(id=item.external_id, status=item.status, result=item.result,  # type: ignore[arg-type]
+        return cls(id=item.external_id, status=item.status, result=item.result,
                    null_reasons=item.null_reasons if done else None,
                    error=item.error if not done else None, request_id=item.request_id,
                    attempts=item.attempts)

@@ -13,8 +13,9 @@ import secrets
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import CursorResult, Executable, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -58,6 +59,13 @@ class JobSpec:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def changed_rows(session: Session, statement: Executable, **kwargs: Any) -> int:
+    """How many rows an UPDATE changed (a DML statement's result is a CursorResult)."""
+    result = session.execute(statement, **kwargs)
+    assert isinstance(result, CursorResult), type(result)
+    return result.rowcount
+
+
 class IdempotencyConflict(Exception):
     """The Idempotency-Key was already used by this tenant for a different request."""
 
@@ -73,7 +81,7 @@ def create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: st
                key_id: str, companion: Companion | None = None) -> tuple[ExtractionJob, bool]:
     """The job for this submission and whether it was created now (False: an idempotent replay).
 
-    `key_id` is the submitting key: the job's items run as it (core.keys.item_owner). Job and items are committed together; nothing is enqueued here (the caller enqueues after
+    `key_id` is the submitting key: the job's items run as it (jobs.owners.item_owner). Job and items are committed together; nothing is enqueued here (the caller enqueues after
     the commit, so a worker never sees an id SQL does not have). `companion` adds rows that
     belong to the job (a batch's row) to the same transaction. Traced as `finserve.jobs.create`.
     """
@@ -103,7 +111,7 @@ def _create_job(session: Session, tenant: str, spec: JobSpec, idempotency_key: s
         session.flush()
         session.add_all(companion(job.id) if companion is not None else [])
         session.flush()
-        session.execute(ExtractionItem.__table__.insert(), [
+        session.execute(insert(ExtractionItem), [
             {"job_id": job.id, "seq": i, "external_id": ext, "text": text, "status": ITEM_PENDING,
              "attempts": 0, "invalid_outputs": 0, "input_tokens": 0, "output_tokens": 0}
             for i, (ext, text) in enumerate(spec.items)
@@ -137,8 +145,8 @@ def reserve_enqueue(session: Session, job_id: str) -> bool:
     Two concurrent submissions with one Idempotency-Key both see the job; only the one that
     wins this conditional UPDATE publishes its items, so the queue never gets them twice.
     """
-    n = session.execute(update(ExtractionJob).where(
-        ExtractionJob.id == job_id, ExtractionJob.enqueued_at.is_(None)).values(enqueued_at=utcnow())).rowcount
+    n = changed_rows(session, update(ExtractionJob).where(
+        ExtractionJob.id == job_id, ExtractionJob.enqueued_at.is_(None)).values(enqueued_at=utcnow()))
     session.commit()
     return n == 1
 
@@ -239,14 +247,14 @@ def cancel_job(session: Session, job_id: str) -> int:
     now = utcnow()
     unfinished = select(ExtractionItem.id).where(
         ExtractionItem.job_id == job_id, ExtractionItem.status.in_(_OPEN)).exists()
-    marked = session.execute(update(ExtractionJob).where(
+    marked = changed_rows(session, update(ExtractionJob).where(
         ExtractionJob.id == job_id, ExtractionJob.cancelled_at.is_(None), unfinished,
-    ).values(cancelled_at=now), execution_options={"synchronize_session": False}).rowcount
+    ).values(cancelled_at=now), execution_options={"synchronize_session": False})
     n = 0
     if marked == 1:
-        n = session.execute(update(ExtractionItem).where(
+        n = changed_rows(session, update(ExtractionItem).where(
             ExtractionItem.job_id == job_id, ExtractionItem.status == ITEM_PENDING,
-        ).values(status=ITEM_CANCELLED, finished_at=now), execution_options={"synchronize_session": False}).rowcount
+        ).values(status=ITEM_CANCELLED, finished_at=now), execution_options={"synchronize_session": False})
     session.commit()
     return n
 
@@ -278,9 +286,9 @@ def renew_leases(session: Session, held: Mapping[int, int], lease_s: float) -> i
     until = utcnow() + timedelta(seconds=lease_s)
     n = 0
     for item_id, attempt in held.items():
-        n += session.execute(update(ExtractionItem).where(
+        n += changed_rows(session, update(ExtractionItem).where(
             ExtractionItem.id == item_id, ExtractionItem.status == ITEM_RUNNING, ExtractionItem.attempts == attempt,
-        ).values(lease_until=until)).rowcount
+        ).values(lease_until=until))
     session.commit()
     return n
 
@@ -334,42 +342,42 @@ def claim_item(session: Session, item_id: int, lease_s: float) -> Claim:
     claim = Claim(ClaimOutcome.CLAIMED, attempt=item.attempts + 1, text=item.text, schema_json=job.schema_json,
                   max_tokens=job.max_tokens, workload_class=job.workload_class,
                   invalid_outputs=item.invalid_outputs, job_id=job_id, tenant=tenant, kind=job.kind)
-    claimed = session.execute(update(ExtractionItem).where(seen).values(
+    claimed = changed_rows(session, update(ExtractionItem).where(seen).values(
         status=ITEM_RUNNING, attempts=claim.attempt, lease_until=now + timedelta(seconds=lease_s),
         started_at=item.started_at or now,
-    ), execution_options={"synchronize_session": False}).rowcount
+    ), execution_options={"synchronize_session": False})
     session.commit()
     if claimed != 1:  # someone else changed it between our read and write: look again later
         return Claim(ClaimOutcome.BUSY, retry_in_s=1.0, job_id=job_id, tenant=tenant)
     return claim
 
 
-def complete_item(session: Session, item_id: int, result: dict, *, request_id: str | None,
+def complete_item(session: Session, item_id: int, result: dict[str, Any], *, request_id: str | None,
                   input_tokens: int, output_tokens: int, null_reasons: dict[str, str] | None = None) -> bool:
     """Store the result (and why its null fields are null) unless the item already has one. True if this call stored it."""
-    n = session.execute(update(ExtractionItem).where(
+    n = changed_rows(session, update(ExtractionItem).where(
         ExtractionItem.id == item_id, ExtractionItem.status.in_(_OPEN),
     ).values(status=ITEM_DONE, result=result, null_reasons=null_reasons or None, error=None, lease_until=None,
              finished_at=utcnow(),
-             request_id=request_id, input_tokens=input_tokens, output_tokens=output_tokens)).rowcount
+             request_id=request_id, input_tokens=input_tokens, output_tokens=output_tokens))
     session.commit()
     return n == 1
 
 
 def fail_item(session: Session, item_id: int, reason: str, *, request_id: str | None = None,
-              result: dict | None = None) -> bool:
+              result: dict[str, Any] | None = None) -> bool:
     """Store the failure unless the item already has an outcome; `result`: what a batch line was answered."""
-    n = session.execute(update(ExtractionItem).where(
+    n = changed_rows(session, update(ExtractionItem).where(
         ExtractionItem.id == item_id, ExtractionItem.status.in_(_OPEN),
     ).values(status=ITEM_FAILED, error=reason, lease_until=None, finished_at=utcnow(),
-             request_id=request_id, result=result)).rowcount
+             request_id=request_id, result=result))
     session.commit()
     return n == 1
 
 
 def release_item(session: Session, item_id: int, attempt: int, note: str, *, invalid_output: bool = False) -> None:
     """Hand a claimed item back (pending) for a later attempt, keeping why in `error`."""
-    values: dict = {"status": ITEM_PENDING, "lease_until": None, "error": note}
+    values: dict[str, Any] = {"status": ITEM_PENDING, "lease_until": None, "error": note}
     if invalid_output:
         values["invalid_outputs"] = ExtractionItem.invalid_outputs + 1
     session.execute(update(ExtractionItem).where(

@@ -9,13 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from celery import Task
+from celery import Task, shared_task
 from opentelemetry.trace import SpanKind
 from sqlalchemy.exc import OperationalError
 
 from core import tracing
-from jobs.celery_app import app
-from jobs.queue import EXTRACT_TASK
+from jobs.celery_app import EXTRACT_TASK
 from jobs.worker import Step, backoff_s, process_item, worker_runtime
 
 log = structlog.get_logger("finserve.jobs")
@@ -31,7 +30,6 @@ def trace_carrier(request: Any) -> dict[str, str]:
     return carrier
 
 
-@app.task(name=EXTRACT_TASK, bind=True, max_retries=None, acks_late=True, reject_on_worker_lost=True)
 def extract_item(self: Task, item_id: int) -> str:
     """Extract one contract item. Idempotent: any number of deliveries store at most one result."""
     structlog.contextvars.clear_contextvars()
@@ -55,3 +53,9 @@ def extract_item(self: Task, item_id: int) -> str:
     if step.kind == "retry":
         raise self.retry(countdown=step.countdown_s)
     return step.kind
+
+
+# shared_task: registered with the app when the worker builds it (jobs/celery_app.py), not bound at import.
+# Applied by call (Celery ships no types: as a decorator it would make `extract_item` untyped for mypy).
+extract_item_task: Task = shared_task(name=EXTRACT_TASK, bind=True, max_retries=None, acks_late=True,
+                                      reject_on_worker_lost=True)(extract_item)

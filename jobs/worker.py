@@ -24,7 +24,8 @@ from core.db.base import make_engine, make_session_factory
 from core.db.jobs_models import JOB_BATCH
 from core.settings import Settings, get_settings
 from jobs import batch, service
-from jobs.extraction import InvalidOutput, finish_item, plan_item
+from jobs.extraction import finish_item, plan_item
+from jobs.field_schema import InvalidOutput
 from jobs.gateway_client import ClaimLost, GatewayClient, Refused, Saturated
 from jobs.service import Claim, ClaimOutcome
 
@@ -145,7 +146,7 @@ def worker_runtime() -> WorkerRuntime:
 
 def backoff_s(settings: Settings, retries: int, retry_after_s: float | None) -> float:
     """Capped exponential backoff with jitter; never sooner than the server's Retry-After."""
-    delay = min(settings.jobs_backoff_max_s, settings.jobs_backoff_base_s * 2 ** min(retries, 16))
+    delay: float = min(settings.jobs_backoff_max_s, settings.jobs_backoff_base_s * 2 ** min(retries, 16))
     delay *= random.uniform(0.5, 1.0)  # de-synchronise workers that were refused together
     return max(delay, retry_after_s or 0.0)
 

@@ -1,8 +1,10 @@
-"""Imports flow one way: policies <- engine <- core <- ledger <- (gateway, jobs) <- (finserve, bench);
-textspans (text and schema helpers) imports nothing and sits below gateway and jobs.
+"""Imports flow one way: policies <- engine <- core <- (ledger, migrations) <- (gateway, jobs) <- stack <- bench
+<- finserve; textspans (text and schema helpers) imports nothing and sits below gateway and jobs.
 
 Read from the source with `ast` (nothing is imported), so the test also sees imports inside
-functions. A package may import itself and any package below it, never a sibling or one above.
+functions. A package may import itself and any package below it, never a sibling or one above; and no
+cycle anywhere: neither between packages nor between the modules of one package. Imports under
+`if TYPE_CHECKING:` are left out of the module graph (they never run, so they cannot make an import cycle).
 """
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "finserve", "bench")
+PROJECT = ("policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack", "finserve",
+           "bench")
 # What each package may import from the project (besides itself).
 ALLOWED: dict[str, set[str]] = {
     "policies": set(),
     "engine": {"policies"},
-    "core": {"policies", "engine", "migrations"},
+    # core runs the Alembic chain from the migrations/ folder by path (core/db/migrate.py), importing none of it.
+    "core": {"policies", "engine"},
     "migrations": {"core", "engine", "policies"},
     # The request ledger (rows, chain, writer, verify, reports): below gateway and jobs, above core.
     "ledger": {"policies", "engine", "core"},
@@ -25,8 +29,11 @@ ALLOWED: dict[str, set[str]] = {
     "textspans": set(),
     "gateway": {"policies", "engine", "core", "ledger", "textspans"},
     "jobs": {"policies", "engine", "core", "ledger", "textspans"},
-    "finserve": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "bench", "migrations"},
-    "bench": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "finserve"},
+    # Process wiring the CLI and the benchmarks share: the app with the jobs routes, starting workers/engines/the
+    # gateway in a thread, supervising `finserve up`, resolving the model folder.
+    "stack": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs"},
+    "bench": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "stack"},
+    "finserve": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack", "bench"},
 }
 # Inside the engine, the scheduler and the KV cache stay free of torch (unit-tested without it).
 TORCH_FREE = ("engine/scheduler.py", "engine/kv_cache", "engine/request_queue.py", "engine/token_budget.py",
@@ -49,6 +56,104 @@ def files_of(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of the tree but the bodies of `if TYPE_CHECKING:` (their `else:` still runs)."""
+    found, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        found.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def module_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (`from a import b` names module a.b when it is one, else a)."""
+    paths = {_module_name(root, p): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
+
+    def resolve(dotted: str) -> str | None:
+        parts = dotted.split(".")
+        while parts and ".".join(parts) not in paths:
+            parts.pop()
+        return ".".join(parts) or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets: set[str | None] = set()
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(resolve(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                    base = ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else []))
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    targets.add(sub if sub in paths else resolve(base))
+        graph[name] = {t for t in targets if t is not None and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _cycle_report(graph: dict[str, set[str]]) -> str:
+    return "\n".join(" <-> ".join(c) + ": " + "; ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c)
+                     for c in cycles(graph))
+
+
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_imports_flow_one_way(package: str) -> None:
     bad = []
@@ -57,6 +162,42 @@ def test_imports_flow_one_way(package: str) -> None:
             if root != package and root not in ALLOWED[package]:
                 bad.append(f"{path.relative_to(ROOT)} imports {root}")
     assert not bad, "\n".join(bad)
+
+
+def test_the_package_table_has_no_cycle() -> None:
+    assert not cycles(ALLOWED), cycles(ALLOWED)
+
+
+def test_no_import_cycle_between_packages() -> None:
+    graph: dict[str, set[str]] = {}
+    for module, targets in module_graph(ROOT, PROJECT).items():
+        graph.setdefault(module.split(".")[0], set()).update(t.split(".")[0] for t in targets)
+    for package, targets in graph.items():
+        targets.discard(package)
+    assert not cycles(graph), _cycle_report(graph)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """Also inside one package: a module that imports another which (through any path) imports it back."""
+    graph = module_graph(ROOT, PROJECT)
+    assert not cycles(graph), _cycle_report(graph)
+
+
+def test_the_cycle_checker_finds_a_planted_cycle(tmp_path: Path) -> None:
+    """It must be able to fail: a three-module loop inside one package (absolute, relative and `import a.b`
+    forms), next to a pair that only meets under `if TYPE_CHECKING:`, which is not a cycle."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from pkg.sub import c\n    return c\n")
+    (pkg / "sub" / "c.py").write_text("from .. import b\n")
+    (pkg / "b.py").write_text("import pkg.a\n")
+    (pkg / "typed.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import hinted\n")
+    (pkg / "hinted.py").write_text("from pkg.typed import x\n")
+    graph = module_graph(tmp_path, ("pkg",))
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
+    assert graph["pkg.hinted"] == {"pkg.typed"} and graph["pkg.typed"] == set()
 
 
 def test_engine_imports_no_web_database_or_queue_library() -> None:
@@ -82,9 +223,9 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
 def test_only_the_settings_object_reads_the_environment() -> None:
     """`os.environ` / `os.getenv` appear only in core/settings.py and the stack helper that builds children's
     environments (engine/__init__.py once set OpenMP's wait policy for the whole process: no longer)."""
-    allowed = {"core/settings.py", "finserve/stack.py"}
+    allowed = {"core/settings.py", "stack/processes.py"}
     bad = []
-    for package in ("policies", "engine", "core", "gateway", "jobs", "finserve"):
+    for package in ("policies", "engine", "core", "ledger", "gateway", "jobs", "stack", "finserve"):
         for path in files_of(package):
             rel = str(path.relative_to(ROOT))
             text = path.read_text()

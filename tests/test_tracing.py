@@ -28,10 +28,10 @@ from core.keys import create_key
 from core.settings import Settings, TracingSettings
 from engine.client import LocalEngineClient
 from engine.request import EngineRequest, SamplingParams
-from finserve.app import create_app
 from gateway.replicas import wire
 from gateway.replicas.server import create_engine_app
 from policies import load_policy
+from stack.app import create_app
 from tests.gateway.conftest import make_client
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -1,4 +1,9 @@
-"""Run the Alembic migrations programmatically (`finserve db upgrade`, and serve/up on start)."""
+"""Run the Alembic migrations programmatically (`finserve db upgrade`, and serve/up on start).
+
+The chain lives in the top-level `migrations/` folder, which sits above core (its env.py imports core's models
+for their metadata). Core imports nothing from it: Alembic loads env.py and the revisions as scripts from the
+folder, found by path beside the `core` package (a checkout, an editable install and a wheel in site-packages
+all put the two top-level folders side by side)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,16 +15,15 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import make_url
 
-import migrations
 from core.db.base import make_engine
 from engine.filelock import exclusive_lock
 
-# __path__ rather than __file__: an editable install made before migrations/ had an
-# __init__.py sees it as a namespace package, whose __file__ is None.
-MIGRATIONS_DIR = Path(next(iter(migrations.__path__))).resolve()
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
 def alembic_config(url: str) -> Config:
+    if not (MIGRATIONS_DIR / "env.py").is_file():
+        raise RuntimeError(f"no Alembic chain at {MIGRATIONS_DIR} (finserve's migrations/ folder, beside core/)")
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     # Passed as an attribute, not an ini option: URLs may hold '%' (configparser interpolation).

@@ -63,8 +63,8 @@ class RequestLedger(Base):
     """One row per request that reached the gateway with a valid key, whatever its outcome.
 
     `tenant` is deliberately not a foreign key: a ledger row must never fail to be
-    written because of the state of another table. Latencies follow DESIGN.md's
-    metric definitions (ms from the gateway's arrival timestamp); NULL where the
+    written because of the state of another table. Latencies follow the metric
+    definitions of docs/ARCHITECTURE.md (ms from the gateway's arrival timestamp); NULL where the
     request never reached that point. `*_target_ms` are the class's targets in force
     when the request ran (NULL = no target); `*_met` are NULL when there was no
     target; `slo_met` is NULL when the request does not count towards SLO

@@ -9,17 +9,24 @@ from collections.abc import Callable
 from typing import Annotated, TypeVar
 
 import structlog
-from fastapi import Depends, Request
+from fastapi import Depends, FastAPI, Request
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from core.keys import JOB_ITEM_HEADER, ItemNotRunning, ItemOwnerUnavailable, KeyInfo, item_owner
+from core.keys import JOB_ITEM_HEADER, ItemNotRunning, ItemOwnerLookup, ItemOwnerUnavailable, KeyInfo
 from core.web.context import get_context
 from core.web.errors import APIError
 from core.web.state import STATE_ATTR, CoreState
 
 T = TypeVar("T")
+ITEM_OWNERS_ATTR = "finserve_item_owner"  # app.state attribute: the ItemOwnerLookup, where job items run
+
+
+def serve_item_owners(app: FastAPI, lookup: ItemOwnerLookup) -> None:
+    """Let workers act as a running item's owner on this app (the composition root that mounts the jobs
+    routes calls it with jobs.owners.item_owner); without it X-Finserve-Job-Item is refused (409)."""
+    setattr(app.state, ITEM_OWNERS_ATTR, lookup)
 
 
 async def get_core_state(request: Request) -> CoreState:
@@ -60,7 +67,7 @@ async def authenticate(request: Request, state: Annotated[CoreState, Depends(get
     if item is not None:
         ctx = get_context(request)
         ctx.fields.update(worker_key_id=info.key_id, job_item_id=item)
-        info = await _item_owner(state, info, item)
+        info = await _item_owner(request, state, info, item)
     get_context(request).tenant = info.tenant
     structlog.contextvars.bind_contextvars(tenant=info.tenant)
     return info
@@ -81,14 +88,17 @@ async def _caller(request: Request, state: CoreState) -> KeyInfo:
     return info
 
 
-async def _item_owner(state: CoreState, caller: KeyInfo, header: str) -> KeyInfo:
+async def _item_owner(request: Request, state: CoreState, caller: KeyInfo, header: str) -> KeyInfo:
     """The owner of the running job item `header` names; only worker and admin keys may ask."""
     if not caller.may_act_for_items:
         raise APIError("worker_required", f"only a worker key may send {JOB_ITEM_HEADER}")
     if not (header.isascii() and header.isdigit() and len(header) <= 18):  # fits a 64-bit id column
         raise APIError("invalid_request", f"{JOB_ITEM_HEADER} must be a job item id (an integer)")
+    lookup: ItemOwnerLookup | None = getattr(request.app.state, ITEM_OWNERS_ATTR, None)
+    if lookup is None:
+        raise APIError("job_item_not_running", f"job item {header} is not running here: this server runs no jobs")
     try:
-        return await run_db(state, lambda s: item_owner(s, int(header)))
+        return await run_db(state, lambda s: lookup(s, int(header)))
     except ItemNotRunning as exc:
         raise APIError("job_item_not_running", str(exc)) from None
     except ItemOwnerUnavailable as exc:

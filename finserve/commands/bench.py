@@ -59,7 +59,7 @@ def engine_bench(
 ) -> None:
     """Engine vs HF transformers generate(): batch-1 TPOT, mixed-batch output tokens/s, prefix reuse TTFT."""
     from bench.engine_bench import run
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     path = _json_path(json_file, old_json)
     model = resolve_model(model)
@@ -95,7 +95,7 @@ def isolation_bench(
 ) -> None:
     """Realtime-risk TTFT idle vs under bulk + document load, class policy vs fcfs; tenants; long documents."""
     from bench.isolation import PARTS, run_parts
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     parts = tuple(part or ["classes"])
     if unknown := [p for p in parts if p not in PARTS]:
@@ -120,7 +120,7 @@ def gateway_bench(
 ) -> None:
     """Latency a 1-token completion gains through HTTP vs calling the EngineClient directly."""
     from bench.gateway_bench import run
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     path = _json_path(json_file, old_json)
     model = resolve_model(model)
@@ -185,7 +185,7 @@ def formats_bench(
 ) -> None:
     """Batch-1 TPOT, 256- and 2,048-token prefill and RSS per weight format, with roofline fractions (and llama.cpp)."""
     from bench.formats_bench import run
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     settings = command_settings(threads=threads, kv_cache_dtype=kv_dtype)
     folder = resolve_model(model, settings)
@@ -203,7 +203,7 @@ def quality_bench(
 ) -> None:
     """Perplexity on the shipped regulatory text and greedy agreement with fp32, per weight format."""
     from bench.quality import run
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     with status(f"bench quality: {formats} ..."):
         run(resolve_model(model), formats=formats, out=json_file or "results/quality.json")
@@ -225,7 +225,7 @@ def bulk_bench(
 ) -> None:
     """A contract job end to end through the gateway and Celery vs the same items sent straight to the engine."""
     from bench.bulk import run
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     path = _json_path(json_file, old_json)
     model = resolve_model(model)
@@ -256,7 +256,7 @@ def replicas_bench(
     """Routing (affinity vs round robin), remote-vs-embedded overhead (batch 1 and 8 clients), and failover
     (kill -9 of a replica under mixed load: ledger, error shapes, rejoin) over engine replicas."""
     from bench.replicas import PARTS, run
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     chosen = tuple(p.strip() for p in parts.split(",") if p.strip())
     if not chosen or set(chosen) - set(PARTS):
@@ -310,7 +310,7 @@ def http_peer_bench(
     from pathlib import Path
 
     from bench.http_peer import Shape, run
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     try:
         levels = tuple(int(c) for c in concurrency.split(",") if c.strip())
@@ -336,7 +336,7 @@ def invariance_bench(
 ) -> None:
     """What FINSERVE_BATCH_INVARIANT costs: decode TPOT, prefill tokens/s, mixed output tokens/s, side by side."""
     from bench.invariance import run
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     with status(f"bench invariance: default and batch-invariant engines, {reps} repetitions ..."):
         run(json_file, model=str(resolve_model(model)), reps=reps)
@@ -365,7 +365,7 @@ def llamacpp_bench(
     """finserve's engine vs llama.cpp's own llama-bench: pp256, pp2048, tg128, tg32 at depth 4,096 (tokens/s)."""
     from bench.llamacpp import GGUF_TYPES
     from bench.peer_bench import PeerShape, run
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     settings = command_settings(threads=threads, weights=weights, kv_cache_dtype=kv_dtype)
     types = tuple(t.strip().upper() for t in gguf_types.split(",") if t.strip())

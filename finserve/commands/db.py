@@ -5,11 +5,14 @@ import re
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from finserve.console import CLIError, Output, OutputOpt, print_json, stdout
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -30,7 +33,7 @@ def parse_time(text: str, now: datetime) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
-def _session():
+def _session() -> Session:
     from core.db.base import make_engine, make_session_factory
     from core.db.migrate import upgrade
     from core.settings import Settings

@@ -78,7 +78,7 @@ def extraction(
         summary_json,
     )
     from engine.engine import LLMEngine
-    from jobs.extraction import normalize_schema
+    from jobs.field_schema import normalize_schema
 
     if direct and gateway:
         raise typer.BadParameter("--direct runs the engine in this process; --gateway needs the job path",
@@ -234,7 +234,7 @@ def _engine_config(model: str | None, settings: Settings, **flags: object) -> En
     """The engine `finserve serve` would run with these settings, on the checked (or prepared) model folder;
     `flags`: options of this command that were given (None: not given)."""
     from finserve.config import engine_config
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     given = {name: value for name, value in flags.items() if value is not None}
     return engine_config(settings, {"model": resolve_model(model, settings), **given})

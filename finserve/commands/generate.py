@@ -46,8 +46,8 @@ def generate(
     from engine.model.linear import weights_of
     from engine.request import EngineRequest, RequestMetrics, SamplingParams
     from finserve.config import command_defaults, command_settings, engine_config
-    from finserve.models import resolve_model
     from policies import classify
+    from stack.models import resolve_model
 
     settings = command_settings(model=model, device=device, dtype=dtype, weights=weights, kv_cache_dtype=kv_dtype,
                                 threads=threads)

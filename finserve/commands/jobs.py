@@ -10,7 +10,7 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -61,17 +61,18 @@ def _client(url: str | None, key: str | None) -> httpx.Client:
                         headers={"Authorization": f"Bearer {raw}"})
 
 
-def _check(resp: httpx.Response) -> dict:
+def _check(resp: httpx.Response) -> dict[str, Any]:
     if resp.status_code >= 400:
         try:
             body = resp.json()
         except ValueError:
             body = resp.text
         raise http_error(resp.status_code, body, str(resp.request.url.copy_with(path="/", query=None)).rstrip("/"))
-    return resp.json()
+    doc: dict[str, Any] = resp.json()  # every jobs route answers a JSON object
+    return doc
 
 
-def _watch(client: httpx.Client, job_id: str, interval_s: float) -> dict:
+def _watch(client: httpx.Client, job_id: str, interval_s: float) -> dict[str, Any]:
     """A live progress bar (on stderr) until the job is completed or cancelled; returns the final job."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -92,25 +93,27 @@ def _watch(client: httpx.Client, job_id: str, interval_s: float) -> dict:
             time.sleep(interval_s)
 
 
-def _read_items(path: Path) -> list[dict]:
+def _read_items(path: Path) -> list[dict[str, Any]]:
     try:
         text = path.read_text()
         if path.suffix == ".json":
             data = json.loads(text)
-            return data["items"] if isinstance(data, dict) else data
+            items: list[dict[str, Any]] = data["items"] if isinstance(data, dict) else data
+            return items
         return [json.loads(line) for line in text.splitlines() if line.strip()]
     except (OSError, ValueError, KeyError) as exc:
         raise CLIError(f"cannot read items from {path}: {exc} (NDJSON lines {{\"id\", \"text\"}} or a JSON list)") from None
 
 
-def _read_schema(path: Path) -> dict:
+def _read_schema(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
+        schema: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise CLIError(f"cannot read the JSON Schema {path}: {exc}") from None
+    return schema
 
 
-def _summary(job: dict) -> str:
+def _summary(job: dict[str, Any]) -> str:
     c = job["counts"]
     return (f"{job['id']}: {job['status']}, {job['num_items']} items: {c['done']} done, {c['failed']} failed, "
             f"{c['cancelled']} cancelled, {c['pending'] + c['running']} to go")
@@ -129,7 +132,7 @@ def submit(
 ) -> None:
     """Submit a job and follow it with a progress bar (--no-wait: print the job and return). Exits 7 when the
     finished job has failed items."""
-    body = {"schema": _read_schema(schema), "items": _read_items(file)}
+    body: dict[str, Any] = {"schema": _read_schema(schema), "items": _read_items(file)}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
@@ -148,7 +151,7 @@ def submit(
         _fail_on_failed_items(job)
 
 
-def _fail_on_failed_items(job: dict) -> None:
+def _fail_on_failed_items(job: dict[str, Any]) -> None:
     """Exit 7 (ExitCode.ITEMS_FAILED) when a finished job has failed items: a script must not read success."""
     failed = job["counts"]["failed"]
     if failed:
@@ -229,7 +232,7 @@ def list_jobs(
     stdout().print(table)
 
 
-def recent_jobs(states: set[str], tenant: str | None, limit: int) -> list[dict]:
+def recent_jobs(states: set[str], tenant: str | None, limit: int) -> list[dict[str, Any]]:
     """Newest jobs first, in `states`, with counts from jobs.service.progress (the API has no list route)."""
     from sqlalchemy import select
 
@@ -239,7 +242,7 @@ def recent_jobs(states: set[str], tenant: str | None, limit: int) -> list[dict]:
     from jobs.service import progress
 
     engine = make_engine(Settings().resolved_database_url)
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     try:
         with make_session_factory(engine)() as session:
             query = select(ExtractionJob).order_by(ExtractionJob.created_at.desc())
@@ -293,10 +296,10 @@ def register(app: typer.Typer) -> None:
         """Run a Celery worker for extraction items."""
         from core.logging import configure_logging
         from core.settings import get_settings
-        from finserve.stack import worker_argv
-        from jobs.celery_app import app as celery_app
+        from jobs.celery_app import celery_app
+        from stack.processes import worker_argv
 
         settings = get_settings()  # the Celery app module's settings: one object in this process
         level = loglevel or settings.log_level.upper()
         configure_logging(json=settings.log_json, level=level.lower())
-        celery_app.worker_main(worker_argv(concurrency or settings.worker_concurrency, level, name))
+        celery_app().worker_main(worker_argv(concurrency or settings.worker_concurrency, level, name))

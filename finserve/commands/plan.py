@@ -3,8 +3,9 @@ and `finserve sweep` (measured TTFT, TPOT, throughput and KV memory as one workl
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -16,6 +17,7 @@ from engine.planner import (
     KVPlan,
     ModelShape,
     PlanInputs,
+    VariantPlan,
     dtype_bytes,
     format_bytes,
     parse_bytes,
@@ -171,7 +173,7 @@ def _variants_table(plan: KVPlan) -> Table:
     t.add_column("")
     for v in plan.variants:
         t.add_column(v.label, justify="right")
-    rows = [
+    rows: list[tuple[str, Callable[[VariantPlan], str]]] = [
         ("key/value heads", lambda v: str(v.num_kv_heads)),
         ("KV bytes / token", lambda v: f"{v.bytes_per_token:,} B"),
         ("KV bytes / block", lambda v: format_bytes(v.bytes_per_block)),
@@ -238,7 +240,10 @@ def _measured_table(m: KVMeasurement) -> Table:
     return t
 
 
-def _opt(value, fmt=str) -> str:
+T = TypeVar("T")
+
+
+def _opt(value: T | None, fmt: Callable[[T], str] = str) -> str:
     return "-" if value is None else fmt(value)
 
 
@@ -276,7 +281,7 @@ def sweep(
     from bench.sweep import run as run_sweep
     from core.logging import configure_logging
     from finserve.config import command_defaults, command_settings, engine_config
-    from finserve.models import resolve_model
+    from stack.models import resolve_model
 
     settings = command_defaults(command_settings(model=model, threads=threads, dtype=dtype, weights=weights,
                                                  max_num_batched_tokens=max_batched_tokens),
@@ -307,7 +312,7 @@ def sweep(
     typer.echo(f"wrote {out / 'sweep.json'}, {out / 'sweep.md'} and {len(data['plots'])} plots in {out}", err=True)
 
 
-def _one_dtype(text: str, parse_values) -> str:
+def _one_dtype(text: str, parse_values: Callable[[str, str], tuple[str, ...]]) -> str:
     names = parse_values("dtype", text)
     if len(names) != 1:
         raise ValueError(f"--dtype takes one precision, not {text!r}")

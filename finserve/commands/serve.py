@@ -16,7 +16,7 @@ def run_server(settings: Settings) -> None:
 
     from core.db.migrate import upgrade
     from core.logging import configure_logging
-    from finserve.app import create_app
+    from stack.app import create_app
 
     configure_logging(json=settings.log_json, level=settings.log_level)
     upgrade(settings.resolved_database_url)

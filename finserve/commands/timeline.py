@@ -116,7 +116,9 @@ def _ms(v: float | None) -> str:
 
 
 def _header(row: Any) -> list[str]:
-    g = lambda k: _get(row, k)  # noqa: E731
+    def g(key: str) -> Any:
+        return _get(row, key)
+
     outcome = g("status") + (f" ({g('finish_reason')})" if g("finish_reason") else "")
     if g("rejection_reason"):
         outcome += f", rejected: {g('rejection_reason')}"

@@ -12,7 +12,7 @@ then Redis stops.
 It owns its processes: the HTTP port and a given --redis-port are checked before anything starts or
 the banner prints (a taken port is one line and exit 3), and the Redis it talks to is the one it
 started (jobs/redis_server.py). While it serves, a worker or Redis that dies is started again with
-backoff (1 s doubling to 30 s), one `process_restarted` log line each (finserve.stack.Supervisor); a
+backoff (1 s doubling to 30 s), one `process_restarted` log line each (stack.processes.Supervisor); a
 new Redis starts empty, so the unfinished items are re-enqueued from SQL at once, as on start.
 """
 from __future__ import annotations
@@ -85,18 +85,17 @@ def register(app: typer.Typer) -> None:
         from finserve.commands.serve import run_server
         from finserve.config import command_settings, settings_model
         from finserve.console import CLIError, ExitCode
-        from finserve.stack import (
-            Child,
+        from jobs.celery_app import use_broker
+        from jobs.redis_server import PortInUse, RedisServer, port_in_use
+        from stack.processes import (
             EngineProcess,
-            Supervisor,
             start_engines,
             start_worker,
             stop_engine,
             stop_worker,
             wait_engines_ready,
         )
-        from jobs.celery_app import use_broker
-        from jobs.redis_server import PortInUse, RedisServer, port_in_use
+        from stack.supervisor import Child, Supervisor
 
         settings = command_settings(port=port, model=model)
         settings_model(settings, flag_given=model is not None)

@@ -5,7 +5,8 @@ import collections
 import re
 
 from bench.contracts_gen import COMPANY, TYPES, generate
-from jobs.normalize import amount_spans, date_spans, duration_spans, parse_amount, parse_date, parse_duration
+from jobs.amounts import amount_spans, parse_amount
+from jobs.dates import date_spans, duration_spans, parse_date, parse_duration
 
 SET = generate(300, seed=0)
 

@@ -22,8 +22,8 @@ from sqlalchemy import select
 from core.db.base import make_engine, make_session_factory
 from core.db.models import RequestLedger
 from core.keys import create_key
-from finserve.stack import FINSERVE, EngineProcess, stop_engine, wait_engines_ready
 from jobs.redis_server import free_port
+from stack.processes import FINSERVE, EngineProcess, stop_engine, wait_engines_ready
 from tests.deploy.manifests import compose, interpolate, option, with_option
 
 pytestmark = pytest.mark.slow

@@ -22,9 +22,9 @@ from core.settings import Settings
 from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from finserve.app import create_app
-from finserve.stack import GatewayThread
 from policies import Policy, load_policy, policy_from_dict
+from stack.app import create_app
+from stack.processes import GatewayThread
 
 KV_BYTES = 4 << 20  # 512 blocks of 16 tokens for the tiny model (512 B of KV per token)
 

@@ -111,7 +111,7 @@ def missing_model_settings(tmp_path: Path, db_url: str) -> Settings:
 
 
 async def test_engine_not_ready_is_503(missing_model_settings: Settings, keys: Keys) -> None:
-    from finserve.app import create_app
+    from stack.app import create_app
 
     app = create_app(missing_model_settings)  # no injected engine: the lifespan loads it, and fails
     async with app.router.lifespan_context(app):
@@ -132,7 +132,7 @@ async def test_engine_not_ready_is_503(missing_model_settings: Settings, keys: K
 async def test_a_policy_the_model_cannot_serve_fails_the_start(tmp_path: Path, db_url: str,
                                                                tiny_model_dir: Path, keys: Keys) -> None:
     """The tiny model has a 2,048-token context; the default document_qa class needs 6,144 + 512."""
-    from finserve.app import create_app
+    from stack.app import create_app
 
     app = create_app(Settings(home=tmp_path, database_url=db_url, model=tiny_model_dir,
                               kv_cache_memory_bytes=4 << 20, threads=1))
@@ -153,7 +153,7 @@ async def test_a_dead_engine_loop_fails_liveness_and_readiness(settings: Setting
                                                                keys: Keys, monkeypatch) -> None:
     """An engine loop that crashed past its restart budget makes /healthz 503 (an orchestrator restarts
     the process) and /readyz say why; a loop that is alive keeps /healthz 200."""
-    from finserve.app import create_app
+    from stack.app import create_app
     from tests.gateway.conftest import make_client
 
     client = make_client(tiny_model_dir, load_policy())

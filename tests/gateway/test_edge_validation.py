@@ -142,8 +142,8 @@ async def test_streaming_routes_document_server_sent_events(client: httpx.AsyncC
 
 
 async def test_liveness_fails_once_the_engine_loop_is_dead(settings, tiny_model_dir) -> None:
-    from finserve.app import create_app
     from policies import load_policy
+    from stack.app import create_app
     from tests.gateway.conftest import make_client
 
     engine = make_client(tiny_model_dir, load_policy())

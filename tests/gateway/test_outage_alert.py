@@ -18,7 +18,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.settings import Settings
-from finserve.app import create_app
+from stack.app import create_app
 from tests.gateway.conftest import Keys, auth, make_client, policy_with, wait_for
 from tests.system_packages import ensure_binary
 

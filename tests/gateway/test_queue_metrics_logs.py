@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from core.settings import Settings
 from engine.client import LocalEngineClient
-from finserve.app import create_app
+from stack.app import create_app
 from tests.gateway.conftest import Keys, auth, make_client, policy_with, wait_for
 
 

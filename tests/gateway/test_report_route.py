@@ -13,7 +13,7 @@ from core.db.base import make_engine, make_session_factory
 from core.db.jobs_models import ITEM_RUNNING, ExtractionItem, ExtractionJob
 from core.db.models import RequestLedger
 from core.keys import JOB_ITEM_HEADER, create_key, verify_key
-from finserve.app import create_app
+from stack.app import create_app
 from tests.gateway.conftest import Keys, auth
 from tests.ledger.factories import T0, make_row
 

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 from core.settings import Settings
-from finserve.app import create_app
 from policies import load_policy
+from stack.app import create_app
 from tests.gateway.conftest import Keys, auth, make_client, policy_with
 from tests.gateway.test_openai_api import sse_events
 

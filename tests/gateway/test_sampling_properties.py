@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from core.settings import Settings
 from engine.client import LocalEngineClient
-from finserve.app import create_app
+from stack.app import create_app
 from tests.gateway.conftest import Keys, auth
 
 FIELDS = ("temperature", "top_p", "top_k", "seed", "repetition_penalty", "presence_penalty", "frequency_penalty",

@@ -25,7 +25,7 @@ from schemathesis.specs.openapi.checks import (
 
 from core.settings import Settings
 from engine.client import LocalEngineClient
-from finserve.app import create_app
+from stack.app import create_app
 from tests.gateway.conftest import Keys, auth
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

@@ -19,7 +19,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from core.settings import Settings
 from engine.client import LocalEngineClient
-from finserve.app import create_app
+from stack.app import create_app
 from tests.gateway.conftest import Keys, auth, make_client, policy_with
 
 CLASSES = ("realtime_risk", "document_qa", "bulk_extraction")

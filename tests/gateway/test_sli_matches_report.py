@@ -15,9 +15,9 @@ from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.keys import create_key
 from core.settings import Settings
-from finserve.app import create_app
 from ledger import row_from_request
 from ledger.reports.build import build_report
+from stack.app import create_app
 from tests.gateway.conftest import auth, make_client, policy_with, wait_for
 from tests.gateway.test_queue_metrics_logs import sample
 

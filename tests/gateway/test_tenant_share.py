@@ -11,7 +11,7 @@ import pytest
 
 from core.settings import Settings
 from engine.client import LocalEngineClient
-from finserve.app import create_app
+from stack.app import create_app
 from tests.gateway.conftest import Keys, auth, make_client, policy_with, wait_for
 
 

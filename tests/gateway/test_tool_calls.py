@@ -15,10 +15,10 @@ from core.settings import Settings
 from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from finserve.stack import GatewayThread
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.tools import HermesParser, Llama3JsonParser, SmolLM2Parser, ToolStream, answer, parser_for
 from policies import load_policy
+from stack.processes import GatewayThread
 from tests.gateway.conftest import Keys
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",

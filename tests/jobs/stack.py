@@ -18,9 +18,9 @@ import redis
 
 from core.settings import Settings
 from engine.client import EngineClient
-from finserve.stack import FINSERVE, GatewayThread, start_worker, stop_worker, worker_env
 from jobs.celery_app import QUEUE, use_broker
 from jobs.redis_server import RedisServer
+from stack.processes import FINSERVE, GatewayThread, start_worker, stop_worker, worker_env
 
 # Short leases so that a lost worker's items come back within seconds, not minutes.
 FAST_JOBS_ENV = {

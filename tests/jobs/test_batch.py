@@ -14,10 +14,10 @@ from sqlalchemy import func, select
 
 from core.db.jobs_models import Batch, ExtractionItem, ExtractionJob, StoredFile
 from core.settings import Settings
-from finserve.app import create_app
 from jobs import batch, service
 from jobs.celery_app import QUEUE, use_broker
 from jobs.ingest import IngestError
+from stack.app import create_app
 
 CHAT = "/v1/chat/completions"
 

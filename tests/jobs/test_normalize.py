@@ -6,21 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from jobs.extraction import InvalidOutput, finish_item, normalize_schema, plan_item
+from jobs.amounts import amount_spans, currency_of, parse_amount
+from jobs.dates import date_spans, months_between, parse_date, parse_duration, term_spans
+from jobs.extraction import finish_item, plan_item
+from jobs.field_schema import InvalidOutput, normalize_schema
 from jobs.names import OwnNames, candidates
-from jobs.normalize import (
-    AMOUNT_CUES,
-    amount_spans,
-    currency_of,
-    date_spans,
-    months_between,
-    parse_amount,
-    parse_date,
-    parse_duration,
-    rank_by_context,
-    renewal_value,
-    term_spans,
-)
+from jobs.normalize import AMOUNT_CUES, rank_by_context, renewal_value
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "examples" / "contract_schema.json").read_text())
 PLAIN = {"type": "object", "required": list(SCHEMA["required"]), "additionalProperties": False,

@@ -11,10 +11,12 @@ from fastapi.testclient import TestClient
 from core.db.jobs_models import ExtractionJob
 from core.keys import JOB_ITEM_HEADER, revoke_key, verify_key
 from core.settings import Settings
-from finserve.app import create_app
+from gateway.app import create_app as create_gateway_app
 from jobs import service
 from jobs.celery_app import QUEUE, use_broker
+from jobs.routes import router as jobs_router
 from policies import load_policy
+from stack.app import create_app
 from tests.jobs.conftest import SCHEMA
 
 
@@ -177,6 +179,22 @@ def test_a_worker_key_naming_a_running_item_acts_as_the_job_owner(client, tenant
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "job_item_not_running"
     bad = client.get(f"/v1/extraction-jobs/{job_id}", headers={**as_worker, JOB_ITEM_HEADER: "1 OR 1=1"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+
+
+def test_an_app_not_handed_the_item_owners_refuses_to_lend_an_identity(tmp_path, db_url, tenant_keys, sessions,
+                                                                       redis_server):
+    """core asks who a running item acts as only through the lookup jobs provides, which stack.app hands to the
+    HTTP edge; an app built without it (the jobs routes mounted by hand) refuses the header, it never guesses."""
+    use_broker(redis_server.url)
+    app = create_gateway_app(Settings(home=tmp_path, database_url=db_url, model=tmp_path / "no-model"),
+                             routers=(jobs_router,))
+    with TestClient(app) as c:
+        job_id = c.post("/v1/extraction-jobs", json=body(1), headers=auth(tenant_keys["acme"])).json()["id"]
+        item_id = _running_item(sessions, job_id)
+        resp = c.get(f"/v1/extraction-jobs/{job_id}",
+                     headers={**auth(tenant_keys["worker"]), JOB_ITEM_HEADER: str(item_id)})
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "job_item_not_running"
+    assert "runs no jobs" in resp.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("caller", ["acme", "globex", "acme_risk"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from finserve.stack import Child, Supervisor
+from stack.supervisor import Child, Supervisor
 
 
 class Fake:

@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from finserve.stack import start_worker
+from stack.processes import start_worker
 from tests.jobs.stack import FAST_JOBS_ENV, Stack, wait_until
 from tests.jobs.test_faults import job_body, wait_completed
 from tests.test_tracing import hex_span, memory_spans, one, parent_of, spans_of

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import redis
 
-from finserve.stack import FINSERVE
 from jobs.redis_server import RedisServer, free_port
+from stack.processes import FINSERVE
 from tests.jobs.stack import wait_until
 
 pytestmark = pytest.mark.slow

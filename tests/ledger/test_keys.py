@@ -16,11 +16,11 @@ from core.keys import (
     create_key,
     ensure_dev_key,
     hash_key,
-    item_owner,
     revoke_key,
     verify_key,
 )
 from finserve.commands import db as db_commands
+from jobs.owners import item_owner
 
 
 def test_key_is_stored_only_as_hash_and_verifies(session):

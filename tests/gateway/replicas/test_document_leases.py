@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from core.settings import Settings
-from finserve.stack import GatewayThread
 from gateway.replicas.server import create_engine_app
 from policies import load_policy
+from stack.processes import GatewayThread
 from tests.gateway.conftest import Keys, auth, make_client
 from tests.gateway.replicas.conftest import ServerThread, engine_settings
 from tests.policies.conftest import default_policy_dict, dump_toml

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from engine.request import EngineRequest, SamplingParams
-from finserve.stack import EngineProcess, start_engine, start_engines, stop_engine, wait_engines_ready
 from gateway.replicas.client import REPLICA_LOST
+from stack.processes import EngineProcess, start_engine, start_engines, stop_engine, wait_engines_ready
 from tests.gateway.replicas.conftest import engine_settings, make_set, request
 
 pytestmark = pytest.mark.slow
@@ -88,7 +88,7 @@ def test_kill_9_under_mixed_load_loses_nothing_from_the_ledger(engines: list[Eng
     from core.db.models import RequestLedger
     from core.keys import create_key
     from core.settings import Settings
-    from finserve.stack import GatewayThread
+    from stack.processes import GatewayThread
 
     db_url = f"sqlite:///{tmp_path / 'ledger.db'}"
     upgrade(db_url)

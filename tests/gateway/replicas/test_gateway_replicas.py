@@ -12,7 +12,7 @@ import pytest
 from bench.replicas import ledger_rows
 from core.settings import Settings
 from finserve.commands.timeline import render_text
-from finserve.stack import GatewayThread
+from stack.processes import GatewayThread
 from tests.gateway.conftest import Keys, auth
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,72 @@
+"""What a Celery worker process does around its tasks: logging, tracing, the queue reconciler.
+
+Imported by the worker through the app's `include` list (jobs/celery_app.py), so these handlers are
+connected before the worker configures logging. A worker process logs like the gateway: Celery's logging
+setup is replaced by core.logging's structlog JSON (Celery's own records included, at their own levels), the
+text banner by one `worker_started` line. It traces as `finserve-worker` (core/tracing.py), flushing its
+spans when it stops.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import structlog
+from celery import signals
+from kombu.utils.url import maybe_sanitize_url
+
+from core import tracing
+from core.logging import configure_logging
+from core.settings import get_settings
+from jobs.celery_app import EXTRACT_TASK, QUEUE, celery_app
+from jobs.queue import enqueue_items
+from jobs.reconcile import Reconciler
+from jobs.worker import worker_runtime
+
+
+def _worker_logging(loglevel: int | str | None = None, **_: Any) -> None:
+    """Celery calls this instead of configuring logging itself (and then leaves stdout alone too)."""
+    level = logging.getLevelName(loglevel) if isinstance(loglevel, int) else (loglevel or "INFO")
+    configure_logging(json=get_settings().log_json, level=str(level))
+
+
+def _announce(sender: str, instance: Any, **_: Any) -> None:
+    # Sent just before the worker prints its text banner: one structured line says the same instead.
+    instance.quiet = True
+    structlog.get_logger("finserve.jobs").info(
+        "worker_started", hostname=sender, concurrency=instance.concurrency,
+        pool=getattr(instance.pool_cls, "__name__", str(instance.pool_cls)),
+        queues=sorted(instance.app.amqp.queues.keys()), broker=maybe_sanitize_url(instance.app.conf.broker_url))
+
+
+def _worker_tracing(**_: Any) -> None:
+    tracing.setup_tracing(tracing.SERVICE_WORKER)
+
+
+_reconciler: Reconciler | None = None
+
+
+def _start_reconciler(**_: Any) -> None:
+    """Every worker runs the queue reconciler (jobs/reconcile.py); a Redis lock makes one pass at a time."""
+    global _reconciler
+    settings = get_settings()
+    broker = str(celery_app().conf.broker_url)
+    if settings.jobs_reconcile_interval_s <= 0 or not broker.startswith(("redis://", "rediss://")):
+        return
+    _reconciler = Reconciler(broker, worker_runtime().sessions, enqueue_items, queue=QUEUE,
+                             task=EXTRACT_TASK, interval_s=settings.jobs_reconcile_interval_s).start()
+
+
+def _flush_spans(**_: Any) -> None:
+    if _reconciler is not None:
+        _reconciler.stop()
+    tracing.shutdown_tracing()
+
+
+# Connected by call, not as decorators: Celery ships no types, and a decorator typed Any would erase these
+# functions' signatures for mypy.
+signals.setup_logging.connect(_worker_logging)
+signals.celeryd_after_setup.connect(_announce)
+signals.worker_init.connect(_worker_tracing)
+signals.worker_ready.connect(_start_reconciler)
+signals.worker_shutdown.connect(_flush_spans)
