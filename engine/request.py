@@ -203,7 +203,7 @@ class EngineRequest:
 
 @dataclass(frozen=True)
 class RequestMetrics:
-    """Per-request figures, as defined in DESIGN.md (all ms from arrival)."""
+    """Per-request figures, as defined in docs/ARCHITECTURE.md "Metric definitions" (all ms from arrival)."""
 
     queue_ms: float | None
     prefill_ms: float | None

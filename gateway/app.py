@@ -1,6 +1,6 @@
 """The gateway's FastAPI application: `create_app(settings, engine_client=None, routers=())`.
 
-The composition root (finserve.app) mounts other packages' routers (the jobs routes) through
+The composition root (stack.app) mounts other packages' routers (the jobs routes) through
 `routers`; the gateway itself imports no job code.
 
 The lifespan opens the database and the ledger writer (first turning what a previous run of this

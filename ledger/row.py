@@ -1,6 +1,6 @@
 """One ledger row, and how a request's metrics and its class's SLO targets become one.
 
-SLO rule (DESIGN.md): a request meets its SLO when every target of its class
+SLO rule (docs/ARCHITECTURE.md, "Metric definitions"): a request meets its SLO when every target of its class
 holds. Which requests count towards attainment at all:
 - finished: always; each target is checked against the measured value
   (TPOT is undefined with <= 1 output token, so its target holds vacuously);
@@ -259,7 +259,7 @@ def row_from_engine_request(
 ) -> LedgerRow:
     """The row of a request the engine finished (stopped, length, aborted or error).
 
-    `req.arrival_time` must be the gateway's arrival timestamp (DESIGN.md: all
+    `req.arrival_time` must be the gateway's arrival timestamp (docs/ARCHITECTURE.md: all
     times from arrival); `workload_class` must already be resolved.
     """
     status = ledger_status(req.status)

@@ -74,7 +74,7 @@ class Usage(BaseModel):
 
 
 class Timings(BaseModel):
-    """Server-side milliseconds from the gateway's arrival timestamp (definitions in DESIGN.md)."""
+    """Server-side milliseconds from the gateway's arrival timestamp (definitions: docs/ARCHITECTURE.md, "Metric definitions")."""
 
     queue_ms: float | None = Field(description="Arrival to first scheduled.")
     prefill_ms: float | None = Field(description="First scheduled to first token.")

@@ -1,6 +1,6 @@
 """SLO compliance report: per workload class (and per tenant and class), over [since, until).
 
-Definitions (DESIGN.md metrics; the SLO counting rule is in ledger/row.py;
+Definitions (docs/ARCHITECTURE.md "Metric definitions"; the SLO counting rule is in ledger/row.py;
 error budgets and burn rates in budget.py):
 - outcomes: request counts by ledger status (finished, failed, aborted, rejected).
 - attainment (the SLI) = requests meeting every target of their class / requests counted.
