@@ -272,6 +272,7 @@ class InferenceService:
             if inp.temperature_unset and adm.cls.default_temperature is not None:
                 adm.request.sampling = dataclasses.replace(adm.request.sampling,
                                                            temperature=adm.cls.default_temperature)
+            self.state.ledger.evidence.begin(adm.request, adm.cls, route=inp.route, prompt=dataclasses.asdict(inp.prompt))
             await self.check_grammar(adm)
             return adm
         except APIError:
@@ -383,7 +384,7 @@ class InferenceService:
                                             "(database down and spool full); retry later", retry_after_s=30.0))
         submitted = time.time()
         try:
-            async with aclosing(self.client.generate(req)) as outputs:
+            async with aclosing(self.state.ledger.evidence.tap(req.request_id, self.client.generate(req))) as outputs:
                 try:
                     first = await anext(outputs)
                 except AdmissionError as exc:
