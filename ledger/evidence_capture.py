@@ -2,12 +2,14 @@
 
     book.begin(request, cls, route=..., prompt=...)   once admitted: the input, if the class keeps evidence
     book.tap(request_id, outputs)                     wraps the engine's output stream: text, ids, logprobs
+    book.note(request_id, event=...)                  a route's own facts (the risk route's structured event)
 
 The ledger writer's `submit` pops the capture when the request's final row arrives and hands the row
 its plain `Evidence`; hashing and encryption happen later, in the writer thread (ledger/evidence.py).
 What is kept for a request (docs/OBSERVABILITY.md): input = route, class, the prompt as the client sent
 it (text, chat messages or token ids), the prompt token ids the engine ran, every sampling parameter
-(seed, schema / regex / choice, max_tokens as resolved); output = the text the client was sent, the
+(seed, schema / regex / choice, max_tokens as resolved), and on the risk route the event as the client sent
+it; output = the text the client was sent, the
 output token ids, their logprobs when asked, the finish reason and status.
 """
 from __future__ import annotations
@@ -77,6 +79,12 @@ class EvidenceBook:
                 if now - oldest.started < STALE_S and len(self._pending) <= MAX_PENDING:
                     break
                 self._pending.popitem(last=False)
+
+    def note(self, request_id: str, **fields: Any) -> None:
+        """Add route-level facts to a captured input (the risk route's structured `event`); no-op without one."""
+        cap = self._pending.get(request_id)
+        if cap is not None:
+            cap.input.update(fields)
 
     def get(self, request_id: str) -> Capture | None:
         return self._pending.get(request_id)

@@ -41,6 +41,7 @@ async def test_a_risk_decision_keeps_encrypted_chained_evidence(app: Any, client
     assert opened.matches(row.input_sha256, row.output_sha256)
     assert opened.input["route"] == "risk" and opened.input["workload_class"] == "realtime_risk"
     assert "ACME-7781" in str(opened.input["prompt"]["messages"])
+    assert opened.input["event"]["entity"] == "ACME-7781" and opened.input["event"]["amount"] == EVENT["amount"]
     assert len(opened.input["prompt_token_ids"]) == row.input_tokens
     assert {"seed", "temperature", "max_tokens"} <= set(opened.input["sampling"])
     assert len(opened.output["token_ids"]) == row.output_tokens and opened.output["status"] == "finished"
