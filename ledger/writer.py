@@ -110,6 +110,7 @@ class LedgerWriter:
         self.evidence_failures = 0  # evidence that could not be sealed (no key) or written (a refused row)
         self.write_failures = 0  # database writes that failed (each batch then went to the spool)
         self._unwritten_since: float | None = None  # wall time of the oldest row not yet in the database
+        self._writing_since: float | None = None  # wall time the database write in progress began
 
     # ---- caller side ----
     def start(self) -> "LedgerWriter":
@@ -186,7 +187,8 @@ class LedgerWriter:
         since = self._unwritten_since
         if since is None and self.spool.has_data():
             since = self._unwritten_since = time.time()  # a spool left by an earlier run: counted from now
-        return max(0.0, time.time() - since) if since is not None else 0.0
+        starts = [t for t in (since, self._writing_since) if t is not None]  # a write that hangs counts too
+        return max(0.0, time.time() - min(starts)) if starts else 0.0
 
     # ---- writer thread ----
     def _run(self) -> None:
@@ -258,6 +260,7 @@ class LedgerWriter:
         """Into the database if it may be tried, else (or when it refuses) into the spool at once."""
         self._seal(items)
         if force or self._may_try():
+            self._writing_since = time.time()
             try:
                 self._insert_safe([row for row, _ in items])
             except Exception as exc:
@@ -268,6 +271,8 @@ class LedgerWriter:
                 for _, done in items:
                     _resolve(done, True)
                 return
+            finally:
+                self._writing_since = None
         self._keep(items)
 
     def _catch_up(self) -> None:

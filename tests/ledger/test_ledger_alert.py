@@ -61,6 +61,8 @@ def test_a_ledger_outage_pages_within_60_s(db_engine, db_outage, tmp_path) -> No
     finally:
         writer.close()
     assert [s["finserve_ledger_database_up"] for s in samples] == [1, 1, 0, 0, 0, 0]
+    assert samples[1]["finserve_ledger_oldest_unwritten_seconds"] == 0
+    assert 0 < samples[2]["finserve_ledger_oldest_unwritten_seconds"] < samples[-1]["finserve_ledger_oldest_unwritten_seconds"]
     labels = 'model_name="m",instance="gw-1"'
     series = [{"series": f"{name}{{{labels}}}", "values": " ".join(f"{s[name]:g}" for s in samples)}
               for name in SERIES]
