@@ -1,6 +1,6 @@
 """What keeping evidence adds to a realtime request (issue 25 target: <= 1 ms p50). Prints JSON.
 
-    PYTHONPATH=$PWD python results/evidence_overhead.py [--requests 200] [--model DIR]
+    PYTHONPATH=$PWD python results/evidence_overhead.py [--requests 200] [--model DIR] [--out FILE]
 
 1. end to end: POST /v1/risk/assess through the real app (in process, ASGI), the same engine, alternating
    between a gateway whose policy keeps realtime_risk evidence and one that does not; p50/p90 of each.
@@ -121,6 +121,7 @@ def _request_path(n: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here (stdout carries the logs)")
     ap.add_argument("--model", type=Path, default=None, help="default: a tiny random Llama with SmolLM2's tokenizer "
                     "(short requests, so the difference is not lost in decode time)")
     ap.add_argument("--tokenizer", type=Path, default=Path.home() / ".cache/finserve-test/models/SmolLM2-135M-Instruct")
@@ -134,7 +135,10 @@ def main() -> None:
             model = write_random_llama(Path(home) / "tiny", tokenizer_dir=args.tokenizer)
         out["model"] = str(args.model or "tiny random Llama (2 layers, hidden 64)")
         out["end_to_end"] = asyncio.run(_end_to_end(model, args.requests, Path(home)))
-    print(json.dumps(out, indent=2))
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
 
 
 if __name__ == "__main__":
