@@ -272,7 +272,7 @@ class InferenceService:
             if inp.temperature_unset and adm.cls.default_temperature is not None:
                 adm.request.sampling = dataclasses.replace(adm.request.sampling,
                                                            temperature=adm.cls.default_temperature)
-            self.state.ledger.evidence.begin(adm.request, adm.cls, route=inp.route, prompt=dataclasses.asdict(inp.prompt))
+            self.state.ledger.evidence.begin(adm.request, adm.cls, route=inp.route, prompt=inp.prompt)
             await self.check_grammar(adm)
             return adm
         except APIError:

@@ -64,10 +64,14 @@ class EvidenceBook:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def begin(self, request: EngineRequest, cls: ClassPolicy, *, route: str, prompt: dict[str, Any]) -> None:
+    def begin(self, request: EngineRequest, cls: ClassPolicy, *, route: str, prompt: Any) -> None:
+        """`prompt`: the prompt as the client sent it (a dataclass such as the gateway's Prompt, or a dict);
+        copied only when the class keeps evidence."""
         if not cls.evidence:
             return
         now = time.monotonic()
+        if dataclasses.is_dataclass(prompt) and not isinstance(prompt, type):
+            prompt = dataclasses.asdict(prompt)
         sampling = dataclasses.asdict(request.sampling)
         cap = Capture(input={"route": route, "workload_class": cls.name, "prompt": prompt,
                              "prompt_token_ids": list(request.prompt_token_ids), "sampling": sampling},
