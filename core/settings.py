@@ -112,6 +112,14 @@ class Settings(BaseSettings):
     # Signs prune checkpoints (HMAC-SHA256) so none can be made up to hide deleted rows; `ledger verify` checks
     # them with it. Unset: checkpoints are accepted when consistent, reported as unauthenticated.
     ledger_hmac_key: SecretStr | None = None
+    # Encrypts the evidence of classes whose policy sets `evidence = true` (AES-256-GCM, ledger/evidence.py):
+    # `id:base64key[,id:base64key...]`, 32 random bytes each; the first entry encrypts, every entry decrypts.
+    # Rotate by prepending a new entry and keeping the old ones until their evidence has expired. Unset: a
+    # key generated under $FINSERVE_HOME/evidence_key (development only: it sits beside the database).
+    evidence_key: SecretStr | None = None
+    # Signs evidence packs (`finserve ledger export --evidence`): base64 of a 32-byte Ed25519 seed, so an auditor
+    # checks a pack with the public key alone. Unset: packs are signed with FINSERVE_LEDGER_HMAC_KEY.
+    evidence_signing_key: SecretStr | None = None
 
     # --- bulk jobs: queue and workers ---
     broker_url: str = "redis://127.0.0.1:6379/0"

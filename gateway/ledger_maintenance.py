@@ -1,10 +1,12 @@
-"""The gateway's ledger housekeeping: the versions stamped on every row, and timeline retention.
+"""The gateway's ledger housekeeping: versions, evidence key, change records, retention.
 
 `start(state)` is awaited by the app's lifespan before it serves: it computes the process's
 versions (hashing the weights in a worker thread; a cached digest makes this instant after the
-first start, see versions.py) and hands them to the ledger writer, then starts the retention task,
-which drops step timelines older than FINSERVE_LEDGER_TIMELINE_RETENTION_DAYS at once and every
-FINSERVE_LEDGER_RETENTION_INTERVAL_S (one cheap UPDATE on the arrival index).
+first start, see versions.py) and hands them to the ledger writer with the evidence keyring, records
+the start (versions, clock-sync state, what changed since the last start) as chained ledger events,
+then starts the retention task, which drops step timelines older than
+FINSERVE_LEDGER_TIMELINE_RETENTION_DAYS and deletes evidence past its class's retention, at once and
+every FINSERVE_LEDGER_RETENTION_INTERVAL_S (one cheap UPDATE / DELETE on an index each).
 """
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ import structlog
 
 from core.db.base import utcnow
 from gateway.state import GatewayState
+from ledger.changes import record_start
+from ledger.clock import clock_state
+from ledger.evidence import load_keyring
+from ledger.evidence_store import expire
 from ledger.retention import drop_timelines
 from ledger.versions import Versions, compute_versions, loaded_weight_format
 
@@ -35,6 +41,20 @@ def process_versions(state: GatewayState) -> Versions:
                             cache_file=settings.home / WEIGHTS_HASH_CACHE)
 
 
+def _hmac_key(state: GatewayState) -> bytes | None:
+    key = state.settings.ledger_hmac_key
+    return key.get_secret_value().encode() if key is not None and key.get_secret_value() else None
+
+
+def _record_start(state: GatewayState) -> None:
+    clock = clock_state()
+    state.ledger.clock = clock
+    events = record_start(state.ledger.engine, state.ledger.versions, clock, gateway=state.ledger.gateway_id,
+                          hmac_key=_hmac_key(state))
+    log.info("ledger_start_recorded", events=[e["kind"] for e in events], clock_source=clock["source"],
+             clock_synchronized=clock["synchronized"])
+
+
 async def start(state: GatewayState) -> asyncio.Task[None]:
     try:
         state.ledger.versions = await asyncio.to_thread(process_versions, state)
@@ -42,6 +62,15 @@ async def start(state: GatewayState) -> asyncio.Task[None]:
         log.exception("ledger_versions_failed")
     state.ledger.weight_format_probe = lambda: loaded_weight_format(state.engine_client)
     log.info("ledger_versions", **{k: v for k, v in vars(state.ledger.versions).items()})
+    key = state.settings.evidence_key
+    try:
+        state.ledger.keyring = load_keyring(key.get_secret_value() if key else None, state.settings.home, create=True)
+    except Exception:  # evidence is then dropped, each counted in finserve_ledger_evidence_failures
+        log.exception("ledger_evidence_key_unusable")
+    try:
+        await asyncio.to_thread(_record_start, state)
+    except Exception as exc:  # the database may be down: the start goes unrecorded, loudly
+        log.error("ledger_start_unrecorded", error=str(exc)[:300])
     return asyncio.create_task(_retention_loop(state), name="ledger-retention")
 
 
@@ -51,6 +80,11 @@ def apply_timeline_retention(state: GatewayState) -> int:
         return drop_timelines(conn, cutoff)
 
 
+def apply_evidence_retention(state: GatewayState) -> int:
+    with state.db.begin() as conn:
+        return len(expire(conn, utcnow(), hmac_key=_hmac_key(state)).erased)
+
+
 async def _retention_loop(state: GatewayState) -> None:
     while True:
         try:
@@ -58,6 +92,9 @@ async def _retention_loop(state: GatewayState) -> None:
             if dropped:
                 log.info("ledger_timelines_dropped", rows=dropped,
                          older_than_days=state.settings.ledger_timeline_retention_days)
+            expired = await asyncio.to_thread(apply_evidence_retention, state)
+            if expired:
+                log.info("ledger_evidence_expired", requests=expired)
         except Exception as exc:  # the database may be down: the next round tries again
             log.warning("ledger_retention_failed", error=str(exc)[:300])
         await asyncio.sleep(state.settings.ledger_retention_interval_s)

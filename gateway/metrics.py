@@ -159,6 +159,20 @@ class GatewayMetrics:
         self.ledger_cycle_failures = Gauge("finserve_ledger_writer_cycle_failures", "Ledger writer cycles that "
                                            "raised since start (each logged; the writer carried on).", [MODEL],
                                            registry=r)
+        # Logging that says when it fails (docs/OBSERVABILITY.md; alerts in deploy/prometheus/ledger_rules.yml).
+        self.ledger_write_failures = Gauge("finserve_ledger_write_failures", "Ledger database writes that failed "
+                                           "since start (the rows went to the spool).", [MODEL], registry=r)
+        self.ledger_queued = Gauge("finserve_ledger_queue_rows", "Ledger rows waiting in memory for the writer "
+                                   "thread.", [MODEL], registry=r)
+        self.ledger_oldest = Gauge("finserve_ledger_oldest_unwritten_seconds", "Age of the oldest ledger row not yet "
+                                   "in the database (spooled or in a failing write); 0 when none.", [MODEL], registry=r)
+        self.evidence_written = Gauge("finserve_ledger_evidence_written", "Evidence records written with their "
+                                      "ledger rows since start.", [MODEL], registry=r)
+        self.evidence_failures = Gauge("finserve_ledger_evidence_failures", "Evidence that could not be sealed (no "
+                                       "key) or written since start; anything above 0 is an alarm.", [MODEL],
+                                       registry=r)
+        self.clock_synced = Gauge("finserve_clock_synchronized", "Clock sync state recorded at start: 1 synchronised, "
+                                  "0 not, -1 unknown; `source` names what said so.", [MODEL, "source"], registry=r)
 
     def init_classes(self, workload_classes: list[str]) -> None:
         """Create both SLI series (and the request outcomes) of every class at 0: a class that never
@@ -183,6 +197,14 @@ class GatewayMetrics:
         self.ledger_lost.labels(model).set(float(stats["lost"]))  # type: ignore[arg-type]
         self.ledger_healthy.labels(model).set(1.0 if stats["healthy"] else 0.0)
         self.ledger_cycle_failures.labels(model).set(float(stats.get("cycle_failures", 0)))  # type: ignore[arg-type]
+        for gauge, name in ((self.ledger_write_failures, "write_failures"), (self.ledger_queued, "queued"),
+                            (self.ledger_oldest, "oldest_unwritten_s"), (self.evidence_written, "evidence_written"),
+                            (self.evidence_failures, "evidence_failures")):
+            gauge.labels(model).set(float(stats.get(name, 0)))  # type: ignore[arg-type]
+        clock: dict[str, object] = stats.get("clock") or {}  # type: ignore[assignment]
+        if clock:
+            synced = clock.get("synchronized")
+            self.clock_synced.labels(model, str(clock.get("source"))).set(-1.0 if synced is None else float(bool(synced)))
         interrupted: dict[str, int] = stats.get("interrupted") or {}  # type: ignore[assignment]
         for name, total in interrupted.items():  # misses in the report: misses here too
             new = total - self._interrupted_seen.get(name, 0)

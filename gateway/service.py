@@ -121,6 +121,7 @@ class InferenceService:
         ctx.fields.update(inp.log_fields)
         try:
             adm = self.admission.admit(ctx, key, inp, ids, tokenize_start=t0, tokenized=time.time())
+            self.state.ledger.evidence.begin(adm.request, adm.cls, route=inp.route, prompt=inp.prompt)
             await self.admission.check_grammar(adm)
             return adm
         except APIError:

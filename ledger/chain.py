@@ -37,7 +37,11 @@ from ledger.row import LedgerRow, replaces
 
 CHAIN_VERSION = "finserve-ledger-chain-v1"
 CHAIN_VERSION_AMENDED = "finserve-ledger-chain-v2"  # a row that supersedes an earlier position of its request
+# Rows chained since migration 0009: HASHED_FIELDS plus the evidence hashes (NULL when the class keeps none).
+# A v3 row that supersedes a position hashes the bound entry on an extra line, as v2 does.
+CHAIN_VERSION_EVIDENCE = "finserve-ledger-chain-v3"
 GENESIS = "0" * 64
+EVENTS_PARTITION = "~ledger-events"  # the head of the event chain (ledger/events.py); reserved: no tenant is named so
 LEDGER = cast(Table, RequestLedger.__table__)
 HEADS = cast(Table, LedgerChainHead.__table__)
 SUPERSEDED = cast(Table, LedgerChainSuperseded.__table__)
@@ -52,6 +56,7 @@ HASHED_FIELDS = (
     "key_id", "replica", "replica_reason", "model_id", "weights_sha256", "weight_format", "policy_sha256",
     "finserve_version", "chain_seq", "timeline_sha256",
 )
+HASHED_FIELDS_V3 = (*HASHED_FIELDS, "input_sha256", "output_sha256")  # frozen for CHAIN_VERSION_EVIDENCE
 
 
 def _float(v: Any) -> Any:
@@ -78,6 +83,7 @@ def _converter(name: str) -> Any:
 
 
 _CONVERTERS = tuple((name, _converter(name)) for name in HASHED_FIELDS)
+_CONVERTERS_V3 = tuple((name, _converter(name)) for name in HASHED_FIELDS_V3)
 
 
 def canonical_json(value: Any) -> str:
@@ -88,17 +94,43 @@ def timeline_digest(timeline: Mapping[str, Any] | None) -> str | None:
     return None if timeline is None else hashlib.sha256(canonical_json(timeline).encode()).hexdigest()
 
 
+def _summary(values: Mapping[str, Any], converters: tuple[tuple[str, Any], ...]) -> str:
+    return canonical_json({name: None if (v := values.get(name)) is None else conv(v) for name, conv in converters})
+
+
+def _bound(supersedes: Mapping[str, Any]) -> str:
+    return canonical_json({"seq": int(supersedes["seq"]), "row_hash": supersedes["row_hash"],
+                           "prev_hash": supersedes["prev_hash"]})
+
+
 def row_hash(prev_hash: str, values: Mapping[str, Any], supersedes: Mapping[str, Any] | None = None) -> str:
-    """The hash of a row whose column values are `values` (a LedgerRow's dict or a database row).
+    """The hash of a row whose column values are `values` (a LedgerRow's dict or a database row), as the
+    writer chains rows now (CHAIN_VERSION_EVIDENCE).
 
     `supersedes`: the `ledger_chain_superseded` entry of the position this row's request held before
     (seq, row_hash, prev_hash); it is hashed with the row, so the entry is only valid with this row."""
-    summary = {name: None if (v := values.get(name)) is None else conv(v) for name, conv in _CONVERTERS}
-    if supersedes is None:
-        return hashlib.sha256(f"{CHAIN_VERSION}\n{prev_hash}\n{canonical_json(summary)}".encode()).hexdigest()
-    bound = {"seq": int(supersedes["seq"]), "row_hash": supersedes["row_hash"], "prev_hash": supersedes["prev_hash"]}
-    text = f"{CHAIN_VERSION_AMENDED}\n{prev_hash}\n{canonical_json(summary)}\n{canonical_json(bound)}"
+    text = f"{CHAIN_VERSION_EVIDENCE}\n{prev_hash}\n{_summary(values, _CONVERTERS_V3)}"
+    if supersedes is not None:
+        text += f"\n{_bound(supersedes)}"
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def legacy_row_hash(prev_hash: str, values: Mapping[str, Any], supersedes: Mapping[str, Any] | None = None) -> str:
+    """The hash of a row chained before migration 0009 (CHAIN_VERSION, or CHAIN_VERSION_AMENDED)."""
+    summary = _summary(values, _CONVERTERS)
+    if supersedes is None:
+        return hashlib.sha256(f"{CHAIN_VERSION}\n{prev_hash}\n{summary}".encode()).hexdigest()
+    text = f"{CHAIN_VERSION_AMENDED}\n{prev_hash}\n{summary}\n{_bound(supersedes)}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def hash_holds(stored: str | None, prev_hash: str, values: Mapping[str, Any],
+               supersedes: Mapping[str, Any] | None = None) -> bool:
+    """`stored` is the row's hash under the chain version it was written with (v3, else v1/v2). A v1 row
+    cannot pass as v3 or back: the version string is hashed, and a v3 row's evidence hashes with it."""
+    if stored is None:
+        return False
+    return stored in (row_hash(prev_hash, values, supersedes), legacy_row_hash(prev_hash, values, supersedes))
 
 
 @dataclass

@@ -13,7 +13,10 @@
   Rows without a chain position (before migration 0004) older than the cutoff are deleted as well.
   With an HMAC key (FINSERVE_LEDGER_HMAC_KEY) the checkpoint is signed (ledger/checkpoints.py).
   A superseded entry in the run is deleted with it only when its request's row is deleted too: a
-  remaining row's hash binds the entry.
+  remaining row's hash binds the entry. A row whose evidence is still within its class's retention
+  (`evidence_retention_days`) ends the run: evidence is never deleted early by a row prune.
+- Evidence (`expire`, every prune and the gateway's hourly round): evidence past its class's retention is
+  deleted, and a chained `evidence_expired` event names each request (ledger/evidence_store.py).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from core.db.base import utcnow
 from core.db.models import RUNNING_STATUS
 from ledger.chain import LEDGER, SUPERSEDED, lock_heads
 from ledger.checkpoints import checkpoint_mac
+from ledger.evidence_store import EVIDENCE, delete_for_rows, expire
 from ledger.verify import CHECKPOINTS, Problem, chain_base, check_positions, read_head
 
 
@@ -38,6 +42,7 @@ class PruneResult:
     rows_deleted: int = 0  # chained rows (their positions are behind a checkpoint now)
     unchained_deleted: int = 0  # rows from before migration 0004
     timelines_dropped: int = 0
+    evidence_expired: int = 0  # evidence past its class's retention, deleted behind a chained tombstone
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     refused: list[Problem] = field(default_factory=list)  # tenants whose old chain is broken: not pruned
 
@@ -65,6 +70,7 @@ def prune(engine: Engine, *, older_than: datetime | None, timelines_older_than: 
     result = PruneResult(dry_run=dry_run, older_than=older_than.isoformat() if older_than else None,
                          timelines_older_than=timelines_older_than.isoformat() if timelines_older_than else None)
     with engine.begin() as conn:
+        result.evidence_expired = len(expire(conn, utcnow(), dry_run=dry_run, hmac_key=hmac_key).erased)
         if older_than is not None:
             _prune_rows(conn, older_than, result, hmac_key)
         if timelines_older_than is not None:
@@ -94,7 +100,11 @@ def _prune_partition(conn: Connection, p: str, before: datetime, result: PruneRe
         return
     first_young = conn.scalar(select(func.min(LEDGER.c.chain_seq)).where(
         LEDGER.c.tenant == p, LEDGER.c.chain_seq > base.seq, LEDGER.c.arrival_at >= before))
-    last = int(first_young) - 1 if first_young is not None else head.seq
+    kept = conn.scalar(select(func.min(LEDGER.c.chain_seq)).select_from(
+        LEDGER.join(EVIDENCE, EVIDENCE.c.request_id == LEDGER.c.request_id)).where(
+        LEDGER.c.tenant == p, LEDGER.c.chain_seq > base.seq, EVIDENCE.c.expires_at > utcnow()))
+    stops = [int(s) for s in (first_young, kept) if s is not None]
+    last = min(stops) - 1 if stops else head.seq
     if last <= base.seq:
         return
     _, problems = check_positions(conn, p, base.seq + 1, last, base, head, check_timelines=False)
@@ -115,5 +125,6 @@ def _prune_partition(conn: Connection, p: str, before: datetime, result: PruneRe
         return
     conn.execute(delete(SUPERSEDED).where(SUPERSEDED.c.partition == p, SUPERSEDED.c.seq <= last,
                                           SUPERSEDED.c.request_id.in_(select(LEDGER.c.request_id).where(in_run))))
+    delete_for_rows(conn, select(LEDGER.c.request_id).where(in_run))
     conn.execute(delete(LEDGER).where(in_run))
     conn.execute(insert(CHECKPOINTS), [checkpoint])

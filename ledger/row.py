@@ -24,6 +24,7 @@ from typing import Any, Literal, Sequence
 
 from core.db.models import LEDGER_STATUSES, RUNNING_STATUS
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
+from ledger.evidence import Evidence, SealedEvidence
 from policies import SLOTargets
 
 # 429 reasons that are the client's doing, not the service's capacity. tenant_queue_full: the tenant
@@ -87,15 +88,24 @@ class LedgerRow:
     row_hash: str | None = None
     timeline_sha256: str | None = None
     client_request_id: str | None = None  # the client's X-Request-Id (not hashed: see core/db/models.py)
+    # Evidence (ledger/evidence.py): the salted hashes of what was asked and answered, set by the writer
+    # when it seals `evidence`, and chained with the row.
+    input_sha256: str | None = None
+    output_sha256: str | None = None
+    # Not a column: the request's evidence on its way to request_evidence (plain until the writer thread
+    # seals it, then encrypted; only the sealed form is ever spooled).
+    evidence: Evidence | SealedEvidence | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Column values, as the database insert wants them (a shallow copy: the timeline is shared)."""
         return {name: getattr(self, name) for name in _FIELDS}
 
     def to_json_dict(self) -> dict[str, Any]:
-        """JSON-safe form (for the NDJSON spool): the datetime becomes ISO 8601."""
+        """JSON-safe form (for the NDJSON spool): the datetime becomes ISO 8601; sealed evidence rides along."""
         d = self.to_dict()
         d["arrival_at"] = self.arrival_at.isoformat()
+        if isinstance(self.evidence, SealedEvidence):
+            d["evidence"] = self.evidence.to_json_dict()
         return d
 
     @classmethod
@@ -103,10 +113,12 @@ class LedgerRow:
         known = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
         d["arrival_at"] = datetime.fromisoformat(d["arrival_at"])
+        if d.get("evidence") is not None:
+            d["evidence"] = SealedEvidence.from_json_dict(d["evidence"])
         return cls(**d)
 
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(LedgerRow))
+_FIELDS = tuple(f.name for f in dataclasses.fields(LedgerRow) if f.name != "evidence")
 
 
 def ledger_status(status: RequestStatus) -> str:

@@ -31,7 +31,17 @@ from sqlalchemy import Connection, Table, func, select
 from sqlalchemy.orm import Session
 
 from core.db.models import RUNNING_STATUS, LedgerChainCheckpoint
-from ledger.chain import GENESIS, HASHED_FIELDS, HEADS, LEDGER, SUPERSEDED, Head, row_hash, timeline_digest
+from ledger.chain import (
+    EVENTS_PARTITION,
+    GENESIS,
+    HASHED_FIELDS_V3,
+    HEADS,
+    LEDGER,
+    SUPERSEDED,
+    Head,
+    hash_holds,
+    timeline_digest,
+)
 from ledger.checkpoints import mac_ok
 
 CHECKPOINTS = cast(Table, LedgerChainCheckpoint.__table__)
@@ -234,7 +244,7 @@ def _hash_holds(row: Mapping[str, Any], superseded: list[dict[str, Any]]) -> boo
         return False
     bindings: list[Mapping[str, Any] | None] = [None]
     bindings += [s for s in superseded if s["seq"] < (row["chain_seq"] or 0)]
-    return any(row_hash(row["prev_hash"], row, s) == row["row_hash"] for s in bindings)
+    return any(hash_holds(row["row_hash"], row["prev_hash"], row, s) for s in bindings)
 
 
 def _row_problems(p: str, row: dict[str, Any], check_timelines: bool,
@@ -281,7 +291,7 @@ def _unfounded(entry: Mapping[str, Any], row: Mapping[str, Any] | None) -> str |
     if row["chain_seq"] <= entry["seq"] or row["status"] in (RUNNING_STATUS, "interrupted"):
         return (f"its request's row (position {row['chain_seq']}, {row['status']}) is not a final row chained "
                 "after it")
-    if row["prev_hash"] is None or row_hash(row["prev_hash"], row, entry) != row["row_hash"]:
+    if row["prev_hash"] is None or not hash_holds(row["row_hash"], row["prev_hash"], row, entry):
         return f"the hash of its request's row (position {row['chain_seq']}) does not bind this position"
     return None
 
@@ -319,7 +329,7 @@ def check_checkpoints(db: Db, p: str, hmac_key: bytes | None) -> tuple[list[dict
 def _partitions(db: Db, tenant: str | None) -> list[str]:
     if tenant is not None:
         return [tenant]
-    names = set(db.scalars(select(HEADS.c.partition)))
+    names = set(db.scalars(select(HEADS.c.partition))) - {EVENTS_PARTITION}
     names |= set(db.scalars(select(LEDGER.c.tenant).where(LEDGER.c.chain_seq.is_not(None)).distinct()))
     return sorted(names)
 
@@ -342,7 +352,7 @@ def _window_range(db: Db, p: str, base: Base, since: datetime | None, until: dat
 
 
 def _load(db: Db, p: str, lo: int, hi: int, timelines: bool) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
-    cols = [LEDGER.c[n] for n in HASHED_FIELDS] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
+    cols = [LEDGER.c[n] for n in HASHED_FIELDS_V3] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
     if timelines:
         cols.append(LEDGER.c.timeline)
     rows = db.execute(select(*cols).where(LEDGER.c.tenant == p, LEDGER.c.chain_seq.between(lo, hi))).mappings()
@@ -359,7 +369,7 @@ def _superseded_by_request(db: Db, p: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def _rows_by_request(db: Db, p: str, request_ids: list[str]) -> dict[str, dict[str, Any]]:
-    cols = [LEDGER.c[n] for n in HASHED_FIELDS] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
+    cols = [LEDGER.c[n] for n in HASHED_FIELDS_V3] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
     rows = db.execute(select(*cols).where(LEDGER.c.tenant == p, LEDGER.c.request_id.in_(request_ids))).mappings()
     return {r["request_id"]: dict(r) for r in rows}
 

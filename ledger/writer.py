@@ -28,20 +28,24 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import ColumnClause, Connection, Engine, Table, and_, insert, literal_column, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy import Engine, Table, select
 
 from core.db.models import RUNNING_STATUS, RequestLedger
 from ledger import chain
+from ledger.evidence import Evidence, Keyring
+from ledger.evidence_capture import EvidenceBook
+from ledger.evidence_store import insert_evidence
 from ledger.row import LedgerRow, interrupted_row, replaces, with_placement
 from ledger.spool import Spool, SpoolFull
+from ledger.upsert import is_outage as _is_outage
+from ledger.upsert import resolve as _resolve
+from ledger.upsert import write_values as _write_values
 from ledger.versions import Versions
 
 log = structlog.get_logger("finserve.ledger")
@@ -49,9 +53,6 @@ log = structlog.get_logger("finserve.ledger")
 DEFAULT_SPOOL_NAME = "ledger-spool.ndjson"
 DEFAULT_MAX_SPOOL_BYTES = 1 << 30
 _Item = tuple[LedgerRow, "Future[bool]"]
-# SQL literals, not bound parameters: the upsert runs as executemany, where every bound value is per row.
-_RUNNING: ColumnClause[str] = literal_column(f"'{RUNNING_STATUS}'")
-_INTERRUPTED: ColumnClause[str] = literal_column("'interrupted'")
 _TABLE = cast(Table, RequestLedger.__table__)
 
 
@@ -100,6 +101,16 @@ class LedgerWriter:
         # Rows this process turned `interrupted` (the previous run died with them in flight), by class:
         # they count as misses in the reports, so the Prometheus SLI counts them too (GatewayMetrics).
         self.interrupted: Counter[str] = Counter()
+        # Seals the evidence of rows that carry some (ledger/evidence.py); None: such evidence is dropped,
+        # each time counted and logged as an evidence failure.
+        self.keyring: Keyring | None = None
+        self.evidence = EvidenceBook()  # captures of requests in flight (the gateway's hooks fill them)
+        self.clock: dict[str, Any] = {}  # the clock-sync state recorded at start (ledger/clock.py)
+        self.evidence_written = 0
+        self.evidence_failures = 0  # evidence that could not be sealed (no key) or written (a refused row)
+        self.write_failures = 0  # database writes that failed (each batch then went to the spool)
+        self._unwritten_since: float | None = None  # wall time of the oldest row not yet in the database
+        self._writing_since: float | None = None  # wall time the database write in progress began
 
     # ---- caller side ----
     def start(self) -> "LedgerWriter":
@@ -120,6 +131,10 @@ class LedgerWriter:
         done: Future[bool] = Future()
         try:
             row = self._stamp(row)
+            if row.status != RUNNING_STATUS and row.evidence is None:
+                cap = self.evidence.pop(row.request_id)
+                if cap is not None:
+                    row.evidence = cap.evidence(row.status, row.finish_reason)
             if self._closed:
                 self._keep([(row, done)])
             else:
@@ -163,7 +178,17 @@ class LedgerWriter:
         return {"queued": self._queue.qsize(), "written": self.written, "spooled": self.spooled,
                 "lost": self.lost, "spool_bytes": self.spool.size_bytes(), "healthy": self.healthy,
                 "cycle_failures": self.cycle_failures, "alive": self._thread.is_alive(),
-                "interrupted": dict(self.interrupted)}
+                "interrupted": dict(self.interrupted), "write_failures": self.write_failures,
+                "evidence_written": self.evidence_written, "evidence_failures": self.evidence_failures,
+                "oldest_unwritten_s": self.oldest_unwritten_s(), "clock": self.clock}
+
+    def oldest_unwritten_s(self) -> float:
+        """Seconds the oldest row not yet in the database has waited (spooled or in a failing write); 0: none."""
+        since = self._unwritten_since
+        if since is None and self.spool.has_data():
+            since = self._unwritten_since = time.time()  # a spool left by an earlier run: counted from now
+        starts = [t for t in (since, self._writing_since) if t is not None]  # a write that hangs counts too
+        return max(0.0, time.time() - min(starts)) if starts else 0.0
 
     # ---- writer thread ----
     def _run(self) -> None:
@@ -218,18 +243,36 @@ class LedgerWriter:
             pass
         return items, markers
 
+    def _seal(self, items: list[_Item]) -> None:
+        """Hash and encrypt the plain evidence of `items` in place (writer thread, or a submit that spools)."""
+        for row, _ in items:
+            if not isinstance(row.evidence, Evidence):
+                continue
+            if self.keyring is None:
+                self.evidence_failures += 1
+                log.error("ledger_evidence_dropped", request_id=row.request_id, reason="no evidence key")
+                row.evidence = None
+                continue
+            sealed = self.keyring.seal(row.request_id, row.evidence)
+            row.evidence, row.input_sha256, row.output_sha256 = sealed, sealed.input_sha256, sealed.output_sha256
+
     def _write(self, items: list[_Item], *, force: bool = False) -> None:
         """Into the database if it may be tried, else (or when it refuses) into the spool at once."""
+        self._seal(items)
         if force or self._may_try():
+            self._writing_since = time.time()
             try:
                 self._insert_safe([row for row, _ in items])
             except Exception as exc:
+                self.write_failures += 1
                 self._outage(exc)
             else:
                 self._back()
                 for _, done in items:
                     _resolve(done, True)
                 return
+            finally:
+                self._writing_since = None
         self._keep(items)
 
     def _catch_up(self) -> None:
@@ -246,6 +289,7 @@ class LedgerWriter:
                     log.warning("ledger_rows_interrupted", rows=n, gateway=self.gateway_id)
             self._back()
         except Exception as exc:
+            self.write_failures += 1
             self._outage(exc)
 
     def _outage(self, exc: BaseException) -> None:
@@ -258,11 +302,14 @@ class LedgerWriter:
         if not self.healthy:
             log.info("ledger_database_back")
         self.healthy = True
+        if not self.spool.has_data():
+            self._unwritten_since = None
 
     def _keep(self, items: list[_Item]) -> None:
         """Spool rows (fsync) and resolve their futures; a row kept nowhere is an error, loudly."""
         if not items:
             return
+        self._seal(items)
         try:
             self._spool_rows([row for row, _ in items], raise_errors=True)
         except SpoolFull:
@@ -291,6 +338,8 @@ class LedgerWriter:
         try:
             self.spool.append(rows)
             self.spooled += len(rows)
+            if self._unwritten_since is None:
+                self._unwritten_since = time.time()
         except Exception:
             if raise_errors:
                 raise
@@ -313,6 +362,7 @@ class LedgerWriter:
                     self._insert_safe([row])
                 return
             log.error("ledger_row_rejected", request_id=rows[0].request_id, error=str(exc)[:300])
+            self.evidence_failures += rows[0].evidence is not None
             Spool(self.spool.path.with_name(self.spool.path.name + ".rejected")).append(rows)
 
     def _upsert(self, rows: list[LedgerRow]) -> None:
@@ -325,10 +375,12 @@ class LedgerWriter:
         with self.engine.begin() as conn:
             # Locks the heads of the tenants with final rows first: on SQLite that write takes the database's
             # write lock, so the statuses read next cannot change before this transaction commits.
-            values = [r.to_dict() for r in chain.extend(conn, list(by_id.values()))]
-            if values:
-                _write_values(conn, values)
+            written = chain.extend(conn, list(by_id.values()))
+            if written:
+                _write_values(conn, [r.to_dict() for r in written])
+            n_evidence = insert_evidence(conn, written)
         self.written += len(by_id)
+        self.evidence_written += n_evidence
 
     def _interrupt_running(self, before: datetime) -> int:
         """Rows of this gateway left `running` by an earlier run become `interrupted`."""
@@ -341,51 +393,3 @@ class LedgerWriter:
             self._upsert([interrupted_row(r, at=before.timestamp()) for r in mine])
             self.interrupted.update(r.workload_class for r in mine)
         return len(mine)
-
-
-def _write_values(conn: Connection, values: list[dict[str, Any]]) -> None:
-    """Insert new request ids; replace an existing row only as `replaces()` says (the WHERE repeats the rule)."""
-    table = _TABLE
-    dialect = conn.dialect.name
-    if dialect in ("postgresql", "sqlite"):
-        ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
-        new, old = ins.excluded.status, table.c.status
-        stmt = ins.on_conflict_do_update(
-            index_elements=["request_id"],
-            set_={c.name: ins.excluded[c.name] for c in table.columns if c.name != "request_id"},
-            where=or_(and_(old == _RUNNING, new != _RUNNING),
-                      and_(old == _INTERRUPTED, new != _RUNNING, new != _INTERRUPTED)))
-        conn.execute(stmt, values)
-        return
-    # portable fallback: the chain's head lock (or one writer per database) makes check-then-write safe
-    have = {rid: st for rid, st in conn.execute(select(table.c.request_id, table.c.status).where(
-        table.c.request_id.in_([v["request_id"] for v in values])))}
-    fresh = [v for v in values if v["request_id"] not in have]
-    if fresh:
-        conn.execute(insert(table), fresh)
-    for v in values:
-        if v["request_id"] in have and replaces(v["status"], have[v["request_id"]]):
-            conn.execute(update(table).where(table.c.request_id == v["request_id"]).values(v))
-
-
-def _is_outage(exc: BaseException) -> bool:
-    """True for 'the database is not there' (retry later), False for 'this row is bad'."""
-    if isinstance(exc, (OperationalError, InterfaceError)):
-        return True
-    if isinstance(exc, SQLAlchemyError):
-        return bool(getattr(exc, "connection_invalidated", False))
-    return not isinstance(exc, (TypeError, ValueError))
-
-
-def _resolve(done: "Future[bool]", result: bool = False, *, exc: BaseException | None = None) -> None:
-    """Settle a row's future unless its waiter already gave up on it (a client that disconnected
-    cancels it): a cancelled future must never raise in the writer thread."""
-    if done.done():
-        return
-    try:
-        if exc is not None:
-            done.set_exception(exc)
-        else:
-            done.set_result(result)
-    except InvalidStateError:  # cancelled between the check and the set
-        pass

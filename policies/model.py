@@ -171,6 +171,14 @@ class ClassPolicy:
     tenant_weights: Mapping[str, float] = field(default_factory=dict, metadata=knob(
         "tenant name -> its weight in the class's fair queueing (unlisted tenants: 1)", optional=True, gt=0))
 
+    # Evidence (ledger/evidence.py, docs/OBSERVABILITY.md): the class's requests' input and output kept
+    # encrypted, hashed into the ledger chain, for this many days (then deleted behind a chained tombstone).
+    evidence: bool = field(default=False, metadata=knob(
+        "keep each request's input and output as evidence (encrypted, chained with its ledger row)", optional=True))
+    evidence_retention_days: float = field(default=183.0, metadata=knob(
+        "days the class's evidence is kept before `finserve ledger prune` deletes it", gt=0, unit="days",
+        optional=True))
+
     # Risk rules as data (policies/risk.py): the verdict's score combines them with the model's judgement.
     risk_rules: RiskRules = field(default_factory=RiskRules, metadata=knob(
         "risk rules the class's verdicts are scored with (absent: the model alone)", optional=True))

@@ -9,7 +9,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.db.base import Base, UTCDateTime, utcnow
@@ -141,6 +153,12 @@ class RequestLedger(Base):
     # hash chain (HASHED_FIELDS is frozen for CHAIN_VERSION 1, so chains written before it still verify).
     client_request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
+    # --- 0009: evidence (ledger/evidence.py), for classes whose policy sets `evidence = true`. The salted
+    # sha256 of the request's input and of its output, hashed into the chain (CHAIN_VERSION_EVIDENCE), so the
+    # evidence in request_evidence cannot be swapped. NULL: no evidence was kept for the request.
+    input_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    output_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
 
 class LedgerChainHead(Base):
     """The last chained row of each partition (tenant): locked by every writer that extends the chain."""
@@ -183,3 +201,41 @@ class LedgerChainSuperseded(Base):
     row_hash: Mapped[str] = mapped_column(String(64))
     old_status: Mapped[str] = mapped_column(String(16))
     superseded_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class RequestEvidence(Base):
+    """What a request asked and was answered (ledger/evidence.py), encrypted (AES-256-GCM) under `key_id`.
+
+    Linked to its ledger row by request id (no foreign key, as for the ledger itself); the row holds the
+    hashes, so the chain covers it. Deleted by retention (`expires_at`) or erasure, each leaving a chained
+    tombstone in `ledger_events`."""
+
+    __tablename__ = "request_evidence"
+    __table_args__ = (Index("ix_request_evidence_tenant", "tenant"), Index("ix_request_evidence_expires_at", "expires_at"))
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    workload_class: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str] = mapped_column(String(64))  # which FINSERVE_EVIDENCE_KEY entry encrypted it
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)  # 12-byte nonce + AES-GCM(canonical JSON) + tag
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())  # created_at + the class's evidence_retention_days
+
+
+class LedgerEvent(Base):
+    """A chained event that is not a request (ledger/events.py): a start of finserve with its versions and
+    clock state, a model / weights / policy / finserve version change, an evidence erasure or expiry.
+
+    One chain for all of them (its head in ledger_chain_heads under EVENTS_PARTITION): `finserve ledger verify`
+    recomputes every hash and link, so an event cannot be edited or deleted unseen."""
+
+    __tablename__ = "ledger_events"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)  # 1, 2, ...
+    kind: Mapped[str] = mapped_column(String(32))
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    tenant: Mapped[str | None] = mapped_column(String(64), nullable=True)  # erasures: whose evidence
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    row_hash: Mapped[str] = mapped_column(String(64))
+    mac: Mapped[str | None] = mapped_column(String(64), nullable=True)  # HMAC under FINSERVE_LEDGER_HMAC_KEY

@@ -5,7 +5,9 @@ edited or whose predecessor is missing; it exits 6 (ExitCode.INTEGRITY) when it 
 the amendments (superseded positions) and prunes (checkpoints) it accepted; with
 FINSERVE_LEDGER_HMAC_KEY, prune signs its checkpoints and verify refuses an unsigned or forged one.
 prune deletes old rows behind a checkpoint and drops old step timelines (ledger/retention.py).
-export writes the rows of a tenant and period as NDJSON or CSV (ledger/export.py).
+export writes the rows of a tenant and period as NDJSON or CSV (ledger/export.py), or with --evidence a
+signed evidence pack (ledger/bundle.py) that `verify --bundle` checks offline; erase deletes evidence
+behind a chained tombstone (finserve/commands/ledger_evidence.py).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from finserve.commands import ledger_evidence
 from finserve.console import CLIError, ExitCode, Output, OutputOpt, print_json
 
 
@@ -27,6 +30,7 @@ def register(app: typer.Typer) -> None:
     ledger_app.command("verify")(verify)
     ledger_app.command("prune")(prune)
     ledger_app.command("export")(export)
+    ledger_app.command("erase")(ledger_evidence.erase)
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --output json: one JSON document on stdout.")]
@@ -67,29 +71,41 @@ def verify(
                                                  "8601, 'now' or a duration ago")] = None,
     timelines: Annotated[bool, typer.Option("--timelines/--no-timelines", help="Also check each kept timeline "
                                             "against its chained digest (reads every timeline)")] = True,
+    evidence: Annotated[bool, typer.Option("--evidence", help="Also decrypt every kept evidence record and check "
+                                           "it against its row's chained hashes (needs FINSERVE_EVIDENCE_KEY)")] = False,
+    bundle: Annotated[Optional[Path], typer.Option("--bundle", metavar="FILE", help="Check an evidence pack "
+                                                   "offline instead (no database needed)")] = None,
+    public_key: Annotated[Optional[str], typer.Option("--public-key", help="With --bundle: the Ed25519 public key "
+                                                      "(base64) the pack must be signed with")] = None,
     json_out: JsonOpt = False,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Check every ledger row against its tenant's hash chain; name each edited row and each missing one."""
+    """Check every ledger row against its tenant's hash chain, the event chain and the kept evidence; name
+    each edited row and each missing one."""
     from finserve.commands.db import parse_time
-    from ledger.verify import verify_ledger
+    from ledger.audit import verify_all
 
+    if bundle is not None:
+        ledger_evidence.verify_bundle_file(bundle, _hmac_key(), public_key, json_out or output is Output.json)
+        return
     now = datetime.now(timezone.utc)
     t0 = parse_time(since, now) if since else None
     t1 = parse_time(until, now) if until else None
+    keyring = ledger_evidence.keyring(required=True) if evidence else None
     engine = _engine()
     try:
         with engine.connect() as conn:
-            result = verify_ledger(conn, tenant=tenant, since=t0, until=t1, check_timelines=timelines,
-                                   hmac_key=_hmac_key())
+            result, extra = verify_all(conn, tenant=tenant, since=t0, until=t1, check_timelines=timelines,
+                                       hmac_key=_hmac_key(), keyring=keyring)
     finally:
         engine.dispose()
     if json_out or output is Output.json:
-        print_json(result.to_dict())
+        print_json(result.to_dict() | extra)
     else:
         for p in result.problems:
             typer.echo(f"{p.kind}: {p.request_id or '-'} (tenant {p.partition}, chain position {p.seq}): {p.detail}")
         _echo_accepted(result)
+        ledger_evidence.echo_audit(extra)
         unchained = f"; {result.rows_unchained} rows from before chaining (migration 0004) not covered" \
             if result.rows_unchained else ""
         typer.echo(f"ledger verified: {'yes' if result.ok else 'no'} ({result.rows_checked} rows in "
@@ -121,14 +137,17 @@ def prune(
                                                                 "timelines of rows older than this (e.g. 7d); "
                                                                 "the summary rows stay")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; change nothing")] = False,
+    expired_evidence: Annotated[bool, typer.Option("--expired-evidence", help="Only delete evidence past its "
+                                                   "class's retention (every prune does that too)")] = False,
     json_out: JsonOpt = False,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Delete old ledger rows (behind a chain checkpoint) and drop old step timelines."""
+    """Delete old ledger rows (behind a chain checkpoint), old step timelines and expired evidence."""
     from ledger.retention import prune as run_prune
 
-    if older_than is None and timelines_older_than is None:
-        raise CLIError("give --older-than (whole rows) and/or --timelines-older-than (step timelines)")
+    if older_than is None and timelines_older_than is None and not expired_evidence:
+        raise CLIError("give --older-than (whole rows), --timelines-older-than (step timelines) and/or "
+                       "--expired-evidence")
     now = datetime.now(timezone.utc)
     rows_cut = now - _duration("--older-than", older_than) if older_than else None
     timelines_cut = now - _duration("--timelines-older-than", timelines_older_than) if timelines_older_than else None
@@ -144,7 +163,8 @@ def prune(
         verb = "would delete" if dry_run else "deleted"
         typer.echo(f"{verb} {result.rows_deleted} chained rows ({len(result.checkpoints)} tenant checkpoints) and "
                    f"{result.unchained_deleted} unchained rows; {'would drop' if dry_run else 'dropped'} "
-                   f"{result.timelines_dropped} timelines")
+                   f"{result.timelines_dropped} timelines; {verb} the evidence of {result.evidence_expired} requests "
+                   "past its retention")
     if result.refused:
         first = result.refused[0]
         raise CLIError(f"not pruned: tenant {first.partition}'s old chain is broken ({first.kind} at "
@@ -159,11 +179,17 @@ def export(
                                                  "'now' or a duration ago")] = None,
     format: Annotated[str, typer.Option("--format", help="ndjson (one JSON object a line) or csv")] = "ndjson",
     out: Annotated[Optional[Path], typer.Option("--out", help="Write to this file (default: stdout)")] = None,
+    request_id: Annotated[Optional[str], typer.Option("--request-id", help="With --evidence: this request "
+                                                      "only")] = None,
+    evidence: Annotated[bool, typer.Option("--evidence", help="A signed evidence pack (rows, decrypted evidence, "
+                                           "chain proof, versions) for `verify --bundle`")] = False,
 ) -> None:
     """Export ledger rows (every column but the step timeline), oldest first; running requests are left out."""
     from finserve.commands.db import parse_time
     from ledger.export import FORMATS, export_rows, render
 
+    if request_id is not None and not evidence:
+        raise CLIError("--request-id goes with --evidence (a pack for one request)")
     if format not in FORMATS:
         raise CLIError(f"--format: {format!r} is not one of {', '.join(FORMATS)}")
     now = datetime.now(timezone.utc)
@@ -171,6 +197,10 @@ def export(
     t1 = parse_time(until, now) if until else None
     if t0 is not None and t1 is not None and t1 <= t0:
         raise CLIError("--until must be after --since")
+    if evidence:
+        ledger_evidence.export_pack(_engine(), out, request_id=request_id, tenant=tenant, since=t0, until=t1,
+                                    hmac_key=_hmac_key())
+        return
     engine = _engine()
     try:
         with engine.connect() as conn, (open(out, "w", newline="") if out else nullcontext(sys.stdout)) as sink:

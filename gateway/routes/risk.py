@@ -80,6 +80,7 @@ async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep,
         route=ROUTE, prompt=Prompt(messages=messages),
         sampling=functools.partial(SamplingParams, temperature=body.temperature, json_schema=schema),
         max_tokens=body.max_tokens, default_max_tokens=settings.risk_max_tokens, classified=classified))
+    service.state.ledger.evidence.note(adm.request.request_id, event=body.event.model_dump(mode="json", exclude_none=True))
     if body.stream:
         fields = None if schema is None else (lambda text, reason: {"verdict": parse_verdict(text, reason)})
         return EventStreamResponse(answer_events(service.generate(adm), fields))
@@ -99,6 +100,7 @@ async def _rule_scored(body: RiskAssessRequest, request: Request, key: KeyInfo, 
         sampling=judgement_choice(body.temperature), max_tokens=body.max_tokens,
         default_max_tokens=JUDGEMENT_MAX_TOKENS, classified=classified))
     event = body.event.model_dump(mode="json", exclude_none=True)
+    service.state.ledger.evidence.note(adm.request.request_id, event=event)
 
     async def judged() -> tuple[RequestOutput, TokenLogprobs | None]:
         first: TokenLogprobs | None = None
