@@ -32,7 +32,7 @@ from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.outputs import RequestOutput
 from engine.request import EngineRequest, SamplingParams
-from finserve.app import create_app
+from stack.app import create_app
 from ledger.evidence import Keyring
 from ledger.evidence_capture import EvidenceBook
 from policies import policy_from_dict
