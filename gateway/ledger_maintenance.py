@@ -17,6 +17,8 @@ from pathlib import Path
 import structlog
 
 from core.db.base import utcnow
+from engine.engine import LLMEngine
+from engine.fingerprint import engine_fingerprint
 from gateway.state import GatewayState
 from ledger.changes import record_start
 from ledger.clock import clock_state
@@ -61,6 +63,9 @@ async def start(state: GatewayState) -> asyncio.Task[None]:
     except Exception:  # rows without versions beat a gateway that does not start
         log.exception("ledger_versions_failed")
     state.ledger.weight_format_probe = lambda: loaded_weight_format(state.engine_client)
+    local = getattr(state.engine_client, "engine", None)  # the embedded engine (replicas keep their own)
+    if isinstance(local, LLMEngine):
+        state.ledger.evidence.engine_fingerprint = engine_fingerprint(local)
     log.info("ledger_versions", **{k: v for k, v in vars(state.ledger.versions).items()})
     key = state.settings.evidence_key
     try:

@@ -60,6 +60,9 @@ class EvidenceBook:
     def __init__(self) -> None:
         self._pending: OrderedDict[str, Capture] = OrderedDict()
         self._lock = threading.Lock()
+        # What decides the answer's bits besides the versions the row carries (batch invariance, kernel ISA,
+        # K/V dtype): set by the gateway once its engine is loaded, kept in every input (`finserve ledger replay`).
+        self.engine_fingerprint: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -74,7 +77,8 @@ class EvidenceBook:
             prompt = dataclasses.asdict(prompt)
         sampling = dataclasses.asdict(request.sampling)
         cap = Capture(input={"route": route, "workload_class": cls.name, "prompt": prompt,
-                             "prompt_token_ids": list(request.prompt_token_ids), "sampling": sampling},
+                             "prompt_token_ids": list(request.prompt_token_ids), "sampling": sampling,
+                             "engine": self.engine_fingerprint},
                       retention_days=cls.evidence_retention_days, started=now)
         with self._lock:
             self._pending[request.request_id] = cap

@@ -32,10 +32,10 @@ from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.outputs import RequestOutput
 from engine.request import EngineRequest, SamplingParams
-from stack.app import create_app
 from ledger.evidence import Keyring
 from ledger.evidence_capture import EvidenceBook
 from policies import policy_from_dict
+from stack.app import create_app
 
 EVENT = {"event_type": "wire_transfer", "entity": "ACME-7781", "amount": 2_500_000, "currency": "USD",
          "attributes": {"country": "KY", "new_beneficiary": True}}

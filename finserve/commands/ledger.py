@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from finserve.commands import ledger_evidence
+from finserve.commands import ledger_evidence, ledger_replay
 from finserve.console import CLIError, ExitCode, Output, OutputOpt, print_json
 
 
@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
     ledger_app.command("prune")(prune)
     ledger_app.command("export")(export)
     ledger_app.command("erase")(ledger_evidence.erase)
+    ledger_app.command("replay")(ledger_replay.replay)
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --output json: one JSON document on stdout.")]
