@@ -59,6 +59,7 @@ def replay(
     output: OutputOpt = Output.table,
 ) -> None:
     """Re-run a ledgered request from its evidence, alone, and report identical or different (bitwise)."""
+    from core.logging import configure_logging
     from core.settings import Settings
     from engine.engine import LLMEngine
     from engine.fingerprint import engine_fingerprint
@@ -66,8 +67,6 @@ def replay(
     from engine.replay import replay as run_replay
     from ledger.versions import compute_versions
     from policies import load_policy
-
-    from core.logging import configure_logging
 
     row, inp, out = _recorded(request_id)
     settings = Settings()
