@@ -23,14 +23,16 @@ import os
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, SecretStr, model_validator
+from pydantic import AfterValidator, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.config import EngineConfig
 from engine.factory import default_threads
+from engine.kv_dtypes import check_kv_dtype
+from engine.model.formats import check_weights
 from policies import Policy
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"  # folder under $FINSERVE_HOME/models (see engine.model.prepare)
@@ -45,6 +47,10 @@ NOT_SETTINGS = frozenset({
 })
 # Flags whose names differ from their setting's, as FINSERVE_<flag> is a likely mistake.
 FLAG_NAMES = {"KV_DTYPE": "KV_CACHE_DTYPE", "KV_MEMORY": "KV_CACHE_MEMORY_BYTES"}
+
+# Choices declared once, in the engine's registries (engine/kv_dtypes.py, engine/model/formats.py).
+KVDtypeName = Annotated[str, AfterValidator(check_kv_dtype)]
+WeightsName = Annotated[str, AfterValidator(check_weights)]
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()  # unknown names already warned about in this process
@@ -68,8 +74,8 @@ class Settings(BaseSettings):
     device: str = "cpu"
     dtype: str = "auto"
     # K/V pool precision (EngineConfig.kv_cache_dtype): bf16/fp16 hold twice fp32's tokens; auto: as dtype
-    kv_cache_dtype: Literal["auto", "fp32", "bf16", "fp16", "float32", "bfloat16", "float16"] = "auto"
-    weights: Literal["auto", "fp32", "bf16", "int8", "q4"] = "auto"  # matmul weight format (EngineConfig.weights)
+    kv_cache_dtype: KVDtypeName = "auto"
+    weights: WeightsName = "auto"  # matmul weight format (EngineConfig.weights)
     native_kernels: bool = True  # false: torch paths only
     kernel_isa: Literal["auto", "generic", "avx2", "avx512"] = "auto"  # force a kernel variant (tests, debugging)
     # every token through the native step's per-row arithmetic: bitwise-reproducible answers (ledger replay)
