@@ -20,19 +20,20 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from dotenv import dotenv_values
 from pydantic import AfterValidator, Field, SecretStr, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.config import EngineConfig
 from engine.factory import default_threads
-from engine.kv_dtypes import check_kv_dtype
-from engine.model.formats import check_weights
+from engine.kv_dtypes import kv_choices
+from engine.model.formats import weight_choices
 from policies import Policy
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"  # folder under $FINSERVE_HOME/models (see engine.model.prepare)
@@ -48,9 +49,23 @@ NOT_SETTINGS = frozenset({
 # Flags whose names differ from their setting's, as FINSERVE_<flag> is a likely mistake.
 FLAG_NAMES = {"KV_DTYPE": "KV_CACHE_DTYPE", "KV_MEMORY": "KV_CACHE_MEMORY_BYTES"}
 
+
+
+def one_of(choices: Callable[[], tuple[str, ...]]) -> AfterValidator:
+    """A str limited to `choices()`, refused as a Literal would be (same error type and message)."""
+    def check(value: str) -> str:
+        allowed = choices()
+        if value not in allowed:
+            *rest, last = (repr(name) for name in allowed)
+            raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                      {"expected": f"{', '.join(rest)} or {last}"})
+        return value
+    return AfterValidator(check)
+
+
 # Choices declared once, in the engine's registries (engine/kv_dtypes.py, engine/model/formats.py).
-KVDtypeName = Annotated[str, AfterValidator(check_kv_dtype)]
-WeightsName = Annotated[str, AfterValidator(check_weights)]
+KVDtypeName = Annotated[str, one_of(kv_choices)]
+WeightsName = Annotated[str, one_of(weight_choices)]
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()  # unknown names already warned about in this process
