@@ -17,7 +17,8 @@ class KVDtype:
     name: str  # short name: fp32
     torch_name: str  # the torch dtype's name, also accepted: float32
     nbytes: int  # bytes per element
-    kernel_code: int  # the kv_type the paged decode kernel and the native step read (kernels/*.c)
+    # the kv_type the paged decode kernel and the native step read (kernels/*.c); None: torch attention only
+    kernel_code: int | None
 
 
 KV_DTYPES: dict[str, KVDtype] = {d.name: d for d in (

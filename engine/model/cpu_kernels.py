@@ -32,7 +32,8 @@ ISA_VARIANTS = ("generic", "avx2", "avx512")  # ascending: each runs wherever th
 _FEATURE_BIT = {"generic": 0, "avx2": 1, "avx512": 2}
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 # K/V pool dtypes the decode kernel reads in place -> the kernel's kv_type codes (engine/kv_dtypes.py).
-KV_TYPES: dict[torch.dtype, int] = {getattr(torch, d.torch_name): d.kernel_code for d in KV_DTYPES.values()}
+KV_TYPES: dict[torch.dtype, int] = {getattr(torch, d.torch_name): d.kernel_code for d in KV_DTYPES.values()
+                                    if d.kernel_code is not None}
 
 
 def _library_file(isa: str) -> Path | None:

@@ -27,18 +27,18 @@ def config(model: str, **kw: object) -> EngineConfig:
 
 
 def test_unknown_weight_format_is_refused_naming_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"weights must be one of \('auto', 'fp32', 'bf16', 'int8', 'q4'\), not 'int3'"):
+    with pytest.raises(ValueError, match=r"weights must be one of \('auto', 'fp32', 'bf16', 'int8', 'q4'.*\), not 'int3'"):
         config("m", weights="int3")
     with pytest.raises(ValueError, match="unknown weight format 'int3'; known: fp32, bf16, fp16, int8, q4"):
         formats.weight_format("int3")
     with pytest.raises(ValueError, match="weights must be one of"):
         resolve_weight_format("int3", torch.device("cpu"), torch.float32)
-    with pytest.raises(pydantic.ValidationError, match=r"Input should be 'auto', 'fp32', 'bf16', 'int8' or 'q4'"):
+    with pytest.raises(pydantic.ValidationError, match=r"Input should be 'auto', 'fp32', 'bf16', 'int8'.* or '"):
         Settings(weights="int3", _env_file=None)
 
 
 def test_unknown_kv_dtype_is_refused_naming_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"kv_cache_dtype must be one of \('auto', 'fp32', 'bf16', 'fp16'\), not 'fp8'"):
+    with pytest.raises(ValueError, match=r"kv_cache_dtype must be one of \('auto', 'fp32', 'bf16', 'fp16'.*\), not 'fp8'"):
         config("m", kv_cache_dtype="fp8")
     with pytest.raises(ValueError, match="unknown KV dtype 'fp8'; known: fp32, bf16, fp16"):
         kv_dtypes.kv_dtype("fp8")
@@ -47,13 +47,15 @@ def test_unknown_kv_dtype_is_refused_naming_the_known_ones() -> None:
 
 
 def test_the_lists_derive_from_the_registries() -> None:
-    assert WEIGHT_FORMATS == ("auto", "fp32", "bf16", "int8", "q4")  # fp16: registered, reached through auto only
-    assert set(formats.WEIGHT_FORMATS) == {"fp32", "bf16", "fp16", "int8", "q4"}
-    assert KV_CACHE_DTYPES == ("auto", "fp32", "bf16", "fp16", "float32", "bfloat16", "float16")
+    # the formats and dtypes of today stay, in this order (a new one is appended); fp16 only through auto
+    assert WEIGHT_FORMATS[:5] == ("auto", "fp32", "bf16", "int8", "q4") and "fp16" not in WEIGHT_FORMATS
+    assert WEIGHT_FORMATS == ("auto", *(n for n, f in formats.WEIGHT_FORMATS.items() if f.selectable))
+    assert {"fp32", "bf16", "fp16", "int8", "q4"} <= set(formats.WEIGHT_FORMATS)
+    assert KV_CACHE_DTYPES == ("auto", *kv_dtypes.KV_DTYPES, *(d.torch_name for d in kv_dtypes.KV_DTYPES.values()))
+    assert {"fp32", "bf16", "fp16", "float32", "bfloat16", "float16"} <= set(KV_CACHE_DTYPES)
     assert all(DTYPE_BYTES[n] == d.nbytes for d in kv_dtypes.KV_DTYPES.values() for n in (d.name, d.torch_name))
     assert all(torch.empty(0, dtype=dtype).element_size() == DTYPE_BYTES[str(dtype).removeprefix("torch.")]
                for dtype in cpu_kernels.KV_TYPES)
-    assert formats.help_text() == "auto, fp32, bf16, int8 or q4"
     with pytest.raises(ValueError, match="already registered"):
         formats.register(formats.DenseFormat("fp32", 4.0))
 
@@ -92,3 +94,16 @@ def test_every_registered_format_loads_the_tiny_model(tiny_model_dir: Path, name
     while not req.is_finished:
         engine.step()
     assert len(req.output_token_ids) == 3
+
+
+def test_the_cli_help_lists_every_choice() -> None:
+    from typer.testing import CliRunner
+
+    from finserve.cli import app
+
+    res = CliRunner().invoke(app, ["generate", "--help"], env={"COLUMNS": "400", "TERMINAL_WIDTH": "400"})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert f"Matmul weight format: {', '.join(WEIGHT_FORMATS[:-1])} or {WEIGHT_FORMATS[-1]}" in text
+    kv_help = kv_dtypes.help_text()
+    assert f"auto (same as --dtype), {kv_help}" in text and all(name in kv_help for name in kv_dtypes.KV_DTYPES)
