@@ -107,3 +107,16 @@ def test_the_cli_help_lists_every_choice() -> None:
     assert f"Matmul weight format: {', '.join(WEIGHT_FORMATS[:-1])} or {WEIGHT_FORMATS[-1]}" in text
     kv_help = kv_dtypes.help_text()
     assert f"auto (same as --dtype), {kv_help}" in text and all(name in kv_help for name in kv_dtypes.KV_DTYPES)
+
+
+def test_the_registries_load_no_torch() -> None:
+    """engine/config.py validates with them and the scheduler imports the config: both stay torch-free."""
+    import subprocess
+    import sys
+
+    code = "import sys, engine.config, engine.scheduler, engine.planner; print('torch' in sys.modules)"
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
