@@ -20,17 +20,20 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, SecretStr, model_validator
+from pydantic import AfterValidator, Field, SecretStr, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.config import EngineConfig
 from engine.factory import default_threads
+from engine.kv_dtypes import kv_choices
+from engine.model.formats import weight_choices
 from policies import Policy
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"  # folder under $FINSERVE_HOME/models (see engine.model.prepare)
@@ -45,6 +48,24 @@ NOT_SETTINGS = frozenset({
 })
 # Flags whose names differ from their setting's, as FINSERVE_<flag> is a likely mistake.
 FLAG_NAMES = {"KV_DTYPE": "KV_CACHE_DTYPE", "KV_MEMORY": "KV_CACHE_MEMORY_BYTES"}
+
+
+
+def one_of(choices: Callable[[], tuple[str, ...]]) -> AfterValidator:
+    """A str limited to `choices()`, refused as a Literal would be (same error type and message)."""
+    def check(value: str) -> str:
+        allowed = choices()
+        if value not in allowed:
+            *rest, last = (repr(name) for name in allowed)
+            raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                      {"expected": f"{', '.join(rest)} or {last}"})
+        return value
+    return AfterValidator(check)
+
+
+# Choices declared once, in the engine's registries (engine/kv_dtypes.py, engine/model/formats.py).
+KVDtypeName = Annotated[str, one_of(kv_choices)]
+WeightsName = Annotated[str, one_of(weight_choices)]
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()  # unknown names already warned about in this process
@@ -68,8 +89,8 @@ class Settings(BaseSettings):
     device: str = "cpu"
     dtype: str = "auto"
     # K/V pool precision (EngineConfig.kv_cache_dtype): bf16/fp16 hold twice fp32's tokens; auto: as dtype
-    kv_cache_dtype: Literal["auto", "fp32", "bf16", "fp16", "float32", "bfloat16", "float16"] = "auto"
-    weights: Literal["auto", "fp32", "bf16", "int8", "q4"] = "auto"  # matmul weight format (EngineConfig.weights)
+    kv_cache_dtype: KVDtypeName = "auto"
+    weights: WeightsName = "auto"  # matmul weight format (EngineConfig.weights)
     native_kernels: bool = True  # false: torch paths only
     kernel_isa: Literal["auto", "generic", "avx2", "avx512"] = "auto"  # force a kernel variant (tests, debugging)
     # every token through the native step's per-row arithmetic: bitwise-reproducible answers (ledger replay)

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.kv_dtypes import check_kv_dtype, dtype_bytes, kv_choices, torch_name
+from engine.model.formats import check_weights, weight_choices
 from policies import Policy
 
-WEIGHT_FORMATS = ("auto", "fp32", "bf16", "int8", "q4")
-KV_CACHE_DTYPES = ("auto", "fp32", "bf16", "fp16", "float32", "bfloat16", "float16")
-_TORCH_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+WEIGHT_FORMATS = weight_choices()  # ("auto", "fp32", "bf16", "int8", "q4"): engine/model/formats.py
+KV_CACHE_DTYPES = kv_choices()  # ("auto", "fp32", "bf16", "fp16", "float32", ...): engine/kv_dtypes.py
+DTYPE_BYTES = dtype_bytes()
 
 
 @dataclass(frozen=True)
@@ -17,11 +18,11 @@ class EngineConfig:
     policy: Policy
     device: str = "cpu"
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
-    # K/V pool precision: auto | fp32 | bf16 | fp16 (or the torch names). 16 bits hold twice the tokens
-    # in the same budget; the CPU decode kernel reads them in place. auto: the compute dtype (see
+    # K/V pool precision: auto | fp32 | bf16 | fp16 (or the torch names; engine/kv_dtypes.py). 16 bits
+    # hold twice the tokens in the same budget; the CPU decode kernel reads them in place. auto: the compute dtype (see
     # docs/CAPACITY.md for why auto stays fp32 on CPU).
     kv_cache_dtype: str = "auto"
-    # Matmul weight format: auto | fp32 | bf16 | int8 | q4 (engine/model/linear.py). auto on CPU with
+    # Matmul weight format: auto | fp32 | bf16 | int8 | q4 (engine/model/formats.py). auto on CPU with
     # the native kernels: q4 when the weights are already 4-bit (lossless), else the checkpoint's
     # precision (dense, in the compute dtype): auto never changes a model's answers.
     weights: str = "auto"
@@ -50,10 +51,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.scheduling not in ("class", "fcfs"):
             raise ValueError(f"scheduling must be 'class' or 'fcfs', not {self.scheduling!r}")
-        if self.weights not in WEIGHT_FORMATS:
-            raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, not {self.weights!r}")
-        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES[:4]}, not {self.kv_cache_dtype!r}")
+        check_weights(self.weights)
+        check_kv_dtype(self.kv_cache_dtype)
         if self.kernel_isa not in ("auto", "generic", "avx2", "avx512"):
             raise ValueError(f"kernel_isa must be auto, generic, avx2 or avx512, not {self.kernel_isa!r}")
         if self.block_size <= 0 or self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
@@ -62,14 +61,14 @@ class EngineConfig:
     @property
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":
-            return _TORCH_NAMES.get(self.dtype, self.dtype)
+            return torch_name(self.dtype)
         return "bfloat16" if self.device.startswith("cuda") else "float32"
 
     @property
     def resolved_kv_dtype(self) -> str:
         if self.kv_cache_dtype == "auto":
             return self.resolved_dtype
-        return _TORCH_NAMES.get(self.kv_cache_dtype, self.kv_cache_dtype)
+        return torch_name(self.kv_cache_dtype)
 
 
 @dataclass(frozen=True)

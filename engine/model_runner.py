@@ -12,6 +12,7 @@ import structlog
 import torch
 
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
+from engine.kv_dtypes import KV_DTYPES
 from engine.model import cpu_kernels
 from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.config import ModelConfig
@@ -83,7 +84,7 @@ class ModelRunner:
         if self.config.num_blocks_override:
             return {}
         out: dict[str, int] = {}
-        for name in ("fp32", "bf16", "fp16"):
+        for name in KV_DTYPES:
             spec = dataclasses.replace(self.kv_spec, dtype_bytes=DTYPE_BYTES[name])
             out[name] = spec.num_blocks_for(self.config.kv_cache_memory_bytes) * self.config.block_size
         return out

@@ -18,11 +18,13 @@ import struct
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from engine import kv_dtypes
 from engine.config import DTYPE_BYTES, KVCacheSpec
 from engine.model.config import ModelConfig
 
-KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
-WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
+# Element types a plan can size (the engine's pool dtypes, engine/kv_dtypes.py, and the plan-only ones).
+KV_DTYPES = (*kv_dtypes.KV_DTYPES, *kv_dtypes.PLAN_ONLY_BYTES)
+WEIGHT_DTYPES = KV_DTYPES  # weights are sized per element of the same types
 
 _UNITS = {
     "": 1, "b": 1,

@@ -23,13 +23,17 @@ from pathlib import Path
 import structlog
 import torch
 
+from engine.kv_dtypes import KV_DTYPES
+from engine.model.formats import KernelFormat
+
 log = structlog.get_logger(__name__)
 
 ISA_VARIANTS = ("generic", "avx2", "avx512")  # ascending: each runs wherever the next one does
 _FEATURE_BIT = {"generic": 0, "avx2": 1, "avx512": 2}
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-# K/V pool dtypes the decode kernel reads in place (the kernel's kv_type codes).
-KV_TYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+# K/V pool dtypes the decode kernel reads in place -> the kernel's kv_type codes (engine/kv_dtypes.py).
+KV_TYPES: dict[torch.dtype, int] = {getattr(torch, d.torch_name): d.kernel_code for d in KV_DTYPES.values()
+                                    if d.kernel_code is not None}
 
 
 def _library_file(isa: str) -> Path | None:
@@ -169,7 +173,7 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = 
 
 def qgemm(
     lib: ctypes.CDLL,
-    q4: bool,
+    fmt: KernelFormat,  # the weights' layout (the C side's q4 flag)
     x: torch.Tensor,  # [M, K] fp32 contiguous
     packed: torch.Tensor,  # uint8, layout of engine/model/quant.py
     scales: torch.Tensor,  # fp16 [G, KB, 16]
@@ -180,19 +184,19 @@ def qgemm(
 ) -> torch.Tensor:  # [M, N] fp32
     m, k = x.shape
     y = torch.empty((m, n), dtype=torch.float32)
-    lib.qgemm_f32(int(q4), int(act16), x.data_ptr(), m, k, k, packed.data_ptr(), scales.data_ptr(),
+    lib.qgemm_f32(int(fmt), int(act16), x.data_ptr(), m, k, k, packed.data_ptr(), scales.data_ptr(),
                   0 if mins is None else mins.data_ptr(), n, 0 if bias is None else bias.data_ptr(),
                   y.data_ptr(), n, torch.get_num_threads())
     return y
 
 
 def pool_qgemm(
-    lib: ctypes.CDLL, q4: bool, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
+    lib: ctypes.CDLL, fmt: KernelFormat, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
     n: int, bias: torch.Tensor | None, act16: bool, threads: int,
 ) -> torch.Tensor:  # [M, N] fp32: qgemm's sums on the kernel library's own thread pool (decode_step.c)
     m, k = x.shape
     y = torch.empty((m, n), dtype=torch.float32)
-    rc = lib.fs_qgemm(int(q4), int(act16), x.data_ptr(), m, k, k, packed.data_ptr(), scales.data_ptr(),
+    rc = lib.fs_qgemm(int(fmt), int(act16), x.data_ptr(), m, k, k, packed.data_ptr(), scales.data_ptr(),
                       0 if mins is None else mins.data_ptr(), n, 0 if bias is None else bias.data_ptr(),
                       y.data_ptr(), n, threads)
     if rc != 0:
@@ -200,11 +204,11 @@ def pool_qgemm(
     return y
 
 
-def dequant_into(lib: ctypes.CDLL, q4: bool, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
+def dequant_into(lib: ctypes.CDLL, fmt: KernelFormat, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
                  out: torch.Tensor) -> None:
     """The stored weights, dequantized into `out` [N, K] fp32 contiguous (layout of engine/model/quant.py)."""
     n, k = out.shape
-    lib.dequant_f32(int(q4), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), n, k,
+    lib.dequant_f32(int(fmt), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), n, k,
                     out.data_ptr(), torch.get_num_threads())
 
 

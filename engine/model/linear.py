@@ -1,7 +1,7 @@
 """Linear layers per weight format, and the choice of format (`EngineConfig.weights`).
 
-Formats: fp32, bf16 (dense torch tensors), int8 and q4 (engine/model/quant.py, native kernels).
-The compute dtype (activations, KV cache) is EngineConfig.dtype; the weight format only says how
+Formats (declared in engine/model/formats.py): dense torch tensors (fp32, bf16) and quantized blocks
+(int8, q4: engine/model/quant.py, native kernels). The compute dtype (activations, KV cache) is EngineConfig.dtype; the weight format only says how
 the matmul weights are stored and multiplied. Norms and the embedding table stay in the compute
 dtype.
 """
@@ -13,14 +13,14 @@ import structlog
 import torch
 import torch.nn.functional as F
 
-from engine.config import WEIGHT_FORMATS, EngineConfig
+from engine.config import EngineConfig
 from engine.model import cpu_kernels
+from engine.model.formats import AUTO, DenseFormat, QuantizedFormat, check_weights, dense_format_for, weight_format
 from engine.model.quant import QuantizedLinear, dequantize, quantize
 
 log = structlog.get_logger(__name__)
 
-_DENSE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+LOSSLESS_4BIT = "q4"  # the format auto picks for weights that are already 4-bit (is_exactly_4bit)
 
 
 class Linear(Protocol):
@@ -51,7 +51,7 @@ def is_exactly_4bit(weight: torch.Tensor) -> bool:
     """True when every block of 32 already holds at most 16 evenly spaced values (a model converted
     from a Q4_1/Q4_0 GGUF): the q4 format then stores these very weights, losslessly."""
     w = weight.float()
-    err = (dequantize(quantize(w, "q4")) - w).abs().max()
+    err = (dequantize(quantize(w, LOSSLESS_4BIT)) - w).abs().max()
     return bool(err <= 1e-5 * w.abs().max())
 
 
@@ -67,19 +67,18 @@ def resolve_weight_format(
     reference (HF transformers) on other shapes, so it is used only when asked for. Off the CPU, without
     the kernels, or with an explicit compute dtype (EngineConfig.dtype != "auto"): dense weights in
     that dtype."""
-    if requested not in WEIGHT_FORMATS:
-        raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, not {requested!r}")
-    fmt = requested if requested != "auto" else _NAMES[dtype]
-    if requested == "auto" and not dtype_explicit and device.type == "cpu" and cpu_kernels.kernel_isa() is not None \
+    check_weights(requested)
+    fmt = requested if requested != AUTO else dense_format_for(str(dtype).removeprefix("torch.")).name
+    if requested == AUTO and not dtype_explicit and device.type == "cpu" and cpu_kernels.kernel_isa() is not None \
             and probe is not None and is_exactly_4bit(probe):
-        fmt = "q4"
+        fmt = LOSSLESS_4BIT
     return fmt, weight_format_reason(requested, fmt, device, dtype_explicit)
 
 
 def weight_format_reason(requested: str, fmt: str, device: torch.device, dtype_explicit: bool = False) -> str:
     """Why `requested` became `fmt`: resolve_weight_format's reason, also for a model that is already
     loaded (`/v1/models`, `finserve generate`), so each reason is written once."""
-    if requested != "auto":
+    if requested != AUTO:
         return "asked for (FINSERVE_WEIGHTS or --weights)"
     if dtype_explicit:
         return "dense weights in the dtype that was asked for"
@@ -88,7 +87,7 @@ def weight_format_reason(requested: str, fmt: str, device: torch.device, dtype_e
     isa = cpu_kernels.kernel_isa()
     if isa is None:
         return "native kernels not built: quantized formats would run the slow torch path"
-    if fmt == "q4":  # measured (docs/BENCHMARKS.md): q4 streams an eighth of fp32's bytes
+    if fmt == LOSSLESS_4BIT:  # measured (docs/BENCHMARKS.md): q4 streams an eighth of fp32's bytes
         return f"the weights are already 4-bit: q4 keeps them exactly and streams the fewest bytes ({isa})"
     return (f"the checkpoint is not 4-bit: auto keeps its precision ({fmt}, dense), so answers match the "
             "checkpoint's; int8 or q4 (faster, answers may differ) only when asked for with FINSERVE_WEIGHTS")
@@ -96,12 +95,24 @@ def weight_format_reason(requested: str, fmt: str, device: torch.device, dtype_e
 
 def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str, device: torch.device,
                 dtype: torch.dtype) -> Linear:
-    """weight [N, K] as loaded (any float dtype) -> a Linear in format `fmt` on `device`."""
-    if fmt in ("int8", "q4"):
-        lib = cpu_kernels._library() if device.type == "cpu" else None
-        b = None if bias is None else bias.to(device=device, dtype=torch.float32)
-        return QuantizedLinear(quantize(weight, fmt), b, lib)
-    wdtype = _DENSE[fmt]
+    """weight [N, K] as loaded (any float dtype) -> a Linear in the registered format `fmt` on `device`."""
+    registered = weight_format(fmt)
+    if isinstance(registered, QuantizedFormat):
+        return quantized_linear(weight, bias, registered.name, device)
+    assert isinstance(registered, DenseFormat)
+    return dense_linear(weight, bias, registered.torch_dtype, device, dtype)
+
+
+def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str, device: torch.device) -> Linear:
+    """A QuantizedFormat's Linear: weight [N, K] packed as `fmt`, the bias in fp32."""
+    lib = cpu_kernels._library() if device.type == "cpu" else None
+    b = None if bias is None else bias.to(device=device, dtype=torch.float32)
+    return QuantizedLinear(quantize(weight, fmt), b, lib)
+
+
+def dense_linear(weight: torch.Tensor, bias: torch.Tensor | None, wdtype: torch.dtype, device: torch.device,
+                 dtype: torch.dtype) -> Linear:
+    """A DenseFormat's Linear: weight [N, K] stored in `wdtype`; `dtype` is the compute dtype."""
     # copies: a view of the memory-mapped checkpoint would keep all of it resident
     w = weight.to(device=device, dtype=wdtype, copy=True).contiguous()
     b = None if bias is None else bias.to(device=device, dtype=wdtype, copy=True)

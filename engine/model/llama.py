@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from engine.model import formats
 from engine.model.attention import AttentionMetadata, paged_attention
 from engine.model.config import ModelConfig
 from engine.model.linear import Linear, make_linear
@@ -94,7 +95,7 @@ class LlamaModel:
         def linear(w: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
             return make_linear(w, bias, weight_format, device, dtype)
 
-        head_format = "int8" if weight_format == "q4" else weight_format  # as llama.cpp keeps Q8_0 there
+        head_format = formats.weight_format(weight_format).head_format  # q4: int8, as llama.cpp keeps Q8_0
         self.lm_head: Linear = make_linear(weights.get("lm_head", weights["embed"]), None, head_format, device, dtype)
         tied_quantized = "lm_head" not in weights and isinstance(self.lm_head, QuantizedLinear)
         # A tied quantized head doubles as the embedding table (rows dequantized on lookup).

@@ -11,13 +11,15 @@ import structlog
 import torch
 from safetensors import safe_open
 
+from engine.kv_dtypes import KV_DTYPES
 from engine.model.config import ModelConfig
 from engine.model.linear import resolve_weight_format
 from engine.model.llama import LlamaModel
 
 log = structlog.get_logger(__name__)
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# compute and K/V pool dtypes by torch name (engine/kv_dtypes.py)
+TORCH_DTYPES: dict[str, torch.dtype] = {d.torch_name: getattr(torch, d.torch_name) for d in KV_DTYPES.values()}
 
 
 def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -66,7 +68,7 @@ def _fuse(raw: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Ten
 def load_model(
     folder: str | Path, device: torch.device, dtype: torch.dtype, weights: str = "auto", dtype_explicit: bool = False
 ) -> tuple[LlamaModel, ModelConfig]:
-    """weights: "auto" | "fp32" | "bf16" | "int8" | "q4" (engine/model/linear.py); dtype: activations and norms."""
+    """weights: "auto" or a format of engine/model/formats.py; dtype: activations and norms."""
     folder = Path(folder)
     t0 = time.perf_counter()
     cfg = ModelConfig.from_folder(folder)

@@ -85,7 +85,7 @@ class NativeDecoder:
         self.governor = ThreadGovernor(max(1, threads))
         first = model.layers[0].qkv
         assert isinstance(first, QuantizedLinear) and isinstance(model.lm_head, QuantizedLinear)
-        q4 = first.weight.kind == "q4"
+        layout = first.weight.kernel  # the weights' KernelFormat (the C side's q4 flags)
         head = model.lm_head
         self._keep: list[torch.Tensor] = []  # every tensor whose pointer the kernel holds
         ptrs: list[int] = []
@@ -101,7 +101,7 @@ class NativeDecoder:
         ptrs += [self._ptr(model.norm), self._ptr(hw.packed), self._ptr(hw.scales),
                  0 if hw.mins is None else self._ptr(hw.mins), self._ptr(model.rope.cos), self._ptr(model.rope.sin)]
         dims = [cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                cfg.intermediate_size, hw.n, int(q4), int(hw.kind == "q4"), int(first.act16)]
+                cfg.intermediate_size, hw.n, int(layout), int(hw.kernel), int(first.act16)]
         self._dims = (_I32 * len(dims))(*dims)
         self._ptrs = (ctypes.c_int64 * len(ptrs))(*ptrs)
         self.vocab = hw.n

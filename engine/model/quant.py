@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.model import cpu_kernels
+from engine.model.formats import KernelFormat, quantized_format
 
 QK = 32  # values per block
 QR = 16  # rows per interleaved group
@@ -30,7 +31,7 @@ QR = 16  # rows per interleaved group
 
 @dataclass(frozen=True)
 class QuantizedWeight:
-    kind: str  # "int8" | "q4"
+    kind: str  # a QuantizedFormat's name (engine/model/formats.py): "int8" | "q4"
     n: int  # output features (rows of W)
     k: int  # input features
     packed: torch.Tensor  # uint8 [G, KB, 8 (int8) | 4 (q4), 16, 4]: see kernels/qgemm.c
@@ -41,6 +42,10 @@ class QuantizedWeight:
     def nbytes(self) -> int:
         extra = 0 if self.mins is None else self.mins.numel() * 2
         return self.packed.numel() + self.scales.numel() * 2 + extra
+
+    @property
+    def kernel(self) -> KernelFormat:  # the layout the kernels are told (their q4 argument)
+        return quantized_format(self.kind).kernel
 
 
 def _pad(w: torch.Tensor) -> torch.Tensor:  # [N, K] -> [Np, Kp], zero rows/columns up to 16 / 32
@@ -60,15 +65,16 @@ def _group_scales(s: torch.Tensor) -> torch.Tensor:  # [Np, KB] -> fp16 [G, KB, 
 
 
 def quantize(w: torch.Tensor, kind: str) -> QuantizedWeight:
-    """w [N, K] (any float dtype) -> the packed format `kind`."""
+    """w [N, K] (any float dtype) -> the packed format `kind` (a registered QuantizedFormat's name)."""
+    layout = quantized_format(kind).kernel
     n, k = w.shape
     blocks = _pad(w).view(-1, _pad_k(k) // QK, QK)  # [Np, KB, 32]
-    if kind == "int8":
+    if layout == KernelFormat.INT8:
         d = blocks.abs().amax(-1) / 127.0  # [Np, KB]
         inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
         q = torch.round(blocks * inv[..., None]).clamp(-127, 127).to(torch.int16) + 128
         return QuantizedWeight(kind, n, k, _interleave(q.to(torch.uint8)), _group_scales(d), None)
-    if kind == "q4":
+    if layout == KernelFormat.Q4:
         lo, hi = blocks.amin(-1), blocks.amax(-1)
         d = (hi - lo) / 15.0
         inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
@@ -91,7 +97,7 @@ def unpack_q(qw: QuantizedWeight) -> torch.Tensor:
     """Integer values q [Np, KB, 32] (int16: -127..127 for int8, 0..15 for q4)."""
     g, kb, c = qw.packed.shape[:3]
     per_row = qw.packed.permute(0, 3, 1, 2, 4).reshape(g * QR, kb, c * 4)  # [Np, KB, 32 | 16]
-    if qw.kind == "int8":
+    if qw.kernel == KernelFormat.INT8:
         return per_row.to(torch.int16) - 128
     return torch.cat([per_row & 0x0F, per_row >> 4], dim=-1).to(torch.int16)
 
@@ -156,7 +162,7 @@ class QuantizedLinear:
         if self.lib is not None and x.shape[0] >= DENSE_MIN_ROWS:
             qw = self.weight
             w = _dense_buffer(qw.n, qw.k)
-            cpu_kernels.dequant_into(self.lib, qw.kind == "q4", qw.packed, qw.scales, qw.mins, w)
+            cpu_kernels.dequant_into(self.lib, qw.kernel, qw.packed, qw.scales, qw.mins, w)
             return F.linear(x.float(), w, self.bias).to(x.dtype)
         if self.lib is not None:
             xf = x if x.dtype == torch.float32 else x.float()  # no dispatched no-op casts: decode is op-bound
@@ -172,7 +178,7 @@ class QuantizedLinear:
         # every library built from this source has the pool matmul (cpu_kernels._declare binds it or fails)
         qw, lib = self.weight, self.lib
         assert lib is not None
-        return cpu_kernels.pool_qgemm(lib, qw.kind == "q4", x, qw.packed, qw.scales, qw.mins, qw.n, self.bias, act16,
+        return cpu_kernels.pool_qgemm(lib, qw.kernel, x, qw.packed, qw.scales, qw.mins, qw.n, self.bias, act16,
                                       torch.get_num_threads())
 
     @property
@@ -188,7 +194,7 @@ def embedding_rows(qw: QuantizedWeight, ids: torch.Tensor) -> torch.Tensor:
     rows = qw.packed[g, :, :, r, :]  # [T, KB, C, 4]: row r's bytes of every block, in k order
     t, kb = rows.shape[:2]
     per_row = rows.reshape(t, kb, -1)
-    q = per_row.to(torch.int16) - 128 if qw.kind == "int8" else torch.cat([per_row & 0x0F, per_row >> 4], -1)
+    q = per_row.to(torch.int16) - 128 if qw.kernel == KernelFormat.INT8 else torch.cat([per_row & 0x0F, per_row >> 4], -1)
     w = q.float() * qw.scales[g, :, r].float()[..., None]  # [T, KB, 32]
     if qw.mins is not None:
         w = w + qw.mins[g, :, r].float()[..., None]

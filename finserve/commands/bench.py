@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from engine import kv_dtypes
+from engine.model import formats
 from finserve.config import command_settings
 from finserve.console import CLIError, config_error, status
 
@@ -177,7 +179,7 @@ def formats_bench(
         "--long-prompts", help="Comma-separated longer prompt lengths whose prefill is timed too (empty: none).")]
     = "2048",
     kv_dtype: Annotated[Optional[str], typer.Option(
-        "--kv-dtype", help="KV cache precision of every engine: auto (fp32 on CPU), fp32, bf16 or fp16 "
+        "--kv-dtype", help=f"KV cache precision of every engine: auto (fp32 on CPU), {kv_dtypes.help_text()} "
                            "(default: FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
     rss: Annotated[bool, typer.Option(
         "--rss/--no-rss", help="Also measure each format's resident memory, in a fresh process per format.")] = True,
@@ -294,7 +296,7 @@ def http_peer_bench(
         "--threads", min=1, help="Threads of each server (default: FINSERVE_THREADS, else one per usable core).")]
     = None,
     weights: Annotated[Optional[str], typer.Option(
-        "--weights", help="finserve's weight format: auto, fp32, bf16, int8, q4 (default: FINSERVE_WEIGHTS, else "
+        "--weights", help=f"finserve's weight format: {formats.help_text()} (default: FINSERVE_WEIGHTS, else "
                           "auto).")] = None,
     finserve_class: Annotated[str, typer.Option(
         "--finserve-class", help="X-Workload-Class finserve's requests carry (unlabelled completions are "
@@ -355,7 +357,7 @@ def llamacpp_bench(
     weights: Annotated[Optional[str], typer.Option(
         "--weights", help="finserve's weight format (default: FINSERVE_WEIGHTS, else auto: q4 for SmolLM2).")] = None,
     kv_dtype: Annotated[Optional[str], typer.Option(
-        "--kv-dtype", help="finserve's KV cache dtype: auto, fp32, bf16, fp16 (default: FINSERVE_KV_CACHE_DTYPE, "
+        "--kv-dtype", help=f"finserve's KV cache dtype: auto, {kv_dtypes.help_text()} (default: FINSERVE_KV_CACHE_DTYPE, "
                            "else auto).")] = None,
     hog: Annotated[bool, typer.Option("--hog", help="Also run everything with a one-core CPU hog beside it.")] = False,
     build: Annotated[bool, typer.Option(

@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from engine import kv_dtypes
+from engine.model import formats
 from finserve.console import CLIError, Output, OutputOpt, print_json, status
 
 
@@ -30,10 +32,10 @@ def generate(
         "--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16 (default: FINSERVE_DTYPE, "
                         "else auto).")] = None,
     weights: Annotated[Optional[str], typer.Option(
-        "--weights", help="Matmul weight format: auto, fp32, bf16, int8 or q4 (default: FINSERVE_WEIGHTS, else auto: "
+        "--weights", help=f"Matmul weight format: {formats.help_text()} (default: FINSERVE_WEIGHTS, else auto: "
                           "q4 for 4-bit weights, else the checkpoint's precision; see docs/BENCHMARKS.md).")] = None,
     kv_dtype: Annotated[Optional[str], typer.Option(
-        "--kv-dtype", help="KV cache precision: auto (same as --dtype), fp32, bf16 or fp16 (default: "
+        "--kv-dtype", help=f"KV cache precision: auto (same as --dtype), {kv_dtypes.help_text()} (default: "
                            "FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
     threads: Annotated[Optional[int], typer.Option(
         "--threads", help="torch threads on CPU (default: FINSERVE_THREADS, else one per usable core).")] = None,

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from engine import kv_dtypes
+from engine.model import formats
 from engine.planner import (
     KV_DTYPES,
     WEIGHT_DTYPES,
@@ -74,7 +76,7 @@ def kv_plan(
         folder, shape = _shape(model, layers, kv_heads, head_dim, heads, hidden)
         if params is not None:
             shape = dataclasses.replace(shape, num_params=parse_count(params), params_source="--params")
-        wdtype = weights_dtype or (dtype if dtype in ("fp32", "bf16", "fp16") else "bf16")
+        wdtype = weights_dtype or (dtype if dtype in kv_dtypes.KV_DTYPES else "bf16")
         inputs = PlanInputs(shape=shape, kv_dtype=dtype, weights_dtype=wdtype, context_tokens=context, batch=batch,
                             block_size=block_size, memory_bytes=parse_bytes(memory) if memory else None)
         plan = plan_kv(inputs)
@@ -109,7 +111,7 @@ def _engine_kv_dtype(settings: Settings) -> str:
 
     resolved = EngineConfig(model="", policy=load_policy(), device=settings.device, dtype=settings.dtype,
                             kv_cache_dtype=settings.kv_cache_dtype).resolved_kv_dtype
-    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(resolved, resolved)
+    return kv_dtypes.kv_dtype(resolved).name
 
 
 def _shape(model: Path | None, layers: int | None, kv_heads: int | None, head_dim: int | None,
@@ -195,7 +197,7 @@ def _variants_table(plan: KVPlan) -> Table:
     return t
 
 
-ENGINE_KV_DTYPES = ("fp32", "bf16", "fp16")  # what the engine's KV pool can hold (EngineConfig.kv_cache_dtype)
+ENGINE_KV_DTYPES = tuple(kv_dtypes.KV_DTYPES)  # what the engine's KV pool can hold (engine/kv_dtypes.py)
 
 
 def tokens_per_kv_dtype(inputs: PlanInputs) -> list[dict[str, object]]:
@@ -265,8 +267,8 @@ def sweep(
         help="weights and KV precision when dtype does not vary (default: FINSERVE_DTYPE resolved: float32 on CPU)")]
     = None,
     dtype_batches: Annotated[str, typer.Option(help="--vary dtype: batch sizes to measure each precision at")] = "1,8",
-    weights: Annotated[Optional[str], typer.Option(help="matmul weight format: auto (the serving default), fp32, "
-                                                        "bf16, int8 or q4 (default: FINSERVE_WEIGHTS, else auto)")]
+    weights: Annotated[Optional[str], typer.Option(help=f"matmul weight format: {formats.help_text()} (auto: the "
+                                                        "serving default; default: FINSERVE_WEIGHTS, else auto)")]
     = None,
     max_batched_tokens: Annotated[Optional[int], typer.Option(
         min=1, help="engine step token budget (prefill chunk; default: FINSERVE_MAX_NUM_BATCHED_TOKENS, else 512)")]

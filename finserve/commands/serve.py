@@ -6,6 +6,9 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from engine import kv_dtypes
+from engine.model import formats
+
 if TYPE_CHECKING:
     from core.settings import Settings
 
@@ -33,10 +36,11 @@ def register(app: typer.Typer) -> None:
         device: Annotated[Optional[str], typer.Option(help="cpu or cuda[:N] (default: FINSERVE_DEVICE, else cpu).")] = None,
         dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16 or float16 (default: FINSERVE_DTYPE, else auto).")] = None,
         weights: Annotated[Optional[str], typer.Option(
-            help="Matmul weight format: auto (q4 for 4-bit weights, else the checkpoint's precision), fp32, bf16, "
-                 "int8 or q4 (default: FINSERVE_WEIGHTS, else auto).")] = None,
+            help=f"Matmul weight format: {formats.help_text()}; auto: q4 for 4-bit weights, else the checkpoint's "
+                 "precision (default: FINSERVE_WEIGHTS, else auto).")] = None,
         kv_dtype: Annotated[Optional[str], typer.Option(
-            "--kv-dtype", help="KV cache precision: auto (same as --dtype), fp32, bf16 or fp16; 16 bits hold twice "
+            "--kv-dtype", help=f"KV cache precision: auto (same as --dtype), {kv_dtypes.help_text()}; 16 bits "
+                               "hold twice "
                                "the tokens (default: FINSERVE_KV_CACHE_DTYPE).")] = None,
         kv_memory: Annotated[Optional[int], typer.Option("--kv-memory", help="KV cache size in bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
         threads: Annotated[Optional[int], typer.Option(help="Torch CPU threads (default: FINSERVE_THREADS, else one per usable core).")] = None,

@@ -22,7 +22,7 @@ def test_native_dequantization_gives_the_stored_weights(kind: str, n: int, k: in
         lib = cpu_kernels.load_variant(isa)
         assert lib is not None
         out = torch.full((n, k), float("nan"))
-        cpu_kernels.dequant_into(lib, kind == "q4", qw.packed, qw.scales, qw.mins, out)
+        cpu_kernels.dequant_into(lib, qw.kernel, qw.packed, qw.scales, qw.mins, out)
         assert torch.equal(out, dequantize(qw)), isa
 
 

@@ -23,9 +23,9 @@ def test_pool_matmul_equals_the_openmp_kernel_on_every_variant(kind: str, act16:
     for isa in VARIANTS:
         lib = cpu_kernels.load_variant(isa)
         assert lib is not None
-        want = cpu_kernels.qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, n, b, act16)
+        want = cpu_kernels.qgemm(lib, qw.kernel, x, qw.packed, qw.scales, qw.mins, n, b, act16)
         for threads in (1, 2):
-            got = cpu_kernels.pool_qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, n, b, act16, threads)
+            got = cpu_kernels.pool_qgemm(lib, qw.kernel, x, qw.packed, qw.scales, qw.mins, n, b, act16, threads)
             assert torch.equal(got, want), (isa, threads)
 
 

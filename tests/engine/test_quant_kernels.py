@@ -32,7 +32,7 @@ def test_every_variant_matches_the_torch_mirror(kind: str, act16: bool, m: int, 
     for isa in VARIANTS:
         lib = cpu_kernels.load_variant(isa)
         assert lib is not None and cpu_kernels.ISA_VARIANTS[lib.finserve_kernel_isa()] == isa
-        outs[isa] = cpu_kernels.qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, n, b, act16)
+        outs[isa] = cpu_kernels.qgemm(lib, qw.kernel, x, qw.packed, qw.scales, qw.mins, n, b, act16)
         torch.testing.assert_close(outs[isa], want, rtol=1e-5, atol=1e-4)
     # Same integer sums and the same float operations in the same order: identical on every ISA.
     for isa in VARIANTS:
@@ -58,8 +58,8 @@ def test_int16_activations_match_dequantized_weights_in_fp32(kind: str) -> None:
     qw = quantize(w, kind)
     exact = x @ dequantize(qw).T + b
     lib = cpu_kernels.load_variant(VARIANTS[-1])
-    got = cpu_kernels.qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, 64, b, True)
-    coarse = cpu_kernels.qgemm(lib, kind == "q4", x, qw.packed, qw.scales, qw.mins, 64, b, False)
+    got = cpu_kernels.qgemm(lib, qw.kernel, x, qw.packed, qw.scales, qw.mins, 64, b, True)
+    coarse = cpu_kernels.qgemm(lib, qw.kernel, x, qw.packed, qw.scales, qw.mins, 64, b, False)
     assert (got - exact).abs().max() < 1e-3 * exact.abs().max()
     assert (got - exact).abs().max() < (coarse - exact).abs().max() / 50
 
