@@ -38,13 +38,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --output json: on
 
 
 def _engine() -> Any:
-    from core.db.base import make_engine
-    from core.db.migrate import upgrade
-    from core.settings import Settings
-
-    url = Settings().resolved_database_url
-    upgrade(url)  # idempotent: the chain tables exist before they are read
-    return make_engine(url)
+    return ledger_evidence.db_engine()
 
 
 def _hmac_key() -> bytes | None:

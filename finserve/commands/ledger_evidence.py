@@ -21,6 +21,16 @@ def _settings() -> Any:
     return Settings()
 
 
+def db_engine() -> Any:
+    """The ledger database of this process's settings, migrated (idempotent: the chain tables exist before reads)."""
+    from core.db.base import make_engine
+    from core.db.migrate import upgrade
+
+    url = _settings().resolved_database_url
+    upgrade(url)
+    return make_engine(url)
+
+
 def keyring(*, required: bool) -> Any:
     from ledger.evidence import EvidenceKeyError, load_keyring
 
@@ -50,12 +60,11 @@ def erase(
 ) -> None:
     """Delete kept evidence (input and output) by request id or tenant; the ledger rows stay, and a chained
     tombstone records the erasure so `finserve ledger verify` still passes and shows it."""
-    from finserve.commands.ledger import _engine
     from ledger.evidence_store import erase as run_erase
 
     if (request_id is None) == (tenant is None):
         raise CLIError("give exactly one of --request-id and --tenant")
-    engine = _engine()
+    engine = db_engine()
     try:
         result = run_erase(engine, request_id=request_id, tenant=tenant, reason=reason, dry_run=dry_run,
                            hmac_key=_hmac_key())

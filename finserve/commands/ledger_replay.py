@@ -24,14 +24,10 @@ def _recorded(request_id: str) -> tuple[dict[str, Any], dict[str, Any], dict[str
     """(ledger row, evidence input, evidence output) of `request_id`."""
     from sqlalchemy import select
 
-    from core.db.base import make_engine
-    from core.db.migrate import upgrade
     from core.db.models import RequestLedger
     from ledger.evidence_store import read_evidence
 
-    url = ledger_evidence._settings().resolved_database_url
-    upgrade(url)
-    db = make_engine(url)
+    db = ledger_evidence.db_engine()
     try:
         with db.connect() as conn:
             row = conn.execute(select(RequestLedger.__table__).where(
