@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 FINSERVE := $(VENV)/bin/finserve
 
-.PHONY: install model run serve lint test bench clean
+.PHONY: install model run serve lint test test-fast bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -32,6 +32,12 @@ lint: install
 
 test: lint
 	$(PY) -m pytest -q tests
+
+# The everyday loop (about 2 minutes on 2 cores): ruff, then the layer and settings rules, the policies and the
+# engine's unit tests, without live servers, job stacks or the tests marked slow. `make test` stays the gate.
+test-fast: install
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -x -m "not slow" -p no:cacheprovider tests/test_layers.py tests/test_settings.py tests/policies tests/engine
 
 clean:
 	rm -rf $(VENV) .finserve

@@ -66,6 +66,7 @@ def params_for(rid: str, seeded: bool) -> SamplingParams:
     return SamplingParams(max_tokens=16, ignore_eos=True, logprobs=3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seeded", [False, True], ids=["greedy", "seeded"])
 def test_same_request_same_bits_alone_batched_chunked_and_cached(default_model_dir: Path,
                                                                   prompts: dict[str, list[int]], seeded: bool) -> None:

@@ -72,6 +72,7 @@ def _both(engines, rid, prompt_of, params, cls):
     return {ff: _generate(e, f"{rid}-{ff}", prompt_of(e), params, cls) for ff, e in engines.items()}
 
 
+@pytest.mark.slow
 def test_verdict_is_the_same_with_far_fewer_model_steps(engines):
     schema = load_policy().get("realtime_risk").response_schema
     runs = _both(engines, "verdict", _verdict_prompt, SamplingParams(max_tokens=64, json_schema=schema),

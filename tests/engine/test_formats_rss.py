@@ -12,6 +12,7 @@ from engine.model import cpu_kernels
 
 @pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native kernels not built")
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="RSS is read from /proc")
+@pytest.mark.slow
 def test_int8_weights_take_a_fraction_of_the_rss_of_fp32(make_tiny_model: Callable[..., Path]) -> None:
     # ~60 MB of fp32 weights (mostly the tied embedding): large enough to dwarf allocator noise
     folder = make_tiny_model(hidden_size=256, num_heads=4, num_kv_heads=2, head_dim=64, intermediate_size=512)

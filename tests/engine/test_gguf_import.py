@@ -73,6 +73,7 @@ def test_prepare_reuses_a_prepared_folder(default_model_dir: Path) -> None:
     assert ensure_default_model(fail, home=default_model_dir.parent.parent) == default_model_dir
 
 
+@pytest.mark.slow
 def test_interrupted_prepare_leaves_nothing_behind(tmp_path: Path) -> None:
     def interrupt(description: str, done: int, total: int) -> None:
         if description == "dequantizing tensors" and done == 10:

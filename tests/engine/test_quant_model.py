@@ -70,6 +70,7 @@ def test_native_kernels_and_torch_mirror_agree_on_tiny_models(
 
 
 @needs_kernels
+@pytest.mark.slow
 def test_quantized_formats_keep_smollm2_quality(default_model_dir: Path) -> None:
     """On 1,024 tokens of the shipped text: q4 (SmolLM2's own 4-bit weights) matches fp32 in perplexity
     and greedy tokens; int8 (a re-quantization of those weights) keeps perplexity within 1%."""

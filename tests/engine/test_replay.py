@@ -15,7 +15,7 @@ from engine.replay import Recorded, compare, replay, sampling_from_dict, samplin
 from engine.request import EngineRequest, SamplingParams
 from policies import load_policy
 
-pytestmark = pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native kernels not built")
+pytestmark = [pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native kernels not built"), pytest.mark.slow]
 CLASSES = ("realtime_risk", "document_qa", "bulk_extraction")
 
 
