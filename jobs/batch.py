@@ -261,6 +261,42 @@ def load_file(session: Session, tenant: str, file_id: str) -> FileView | None:
                     batch=view, errors=errors)
 
 
+def list_files(session: Session, tenant: str, *, after: str | None, limit: int,
+               purpose: str | None = None) -> tuple[list[FileView], bool]:
+    """The tenant's uploaded files, newest first, after the file `after` (the cursor); and whether more follow.
+    A batch's output and error files are not listed: they are reached from the batch (output_file_id)."""
+    query = (select(StoredFile).where(StoredFile.tenant == tenant)
+             .order_by(StoredFile.created_at.desc(), StoredFile.id.desc()))
+    if purpose is not None:
+        query = query.where(StoredFile.purpose == purpose)
+    if after is not None:
+        cursor = session.get(StoredFile, after)
+        if cursor is None or cursor.tenant != tenant:
+            return [], False
+        query = query.where((StoredFile.created_at < cursor.created_at) | (
+            (StoredFile.created_at == cursor.created_at) & (StoredFile.id < cursor.id)))
+    rows = list(session.scalars(query.limit(limit + 1)))
+    views = [FileView(r.id, r.purpose, r.filename, r.created_at, stored=r) for r in rows[:limit]]
+    return views, len(rows) > limit
+
+
+def delete_file(session: Session, tenant: str, file_id: str) -> str | None:
+    """Deletes the tenant's upload `file_id`: "deleted"; "output" for a batch's output or error file (they
+    live as long as their batch's results); "input:<batch id>" for the input of a batch (the batch keeps it
+    as its record: `input_file_id`); None when the tenant has no such file."""
+    stored = session.get(StoredFile, file_id)
+    if stored is not None and stored.tenant == tenant:
+        user = session.scalar(select(Batch.id).where(Batch.input_file_id == file_id).limit(1))
+        if user is not None:
+            return f"input:{user}"
+        session.delete(stored)
+        session.commit()
+        return "deleted"
+    if stored is None and load_file(session, tenant, file_id) is not None:
+        return "output"
+    return None
+
+
 def output_record(item: ExtractionItem) -> dict[str, Any]:
     """One line of an output or error file, in OpenAI's format: {id, custom_id, response, error}.
 

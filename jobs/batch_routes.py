@@ -9,7 +9,7 @@ batches are tenant-scoped: another tenant's id answers 404 like a missing one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Literal
 
 import structlog
 from fastapi import APIRouter, Header, Query, Request
@@ -27,7 +27,7 @@ from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, ErrorBody, request_body
 from core.web.state import CoreState
 from jobs import batch, service
-from jobs.batch_schemas import BatchCreate, BatchList, BatchPublic, FilePublic, FileUpload
+from jobs.batch_schemas import BatchCreate, BatchList, BatchPublic, FileDeleted, FileList, FilePublic, FileUpload
 from jobs.classes import batch_class
 from jobs.ingest import IngestError
 from jobs.routes import publish
@@ -105,6 +105,39 @@ async def get_file(file_id: str, key: TenantDep, state: StateDep) -> FilePublic:
     """An uploaded file, or a finished batch's output or error file (404 before the batch is finished)."""
     view = await _file(state, key, file_id)
     return FilePublic.model_validate(await run_db(state, view.public))
+
+
+@router.get("/files", response_model=FileList, responses=_RESPONSES)
+async def list_files(
+    key: TenantDep, state: StateDep, after: Annotated[str | None, Query(max_length=40)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 20,
+    purpose: Annotated[Literal["batch"] | None, Query()] = None,
+) -> FileList:
+    """The tenant's uploaded files, newest first; page with `after` (the last id of the previous page). A
+    batch's output and error files are reached from the batch (`output_file_id`, `error_file_id`)."""
+    def page(s: Session) -> tuple[list[FilePublic], bool]:
+        views, more = batch.list_files(s, key.tenant, after=after, limit=limit, purpose=purpose)
+        return [FilePublic.model_validate(v.public(s)) for v in views], more
+
+    data, more = await run_db(state, page)
+    return FileList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
+                    has_more=more)
+
+
+@router.delete("/files/{file_id}", response_model=FileDeleted, responses=_RESPONSES)
+async def delete_file(file_id: str, key: TenantDep, state: StateDep) -> FileDeleted:
+    """Deletes an uploaded file. The input of a batch, and a batch's output or error file, cannot be deleted
+    on their own (400): they are the batch's record and live as long as it."""
+    outcome = await run_db(state, lambda s: batch.delete_file(s, key.tenant, file_id))
+    if outcome is None:
+        raise APIError("file_not_found", f"no file {file_id!r}")
+    if outcome.startswith("input:"):
+        raise APIError("invalid_request", f"file {file_id!r} is the input of batch {outcome[6:]!r}, which keeps it as "
+                       "its record: it cannot be deleted while the batch exists", param="file_id")
+    if outcome == "output":
+        raise APIError("invalid_request", f"file {file_id!r} is a batch's output or error file: it lives as long "
+                       "as its batch and cannot be deleted on its own", param="file_id")
+    return FileDeleted(id=file_id, deleted=True)
 
 
 def _content(state: CoreState, view: batch.FileView) -> Iterator[bytes]:

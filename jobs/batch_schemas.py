@@ -71,6 +71,20 @@ class BatchPublic(BaseModel):
     workload_class: str | None  # finserve: the class every line runs in
 
 
+class FileList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[FilePublic]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class FileDeleted(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    deleted: bool
+
+
 class BatchList(BaseModel):
     object: Literal["list"] = "list"
     data: list[BatchPublic]

@@ -265,3 +265,31 @@ def test_a_batch_created_while_redis_is_down_is_saved_answered_and_left_to_the_r
     with sessions() as s:
         assert s.scalar(select(func.count()).select_from(ExtractionJob)) == 1  # one batch, its lines pending
         assert len(service.resumable_item_ids(s)) == 2  # what the reconciler and `jobs resume` enqueue
+
+
+def test_files_list_newest_first_and_delete_an_upload_but_not_an_output_file(client, tenant_keys, sessions):
+    key = tenant_keys["acme"]
+    ids = [upload(client, key, jsonl([line(i)])).json()["id"] for i in range(3)]
+    upload(client, tenant_keys["globex"], jsonl([line(9)]))
+    first = client.get("/v1/files", params={"limit": 2}, headers=auth(key)).json()
+    assert first["object"] == "list" and [f["id"] for f in first["data"]] == ids[::-1][:2]
+    assert all(f["purpose"] == "batch" and f["bytes"] > 0 for f in first["data"]) and first["has_more"] is True
+    rest = client.get("/v1/files", params={"limit": 2, "after": first["last_id"]}, headers=auth(key)).json()
+    assert rest["data"][0]["id"] == ids[0]  # older uploads of other tests may follow: the database is shared
+    seen = client.get("/v1/files", params={"limit": 100}, headers=auth(tenant_keys["globex"])).json()
+    assert not set(ids) & {f["id"] for f in seen["data"]}  # another tenant's uploads are never listed
+
+    b = client.post("/v1/batches", headers=auth(key), json={"input_file_id": ids[1], "endpoint": CHAT,
+                                                           "completion_window": "24h"}).json()
+    kept = client.delete(f"/v1/files/{ids[1]}", headers=auth(key))  # a batch's input is its record
+    assert kept.status_code == 400 and b["id"] in kept.json()["error"]["message"], kept.text
+    gone = client.delete(f"/v1/files/{ids[2]}", headers=auth(key))
+    assert gone.status_code == 200 and gone.json() == {"id": ids[2], "object": "file", "deleted": True}, gone.text
+    assert client.get(f"/v1/files/{ids[2]}", headers=auth(key)).status_code == 404
+    assert client.delete(f"/v1/files/{ids[2]}", headers=auth(key)).json()["error"]["code"] == "file_not_found"
+    assert client.delete(f"/v1/files/{ids[0]}", headers=auth(tenant_keys["globex"])).status_code == 404
+    _finish(sessions, b["id"], ["done"])
+    out_id = client.get(f"/v1/batches/{b['id']}", headers=auth(key)).json()["output_file_id"]
+    refused = client.delete(f"/v1/files/{out_id}", headers=auth(key))
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "file_id"
+    assert len(_lines(client, key, out_id)) == 1
