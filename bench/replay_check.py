@@ -18,6 +18,7 @@ from bench.configured import engine_config
 from bench.peer_bench import cpu_name
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
+from engine.outputs import AdmissionError
 from engine.replay import Recorded, compare, replay
 from engine.request import EngineRequest, SamplingParams
 from stack.models import resolve_model
@@ -30,10 +31,21 @@ def _engine(chunk: int) -> LLMEngine:
 
 
 def _run_together(engine: LLMEngine, reqs: list[tuple[str, Recorded]]) -> dict[str, tuple[list[int], list[float]]]:
-    for rid, rec in reqs:
-        engine.add_request(EngineRequest(rid, list(rec.prompt_token_ids), rec.sampling, rec.workload_class))
+    """Submits as many as the classes' queues admit, then more as they drain (admission refuses past a
+    queue's limit, as it would a gateway's clients), stepping until every request is done."""
+    pending = list(reqs)
     out: dict[str, tuple[list[int], list[float]]] = {rid: ([], []) for rid, _ in reqs}
-    while engine.has_unfinished():
+    while pending or engine.has_unfinished():
+        while pending:
+            rid, rec = pending[0]
+            try:
+                engine.add_request(EngineRequest(rid, list(rec.prompt_token_ids), rec.sampling, rec.workload_class,
+                                                 tenant=f"tenant-{int(rid[1:]) % 16}"))
+            except AdmissionError:
+                if not engine.has_unfinished():
+                    raise  # refused with nothing in flight: it never will be admitted
+                break
+            pending.pop(0)
         for o in engine.step():
             out[o.request_id][0].extend(o.new_token_ids)
             out[o.request_id][1].extend(lp.logprob for lp in o.logprobs or [])
