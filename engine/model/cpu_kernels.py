@@ -60,8 +60,6 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.fs_model_new.argtypes = [_P, _F, _P]
     lib.fs_model_free.restype = None
     lib.fs_model_free.argtypes = [_P]
-    lib.fs_decode.restype = _I
-    lib.fs_decode.argtypes = [_P, _I, _P, _P, _P, _P, _P, _I, _P, ctypes.c_int64, _I, _I, _P]
     lib.fs_forward.restype = _I
     lib.fs_profile.restype = None
     lib.fs_profile.argtypes = [_I]

@@ -449,18 +449,8 @@ static void task_attend_combine(void *c, int bk) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
     const int P = s->att_parts, b = bk / m->KVH, kh = bk % m->KVH, D = m->D, G = m->H / m->KVH;
-    const int n = fs_attend_parts((int)s->ctx[b]);
-    float o[8 * 512], mx[FS_MAX_PARTS * 8], sm[FS_MAX_PARTS * 8];
-    float *ov = (size_t)n * G * D <= sizeof(o) / sizeof(float) ? o : (float *)malloc(sizeof(float) * (size_t)n * G * D);
-    if (!ov) return;  // cannot happen in practice (fs_forward bounds n and G)
-    for (int p = 0; p < n; p++) {
-        const float *part = s->att + ((size_t)bk * P + p) * (size_t)G * (D + 2);
-        memcpy(ov + (size_t)p * G * D, part, sizeof(float) * (size_t)G * D);
-        memcpy(mx + p * G, part + G * D, sizeof(float) * (size_t)G);
-        memcpy(sm + p * G, part + G * D + G, sizeof(float) * (size_t)G);
-    }
-    fs_attend_combine(n, G, D, ov, mx, sm, m->attn + (int64_t)b * m->H * D + (int64_t)kh * G * D);
-    if (ov != o) free(ov);
+    fs_attend_combine(fs_attend_parts((int)s->ctx[b]), G, D, s->att + (size_t)bk * P * G * (D + 2),
+                      m->attn + (int64_t)b * m->H * D + (int64_t)kh * G * D);
 }
 
 // FFN channels 32j..32j+31: gate groups 2j, 2j+1 and up groups I/16 + 2j, I/16 + 2j + 1 (the fused
@@ -562,11 +552,6 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
     return 0;
 }
 
-// The decode-only form: one new token per sequence, logits of every row.
-int fs_decode(void *handle, int B, const float *x_in, const int64_t *pos, const int64_t *slot, const int64_t *slots,
-              const int64_t *ctx, int Lmax, void *kv, int64_t S, int kv_type, int nthreads, float *logits) {
-    return fs_forward(handle, B, x_in, pos, slot, slots, NULL, ctx, Lmax, kv, S, kv_type, nthreads, B, NULL, logits);
-}
 
 // ---------------------------------------------------------------------------------------------
 // A whole quantized matmul on the pool (prefill chunks and mixed batches through the torch model):

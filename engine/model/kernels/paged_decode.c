@@ -275,18 +275,22 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
 
 // ob[g*D..] = the softmax-weighted values over all parts: parts merged in part order, each rescaled from
 // its own maximum to the overall one. o_parts [P][G*D], m_parts / s_parts [P][G].
-void fs_attend_combine(int P, int G, int D, const float *o_parts, const float *m_parts, const float *s_parts,
-                       float *ob) {
+void fs_attend_combine(int P, int G, int D, const float *parts, float *ob) {
+    const int64_t stride = (int64_t)G * (D + 2);  // one part: o [G * D], then m [G], then s [G]
     for (int g = 0; g < G; g++) {
         float mx = -INFINITY;
-        for (int p = 0; p < P; p++) mx = m_parts[p * G + g] > mx ? m_parts[p * G + g] : mx;
+        for (int p = 0; p < P; p++) {
+            const float mp = parts[p * stride + G * D + g];
+            mx = mp > mx ? mp : mx;
+        }
         float sum = 0.f;
         float *out = ob + g * D;
         for (int i = 0; i < D; i++) out[i] = 0.f;
         for (int p = 0; p < P; p++) {
-            const float w = P == 1 ? 1.f : expf(m_parts[p * G + g] - mx);
-            sum += w * s_parts[p * G + g];
-            const float *op = o_parts + (int64_t)p * G * D + g * D;
+            const float *part = parts + p * stride;
+            const float w = P == 1 ? 1.f : expf(part[G * D + g] - mx);
+            sum += w * part[G * D + G + g];
+            const float *op = part + g * D;
             for (int i = 0; i < D; i++) out[i] += w * op[i];
         }
         const float inv = 1.f / sum;
@@ -304,13 +308,13 @@ void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *s
     const size_t need = (size_t)P * (size_t)G * (size_t)(D + 2);
     float *buf = need <= sizeof(stack) / sizeof(float) ? stack : (float *)malloc(sizeof(float) * need);
     if (!buf) return;
-    float *o = buf, *m = buf + (size_t)P * G * D, *s = m + (size_t)P * G;
     for (int p = 0; p < P; p++) {
         const int t0 = p * FS_ATT_PART, t1 = t0 + FS_ATT_PART < L ? t0 + FS_ATT_PART : L;
-        fs_attend_part(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o + (size_t)p * G * D, m + p * G,
-                       s + p * G);
+        float *part = buf + (size_t)p * G * (D + 2);
+        fs_attend_part(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, part, part + G * D,
+                       part + G * D + G);
     }
-    fs_attend_combine(P, G, D, o, m, s, ob);
+    fs_attend_combine(P, G, D, buf, ob);
     if (buf != stack) free(buf);
 }
 

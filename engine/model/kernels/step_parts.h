@@ -27,7 +27,6 @@ int fs_attend_parts(int L);
 // Part over keys [t0, t1): unnormalized output o [G, D], score maximum m [G], sum of exp s [G].
 void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
                     int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s);
-// Merges P parts (in order) into ob [G, D].
-void fs_attend_combine(int P, int G, int D, const float *o_parts, const float *m_parts, const float *s_parts,
-                       float *ob);
+// Merges P parts (in order) into ob [G, D]; part p at parts + p * G * (D + 2): o [G * D], m [G], s [G].
+void fs_attend_combine(int P, int G, int D, const float *parts, float *ob);
 #endif
