@@ -40,6 +40,7 @@ class PeerShape:
     gguf_types: tuple[str, ...] = GGUF_TYPES
     weights: str = "q4"
     kv_dtype: str = "auto"
+    also_weights: tuple[str, ...] = ()  # more finserve formats, each its own system ("finserve q4a8")
 
 
 def _engine(model: str, weights: str, threads: int, kv_dtype: str) -> Any:
@@ -133,15 +134,20 @@ def cpu_hog(on: bool) -> Iterator[None]:
 
 
 def measure(model: str, shape: PeerShape, tools: Tools, hog: bool, progress: Any = sys.stderr) -> dict[str, Any]:
-    engine = _engine(model, shape.weights, shape.threads, shape.kv_dtype)
+    engines = {"finserve": _engine(model, shape.weights, shape.threads, shape.kv_dtype)}
+    for w in shape.also_weights:
+        engines[f"finserve {w}"] = _engine(model, w, shape.threads, shape.kv_dtype)
+    engine = engines["finserve"]
     rng = random.Random(0)
-    finserve_rows(engine, rng)  # warm-up: allocation, kernel selection, the thread governor's first samples
+    for e in engines.values():
+        finserve_rows(e, rng)  # warm-up: allocation, kernel selection, the thread governor's first samples
     ggufs = {t: gguf(tools, t) for t in shape.gguf_types}
-    runs: dict[str, list[list[dict[str, Any]]]] = {"finserve": []}
+    runs: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in engines}
     with cpu_hog(hog):
         for rep in range(shape.reps):
             load = os.getloadavg()[0]
-            runs["finserve"].append(finserve_rows(engine, rng))
+            for name, e in engines.items():
+                runs[name].append(finserve_rows(e, rng))
             for t, path in ggufs.items():
                 runs.setdefault(f"llama.cpp {t}", []).append(peer_rows(tools, path, shape.threads))
             if progress is not None:
@@ -164,14 +170,20 @@ def _medians(runs: dict[str, list[list[dict[str, Any]]]]) -> dict[str, dict[str,
 
 
 def ratios(medians: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
-    """finserve's tokens/s over the best llama.cpp format's, per test (> 1: finserve faster)."""
-    out = {}
+    """finserve's tokens/s over the best llama.cpp format's, per test (> 1: finserve faster); each further
+    finserve format (`also_weights`) under its own key."""
+    out: dict[str, dict[str, Any]] = {}
+    peers_all = {n: m for n, m in medians.items() if not n.startswith("finserve")}
     for test in TESTS:
-        peers = {n: m[test] for n, m in medians.items() if n != "finserve" and test in m}
-        ours = medians.get("finserve", {}).get(test)
-        if peers and ours:
-            best = max(peers, key=lambda n: peers[n])
-            out[test] = {"finserve_over_best_peer": ours / peers[best], "best_peer": best}
+        peers = {n: m[test] for n, m in peers_all.items() if test in m}
+        if not peers:
+            continue
+        best = max(peers, key=lambda n: peers[n])
+        for name in (n for n in medians if n.startswith("finserve")):
+            ours = medians[name].get(test)
+            if ours:
+                key = "finserve_over_best_peer" if name == "finserve" else f"{name.replace(' ', '_')}_over_best_peer"
+                out.setdefault(test, {"best_peer": best})[key] = ours / peers[best]
     return out
 
 

@@ -65,10 +65,18 @@ class QuantizedFormat(WeightFormat):
     """Blocks of 32 along K packed for the kernels of kernels/qgemm.c (engine/model/quant.py)."""
 
     kernel: KernelFormat = KernelFormat.INT8
+    # Bits the kernels quantize activations to, per block of 32, for the integer dot: 16 (default: within fp32
+    # rounding of dequantized weights x fp32 activations) or 8 (llama.cpp's Q8 activations: fewer integer ops per
+    # weight, faster decode, answers may differ; bench/quality.py measures by how much).
+    act_bits: int = 16
 
     @property
     def native(self) -> bool:
         return True
+
+    @property
+    def act16(self) -> bool:
+        return self.act_bits == 16
 
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {}
@@ -88,6 +96,10 @@ register(DenseFormat("fp16", 2.0, torch_name="float16", selectable=False))
 register(QuantizedFormat("int8", 34 / 32, kernel=KernelFormat.INT8))  # 32 int8 + an fp16 scale per block
 # q4 keeps the lm_head in int8, as llama.cpp keeps Q8_0 there
 register(QuantizedFormat("q4", 20 / 32, head_name="int8", kernel=KernelFormat.Q4))  # 16 bytes + fp16 scale, min
+# int8 activations for the integer dot (llama.cpp's Q4 x Q8 and Q8 x Q8 dots), opt-in: faster decode, answers
+# differ; `finserve bench quality` measures perplexity and greedy agreement against the shipped weights.
+register(QuantizedFormat("q4a8", 20 / 32, head_name="int8a8", kernel=KernelFormat.Q4, act_bits=8))
+register(QuantizedFormat("int8a8", 34 / 32, kernel=KernelFormat.INT8, act_bits=8))  # also q4a8's lm_head
 
 
 def weight_choices() -> tuple[str, ...]:

@@ -98,16 +98,17 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str, devic
     """weight [N, K] as loaded (any float dtype) -> a Linear in the registered format `fmt` on `device`."""
     registered = weight_format(fmt)
     if isinstance(registered, QuantizedFormat):
-        return quantized_linear(weight, bias, registered.name, device)
+        return quantized_linear(weight, bias, registered, device)
     assert isinstance(registered, DenseFormat)
     return dense_linear(weight, bias, registered.torch_dtype, device, dtype)
 
 
-def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str, device: torch.device) -> Linear:
+def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: QuantizedFormat,
+                     device: torch.device) -> Linear:
     """A QuantizedFormat's Linear: weight [N, K] packed as `fmt`, the bias in fp32."""
     lib = cpu_kernels._library() if device.type == "cpu" else None
     b = None if bias is None else bias.to(device=device, dtype=torch.float32)
-    return QuantizedLinear(quantize(weight, fmt), b, lib)
+    return QuantizedLinear(quantize(weight, fmt.name), b, lib, act16=fmt.act16)
 
 
 def dense_linear(weight: torch.Tensor, bias: torch.Tensor | None, wdtype: torch.dtype, device: torch.device,

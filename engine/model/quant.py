@@ -156,10 +156,14 @@ class QuantizedLinear:
         self.lib = lib
         self.act16 = act16
         self.mirror = False  # without lib: True runs reference_linear (tests), False dequantized weights
+        # True: every batch through the integer kernel, never dequantized + MKL (bench/quality.py scores a text
+        # with decode's numerics this way). Not the default for int8 activations either: on an AVX2 machine
+        # without VNNI a 256-row prefill ran 3.2 ms/token through the int8 kernel vs 2.6 dequantized + MKL.
+        self.kernel_only = False
         self._dense: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x [T, K] -> [T, N]
-        if self.lib is not None and x.shape[0] >= DENSE_MIN_ROWS:
+        if self.lib is not None and x.shape[0] >= DENSE_MIN_ROWS and not self.kernel_only:
             qw = self.weight
             w = _dense_buffer(qw.n, qw.k)
             cpu_kernels.dequant_into(self.lib, qw.kernel, qw.packed, qw.scales, qw.mins, w)

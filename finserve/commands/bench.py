@@ -356,6 +356,9 @@ def llamacpp_bench(
                              "re-quantized from it with llama-quantize).")] = "Q4_0,Q4_1,Q8_0",
     weights: Annotated[Optional[str], typer.Option(
         "--weights", help="finserve's weight format (default: FINSERVE_WEIGHTS, else auto: q4 for SmolLM2).")] = None,
+    also_weights: Annotated[str, typer.Option(
+        "--also-weights", help="More finserve weight formats, comma-separated, each measured as its own system "
+                               "alternating with the others (e.g. q4a8).")] = "",
     kv_dtype: Annotated[Optional[str], typer.Option(
         "--kv-dtype", help=f"finserve's KV cache dtype: auto, {kv_dtypes.help_text()} (default: FINSERVE_KV_CACHE_DTYPE, "
                            "else auto).")] = None,
@@ -373,8 +376,14 @@ def llamacpp_bench(
     types = tuple(t.strip().upper() for t in gguf_types.split(",") if t.strip())
     if not types or any(t not in GGUF_TYPES for t in types):
         raise CLIError(f"--gguf-types takes some of {', '.join(GGUF_TYPES)}")
+    from engine.model.formats import check_weights
+
+    try:
+        extra = tuple(check_weights(w.strip()) for w in also_weights.split(",") if w.strip())
+    except ValueError as e:
+        raise CLIError(f"--also-weights: {e}") from None
     shape = PeerShape(reps=reps, threads=_threads(settings), gguf_types=types, weights=settings.weights,
-                      kv_dtype=settings.kv_cache_dtype)
+                      kv_dtype=settings.kv_cache_dtype, also_weights=extra)
     with status(f"bench llamacpp: {reps} repetitions{' (quiet, then with a CPU hog)' if hog else ''} ..."):
         try:
             run(json_file, model=str(resolve_model(model, settings)), shape=shape, hog=hog, build=build)

@@ -37,3 +37,14 @@ def test_llama_bench_runs_in_a_clean_environment_and_its_json_is_read(tmp_path: 
 
 def test_an_unbuilt_cache_is_reported_as_not_built(tmp_path: Path) -> None:
     assert llamacpp.find_built(tmp_path) is None
+
+
+def test_ratios_compare_every_finserve_format_with_the_best_peer() -> None:
+    from bench.peer_bench import ratios
+
+    medians = {"finserve": {"tg128": 60.0, "pp256": 300.0}, "finserve q4a8": {"tg128": 70.0},
+               "llama.cpp Q4_0": {"tg128": 100.0, "pp256": 400.0}, "llama.cpp Q8_0": {"tg128": 80.0, "pp256": 500.0}}
+    out = ratios(medians)
+    assert out["tg128"] == {"best_peer": "llama.cpp Q4_0", "finserve_over_best_peer": 0.6,
+                            "finserve_q4a8_over_best_peer": 0.7}
+    assert out["pp256"] == {"best_peer": "llama.cpp Q8_0", "finserve_over_best_peer": 0.6}

@@ -66,7 +66,7 @@ def compare_steps(engine: LLMEngine, steps: int = 6) -> list[tuple[torch.Tensor,
 
 @needs_kernels
 @pytest.mark.parametrize("isa", VARIANTS)
-@pytest.mark.parametrize("weights", ["q4", "int8"])
+@pytest.mark.parametrize("weights", ["q4", "int8", "q4a8"])
 @pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
 def test_native_step_matches_the_torch_model(make_tiny_model: Callable[..., Path], shape: str, weights: str,
                                              isa: str) -> None:

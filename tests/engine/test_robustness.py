@@ -111,6 +111,18 @@ def test_sampler_never_raises_on_non_finite_rows():
     assert out.tokens[0] == 5 and out.tokens[2] == 7  # tiny T is greedy; an inf logit wins
 
 
+def test_a_greedy_row_with_nan_logits_picks_its_largest_number():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(1))
+    logits[0, 3], logits[0, 5] = float("nan"), 10.0  # NaN would win torch's argmax
+    logits[1, 9] = 10.0  # no NaN: left as it is
+    logits[2] = float("nan")  # nothing but NaN: still a token in range
+    greedy = SamplingParams(temperature=0.0)
+    clean = logits[1].clone()
+    out = sample(logits, [SamplingRow(greedy, 0, ()) for _ in range(3)])
+    assert out.errors == {} and out.tokens[:2] == [5, 9] and 0 <= out.tokens[2] < 50
+    assert torch.equal(logits[1], clean)
+
+
 class _BrokenGrammar:
     def allowed_mask(self, vocab_size: int) -> torch.Tensor:
         raise RuntimeError("matcher state lost")
