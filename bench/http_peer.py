@@ -11,7 +11,11 @@ Client (the same for every system): async httpx, streamed `POST /v1/completions`
 gets an `X-Workload-Class` header (llama_cpp.server ignores headers and the fields it does not know).
 Closed loop: `c` streams each send `rounds` requests back to back. Prompts are ~prompt_tokens-token
 windows of the shipped regulatory text, each with a line of its own first, so no request of a run shares a
-prefix with another (neither server's prefix reuse helps); every system gets the same prompts.
+prefix with another (neither server's prefix reuse helps); every system gets the same prompts. The prefix
+workload (`prefixes` > 0, issue 21's long-document shape): every prompt is one of `prefixes` shared
+documents of ~prefix_tokens tokens followed by a question of ~prompt_tokens tokens of its own (request i
+asks about document i mod prefixes), so a server that reuses a cached prefix skips most of the prefill;
+each repetition starts every server fresh (empty caches) and warms it up on an unrelated prompt.
 Output tokens are counted from the stream (usage when the server sends it, else chunks carrying text), and
 every request must produce exactly output_tokens tokens.
 """
@@ -49,17 +53,32 @@ class Shape:
     reps: int = 3
     threads: int = 2
     finserve_class: str = "bulk_extraction"
+    prefixes: int = 0  # > 0: the prefix workload (shared documents, each prompt one of them + its question)
+    prefix_tokens: int = 2048
+
+    @property
+    def context_tokens(self) -> int:  # the longest sequence a request makes
+        return (self.prefix_tokens if self.prefixes else 0) + self.prompt_tokens + self.output_tokens + 64
 
 
-def build_prompts(tokenizer_dir: str, count: int, prompt_tokens: int, tag: str) -> list[str]:
-    """`count` prompts of about `prompt_tokens` tokens, each starting with a line naming it."""
+def build_prompts(tokenizer_dir: str, count: int, prompt_tokens: int, tag: str, prefixes: int = 0,
+                  prefix_tokens: int = 2048) -> list[str]:
+    """`count` prompts of about `prompt_tokens` tokens, each starting with a line naming it; with `prefixes`,
+    each after one of `prefixes` shared documents of about `prefix_tokens` tokens (prompt i: document i mod
+    prefixes)."""
     from engine.tokenizer import Tokenizer
 
     tok = Tokenizer.from_folder(tokenizer_dir)
     ids = tok.encode(TEXT.read_text())
     body = max(1, prompt_tokens - 8)  # the first line is ~8 tokens
     span = max(1, len(ids) - body)
-    return [f"Request {tag}-{i}:\n" + tok.decode(ids[(i * 389) % span:(i * 389) % span + body]) for i in range(count)]
+    own = [f"Request {tag}-{i}:\n" + tok.decode(ids[(i * 389) % span:(i * 389) % span + body]) for i in range(count)]
+    if not prefixes:
+        return own
+    doc_span = max(1, len(ids) - prefix_tokens)
+    docs = [f"Document {tag}-{j}:\n" + tok.decode(ids[(j * 211) % doc_span:(j * 211) % doc_span + prefix_tokens - 8])
+            for j in range(prefixes)]
+    return [f"{docs[i % prefixes]}\n\n{q}" for i, q in enumerate(own)]
 
 
 class _Recorder(StreamRecorder):
@@ -147,6 +166,7 @@ def level_report(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "output_tokens_per_s": summary([run["output_tokens_per_s"] for run in runs]),
         "ttft_p50_ms": _p([r["ttft_ms"] for r in reqs if r["ttft_ms"] is not None], 50.0),
+        "ttft_p99_ms": _p([r["ttft_ms"] for r in reqs if r["ttft_ms"] is not None], 99.0),
         "itl_p50_ms": _p(itl, 50.0), "itl_p90_ms": _p(itl, 90.0),
         "tpot_p50_ms": _p(tpot, 50.0), "tpot_p90_ms": _p(tpot, 90.0),
         "e2e_p50_ms": _p([r["e2e_ms"] for r in reqs], 50.0),
@@ -210,12 +230,12 @@ def targets(systems: dict[str, dict[str, Any]], concurrency: tuple[int, ...]) ->
 
 
 def table(systems: dict[str, dict[str, Any]]) -> str:
-    head = "| system | streams | output tok/s | TTFT p50 | ITL p50 / p90 | TPOT p50 / p90 | E2E p50 | load 1m |"
+    head = "| system | streams | output tok/s | TTFT p50 / p99 | ITL p50 / p90 | TPOT p50 / p90 | E2E p50 | load 1m |"
     lines = [head, "|" + "---|" * 8]
     for name, levels in systems.items():
         for c, f in levels.items():
             loads = "-".join(f"{x:.1f}" for x in (min(f["load_avg_1m_before"]), max(f["load_avg_1m_before"])))
-            lines.append(f"| {name} | {c} | {f['output_tokens_per_s']['median']:.1f} | {f['ttft_p50_ms']:.0f} ms | "
+            lines.append(f"| {name} | {c} | {f['output_tokens_per_s']['median']:.1f} | {f['ttft_p50_ms']:.0f} / {f['ttft_p99_ms']:.0f} ms | "
                          f"{f['itl_p50_ms']:.1f} / {f['itl_p90_ms']:.1f} ms | "
                          f"{f['tpot_p50_ms']:.1f} / {f['tpot_p90_ms']:.1f} ms | {f['e2e_p50_ms']:.0f} ms | {loads} |")
     return "\n".join(lines)
@@ -238,7 +258,7 @@ def _add_llama_server(starters: dict[str, Starter], info: dict[str, Any], shape:
         path = llamacpp.gguf(tools, t)
         starters[f"llama-server {t}"] = functools.partial(
             llamacpp.start_server, tools, path, t, threads=shape.threads, parallel=max(8, max(shape.concurrency)),
-            log=log)
+            ctx_per_slot=max(2048, -(-shape.context_tokens // 1024) * 1024), log=log)
 
 
 def run_all(starters: dict[str, Starter], shape: Shape, tokenizer_dir: str, info: dict[str, Any],
@@ -254,7 +274,8 @@ def run_all(starters: dict[str, Starter], shape: Shape, tokenizer_dir: str, info
             try:
                 measure(server, build_prompts(tokenizer_dir, 1, shape.prompt_tokens, f"warm{rep}"), 1, shape, headers)
                 for c in shape.concurrency:
-                    prompts = build_prompts(tokenizer_dir, c * shape.rounds, shape.prompt_tokens, f"r{rep}c{c}")
+                    prompts = build_prompts(tokenizer_dir, c * shape.rounds, shape.prompt_tokens, f"r{rep}c{c}",
+                                            shape.prefixes, shape.prefix_tokens)
                     run = {"rep": rep, **measure(server, prompts, c, shape, headers)}
                     run["system"] = name
                     runs.append(run)

@@ -54,8 +54,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.qgemm_f32.argtypes = [_I, _I, _P, _I, _I, _I, _P, _P, _P, _I, _P, _P, _I, _I]
     lib.finserve_kernel_isa.restype = _I
     lib.finserve_cpu_features.restype = _I
-    lib.dequant_f32.restype = None
-    lib.dequant_f32.argtypes = [_I, _P, _P, _P, _I, _I, _P, _I]
+    lib.fs_dequant.restype = None
+    lib.fs_dequant.argtypes = [_I, _P, _P, _P, _I, _I, _P, _I]
     lib.fs_model_new.restype = _P
     lib.fs_model_new.argtypes = [_P, _F, _P]
     lib.fs_model_free.restype = None
@@ -206,8 +206,8 @@ def dequant_into(lib: ctypes.CDLL, fmt: KernelFormat, packed: torch.Tensor, scal
                  out: torch.Tensor) -> None:
     """The stored weights, dequantized into `out` [N, K] fp32 contiguous (layout of engine/model/quant.py)."""
     n, k = out.shape
-    lib.dequant_f32(int(fmt), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), n, k,
-                    out.data_ptr(), torch.get_num_threads())
+    lib.fs_dequant(int(fmt), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), n, k,
+                   out.data_ptr(), torch.get_num_threads())
 
 
 def paged_decode(

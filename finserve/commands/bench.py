@@ -292,6 +292,11 @@ def http_peer_bench(
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Requests each stream sends per run.")] = 2,
     prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=16, help="Approximate prompt length.")] = 256,
     output_tokens: Annotated[int, typer.Option("--output-tokens", min=2, help="Tokens every answer produces.")] = 64,
+    prefixes: Annotated[int, typer.Option(
+        "--prefixes", min=0, help="The prefix workload: this many shared documents, every prompt one of them followed "
+                                  "by its own question of --prompt-tokens (0: no shared prefix).")] = 0,
+    prefix_tokens: Annotated[int, typer.Option(
+        "--prefix-tokens", min=64, help="Approximate length of each shared document (with --prefixes).")] = 2048,
     threads: Annotated[Optional[int], typer.Option(
         "--threads", min=1, help="Threads of each server (default: FINSERVE_THREADS, else one per usable core).")]
     = None,
@@ -323,7 +328,8 @@ def http_peer_bench(
     settings = command_settings(threads=threads, weights=weights)
     folder = resolve_model(model, settings)
     shape = Shape(prompt_tokens=prompt_tokens, output_tokens=output_tokens, concurrency=levels, rounds=rounds,
-                  reps=reps, threads=_threads(settings), finserve_class=finserve_class)
+                  reps=reps, threads=_threads(settings), finserve_class=finserve_class, prefixes=prefixes,
+                  prefix_tokens=prefix_tokens)
     with status(f"bench http-peer: {reps} repetitions at {concurrency} streams ..."):
         run(json_file, model=folder, shape=shape, weights=settings.weights, peer_python=peer_python,
             peer_gguf_types=peer_gguf_types, log_path=Path(log_file) if log_file else None,

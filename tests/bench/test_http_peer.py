@@ -94,3 +94,19 @@ def test_llamacpp_server_answers_the_same_client_with_exactly_the_asked_tokens(t
     level = out["systems"]["llama.cpp Q4_1"]["2"]
     assert level["requests"] == 2 and level["exact_output_tokens"]
     assert out["servers"]["llama.cpp Q4_1"]["gguf_type"] == "Q4_1"
+
+
+def test_the_prefix_workload_shares_each_document_and_keeps_every_question_its_own() -> None:
+    from bench.http_peer import build_prompts
+    from engine.tokenizer import Tokenizer
+    from stack.models import resolve_model
+
+    folder = str(resolve_model(None))
+    prompts = build_prompts(folder, 8, 64, "t", prefixes=4, prefix_tokens=512)
+    docs = [p.split("\n\nRequest ")[0] for p in prompts]
+    assert len(set(docs)) == 4 and all(docs[i] == docs[i + 4] for i in range(4))  # request i: document i mod 4
+    assert len(set(prompts)) == 8  # every question its own
+    tok = Tokenizer.from_folder(folder)
+    assert 480 <= len(tok.encode(docs[0])) <= 540
+    with_docs = build_prompts(folder, 3, 64, "t", 2, 512)
+    assert build_prompts(folder, 3, 64, "t") == ["Request " + p.split("\n\nRequest ", 1)[1] for p in with_docs]

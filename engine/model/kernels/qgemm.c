@@ -491,25 +491,64 @@ static inline void dequant_row(int q4, const uint8_t *tile, int r, float d, floa
     }
 }
 
-// The stored weights as dense fp32, out [N, K] (row stride K): w = d q (int8) or d q + m (q4), the
-// values dequantize() in engine/model/quant.py gives. For prefill-sized batches, where a dense GEMM
-// (MKL) on these beats the integer kernel.
-void dequant_f32(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int N, int K, float *out,
-                 int nthreads) {
-    const int KB = (K + QK - 1) / QK, G = (N + QR - 1) / QR, C = q4 ? 4 : 8;
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int g = 0; g < G; g++) {
-        for (int r = 0; r < QR && g * QR + r < N; r++) {
-            float *row = out + (int64_t)(g * QR + r) * K;
-            for (int b = 0; b < KB; b++) {
-                const int64_t tile_id = (int64_t)g * KB + b;
-                const float d = half_to_float(wd[tile_id * QR + r]);
-                const float m = q4 ? half_to_float(wm[tile_id * QR + r]) : 0.f;
-                float v[QK];
-                dequant_row(q4, w + tile_id * C * QR * 4, r, d, m, v);
-                const int width = K - b * QK < QK ? K - b * QK : QK;
-                memcpy(row + b * QK, v, sizeof(float) * (size_t)width);
+#if defined(__AVX2__)
+// dequant_row for a whole block of 32, 8 lanes at a time: the same products and sums (mul, then add: no FMA),
+// so the same values bit for bit.
+static inline void dequant_row_avx2(int q4, const uint8_t *tile, int r, float d, float m, float *v) {
+    const __m256 dv = _mm256_set1_ps(d);
+    if (q4) {
+        const __m128i b = _mm_setr_epi32(load4((const int8_t *)tile + r * 4), load4((const int8_t *)tile + (QR + r) * 4),
+                                         load4((const int8_t *)tile + (2 * QR + r) * 4),
+                                         load4((const int8_t *)tile + (3 * QR + r) * 4));
+        const __m128i low = _mm_set1_epi8(0x0f);
+        const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+        const __m256 mv = _mm256_set1_ps(m);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int i = 0; i < 4; i++) {
+            const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i]));
+            _mm256_storeu_ps(v + 8 * i, _mm256_add_ps(_mm256_mul_ps(q, dv), mv));
+        }
+    } else {
+        const __m128i flip = _mm_set1_epi8((char)0x80);
+        for (int h = 0; h < 2; h++) {  // bytes 16h..16h+15: chunks j = 4h..4h+3
+            const __m128i b = _mm_xor_si128(
+                _mm_setr_epi32(load4((const int8_t *)tile + ((4 * h) * QR + r) * 4),
+                               load4((const int8_t *)tile + ((4 * h + 1) * QR + r) * 4),
+                               load4((const int8_t *)tile + ((4 * h + 2) * QR + r) * 4),
+                               load4((const int8_t *)tile + ((4 * h + 3) * QR + r) * 4)), flip);  // q = byte - 128
+            const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+            const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+            _mm256_storeu_ps(v + 16 * h, _mm256_mul_ps(q0, dv));
+            _mm256_storeu_ps(v + 16 * h + 8, _mm256_mul_ps(q1, dv));
+        }
+    }
+}
+#endif
+
+// Rows 16g..16g+15 (those below N) of the stored weights as dense fp32 into out [N, K] (row stride K): w = d q
+// (int8) or d q + m (q4), the values dequantize() in engine/model/quant.py gives. For prefill-sized batches,
+// where a dense GEMM (MKL) on these beats the integer kernel; decode_step.c's fs_dequant runs the groups on
+// its pool.
+void fs_dequant_group(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int N, int K, int g,
+                      float *out) {
+    const int KB = (K + QK - 1) / QK, C = q4 ? 4 : 8;
+    for (int r = 0; r < QR && g * QR + r < N; r++) {
+        float *row = out + (int64_t)(g * QR + r) * K;
+        for (int b = 0; b < KB; b++) {
+            const int64_t tile_id = (int64_t)g * KB + b;
+            const float d = half_to_float(wd[tile_id * QR + r]);
+            const float m = q4 ? half_to_float(wm[tile_id * QR + r]) : 0.f;
+            const uint8_t *tile = w + tile_id * C * QR * 4;
+            const int width = K - b * QK < QK ? K - b * QK : QK;
+#if defined(__AVX2__)
+            if (width == QK) {
+                dequant_row_avx2(q4, tile, r, d, m, row + b * QK);
+                continue;
             }
+#endif
+            float v[QK];
+            dequant_row(q4, tile, r, d, m, v);
+            memcpy(row + b * QK, v, sizeof(float) * (size_t)width);
         }
     }
 }

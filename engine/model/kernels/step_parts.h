@@ -16,6 +16,10 @@ void fs_quantize_act(int act16, const float *x, int M, int K, int ldx, int KB, v
 void fs_qgemm_group(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g,
                     const void *xq, const float *xd, const int32_t *xs, int M, float *out);
 
+// Rows 16g..16g+15 (those below N) of the stored weights as dense fp32 into out [N, K].
+void fs_dequant_group(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int N, int K, int g,
+                      float *out);
+
 #define FS_ATT_PART 512  // keys per attention part (a query's keys are cut from key 0: the cut depends on L only)
 
 // One query's G heads (qb [G, D]) sharing KV head kh attend to its L cached keys (slots sl): ob [G, D].
