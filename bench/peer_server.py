@@ -104,20 +104,30 @@ def _ready(server: Server, path: str, timeout_s: float) -> Server:
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], path: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server for {url} exited with {proc.returncode} before it was ready")
-        try:
-            if httpx.get(f"{url}{path}", timeout=2.0).status_code == 200:
-                return
-            if path == "/readyz" and (live := httpx.get(f"{url}/healthz", timeout=2.0)).status_code != 200:
-                # finserve's engine failed to start: it will never be ready
-                raise RuntimeError(f"{url} failed to start: {live.text[:500]}")
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url}{path} did not answer 200 within {timeout_s:.0f} s")
-        time.sleep(0.25)
+    with httpx.Client(timeout=2.0) as client:  # one client: a new one per poll re-reads the CA store (~50 ms CPU)
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server for {url} exited with {proc.returncode} before it was ready")
+            try:
+                r = client.get(f"{url}{path}")
+                if r.status_code == 200:
+                    return
+                if path == "/readyz":
+                    if (live := client.get(f"{url}/healthz")).status_code != 200:
+                        raise RuntimeError(f"{url} failed to start: {live.text[:500]}")
+                    if _load_failed(r.text):  # finserve's engine failed to load: it will never be ready
+                        raise RuntimeError(f"{url} failed to start: {r.text[:500]}")
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url}{path} did not answer 200 within {timeout_s:.0f} s")
+            time.sleep(0.25)
+
+
+def _load_failed(readyz_body: str) -> bool:
+    """Whether finserve's /readyz 503 says the engine failed to load (not: still loading, or restarting)."""
+    return "engine not ready" in readyz_body and not any(
+        word in readyz_body for word in ("is loading", "restarting", "database"))
 
 
 def start_finserve(model: str, *, threads: int, weights: str, log: IO[bytes] | None,

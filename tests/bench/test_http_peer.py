@@ -110,3 +110,11 @@ def test_the_prefix_workload_shares_each_document_and_keeps_every_question_its_o
     assert 480 <= len(tok.encode(docs[0])) <= 540
     with_docs = build_prompts(folder, 3, 64, "t", 2, 512)
     assert build_prompts(folder, 3, 64, "t") == ["Request " + p.split("\n\nRequest ", 1)[1] for p in with_docs]
+
+
+def test_a_finserve_whose_engine_failed_to_load_is_not_waited_for() -> None:
+    from bench.peer_server import _load_failed
+
+    assert _load_failed('{"error":{"message":"engine not ready: AttributeError: undefined symbol: fs_x"}}')
+    assert not _load_failed('{"error":{"message":"engine not ready: the engine is loading"}}')
+    assert not _load_failed('{"error":{"message":"engine not ready: the engine loop is restarting after a crash"}}')
