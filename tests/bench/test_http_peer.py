@@ -96,12 +96,11 @@ def test_llamacpp_server_answers_the_same_client_with_exactly_the_asked_tokens(t
     assert out["servers"]["llama.cpp Q4_1"]["gguf_type"] == "Q4_1"
 
 
-def test_the_prefix_workload_shares_each_document_and_keeps_every_question_its_own() -> None:
+def test_the_prefix_workload_shares_each_document_and_keeps_every_question_its_own(default_model_dir: Path) -> None:
     from bench.http_peer import build_prompts
     from engine.tokenizer import Tokenizer
-    from stack.models import resolve_model
 
-    folder = str(resolve_model(None))
+    folder = str(default_model_dir)
     prompts = build_prompts(folder, 8, 64, "t", prefixes=4, prefix_tokens=512)
     docs = [p.split("\n\nRequest ")[0] for p in prompts]
     assert len(set(docs)) == 4 and all(docs[i] == docs[i + 4] for i in range(4))  # request i: document i mod 4
