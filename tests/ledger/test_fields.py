@@ -23,6 +23,7 @@ from ledger.fields import (
     hashed_fields,
 )
 from ledger.reports.render import CSV_FIELDS
+from ledger.reports.timeline import FACTS
 from ledger.versions import Versions
 
 TABLE = cast(Table, RequestLedger.__table__)
@@ -86,6 +87,13 @@ def test_the_derived_lists_are_what_they_were_by_hand():
     assert set(CHANGE_KINDS) == set(VERSION_FIELDS), "a served-by field needs its change event kind (ledger/events.py)"
     at = CSV_FIELDS.index("model_id")
     assert CSV_FIELDS[at:at + len(VERSION_FIELDS) + 1] == (*VERSION_FIELDS, "version_share")
+    # the timeline page's facts, as they were listed by hand, in that order (fields declared later join them)
+    by_hand = ("tenant", "workload_class", "class_rule", "route", "status", "finish_reason", "rejection_reason",
+               "http_status", "arrival_at", "queue_ms", "prefill_ms", "ttft_ms", "tpot_ms", "e2e_ms", "input_tokens",
+               "cached_tokens", "output_tokens", "preemptions", "slo_met", "key_id", "replica", "replica_reason",
+               "model_id", "weights_sha256", "weight_format", "policy_sha256", "finserve_version", "chain_seq",
+               "row_hash")
+    assert tuple(f for f in FACTS if f in by_hand) == by_hand
 
 
 def test_a_field_hashed_under_an_undeclared_chain_version_is_refused():
