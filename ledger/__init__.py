@@ -1,7 +1,7 @@
 """The SQL SLO ledger: one row per request, written off the request path.
 
 `row_from_request` / `row_from_engine_request` build a `LedgerRow` (with the SLO
-met flags); `LedgerWriter.submit(row)` hands it to a background thread that
+met flags; its fields, declared once with the chain version that hashes each: ledger/fields.py); `LedgerWriter.submit(row)` hands it to a background thread that
 batches inserts, survives database outages (memory, then an NDJSON spool) and
 never writes a request id twice.
 """

@@ -31,14 +31,14 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import select
 
-from ledger.chain import HASHED_FIELDS_V3, LEDGER, SUPERSEDED
+from ledger.chain import LEDGER, SUPERSEDED
 from ledger.events import ERASURE_KINDS, read_events, tombstones
 from ledger.evidence import Keyring
 from ledger.evidence_store import read_evidence
+from ledger.fields import HASHED_COLUMNS, VERSION_FIELDS
 from ledger.verify import Db, read_head
 
 FORMAT = "finserve-evidence-pack-v1"
-VERSION_FIELDS = ("model_id", "weights_sha256", "weight_format", "policy_sha256", "finserve_version")
 
 
 def _text(v: Any) -> Any:
@@ -62,7 +62,7 @@ def build(db: Db, keyring: Keyring, *, request_id: str | None = None, tenant: st
     if hmac_key is None and signing_key is None:
         raise ValueError("an evidence pack must be signed: set FINSERVE_EVIDENCE_SIGNING_KEY (Ed25519) or "
                          "FINSERVE_LEDGER_HMAC_KEY")
-    cols = [LEDGER.c[n] for n in HASHED_FIELDS_V3] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
+    cols = [LEDGER.c[n] for n in HASHED_COLUMNS] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
     stmt = select(*cols).where(LEDGER.c.chain_seq.is_not(None))
     if request_id is not None:
         stmt = stmt.where(LEDGER.c.request_id == request_id)

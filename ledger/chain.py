@@ -4,9 +4,10 @@ Rules (docs/OBSERVABILITY.md, "Ledger integrity and retention"):
 - Partition: the tenant. Each tenant's final rows form one chain, positions `chain_seq` 1, 2, ...
   in the order they reached their final status (not arrival order).
 - A row is chained when it reaches a final status (finished, failed, aborted, rejected,
-  interrupted); `running` rows are not chained. `row_hash = sha256(CHAIN_VERSION, prev_hash,
-  canonical JSON of HASHED_FIELDS)`; `prev_hash` is the row_hash of position seq - 1 (GENESIS
-  before position 1, or the checkpoint a prune left). The timeline is hashed through its own digest
+  interrupted); `running` rows are not chained. `row_hash = sha256(version tag, prev_hash, canonical
+  JSON of the version's fields)` (CHAIN_VERSIONS: each version's fields, frozen, come from ledger/fields.py
+  `hashed_since`); `prev_hash` is the row_hash of position seq - 1 (GENESIS before position 1, or the
+  checkpoint a prune left). The timeline is hashed through its own digest
   (`timeline_sha256`), so dropping timelines later leaves every row_hash verifiable.
 - The head of each partition (`ledger_chain_heads`) is locked and moved in the same transaction as
   the rows it chains (SELECT ... FOR UPDATE on PostgreSQL; on SQLite the first statement is a write,
@@ -26,37 +27,66 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any, cast
 
-from sqlalchemy import Boolean, Connection, Float, Integer, Table, bindparam, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from core.db.base import UTCDateTime, utcnow
+from core.db.base import utcnow
 from core.db.models import RUNNING_STATUS, LedgerChainHead, LedgerChainSuperseded, RequestLedger
+from ledger.fields import LEDGER_FIELDS, LedgerField, hashed_fields
 from ledger.row import LedgerRow, replaces
 
-CHAIN_VERSION = "finserve-ledger-chain-v1"
-CHAIN_VERSION_AMENDED = "finserve-ledger-chain-v2"  # a row that supersedes an earlier position of its request
-# Rows chained since migration 0009: HASHED_FIELDS plus the evidence hashes (NULL when the class keeps none).
-# A v3 row that supersedes a position hashes the bound entry on an extra line, as v2 does.
-CHAIN_VERSION_EVIDENCE = "finserve-ledger-chain-v3"
 GENESIS = "0" * 64
 EVENTS_PARTITION = "~ledger-events"  # the head of the event chain (ledger/events.py); reserved: no tenant is named so
 LEDGER = cast(Table, RequestLedger.__table__)
 HEADS = cast(Table, LedgerChainHead.__table__)
 SUPERSEDED = cast(Table, LedgerChainSuperseded.__table__)
-# Frozen for CHAIN_VERSION: a column added later is not hashed until the version changes, so rows
-# chained before it still verify. Everything but the timeline (hashed through timeline_sha256) and
-# the chain's own prev_hash / row_hash.
-HASHED_FIELDS = (
-    "request_id", "tenant", "workload_class", "class_rule", "route", "status", "finish_reason",
-    "rejection_reason", "http_status", "arrival_at", "queue_ms", "prefill_ms", "ttft_ms", "tpot_ms", "e2e_ms",
-    "input_tokens", "cached_tokens", "output_tokens", "preemptions", "ttft_target_ms", "tpot_target_ms",
-    "e2e_target_ms", "slo_goal", "slo_percentile", "ttft_met", "tpot_met", "e2e_met", "slo_met",
-    "key_id", "replica", "replica_reason", "model_id", "weights_sha256", "weight_format", "policy_sha256",
-    "finserve_version", "chain_seq", "timeline_sha256",
-)
-HASHED_FIELDS_V3 = (*HASHED_FIELDS, "input_sha256", "output_sha256")  # frozen for CHAIN_VERSION_EVIDENCE
+
+
+@dataclass(frozen=True)
+class ChainVersion:
+    """How rows chained under one version are hashed. Its fields are frozen once a row is chained under it."""
+
+    number: int
+    tag: str  # hashed first, so a row hashed under one version never passes as another
+    fields: tuple[str, ...]  # the summary's fields: ledger/fields.py, those hashed since this version or before
+    # True: only a row that supersedes an earlier position of its request (v2); False: only one that does not (v1);
+    # None: either, the bound entry hashed on an extra line when there is one.
+    binds: bool | None
+
+
+def _version(number: int, tag: str, binds: bool | None) -> ChainVersion:
+    return ChainVersion(number, tag, hashed_fields(number), binds)
+
+
+# v1: every column but the timeline (hashed through timeline_sha256) and the chain's own prev_hash / row_hash.
+# v2: v1's fields, for a row that supersedes an earlier position (its seq, hash and link hashed with it).
+# v3 (since migration 0009): v1's fields plus the evidence hashes (NULL when the class keeps none).
+# The writer chains under the newest; verify accepts a row under any version it fits.
+CHAIN_VERSIONS: Mapping[int, ChainVersion] = MappingProxyType({v.number: v for v in (
+    _version(1, "finserve-ledger-chain-v1", binds=False),
+    _version(2, "finserve-ledger-chain-v2", binds=True),
+    _version(3, "finserve-ledger-chain-v3", binds=None),
+)})
+CURRENT_VERSION = CHAIN_VERSIONS[max(CHAIN_VERSIONS)]
+CHAIN_VERSION = CHAIN_VERSIONS[1].tag
+CHAIN_VERSION_AMENDED = CHAIN_VERSIONS[2].tag
+CHAIN_VERSION_EVIDENCE = CHAIN_VERSIONS[3].tag
+
+
+def check_versions(fields: Iterable[LedgerField], versions: Mapping[int, ChainVersion]) -> None:
+    """Raise unless every hashed field names a declared chain version and the newest binds either way."""
+    unknown = {f.name: f.hashed_since for f in fields if f.hashed_since not in (None, *versions)}
+    if unknown:
+        raise RuntimeError(f"ledger fields hashed since a chain version ledger/chain.py does not declare: {unknown};"
+                           " declare it in CHAIN_VERSIONS (docs/ARCHITECTURE.md, 'Add a ledger field')")
+    if versions[max(versions)].binds is not None:
+        raise RuntimeError("the newest chain version must hash rows with and without a superseded position")
+
+
+check_versions(LEDGER_FIELDS, CHAIN_VERSIONS)
 
 
 def _float(v: Any) -> Any:
@@ -68,22 +98,11 @@ def _utc_iso(v: Any) -> str:
     return cast(datetime, v).astimezone(timezone.utc).isoformat()
 
 
-def _converter(name: str) -> Any:
-    """How a column's value is normalised to what the database hands back: a Float's 80 and 80.0 hash alike."""
-    kind = LEDGER.c[name].type
-    if isinstance(kind, Float):
-        return _float
-    if isinstance(kind, Boolean):
-        return bool
-    if isinstance(kind, Integer):
-        return int
-    if isinstance(kind, UTCDateTime):
-        return _utc_iso
-    return str
-
-
-_CONVERTERS = tuple((name, _converter(name)) for name in HASHED_FIELDS)
-_CONVERTERS_V3 = tuple((name, _converter(name)) for name in HASHED_FIELDS_V3)
+# How a value is normalised to what the database hands back: a float column's 80 and 80.0 hash alike.
+_NORMALISE: dict[type, Any] = {float: _float, bool: bool, int: int, datetime: _utc_iso}
+_TYPES = {f.name: f.type for f in LEDGER_FIELDS}
+_CONVERTERS = {n: tuple((name, _NORMALISE.get(_TYPES[name], str)) for name in v.fields)
+               for n, v in CHAIN_VERSIONS.items()}
 
 
 def canonical_json(value: Any) -> str:
@@ -103,34 +122,45 @@ def _bound(supersedes: Mapping[str, Any]) -> str:
                            "prev_hash": supersedes["prev_hash"]})
 
 
-def row_hash(prev_hash: str, values: Mapping[str, Any], supersedes: Mapping[str, Any] | None = None) -> str:
-    """The hash of a row whose column values are `values` (a LedgerRow's dict or a database row), as the
-    writer chains rows now (CHAIN_VERSION_EVIDENCE).
+def version_hash(version: int, prev_hash: str, values: Mapping[str, Any],
+                 supersedes: Mapping[str, Any] | None = None) -> str | None:
+    """The hash of a row whose column values are `values` (a LedgerRow's dict or a database row) under chain
+    version `version`: sha256 of its tag, `prev_hash`, the summary of its fields and, when the row supersedes
+    an earlier position, that entry. None when the version does not chain such a row (v1 never binds one,
+    v2 always does).
 
     `supersedes`: the `ledger_chain_superseded` entry of the position this row's request held before
     (seq, row_hash, prev_hash); it is hashed with the row, so the entry is only valid with this row."""
-    text = f"{CHAIN_VERSION_EVIDENCE}\n{prev_hash}\n{_summary(values, _CONVERTERS_V3)}"
+    v = CHAIN_VERSIONS[version]
+    if v.binds is not None and v.binds != (supersedes is not None):
+        return None
+    text = f"{v.tag}\n{prev_hash}\n{_summary(values, _CONVERTERS[version])}"
     if supersedes is not None:
         text += f"\n{_bound(supersedes)}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def row_hash(prev_hash: str, values: Mapping[str, Any], supersedes: Mapping[str, Any] | None = None) -> str:
+    """The hash of a row as the writer chains rows now (CURRENT_VERSION, which binds either way)."""
+    h = version_hash(CURRENT_VERSION.number, prev_hash, values, supersedes)
+    assert h is not None  # checked at import: the newest version's `binds` is None
+    return h
+
+
 def legacy_row_hash(prev_hash: str, values: Mapping[str, Any], supersedes: Mapping[str, Any] | None = None) -> str:
     """The hash of a row chained before migration 0009 (CHAIN_VERSION, or CHAIN_VERSION_AMENDED)."""
-    summary = _summary(values, _CONVERTERS)
-    if supersedes is None:
-        return hashlib.sha256(f"{CHAIN_VERSION}\n{prev_hash}\n{summary}".encode()).hexdigest()
-    text = f"{CHAIN_VERSION_AMENDED}\n{prev_hash}\n{summary}\n{_bound(supersedes)}"
-    return hashlib.sha256(text.encode()).hexdigest()
+    h = version_hash(1 if supersedes is None else 2, prev_hash, values, supersedes)
+    assert h is not None
+    return h
 
 
 def hash_holds(stored: str | None, prev_hash: str, values: Mapping[str, Any],
                supersedes: Mapping[str, Any] | None = None) -> bool:
-    """`stored` is the row's hash under the chain version it was written with (v3, else v1/v2). A v1 row
-    cannot pass as v3 or back: the version string is hashed, and a v3 row's evidence hashes with it."""
+    """`stored` is the row's hash under the chain version it was written with (tried newest first). A v1 row
+    cannot pass as v3 or back: the version's tag is hashed, and a v3 row's evidence hashes with it."""
     if stored is None:
         return False
-    return stored in (row_hash(prev_hash, values, supersedes), legacy_row_hash(prev_hash, values, supersedes))
+    return any(version_hash(n, prev_hash, values, supersedes) == stored for n in sorted(CHAIN_VERSIONS, reverse=True))
 
 
 @dataclass

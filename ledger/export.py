@@ -1,7 +1,8 @@
 """Ledger rows out, by tenant and period: NDJSON (one JSON object a line) or CSV (a header, then a row each).
 
-Used by `finserve ledger export` and the admin route `GET /v1/ledger/export`. Every column of
-`request_ledger` but the step timeline (read one request's at /v1/requests/{id}); `running` rows
+Used by `finserve ledger export` and the admin route `GET /v1/ledger/export`. The exported columns of
+ledger/fields.py, in the table's order: every one but the step timeline (read one request's at
+/v1/requests/{id}); `running` rows
 (requests still in flight) are left out, as the reports leave them out. Rows come in arrival order,
 read in batches, so an export of a long period never holds the whole ledger in memory.
 """
@@ -17,9 +18,10 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from core.db.models import RUNNING_STATUS, RequestLedger
+from ledger.fields import EXPORTED
 
 FORMATS = {"ndjson": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
-COLUMNS = tuple(c.name for c in RequestLedger.__table__.columns if c.name != "timeline")
+COLUMNS = EXPORTED
 BATCH = 1000
 
 

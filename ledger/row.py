@@ -1,4 +1,4 @@
-"""One ledger row, and how a request's metrics and its class's SLO targets become one.
+"""How a request's outcome, metrics and its class's SLO targets become a ledger row (its fields: ledger/fields.py).
 
 SLO rule (docs/ARCHITECTURE.md, "Metric definitions"): a request meets its SLO when every target of its class
 holds. Which requests count towards attainment at all:
@@ -24,7 +24,7 @@ from typing import Any, Literal, Sequence
 
 from core.db.models import LEDGER_STATUSES, RUNNING_STATUS
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
-from ledger.evidence import Evidence, SealedEvidence
+from ledger.fields import LedgerRow as LedgerRow  # declared in ledger/fields.py; built here
 from policies import SLOTargets
 
 # 429 reasons that are the client's doing, not the service's capacity. tenant_queue_full: the tenant
@@ -38,87 +38,6 @@ _STATUS_OF = {
     RequestStatus.FINISHED_ABORTED: "aborted",
     RequestStatus.FINISHED_ERROR: "failed",
 }
-
-
-@dataclass
-class LedgerRow:
-    """Field for field a `request_ledger` row (core.db.models.RequestLedger)."""
-
-    request_id: str
-    tenant: str
-    workload_class: str
-    class_rule: str
-    route: str
-    status: str  # finished | failed | aborted | rejected | interrupted, or running while in flight
-    http_status: int
-    arrival_at: datetime  # UTC, aware
-    finish_reason: str | None = None
-    rejection_reason: str | None = None
-    queue_ms: float | None = None
-    prefill_ms: float | None = None
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-    input_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-    preemptions: int = 0
-    ttft_target_ms: float | None = None
-    tpot_target_ms: float | None = None
-    e2e_target_ms: float | None = None
-    slo_goal: float | None = None
-    slo_percentile: float | None = None
-    ttft_met: bool | None = None
-    tpot_met: bool | None = None
-    e2e_met: bool | None = None
-    slo_met: bool | None = None
-    timeline: dict[str, Any] | None = field(default=None)
-    key_id: str | None = None  # the key the request acted as (a job item's: its owner's)
-    replica: str | None = None  # engine replica that served it (FINSERVE_ENGINES), and why
-    replica_reason: str | None = None
-    # What served it (ledger/versions.py); the writer fills them in when a row has none.
-    model_id: str | None = None
-    weights_sha256: str | None = None
-    weight_format: str | None = None
-    policy_sha256: str | None = None
-    finserve_version: str | None = None
-    # Hash chain (ledger/chain.py): set by the writer when the row reaches a final status.
-    chain_seq: int | None = None
-    prev_hash: str | None = None
-    row_hash: str | None = None
-    timeline_sha256: str | None = None
-    client_request_id: str | None = None  # the client's X-Request-Id (not hashed: see core/db/models.py)
-    # Evidence (ledger/evidence.py): the salted hashes of what was asked and answered, set by the writer
-    # when it seals `evidence`, and chained with the row.
-    input_sha256: str | None = None
-    output_sha256: str | None = None
-    # Not a column: the request's evidence on its way to request_evidence (plain until the writer thread
-    # seals it, then encrypted; only the sealed form is ever spooled).
-    evidence: Evidence | SealedEvidence | None = field(default=None, repr=False, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Column values, as the database insert wants them (a shallow copy: the timeline is shared)."""
-        return {name: getattr(self, name) for name in _FIELDS}
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """JSON-safe form (for the NDJSON spool): the datetime becomes ISO 8601; sealed evidence rides along."""
-        d = self.to_dict()
-        d["arrival_at"] = self.arrival_at.isoformat()
-        if isinstance(self.evidence, SealedEvidence):
-            d["evidence"] = self.evidence.to_json_dict()
-        return d
-
-    @classmethod
-    def from_json_dict(cls, d: dict[str, Any]) -> "LedgerRow":
-        known = {f.name for f in dataclasses.fields(cls)}
-        d = {k: v for k, v in d.items() if k in known}
-        d["arrival_at"] = datetime.fromisoformat(d["arrival_at"])
-        if d.get("evidence") is not None:
-            d["evidence"] = SealedEvidence.from_json_dict(d["evidence"])
-        return cls(**d)
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(LedgerRow) if f.name != "evidence")
 
 
 def ledger_status(status: RequestStatus) -> str:

@@ -9,6 +9,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from core.db.models import RUNNING_STATUS, RequestLedger
+from ledger.fields import COLUMNS, KEY
 from ledger.row import replaces
 
 # SQL literals, not bound parameters: the upsert runs as executemany, where every bound value is per row.
@@ -25,8 +26,8 @@ def write_values(conn: Connection, values: list[dict[str, Any]]) -> None:
         ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
         new, old = ins.excluded.status, table.c.status
         stmt = ins.on_conflict_do_update(
-            index_elements=["request_id"],
-            set_={c.name: ins.excluded[c.name] for c in table.columns if c.name != "request_id"},
+            index_elements=[KEY],
+            set_={name: ins.excluded[name] for name in COLUMNS if name != KEY},
             where=or_(and_(old == _RUNNING, new != _RUNNING),
                       and_(old == _INTERRUPTED, new != _RUNNING, new != _INTERRUPTED)))
         conn.execute(stmt, values)

@@ -34,7 +34,6 @@ from core.db.models import RUNNING_STATUS, LedgerChainCheckpoint
 from ledger.chain import (
     EVENTS_PARTITION,
     GENESIS,
-    HASHED_FIELDS_V3,
     HEADS,
     LEDGER,
     SUPERSEDED,
@@ -43,6 +42,7 @@ from ledger.chain import (
     timeline_digest,
 )
 from ledger.checkpoints import mac_ok
+from ledger.fields import HASHED_COLUMNS
 
 CHECKPOINTS = cast(Table, LedgerChainCheckpoint.__table__)
 CHUNK = 5000  # chain positions read at a time
@@ -352,7 +352,7 @@ def _window_range(db: Db, p: str, base: Base, since: datetime | None, until: dat
 
 
 def _load(db: Db, p: str, lo: int, hi: int, timelines: bool) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
-    cols = [LEDGER.c[n] for n in HASHED_FIELDS_V3] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
+    cols = [LEDGER.c[n] for n in HASHED_COLUMNS] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
     if timelines:
         cols.append(LEDGER.c.timeline)
     rows = db.execute(select(*cols).where(LEDGER.c.tenant == p, LEDGER.c.chain_seq.between(lo, hi))).mappings()
@@ -369,7 +369,7 @@ def _superseded_by_request(db: Db, p: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def _rows_by_request(db: Db, p: str, request_ids: list[str]) -> dict[str, dict[str, Any]]:
-    cols = [LEDGER.c[n] for n in HASHED_FIELDS_V3] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
+    cols = [LEDGER.c[n] for n in HASHED_COLUMNS] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
     rows = db.execute(select(*cols).where(LEDGER.c.tenant == p, LEDGER.c.request_id.in_(request_ids))).mappings()
     return {r["request_id"]: dict(r) for r in rows}
 

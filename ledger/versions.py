@@ -33,6 +33,8 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class Versions:
+    """The row's `served_by` fields (ledger/fields.py VERSION_FIELDS), field for field."""
+
     model_id: str | None = None
     weights_sha256: str | None = None
     weight_format: str | None = None
@@ -43,9 +45,7 @@ class Versions:
         """`row` with these versions where it has none (a replayed row keeps the versions it was served with)."""
         if row.model_id is not None or row.finserve_version is not None or self == _UNKNOWN:
             return row
-        return dataclasses.replace(row, model_id=self.model_id, weights_sha256=self.weights_sha256,
-                                   weight_format=self.weight_format, policy_sha256=self.policy_sha256,
-                                   finserve_version=self.finserve_version)
+        return dataclasses.replace(row, **dataclasses.asdict(self))
 
 
 _UNKNOWN = Versions()

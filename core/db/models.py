@@ -74,6 +74,9 @@ class Document(Base):
 class RequestLedger(Base):
     """One row per request that reached the gateway with a valid key, whatever its outcome.
 
+    The storage of ledger/fields.py `LedgerRow`: the same columns in the same order (what each means, and which
+    chain version hashes it, is declared there; tests/ledger/test_fields.py checks the two agree).
+
     `tenant` is deliberately not a foreign key: a ledger row must never fail to be
     written because of the state of another table. Latencies follow the metric
     definitions of docs/ARCHITECTURE.md (ms from the gateway's arrival timestamp); NULL where the
@@ -149,8 +152,8 @@ class RequestLedger(Base):
     row_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)  # sha256(prev_hash, summary fields)
     timeline_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)  # digest kept after pruning
 
-    # --- 0005: the client's own X-Request-Id (when it sent a safe one), searchable per tenant. Not in the
-    # hash chain (HASHED_FIELDS is frozen for CHAIN_VERSION 1, so chains written before it still verify).
+    # --- 0007: the client's own X-Request-Id (when it sent a safe one), searchable per tenant. Not in the
+    # hash chain (chain version 1's fields are frozen, so chains written before it still verify).
     client_request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
     # --- 0009: evidence (ledger/evidence.py), for classes whose policy sets `evidence = true`. The salted

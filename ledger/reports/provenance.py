@@ -16,9 +16,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from core.db.models import RUNNING_STATUS, RequestLedger
+from ledger.fields import VERSION_FIELDS
 from ledger.verify import verify_ledger
-
-VERSION_FIELDS = ("model_id", "weights_sha256", "weight_format", "policy_sha256", "finserve_version")
 
 
 def version_shares(session: Session, since: datetime, until: datetime, workload_class: str | None,

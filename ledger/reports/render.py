@@ -20,6 +20,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from core.db.models import LEDGER_STATUSES
+from ledger.fields import VERSION_FIELDS
 from ledger.reports import charts
 from ledger.reports.budget import ALERT_RULES, BURN_WINDOWS, EXHAUSTION_WINDOW
 from ledger.reports.percentiles import DEFAULT_PERCENTILES
@@ -43,10 +44,9 @@ CSV_FIELDS = (
     "error_budget_remaining_fraction", *(f"burn_rate_{w}" for w in BURN_WINDOWS),
     *(f"burn_{w}_{k}" for w in BURN_WINDOWS for k in ("counted", "missed")), "alert_state", "alerts_firing",
     "time_to_exhaustion_s", "rejections",
-    "model_id", "weights_sha256", "weight_format", "policy_sha256", "finserve_version", "version_share",
+    *VERSION_FIELDS, "version_share",
     "ledger_verified", "ledger_rows_checked", "ledger_rows_unchained", "ledger_problems",
 )
-VERSION_FIELDS = ("model_id", "weights_sha256", "weight_format", "policy_sha256", "finserve_version")
 
 
 def render_report(report: dict[str, Any], fmt: str = "json") -> str:

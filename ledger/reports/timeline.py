@@ -12,6 +12,16 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from ledger.fields import EXPORTED
+
+# The page's facts table: every exported ledger field (ledger/fields.py) but these: the request id (the title),
+# the SLO's targets and per-target flags (slo_met stands for them), the chain's link and digests (row_hash stands
+# for them), the client's own id and the evidence hashes.
+HIDDEN_FACTS = frozenset({
+    "request_id", "ttft_target_ms", "tpot_target_ms", "e2e_target_ms", "slo_goal", "slo_percentile", "ttft_met",
+    "tpot_met", "e2e_met", "prev_hash", "timeline_sha256", "client_request_id", "input_sha256", "output_sha256",
+})
+FACTS = tuple(name for name in EXPORTED if name not in HIDDEN_FACTS)
 
 @dataclass(frozen=True)
 class Phase:
@@ -104,11 +114,7 @@ def render_timeline_html(row: Any) -> str:
     def num(v: Any) -> str:
         return "–" if v is None else f"{v:.2f}" if isinstance(v, float) else escape(str(v))
 
-    facts = "".join(f"<tr><th>{escape(k)}</th><td>{num(_get(row, k))}</td></tr>" for k in (
-        "tenant", "workload_class", "class_rule", "route", "status", "finish_reason", "rejection_reason",
-        "http_status", "arrival_at", "queue_ms", "prefill_ms", "ttft_ms", "tpot_ms", "e2e_ms", "input_tokens",
-        "cached_tokens", "output_tokens", "preemptions", "slo_met", "key_id", "replica", "replica_reason",
-        "model_id", "weights_sha256", "weight_format", "policy_sha256", "finserve_version", "chain_seq", "row_hash"))
+    facts = "".join(f"<tr><th>{escape(k)}</th><td>{num(_get(row, k))}</td></tr>" for k in FACTS)
     body = "".join(
         f"<tr><td>{escape(p.name)}</td><td>{p.start_ms:.2f}</td><td>{p.duration_ms:.2f}</td>"
         f"<td>{num(p.num_tokens)}</td><td>{num(p.batch_tokens)}</td></tr>"

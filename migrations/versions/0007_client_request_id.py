@@ -5,8 +5,8 @@ Revises: 0006_checkpoint_mac
 Create Date: 2026-12-01
 
 Nullable: rows written before it keep NULL. The column is not part of the hash chain
-(ledger/chain.py HASHED_FIELDS is frozen for CHAIN_VERSION 1), so chains written before
-and after this revision verify unchanged.
+(chain version 1's fields are frozen: ledger/fields.py, ledger/chain.py CHAIN_VERSIONS), so
+chains written before and after this revision verify unchanged.
 """
 from __future__ import annotations
 
