@@ -22,7 +22,7 @@ from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.outputs import RequestOutput
 from engine.tokenizer import Tokenizer
-from gateway.body import as_parsed, validated
+from gateway.body import OffLoopJSONRoute, as_parsed, validated
 from gateway.choices import (
     Choice,
     chat_logprobs,
@@ -53,7 +53,7 @@ from gateway.service import InferenceService
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
 from gateway.tools import ToolParser, ToolStream, answer, describe_tools, parser_for, render_turn, tool_schema
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=OffLoopJSONRoute)  # large bodies parsed off the event loop
 ChatBody = Annotated[Any, PlainValidator(as_parsed, json_schema_input_type=ChatCompletionRequest), Body()]
 
 

@@ -1,8 +1,10 @@
-"""The event loop stays free while long prompts are tokenized or refused (issues 9 and 15).
+"""The event loop stays free while long prompts are tokenized or refused, and large chat bodies validated
+(issues 9, 15 and 23).
 
 Tokenizing a long document runs in a worker thread; a prompt too long in bytes for any token count
-its class accepts is refused before tokenizing. Both are checked structurally (which thread encoded)
-and from outside, by a concurrent /healthz probe over a real socket.
+its class accepts is refused before tokenizing; a chat request with 500 tools is validated, its tools
+rendered and its template applied in worker threads (gateway/body.py, routes/openai.py). Each is checked
+structurally (which thread did the work) and from outside, by a concurrent /healthz probe over a real socket.
 """
 from __future__ import annotations
 
@@ -121,10 +123,13 @@ def _tools(n: int) -> list[dict[str, object]]:
 
 async def test_a_chat_with_500_tools_is_validated_and_templated_off_the_event_loop(
         live_server: LiveServer, keys: Keys, monkeypatch) -> None:
+    import types
+
     import core.web.text
+    import gateway.body
     import gateway.routes.openai
 
-    on_loop: dict[str, list[bool]] = {"validate": [], "tools": [], "template": []}
+    on_loop: dict[str, list[bool]] = {"parse": [], "validate": [], "tools": [], "template": []}
 
     def recorded(name: str, fn: Callable[..., object]) -> Callable[..., object]:
         def wrapper(*args: object, **kwargs: object) -> object:
@@ -132,6 +137,7 @@ async def test_a_chat_with_500_tools_is_validated_and_templated_off_the_event_lo
             return fn(*args, **kwargs)
         return wrapper
 
+    monkeypatch.setattr(gateway.body, "json", types.SimpleNamespace(loads=recorded("parse", json.loads)))
     # the body model's first check (core/web/text.py): it runs where the whole body is validated
     monkeypatch.setattr(core.web.text, "json_depth", recorded("validate", core.web.text.json_depth))
     monkeypatch.setattr(gateway.routes.openai, "describe_tools", recorded("tools", gateway.routes.openai.describe_tools))
@@ -149,4 +155,4 @@ async def test_a_chat_with_500_tools_is_validated_and_templated_off_the_event_lo
             worst.append(max(latencies))
     assert all(on_loop.values()), on_loop  # each step ran, once per request
     assert not any(any(v) for v in on_loop.values()), f"on the event loop's thread: {on_loop}"
-    assert min(worst) < 50, f"/healthz took up to {worst} ms while a 500-tool chat was validated"
+    assert min(worst) < 50, f"/healthz took up to {worst} ms while a 500-tool chat was parsed and validated"
