@@ -3,7 +3,7 @@
 The embedded front of the EngineClient protocol (engine/protocol.py).
 
 All engine mutation happens on the loop thread. Callers talk to it through an inbox
-(add / abort), so admission answers come from the same thread that schedules.
+(add / abort / evict a prefix), so admission answers come from the same thread that schedules.
 
 Supervision: the engine already fails single requests and single steps without stopping. If the
 loop itself raises, every request in flight gets a finished "error" output (nobody waits
@@ -29,7 +29,7 @@ import structlog
 
 from engine import protocol
 from engine.engine import LLMEngine
-from engine.outputs import AdmissionError, EngineHealth, EngineStats, RequestOutput
+from engine.outputs import AdmissionError, EngineHealth, EngineStats, PrefixEvicted, PrefixEviction, RequestOutput
 from engine.protocol import Placement
 from engine.request import EngineRequest, RequestMetrics
 from engine.tokenizer import Tokenizer
@@ -50,7 +50,14 @@ class _Subscriber:
     request: EngineRequest
 
 
-_Op = tuple[Literal["add"], EngineRequest, _Subscriber, "Future[None]"] | tuple[Literal["abort"], str, None, None]
+@dataclass
+class _Evict:
+    prefix: PrefixEviction
+    done: Future[PrefixEvicted]
+
+
+_Op = tuple[Literal["add"], EngineRequest, _Subscriber, "Future[None]"] | tuple[Literal["abort"], str, None, None] \
+    | _Evict
 
 
 class LocalEngineClient:
@@ -183,6 +190,16 @@ class LocalEngineClient:
         self._inbox.put(("abort", request_id, None, None))
         self._wake.set()
 
+    async def evict_prefix(self, prefix: PrefixEviction) -> PrefixEvicted:
+        """Done by the loop thread between two steps; nothing when the loop is gone (nothing is cached)."""
+        op = _Evict(prefix, Future())
+        with self._inbox_lock:
+            if not self._accepting:
+                return PrefixEvicted()
+            self._inbox.put(op)
+        self._wake.set()
+        return await asyncio.wrap_future(op.done)
+
     def pop_placement(self, request_id: str) -> Placement | None:
         """One engine: nothing is placed."""
         return None
@@ -255,6 +272,9 @@ class LocalEngineClient:
                 op = self._inbox.get_nowait()
             except queue.Empty:
                 return
+            if isinstance(op, _Evict):
+                self._evict(op)
+                continue
             if op[0] == "abort":
                 self.engine.abort_request(op[1])
                 continue
@@ -268,6 +288,19 @@ class LocalEngineClient:
                 continue
             self._subs[req.request_id] = sub
             fut.set_result(None)
+
+    def _evict(self, op: _Evict) -> None:
+        """Evicts even when the caller stopped waiting (its document is deleted all the same)."""
+        waiting = op.done.set_running_or_notify_cancel()
+        try:
+            result = self.engine.evict_prefix(op.prefix)
+        except Exception as e:  # a bug: the caller gets it, the loop goes on
+            log.exception("engine_evict_prefix_failed")
+            if waiting:
+                op.done.set_exception(e)
+            return
+        if waiting:
+            op.done.set_result(result)
 
     def _deliver(self, outputs: list[RequestOutput]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[RequestOutput], RequestOutput]]] = {}
@@ -294,7 +327,10 @@ class LocalEngineClient:
                 op = self._inbox.get_nowait()
             except queue.Empty:
                 break
-            if op[0] == "add" and op[3].set_running_or_notify_cancel():
+            if isinstance(op, _Evict):
+                if op.done.set_running_or_notify_cancel():
+                    op.done.set_result(PrefixEvicted())  # the engine is gone, and with it what it cached
+            elif op[0] == "add" and op[3].set_running_or_notify_cancel():
                 op[3].set_exception(_unavailable(reason))
         try:
             for rid in list(self._subs):

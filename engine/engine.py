@@ -21,7 +21,16 @@ import torch
 
 from engine.config import EngineConfig
 from engine.model_runner import ModelRunner
-from engine.outputs import AdmissionError, EngineStats, RequestOutput, SchedulerOutput, TokenLogprobs, TokenUpdate
+from engine.outputs import (
+    AdmissionError,
+    EngineStats,
+    PrefixEvicted,
+    PrefixEviction,
+    RequestOutput,
+    SchedulerOutput,
+    TokenLogprobs,
+    TokenUpdate,
+)
 from engine.prefill_cost import attention_tokens
 from engine.repetition import REPETITION, repeated_tail
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, SamplingParams, StepEvent
@@ -156,6 +165,10 @@ class LLMEngine:
         req = self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
         if live is not None and req is not None:
             self._pending.append(self._finished_output(req, "", []))
+
+    def evict_prefix(self, prefix: PrefixEviction) -> PrefixEvicted:
+        """Takes a prefix out of the prefix cache now (a deleted document; engine/kv_cache/manager.py)."""
+        return self.scheduler.kv.evict_prefix(prefix)
 
     def fail_all(self, error: str) -> list[RequestOutput]:
         """Fails every unfinished request (the loop is restarting); returns their last outputs.

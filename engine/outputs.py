@@ -123,6 +123,31 @@ class RequestOutput:
 
 
 @dataclass(frozen=True)
+class PrefixEviction:
+    """A prompt prefix to take out of the prefix cache (a deleted document): its blocks, their leases and
+    every block continuing it (the questions asked after it) go; the blocks wholly inside its first
+    `keep_tokens` tokens (instructions other prefixes of the salt start with too) stay."""
+
+    token_ids: list[int]  # the prefix every prompt on it starts with
+    cache_salt: str  # the tenant: only its blocks are touched
+    keep_tokens: int = 0  # a leading part shared with other prefixes, kept
+
+
+@dataclass(frozen=True)
+class PrefixEvicted:
+    """What an eviction did; with engine replicas, summed over them."""
+
+    blocks: int = 0  # prefix-cache blocks found for the prefix and its continuations
+    freed: int = 0  # of those, free at once
+    held: int = 0  # of those, read by running requests: free when the last of them finishes, never cached again
+    leases_ended: int = 0  # of those, leased until now
+
+    def __add__(self, other: PrefixEvicted) -> PrefixEvicted:
+        return PrefixEvicted(self.blocks + other.blocks, self.freed + other.freed, self.held + other.held,
+                             self.leases_ended + other.leases_ended)
+
+
+@dataclass(frozen=True)
 class ClassStats:
     running: int = 0
     waiting: int = 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from engine.config import EngineConfig
-from engine.outputs import EngineHealth, EngineStats, RequestOutput
+from engine.outputs import EngineHealth, EngineStats, PrefixEvicted, PrefixEviction, RequestOutput
 from engine.request import EngineRequest
 from engine.tokenizer import Tokenizer
 from policies import Policy
@@ -69,6 +69,13 @@ class EngineClient(Protocol):
 
     def abort(self, request_id: str) -> None:
         """Abort `request_id` if it is still running (idempotent, never raises for an unknown id)."""
+        ...
+
+    async def evict_prefix(self, prefix: PrefixEviction) -> PrefixEvicted:
+        """Take a prompt prefix out of the prefix cache (a deleted document): its leases end, its blocks and
+        those continuing it are freed, those a running request reads once it finishes. Best effort: an
+        engine that is not serving, or a replica that cannot be reached, evicts nothing (its leases run
+        out on their own). With replicas, every one is asked and the answers are summed."""
         ...
 
     def pop_placement(self, request_id: str) -> Placement | None:

@@ -41,6 +41,7 @@ from gateway.routes import documents, health, openai, reports, requests, risk, u
 from gateway.schemas.common import BOUND_KEY
 from gateway.service import served_model_name
 from gateway.state import GatewayState
+from gateway.unclassified import UnclassifiedFailures
 from ledger import LedgerWriter
 from policies import Policy, check_against_model, load_policy
 from policies.model import CLASS_NAME_PATTERN
@@ -187,6 +188,7 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
         redoc_url=None,
     )
     mount_docs(app)
+    app.add_middleware(UnclassifiedFailures)  # inside the context middleware: it reads the request's context
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes,
                        route_limit=prompt_body_limit)
     install_error_handlers(app)

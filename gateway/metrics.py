@@ -22,6 +22,10 @@ not None (finished, failed, capacity rejections such as 429 `queue_full` and 5xx
 already missed a target, rows interrupted by a gateway crash), with the row's own verdict, so report
 and Prometheus agree by construction (`observe_slo` is called with the row the ledger receives). Both
 `slo_met` series of every class exist from the start at 0, so a class that never missed shows 100%.
+It also counts what has no ledger row: a 5xx answered before the request had a class (503
+`engine_not_ready` while the engine loads or is dead, a crash before classification), as a miss of
+the class its route, header or key gives it without the engine, else of `unclassified`
+(gateway/unclassified.py; its alert reads that class's share of all requests).
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 MODEL = "model_name"
 CLASS = "workload_class"
+UNCLASSIFIED = "unclassified"  # the SLI's class of a 5xx answered before its request had one
 
 # vLLM's buckets (vllm/engine/metrics.py), so a vLLM dashboard's quantiles read the same.
 _VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -185,6 +190,16 @@ class GatewayMetrics:
                 self.requests.labels(model, name, outcome)
         self.vllm_success.labels(model, "stop")
         self.vllm_success.labels(model, "length")
+        self.slo.labels(model, UNCLASSIFIED, "false")  # only misses: such a request never met anything
+
+    def observe_unclassified(self, workload_class: str, outcome: str, reason: str) -> None:
+        """Count a 5xx answered before its request was classified (no ledger row, so observe_slo never sees
+        it) as a miss of `workload_class`: the class known without the engine, or UNCLASSIFIED."""
+        model = self.model_name
+        self.slo.labels(model, workload_class, "false").inc()
+        self.requests.labels(model, workload_class, outcome).inc()
+        if outcome == "rejected":
+            self.rejections.labels(model, workload_class, reason).inc()
 
     def observe_slo(self, workload_class: str, slo_met: bool | None) -> None:
         """Count one final ledger row towards the SLI; slo_met None means the ledger does not count it."""

@@ -13,6 +13,7 @@ from fastapi import Depends, FastAPI, Request
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
 
 from core.keys import JOB_ITEM_HEADER, ItemNotRunning, ItemOwnerLookup, ItemOwnerUnavailable, KeyInfo
 from core.web.context import get_context
@@ -46,7 +47,8 @@ async def run_db(state: CoreState, fn: Callable[[Session], T]) -> T:
         raise APIError("database_unavailable", f"database error: {type(exc).__name__}") from exc
 
 
-def _raw_key(request: Request) -> str | None:
+def raw_api_key(request: HTTPConnection) -> str | None:
+    """The API key the request sends (Authorization: Bearer, or x-api-key), unchecked."""
     auth = request.headers.get("authorization")
     if auth:
         scheme, _, token = auth.partition(" ")
@@ -74,7 +76,7 @@ async def authenticate(request: Request, state: Annotated[CoreState, Depends(get
 
 
 async def _caller(request: Request, state: CoreState) -> KeyInfo:
-    raw = _raw_key(request)
+    raw = raw_api_key(request)
     if raw is None:
         raise APIError("missing_api_key", "send an API key as 'Authorization: Bearer <key>' or 'x-api-key'")
     info = state.auth.cached(raw)

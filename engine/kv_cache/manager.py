@@ -10,6 +10,10 @@ class takes its own leases back when it reaches its cap (within `allocate_slots`
 pool is short only once nothing is left to preempt (`reclaim_leases`, the scheduler's last resort),
 so under pressure lower classes' running work and unleased cached blocks go first. Other classes'
 leases go only when nothing else could make room (`reclaim_leases(any_class=True)`).
+
+Evicting a prefix (`evict_prefix`, a deleted document) ends its leases and forgets its blocks and
+every block continuing it at once; blocks a running request reads stay its own until it finishes,
+and what that request registers past them in the meantime is forgotten when it finishes.
 """
 from __future__ import annotations
 
@@ -20,8 +24,9 @@ from dataclasses import dataclass
 
 from engine.kv_cache.block_pool import BlockPool, KVBlock
 from engine.kv_cache.budget import ClassKVBudget
-from engine.kv_cache.hashing import BlockHashChain
+from engine.kv_cache.hashing import BlockHash, BlockHashChain, hash_block
 from engine.kv_cache.leases import Lease, LeaseTable
+from engine.outputs import PrefixEvicted, PrefixEviction
 from engine.request import EngineRequest
 
 
@@ -70,6 +75,9 @@ class KVCacheManager:
         self.prefix_query_tokens = 0
         self.clock = clock  # seconds; leases end by it (tests set a fake one)
         self.leases = LeaseTable()
+        # request id -> index of the first block of its table that an eviction forgot while it ran: from
+        # there on its blocks (and what it registers after them) are forgotten when it finishes
+        self._evicted_from: dict[str, int] = {}
 
     # ---- prefix cache -------------------------------------------------------------------
     def get_computed_blocks(self, req: EngineRequest) -> tuple[list[KVBlock], int]:
@@ -109,8 +117,10 @@ class KVCacheManager:
         if num_full <= start:
             return
         hashes = self._chain(req).extend(req.all_token_ids)
+        tokens, bs = req.all_token_ids, self.block_size
         for i in range(start, num_full):
-            cached = self.pool.register(table[i], hashes[i])
+            parent = hashes[i - 1] if i else None
+            cached = self.pool.register(table[i], hashes[i], parent, tuple(tokens[i * bs:(i + 1) * bs]))
             if cached is not table[i]:
                 self._swap(req, i, cached)
         self._num_registered[req.request_id] = num_full
@@ -174,12 +184,16 @@ class KVCacheManager:
         self._expire_leases()
         rid = req.request_id
         table = self._tables.pop(rid, None)
+        cut = self._evicted_from.get(rid) if keep_hashes else self._evicted_from.pop(rid, None)
         if table:
+            registered = self._num_registered.get(rid, 0)
             if not keep_hashes and req.lease_s > 0:
-                self._lease(req, table[: self._num_registered.get(rid, 0)])
+                self._lease(req, table[: registered if cut is None else min(cut, registered)])
             self.budget.release(req.workload_class, [b.block_id for b in table])
             # Tail first: the deepest blocks of a prefix become the first to be evicted.
             self.pool.release(reversed(table))
+            if cut is not None and not keep_hashes:  # its prefix was evicted while it ran
+                self._forget(table[cut:])
         self._num_registered.pop(rid, None)
         if not keep_hashes:
             self._chains.pop(rid, None)
@@ -211,9 +225,51 @@ class KVCacheManager:
         self._expire_leases()
         return self.leases.of_class(workload_class)
 
+    # ---- evicting a prefix ----------------------------------------------------------------
+    def evict_prefix(self, prefix: PrefixEviction) -> PrefixEvicted:
+        """Ends the leases of `prefix`'s blocks and of every block continuing it, and forgets them: the next
+        request on the same tokens is a cache miss. The blocks wholly inside `keep_tokens` stay. A block a
+        running request reads is freed when it finishes (its KV is never taken from under it)."""
+        self._expire_leases()
+        bs, keep = self.block_size, prefix.keep_tokens // self.block_size
+        if not self.enable_caching or len(prefix.token_ids) <= keep * bs:
+            return PrefixEvicted()
+        hashes = BlockHashChain(bs, prefix.cache_salt).extend(prefix.token_ids)
+        if len(hashes) > keep:
+            roots = [hashes[keep]]
+        else:  # the prefix ends inside the first block to evict: its continuations start with its tail
+            parent, tail = (hashes[keep - 1] if keep else None), tuple(prefix.token_ids[keep * bs:])
+            roots = self._continuations(parent, tail, prefix.cache_salt)
+        blocks = self.pool.subtree(roots)
+        leased = [b for b in blocks if b.pinned]
+        used = {b.block_id for b in blocks if b.ref_cnt > 0}
+        if used:
+            for rid, table in self._tables.items():
+                first = next((i for i, b in enumerate(table) if b.block_id in used), None)
+                if first is not None:
+                    self._evicted_from[rid] = min(first, self._evicted_from.get(rid, first))
+        freed, held = self._forget(blocks)
+        return PrefixEvicted(blocks=len(blocks), freed=freed, held=held, leases_ended=len(leased))
+
+    def _continuations(self, parent: BlockHash | None, tail: tuple[int, ...], salt: str) -> list[BlockHash]:
+        """Keys of the registered blocks after `parent` whose tokens start with `tail`, in `salt`."""
+        out = []
+        for block in self.pool.children(parent):
+            key = block.block_hash
+            if key is not None and block.token_ids[: len(tail)] == tail and key == hash_block(parent, block.token_ids,
+                                                                                              salt):
+                out.append(key)
+        return out
+
+    def _forget(self, blocks: Sequence[KVBlock]) -> tuple[int, int]:
+        self._end_leases([b for b in blocks if b.pinned])
+        return self.pool.forget(blocks)
+
     def _lease(self, req: EngineRequest, blocks: Sequence[KVBlock]) -> None:
         cls, until = req.workload_class, self.clock() + req.lease_s
         for depth, block in enumerate(blocks):
+            if block.block_hash is None:  # forgotten (its prefix was evicted) while the request held it
+                continue
             prev = self.leases.get(block.block_id)
             if prev is None or prev.workload_class != cls:
                 if prev is not None:

@@ -9,6 +9,9 @@ that breaks after output was delivered ends with a finished output, finish_reaso
 error starts with REPLICA_LOST: the request cannot be resumed elsewhere (its tokens were sent), and
 the client is told to retry.
 
+`evict_prefix` posts a deleted document's prefix; a replica that cannot be reached evicts nothing (its
+leases run out on their own), which the caller logs.
+
 Load and health come from `probe()` (GET /v1/engine/stats), which a replica set calls periodically;
 `stats()` and `health()` return the last probe, never blocking.
 """
@@ -22,15 +25,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import structlog
 
 from core import tracing
 from engine.config import EngineConfig
-from engine.outputs import AdmissionError, EngineHealth, EngineStats, RequestOutput
+from engine.outputs import AdmissionError, EngineHealth, EngineStats, PrefixEvicted, PrefixEviction, RequestOutput
 from engine.protocol import EngineClient, Placement
 from engine.request import EngineRequest, RequestMetrics, RequestStatus
 from engine.tokenizer import Tokenizer
 from gateway.replicas import wire
 from policies import Policy
+
+log = structlog.get_logger("finserve.replicas")
 
 REPLICA_LOST = "replica_lost"  # prefix of RequestOutput.error for a stream cut after output
 CONNECT_TIMEOUT_S = 2.0
@@ -145,6 +151,18 @@ class RemoteEngineClient:
         task = loop.create_task(self._post_abort(request_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def evict_prefix(self, prefix: PrefixEviction) -> PrefixEvicted:
+        try:
+            resp = await self._client().post(f"{self.url}/v1/engine/evict-prefix", json=wire.eviction_to_json(prefix),
+                                             timeout=PROBE_TIMEOUT_S)
+            if resp.status_code == 200:
+                return wire.evicted_from_json(resp.json())
+            detail = f"HTTP {resp.status_code}"
+        except (httpx.TransportError, ValueError, KeyError, TypeError) as exc:
+            detail = f"{type(exc).__name__}: {exc}"
+        log.warning("replica_evict_prefix_failed", replica=self.url, detail=detail)
+        return PrefixEvicted()
 
     def pop_placement(self, request_id: str) -> Placement | None:
         """One replica on its own places nothing (the replica set does)."""

@@ -22,7 +22,15 @@ import structlog
 
 from core.settings import Settings
 from engine.config import EngineConfig
-from engine.outputs import AdmissionError, ClassStats, EngineHealth, EngineStats, RequestOutput
+from engine.outputs import (
+    AdmissionError,
+    ClassStats,
+    EngineHealth,
+    EngineStats,
+    PrefixEvicted,
+    PrefixEviction,
+    RequestOutput,
+)
 from engine.protocol import EngineClient, Placement
 from engine.request import EngineRequest
 from engine.tokenizer import Tokenizer
@@ -122,6 +130,12 @@ class ReplicaSet:
         replica = self._by_url.get(placed.replica) if placed and placed.replica else None
         if replica is not None:
             replica.abort(request_id)
+
+    async def evict_prefix(self, prefix: PrefixEviction) -> PrefixEvicted:
+        """Every replica is asked: affinity sends a document's questions to one, but failover or a change of
+        load may have placed some of them on another, which cached and leased the prefix there too."""
+        done = await asyncio.gather(*(r.evict_prefix(prefix) for r in self.replicas))
+        return sum(done, PrefixEvicted())
 
     def placement(self, request_id: str) -> Placement | None:
         """Where `request_id` was sent (kept until taken with `pop_placement`)."""

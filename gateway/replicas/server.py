@@ -3,6 +3,8 @@
     POST /v1/engine/generate        EngineRequest as JSON -> NDJSON stream of outputs (wire.py);
                                     an admission refusal is a JSON error with its reason (400/429/503)
     POST /v1/engine/abort/{id}      abort a request (a closed stream aborts it too)
+    POST /v1/engine/evict-prefix    PrefixEviction as JSON -> PrefixEvicted: a deleted document's cached
+                                    blocks and leases go (EngineClient.evict_prefix)
     POST /v1/completions            OpenAI-compatible completions (text or token ids; openai_compat.py)
     GET  /v1/engine/info            model folder name, max_model_len, block size, block count
     GET  /v1/engine/stats           EngineStats and EngineHealth (the gateway's load probe)
@@ -153,6 +155,18 @@ def create_engine_app(settings: Settings, engine_client: LocalEngineClient | Non
         if state.client is not None:
             state.client.abort(request_id)
         return {"status": "ok"}
+
+    @app.post("/v1/engine/evict-prefix", response_model=None)
+    async def evict_prefix(request: Request) -> dict[str, Any] | JSONResponse:
+        client = state.client
+        if client is None:
+            return not_ready()
+        try:
+            prefix = wire.eviction_from_json(await request.json())
+        except (KeyError, TypeError, ValueError) as exc:
+            bad = AdmissionError("invalid_request", f"malformed prefix eviction: {exc}")
+            return JSONResponse(wire.admission_to_json(bad), status_code=_NEVER_FITS)
+        return wire.evicted_to_json(await client.evict_prefix(prefix))
 
     @app.get("/v1/engine/info", response_model=None)
     async def info() -> dict[str, Any] | JSONResponse:

@@ -11,7 +11,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from engine.outputs import AdmissionError, ClassStats, EngineHealth, EngineStats, RequestOutput
+from engine.outputs import (
+    AdmissionError,
+    ClassStats,
+    EngineHealth,
+    EngineStats,
+    PrefixEvicted,
+    PrefixEviction,
+    RequestOutput,
+)
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, SamplingParams, StepEvent
 
 
@@ -86,3 +94,20 @@ def stats_from_json(d: dict[str, Any]) -> tuple[EngineStats, EngineHealth]:
     s = dict(d["stats"])
     s["per_class"] = {name: ClassStats(**cs) for name, cs in s["per_class"].items()}
     return EngineStats(**s), EngineHealth(**d["health"])
+
+
+def eviction_to_json(prefix: PrefixEviction) -> dict[str, Any]:
+    return dataclasses.asdict(prefix)
+
+
+def eviction_from_json(d: dict[str, Any]) -> PrefixEviction:
+    return PrefixEviction(token_ids=[int(t) for t in d["token_ids"]], cache_salt=str(d["cache_salt"]),
+                          keep_tokens=int(d.get("keep_tokens", 0)))
+
+
+def evicted_to_json(done: PrefixEvicted) -> dict[str, Any]:
+    return dataclasses.asdict(done)
+
+
+def evicted_from_json(d: dict[str, Any]) -> PrefixEvicted:
+    return PrefixEvicted(**{f.name: int(d[f.name]) for f in dataclasses.fields(PrefixEvicted)})

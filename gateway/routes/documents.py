@@ -12,8 +12,10 @@ routed to yet), so the lease starts with the first question.
 
 `GET /v1/documents` lists the tenant's documents (newest first, `limit` and `after` as OpenAI's lists
 page), `DELETE /v1/documents/{id}` removes one (its questions' ledger rows stay: the ledger is an
-audit record). Deleting does not yet free the document's KV blocks early: its lease runs out after
-the class's `kv_lease_s`, and the blocks are salted with the tenant, so no other tenant can reach them.
+audit record) and frees its KV at once: the engine ends its leases and evicts its cached blocks, and
+those of its questions, from the prefix cache (gateway/document_cache.py); a question still running
+on it keeps its blocks until it finishes. The blocks were salted with the tenant all along, so no
+other tenant could reach them.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
+from gateway.document_cache import evict_document
 from gateway.inference.inputs import InferenceInput, Prompt
 from gateway.prompts import (
     document_messages,
@@ -128,17 +131,24 @@ async def list_documents(key: TenantDep, state: StateDep, limit: Annotated[int, 
 
 
 @router.delete("/documents/{document_id}", response_model=DocumentDeleted, responses=ERROR_RESPONSES)
-async def delete_document(document_id: str, key: TenantDep, state: StateDep) -> DocumentDeleted:
-    def delete(session: Session) -> bool:
+async def delete_document(document_id: str, request: Request, key: TenantDep, state: StateDep) -> DocumentDeleted:
+    def delete(session: Session) -> tuple[str, str] | None:
         doc = session.get(Document, document_id)
         if doc is None or doc.tenant != key.tenant:
-            return False
+            return None
+        deleted = (doc.title, doc.text)
         session.delete(doc)
         session.commit()
-        return True
+        return deleted
 
-    if not await run_db(state, delete):  # another tenant's document is as unknown as a missing one
+    deleted = await run_db(state, delete)
+    if deleted is None:  # another tenant's document is as unknown as a missing one
         raise APIError("document_not_found", f"no document {document_id!r}")
+    evicted = await evict_document(state.engine_client, *deleted, key.tenant)
+    if evicted is not None:
+        get_context(request).fields.update(document_id=document_id, kv_blocks_evicted=evicted.blocks,
+                                           kv_blocks_freed=evicted.freed, kv_blocks_held=evicted.held,
+                                           kv_leases_ended=evicted.leases_ended)
     return DocumentDeleted(id=document_id)
 
 

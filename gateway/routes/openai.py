@@ -11,16 +11,18 @@ import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Body, Request
 from fastapi.responses import Response
+from pydantic import PlainValidator
 
 from core.web.context import RequestContext, get_context
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.outputs import RequestOutput
 from engine.tokenizer import Tokenizer
+from gateway.body import OffLoopJSONRoute, as_parsed, validated
 from gateway.choices import (
     Choice,
     chat_logprobs,
@@ -51,7 +53,8 @@ from gateway.service import InferenceService
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
 from gateway.tools import ToolParser, ToolStream, answer, describe_tools, parser_for, render_turn, tool_schema
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=OffLoopJSONRoute)  # large bodies parsed off the event loop
+ChatBody = Annotated[Any, PlainValidator(as_parsed, json_schema_input_type=ChatCompletionRequest), Body()]
 
 
 def _check_model(body: SamplingFields, service: InferenceService) -> None:
@@ -174,10 +177,13 @@ async def create_completion(body: CompletionRequest, request: Request, key: Tena
 
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse, responses=STREAMING_RESPONSES)
-async def create_chat_completion(body: ChatCompletionRequest, request: Request, key: TenantDep,
+async def create_chat_completion(raw: ChatBody, request: Request, key: TenantDep,
                                  service: ServiceDep, x_workload_class: WorkloadClassHeader = None,
                                  ) -> ChatCompletionResponse | Response:
     ctx = get_context(request)
+    # Validated here, in a worker thread when large (gateway/body.py): 500 tools' schemas are tens of ms of
+    # pydantic and edge checks, which FastAPI would run on the event loop before the route.
+    body = await validated(ChatCompletionRequest, raw, len(await request.body()))
     _check_model(body, service)
     if body.top_logprobs and not body.logprobs:
         raise APIError("invalid_request", "top_logprobs needs logprobs: true", param="top_logprobs")

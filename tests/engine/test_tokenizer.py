@@ -11,7 +11,7 @@ import regex
 from jinja2.exceptions import SecurityError
 
 from engine.model.prepare import DEFAULT_GGUF_FILE, default_gguf_path
-from engine.tokenizer import ChatTemplateError, Tokenizer
+from engine.tokenizer import GIL_FREE_ENCODE_CHARS, ChatTemplateError, Tokenizer
 
 TEXTS = [
     "Hello world",
@@ -164,3 +164,12 @@ def test_incremental_detokenizer_never_emits_half_a_character(tokenizer: Tokeniz
             emitted += delta
             assert text.startswith(emitted)
     assert "" in _stream(tokenizer, _byte_token_ids(tokenizer, "😀".encode("utf-8")))[:3]
+
+
+
+def test_a_long_text_encodes_to_the_same_ids_through_the_gil_free_path(tokenizer: Tokenizer) -> None:
+    text = "Article 7: the institution holds capital of 4.5 % (ünïcödé too). " * (GIL_FREE_ENCODE_CHARS // 40)
+    assert len(text) > GIL_FREE_ENCODE_CHARS
+    for special in (False, True):
+        assert tokenizer.encode(text, add_special_tokens=special) == \
+            tokenizer.backend.encode(text, add_special_tokens=special).ids

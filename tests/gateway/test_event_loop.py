@@ -1,8 +1,10 @@
-"""The event loop stays free while long prompts are tokenized or refused (issues 9 and 15).
+"""The event loop stays free while long prompts are tokenized or refused, and large chat bodies validated
+(issues 9, 15 and 23).
 
 Tokenizing a long document runs in a worker thread; a prompt too long in bytes for any token count
-its class accepts is refused before tokenizing. Both are checked structurally (which thread encoded)
-and from outside, by a concurrent /healthz probe over a real socket.
+its class accepts is refused before tokenizing; a chat request with 500 tools is validated, its tools
+rendered and its template applied in worker threads (gateway/body.py, routes/openai.py). Each is checked
+structurally (which thread did the work) and from outside, by a concurrent /healthz probe over a real socket.
 """
 from __future__ import annotations
 
@@ -108,3 +110,49 @@ async def test_a_huge_prompt_is_refused_before_tokenizing(live_server: LiveServe
             worst.append(max(latencies))
     assert not [n for n in calls if n >= 1 << 20]  # neither text was ever encoded
     assert min(worst) < 50, f"/healthz took up to {worst} ms while a 6 MB prompt was refused"
+
+
+def _tools(n: int) -> list[dict[str, object]]:
+    return [{"type": "function", "function": {
+        "name": f"lookup_{i}", "description": f"Look up ledger record kind {i} by its id and booking date.",
+        "parameters": {"type": "object", "required": ["id"], "properties": {
+            "id": {"type": "string", "description": "the record id"}, "amount": {"type": "number", "minimum": 0},
+            "currency": {"enum": ["USD", "EUR", "GBP", "CHF"]}, "booked": {"type": "string", "format": "date"}}}}}
+        for i in range(n)]
+
+
+async def test_a_chat_with_500_tools_is_validated_and_templated_off_the_event_loop(
+        live_server: LiveServer, keys: Keys, monkeypatch) -> None:
+    import types
+
+    import core.web.text
+    import gateway.body
+    import gateway.routes.openai
+
+    on_loop: dict[str, list[bool]] = {"parse": [], "validate": [], "tools": [], "template": []}
+
+    def recorded(name: str, fn: Callable[..., object]) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            on_loop[name].append(_in_event_loop())
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(gateway.body, "json", types.SimpleNamespace(loads=recorded("parse", json.loads)))
+    # the body model's first check (core/web/text.py): it runs where the whole body is validated
+    monkeypatch.setattr(core.web.text, "json_depth", recorded("validate", core.web.text.json_depth))
+    monkeypatch.setattr(gateway.routes.openai, "describe_tools", recorded("tools", gateway.routes.openai.describe_tools))
+    monkeypatch.setattr(Tokenizer, "encode_chat", recorded("template", Tokenizer.encode_chat))
+    body = json.dumps({"messages": [{"role": "user", "content": "Find record 7."}], "tools": _tools(500),
+                       "max_tokens": 1}).encode()
+    headers = {**auth(keys.acme), "Content-Type": "application/json"}
+    worst: list[float] = []  # best of three, as above: the machine is shared
+    async with httpx.AsyncClient(base_url=live_server.url, timeout=60) as c:
+        for _ in range(3):
+            resp, latencies = await _with_probe(live_server.url, lambda: c.post(
+                "/v1/chat/completions", headers=headers, content=body))
+            # 500 tools' descriptions are longer than the tiny model's context: refused once templated
+            assert resp.status_code in (200, 400), resp.text
+            worst.append(max(latencies))
+    assert all(on_loop.values()), on_loop  # each step ran, once per request
+    assert not any(any(v) for v in on_loop.values()), f"on the event loop's thread: {on_loop}"
+    assert min(worst) < 50, f"/healthz took up to {worst} ms while a 500-tool chat was parsed and validated"

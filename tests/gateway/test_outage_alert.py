@@ -117,3 +117,50 @@ async def test_burn_rate_page_fires_on_an_outage_of_5xx_and_429s(tiny_model_dir:
     path.write_text(yaml.safe_dump(test, sort_keys=False))
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+async def _never_ready_traffic(settings: Settings, keys: Keys) -> str:
+    """503 engine_not_ready before any request has a class: the engine's model folder does not exist."""
+    app = create_app(settings.model_copy(update={"model": settings.home / "no-such-model"}))
+    h = auth(keys.acme)  # a key with no default class
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+            sends = (
+                [("/v1/risk/assess", {}, {"event": {"event_type": "wire_transfer", "amount": 950000}})] * 4  # route
+                + [("/v1/chat/completions", {"X-Workload-Class": "document_qa"},  # header
+                    {"messages": [{"role": "user", "content": "Clause 4?"}]})] * 2
+                + [("/v1/completions", {}, {"prompt": "x", "max_tokens": 1})] * 3  # nothing says: unclassified
+            )
+            for path, extra, body in sends:
+                r = await c.post(path, headers={**h, **extra}, json=body)
+                assert r.status_code == 503 and r.json()["error"]["code"] == "engine_not_ready", r.text
+            assert (await c.get("/v1/models", headers=h)).status_code == 503  # not an inference request
+            return (await c.get("/metrics")).text
+
+
+async def test_an_engine_that_never_becomes_ready_pages(settings: Settings, keys: Keys, tmp_path: Path) -> None:
+    """No request reaches classification, so none has a ledger row; the SLI counts them all the same: under the
+    class the route or header gives (their burn-rate pages fire) or `unclassified` (its own page fires)."""
+    promtool = ensure_binary("promtool", "prometheus")
+    scraped = _sli_samples(await _never_ready_traffic(settings, keys))
+    model = next(iter(scraped))[0]
+    assert scraped[(model, "realtime_risk", "false")] == 4 and scraped[(model, "realtime_risk", "true")] == 0
+    assert scraped[(model, "document_qa", "false")] == 2
+    assert scraped[(model, "unclassified", "false")] == 3
+    assert scraped[(model, "bulk_extraction", "false")] == 0
+    series = [{"series": f'finserve_slo_requests_total{{model_name="{m}",workload_class="{c}",slo_met="{met}"}}',
+               "values": f"0+{int(v)}x120"} for (m, c, met), v in sorted(scraped.items())]
+
+    def fired(alert: str, *classes: str) -> dict[str, object]:
+        return {"eval_time": "90m", "alertname": alert, "exp_alerts": [
+            {"exp_labels": {"severity": "page", "workload_class": c, "model_name": model},
+             "exp_annotations": _annotations(alert, c)} for c in classes]}
+
+    test = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "alert_rule_test": [fired("FinserveSLOBurnFast", "realtime_risk", "document_qa"),
+                            fired("FinserveUnclassifiedFailures", "unclassified")]}]}
+    path = tmp_path / "never_ready_test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
