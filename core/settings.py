@@ -174,6 +174,13 @@ class Settings(BaseSettings):
     def model_path(self) -> Path:
         return self.model if self.model is not None else self.home / "models" / DEFAULT_MODEL_NAME
 
+    def model_id(self, folder: str | Path | None = None) -> str:
+        """The `model` id clients use, metrics are labelled with and the ledger records: `served_model_name`,
+        else the model folder's name (`folder`, when the caller runs another than `model_path`)."""
+        if self.served_model_name:
+            return self.served_model_name
+        return Path(folder).name if folder is not None else self.model_path.name
+
     @property
     def resolved_database_url(self) -> str:
         if self.database_url:

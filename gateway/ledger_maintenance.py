@@ -37,7 +37,7 @@ def process_versions(state: GatewayState) -> Versions:
     folder = Path(client.engine.config.model) if client is not None else settings.model_path
     # With replicas the gateway cannot see the format they resolved: record the configured one.
     configured = settings.weights if settings.engine_urls else None
-    return compute_versions(model_id=settings.served_model_name or folder.name, model_folder=folder,
+    return compute_versions(model_id=settings.model_id(folder), model_folder=folder,
                             weight_format=loaded_weight_format(client) or configured,
                             policy_source=state.policy.source, policy=state.policy,
                             cache_file=settings.home / WEIGHTS_HASH_CACHE)

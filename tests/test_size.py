@@ -11,9 +11,16 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 400
 
 
+def _skipped(name: str) -> bool:
+    return name.startswith(".") or name == "__pycache__"
+
+
 def python_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.py")
-                  if not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(root).parts))
+    """The repository's own Python files (hidden folders are never walked: a .venv holds thousands)."""
+    found = list(root.glob("*.py"))
+    for top in sorted(d for d in root.iterdir() if d.is_dir() and not _skipped(d.name)):
+        found += [p for p in top.rglob("*.py") if not any(_skipped(part) for part in p.relative_to(root).parts)]
+    return sorted(found)
 
 
 def too_long(root: Path, limit: int = MAX_LINES) -> dict[str, int]:
