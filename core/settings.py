@@ -165,7 +165,7 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(4, gt=0)  # items in flight per worker process
 
     @model_validator(mode="after")
-    def _timeout_inside_lease(self) -> "Settings":
+    def _timeout_inside_lease(self) -> Settings:
         if self.jobs_request_timeout_s >= self.jobs_lease_s:
             raise ValueError("FINSERVE_JOBS_REQUEST_TIMEOUT_S must be shorter than FINSERVE_JOBS_LEASE_S")
         return self

@@ -66,7 +66,7 @@ async def start(state: GatewayState) -> asyncio.Task[None]:
     local = getattr(state.engine_client, "engine", None)  # the embedded engine (replicas keep their own)
     if isinstance(local, LLMEngine):
         state.ledger.evidence.engine_fingerprint = engine_fingerprint(local)
-    log.info("ledger_versions", **{k: v for k, v in vars(state.ledger.versions).items()})
+    log.info("ledger_versions", **vars(state.ledger.versions))
     key = state.settings.evidence_key
     try:
         state.ledger.keyring = load_keyring(key.get_secret_value() if key else None, state.settings.home, create=True)

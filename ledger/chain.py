@@ -25,7 +25,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import Boolean, Connection, Float, Integer, Table, bindparam, insert, select, update
@@ -65,7 +65,7 @@ def _float(v: Any) -> Any:
 
 
 def _utc_iso(v: Any) -> str:
-    return cast(datetime, v).astimezone(timezone.utc).isoformat()
+    return cast(datetime, v).astimezone(UTC).isoformat()
 
 
 def _converter(name: str) -> Any:

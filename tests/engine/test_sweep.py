@@ -57,7 +57,7 @@ def test_vary_input_measures_every_point(tmp_path: Path, tiny_model_dir: Path) -
     assert long["kv_peak_bytes"]["min"] == long["kv_formula_bytes"] == 3 * long["kv_bytes_per_token"] * 16
     # Batch 1: the decode rate is exactly 1000 / TPOT for every run.
     for p in data["points"]:
-        for tpot, rate in zip(p["tpot_ms"]["runs"], p["output_tokens_per_s"]["runs"]):
+        for tpot, rate in zip(p["tpot_ms"]["runs"], p["output_tokens_per_s"]["runs"], strict=True):
             assert rate == pytest.approx(1000 / tpot)
     assert data["environment"]["bandwidth_gbs"] > 0 and short["decode_weight_roofline_fraction"] > 0
 

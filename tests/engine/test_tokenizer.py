@@ -163,4 +163,4 @@ def test_incremental_detokenizer_never_emits_half_a_character(tokenizer: Tokeniz
             assert "\ufffd" not in delta
             emitted += delta
             assert text.startswith(emitted)
-    assert "" in _stream(tokenizer, _byte_token_ids(tokenizer, "😀".encode("utf-8")))[:3]
+    assert "" in _stream(tokenizer, _byte_token_ids(tokenizer, "😀".encode()))[:3]
