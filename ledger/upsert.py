@@ -33,7 +33,7 @@ def write_values(conn: Connection, values: list[dict[str, Any]]) -> None:
         return
     # portable fallback: the chain's head lock (or one writer per database) makes check-then-write safe
     have = dict(conn.execute(select(table.c.request_id, table.c.status).where(
-        table.c.request_id.in_([v["request_id"] for v in values]))).tuples().all())
+        table.c.request_id.in_([v["request_id"] for v in values]))).all())
     fresh = [v for v in values if v["request_id"] not in have]
     if fresh:
         conn.execute(insert(table), fresh)

@@ -140,7 +140,7 @@ def load_then_kill(server: Server, key: str, min_answered: int) -> Seen:
 def ledger(db_url: str) -> dict[str, str]:
     engine = make_engine(db_url)
     with engine.connect() as conn:
-        rows = dict(conn.execute(select(RequestLedger.request_id, RequestLedger.status)).tuples().all())
+        rows = dict(conn.execute(select(RequestLedger.request_id, RequestLedger.status)).all())
     engine.dispose()
     return rows
 
