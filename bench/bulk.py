@@ -79,7 +79,7 @@ class _RiskProbe:
                 if resp.status_code == 200:
                     self.ttft_ms.append(resp.json()["timings"]["ttft_ms"])
 
-    def __enter__(self) -> "_RiskProbe":
+    def __enter__(self) -> _RiskProbe:
         self._thread.start()
         return self
 

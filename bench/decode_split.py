@@ -67,8 +67,8 @@ def run(weights: str, threads: int = 1, steps: int = 40, prompt_len: int = 256,
         LlamaModel.forward = fwd  # type: ignore[method-assign]
     return {"weights": weights, "threads": threads, "steps": len(step_ms), "step_ms": _stats(step_ms),
             "quantized_matmul_ms": _stats(matmul_ms),
-            "forward_other_ms": _stats([f - m for f, m in zip(forward_ms, matmul_ms)]),
-            "outside_forward_ms": _stats([s - f for s, f in zip(step_ms, forward_ms)])}
+            "forward_other_ms": _stats([f - m for f, m in zip(forward_ms, matmul_ms, strict=True)]),
+            "outside_forward_ms": _stats([s - f for s, f in zip(step_ms, forward_ms, strict=True)])}
 
 
 if __name__ == "__main__":

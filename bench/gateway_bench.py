@@ -145,7 +145,7 @@ def _logs_to(path: Path) -> Iterator[None]:
         try:
             yield
         finally:
-            for h, stream in zip(handlers, previous):
+            for h, stream in zip(handlers, previous, strict=True):
                 h.setStream(stream)
 
 

@@ -27,9 +27,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import httpx
 
@@ -198,7 +199,7 @@ def compare(systems: dict[str, dict[str, Any]], runs: list[dict[str, Any]], conc
             ours, theirs = systems[FINSERVE][str(c)], systems[peer][str(c)]
             a = [r["output_tokens_per_s"] for r in runs if r["system"] == FINSERVE and r["concurrency"] == c]
             b = [r["output_tokens_per_s"] for r in runs if r["system"] == peer and r["concurrency"] == c]
-            per_rep = [x / y for x, y in zip(a, b)]
+            per_rep = [x / y for x, y in zip(a, b, strict=True)]
             per_c[str(c)] = {
                 "output_tokens_per_s": _ratio(ours["output_tokens_per_s"]["median"],
                                               theirs["output_tokens_per_s"]["median"]),

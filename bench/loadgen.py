@@ -143,7 +143,7 @@ class StreamRecorder:
     @property
     def itl_ms(self) -> list[float]:
         t = self.output_times
-        return [(b - a) * 1e3 for a, b in zip(t, t[1:])]
+        return [(b - a) * 1e3 for a, b in zip(t, t[1:], strict=False)]
 
 
 @dataclass
@@ -243,7 +243,7 @@ async def run_open_loop(client: httpx.AsyncClient, arrivals: list[Arrival],
         for t in pending:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-    for res, task in zip(results, tasks):
+    for res, task in zip(results, tasks, strict=True):
         if task.cancelled():
             res.error_code, res.e2e_ms = "timeout", None
     return results, time.perf_counter() - start

@@ -107,8 +107,8 @@ def greedy_outputs(engine: LLMEngine, prompts: list[list[int]], n: int) -> list[
 def agreement(reference: list[list[int]], other: list[list[int]]) -> float:
     """Mean over prompts of (tokens equal to the reference before the first difference) / length."""
     scores = []
-    for ref, out in zip(reference, other):
-        same = next((i for i, (a, b) in enumerate(zip(ref, out)) if a != b), min(len(ref), len(out)))
+    for ref, out in zip(reference, other, strict=True):
+        same = next((i for i, (a, b) in enumerate(zip(ref, out, strict=False)) if a != b), min(len(ref), len(out)))
         scores.append(same / len(ref))
     return sum(scores) / len(scores)
 

@@ -70,7 +70,7 @@ class _Load:
         self._threads = [threading.Thread(target=self._client, args=(cls, i), daemon=True)
                          for cls in self.bodies for i in range(clients)]
 
-    def start(self) -> "_Load":
+    def start(self) -> _Load:
         for t in self._threads:
             t.start()
         return self

@@ -125,15 +125,15 @@ def _fmt(y: float) -> str:
 def _line(ax: Axes, pts: list[dict[str, Any]], metric: str, scale: float) -> None:
     xs = [p["value"] for p in pts]
     med = [p[metric]["median"] * scale for p in pts]
-    lo = [m - p[metric]["min"] * scale for m, p in zip(med, pts)]
-    hi = [p[metric]["max"] * scale - m for m, p in zip(med, pts)]
+    lo = [m - p[metric]["min"] * scale for m, p in zip(med, pts, strict=True)]
+    hi = [p[metric]["max"] * scale - m for m, p in zip(med, pts, strict=True)]
     ax.errorbar(xs, med, yerr=[lo, hi], marker="o", capsize=4, linewidth=2, label="measured (median)")
     if metric == "kv_peak_bytes":
         # Drawn over the measured line: where they agree the dashes sit on it.
         ax.plot(xs, [p["kv_formula_bytes"] * scale for p in pts], linestyle="--", color="#d9822b", zorder=3,
                 label="formula: batch x blocks x bytes/block")
         ax.legend()
-    for x, y in zip(xs, med):
+    for x, y in zip(xs, med, strict=True):
         ax.annotate(_fmt(y), (x, y), textcoords="offset points", xytext=(6, -10), ha="left", fontsize=8)
     if len(xs) > 1 and max(xs) / min(xs) >= 10:  # values spanning a decade or more: log-x, ticks at the values
         ax.set_xscale("log", base=2)
@@ -151,8 +151,8 @@ def _dtype_bars(ax: Axes, pts: list[dict[str, Any]], metric: str, scale: float) 
         xs = [i + (j - (len(batches) - 1) / 2) * width for i, d in enumerate(dtypes) if d in row]
         ps = [row[d] for d in dtypes if d in row]
         med = [p[metric]["median"] * scale for p in ps]
-        err = [[m - p[metric]["min"] * scale for m, p in zip(med, ps)],
-               [p[metric]["max"] * scale - m for m, p in zip(med, ps)]]
+        err = [[m - p[metric]["min"] * scale for m, p in zip(med, ps, strict=True)],
+               [p[metric]["max"] * scale - m for m, p in zip(med, ps, strict=True)]]
         bars = ax.bar(xs, med, width, yerr=err, capsize=3, label=f"batch {b}")
         ax.bar_label(bars, labels=[_fmt(m) for m in med], fontsize=8, padding=2)
     ax.set_xticks(range(len(dtypes)), dtypes)

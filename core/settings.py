@@ -165,7 +165,7 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(4, gt=0)  # items in flight per worker process
 
     @model_validator(mode="after")
-    def _timeout_inside_lease(self) -> "Settings":
+    def _timeout_inside_lease(self) -> Settings:
         if self.jobs_request_timeout_s >= self.jobs_lease_s:
             raise ValueError("FINSERVE_JOBS_REQUEST_TIMEOUT_S must be shorter than FINSERVE_JOBS_LEASE_S")
         return self
@@ -173,6 +173,13 @@ class Settings(BaseSettings):
     @property
     def model_path(self) -> Path:
         return self.model if self.model is not None else self.home / "models" / DEFAULT_MODEL_NAME
+
+    def model_id(self, folder: str | Path | None = None) -> str:
+        """The `model` id clients use, metrics are labelled with and the ledger records: `served_model_name`,
+        else the model folder's name (`folder`, when the caller runs another than `model_path`)."""
+        if self.served_model_name:
+            return self.served_model_name
+        return Path(folder).name if folder is not None else self.model_path.name
 
     @property
     def resolved_database_url(self) -> str:

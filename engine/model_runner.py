@@ -113,7 +113,7 @@ class ModelRunner:
             ids = [sampled_ids[i] for i in keep]
             sampled = sample(logits, [rows[rid] for rid in ids])
         return RunnerOutput(
-            tokens={rid: t for rid, t in zip(ids, sampled.tokens) if t is not None},
+            tokens={rid: t for rid, t in zip(ids, sampled.tokens, strict=True) if t is not None},
             errors={ids[i]: e for i, e in sampled.errors.items()},
             logprobs={ids[i]: lp for i, lp in sampled.logprobs.items()},
         )

@@ -96,13 +96,13 @@ def run_alone(engine: LLMEngine, rec: Recorded) -> tuple[list[int], list[float]]
 
 def compare(rec: Recorded, tokens: list[int], logprobs: list[float]) -> ReplayResult:
     want = rec.output_token_ids
-    first = next((i for i, (a, b) in enumerate(zip(want, tokens)) if a != b), None)
+    first = next((i for i, (a, b) in enumerate(zip(want, tokens, strict=False)) if a != b), None)
     if first is None and len(want) != len(tokens):
         first = min(len(want), len(tokens))
     lp_same: bool | None = None
     delta: float | None = None
     if rec.output_logprobs is not None:
-        pairs = list(zip(rec.output_logprobs, logprobs))
+        pairs = list(zip(rec.output_logprobs, logprobs, strict=False))
         lp_same = len(rec.output_logprobs) == len(logprobs) and all(
             a == b or (math.isnan(a) and math.isnan(b)) for a, b in pairs)
         delta = max((abs(a - b) for a, b in pairs), default=0.0)

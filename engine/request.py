@@ -217,7 +217,7 @@ class RequestMetrics:
     itl_ms: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, req: EngineRequest) -> "RequestMetrics":
+    def of(cls, req: EngineRequest) -> RequestMetrics:
         def ms(t: float | None, since: float | None) -> float | None:
             return None if t is None or since is None else (t - since) * 1000.0
 
@@ -226,7 +226,7 @@ class RequestMetrics:
         ttft = ms(req.first_token_time, req.arrival_time)
         e2e = ms(last if last is not None else req.finish_time, req.arrival_time)
         tpot = (e2e - ttft) / (n_out - 1) if n_out > 1 and e2e is not None and ttft is not None else None
-        itl = tuple((b - a) * 1000.0 for a, b in zip(req.token_times, req.token_times[1:]))
+        itl = tuple((b - a) * 1000.0 for a, b in zip(req.token_times, req.token_times[1:], strict=False))
         return cls(
             queue_ms=ms(req.first_scheduled_time, req.arrival_time),
             prefill_ms=ms(req.first_token_time, req.first_scheduled_time),

@@ -129,7 +129,7 @@ def token_logprobs(logits: torch.Tensor, token: int, k: int) -> TokenLogprobs:
     top: tuple[tuple[int, float], ...] = ()
     if k > 0:
         vals, ids = torch.topk(logp, min(k, logp.shape[-1]))  # [k], [k], most likely first
-        top = tuple((int(t), float(v)) for t, v in zip(ids.tolist(), vals.tolist()) if v > float("-inf"))
+        top = tuple((int(t), float(v)) for t, v in zip(ids.tolist(), vals.tolist(), strict=True) if v > float("-inf"))
     return TokenLogprobs(token, chosen if chosen > LOGPROB_FLOOR else LOGPROB_FLOOR, top)
 
 

@@ -9,8 +9,9 @@ One step (`schedule`), under `max_num_batched_tokens` and `max_num_seqs`:
   3. if class reserves held tokens back that their classes could not use, the reserves are
      dropped and 1-2 run again over what was skipped.
 Rank: promoted requests (see the starvation guarantee) first, then class priority (higher
-first), then weighted fair queueing over the class's tenants, then arrival (engine/request_queue.py). Every behaviour comes from ClassPolicy values (engine/request_queue.py
-turns them into ClassRules per mode); no class name is ever tested here.
+first), then weighted fair queueing over the class's tenants, then arrival (engine/request_queue.py).
+Every behaviour comes from ClassPolicy values (engine/request_queue.py turns them into ClassRules
+per mode); no class name is ever tested here.
 
 Class rules
   step_token_share  reserved in every step while the class has work (engine/token_budget.py)
@@ -20,26 +21,12 @@ Class rules
                     may take blocks back from any preemptible class above its own minimum, and
                     a non-preemptible class never borrows another's unmet minimum
   preemptible       whether other classes may preempt it
-  prefill_isolation while it prefills, lower-priority classes get no prefill tokens in that
-                    step (their decodes still run), so the step, and the class's TTFT, stay short
-  shield_prefill_tokens  while it has running requests, lower-priority classes share at most
-                    this many prefill tokens per step (-1: no cap), so its decode steps stay
-                    short too (its TPOT); decodes of every class always run
-  shield_chunk_tokens  in every step, lower-priority classes share at most this much prefill
-                    (-1: no cap), so a request of the class arriving at any moment waits behind
-                    one short step, however deep into a long document that step's chunk is
-The shields count token-equivalents at zero context (engine/prefill_cost.py: a chunk deep in a
-long prompt costs more attention), given the model's `attention_tokens`; without it, tokens.
-A waiting request that cannot get a slot or blocks preempts running preemptible requests of
-lower-priority classes (lowest priority first, newest first), only if that makes enough room.
-If it still cannot start, nothing ranked below it is admitted this step (a higher class never
-waits behind a lower one for slots or blocks). A running request that needs a block preempts
-lower-ranked ones, or itself when it is the lowest.
-
-Preemption is by recompute: blocks freed, num_computed_tokens = 0, status PREEMPTED,
-num_preemptions += 1, output tokens kept; the request re-enters the waiting queue at its
-original rank (ahead of every later arrival of its class) and later prefills prompt + output
-tokens, with whatever the prefix cache still holds.
+  prefill_isolation, shield_prefill_tokens, shield_chunk_tokens
+                    cap lower-priority classes' prefill in a step, so the class's steps stay short
+                    (engine/allowance.py: how many tokens a request may take in a step)
+Who preempts whom when a slot or blocks run out, and what preemption by recompute does to the
+victim: engine/preemption.py. If a waiting request still cannot start, nothing ranked below it is
+admitted this step (a higher class never waits behind a lower one for slots or blocks).
 
 Request lifecycle: after each step the engine loop hands the sampled tokens to `postprocess`,
 which advances the computed tokens, appends each token, and finishes (status, finish_time, freed
@@ -64,10 +51,11 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
 from engine.admission import Admission
+from engine.allowance import StepAllowance
 from engine.config import EngineConfig
-from engine.kv_cache import AllocStatus, ClassKVBudget, ClassShare, KVBlock, KVCacheManager
+from engine.kv_cache import ClassKVBudget, ClassShare, KVCacheManager
 from engine.outputs import ClassStats, EngineStats, SchedulerOutput, StepResult, TokenUpdate
-from engine.prefill_cost import chunk_cost, tokens_within
+from engine.preemption import Preemptor
 from engine.request import EngineRequest, RequestStatus
 from engine.request_queue import Rank, SchedulingMode, create_request_queue, resolve_class_rules
 from engine.step_plan import StepPlan
@@ -90,7 +78,6 @@ class Scheduler:
         attention_tokens: float = math.inf,  # engine/prefill_cost.py; inf: shields count plain tokens
     ):
         self.config = config
-        self.attention_tokens = attention_tokens
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
         self.mode = SchedulingMode(config.scheduling)
@@ -111,7 +98,8 @@ class Scheduler:
         self._requests: dict[str, EngineRequest] = {}  # live: waiting, preempted, running
         self._finished: OrderedDict[str, EngineRequest] = OrderedDict()
         self._last_progress: dict[str, int] = {}  # request id -> last step it was scheduled (or arrived)
-        self._preemptions: Counter[str] = Counter()
+        self.allowance = StepAllowance(self.rules, self.waiting, attention_tokens)
+        self.preemption = Preemptor(self.rules, self.kv, self.waiting, self.running, config.max_num_seqs)
         self.num_steps = 0  # schedule() calls
         self.num_batches = 0  # schedule() calls that scheduled something
 
@@ -174,7 +162,7 @@ class Scheduler:
         self._promote_starved()
         total = self.config.max_num_batched_tokens
         step = StepPlan(StepTokenBudget(total, self._reserves, self._token_demand()))
-        self._shield_step(step)
+        self.allowance.open(step, self.running.values())
         self._fill(step)
         if step.token_limited and step.budget.remaining > 0 and step.budget.has_reserves:
             step.budget.drop_reserves()  # reserves nobody could use go to whoever can
@@ -246,63 +234,20 @@ class Scheduler:
                 self._schedule_running(req, step)
             elif not step.admission_closed:
                 self._schedule_waiting(req, step)
-            rules = self.rules[req.workload_class]
-            if rules.prefill_isolation and req.request_id in step.seqs:
-                step.shield(rules.priority, 0)
-
-    def _shield_step(self, step: StepPlan) -> None:
-        """Classes with a chunk shield, and classes with running requests and a shield, cap lower classes'
-        prefill this step."""
-        for rules in self.rules.values():
-            if rules.shield_chunk_tokens >= 0:
-                step.shield(rules.priority, rules.shield_chunk_tokens)
-        for req in self.running.values():
-            rules = self.rules[req.workload_class]
-            if rules.shield_prefill_tokens >= 0:
-                step.shield(rules.priority, rules.shield_prefill_tokens)
-
-    def _shielded(self, req: EngineRequest, step: StepPlan) -> bool:
-        """Whether the step's shields cap `req`'s prefill (promoted requests are exempt)."""
-        below = step.shield_priority is not None and self.rules[req.workload_class].priority < step.shield_priority
-        return below and not self.waiting.is_promoted(req)
-
-    def _prefill_cap(self, req: EngineRequest, step: StepPlan, start: int) -> int:
-        """Prefill tokens `req`, computing from position `start`, may take under the shields of this step."""
-        if not self._shielded(req, step):
-            return step.budget.total
-        n = tokens_within(start, step.shield_tokens, self.attention_tokens)
-        # A token deep in a long prompt may cost more than a small shield: one still goes, so it progresses.
-        return 1 if n == 0 and step.shield_tokens >= 1 else n
-
-    def _take_allowance(self, req: EngineRequest, step: StepPlan, want: int, *, start: int,
-                        shielded: bool = True) -> int:
-        # An isolating class's prefill pauses lower classes' prefill this step, so their reserves
-        # cannot be used and do not hold its tokens back.
-        rules = self.rules[req.workload_class]
-        ignore = self.waiting.is_promoted(req) or (shielded and rules.prefill_isolation)
-        allowed = step.budget.allowance(req.workload_class, ignore_reserves=ignore)
-        return min(want, allowed, self._prefill_cap(req, step, start) if shielded else want)
-
-    def _charge_shield(self, req: EngineRequest, step: StepPlan, n: int, start: int) -> None:
-        if self._shielded(req, step):
-            step.shield_tokens -= chunk_cost(start, n, self.attention_tokens)
+            self.allowance.isolate(req, step)
 
     def _schedule_running(self, req: EngineRequest, step: StepPlan) -> None:
         want = self._tokens_left(req)
         prefill = want > 1 and not req.in_decode  # decodes (forced tokens included) are never shielded
-        n = self._take_allowance(req, step, want, start=req.num_computed_tokens, shielded=prefill)
+        n = self.allowance.take(req, step, want, start=req.num_computed_tokens, shielded=prefill)
         if n <= 0:
             step.token_limited = want > 0
             return
-        while (block_ids := self.kv.allocate_slots(req, n)) is None:
-            victim = self._victim_for_running(req, n)
-            if victim is req and self.kv.reclaim_leases(req, n, any_class=self._only_leases_left(req)):
-                continue  # nothing below it to preempt: its class gives up its own leases first
-            self._preempt(victim, step)
-            if victim is req:
-                return
+        block_ids = self.preemption.grow_running(req, n, step)
+        if block_ids is None:
+            return  # it was the lowest: preempted itself
         if prefill:
-            self._charge_shield(req, step, n, req.num_computed_tokens)
+            self.allowance.charge(req, step, n, req.num_computed_tokens)
         step.add(req, n, block_ids)
 
     def _schedule_waiting(self, req: EngineRequest, step: StepPlan) -> None:
@@ -313,7 +258,7 @@ class Scheduler:
             step.blocked_classes.add(cls)
             return
         computed, num_cached = self.kv.get_computed_blocks(req) if self._caching(req) else ([], 0)
-        n = self._take_allowance(req, step, req.num_tokens - num_cached, start=num_cached)
+        n = self.allowance.take(req, step, req.num_tokens - num_cached, start=num_cached)
         if n <= 0:
             step.token_limited = True
             return
@@ -321,33 +266,13 @@ class Scheduler:
             # Starting a prefill that cannot finish under the class cap would only end in preemption.
             step.blocked_classes.add(cls)
             return
-        if not self._make_room(req, n, computed, step):
+        if not self.preemption.make_room(req, n, computed, step):
             return
         block_ids = self.kv.allocate_slots(req, n, computed)
-        assert block_ids is not None  # _make_room checked the same allocation
+        assert block_ids is not None  # make_room checked the same allocation
         self._start(req, num_cached)
-        self._charge_shield(req, step, n, num_cached)
+        self.allowance.charge(req, step, n, num_cached)
         step.add(req, n, block_ids)
-
-    def _make_room(self, req: EngineRequest, n: int, computed: list[KVBlock], step: StepPlan) -> bool:
-        """Preempts lower requests until `req` has a slot and blocks; False (nothing preempted) if it cannot."""
-        while True:
-            need_slot = len(self.running) >= self.config.max_num_seqs
-            status = self.kv.check(req, n, computed)
-            if not need_slot and status is AllocStatus.OK:
-                return True
-            if status is AllocStatus.CLASS_MAX_SHARE:
-                step.blocked_classes.add(req.workload_class)
-                return False
-            victims = self._victims_for_waiting(req, for_blocks=status is not AllocStatus.OK)
-            if not victims and not need_slot and self.kv.reclaim_leases(req, n, computed,
-                                                                         any_class=self._only_leases_left(req)):
-                continue  # nothing left to preempt: leases go last (kv_cache/leases.py)
-            freeable = sum(self.kv.num_freeable(v.request_id) for v in victims)
-            if (need_slot and not victims) or self.kv.shortfall(req, n, computed) > freeable:
-                step.admission_closed = True
-                return False
-            self._preempt(victims[0], step)
 
     def _start(self, req: EngineRequest, num_cached: int) -> None:
         if req.first_scheduled_time is None:
@@ -360,52 +285,7 @@ class Scheduler:
         if self._caching(req):
             self.kv.record_prefix_lookup(req.num_tokens, num_cached)
 
-    # ---- preemption ---------------------------------------------------------------------
-    def _victim_for_running(self, req: EngineRequest, n: int) -> EngineRequest:
-        """Whom a running request that cannot grow preempts: lower ones first, itself last."""
-        if self.kv.check(req, n) is AllocStatus.CLASS_MAX_SHARE:
-            own_class = [r for r in self.running.values() if r.workload_class == req.workload_class]
-            return max(own_class, key=self._rank)
-        victims = [v for v in self.running.values() if self._may_preempt(req, v, for_blocks=True)]
-        return max(victims, key=self._rank, default=req)
-
-    def _victims_for_waiting(self, req: EngineRequest, *, for_blocks: bool) -> list[EngineRequest]:
-        victims = [v for v in self.running.values() if self._may_preempt(req, v, for_blocks=for_blocks)]
-        return sorted(victims, key=self._rank, reverse=True)  # lowest rank (priority, then newest) first
-
-    def _may_preempt(self, requester: EngineRequest, victim: EngineRequest, *, for_blocks: bool) -> bool:
-        if victim is requester or self.waiting.is_promoted(victim):
-            return False
-        running = requester.status is RequestStatus.RUNNING
-        lower = self._rank(victim) > self._rank(requester)
-        if running and victim.workload_class == requester.workload_class:
-            return lower  # within a class the newest goes first
-        rv, rq = self.rules[victim.workload_class], self.rules[requester.workload_class]
-        freed = self.kv.num_freeable(victim.request_id)
-        if not rv.preemptible or not self.kv.budget.keeps_min_without(rv.name, freed):
-            return False
-        if rv.priority < rq.priority or (running and rv.priority == rq.priority and lower):
-            return True
-        return for_blocks and self.kv.budget.below_min(rq.name)  # taking back a guaranteed share
-
-    def _preempt(self, victim: EngineRequest, step: StepPlan) -> None:
-        self.kv.free(victim, keep_hashes=True)
-        del self.running[victim.request_id]
-        victim.status = RequestStatus.PREEMPTED
-        victim.num_computed_tokens = 0
-        victim.num_forced_pending = 0  # the recompute prefills every token, forced ones included
-        victim.num_preemptions += 1
-        self.waiting.add(victim)
-        step.drop(victim)
-        step.preempted.append(victim.request_id)
-        self._preemptions[victim.workload_class] += 1
-
     # ---- helpers ------------------------------------------------------------------------
-    def _only_leases_left(self, req: EngineRequest) -> bool:
-        """Other classes' leases may go too: nothing else runs (no block would come back before they
-        expire), or the request is starving (leases never break the starvation guarantee)."""
-        return all(r is req for r in self.running.values()) or self.waiting.is_promoted(req)
-
     def _promote_starved(self) -> None:
         if self.starvation_steps <= 0:
             return
@@ -455,7 +335,7 @@ class Scheduler:
                 waiting=self.waiting.count(name),
                 kv_blocks=self.kv.budget.held(name),
                 rejections=dict(self.admission.rejections[name]),
-                preemptions=self._preemptions[name],
+                preemptions=self.preemption.counts[name],
             )
             for name in self.rules
         }

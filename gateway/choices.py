@@ -130,7 +130,7 @@ async def merge(streams: list[AsyncGenerator[T, None]]) -> AsyncGenerator[tuple[
 
 def usage(choices: list[Choice], metrics: list[RequestMetrics]) -> Usage:
     """Prompt tokens once per prompt, completion tokens of every choice."""
-    firsts = [m for c, m in zip(choices, metrics) if c.first_of_prompt]
+    firsts = [m for c, m in zip(choices, metrics, strict=True) if c.first_of_prompt]
     prompt = sum(m.input_tokens for m in firsts)
     cached = sum(m.cached_tokens for m in firsts)
     completion = sum(m.output_tokens for m in metrics)

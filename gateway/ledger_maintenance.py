@@ -37,7 +37,7 @@ def process_versions(state: GatewayState) -> Versions:
     folder = Path(client.engine.config.model) if client is not None else settings.model_path
     # With replicas the gateway cannot see the format they resolved: record the configured one.
     configured = settings.weights if settings.engine_urls else None
-    return compute_versions(model_id=settings.served_model_name or folder.name, model_folder=folder,
+    return compute_versions(model_id=settings.model_id(folder), model_folder=folder,
                             weight_format=loaded_weight_format(client) or configured,
                             policy_source=state.policy.source, policy=state.policy,
                             cache_file=settings.home / WEIGHTS_HASH_CACHE)
@@ -66,7 +66,7 @@ async def start(state: GatewayState) -> asyncio.Task[None]:
     local = getattr(state.engine_client, "engine", None)  # the embedded engine (replicas keep their own)
     if isinstance(local, LLMEngine):
         state.ledger.evidence.engine_fingerprint = engine_fingerprint(local)
-    log.info("ledger_versions", **{k: v for k, v in vars(state.ledger.versions).items()})
+    log.info("ledger_versions", **vars(state.ledger.versions))
     key = state.settings.evidence_key
     try:
         state.ledger.keyring = load_keyring(key.get_secret_value() if key else None, state.settings.home, create=True)

@@ -45,10 +45,8 @@ from gateway.state import GatewayState
 
 
 def served_model_name(settings: Settings, engine_client: EngineClient | None) -> str:
-    """The `model` id clients use and every metric is labelled with: the configured name, else the folder's."""
-    if settings.served_model_name:
-        return settings.served_model_name
-    return Path(engine_client.engine.config.model).name if engine_client is not None else settings.model_path.name
+    """`Settings.model_id` for the folder `engine_client`'s engine runs (an injected engine may run another)."""
+    return settings.model_id(engine_client.engine.config.model if engine_client is not None else None)
 
 
 class InferenceService:

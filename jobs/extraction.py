@@ -158,7 +158,7 @@ _KIND_NOTES = {"grounded": "copied from the contract", "amount": "the amount as 
 def _user_turn(schema: dict[str, Any], decode: dict[str, Any], conversions: dict[str, str], text: str) -> str:
     """The field list (from the schema's descriptions, saying which values are copied) and the contract."""
     lines = []
-    for line, (name, field) in zip(describe_fields(decode), decode["properties"].items()):
+    for line, (name, field) in zip(describe_fields(decode), decode["properties"].items(), strict=True):
         job_field = schema["properties"][name]
         grounded = job_field.get(GROUNDED) or conversion_of(name, job_field) == "name"
         kind = "grounded" if grounded else conversions.get(name)

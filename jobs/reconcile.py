@@ -199,7 +199,7 @@ class Reconciler:
         self._epoch = EpochWatch()
         self.passes = 0
 
-    def start(self) -> "Reconciler":
+    def start(self) -> Reconciler:
         self._thread.start()
         return self
 

@@ -68,7 +68,7 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout_s: float = 10.0) -> "RedisServer":
+    def start(self, timeout_s: float = 10.0) -> RedisServer:
         """Start redis-server; PortInUse if the port is taken, or if the server answering is not this child."""
         if self.port == 0:
             self.port = free_port()
@@ -96,7 +96,7 @@ class RedisServer:
             except redis.ConnectionError:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"redis-server did not answer on port {self.port} in {timeout_s} s")
+                    raise RuntimeError(f"redis-server did not answer on port {self.port} in {timeout_s} s") from None
                 time.sleep(0.05)
 
     def _check_owner(self, client: redis.Redis) -> None:

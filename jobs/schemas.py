@@ -61,7 +61,7 @@ class JobPublic(BaseModel):
     json_schema: dict[str, Any] = Field(serialization_alias="schema")
 
     @classmethod
-    def of(cls, job: ExtractionJob, p: JobProgress, now: datetime) -> "JobPublic":
+    def of(cls, job: ExtractionJob, p: JobProgress, now: datetime) -> JobPublic:
         elapsed = p.elapsed_s(now)
         return cls(
             id=job.id, status=p.status(job), num_items=job.num_items, counts=JobCounts(**p.counts),
@@ -86,7 +86,7 @@ class ItemResult(BaseModel):
     attempts: int
 
     @classmethod
-    def of(cls, item: ExtractionItem) -> "ItemResult":
+    def of(cls, item: ExtractionItem) -> ItemResult:
         done = item.status == "done"
         return cls(id=item.external_id, status=item.status, result=item.result,
                    null_reasons=item.null_reasons if done else None,

@@ -209,7 +209,7 @@ def progress(session: Session, job_id: str) -> JobProgress:
     counts = dict.fromkeys(ITEM_STATES, 0)
     rows = session.execute(select(ExtractionItem.status, func.count()).where(
         ExtractionItem.job_id == job_id).group_by(ExtractionItem.status))
-    counts.update({status: n for status, n in rows})
+    counts.update(rows.all())
     started, finished, tokens = session.execute(select(
         func.min(ExtractionItem.started_at), func.max(ExtractionItem.finished_at),
         func.coalesce(func.sum(ExtractionItem.output_tokens), 0),

@@ -25,7 +25,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -42,7 +42,7 @@ FORMAT = "finserve-evidence-pack-v1"
 
 
 def _text(v: Any) -> Any:
-    return v.astimezone(timezone.utc).isoformat() if isinstance(v, datetime) else v
+    return v.astimezone(UTC).isoformat() if isinstance(v, datetime) else v
 
 
 def _line(obj: dict[str, Any]) -> str:
@@ -82,7 +82,7 @@ def build(db: Db, keyring: Keyring, *, request_id: str | None = None, tenant: st
         digest.update(text.encode())
         return text
 
-    yield out({"type": "header", "format": FORMAT, "created_at": datetime.now(timezone.utc),
+    yield out({"type": "header", "format": FORMAT, "created_at": datetime.now(UTC),
                "scope": {"request_id": request_id, "tenant": tenant, "since": since, "until": until}})
     stored, stones = read_evidence(db, [r["request_id"] for r in rows]), tombstones(db)
     for r in rows:
@@ -118,7 +118,7 @@ def build(db: Db, keyring: Keyring, *, request_id: str | None = None, tenant: st
             yield out({"type": "event", **{k: e[k] for k in ("seq", "kind", "at", "tenant", "detail", "prev_hash",
                                                             "row_hash")}})
     versions = sorted({tuple(r[f] or "" for f in VERSION_FIELDS) for r in rows})
-    yield out({"type": "versions", "versions": [dict(zip(VERSION_FIELDS, v)) for v in versions]})
+    yield out({"type": "versions", "versions": [dict(zip(VERSION_FIELDS, v, strict=True)) for v in versions]})
     body = digest.hexdigest()
     if signing_key is not None:
         pub = signing_key.public_key().public_bytes_raw()

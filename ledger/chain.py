@@ -26,7 +26,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -95,7 +95,7 @@ def _float(v: Any) -> Any:
 
 
 def _utc_iso(v: Any) -> str:
-    return cast(datetime, v).astimezone(timezone.utc).isoformat()
+    return cast(datetime, v).astimezone(UTC).isoformat()
 
 
 # How a value is normalised to what the database hands back: a float column's 80 and 80.0 hash alike.

@@ -13,7 +13,7 @@ from ledger.versions import Versions
 def record_start(engine: Engine, versions: Versions, clock: dict[str, Any], *, gateway: str,
                  hmac_key: bytes | None = None) -> list[dict[str, Any]]:
     """Chain this start (and what changed since the last one); returns the events written."""
-    now = {k: v for k, v in vars(versions).items()}
+    now = dict(vars(versions))
     with engine.begin() as conn:
         changes = change_events(last_start(conn), now)
         return append_events(conn, [*changes, ("start", None, {**now, "clock": clock, "gateway": gateway})], hmac_key)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, cast
 
 MAC_VERSION = "finserve-ledger-checkpoint-v1"
 
 
 def _iso(v: Any) -> str:
-    return cast(datetime, v).astimezone(timezone.utc).isoformat()
+    return cast(datetime, v).astimezone(UTC).isoformat()
 
 
 def checkpoint_mac(key: bytes, cp: Mapping[str, Any]) -> str:

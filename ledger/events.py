@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, insert, select, update
@@ -40,7 +40,7 @@ IDS_PER_EVENT = 1000  # an erasure of more request ids is written as several eve
 
 
 def _iso(v: Any) -> str:
-    return cast(datetime, v).astimezone(timezone.utc).isoformat()
+    return cast(datetime, v).astimezone(UTC).isoformat()
 
 
 def event_hash(prev_hash: str, e: Mapping[str, Any]) -> str:

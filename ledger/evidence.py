@@ -25,7 +25,7 @@ import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,7 @@ class SealedEvidence:
                 "ciphertext": base64.b64encode(self.ciphertext).decode(), "expires_at": self.expires_at.isoformat()}
 
     @classmethod
-    def from_json_dict(cls, d: Mapping[str, Any]) -> "SealedEvidence":
+    def from_json_dict(cls, d: Mapping[str, Any]) -> SealedEvidence:
         return cls(key_id=d["key_id"], input_sha256=d["input_sha256"], output_sha256=d["output_sha256"],
                    ciphertext=base64.b64decode(d["ciphertext"]), expires_at=datetime.fromisoformat(d["expires_at"]))
 
@@ -106,7 +106,7 @@ class Keyring:
         self._keys = dict(keys)
 
     @classmethod
-    def parse(cls, text: str) -> "Keyring":
+    def parse(cls, text: str) -> Keyring:
         """`id:base64[,id:base64...]` (standard or URL-safe base64 of 32 random bytes)."""
         keys: list[tuple[str, bytes]] = []
         for entry in (e.strip() for e in text.split(",")):
@@ -135,7 +135,7 @@ class Keyring:
         plain = canonical_json({"salt": salt, "input": evidence.input, "output": evidence.output}).encode()
         nonce = os.urandom(NONCE_BYTES)
         blob = nonce + AESGCM(self._keys[self.current]).encrypt(nonce, plain, request_id.encode())
-        created = now or datetime.now(timezone.utc)
+        created = now or datetime.now(UTC)
         return SealedEvidence(key_id=self.current, input_sha256=evidence_hash(salt, evidence.input),
                               output_sha256=evidence_hash(salt, evidence.output), ciphertext=blob,
                               expires_at=created + timedelta(days=evidence.retention_days))

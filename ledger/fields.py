@@ -116,7 +116,7 @@ class LedgerRow:
         return d
 
     @classmethod
-    def from_json_dict(cls, d: dict[str, Any]) -> "LedgerRow":
+    def from_json_dict(cls, d: dict[str, Any]) -> LedgerRow:
         known = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
         d["arrival_at"] = datetime.fromisoformat(d["arrival_at"])

@@ -18,9 +18,10 @@ holds. Which requests count towards attainment at all:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Literal, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from core.db.models import LEDGER_STATUSES, RUNNING_STATUS
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, StepEvent
@@ -150,7 +151,7 @@ def row_from_request(
         route=route,
         status=status,
         http_status=http_status,
-        arrival_at=datetime.fromtimestamp(arrival_time, timezone.utc),
+        arrival_at=datetime.fromtimestamp(arrival_time, UTC),
         finish_reason=finish_reason,
         rejection_reason=rejection_reason,
         queue_ms=m.queue_ms if m else None,

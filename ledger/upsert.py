@@ -33,8 +33,8 @@ def write_values(conn: Connection, values: list[dict[str, Any]]) -> None:
         conn.execute(stmt, values)
         return
     # portable fallback: the chain's head lock (or one writer per database) makes check-then-write safe
-    have = {rid: st for rid, st in conn.execute(select(table.c.request_id, table.c.status).where(
-        table.c.request_id.in_([v["request_id"] for v in values])))}
+    have = dict(conn.execute(select(table.c.request_id, table.c.status).where(
+        table.c.request_id.in_([v["request_id"] for v in values]))).all())
     fresh = [v for v in values if v["request_id"] not in have]
     if fresh:
         conn.execute(insert(table), fresh)
@@ -52,7 +52,7 @@ def is_outage(exc: BaseException) -> bool:
     return not isinstance(exc, (TypeError, ValueError))
 
 
-def resolve(done: "Future[bool]", result: bool = False, *, exc: BaseException | None = None) -> None:
+def resolve(done: Future[bool], result: bool = False, *, exc: BaseException | None = None) -> None:
     """Settle a row's future unless its waiter already gave up on it (a client that disconnected
     cancels it): a cancelled future must never raise in the writer thread."""
     if done.done():

@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -113,13 +113,13 @@ class LedgerWriter:
         self._writing_since: float | None = None  # wall time the database write in progress began
 
     # ---- caller side ----
-    def start(self) -> "LedgerWriter":
+    def start(self) -> LedgerWriter:
         self._thread.start()
         return self
 
     def recover(self, started_at: float) -> int:
         """Interrupt what a previous run left `running` (call before start()); returns rows spooled as such."""
-        at = datetime.fromtimestamp(started_at, timezone.utc)
+        at = datetime.fromtimestamp(started_at, UTC)
         self._recovery = at
         stale = [interrupted_row(r, at=started_at) for r in self.spool.unfinished()
                  if r.arrival_at < at and (r.timeline or {}).get("gateway") == self.gateway_id]
@@ -127,7 +127,7 @@ class LedgerWriter:
         self.interrupted.update(r.workload_class for r in stale)
         return len(stale)
 
-    def submit(self, row: LedgerRow) -> "Future[bool]":
+    def submit(self, row: LedgerRow) -> Future[bool]:
         done: Future[bool] = Future()
         try:
             row = self._stamp(row)

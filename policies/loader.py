@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 from policies.errors import PolicyError
 from policies.model import Policy

@@ -9,9 +9,9 @@ tests a class name to decide behaviour.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from policies.schema import knob
 

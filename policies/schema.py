@@ -10,8 +10,9 @@ knob never means editing the loader (see docs/POLICY.md).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 _KEY = "policy_knob"
 

@@ -133,7 +133,7 @@ class GatewayThread:
                                                      access_log=False, lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, name="gateway", daemon=True)
 
-    def start(self, timeout_s: float = 15.0) -> "GatewayThread":
+    def start(self, timeout_s: float = 15.0) -> GatewayThread:
         self._thread.start()
         deadline = time.monotonic() + timeout_s
         while not self._server.started:

@@ -50,7 +50,7 @@ class Supervisor:
         self.children.append(child)
         return child
 
-    def start(self) -> "Supervisor":
+    def start(self) -> Supervisor:
         self._thread.start()
         return self
 

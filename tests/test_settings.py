@@ -85,3 +85,31 @@ def test_threads_resolve_in_the_settings_so_every_command_runs_the_same_count() 
 
     assert Settings(_env_file=None).engine_config(load_policy()).num_threads == default_threads()
     assert Settings(_env_file=None, threads=1).engine_config(load_policy()).num_threads == 1
+
+
+def test_the_served_model_name_is_the_setting_else_the_folder_name(tmp_path: Path) -> None:
+    plain = Settings(_env_file=None, home=tmp_path, model=tmp_path / "models" / "acme-7b", served_model_name=None)
+    assert plain.model_id() == "acme-7b"
+    assert plain.model_id("/elsewhere/other-1b") == plain.model_id(Path("/elsewhere/other-1b")) == "other-1b"
+    assert Settings(_env_file=None, home=tmp_path, served_model_name=None).model_id() == "SmolLM2-135M-Instruct"
+    named = Settings(_env_file=None, home=tmp_path, model=tmp_path / "acme-7b", served_model_name="risk-model")
+    assert named.model_id() == named.model_id("/elsewhere/other-1b") == "risk-model"
+
+
+def test_the_served_model_name_is_derived_in_one_place() -> None:
+    """Only core/settings.py reads the `served_model_name` setting: the gateway's `model` id and metrics label,
+    the engine server's, the ledger rows' model_id and `finserve ledger replay`'s all come from Settings.model_id
+    (tests/gateway/test_model_name.py checks that the running ones agree)."""
+    import ast
+
+    from tests.test_size import ROOT, python_files
+
+    readers = []
+    for path in python_files(ROOT):
+        rel = path.relative_to(ROOT)
+        text = path.read_text()
+        if rel.parts[0] == "tests" or str(rel) == "core/settings.py" or "served_model_name" not in text:
+            continue
+        readers += [f"{rel}:{node.lineno}" for node in ast.walk(ast.parse(text, str(path)))
+                    if isinstance(node, ast.Attribute) and node.attr == "served_model_name"]
+    assert not readers, readers

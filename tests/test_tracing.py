@@ -133,7 +133,7 @@ async def test_a_request_is_one_span_tree_under_the_callers_traceparent(gateway:
     running = next(s for s in ledger if s.attributes["finserve.ledger.status"] == "running")
     final = next(s for s in ledger if s.attributes["finserve.ledger.status"] == "finished")
     chain = [admission, running, *phases, final]
-    assert all(a.end_time <= b.start_time for a, b in zip(chain, chain[1:])), [s.name for s in chain]
+    assert all(a.end_time <= b.start_time for a, b in zip(chain, chain[1:], strict=False)), [s.name for s in chain]
     assert server.start_time <= admission.start_time and final.end_time <= server.end_time
     usage = r.json()["usage"]
     assert engine.attributes["finserve.output_tokens"] == usage["completion_tokens"] == 4

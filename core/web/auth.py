@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from sqlalchemy.orm import Session, sessionmaker
 

@@ -24,7 +24,7 @@ class ClassShare:
     preemptible: bool
 
     @classmethod
-    def of(cls, num_blocks: int, min_share: float, max_share: float, preemptible: bool) -> "ClassShare":
+    def of(cls, num_blocks: int, min_share: float, max_share: float, preemptible: bool) -> ClassShare:
         return cls(int(min_share * num_blocks), int(max_share * num_blocks), preemptible)
 
 

@@ -31,7 +31,7 @@ class ModelConfig:
         return cls.from_hf(json.loads((Path(path) / "config.json").read_text()))
 
     @classmethod
-    def from_hf(cls, cfg: dict[str, Any]) -> "ModelConfig":
+    def from_hf(cls, cfg: dict[str, Any]) -> ModelConfig:
         model_type = cfg.get("model_type", "llama")
         if model_type not in _SUPPORTED:
             raise ValueError(f"unsupported model_type {model_type!r}; finserve runs {sorted(_SUPPORTED)}")

@@ -83,10 +83,10 @@ def build_tokenizer(meta: dict[str, Any]) -> Tokenizer:
     # their vocabulary ids; only CONTROL tokens are dropped by decode(skip_special_tokens=True).
     types: list[int] = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     tokenizer.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types) if kind == _CONTROL]
+        [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types, strict=True) if kind == _CONTROL]
     )
     tokenizer.add_tokens(
-        [AddedToken(t, special=False, normalized=False) for t, kind in zip(tokens, types) if kind == _USER_DEFINED]
+        [AddedToken(t, special=False, normalized=False) for t, kind in zip(tokens, types, strict=True) if kind == _USER_DEFINED]
     )
     tokenizer.post_processor = _post_processor(meta, tokens)
     return tokenizer

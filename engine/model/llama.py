@@ -122,7 +122,7 @@ class LlamaModel:
     ) -> torch.Tensor:  # [N, V] float32
         x = self.embed_tokens(input_ids)  # [T, hidden]
         cos_sin = self.rope.at(positions)
-        for layer, (k_cache, v_cache) in zip(self.layers, self._kv_views(kv_cache)):
+        for layer, (k_cache, v_cache) in zip(self.layers, self._kv_views(kv_cache), strict=True):
             x = layer.forward(x, cos_sin, k_cache, v_cache, meta)
         h = rms_norm(x.index_select(0, logits_rows), self.norm, self.cfg.rms_norm_eps)
         return self.lm_head(h).float()

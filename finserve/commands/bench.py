@@ -3,7 +3,7 @@
 A spinner with the elapsed time shows on stderr while one runs (only on a terminal)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,12 +17,12 @@ if TYPE_CHECKING:
 
 bench_app = typer.Typer(help="Benchmarks; each prints JSON. Not tests: no timing asserts.", no_args_is_help=True)
 
-JsonFileOpt = Annotated[Optional[str], typer.Option("--json-file", metavar="PATH", help="Also write the JSON to this file.")]
+JsonFileOpt = Annotated[str | None, typer.Option("--json-file", metavar="PATH", help="Also write the JSON to this file.")]
 # The old name of --json-file, hidden: commands recorded in docs and scripts keep running (with a warning).
-OldJsonOpt = Annotated[Optional[str], typer.Option("--json", hidden=True, help="Deprecated: use --json-file.")]
-ModelOpt = Annotated[Optional[str], typer.Option(
+OldJsonOpt = Annotated[str | None, typer.Option("--json", hidden=True, help="Deprecated: use --json-file.")]
+ModelOpt = Annotated[str | None, typer.Option(
     "--model", help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")]
-ThreadsOpt = Annotated[Optional[int], typer.Option(
+ThreadsOpt = Annotated[int | None, typer.Option(
     "--threads", help="torch threads on CPU (default: FINSERVE_THREADS, else one per usable core).")]
 # The engine settings (FINSERVE_WEIGHTS, FINSERVE_KV_CACHE_DTYPE, ...) apply to every benchmark that builds an
 # engine (bench/configured.py): a figure is for the engine `finserve serve` runs with the same environment.
@@ -77,13 +77,13 @@ def isolation_bench(
     gap_s: Annotated[float, typer.Option("--gap-s", help="Mean gap between risk requests, seconds.")] = 1.0,
     bulk_in_flight: Annotated[int, typer.Option(
         "--bulk-in-flight", min=1, help="Bulk requests kept in flight as background load.")] = 16,
-    part: Annotated[Optional[list[str]], typer.Option(
+    part: Annotated[list[str] | None, typer.Option(
         "--part", help="Which parts to run (repeatable): classes (idle / loaded / fcfs), tenants (one tenant "
                        "bursting, the other's p99 and attainment), long_document (risk while a 6,000-token "
                        "document prefills, per --threads). Default: classes.")] = None,
     burst: Annotated[int, typer.Option(
         "--burst", min=1, help="tenants part: realtime requests the bursting tenant keeps in flight.")] = 120,
-    threads: Annotated[Optional[list[int]], typer.Option(
+    threads: Annotated[list[int] | None, typer.Option(
         "--threads", min=1, help="Engine threads (repeatable: the long_document part runs once per value, default 2 "
                                  "and 1; the other parts run with FINSERVE_THREADS, else one per usable "
                                  "core).")] = None,
@@ -132,9 +132,9 @@ def gateway_bench(
 
 @bench_app.command("serve")
 def serve_bench(
-    url: Annotated[Optional[str], typer.Option(
+    url: Annotated[str | None, typer.Option(
         "--url", metavar="URL", help="A running finserve gateway, loopback only (default: FINSERVE_GATEWAY_URL).")] = None,
-    key: Annotated[Optional[str], typer.Option(
+    key: Annotated[str | None, typer.Option(
         "--key", metavar="KEY", help="API key, one with a high rate limit (default: FINSERVE_API_KEY).")] = None,
     json_file: JsonFileOpt = None,
     requests: Annotated[int, typer.Option("--requests", min=1, help="Requests to send in all.")] = 200,
@@ -168,17 +168,17 @@ def formats_bench(
     formats: Annotated[str, typer.Option("--formats", help="Comma-separated weight formats: fp32,bf16,int8,q4.")]
     = "fp32,int8,q4",
     reps: Annotated[int, typer.Option("--reps", min=1, help="Side-by-side repetitions (A B A B ...).")] = 3,
-    threads: Annotated[Optional[int], typer.Option(
+    threads: Annotated[int | None, typer.Option(
         "--threads", min=1, help="Torch and kernel threads (default: FINSERVE_THREADS, else one per usable core).")]
     = None,
     new_tokens: Annotated[int, typer.Option("--new-tokens", min=1, help="Greedy tokens per run (TPOT).")] = 128,
-    peer_python: Annotated[Optional[str], typer.Option(
+    peer_python: Annotated[str | None, typer.Option(
         "--peer-python", help="A Python with llama-cpp-python installed (kept outside finserve's venv): "
                               "adds llama.cpp Q4_1 and Q8_0 of the same model, alternating.")] = None,
     long_prompts: Annotated[str, typer.Option(
         "--long-prompts", help="Comma-separated longer prompt lengths whose prefill is timed too (empty: none).")]
     = "2048",
-    kv_dtype: Annotated[Optional[str], typer.Option(
+    kv_dtype: Annotated[str | None, typer.Option(
         "--kv-dtype", help=f"KV cache precision of every engine: auto (fp32 on CPU), {kv_dtypes.help_text()} "
                            "(default: FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
     rss: Annotated[bool, typer.Option(
@@ -240,7 +240,7 @@ def bulk_bench(
 def replicas_bench(
     json_file: JsonFileOpt = None,
     replicas: Annotated[int, typer.Option("--replicas", min=1, help="Engine processes.")] = 2,
-    threads: Annotated[Optional[int], typer.Option(
+    threads: Annotated[int | None, typer.Option(
         "--threads", min=1, help="Threads per replica (default: FINSERVE_THREADS, else 1).")] = None,
     docs: Annotated[int, typer.Option("--docs", min=1, help="Documents registered per routing mode.")] = 8,
     questions: Annotated[int, typer.Option("--questions", min=2, help="Questions per document.")] = 6,
@@ -280,7 +280,7 @@ def replicas_bench(
 def http_peer_bench(
     json_file: Annotated[str, typer.Option("--json-file", metavar="PATH", help="Also write the JSON to this file.")]
     = "results/http_peer.json",
-    peer_python: Annotated[Optional[str], typer.Option(
+    peer_python: Annotated[str | None, typer.Option(
         "--peer-python", help="A Python with llama-cpp-python[server] installed (kept outside finserve's venv); "
                               "without it only finserve is measured.")] = None,
     peer_gguf_types: Annotated[str, typer.Option(
@@ -297,16 +297,16 @@ def http_peer_bench(
                                   "by its own question of --prompt-tokens (0: no shared prefix).")] = 0,
     prefix_tokens: Annotated[int, typer.Option(
         "--prefix-tokens", min=64, help="Approximate length of each shared document (with --prefixes).")] = 2048,
-    threads: Annotated[Optional[int], typer.Option(
+    threads: Annotated[int | None, typer.Option(
         "--threads", min=1, help="Threads of each server (default: FINSERVE_THREADS, else one per usable core).")]
     = None,
-    weights: Annotated[Optional[str], typer.Option(
+    weights: Annotated[str | None, typer.Option(
         "--weights", help=f"finserve's weight format: {formats.help_text()} (default: FINSERVE_WEIGHTS, else "
                           "auto).")] = None,
     finserve_class: Annotated[str, typer.Option(
         "--finserve-class", help="X-Workload-Class finserve's requests carry (unlabelled completions are "
                                  "document_qa, which runs at most 4 at a time).")] = "bulk_extraction",
-    log_file: Annotated[Optional[str], typer.Option("--log-file", help="Append the servers' output here.")] = None,
+    log_file: Annotated[str | None, typer.Option("--log-file", help="Append the servers' output here.")] = None,
     server_gguf_types: Annotated[str, typer.Option(
         "--server-gguf-types", help="GGUF types for llama.cpp's own llama-server -np 8 (built by `finserve bench "
                                     "llamacpp --build`), comma-separated; empty: none.")] = "Q4_0,Q4_1",
@@ -354,18 +354,18 @@ def invariance_bench(
 def llamacpp_bench(
     json_file: JsonFileOpt = "results/llamacpp.json",
     reps: Annotated[int, typer.Option("--reps", min=1, help="Repetitions; the systems alternate within each.")] = 3,
-    threads: Annotated[Optional[int], typer.Option(
+    threads: Annotated[int | None, typer.Option(
         "--threads", min=1, help="Threads of finserve's engine and of llama-bench (default: FINSERVE_THREADS, else "
                                  "one per usable core).")] = None,
     gguf_types: Annotated[str, typer.Option(
         "--gguf-types", help="llama.cpp GGUF types, comma-separated (Q4_1 is the shipped file; Q4_0 and Q8_0 are "
                              "re-quantized from it with llama-quantize).")] = "Q4_0,Q4_1,Q8_0",
-    weights: Annotated[Optional[str], typer.Option(
+    weights: Annotated[str | None, typer.Option(
         "--weights", help="finserve's weight format (default: FINSERVE_WEIGHTS, else auto: q4 for SmolLM2).")] = None,
     also_weights: Annotated[str, typer.Option(
         "--also-weights", help="More finserve weight formats, comma-separated, each measured as its own system "
                                "alternating with the others (e.g. q4a8).")] = "",
-    kv_dtype: Annotated[Optional[str], typer.Option(
+    kv_dtype: Annotated[str | None, typer.Option(
         "--kv-dtype", help=f"finserve's KV cache dtype: auto, {kv_dtypes.help_text()} (default: FINSERVE_KV_CACHE_DTYPE, "
                            "else auto).")] = None,
     hog: Annotated[bool, typer.Option("--hog", help="Also run everything with a one-core CPU hog beside it.")] = False,

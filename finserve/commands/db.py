@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import re
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -30,7 +30,7 @@ def parse_time(text: str, now: datetime) -> datetime:
         t = datetime.fromisoformat(text)
     except ValueError:
         raise CLIError(f"{text!r}: use ISO 8601 (2025-03-01T09:00), 'now', or a duration like 24h") from None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def _session() -> Session:
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
 
     @db_app.command("upgrade")
     def db_upgrade(
-        url: Annotated[Optional[str], typer.Option(help="Database URL (default: FINSERVE_DATABASE_URL)")] = None,
+        url: Annotated[str | None, typer.Option(help="Database URL (default: FINSERVE_DATABASE_URL)")] = None,
     ) -> None:
         """Create or upgrade the schema to the latest revision."""
         from core.db.base import redact_url
@@ -76,12 +76,12 @@ def register(app: typer.Typer) -> None:
     @keys_app.command("create")
     def keys_create(
         tenant: Annotated[str, typer.Option(help="Tenant the key belongs to (created if new)")],
-        classes: Annotated[Optional[str], typer.Option(help="Comma-separated classes the key may use (default: all)")] = None,
+        classes: Annotated[str | None, typer.Option(help="Comma-separated classes the key may use (default: all)")] = None,
         admin: Annotated[bool, typer.Option("--admin", help="May read SLO reports and every tenant's data")] = False,
         worker: Annotated[bool, typer.Option("--worker", help="For extraction workers: may run a job's items as "
                                              "the job's owner (X-Finserve-Job-Item)")] = False,
         rate_limit: Annotated[float, typer.Option("--rate-limit", help="Requests per second")] = 50.0,
-        default_class: Annotated[Optional[str], typer.Option(help="Class used when a request names none")] = None,
+        default_class: Annotated[str | None, typer.Option(help="Class used when a request names none")] = None,
         output: OutputOpt = Output.table,
     ) -> None:
         """Create an API key. The key is printed once and stored only as a hash."""
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         typer.echo("store this key now: it is not shown again", err=True)
 
     @keys_app.command("list")
-    def keys_list(tenant: Annotated[Optional[str], typer.Option(help="Only this tenant")] = None,
+    def keys_list(tenant: Annotated[str | None, typer.Option(help="Only this tenant")] = None,
                   output: OutputOpt = Output.table) -> None:
         """List keys (prefix only, never the key)."""
         from core.keys import list_keys
@@ -128,13 +128,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("report")
     def report(
-        window: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Rolling window before --until: 24h, 7d, 28d (default 28d)")] = None,
-        since: Annotated[Optional[str], typer.Option(metavar="TIME", help="Window start instead of --window: ISO 8601 or a duration ago")] = None,
+        window: Annotated[str | None, typer.Option(metavar="DURATION", help="Rolling window before --until: 24h, 7d, 28d (default 28d)")] = None,
+        since: Annotated[str | None, typer.Option(metavar="TIME", help="Window start instead of --window: ISO 8601 or a duration ago")] = None,
         until: Annotated[str, typer.Option(metavar="TIME", help="Window end (exclusive): ISO 8601 or 'now'")] = "now",
-        workload_class: Annotated[Optional[str], typer.Option("--class", metavar="CLASS", help="Only this class")] = None,
-        tenant: Annotated[Optional[str], typer.Option(help="Only this tenant (default: all, with a per-tenant table)")] = None,
+        workload_class: Annotated[str | None, typer.Option("--class", metavar="CLASS", help="Only this class")] = None,
+        tenant: Annotated[str | None, typer.Option(help="Only this tenant (default: all, with a per-tenant table)")] = None,
         fmt: Annotated[str, typer.Option("--format", help="json, csv or html (the report's document format)")] = "json",
-        out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout")] = None,
+        out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
     ) -> None:
         """SLO report per workload class from the request ledger: attainment, error budget, burn rates, alerts."""
         from ledger.reports import DEFAULT_WINDOW, FORMATS, build_report, parse_duration, render_report
@@ -145,7 +145,7 @@ def register(app: typer.Typer) -> None:
             raise CLIError("give --since or --window, not both")
         if workload_class is not None:
             _check_classes([workload_class])
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         t1 = parse_time(until, now)
         try:
             t0 = parse_time(since, now) if since is not None else t1 - (parse_duration(window) if window else DEFAULT_WINDOW)

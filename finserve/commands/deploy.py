@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
 
 @deploy_app.command("prometheus-rules")
 def prometheus_rules_command(
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write here instead of stdout.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
 ) -> None:
     """SLO burn-rate recording rules and multi-window alerts for every class of the policy in use."""
     from core.settings import Settings

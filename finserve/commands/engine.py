@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,15 +23,15 @@ def run_engine_server(settings: Settings) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def engine(
-        host: Annotated[Optional[str], typer.Option(help="Bind address (default: FINSERVE_HOST, else 127.0.0.1).")] = None,
-        port: Annotated[Optional[int], typer.Option(help="Port (default: FINSERVE_PORT, else 8000).")] = None,
-        model: Annotated[Optional[Path], typer.Option(
+        host: Annotated[str | None, typer.Option(help="Bind address (default: FINSERVE_HOST, else 127.0.0.1).")] = None,
+        port: Annotated[int | None, typer.Option(help="Port (default: FINSERVE_PORT, else 8000).")] = None,
+        model: Annotated[Path | None, typer.Option(
             help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
-        threads: Annotated[Optional[int], typer.Option(
+        threads: Annotated[int | None, typer.Option(
             help="Torch CPU threads (default: FINSERVE_THREADS, else one per usable core).")] = None,
-        kv_memory: Annotated[Optional[int], typer.Option(
+        kv_memory: Annotated[int | None, typer.Option(
             "--kv-memory", help="KV cache bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
-        policy: Annotated[Optional[Path], typer.Option(
+        policy: Annotated[Path | None, typer.Option(
             help="Policy TOML file (default: FINSERVE_POLICY, else the bundled default.toml).")] = None,
     ) -> None:
         """Serve one engine replica (token ids in, NDJSON out; model-server metrics at /metrics). The other

@@ -5,7 +5,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -57,7 +57,7 @@ def extraction(
     model: str = typer.Option(None, "--model", help=MODEL_HELP),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: FINSERVE_DEVICE, else cpu)."),
     threads: int = typer.Option(None, "--threads", help=THREADS_HELP),
-    fast_forward: Optional[bool] = typer.Option(
+    fast_forward: bool | None = typer.Option(
         None, "--fast-forward/--no-fast-forward",
         help="Jump-forward decoding of grammar-forced tokens (off: one step per token; default: FINSERVE_FAST_FORWARD, "
              "else on)."),
@@ -173,7 +173,7 @@ def verdict(
                                     help="Also run the verdict on an engine without jump-forward decoding."),
     under_load: int = typer.Option(0, "--under-load", min=0,
                                    help="Instead: this many verdicts idle, then under bulk + document load (p99 TTFT)."),
-    fast_forward: Optional[bool] = typer.Option(
+    fast_forward: bool | None = typer.Option(
         None, "--fast-forward/--no-fast-forward",
         help="With --under-load: jump-forward decoding on or off (default: FINSERVE_FAST_FORWARD, else on)."),
     quality: bool = typer.Option(False, "--quality",

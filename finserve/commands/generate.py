@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -24,20 +24,20 @@ def generate(
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 is greedy.")] = 0.0,
     top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling: keep tokens up to this mass (1: all).")] = 1.0,
     top_k: Annotated[int, typer.Option("--top-k", help="Keep the k likeliest tokens (0: all).")] = 0,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Sampling seed, for repeatable samples.")] = None,
-    model: Annotated[Optional[str], typer.Option(
+    seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed, for repeatable samples.")] = None,
+    model: Annotated[str | None, typer.Option(
         "--model", help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: FINSERVE_DEVICE, else cpu).")] = None,
-    dtype: Annotated[Optional[str], typer.Option(
+    device: Annotated[str | None, typer.Option("--device", help="cpu or cuda (default: FINSERVE_DEVICE, else cpu).")] = None,
+    dtype: Annotated[str | None, typer.Option(
         "--dtype", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16 (default: FINSERVE_DTYPE, "
                         "else auto).")] = None,
-    weights: Annotated[Optional[str], typer.Option(
+    weights: Annotated[str | None, typer.Option(
         "--weights", help=f"Matmul weight format: {formats.help_text()} (default: FINSERVE_WEIGHTS, else auto: "
                           "q4 for 4-bit weights, else the checkpoint's precision; see docs/BENCHMARKS.md).")] = None,
-    kv_dtype: Annotated[Optional[str], typer.Option(
+    kv_dtype: Annotated[str | None, typer.Option(
         "--kv-dtype", help=f"KV cache precision: auto (same as --dtype), {kv_dtypes.help_text()} (default: "
                            "FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
-    threads: Annotated[Optional[int], typer.Option(
+    threads: Annotated[int | None, typer.Option(
         "--threads", help="torch threads on CPU (default: FINSERVE_THREADS, else one per usable core).")] = None,
     output: OutputOpt = Output.table,
 ) -> None:

@@ -10,7 +10,7 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 jobs_app = typer.Typer(help="Bulk contract extraction jobs.", no_args_is_help=True)
 
-UrlOpt = Annotated[Optional[str], typer.Option(metavar="URL", help="Gateway URL (default: FINSERVE_GATEWAY_URL, else http://127.0.0.1:8000).")]
-KeyOpt = Annotated[Optional[str], typer.Option(metavar="KEY", help="API key (default: FINSERVE_API_KEY, else the development key of "
+UrlOpt = Annotated[str | None, typer.Option(metavar="URL", help="Gateway URL (default: FINSERVE_GATEWAY_URL, else http://127.0.0.1:8000).")]
+KeyOpt = Annotated[str | None, typer.Option(metavar="KEY", help="API key (default: FINSERVE_API_KEY, else the development key of "
                                                     "`finserve up`).")]
 JobIdArg = Annotated[str, typer.Argument(help="The job id `finserve jobs submit` printed (see `finserve jobs list`).")]
 
@@ -123,8 +123,8 @@ def _summary(job: dict[str, Any]) -> str:
 def submit(
     file: Annotated[Path, typer.Argument(help="Contracts: NDJSON lines {\"id\", \"text\"} or a JSON list.")],
     schema: Annotated[Path, typer.Option("--schema", help="JSON Schema of the fields to extract.")],
-    max_tokens: Annotated[Optional[int], typer.Option(help="Answer budget per item.")] = None,
-    idempotency_key: Annotated[Optional[str], typer.Option(help="Resubmitting with it never makes a second job.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Answer budget per item.")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Resubmitting with it never makes a second job.")] = None,
     wait: Annotated[bool, typer.Option(help="Show live progress (on stderr) until the job finishes.")] = True,
     url: UrlOpt = None,
     key: KeyOpt = None,
@@ -173,7 +173,7 @@ def watch(job_id: JobIdArg, url: UrlOpt = None, key: KeyOpt = None, output: Outp
 
 @jobs_app.command()
 def results(job_id: JobIdArg,
-            out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write NDJSON here instead of stdout.")] = None,
+            out: Annotated[Path | None, typer.Option("--out", "-o", help="Write NDJSON here instead of stdout.")] = None,
             url: UrlOpt = None, key: KeyOpt = None) -> None:
     """Download every item's result (or failure reason) as NDJSON."""
     with _client(url, key) as client, client.stream(
@@ -204,9 +204,9 @@ def cancel(job_id: JobIdArg, url: UrlOpt = None, key: KeyOpt = None, output: Out
 
 @jobs_app.command("list")
 def list_jobs(
-    status: Annotated[Optional[list[JobState]], typer.Option(
+    status: Annotated[list[JobState] | None, typer.Option(
         help="Only jobs in this state; repeat for several.")] = None,
-    tenant: Annotated[Optional[str], typer.Option(help="Only this tenant's jobs (default: every tenant).")] = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's jobs (default: every tenant).")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many jobs, newest first.")] = 20,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -288,10 +288,10 @@ def register(app: typer.Typer) -> None:
     app.add_typer(jobs_app, name="jobs")
 
     @app.command()
-    def worker(concurrency: Annotated[Optional[int], typer.Option(
+    def worker(concurrency: Annotated[int | None, typer.Option(
                    help="Items in flight (default: FINSERVE_WORKER_CONCURRENCY, else 4).")] = None,
-               name: Annotated[Optional[str], typer.Option(help="Celery node name, e.g. w1@%h.")] = None,
-               loglevel: Annotated[Optional[str], typer.Option(
+               name: Annotated[str | None, typer.Option(help="Celery node name, e.g. w1@%h.")] = None,
+               loglevel: Annotated[str | None, typer.Option(
                    help="DEBUG, INFO, WARNING or ERROR (default: FINSERVE_LOG_LEVEL, else INFO).")] = None) -> None:
         """Run a Celery worker for extraction items."""
         from core.logging import configure_logging

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import sys
 from contextlib import nullcontext
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -59,18 +59,18 @@ def _duration(option: str, text: str) -> Any:
 
 
 def verify(
-    tenant: Annotated[Optional[str], typer.Option(help="Only this tenant's chain (default: every tenant)")] = None,
-    since: Annotated[Optional[str], typer.Option(metavar="TIME", help="Only rows that arrived from then on: ISO "
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's chain (default: every tenant)")] = None,
+    since: Annotated[str | None, typer.Option(metavar="TIME", help="Only rows that arrived from then on: ISO "
                                                  "8601 or a duration ago (24h); with the links around them")] = None,
-    until: Annotated[Optional[str], typer.Option(metavar="TIME", help="Only rows that arrived before then: ISO "
+    until: Annotated[str | None, typer.Option(metavar="TIME", help="Only rows that arrived before then: ISO "
                                                  "8601, 'now' or a duration ago")] = None,
     timelines: Annotated[bool, typer.Option("--timelines/--no-timelines", help="Also check each kept timeline "
                                             "against its chained digest (reads every timeline)")] = True,
     evidence: Annotated[bool, typer.Option("--evidence", help="Also decrypt every kept evidence record and check "
                                            "it against its row's chained hashes (needs FINSERVE_EVIDENCE_KEY)")] = False,
-    bundle: Annotated[Optional[Path], typer.Option("--bundle", metavar="FILE", help="Check an evidence pack "
+    bundle: Annotated[Path | None, typer.Option("--bundle", metavar="FILE", help="Check an evidence pack "
                                                    "offline instead (no database needed)")] = None,
-    public_key: Annotated[Optional[str], typer.Option("--public-key", help="With --bundle: the Ed25519 public key "
+    public_key: Annotated[str | None, typer.Option("--public-key", help="With --bundle: the Ed25519 public key "
                                                       "(base64) the pack must be signed with")] = None,
     json_out: JsonOpt = False,
     output: OutputOpt = Output.table,
@@ -83,7 +83,7 @@ def verify(
     if bundle is not None:
         ledger_evidence.verify_bundle_file(bundle, _hmac_key(), public_key, json_out or output is Output.json)
         return
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     t0 = parse_time(since, now) if since else None
     t1 = parse_time(until, now) if until else None
     keyring = ledger_evidence.keyring(required=True) if evidence else None
@@ -125,10 +125,10 @@ def _echo_accepted(result: Any) -> None:
 
 
 def prune(
-    older_than: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Delete rows that arrived longer "
+    older_than: Annotated[str | None, typer.Option(metavar="DURATION", help="Delete rows that arrived longer "
                                                       "ago than this (e.g. 90d); a checkpoint keeps the chain "
                                                       "verifiable")] = None,
-    timelines_older_than: Annotated[Optional[str], typer.Option(metavar="DURATION", help="Drop the step "
+    timelines_older_than: Annotated[str | None, typer.Option(metavar="DURATION", help="Drop the step "
                                                                 "timelines of rows older than this (e.g. 7d); "
                                                                 "the summary rows stay")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; change nothing")] = False,
@@ -143,7 +143,7 @@ def prune(
     if older_than is None and timelines_older_than is None and not expired_evidence:
         raise CLIError("give --older-than (whole rows), --timelines-older-than (step timelines) and/or "
                        "--expired-evidence")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows_cut = now - _duration("--older-than", older_than) if older_than else None
     timelines_cut = now - _duration("--timelines-older-than", timelines_older_than) if timelines_older_than else None
     engine = _engine()
@@ -167,14 +167,14 @@ def prune(
 
 
 def export(
-    tenant: Annotated[Optional[str], typer.Option(help="Only this tenant's rows (default: every tenant)")] = None,
-    since: Annotated[Optional[str], typer.Option(metavar="TIME", help="Rows that arrived from then on: ISO 8601 "
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's rows (default: every tenant)")] = None,
+    since: Annotated[str | None, typer.Option(metavar="TIME", help="Rows that arrived from then on: ISO 8601 "
                                                  "or a duration ago (24h)")] = None,
-    until: Annotated[Optional[str], typer.Option(metavar="TIME", help="Rows that arrived before then: ISO 8601, "
+    until: Annotated[str | None, typer.Option(metavar="TIME", help="Rows that arrived before then: ISO 8601, "
                                                  "'now' or a duration ago")] = None,
     format: Annotated[str, typer.Option("--format", help="ndjson (one JSON object a line) or csv")] = "ndjson",
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write to this file (default: stdout)")] = None,
-    request_id: Annotated[Optional[str], typer.Option("--request-id", help="With --evidence: this request "
+    out: Annotated[Path | None, typer.Option("--out", help="Write to this file (default: stdout)")] = None,
+    request_id: Annotated[str | None, typer.Option("--request-id", help="With --evidence: this request "
                                                       "only")] = None,
     evidence: Annotated[bool, typer.Option("--evidence", help="A signed evidence pack (rows, decrypted evidence, "
                                            "chain proof, versions) for `verify --bundle`")] = False,
@@ -187,7 +187,7 @@ def export(
         raise CLIError("--request-id goes with --evidence (a pack for one request)")
     if format not in FORMATS:
         raise CLIError(f"--format: {format!r} is not one of {', '.join(FORMATS)}")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     t0 = parse_time(since, now) if since else None
     t1 = parse_time(until, now) if until else None
     if t0 is not None and t1 is not None and t1 <= t0:

@@ -8,7 +8,7 @@ import sys
 from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -51,8 +51,8 @@ def _hmac_key() -> bytes | None:
 
 
 def erase(
-    request_id: Annotated[Optional[str], typer.Option("--request-id", help="Erase this request's evidence")] = None,
-    tenant: Annotated[Optional[str], typer.Option("--tenant", help="Erase every evidence record of this tenant")] = None,
+    request_id: Annotated[str | None, typer.Option("--request-id", help="Erase this request's evidence")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Erase every evidence record of this tenant")] = None,
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the chained tombstone), e.g. a "
                                         "GDPR Art. 17 request's reference")] = "erasure request",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Name what would go; change nothing")] = False,

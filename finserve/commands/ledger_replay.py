@@ -74,7 +74,7 @@ def replay(
         raise CLIError(f"request {request_id}'s sampling parameters cannot be replayed here: {exc}",
                        ExitCode.CONFIG) from None
     engine = LLMEngine(settings.engine_config(policy))
-    here = compute_versions(model_id=settings.served_model_name or settings.model_path.name,
+    here = compute_versions(model_id=settings.model_id(),
                             model_folder=settings.model_path, weight_format=engine.runner.model.weight_format,
                             policy_source=policy.source, policy=policy,
                             cache_file=settings.home / "weights-sha256.json")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -42,27 +42,27 @@ def register(app: typer.Typer) -> None:
 
 
 def kv_plan(
-    model: Annotated[Optional[Path], typer.Option(
+    model: Annotated[Path | None, typer.Option(
         help="HF model folder (default: FINSERVE_MODEL, else the prepared default model)")] = None,
-    layers: Annotated[Optional[int], typer.Option(help="explicit shape instead of a folder: layers")] = None,
-    kv_heads: Annotated[Optional[int], typer.Option(help="explicit shape: key/value heads")] = None,
-    head_dim: Annotated[Optional[int], typer.Option(help="explicit shape: head dimension")] = None,
-    heads: Annotated[Optional[int], typer.Option(help="explicit shape: attention heads (enables the MHA variant)")] = None,
-    hidden: Annotated[Optional[int], typer.Option(help="explicit shape: hidden size (re-counts K/V weights per variant)")] = None,
-    params: Annotated[Optional[str], typer.Option(help="parameter count, e.g. 135M, 1.7B (overrides the folder's)")] = None,
-    dtype: Annotated[Optional[str], typer.Option("--dtype", "--kv-dtype", help=f"KV cache dtype: {', '.join(KV_DTYPES)} "
+    layers: Annotated[int | None, typer.Option(help="explicit shape instead of a folder: layers")] = None,
+    kv_heads: Annotated[int | None, typer.Option(help="explicit shape: key/value heads")] = None,
+    head_dim: Annotated[int | None, typer.Option(help="explicit shape: head dimension")] = None,
+    heads: Annotated[int | None, typer.Option(help="explicit shape: attention heads (enables the MHA variant)")] = None,
+    hidden: Annotated[int | None, typer.Option(help="explicit shape: hidden size (re-counts K/V weights per variant)")] = None,
+    params: Annotated[str | None, typer.Option(help="parameter count, e.g. 135M, 1.7B (overrides the folder's)")] = None,
+    dtype: Annotated[str | None, typer.Option("--dtype", "--kv-dtype", help=f"KV cache dtype: {', '.join(KV_DTYPES)} "
                      "(default: the engine's, from FINSERVE_KV_CACHE_DTYPE and FINSERVE_DTYPE: fp32 on CPU)")] = None,
-    weights_dtype: Annotated[Optional[str], typer.Option(
+    weights_dtype: Annotated[str | None, typer.Option(
         help=f"weights dtype: {', '.join(WEIGHT_DTYPES)} (default: --dtype; bf16 when the KV cache is fp8/int8)")] = None,
     context: Annotated[int, typer.Option(help="KV tokens per request (prompt + output)")] = 4096,
     batch: Annotated[int, typer.Option(help="concurrent requests to size for")] = 1,
-    memory: Annotated[Optional[str], typer.Option(metavar="SIZE", help="total memory incl. weights, e.g. 8GiB, 512MiB")] = None,
-    block_size: Annotated[Optional[int], typer.Option(
+    memory: Annotated[str | None, typer.Option(metavar="SIZE", help="total memory incl. weights, e.g. 8GiB, 512MiB")] = None,
+    block_size: Annotated[int | None, typer.Option(
         help="tokens per KV block (default: FINSERVE_BLOCK_SIZE, else 16)")] = None,
     measure: Annotated[bool, typer.Option(
         help="start the engine with the KV budget left after weights and fill it with requests of --context "
              "(one prefill over the whole budget: keep --memory small on CPU)")] = False,
-    device: Annotated[Optional[str], typer.Option(
+    device: Annotated[str | None, typer.Option(
         help="device for --measure (default: FINSERVE_DEVICE, else cpu)")] = None,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -252,25 +252,25 @@ def _opt(value: T | None, fmt: Callable[[T], str] = str) -> str:
 def sweep(
     vary: Annotated[str, typer.Option(help="the dimension that varies: input, output, batch or dtype")],
     out: Annotated[Path, typer.Option(help="folder for sweep.json, sweep.md and the PNG plots")],
-    values: Annotated[Optional[str], typer.Option(
+    values: Annotated[str | None, typer.Option(
         help="comma-separated values (token counts, batch sizes, or float32,bfloat16,float16); "
              "default per --vary: input 128,512,2048; output 16,64,256; batch 1,2,4,8,16; dtype all three")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="measured repetitions per point, after one warm-up")] = 3,
-    model: Annotated[Optional[Path], typer.Option(
+    model: Annotated[Path | None, typer.Option(
         help="HF model folder (default: FINSERVE_MODEL, else the prepared default model)")] = None,
-    threads: Annotated[Optional[int], typer.Option(
+    threads: Annotated[int | None, typer.Option(
         min=1, help="torch threads (default: FINSERVE_THREADS, else one per usable core)")] = None,
     fixed_input: Annotated[int, typer.Option(min=1, help="prompt tokens when input does not vary")] = 256,
     fixed_output: Annotated[int, typer.Option(min=1, help="output tokens when output does not vary")] = 64,
     fixed_batch: Annotated[int, typer.Option(min=1, help="requests at once when batch does not vary")] = 1,
-    dtype: Annotated[Optional[str], typer.Option(
+    dtype: Annotated[str | None, typer.Option(
         help="weights and KV precision when dtype does not vary (default: FINSERVE_DTYPE resolved: float32 on CPU)")]
     = None,
     dtype_batches: Annotated[str, typer.Option(help="--vary dtype: batch sizes to measure each precision at")] = "1,8",
-    weights: Annotated[Optional[str], typer.Option(help=f"matmul weight format: {formats.help_text()} (auto: the "
+    weights: Annotated[str | None, typer.Option(help=f"matmul weight format: {formats.help_text()} (auto: the "
                                                         "serving default; default: FINSERVE_WEIGHTS, else auto)")]
     = None,
-    max_batched_tokens: Annotated[Optional[int], typer.Option(
+    max_batched_tokens: Annotated[int | None, typer.Option(
         min=1, help="engine step token budget (prefill chunk; default: FINSERVE_MAX_NUM_BATCHED_TOKENS, else 512)")]
     = None,
     seed: Annotated[int, typer.Option(help="seed of the random prompts")] = 0,

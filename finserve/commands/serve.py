@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -30,22 +30,22 @@ def run_server(settings: Settings) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
-        host: Annotated[Optional[str], typer.Option(help="Bind address (default: FINSERVE_HOST, else 127.0.0.1).")] = None,
-        port: Annotated[Optional[int], typer.Option(help="Gateway port (default: FINSERVE_PORT, else 8000); clients: --url or FINSERVE_GATEWAY_URL.")] = None,
-        model: Annotated[Optional[Path], typer.Option(help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
-        device: Annotated[Optional[str], typer.Option(help="cpu or cuda[:N] (default: FINSERVE_DEVICE, else cpu).")] = None,
-        dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16 or float16 (default: FINSERVE_DTYPE, else auto).")] = None,
-        weights: Annotated[Optional[str], typer.Option(
+        host: Annotated[str | None, typer.Option(help="Bind address (default: FINSERVE_HOST, else 127.0.0.1).")] = None,
+        port: Annotated[int | None, typer.Option(help="Gateway port (default: FINSERVE_PORT, else 8000); clients: --url or FINSERVE_GATEWAY_URL.")] = None,
+        model: Annotated[Path | None, typer.Option(help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
+        device: Annotated[str | None, typer.Option(help="cpu or cuda[:N] (default: FINSERVE_DEVICE, else cpu).")] = None,
+        dtype: Annotated[str | None, typer.Option(help="auto, float32, bfloat16 or float16 (default: FINSERVE_DTYPE, else auto).")] = None,
+        weights: Annotated[str | None, typer.Option(
             help=f"Matmul weight format: {formats.help_text()}; auto: q4 for 4-bit weights, else the checkpoint's "
                  "precision (default: FINSERVE_WEIGHTS, else auto).")] = None,
-        kv_dtype: Annotated[Optional[str], typer.Option(
+        kv_dtype: Annotated[str | None, typer.Option(
             "--kv-dtype", help=f"KV cache precision: auto (same as --dtype), {kv_dtypes.help_text()}; 16 bits "
                                "hold twice "
                                "the tokens (default: FINSERVE_KV_CACHE_DTYPE).")] = None,
-        kv_memory: Annotated[Optional[int], typer.Option("--kv-memory", help="KV cache size in bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
-        threads: Annotated[Optional[int], typer.Option(help="Torch CPU threads (default: FINSERVE_THREADS, else one per usable core).")] = None,
-        policy: Annotated[Optional[Path], typer.Option(help="Workload policy TOML (default: FINSERVE_POLICY, else the bundled default.toml).")] = None,
-        database_url: Annotated[Optional[str], typer.Option(help="SQLAlchemy URL of the database (default: FINSERVE_DATABASE_URL, else SQLite under FINSERVE_HOME).")] = None,
+        kv_memory: Annotated[int | None, typer.Option("--kv-memory", help="KV cache size in bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
+        threads: Annotated[int | None, typer.Option(help="Torch CPU threads (default: FINSERVE_THREADS, else one per usable core).")] = None,
+        policy: Annotated[Path | None, typer.Option(help="Workload policy TOML (default: FINSERVE_POLICY, else the bundled default.toml).")] = None,
+        database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the database (default: FINSERVE_DATABASE_URL, else SQLite under FINSERVE_HOME).")] = None,
     ) -> None:
         """Serve the HTTP gateway and the engine (settings also come from FINSERVE_* variables)."""
         from finserve.config import command_settings, settings_model

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
 def timeline(
     request_id: Annotated[str, typer.Argument(help="the request id (the X-Request-ID a response carried)")],
-    html: Annotated[Optional[Path], typer.Option(help="also write the timeline as an HTML page here")] = None,
+    html: Annotated[Path | None, typer.Option(help="also write the timeline as an HTML page here")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="list every decode step instead of a summary")] = False,
     slowest: Annotated[int, typer.Option(min=0, help="slowest decode steps (and longest waits) to show")] = 3,
     output: OutputOpt = Output.table,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -61,12 +61,12 @@ def _on_sigterm(signum: int, frame: object) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def up(
-        port: Annotated[Optional[int], typer.Option(
+        port: Annotated[int | None, typer.Option(
             help="Gateway HTTP port on FINSERVE_HOST (default: FINSERVE_PORT, else 8000).")] = None,
         redis_port: Annotated[int, typer.Option(help="Redis port on 127.0.0.1 (0: a free one, printed at start).")] = 0,
-        workers: Annotated[Optional[int], typer.Option(
+        workers: Annotated[int | None, typer.Option(
             min=1, help="Items in flight in the worker (default: FINSERVE_WORKER_CONCURRENCY, else 4).")] = None,
-        model: Annotated[Optional[Path], typer.Option(
+        model: Annotated[Path | None, typer.Option(
             help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
         replicas: Annotated[int, typer.Option(min=0, help="Engine processes behind the gateway (0: the engine "
                                               "runs inside the gateway).")] = 0,

@@ -116,7 +116,7 @@ class ReplicaSet:
 
     def health(self) -> EngineHealth:
         hs = [r.health() for r in self.replicas]
-        down = [f"{r.url}: {h.last_error}" for r, h in zip(self.replicas, hs) if not h.ready]
+        down = [f"{r.url}: {h.last_error}" for r, h in zip(self.replicas, hs, strict=True) if not h.ready]
         return EngineHealth(alive=any(h.alive for h in hs), ready=any(h.ready for h in hs),
                             restarts=sum(h.restarts for h in hs), max_restarts=max(h.max_restarts for h in hs),
                             last_error="; ".join(down) or None, in_flight=sum(r.in_flight for r in self.replicas))

@@ -58,7 +58,7 @@ class RoutingConfig:
             raise ValueError("load_factor must be >= 1 (1 = perfectly even, no affinity left)")
 
     @classmethod
-    def from_policy(cls, policy: Policy, *, block_size: int) -> "RoutingConfig":
+    def from_policy(cls, policy: Policy, *, block_size: int) -> RoutingConfig:
         r = policy.routing
         return cls(strategies={c.name: c.routing.value for c in policy.classes.values()},
                    affinity_tokens=r.affinity_tokens, block_size=block_size, load_factor=r.load_factor,

@@ -93,7 +93,7 @@ async def _lines(client: LocalEngineClient, req: EngineRequest, first: RequestOu
 
 def create_engine_app(settings: Settings, engine_client: LocalEngineClient | None = None) -> FastAPI:
     """The engine server's app; an injected `engine_client` is used as is and not shut down here."""
-    name = settings.served_model_name or settings.model_path.name
+    name = settings.model_id()
     state = _ServerState(GatewayMetrics(name), engine_client)
 
     async def load() -> None:

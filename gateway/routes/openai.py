@@ -166,7 +166,7 @@ async def create_completion(body: CompletionRequest, request: Request, key: Tena
         return EventStreamResponse(stream.events(choices))
     done = await cancel_on_disconnect(request, collect_all(choices))
     out = []
-    for c, d in zip(choices, done):
+    for c, d in zip(choices, done, strict=True):
         prefix = echo[c.index] if echo is not None else ""
         lp = completion_logprobs(tok, d.logprobs, len(prefix)) if body.logprobs is not None else None
         out.append(CompletionChoice(index=c.index, text=prefix + d.text, finish_reason=d.finish_reason, logprobs=lp))
@@ -202,7 +202,7 @@ async def create_chat_completion(raw: ChatBody, request: Request, key: TenantDep
         return EventStreamResponse(stream.events(choices))
     done = await cancel_on_disconnect(request, collect_all(choices))
     out = []
-    for c, d in zip(choices, done):
+    for c, d in zip(choices, done, strict=True):
         content, tool_calls, finish = answer(body, parser, d.text, d.finish_reason, calls is not None)
         out.append(ChatChoice(index=c.index, message=AssistantMessage(content=content, tool_calls=tool_calls),
                               finish_reason=finish, logprobs=chat_logprobs(tok, d.logprobs) if body.logprobs else None))

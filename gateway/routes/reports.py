@@ -13,7 +13,7 @@ GET /v1/ledger/export: the ledger rows themselves, by tenant and period, as NDJS
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
@@ -27,8 +27,8 @@ from ledger import export
 from ledger.reports import DEFAULT_WINDOW, MEDIA_TYPES, build_report, parse_duration, render_report
 
 router = APIRouter(tags=["reports"])
-EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
-LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 MAX_WINDOW = timedelta(days=3660)
 _TIME_HELP = "ISO 8601 (UTC when no zone is given), from 1970-01-01 to 9000-01-01"
 
@@ -37,7 +37,7 @@ def _utc(t: datetime | None, param: str) -> datetime | None:
     """`t` as an aware UTC time, inside [EARLIEST, LATEST)."""
     if t is None:
         return None
-    t = t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+    t = t if t.tzinfo is not None else t.replace(tzinfo=UTC)
     try:
         inside = EARLIEST <= t < LATEST
     except OverflowError:  # an offset that moves the time past year 1 or 9999

@@ -63,7 +63,7 @@ class Usage(BaseModel):
     prompt_tokens_details: PromptTokensDetails
 
     @classmethod
-    def of(cls, m: RequestMetrics) -> "Usage":
+    def of(cls, m: RequestMetrics) -> Usage:
         return cls(
             prompt_tokens=m.input_tokens,
             completion_tokens=m.output_tokens,
@@ -84,7 +84,7 @@ class Timings(BaseModel):
 
     @classmethod
     def rounded(cls, *, queue_ms: float | None, prefill_ms: float | None, ttft_ms: float | None,
-                tpot_ms: float | None, e2e_ms: float | None) -> "Timings":
+                tpot_ms: float | None, e2e_ms: float | None) -> Timings:
         """Microsecond resolution: the same figures wherever they are shown (response, ledger view)."""
         def r(v: float | None) -> float | None:
             return None if v is None else round(v, 3)
@@ -93,6 +93,6 @@ class Timings(BaseModel):
                    e2e_ms=r(e2e_ms))
 
     @classmethod
-    def of(cls, m: RequestMetrics) -> "Timings":
+    def of(cls, m: RequestMetrics) -> Timings:
         return cls.rounded(queue_ms=m.queue_ms, prefill_ms=m.prefill_ms, ttft_ms=m.ttft_ms, tpot_ms=m.tpot_ms,
                            e2e_ms=m.e2e_ms)

@@ -82,7 +82,7 @@ class RequestRecord(BaseModel):
     timeline: Timeline | None = Field(description="Null when not recorded, or dropped by timeline retention.")
 
     @classmethod
-    def of(cls, row: RequestLedger) -> "RequestRecord":
+    def of(cls, row: RequestLedger) -> RequestRecord:
         return cls(
             request_id=row.request_id, workload_class=row.workload_class, classification_rule=row.class_rule,
             route=row.route, status=row.status, finish_reason=row.finish_reason,

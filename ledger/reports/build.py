@@ -258,7 +258,7 @@ def _histogram(values: Any) -> list[dict[str, Any]]:
             i -= 1
         counts[i] += 1
     his = list(HIST_EDGES_MS[1:]) + [None]
-    return [{"lo": lo, "hi": hi, "count": c} for lo, hi, c in zip(HIST_EDGES_MS, his, counts)]
+    return [{"lo": lo, "hi": hi, "count": c} for lo, hi, c in zip(HIST_EDGES_MS, his, counts, strict=True)]
 
 
 def _buckets(rows: list[Any], window: Window) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import matplotlib
@@ -64,8 +64,8 @@ def _time_axis(ax: Axes, report: dict[str, Any]) -> None:
     """x = the report window exactly, ticks labelled with full UTC dates."""
     since, until = window_of(report)
     ax.set_xlim(since, until)  # type: ignore[arg-type]
-    ax.xaxis.set_major_locator(mdates.AutoDateLocator(tz=timezone.utc, minticks=4, maxticks=8))  # type: ignore[no-untyped-call]
-    ax.xaxis.set_major_formatter(mdates.DateFormatter(DATE_FORMAT, tz=timezone.utc))  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_locator(mdates.AutoDateLocator(tz=UTC, minticks=4, maxticks=8))  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_formatter(mdates.DateFormatter(DATE_FORMAT, tz=UTC))  # type: ignore[no-untyped-call]
     for label in ax.get_xticklabels():
         label.set_rotation(20)
         label.set_horizontalalignment("right")
@@ -88,7 +88,7 @@ def latency_distribution_figure(report: dict[str, Any]) -> Figure:
     """
     metrics = ("ttft", "tpot", "e2e")
     fig, axes = plt.subplots(1, len(metrics), figsize=(13, 3.8))
-    for ax, m in zip(axes, metrics):
+    for ax, m in zip(axes, metrics, strict=True):
         for i, (name, cls) in enumerate(report["classes"].items()):
             bins = cls["histograms"][m]
             total = sum(b["count"] for b in bins)

@@ -31,7 +31,7 @@ def version_shares(session: Session, since: datetime, until: datetime, workload_
         stmt = stmt.where(RequestLedger.tenant == tenant)
     groups = session.execute(stmt.group_by(*cols)).all()
     total = sum(g[len(VERSION_FIELDS)] for g in groups)
-    out = [{**dict(zip(VERSION_FIELDS, g[:len(VERSION_FIELDS)])), "requests": g[len(VERSION_FIELDS)],
+    out = [{**dict(zip(VERSION_FIELDS, g[:len(VERSION_FIELDS)], strict=True)), "requests": g[len(VERSION_FIELDS)],
             "share": g[len(VERSION_FIELDS)] / total, "first_at": g[-2].isoformat(), "last_at": g[-1].isoformat()}
            for g in groups]
     return sorted(out, key=lambda v: (v["first_at"], -v["requests"]))

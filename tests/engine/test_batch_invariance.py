@@ -90,7 +90,7 @@ def test_same_request_same_bits_alone_batched_chunked_and_cached(default_model_d
 
 
 def _first_diff(a: list[object], b: list[object]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def test_prefill_through_the_native_step_matches_the_torch_model(make_tiny_model: Callable[..., Path]) -> None:

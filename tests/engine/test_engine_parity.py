@@ -115,6 +115,7 @@ def test_abort_and_finish_return_every_block(make_tiny_model):
     assert stats.free_blocks + stats.cached_blocks == stats.num_blocks
 
 
+@pytest.mark.slow  # loads SmolLM2 twice (ours and transformers'); the tiny-model parity tests above stay fast
 def test_smollm2_greedy_matches_hf_and_answers_paris(default_model_dir):
     engine = make_engine(default_model_dir, block_size=16, num_blocks_override=64, max_num_batched_tokens=256)
     ids = engine.tokenizer.encode_chat([{"role": "user", "content": "What is the capital of France?"}])

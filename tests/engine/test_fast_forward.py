@@ -1,7 +1,8 @@
 """Jump-forward decoding: tokens a grammar forces are appended without sampling and computed in one step.
 
 The engine tests run the default model greedily with fast-forward on and off: the tokens must be
-the same, the steps fewer; the scheduler tests drive the real scheduler with a fake model.
+the same, the steps fewer (marked slow: two SmolLM2 engines; `make test` runs them, `make test-fast` does not);
+the scheduler tests drive the real scheduler with a fake model.
 """
 from __future__ import annotations
 
@@ -91,6 +92,7 @@ def test_verdict_is_the_same_with_far_fewer_model_steps(engines):
     assert [e.kind for e in fast.events if e.kind == "prefill"] == [e.kind for e in slow.events if e.kind == "prefill"]
 
 
+@pytest.mark.slow
 def test_extraction_output_is_the_same_with_fast_forward(engines):
     params = SamplingParams(max_tokens=64, json_schema=json.dumps(EXTRACTION_SCHEMA))
     runs = _both(engines, "extract", _extraction_prompt, params, "bulk_extraction")
@@ -100,6 +102,7 @@ def test_extraction_output_is_the_same_with_fast_forward(engines):
     assert runs[True][2] < runs[False][2]
 
 
+@pytest.mark.slow
 def test_forced_tokens_respect_max_tokens(engines):
     schema = load_policy().get("realtime_risk").response_schema
     runs = _both(engines, "short", _verdict_prompt, SamplingParams(max_tokens=7, json_schema=schema),
@@ -110,6 +113,7 @@ def test_forced_tokens_respect_max_tokens(engines):
     assert runs[True][0].output_token_ids == runs[False][0].output_token_ids
 
 
+@pytest.mark.slow
 def test_forced_tokens_carry_logprobs_of_zero(engines):
     schema = load_policy().get("realtime_risk").response_schema
     req, _, _, outs = _generate(engines[True], "lp", _verdict_prompt(engines[True]),
@@ -121,6 +125,7 @@ def test_forced_tokens_carry_logprobs_of_zero(engines):
     assert all(lp.logprob == 0.0 and lp.top == ((lp.token_id, 0.0),) for lp in forced)
 
 
+@pytest.mark.slow
 def test_a_grammar_that_forces_nothing_takes_one_step_per_token(engines):
     params = SamplingParams(max_tokens=6, regex="[0-9]{6}")  # every digit is a choice
     runs = _both(engines, "digits", _extraction_prompt, params, "bulk_extraction")

@@ -95,7 +95,7 @@ def _greedy(engine: LLMEngine, prompts: list[list[int]], n: int) -> dict[str, li
         got[f"r{i}"] = []
     while engine.has_unfinished():
         for out in engine.step():
-            for tok, lp in zip(out.new_token_ids, out.logprobs or []):
+            for tok, lp in zip(out.new_token_ids, out.logprobs or [], strict=True):
                 got[out.request_id].append((tok, dict(lp.top)))
     return got
 
@@ -121,7 +121,7 @@ def test_16bit_kv_decodes_like_fp32_kv(make_tiny_model: Callable[..., Path], sha
     tol = 0.05 if kv == "bf16" else 0.01  # 8 vs 11 mantissa bits
     agreed = 0
     for rid, want in ref.items():
-        for (t_ref, top_ref), (t, top) in zip(want, got[rid]):
+        for (t_ref, top_ref), (t, top) in zip(want, got[rid], strict=True):
             if t != t_ref:  # allowed only where fp32 itself nearly tied the two tokens
                 assert top_ref[t_ref] - top_ref.get(t, float("-inf")) < 2 * tol, (rid, t_ref, t)
                 break

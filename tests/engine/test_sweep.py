@@ -45,6 +45,7 @@ def _check_files(out: Path, data: dict) -> None:
     assert all(f"| {p['label']} |" in table for p in on_disk["points"])
 
 
+@pytest.mark.slow  # engine runs plus matplotlib charts: `make test` runs it, `make test-fast` does not
 def test_vary_input_measures_every_point(tmp_path: Path, tiny_model_dir: Path) -> None:
     spec = _spec(tmp_path, tiny_model_dir, "input", "8,40", bandwidth_gib=0.002)
     data = run(spec)
@@ -56,11 +57,12 @@ def test_vary_input_measures_every_point(tmp_path: Path, tiny_model_dir: Path) -
     assert long["kv_peak_bytes"]["min"] == long["kv_formula_bytes"] == 3 * long["kv_bytes_per_token"] * 16
     # Batch 1: the decode rate is exactly 1000 / TPOT for every run.
     for p in data["points"]:
-        for tpot, rate in zip(p["tpot_ms"]["runs"], p["output_tokens_per_s"]["runs"]):
+        for tpot, rate in zip(p["tpot_ms"]["runs"], p["output_tokens_per_s"]["runs"], strict=True):
             assert rate == pytest.approx(1000 / tpot)
     assert data["environment"]["bandwidth_gbs"] > 0 and short["decode_weight_roofline_fraction"] > 0
 
 
+@pytest.mark.slow
 def test_vary_batch_holds_every_request_at_once(tmp_path: Path, tiny_model_dir: Path) -> None:
     spec = _spec(tmp_path, tiny_model_dir, "batch", "1,3")
     data = run(spec)
@@ -70,6 +72,7 @@ def test_vary_batch_holds_every_request_at_once(tmp_path: Path, tiny_model_dir: 
     assert three["kv_peak_bytes"]["median"] == 3 * one["kv_peak_bytes"]["median"] == three["kv_formula_bytes"]
 
 
+@pytest.mark.slow
 def test_vary_dtype_runs_each_precision_for_real(tmp_path: Path, tiny_model_dir: Path) -> None:
     spec = _spec(tmp_path, tiny_model_dir, "dtype", "fp32,bf16,fp16", dtype_batches=(1, 2), repeat=2)
     data = run(spec)
@@ -85,6 +88,7 @@ def test_vary_dtype_runs_each_precision_for_real(tmp_path: Path, tiny_model_dir:
     assert all(r["ttft_ms"] > 0 and r["tpot_ms"] > 0 for r in data["dtype_ratios"].values())
 
 
+@pytest.mark.slow
 def test_cli_writes_outputs_and_prints_the_table(tmp_path: Path, tiny_model_dir: Path) -> None:
     out = tmp_path / "cli"
     res = CliRunner().invoke(app, ["sweep", "--vary", "output", "--values", "2,6", "--repeat", "1", "--model",
@@ -96,6 +100,7 @@ def test_cli_writes_outputs_and_prints_the_table(tmp_path: Path, tiny_model_dir:
     assert sorted(p.name for p in out.glob("*.png")) == sorted(f"{m}.png" for m in METRICS)
 
 
+@pytest.mark.slow
 def test_cli_weights_option_picks_the_matmul_format_and_records_it(tmp_path: Path, tiny_model_dir: Path) -> None:
     out = tmp_path / "int8"
     res = CliRunner().invoke(app, ["sweep", "--vary", "output", "--values", "2", "--repeat", "1", "--model",

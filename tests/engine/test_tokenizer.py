@@ -163,8 +163,7 @@ def test_incremental_detokenizer_never_emits_half_a_character(tokenizer: Tokeniz
             assert "\ufffd" not in delta
             emitted += delta
             assert text.startswith(emitted)
-    assert "" in _stream(tokenizer, _byte_token_ids(tokenizer, "😀".encode("utf-8")))[:3]
-
+    assert "" in _stream(tokenizer, _byte_token_ids(tokenizer, "😀".encode()))[:3]
 
 
 def test_a_long_text_encodes_to_the_same_ids_through_the_gil_free_path(tokenizer: Tokenizer) -> None:

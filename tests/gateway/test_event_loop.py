@@ -64,8 +64,8 @@ async def test_a_long_document_is_tokenized_off_the_event_loop(live_server: Live
     async with httpx.AsyncClient(base_url=live_server.url, timeout=60) as c:
         for n in range(5):
             text = f"Document {n}. " + SENTENCE * 260  # ~6,000 tokens (the document_qa limit is 6,144)
-            resp, latencies = await _with_probe(live_server.url, lambda: c.post(
-                "/v1/documents", headers=auth(keys.acme), json={"title": "Basel", "text": text}))
+            resp, latencies = await _with_probe(live_server.url, lambda body=text: c.post(
+                "/v1/documents", headers=auth(keys.acme), json={"title": "Basel", "text": body}))
             assert resp.status_code == 201, resp.text
             assert resp.json()["num_tokens"] > 5000
             worst.append(max(latencies))

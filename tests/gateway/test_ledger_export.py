@@ -4,7 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -26,7 +26,7 @@ async def _requests(client: httpx.AsyncClient, keys: Keys) -> tuple[str, str]:
 
 
 async def test_admin_export_by_tenant_and_period(client: httpx.AsyncClient, keys: Keys) -> None:
-    since = (datetime.now(timezone.utc) - timedelta(seconds=5)).isoformat()
+    since = (datetime.now(UTC) - timedelta(seconds=5)).isoformat()
     mine, theirs = await _requests(client, keys)
     r = await client.get("/v1/ledger/export", headers=auth(keys.acme_admin), params={"tenant": "acme", "since": since})
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
@@ -36,7 +36,7 @@ async def test_admin_export_by_tenant_and_period(client: httpx.AsyncClient, keys
     r = await client.get("/v1/ledger/export", headers=auth(keys.acme_admin), params={"since": since, "format": "csv"})
     table = list(csv.DictReader(io.StringIO(r.text)))
     assert {mine, theirs} <= {x["request_id"] for x in table} and "slo_met" in table[0]
-    future = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     r = await client.get("/v1/ledger/export", headers=auth(keys.acme_admin), params={"since": future})
     assert r.status_code == 200 and r.text == ""
     assert (await client.get("/v1/ledger/export", headers=auth(keys.acme))).status_code == 403  # admins only

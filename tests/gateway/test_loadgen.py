@@ -41,7 +41,7 @@ def test_schedule_is_repeatable_for_a_seed_and_differs_across_seeds() -> None:
 
 def test_schedule_has_the_requested_rate_and_mix() -> None:
     a = poisson_schedule(10.0, MIX, seed=1, max_requests=5000, duration_s=10_000)
-    gaps = [b.offset_s - x.offset_s for x, b in zip(a, a[1:])]
+    gaps = [b.offset_s - x.offset_s for x, b in zip(a, a[1:], strict=False)]
     assert statistics.fmean(gaps) == pytest.approx(0.1, rel=0.05)
     # exponential gaps: the standard deviation equals the mean (a fixed-gap client would have ~0)
     assert statistics.pstdev(gaps) == pytest.approx(0.1, rel=0.1)
@@ -167,7 +167,7 @@ def test_payloads_match_the_gateway_schemas_and_depend_only_on_seed_and_index() 
     arrivals = poisson_schedule(5.0, MIX, seed=4, max_requests=30, duration_s=100)
     specs = [w.build(a) for a in arrivals]
     assert specs == [w.build(a) for a in arrivals]
-    for a, spec in zip(arrivals, specs):
+    for a, spec in zip(arrivals, specs, strict=True):
         if a.workload_class == "realtime_risk":
             assert spec.path == "/v1/risk/assess" and not spec.stream
             RiskAssessRequest.model_validate(spec.body)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -18,7 +18,7 @@ from tests.gateway.conftest import Keys, auth
 from tests.ledger.factories import T0, make_row
 
 # A month of its own, long before the other gateway tests' requests (they share this ledger).
-UNTIL = datetime(2024, 6, 1, tzinfo=timezone.utc)
+UNTIL = datetime(2024, 6, 1, tzinfo=UTC)
 RISK = dict(workload_class="realtime_risk", ttft_target_ms=80.0, slo_goal=0.9, slo_percentile=99.0)
 
 
@@ -70,7 +70,7 @@ async def test_job_items_are_their_owners_requests_in_the_ledger_and_the_report(
         client: httpx.AsyncClient, keys: Keys, db_url: str) -> None:
     """A worker of tenant "ops" runs one item of an acme job and one of a globex job: each ledger row carries
     the job owner's tenant and key id, never the worker's, and each tenant's report counts its own item."""
-    since = datetime.now(timezone.utc)
+    since = datetime.now(UTC)
     engine = make_engine(db_url)
     with make_session_factory(engine)() as s:
         worker_raw = create_key(s, "ops", worker=True)
@@ -104,7 +104,7 @@ async def test_job_items_are_their_owners_requests_in_the_ledger_and_the_report(
         served = record["served_by"]
         assert served["model_id"] and served["finserve_version"] and len(served["weights_sha256"]) == 64
         assert served["weight_format"] in ("fp32", "bf16", "int8", "q4")  # what the engine resolved, not "auto"
-    params = {"since": since.isoformat(), "until": (datetime.now(timezone.utc) + timedelta(seconds=1)).isoformat()}
+    params = {"since": since.isoformat(), "until": (datetime.now(UTC) + timedelta(seconds=1)).isoformat()}
     for tenant in ("acme", "globex", "ops"):
         rep = (await client.get("/v1/slo/report", headers=auth(keys.acme_admin),
                                 params={**params, "tenant": tenant})).json()
@@ -114,7 +114,7 @@ async def test_job_items_are_their_owners_requests_in_the_ledger_and_the_report(
 
 async def test_the_gateway_drops_old_timelines_at_start_and_reports_still_work(
         settings, engine_client, keys: Keys, db_url: str) -> None:  # type: ignore[no-untyped-def]
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = [make_row(f"keep-tl-{now.timestamp()}", at_s=(now - T0).total_seconds() - 86400, tenant="retention"),
             make_row(f"drop-tl-{now.timestamp()}", at_s=(now - T0).total_seconds() - 9 * 86400, tenant="retention")]
     engine = make_engine(db_url)

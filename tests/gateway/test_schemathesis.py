@@ -6,6 +6,7 @@ A guard, not a search: the issue's run needed 729 cases to hit its 5xx; the valu
 test_edge_validation.py and test_sampling_properties.py."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,20 @@ def schema(tmp_path: Path, db_url: str, engine_client: LocalEngineClient) -> Any
     asgi.shutdown_lifespans()  # the app's lifespan (ledger writer, database) ends with the test
 
 
+def _examples(op: Any, mode: GenerationMode, headers: dict[str, str], statuses: dict[int, int]) -> Callable[[], None]:
+    """Hypothesis' run of `op`'s generated cases in `mode`, counting response statuses into `statuses`."""
+    checks = CHECKS + ([negative_data_rejection] if mode is GenerationMode.NEGATIVE else [])
+
+    @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(case=op.as_strategy(generation_mode=mode))
+    def run(case: Any) -> None:
+        r = case.call_and_validate(headers={**headers, **(case.headers or {})}, checks=checks)
+        statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+
+    return run
+
+
 @pytest.mark.slow
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(schema: Any, keys: Keys) -> None:
     headers = auth(keys.acme_admin)  # admin: every route is reachable, so every response shape is seen
@@ -55,17 +70,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(schema: Any,
         if (op.method.upper(), op.path) in SKIP:
             continue
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            checks = CHECKS + ([negative_data_rejection] if mode is GenerationMode.NEGATIVE else [])
-
-            @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck))
-            @given(case=op.as_strategy(generation_mode=mode))
-            def run(case: Any) -> None:
-                r = case.call_and_validate(headers={**headers, **(case.headers or {})}, checks=checks)
-                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
-
             try:
-                run()
+                _examples(op, mode, headers, statuses)()
             except Unsatisfiable:
                 assert mode is GenerationMode.NEGATIVE  # nothing to make invalid (no parameters, no body)
                 continue

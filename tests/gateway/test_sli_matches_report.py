@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -38,7 +38,7 @@ async def test_report_and_metrics_agree_after_a_mix_of_outcomes(tiny_model_dir: 
     settings = Settings(home=tmp_path / "home", database_url=url, log_json=True)
     policy = policy_with(realtime_risk={"max_running": 1, "queue_limit": 1, "max_output_tokens": 512})
     engine = make_client(tiny_model_dir, policy)
-    since = datetime.now(timezone.utc) - timedelta(minutes=1)
+    since = datetime.now(UTC) - timedelta(minutes=1)
     risk = {**auth(acme), "X-Workload-Class": "realtime_risk"}
     long = {"prompt": "Margin call", "max_tokens": 500, "ignore_eos": True}
     try:
@@ -85,7 +85,7 @@ async def test_report_and_metrics_agree_after_a_mix_of_outcomes(tiny_model_dir: 
     finally:
         engine.shutdown()
     with make_session_factory(db)() as s:
-        report = build_report(s, since, datetime.now(timezone.utc) + timedelta(seconds=1))
+        report = build_report(s, since, datetime.now(UTC) + timedelta(seconds=1))
     db.dispose()
     risk_slo = report["classes"]["realtime_risk"]["slo"]
     assert report["classes"]["realtime_risk"]["outcomes"]["interrupted"] == 1

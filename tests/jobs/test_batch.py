@@ -143,7 +143,7 @@ def _finish(sessions, batch_id: str, outcomes: list[str]) -> None:
     """Write each line's outcome as a worker does: done (200), refused (400 with its error body), or failed."""
     with sessions() as s:
         every = service.item_ids(s, batch_id, statuses=("pending", "running", "done", "failed", "cancelled"))
-        for item_id, outcome in zip(every, outcomes):
+        for item_id, outcome in zip(every, outcomes, strict=False):  # lines past the outcomes are left
             if outcome == "leave":
                 continue
             assert service.claim_item(s, item_id, 60).outcome is service.ClaimOutcome.CLAIMED

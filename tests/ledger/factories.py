@@ -1,12 +1,12 @@
 """Ledger rows for tests, with only the fields a test cares about spelled out."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ledger import LedgerRow
 
-T0 = datetime(2025, 3, 3, 9, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 3, 9, 0, 0, tzinfo=UTC)
 
 
 def make_row(request_id: str, *, at_s: float = 0.0, **kw: Any) -> LedgerRow:

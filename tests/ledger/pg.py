@@ -62,7 +62,7 @@ class PostgresServer:
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}\n{tail}")
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         if self.os_user:
             pw = pwd.getpwnam(self.os_user)
             os.chown(self.root, pw.pw_uid, pw.pw_gid)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -10,7 +10,7 @@ from ledger.reports import budget as eb
 from ledger.reports import parse_duration
 from ledger.reports.percentiles import low_sample, min_samples, nearest_rank
 
-END = datetime(2025, 3, 3, 12, 0, tzinfo=timezone.utc)
+END = datetime(2025, 3, 3, 12, 0, tzinfo=UTC)
 
 
 def at(minutes_before_end: float, met: bool | None, n: int = 1) -> list[tuple[datetime, bool | None]]:

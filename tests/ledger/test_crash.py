@@ -50,7 +50,7 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         env = {**os.environ, "PYTHONPATH": str(REPO), "FINSERVE_HOME": str(self.home),
                "FINSERVE_MODEL": str(self.model), "FINSERVE_DATABASE_URL": self.db_url,
                "FINSERVE_PORT": str(self.port), "FINSERVE_KV_CACHE_MEMORY_BYTES": str(8 << 20),
@@ -140,7 +140,7 @@ def load_then_kill(server: Server, key: str, min_answered: int) -> Seen:
 def ledger(db_url: str) -> dict[str, str]:
     engine = make_engine(db_url)
     with engine.connect() as conn:
-        rows = {rid: st for rid, st in conn.execute(select(RequestLedger.request_id, RequestLedger.status))}
+        rows = dict(conn.execute(select(RequestLedger.request_id, RequestLedger.status)).all())
     engine.dispose()
     return rows
 

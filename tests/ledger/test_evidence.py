@@ -3,7 +3,7 @@ tombstones, and rows chained before it still verify. SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -124,7 +124,7 @@ def test_erasure_by_request_and_by_tenant_leaves_a_verifiable_tombstone(kept, tm
 
 def test_retention_expires_evidence_and_keeps_rows_whose_evidence_is_young(kept):
     # Every row is older than 90 days (March 2025), but e0..e2's evidence is kept 183 days from now.
-    done = prune(kept, older_than=datetime.now(timezone.utc) - timedelta(days=90), timelines_older_than=None)
+    done = prune(kept, older_than=datetime.now(UTC) - timedelta(days=90), timelines_older_than=None)
     assert done.evidence_expired == 1  # e3's
     assert done.rows_deleted == 0  # e0 (position 1) still holds young evidence: the run stops before it
     assert sorted(seqs(kept, "acme").values()) == ["e0", "e1", "e2", "e3", "p4"]
@@ -132,8 +132,8 @@ def test_retention_expires_evidence_and_keeps_rows_whose_evidence_is_young(kept)
     assert result.ok, result.problems
     assert [(e["request_id"], e["kind"]) for e in extra["erasures"]] == [("e3", "evidence_expired")]
     with kept.begin() as conn:  # once it expired, the rows go as before
-        conn.execute(update(RequestEvidence).values(expires_at=datetime.now(timezone.utc) - timedelta(seconds=1)))
-    done = prune(kept, older_than=datetime.now(timezone.utc) - timedelta(days=90), timelines_older_than=None)
+        conn.execute(update(RequestEvidence).values(expires_at=datetime.now(UTC) - timedelta(seconds=1)))
+    done = prune(kept, older_than=datetime.now(UTC) - timedelta(days=90), timelines_older_than=None)
     assert (done.evidence_expired, done.rows_deleted) == (3, 5)
     assert audit(kept)[0].ok
 

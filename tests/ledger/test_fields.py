@@ -3,7 +3,7 @@ with it, and each chain version hashes exactly the fields it always has."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
@@ -83,7 +83,7 @@ def test_every_row_field_but_the_evidence_is_declared():
     undeclared = {f.name for f in dataclasses.fields(LedgerRow)} - set(COLUMNS)
     assert undeclared == {"evidence"}, "a LedgerRow field is a column only with field(metadata=declared(...))"
     assert tuple(LedgerRow(request_id="r", tenant="t", workload_class="c", class_rule="route", route="risk",
-                           status="finished", http_status=200, arrival_at=datetime.now(timezone.utc)).to_dict()) == COLUMNS
+                           status="finished", http_status=200, arrival_at=datetime.now(UTC)).to_dict()) == COLUMNS
 
 
 def test_the_derived_lists_are_what_they_were_by_hand():

@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,7 @@ def test_the_rendered_page_shows_the_figures(chromium: str, page: tuple[Path, di
 
 
 def chart_dates(labels: list[str]) -> list[datetime]:
-    return [datetime.strptime(t, DATE_FORMAT).replace(tzinfo=timezone.utc)
+    return [datetime.strptime(t, DATE_FORMAT).replace(tzinfo=UTC)
             for t in labels if re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", t)]
 
 

@@ -1,7 +1,7 @@
 """The report's charts: the time axis is the report window, and every class's line can be seen."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import matplotlib.dates as mdates
@@ -27,7 +27,7 @@ def x_window(fig: Any) -> tuple[datetime, datetime]:
 def tick_dates(fig: Any) -> list[datetime]:
     fig.canvas.draw()
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
-    return [datetime.strptime(text, charts.DATE_FORMAT).replace(tzinfo=timezone.utc) for text in labels]
+    return [datetime.strptime(text, charts.DATE_FORMAT).replace(tzinfo=UTC) for text in labels]
 
 
 @pytest.mark.parametrize("make", [charts.attainment_figure, charts.burn_down_figure])

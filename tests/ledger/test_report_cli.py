@@ -4,7 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from typer.testing import CliRunner
@@ -27,7 +27,7 @@ def report(db_url, monkeypatch, tmp_path):
     upgrade(db_url)
     engine = make_engine(db_url)
     # "now" is read here, not at import: the whole suite runs for twenty minutes after collection.
-    ago = (datetime.now(timezone.utc) - T0).total_seconds()  # make_row places rows at T0 + at_s; these are now - x
+    ago = (datetime.now(UTC) - T0).total_seconds()  # make_row places rows at T0 + at_s; these are now - x
     rows = [make_row(f"old-{i}", at_s=ago - 30 * 86400, **RISK) for i in range(3)]
     rows += [make_row(f"acme-{i}", at_s=ago - 2 * 86400 + i, slo_met=i != 0, **RISK) for i in range(10)]
     rows += [make_row(f"globex-{i}", at_s=ago - 2400 + i, tenant="globex", slo_met=i >= 2, **RISK) for i in range(4)]

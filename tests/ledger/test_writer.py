@@ -160,7 +160,7 @@ def test_a_bad_row_does_not_hold_up_the_others(db_engine, make_writer):
 
 def statuses(engine) -> dict[str, str]:
     with engine.connect() as conn:
-        return {rid: st for rid, st in conn.execute(select(RequestLedger.request_id, RequestLedger.status))}
+        return dict(conn.execute(select(RequestLedger.request_id, RequestLedger.status)).all())
 
 
 def test_final_status_wins_whatever_order_rows_arrive_in(db_engine, make_writer):

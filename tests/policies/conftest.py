@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import copy
 import tomllib
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

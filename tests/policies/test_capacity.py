@@ -1,8 +1,9 @@
 """check_against_model refuses a policy whose limits the model's context or the KV pool cannot meet."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

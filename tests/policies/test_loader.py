@@ -1,8 +1,9 @@
 """The default policy loads; every kind of mistake in a policy file is reported with file, key and problem."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

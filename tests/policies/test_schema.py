@@ -4,10 +4,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pytest
 

@@ -30,7 +30,7 @@ class ServerThread:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "ServerThread":
+    def start(self) -> ServerThread:
         self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None,
                                                      access_log=False, lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, daemon=True)

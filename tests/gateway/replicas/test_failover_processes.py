@@ -124,7 +124,7 @@ def test_kill_9_under_mixed_load_loses_nothing_from_the_ledger(engines: list[Eng
     finally:
         gw.stop()
         db.dispose()
-    assert report["requests"] > 10 and set(c.split()[0] for c in report["responses"]) == {
+    assert report["requests"] > 10 and {c.split()[0] for c in report["responses"]} == {
         "realtime_risk", "document_qa", "bulk_extraction"}
     assert report["lost"] == 0, report
     assert report["non_json_errors"] == 0 and report["transport_errors"] == 0, report

@@ -112,7 +112,7 @@ def test_realtime_ignores_other_classes_waiting() -> None:
 
 
 def test_bulk_goes_to_the_lowest_kv_use_and_is_shed_when_all_are_saturated() -> None:
-    rs = replicas(**{n: {"kv_usage": u} for n, u in zip(NAMES, (0.5, 0.2, 0.7, 0.3))})
+    rs = replicas(**{n: {"kv_usage": u} for n, u in zip(NAMES, (0.5, 0.2, 0.7, 0.3), strict=True)})
     assert pick_least_kv(rs, CFG).replica == NAMES[1]
     full = replicas(**{n: {"kv_usage": 0.95} for n in NAMES})
     shed = pick_least_kv(full, CFG)

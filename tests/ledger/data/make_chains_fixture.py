@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from core.db.migrate import upgrade
 from ledger import LedgerRow, LedgerWriter
 from ledger.chain import GENESIS, HEADS, LEDGER, SUPERSEDED, legacy_row_hash
 
-T0 = datetime(2025, 3, 3, 9, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 3, 9, 0, 0, tzinfo=UTC)
 
 
 def row(request_id: str, tenant: str, i: int, **kw: Any) -> LedgerRow:

@@ -1,0 +1,41 @@
+"""The served model name, derived once (Settings.model_id), is the same everywhere it shows: the OpenAI routes'
+`model`, the gateway's metrics label, the ledger rows' model_id and the engine server's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core.settings import Settings
+from engine.client import LocalEngineClient
+from gateway.ledger_maintenance import process_versions
+from gateway.replicas.server import create_engine_app
+from stack.app import create_app
+from tests.gateway.conftest import Keys, auth
+
+
+@pytest.mark.parametrize("served", [None, "finserve-risk-1"])
+async def test_the_gateway_its_ledger_and_the_engine_server_name_the_model_alike(
+        served: str | None, tmp_path: Path, db_url: str, keys: Keys, engine_client: LocalEngineClient,
+        tiny_model_dir: Path) -> None:
+    settings = Settings(_env_file=None, home=tmp_path, database_url=db_url, model=tiny_model_dir,
+                        served_model_name=served, log_json=True)
+    expected = served or tiny_model_dir.name
+    assert settings.model_id() == expected
+    gateway = create_app(settings, engine_client=engine_client)
+    async with gateway.router.lifespan_context(gateway):
+        state = gateway.state.finserve
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway), base_url="http://gateway") as http:
+            models = (await http.get("/v1/models", headers=auth(keys.acme))).json()
+            wrong = await http.post("/v1/completions", headers=auth(keys.acme),
+                                    json={"model": expected + "-other", "prompt": "hi", "max_tokens": 1})
+        assert [m["id"] for m in models["data"]] == [expected]
+        assert state.metrics.model_name == expected
+        assert process_versions(state).model_id == expected
+    assert wrong.status_code == 404 and expected in wrong.json()["error"]["message"]
+    server = create_engine_app(settings, engine_client=engine_client)  # injected: its lifespan loads nothing
+    async with server.router.lifespan_context(server):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=server), base_url="http://engine") as http:
+            info = (await http.get("/v1/engine/info")).json()
+    assert info["model_name"] == expected
