@@ -105,3 +105,25 @@ def test_quantized_formats_shrink_the_weights(tiny_model_dir: Path) -> None:
     assert sizes["bf16"] < 0.55 * sizes["fp32"]
     assert sizes["int8"] < 0.32 * sizes["fp32"]
     assert sizes["q4"] < sizes["int8"]
+
+
+@needs_kernels
+def test_the_kernel_path_scores_int8_activations_and_leaves_the_model_as_it_was(
+    make_tiny_model: Callable[..., Path]
+) -> None:
+    """bench quality's kernel-path perplexity: q4a8 differs from q4 only there (prefill of 128+ rows is the same
+    dequantized GEMM for both); the flags it sets are put back; a dense model has no kernel path."""
+    from bench.quality import kernel_path_perplexity
+
+    folder = make_tiny_model(num_heads=4, num_kv_heads=2, head_dim=16)
+    ids = [(i * 7919) % 3000 + 100 for i in range(300)]  # 300 tokens: windows of 150 rows take the dense path
+    out = {}
+    for weights in ("q4", "q4a8"):
+        model = make_engine(folder, weights).runner.model
+        out[weights] = (perplexity(model, ids, 150), kernel_path_perplexity(model, ids, 150))
+        assert not any(lin.kernel_only for layer in model.layers for lin in (layer.qkv, layer.gate_up)
+                       if isinstance(lin, QuantizedLinear))
+    assert out["q4"][0] == out["q4a8"][0]  # prefill path: dequantized weights x fp32 activations in both
+    assert out["q4a8"][1] != out["q4"][1]  # kernel path: int8 vs int16 activations
+    assert abs(out["q4"][1] / out["q4"][0] - 1) < 1e-3  # int16 activations stay within fp32 rounding
+    assert kernel_path_perplexity(make_engine(folder, "fp32").runner.model, ids, 150) is None
