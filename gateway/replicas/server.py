@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from fastapi import FastAPI, Request, Response
@@ -72,6 +72,18 @@ def _status_of(exc: AdmissionError) -> int:
     if exc.reason == "engine_unavailable":
         return _GONE
     return _FULL if exc.retryable else _NEVER_FITS
+
+
+T = TypeVar("T")
+
+
+async def _body(request: Request, parse: Callable[[Any], T], what: str) -> T | JSONResponse:
+    """The request's JSON body through `parse`, or the 400 a malformed one gets (the AdmissionError shape)."""
+    try:
+        return parse(await request.json())
+    except (KeyError, TypeError, ValueError) as exc:
+        bad = AdmissionError("invalid_request", f"malformed {what}: {exc}")
+        return JSONResponse(wire.admission_to_json(bad), status_code=_NEVER_FITS)
 
 
 def _ndjson(d: dict[str, Any]) -> bytes:
@@ -129,11 +141,9 @@ def create_engine_app(settings: Settings, engine_client: LocalEngineClient | Non
         client = state.client
         if client is None:
             return not_ready()
-        try:
-            req = wire.request_from_json(await request.json())
-        except (KeyError, TypeError, ValueError) as exc:
-            bad = AdmissionError("invalid_request", f"malformed engine request: {exc}")
-            return JSONResponse(wire.admission_to_json(bad), status_code=_NEVER_FITS)
+        req = await _body(request, wire.request_from_json, "engine request")
+        if isinstance(req, JSONResponse):
+            return req
         outputs = client.generate(req)
         try:
             first = await anext(outputs)
@@ -161,11 +171,9 @@ def create_engine_app(settings: Settings, engine_client: LocalEngineClient | Non
         client = state.client
         if client is None:
             return not_ready()
-        try:
-            prefix = wire.eviction_from_json(await request.json())
-        except (KeyError, TypeError, ValueError) as exc:
-            bad = AdmissionError("invalid_request", f"malformed prefix eviction: {exc}")
-            return JSONResponse(wire.admission_to_json(bad), status_code=_NEVER_FITS)
+        prefix = await _body(request, wire.eviction_from_json, "prefix eviction")
+        if isinstance(prefix, JSONResponse):
+            return prefix
         return wire.evicted_to_json(await client.evict_prefix(prefix))
 
     @app.get("/v1/engine/info", response_model=None)

@@ -224,3 +224,12 @@ def test_a_socket_torn_down_while_connecting_is_an_unreachable_replica(replica_s
 
     refused, ready = asyncio.run(attempt())
     assert refused.retryable and "no engine replica is serving" in str(refused) and not ready
+
+
+def test_a_malformed_engine_request_or_eviction_is_refused_with_its_reason(replica_servers) -> None:  # type: ignore[no-untyped-def]
+    (server, _), _ = replica_servers
+    for path, what in (("/v1/engine/generate", "malformed engine request"),
+                       ("/v1/engine/evict-prefix", "malformed prefix eviction")):
+        r = httpx.post(f"{server.url}{path}", json={"not": "a request"}, timeout=30)
+        assert r.status_code == 400, (path, r.text)
+        assert what in r.text
