@@ -19,9 +19,9 @@ from typing import Any
 
 from bench.configured import engine_config
 from bench.peer_bench import cpu_name
+from bench.quality import native_linears
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
-from engine.model.quant import QuantizedLinear
 from engine.request import EngineRequest, SamplingParams
 
 
@@ -37,9 +37,7 @@ def _prefill_ms_per_token(engine: LLMEngine, n: int, rng: random.Random) -> floa
 
 def measure(weights: str, tokens: int, reps: int) -> dict[str, Any]:
     engine = LLMEngine(engine_config(None, weights=weights))
-    model = engine.runner.model
-    lins = [lin for layer in model.layers for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
-    quantized = [lin for lin in [*lins, model.lm_head] if isinstance(lin, QuantizedLinear)]
+    quantized = native_linears(engine.runner.model)
     if not quantized:
         raise SystemExit(f"{weights} has no quantized matmul to compare")
     rng = random.Random(0)

@@ -72,7 +72,8 @@ def perplexity(model: LlamaModel, ids: list[int], window: int = 512) -> float:
     return math.exp(nll / count)
 
 
-def _native_linears(model: LlamaModel) -> list[Any]:
+def native_linears(model: LlamaModel) -> list[Any]:
+    """Every quantized matmul of `model` that runs on the native kernels (layers' four, then the LM head)."""
     from engine.model.quant import QuantizedLinear
 
     lins = [lin for layer in model.layers for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
@@ -81,7 +82,7 @@ def _native_linears(model: LlamaModel) -> list[Any]:
 
 def kernel_path_perplexity(model: LlamaModel, ids: list[int], window: int) -> float | None:
     """Perplexity with every quantized matmul through the integer kernel (None: no native quantized matmul)."""
-    lins = _native_linears(model)
+    lins = native_linears(model)
     if not lins:
         return None
     before = [lin.kernel_only for lin in lins]
