@@ -95,6 +95,8 @@ class Settings(BaseSettings):
     kernel_isa: Literal["auto", "generic", "avx2", "avx512"] = "auto"  # force a kernel variant (tests, debugging)
     # every token through the native step's per-row arithmetic: bitwise-reproducible answers (ledger replay)
     batch_invariant: bool = False
+    # prefill matmuls' fp32 weights (EngineConfig.prefill_weights): cached copy (faster, more memory) or per step
+    prefill_weights: Literal["auto", "cached", "dequantize"] = "auto"
     block_size: int = Field(16, gt=0)
     kv_cache_memory_bytes: int = Field(1 << 30, gt=0)
     kv_cache_num_blocks: int | None = Field(None, gt=0)  # an exact block count; overrides the byte budget
@@ -208,6 +210,7 @@ class Settings(BaseSettings):
             native_kernels=self.native_kernels,
             kernel_isa=self.kernel_isa,
             batch_invariant=self.batch_invariant,
+            prefill_weights=self.prefill_weights,
             block_size=self.block_size,
             kv_cache_memory_bytes=self.kv_cache_memory_bytes,
             num_blocks_override=self.kv_cache_num_blocks,

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.kv_dtypes import check_kv_dtype, dtype_bytes, kv_choices, torch_name
-from engine.model.formats import check_weights, weight_choices
+from engine.model.formats import check_prefill_weights, check_weights, weight_choices
 from policies import Policy
 
 WEIGHT_FORMATS = weight_choices()  # ("auto", "fp32", "bf16", "int8", "q4"): engine/model/formats.py
@@ -33,6 +33,9 @@ class EngineConfig:
     # whatever else was batched, however the prompt was chunked, cached prefix or not. Needs the native
     # step (quantized weights, fp32 compute on CPU); its cost is measured in docs/BENCHMARKS.md.
     batch_invariant: bool = False
+    # Prefill matmuls' fp32 weights: auto | cached (dequantized once at load and kept: faster prefill, 4 bytes
+    # a weight more) | dequantize (into a scratch buffer every step). engine/model/prefill_weights.py
+    prefill_weights: str = "auto"
     block_size: int = 16
     kv_cache_memory_bytes: int = 1 << 30  # KV block pool budget
     num_blocks_override: int | None = None  # tests: exact number of blocks
@@ -53,6 +56,7 @@ class EngineConfig:
             raise ValueError(f"scheduling must be 'class' or 'fcfs', not {self.scheduling!r}")
         check_weights(self.weights)
         check_kv_dtype(self.kv_cache_dtype)
+        check_prefill_weights(self.prefill_weights)
         if self.kernel_isa not in ("auto", "generic", "avx2", "avx512"):
             raise ValueError(f"kernel_isa must be auto, generic, avx2 or avx512, not {self.kernel_isa!r}")
         if self.block_size <= 0 or self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:

@@ -13,7 +13,7 @@ import torch
 
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
 from engine.kv_dtypes import KV_DTYPES
-from engine.model import cpu_kernels
+from engine.model import cpu_kernels, prefill_weights
 from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.config import ModelConfig
 from engine.model.cpu_kernels import native_decode_for
@@ -56,6 +56,10 @@ class ModelRunner:
             (mc.num_layers, 2, slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype, device=self.device
         )
         self.native_step = self._native_step()
+        self.prefill_weights = prefill_weights.apply(self.model, config.prefill_weights,
+                                                     batch_invariant=config.batch_invariant)
+        log.info("prefill_weights", mode=self.prefill_weights.mode, reason=self.prefill_weights.reason,
+                 cached_mb=round(self.prefill_weights.cached_bytes / 2**20, 1))
         if config.batch_invariant and self.native_step is None:
             why = ("the native kernels are off or not built, or the K/V dtype is not one they read" if not self.native_decode
                    else NativeDecoder.eligible(self.model))

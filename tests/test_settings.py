@@ -20,6 +20,7 @@ CHANGED = {
     "native_kernels": ("native_kernels", False, False),
     "kernel_isa": ("kernel_isa", "avx2", "avx2"),
     "batch_invariant": ("batch_invariant", True, True),
+    "prefill_weights": ("prefill_weights", "dequantize", "dequantize"),
     "block_size": ("block_size", 32, 32),
     "kv_cache_memory_bytes": ("kv_cache_memory_bytes", 123 << 20, 123 << 20),
     "num_blocks_override": ("kv_cache_num_blocks", 77, 77),

@@ -114,6 +114,15 @@ def check_weights(name: str) -> str:
     return name
 
 
+# Where prefill-sized batches get their fp32 weights (EngineConfig.prefill_weights; engine/model/prefill_weights.py).
+PREFILL_WEIGHTS = ("auto", "cached", "dequantize")
+
+
+def check_prefill_weights(name: str) -> None:
+    if name not in PREFILL_WEIGHTS:
+        raise ValueError(f"prefill_weights must be one of {', '.join(PREFILL_WEIGHTS)}, not {name!r}")
+
+
 def weight_format(name: str) -> WeightFormat:
     """The registered format `name` (a resolved one: never auto)."""
     try:

@@ -134,6 +134,10 @@ def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | 
 # ("What is the capital of France?" no longer answered Paris, greedy agreement with fp32 59%), so the
 # engine does not use them. bf16 GEMM through torch was slower than fp32 on this CPU (no AMX).
 DENSE_MIN_ROWS = 128
+# With the dequantized copy kept (EngineConfig.prefill_weights "cached": no per-step dequantization), MKL
+# beats the integer kernel from ~24 rows (2-core AVX2 EPYC, 2 threads: 32 rows 142 vs 179 ms a step, 16 rows
+# 123 vs 92), so cached weights take batches from 32 rows on.
+CACHED_MIN_ROWS = 32
 _scratch = threading.local()  # per thread (engines on two threads must not share it): one fp32 buffer
 
 
@@ -161,8 +165,22 @@ class QuantizedLinear:
         # without VNNI a 256-row prefill ran 3.2 ms/token through the int8 kernel vs 2.6 dequantized + MKL.
         self.kernel_only = False
         self._dense: torch.Tensor | None = None
+        self._cached: torch.Tensor | None = None  # fp32 [N, K] kept for prefill batches (`keep_dense`)
+
+    def keep_dense(self) -> int:
+        """Keeps this matmul's weights dequantized in fp32 for prefill-sized batches (no per-step
+        dequantization); the same values the scratch path computes. Returns the bytes it holds."""
+        if self.lib is None:
+            return 0
+        qw = self.weight
+        if self._cached is None:
+            self._cached = torch.empty(qw.n, qw.k, dtype=torch.float32)
+            cpu_kernels.dequant_into(self.lib, qw.kernel, qw.packed, qw.scales, qw.mins, self._cached)
+        return self._cached.numel() * 4
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # x [T, K] -> [T, N]
+        if self._cached is not None and x.shape[0] >= CACHED_MIN_ROWS and not self.kernel_only:
+            return F.linear(x.float(), self._cached, self.bias).to(x.dtype)
         if self.lib is not None and x.shape[0] >= DENSE_MIN_ROWS and not self.kernel_only:
             qw = self.weight
             w = _dense_buffer(qw.n, qw.k)
