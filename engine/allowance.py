@@ -7,7 +7,8 @@ so does an isolating class's prefill (it pauses lower classes' prefill, so their
 Shields, from the classes' rules (engine/request_queue.py), cap the prefill of lower-priority classes:
   shield_chunk_tokens    in every step, lower-priority classes share at most this much prefill (-1: no cap),
                          so a request of the class arriving at any moment waits behind one short step,
-                         however deep into a long document that step's chunk is
+                         however deep into a long document that step's chunk is; with shield_active_s >= 0
+                         only within that many seconds of the class's last arrival (`arrived`)
   shield_prefill_tokens  while the class has running requests, lower-priority classes share at most this
                          many prefill tokens per step (-1: no cap), so its decode steps stay short (its TPOT)
   prefill_isolation      while the class prefills, lower-priority classes get no prefill tokens in that step,
@@ -34,17 +35,29 @@ class StepAllowance:
         self.rules = rules
         self.queue = queue
         self.attention_tokens = attention_tokens
+        self._last_arrival: dict[str, float] = {}  # class -> arrival time (time.time()) of its latest request
 
-    def open(self, step: StepPlan, running: Iterable[EngineRequest]) -> None:
-        """The shields that hold from the start of `step`: every chunk shield, and the prefill shields of the
-        classes with running requests."""
+    def arrived(self, req: EngineRequest) -> None:
+        """`req` was queued: its class is active from its arrival on (shield_active_s)."""
+        cls = req.workload_class
+        self._last_arrival[cls] = max(self._last_arrival.get(cls, req.arrival_time), req.arrival_time)
+
+    def open(self, step: StepPlan, running: Iterable[EngineRequest], now: float) -> None:
+        """The shields that hold from the start of `step` at time `now`: the chunk shields of the classes
+        active then, and the prefill shields of the classes with running requests."""
         for rules in self.rules.values():
-            if rules.shield_chunk_tokens >= 0:
+            if rules.shield_chunk_tokens >= 0 and self._active(rules, now):
                 step.shield(rules.priority, rules.shield_chunk_tokens)
         for req in running:
             rules = self.rules[req.workload_class]
             if rules.shield_prefill_tokens >= 0:
                 step.shield(rules.priority, rules.shield_prefill_tokens)
+
+    def _active(self, rules: ClassRules, now: float) -> bool:
+        if rules.shield_active_s < 0:
+            return True
+        last = self._last_arrival.get(rules.name)
+        return last is not None and now - last <= rules.shield_active_s
 
     def isolate(self, req: EngineRequest, step: StepPlan) -> None:
         """`req` was just considered: if its class isolates its prefill and it got tokens, lower classes'

@@ -48,7 +48,7 @@ import heapq
 import math
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from engine.admission import Admission
 from engine.allowance import StepAllowance
@@ -100,6 +100,7 @@ class Scheduler:
         self._last_progress: dict[str, int] = {}  # request id -> last step it was scheduled (or arrived)
         self.allowance = StepAllowance(self.rules, self.waiting, attention_tokens)
         self.preemption = Preemptor(self.rules, self.kv, self.waiting, self.running, config.max_num_seqs)
+        self.clock: Callable[[], float] = time.time  # "now" of a step, on requests' arrival_time scale
         self.num_steps = 0  # schedule() calls
         self.num_batches = 0  # schedule() calls that scheduled something
 
@@ -117,6 +118,7 @@ class Scheduler:
         self._requests[req.request_id] = req
         self._last_progress[req.request_id] = self.num_steps
         self.waiting.add(req)
+        self.allowance.arrived(req)
 
     def finish_request(
         self, request_id: str, status: RequestStatus, *, now: float | None = None
@@ -162,7 +164,7 @@ class Scheduler:
         self._promote_starved()
         total = self.config.max_num_batched_tokens
         step = StepPlan(StepTokenBudget(total, self._reserves, self._token_demand()))
-        self.allowance.open(step, self.running.values())
+        self.allowance.open(step, self.running.values(), self.clock())
         self._fill(step)
         if step.token_limited and step.budget.remaining > 0 and step.budget.has_reserves:
             step.budget.drop_reserves()  # reserves nobody could use go to whoever can

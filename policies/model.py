@@ -143,6 +143,11 @@ class ClassPolicy:
     shield_chunk_tokens: int = field(default=-1, metadata=knob(
         "in every step, lower-priority classes' prefill, in token-equivalents at zero context (-1: no cap)",
         ge=-1))
+    # ... but only while the class is active: a request of it arrived in the last N seconds (-1: always). With no
+    # traffic of the class, documents and bulk prefill in full chunks; the first request after a quiet spell
+    # waits behind at most one full chunk.
+    shield_active_s: float = field(default=-1.0, metadata=knob(
+        "shield_chunk_tokens holds only within this many seconds of the class's last arrival (-1: always)", ge=-1))
     # The default shape of the class's domain answers (e.g. a risk verdict): a request that does
     # not ask for free text or pass its own schema decodes under this one. Empty: free text.
     response_schema: str = field(default="", metadata=knob(

@@ -62,3 +62,22 @@ def test_a_request_arriving_mid_document_runs_in_the_next_step():
     out = scheduled(sim.step())
     assert out["u"] == 8  # the whole event, the step after it arrived ...
     assert chunk_cost(start, out.get("d", 0), A) <= 8  # ... beside at most a shielded sliver of the document
+
+
+def test_the_chunk_shield_holds_only_while_its_class_is_active():
+    urgent = variant(URGENT, shield_chunk_tokens=8, shield_active_s=5.0)
+    sched = make_scheduler(make_policy(urgent, variant(DOCS, max_input_tokens=400), BATCH), num_blocks=256,
+                           attention_tokens=A)
+    now = [0.0]
+    sched.clock = lambda: now[0]  # the step's "now", on the simulation's arrival-time scale
+    sim = Sim(sched)
+    d = sim.add("d", 300, "docs", max_tokens=1)
+    assert scheduled(sim.step())["d"] == 16  # no urgent request has ever arrived: the full step budget
+    u = sim.add("u", list(range(500, 508)), "urgent", max_tokens=1)
+    now[0] = u.arrival_time
+    assert scheduled(sim.step())["u"] == 8  # the event's own step
+    assert chunk_cost(d.num_computed_tokens, scheduled(sim.step())["d"], A) <= 8  # active: shielded
+    now[0] = u.arrival_time + 5.0
+    assert chunk_cost(d.num_computed_tokens, scheduled(sim.step())["d"], A) <= 8  # still within 5 s
+    now[0] = u.arrival_time + 5.5
+    assert scheduled(sim.step())["d"] == 16  # quiet for longer than shield_active_s: full chunks again
