@@ -54,6 +54,26 @@ def _ll_tokenizer(tokenizer: Tokenizer | tokenizers.Tokenizer) -> llguidance.LLT
     return llguidance.LLTokenizer(_backend(tokenizer).to_str(), eos_token=_eos_ids(tokenizer))
 
 
+def writable(tokenizer: Tokenizer | tokenizers.Tokenizer, text: str) -> bool:
+    """True when the model can write `text` as the content of a JSON string, in ordinary tokens.
+
+    Not so for a character whose UTF-8 bytes the vocabulary lacks (SmolLM2 has no single-byte token
+    for 0xF1 or 0xF2, and its tokenizer drops them: U+40000..U+BFFFF cannot be written) or for a
+    special token's text ("<|im_end|>" tokenizes to the special token). A grammar that forces such text (a `const` or the rest of an
+    `enum` value) breaks llguidance's jump-forward: its forced tokens drop the missing bytes or hold
+    the special token, and its own matcher refuses them ("forced bytes: got ..."). The check is
+    llguidance's own tokenization of the text as JSON escapes it, so it agrees with what is forced.
+    """
+    ll = _ll_tokenizer(tokenizer)
+    escaped = json.dumps(text, ensure_ascii=False)[1:-1]  # control characters become ASCII \uXXXX escapes
+    try:
+        data = escaped.encode()
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 bytes at all
+        return False
+    tokens = ll.tokenize_bytes(data)
+    return ll.decode_bytes(tokens) == data and not any(ll.is_special_token(t) for t in tokens)
+
+
 def validate_json_schema(schema_json: str) -> tuple[dict[str, Any], str]:
     """Check a schema and build its grammar; returns (schema, llguidance grammar). No tokenizer needed.
 
