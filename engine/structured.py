@@ -14,6 +14,7 @@ can never spend its whole budget on them inside an otherwise finished object.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -139,8 +140,8 @@ class GrammarState:
 
     def accept(self, token_id: int) -> None:
         """Advance by one sampled token. A token outside the last mask is a caller bug: ValueError."""
-        if not self._matcher.consume_token(token_id):
-            raise ValueError(f"token {token_id} is not allowed by the grammar: {self._matcher.get_error()}")
+        if not self._matcher.consume_token(token_id):  # llguidance's reason, without its parser state dump
+            raise ValueError(f"token {token_id} is not allowed by the grammar: {_reason(self._matcher.get_error())}")
 
     def forced_tokens(self) -> list[int]:
         """The tokens the grammar allows as the only continuation from here (jump-forward), not yet consumed.
@@ -262,9 +263,52 @@ def check_constraint(tokenizer: Tokenizer | tokenizers.Tokenizer, p: SamplingPar
     """
     grammar = compile_constraint(tokenizer, p)
     if grammar is not None:
-        problem = _probe(grammar)
+        problem = _probe(grammar) or _unwritable(tokenizer, constraint_kind(p), _spec(p))
         if problem is not None:
             raise ValueError(problem)
+
+
+def _spec(p: SamplingParams) -> str:
+    """The constraint's text, hashable for the cache: the regex, the JSON list of choices or the schema."""
+    if p.regex is not None:
+        return p.regex
+    if p.choice is not None:
+        return json.dumps(list(p.choice))
+    return p.json_schema or ""
+
+
+@lru_cache(maxsize=256)
+def _unwritable(tokenizer: Tokenizer | tokenizers.Tokenizer, kind: str | None, spec: str) -> str | None:
+    """Why the model cannot write a text the constraint forces verbatim (`writable`), or None. The literals
+    checked: a choice's strings, a JSON schema's property names and const / enum values (a regex's are not)."""
+    if kind == "choice":
+        literals: Iterator[str] = iter(json.loads(spec))
+    elif kind == "json_schema":
+        literals = _schema_literals(json.loads(spec))
+    else:
+        return None
+    for text in literals:
+        if not writable(tokenizer, text):
+            return f"{text[:80]!r} cannot be written in this model's tokens (a byte its vocabulary lacks, or a " \
+                   "special token's text)"
+    return None
+
+
+def _schema_literals(node: Any) -> Iterator[str]:
+    """Texts a JSON schema makes the output hold verbatim: property names, const and enum values (as JSON)."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _schema_literals(item)
+    elif isinstance(node, dict):
+        for key, sub in node.items():
+            if key in ("const", "enum"):
+                for value in [sub] if key == "const" else sub if isinstance(sub, list) else []:
+                    yield value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            elif key == "properties" and isinstance(sub, dict):
+                yield from sub
+                yield from _schema_literals(list(sub.values()))
+            else:
+                yield from _schema_literals(sub)
 
 
 @lru_cache(maxsize=256)

@@ -106,3 +106,27 @@ async def test_a_quoted_question_on_a_document_the_model_cannot_quote_is_answere
         elif body["finish_reason"] != "length":  # a random model may spend the budget inside the answer string
             assert [q["text"] for q in body["quotes"]][:1] == ["The fee is 7 euro a day."]
             assert all(q["text"] in sentence_spans(text) for q in body["quotes"])
+
+
+@pytest.mark.parametrize(("constraint", "code"), [
+    ({"guided_choice": ["yes", f"no {PLANE_4}"]}, "invalid_choice"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {
+        "type": "object", "properties": {"v": {"const": "a <|im_end|> b"}}, "required": ["v"]}}}},
+     "invalid_json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {
+        "type": "object", "properties": {f"k{PLANE_4}": {"type": "integer"}}, "required": [f"k{PLANE_4}"]}}}},
+     "invalid_json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {
+        "type": "array", "items": {"enum": [1, {"x": "\U000a0000"}]}}}}}, "invalid_json_schema"),
+])
+async def test_a_client_constraint_forcing_text_the_model_cannot_write_is_a_400(
+        client: httpx.AsyncClient, keys: Keys, app, constraint, code) -> None:
+    """The same cause from a client's own grammar: before, 500 engine_error once the text was forced."""
+    engine = app.state.finserve.engine_client
+    failed_before = engine.stats().failed_requests
+    r = await client.post("/v1/chat/completions", headers=auth(keys.acme),
+                          json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32, **constraint})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == code and "cannot be written in this model's tokens" in err["message"], err
+    assert engine.stats().failed_requests == failed_before  # it never reached the engine
