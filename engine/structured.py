@@ -326,7 +326,11 @@ def _probe(grammar: CompiledGrammar) -> str | None:
         trial = state._matcher.deep_copy()
         if not trial.consume_token(token) or trial.is_error():
             return _reason(trial.get_error())
-        trial.compute_ff_tokens()
+        # The forced tokens that follow are taken too, as the engine's jump-forward takes them: text the
+        # vocabulary cannot write (a regex literal, say; `writable`) is refused here, not in the engine.
+        for forced in trial.compute_ff_tokens():
+            if not trial.consume_token(forced):
+                return f"the text it forces cannot be written in this model's tokens ({_reason(trial.get_error())})"
         if trial.is_error():
             return _reason(trial.get_error())
     return None

@@ -110,6 +110,7 @@ async def test_a_quoted_question_on_a_document_the_model_cannot_quote_is_answere
 
 @pytest.mark.parametrize(("constraint", "code"), [
     ({"guided_choice": ["yes", f"no {PLANE_4}"]}, "invalid_choice"),
+    ({"guided_regex": f"a{PLANE_4}b"}, "invalid_regex"),  # forced from the first token: the probe takes it
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {
         "type": "object", "properties": {"v": {"const": "a <|im_end|> b"}}, "required": ["v"]}}}},
      "invalid_json_schema"),
