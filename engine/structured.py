@@ -14,6 +14,7 @@ can never spend its whole budget on them inside an otherwise finished object.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,26 @@ def _eos_ids(tokenizer: Tokenizer | tokenizers.Tokenizer) -> list[int] | None:
 def _ll_tokenizer(tokenizer: Tokenizer | tokenizers.Tokenizer) -> llguidance.LLTokenizer:
     """llguidance's view of the vocabulary (token bytes, EOS). Costs ~0.2 s, so once per tokenizer."""
     return llguidance.LLTokenizer(_backend(tokenizer).to_str(), eos_token=_eos_ids(tokenizer))
+
+
+def writable(tokenizer: Tokenizer | tokenizers.Tokenizer, text: str) -> bool:
+    """True when the model can write `text` as the content of a JSON string, in ordinary tokens.
+
+    Not so for a character whose UTF-8 bytes the vocabulary lacks (SmolLM2 has no single-byte token
+    for 0xF1 or 0xF2, and its tokenizer drops them: U+40000..U+BFFFF cannot be written) or for a
+    special token's text ("<|im_end|>" tokenizes to the special token). A grammar that forces such text (a `const` or the rest of an
+    `enum` value) breaks llguidance's jump-forward: its forced tokens drop the missing bytes or hold
+    the special token, and its own matcher refuses them ("forced bytes: got ..."). The check is
+    llguidance's own tokenization of the text as JSON escapes it, so it agrees with what is forced.
+    """
+    ll = _ll_tokenizer(tokenizer)
+    escaped = json.dumps(text, ensure_ascii=False)[1:-1]  # control characters become ASCII \uXXXX escapes
+    try:
+        data = escaped.encode()
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 bytes at all
+        return False
+    tokens = ll.tokenize_bytes(data)
+    return ll.decode_bytes(tokens) == data and not any(ll.is_special_token(t) for t in tokens)
 
 
 def validate_json_schema(schema_json: str) -> tuple[dict[str, Any], str]:
@@ -119,8 +140,8 @@ class GrammarState:
 
     def accept(self, token_id: int) -> None:
         """Advance by one sampled token. A token outside the last mask is a caller bug: ValueError."""
-        if not self._matcher.consume_token(token_id):
-            raise ValueError(f"token {token_id} is not allowed by the grammar: {self._matcher.get_error()}")
+        if not self._matcher.consume_token(token_id):  # llguidance's reason, without its parser state dump
+            raise ValueError(f"token {token_id} is not allowed by the grammar: {_reason(self._matcher.get_error())}")
 
     def forced_tokens(self) -> list[int]:
         """The tokens the grammar allows as the only continuation from here (jump-forward), not yet consumed.
@@ -242,9 +263,52 @@ def check_constraint(tokenizer: Tokenizer | tokenizers.Tokenizer, p: SamplingPar
     """
     grammar = compile_constraint(tokenizer, p)
     if grammar is not None:
-        problem = _probe(grammar)
+        problem = _probe(grammar) or _unwritable(tokenizer, constraint_kind(p), _spec(p))
         if problem is not None:
             raise ValueError(problem)
+
+
+def _spec(p: SamplingParams) -> str:
+    """The constraint's text, hashable for the cache: the regex, the JSON list of choices or the schema."""
+    if p.regex is not None:
+        return p.regex
+    if p.choice is not None:
+        return json.dumps(list(p.choice))
+    return p.json_schema or ""
+
+
+@lru_cache(maxsize=256)
+def _unwritable(tokenizer: Tokenizer | tokenizers.Tokenizer, kind: str | None, spec: str) -> str | None:
+    """Why the model cannot write a text the constraint forces verbatim (`writable`), or None. The literals
+    checked: a choice's strings, a JSON schema's property names and const / enum values (a regex's are not)."""
+    if kind == "choice":
+        literals: Iterator[str] = iter(json.loads(spec))
+    elif kind == "json_schema":
+        literals = _schema_literals(json.loads(spec))
+    else:
+        return None
+    for text in literals:
+        if not writable(tokenizer, text):
+            return f"{text[:80]!r} cannot be written in this model's tokens (a byte its vocabulary lacks, or a " \
+                   "special token's text)"
+    return None
+
+
+def _schema_literals(node: Any) -> Iterator[str]:
+    """Texts a JSON schema makes the output hold verbatim: property names, const and enum values (as JSON)."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _schema_literals(item)
+    elif isinstance(node, dict):
+        for key, sub in node.items():
+            if key in ("const", "enum"):
+                for value in [sub] if key == "const" else sub if isinstance(sub, list) else []:
+                    yield value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            elif key == "properties" and isinstance(sub, dict):
+                yield from sub
+                yield from _schema_literals(list(sub.values()))
+            else:
+                yield from _schema_literals(sub)
 
 
 @lru_cache(maxsize=256)
@@ -262,7 +326,11 @@ def _probe(grammar: CompiledGrammar) -> str | None:
         trial = state._matcher.deep_copy()
         if not trial.consume_token(token) or trial.is_error():
             return _reason(trial.get_error())
-        trial.compute_ff_tokens()
+        # The forced tokens that follow are taken too, as the engine's jump-forward takes them: text the
+        # vocabulary cannot write (a regex literal, say; `writable`) is refused here, not in the engine.
+        for forced in trial.compute_ff_tokens():
+            if not trial.consume_token(forced):
+                return f"the text it forces cannot be written in this model's tokens ({_reason(trial.get_error())})"
         if trial.is_error():
             return _reason(trial.get_error())
     return None

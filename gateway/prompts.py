@@ -6,10 +6,12 @@ and only the new tail is prefilled.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from engine.repetition import repeated_tail
@@ -262,10 +264,13 @@ def _headings(text: str, sentences: list[str]) -> list[set[str]]:
     return out
 
 
-def relevant_sentences(text: str, question: str, k: int = QUOTE_CANDIDATES) -> list[str]:
+def relevant_sentences(text: str, question: str, k: int = QUOTE_CANDIDATES,
+                       quotable: Callable[[str], bool] = lambda _: True) -> list[str]:
     """The `k` sentences of `text` most likely to answer `question`, best first: IDF-weighted overlap of
     stemmed words, lightly favouring short sentences, weighted by how well the sentence's shape fits the
-    kind of answer asked for (a figure, an article number).
+    kind of answer asked for (a figure, an article number). Only sentences `quotable` accepts count: the
+    route passes the model's vocabulary check (engine.structured.writable), since a quote the model cannot
+    write makes its forced tokens fail inside llguidance.
 
     A 135M model asked to pick the answering sentence among a document's hundred or more chose a
     wrong one for every labelled question (bench/quotes_eval.py). So code retrieves, and the model
@@ -285,4 +290,5 @@ def relevant_sentences(text: str, question: str, k: int = QUOTE_CANDIDATES) -> l
         own = idf(wanted & terms[i]) + 2 * idf(wanted & headings[i])
         return own / (1 + 0.02 * len(sentences[i].split())) * _kind_weight(question, sentences[i])
 
-    return [sentences[i] for i in sorted(range(len(sentences)), key=score, reverse=True)[:k]]
+    ranked = (sentences[i] for i in sorted(range(len(sentences)), key=score, reverse=True))
+    return list(itertools.islice(filter(quotable, ranked), k))

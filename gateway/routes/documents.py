@@ -35,6 +35,7 @@ from core.web.context import get_context
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.request import SamplingParams
+from engine.structured import writable
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
 from gateway.document_cache import evict_document
@@ -158,7 +159,10 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
                        x_workload_class: WorkloadClassHeader = None) -> Answer | Response:
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
-    candidates = relevant_sentences(doc.text, body.question) if body.quotes else None
+    candidates = None
+    if body.quotes:  # sentences the model can write (a quote is forced token by token); none: a plain answer
+        writes = functools.partial(writable, service.tokenizer)
+        candidates = relevant_sentences(doc.text, body.question, quotable=writes) or None
     schema = json.dumps(quoted_answer_schema(candidates, body.question), ensure_ascii=False) \
         if candidates is not None else None
     adm = await service.prepare(ctx, key, InferenceInput(

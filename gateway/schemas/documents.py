@@ -58,7 +58,9 @@ class Answer(BaseModel):
     workload_class: str
     answer: str
     quotes: list[Quote] | None = Field(None, description="With quotes=true: the supporting sentences; null "
-                                                         "otherwise, or when the answer was cut at max_tokens.")
+                                                         "otherwise, when the answer was cut at max_tokens, or "
+                                                         "when no sentence of the document can be written in "
+                                                         "the model's tokens (then the answer is plain).")
     finish_reason: str
     usage: Usage
     timings: Timings
