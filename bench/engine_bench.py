@@ -21,8 +21,12 @@ from engine.model.loader import weight_bytes
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 
 
-def _req(ids: list[int], n: int, cls: str = "bulk_extraction") -> EngineRequest:
-    return EngineRequest(uuid.uuid4().hex, list(ids), SamplingParams(max_tokens=n, ignore_eos=True), cls)
+def _req(ids: list[int], n: int, cls: str = "bulk_extraction", tenant: str = "") -> EngineRequest:
+    return EngineRequest(uuid.uuid4().hex, list(ids), SamplingParams(max_tokens=n, ignore_eos=True), cls,
+                         tenant=tenant)
+
+
+MIXED_TENANTS = 4  # the mixed batch comes from 4 clients: one tenant may hold only its share of the class queue
 
 
 def _drain(engine: LLMEngine) -> None:
@@ -81,14 +85,22 @@ def mixed_workload(n: int, seed: int = 0) -> list[tuple[list[int], int]]:
     return [(_rand_ids(rng, rng.randint(32, 1024)), rng.randint(16, 256)) for _ in range(n)]
 
 
+def submit_mixed(engine: LLMEngine, work: list[tuple[list[int], int]]) -> list[EngineRequest]:
+    """The whole mixed batch queued at once, spread over MIXED_TENANTS clients (one tenant alone would be
+    refused past its share of the bulk queue: `tenant_queue_share`)."""
+    reqs = [_req(ids, n, tenant=f"client{i % MIXED_TENANTS}") for i, (ids, n) in enumerate(work)]
+    for r in reqs:
+        engine.add_request(r)
+    return reqs
+
+
 def bench_mixed(engine: LLMEngine, hf: HFRunner, reps: int, n_requests: int, hf_batch: int = 8) -> dict[str, Any]:
     work = mixed_workload(n_requests)
     useful = sum(n for _, n in work)
 
     def ours() -> float:
         t0 = time.perf_counter()
-        for ids, n in work:
-            engine.add_request(_req(ids, n))
+        submit_mixed(engine, work)
         _drain(engine)
         return useful / (time.perf_counter() - t0)
 
