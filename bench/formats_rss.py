@@ -2,8 +2,9 @@
 
 A child process imports the engine, reads its RSS (baseline), loads the model in one format with a
 small KV pool, reads RSS again, then runs one 128-token prefill and reads it a third time. "weights" is
-RSS after load minus the baseline and the KV pool: what the weights (and anything the load left behind)
-cost the process.
+RSS after load minus the baseline, the KV pool and the fp32 prefill copy (reported apart as
+`prefill_copy_bytes`: EngineConfig.prefill_weights, cached by default where it fits): what the weights (and
+anything the load left behind) cost the process.
 
     python -m bench.formats_rss FORMAT MODEL THREADS   -> one JSON line
 """
@@ -45,8 +46,11 @@ def _child(fmt: str, model: str, threads: int) -> dict[str, object]:
                                      "bulk_extraction"))
     while engine.has_unfinished():
         engine.step()
+    copy = engine.runner.prefill_weights.cached_bytes  # the fp32 prefill copy (prefill_weights=cached), apart
     return {"format": engine.runner.model.weight_format, "baseline_bytes": base, "after_load_bytes": loaded,
-            "after_prefill_bytes": rss_bytes(), "weights_rss_bytes": loaded - base - engine.runner.kv_cache_bytes,
+            "after_prefill_bytes": rss_bytes(),
+            "weights_rss_bytes": loaded - base - engine.runner.kv_cache_bytes - copy,
+            "prefill_copy_bytes": copy, "prefill_weights": engine.runner.prefill_weights.mode,
             "kv_pool_bytes": engine.runner.kv_cache_bytes}
 
 

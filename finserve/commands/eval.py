@@ -176,6 +176,10 @@ def verdict(
     fast_forward: bool | None = typer.Option(
         None, "--fast-forward/--no-fast-forward",
         help="With --under-load: jump-forward decoding on or off (default: FINSERVE_FAST_FORWARD, else on)."),
+    document_tokens: int = typer.Option(
+        4000, "--document-tokens", min=16,
+        help="With --under-load: the document prefilling beside the bulk load (over 4,000 tokens: a 1 GiB KV pool "
+             "instead of 256 MiB, so it fits beside the bulk requests)."),
     quality: bool = typer.Option(False, "--quality",
                                  help="Instead: verdict quality on the labelled events (Spearman of score with the "
                                       "label, level and action accuracy, enum-order invariance, latency)."),
@@ -191,7 +195,7 @@ def verdict(
     from bench.verdict_eval import run
     from engine.engine import LLMEngine
 
-    settings = _settings(model, threads, 256 << 20)
+    settings = _settings(model, threads, 256 << 20 if not under_load or document_tokens <= 4000 else 1 << 30)
     if quality:
         from bench.verdict_eval import EVENT_SET
         from bench.verdict_eval import quality as measure_quality
@@ -209,7 +213,7 @@ def verdict(
         from bench.verdict_eval import isolation
 
         loaded = _engine_config(model, settings, fast_forward=fast_forward)
-        _emit(isolation(lambda: LLMEngine(loaded), n_risk=under_load), json_path)
+        _emit(isolation(lambda: LLMEngine(loaded), n_risk=under_load, doc_tokens=document_tokens), json_path)
         return
     config = _engine_config(model, settings)
     engine = LLMEngine(config)
