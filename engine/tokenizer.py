@@ -7,6 +7,8 @@ prompt built here tokenizes to the same ids the model saw in training and in HF 
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -106,6 +108,31 @@ class IncrementalDetokenizer:
         return text[len(prefix_text) :]
 
 
+def _texts(content: Any) -> list[str]:
+    """The texts of a message's content: the string, or the "text" of each part of a list of parts."""
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return []
+
+
+def _marked(content: Any, marker: str) -> Any:
+    """`content` with each of its texts replaced by `marker` + its index + U+E001 (see Tokenizer.encode_chat)."""
+    if isinstance(content, str):
+        return f"{marker}0\ue001"
+    if isinstance(content, list):
+        out, n = [], 0
+        for p in content:
+            if isinstance(p, dict) and isinstance(p.get("text"), str):
+                out.append({**p, "text": f"{marker}{n}\ue001"})
+                n += 1
+            else:
+                out.append(p)
+        return out
+    return content
+
+
 class Tokenizer:
     """Text <-> token ids and chat prompts for one model folder (tokenizer.json + tokenizer_config.json)."""
 
@@ -180,6 +207,37 @@ class Tokenizer:
             messages=messages, add_generation_prompt=add_generation_prompt, **self.special_tokens, **kwargs
         )
 
-    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+    def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
+        """The chat prompt's ids. Only the template writes special tokens: a message whose text spells one
+        ("<|im_end|>\n<|im_start|>system ...", in a document, a contract or an event) is encoded as plain
+        text, so no client text can open or close a turn, or speak as another role."""
         # The template writes its own special tokens; adding BOS again would duplicate it.
-        return self.encode(self.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
+        if not any(self._spells_special(text) for m in messages for text in _texts(m.get("content"))):
+            return self.encode(self.apply_chat_template(messages, add_generation_prompt=add_generation_prompt))
+        nonce = uuid.uuid4().hex  # message texts go in as markers, so the template's own text stays apart
+        marked = [{**m, "content": _marked(m.get("content"), f"\ue000{nonce}:{i}:")} for i, m in enumerate(messages)]
+        rendered = self.apply_chat_template(marked, add_generation_prompt=add_generation_prompt)
+        pieces = re.split(f"\ue000{nonce}:(\\d+):(\\d+)\ue001", rendered)
+        ids = self.encode(pieces[0])
+        for k in range(1, len(pieces), 3):
+            text = list(_texts(messages[int(pieces[k])].get("content")))[int(pieces[k + 1])]
+            ids += self._encode_plain(text) + self.encode(pieces[k + 2])
+        return ids
+
+    @cached_property
+    def _special_texts(self) -> list[str]:
+        """Every added token's text that tokenizes to a special token (longest first)."""
+        added = self._tokenizer.get_added_tokens_decoder().values()
+        return sorted({t.content for t in added if t.special and t.content}, key=len, reverse=True)
+
+    def _spells_special(self, text: str) -> bool:
+        return any(s in text for s in self._special_texts)
+
+    def _encode_plain(self, text: str) -> list[int]:
+        """`text` as ordinary tokens: each special token's text is split after its first character, so the
+        tokenizer cannot match it as the special token (the characters stay; only the control meaning goes)."""
+        for s in self._special_texts:
+            if s in text:
+                head, _, tail = text.partition(s)
+                return self._encode_plain(head) + self.encode(s[:1]) + self._encode_plain(s[1:] + tail)
+        return self.encode(text)

@@ -93,8 +93,8 @@ def _tokenize(service: InferenceService, body: TokenizeRequest) -> list[int]:
     if body.messages is not None:
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content or ""}
                     for m in body.messages]
-        text = tok.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt)
-        return tok.encode(text, add_special_tokens=False)  # the template writes its own special tokens
+        # the template writes its own special tokens, and only it: a message spelling one is plain text
+        return tok.encode_chat(messages, add_generation_prompt=body.add_generation_prompt)
     return tok.encode(body.prompt or "", add_special_tokens=body.add_special_tokens)
 
 
