@@ -25,14 +25,19 @@ from engine.model import cpu_kernels
 from engine.request import EngineRequest, SamplingParams
 
 
-def _prefill_ms_per_token(engine: LLMEngine, n: int, rng: random.Random) -> float:
+def prefill_ms(engine: LLMEngine, n: int, rng: random.Random) -> float:
+    """Milliseconds `engine` takes to prefill a fresh random prompt of `n` tokens (one output token)."""
     prompt = [rng.randrange(200, 40000) for _ in range(n)]
     engine.add_request(EngineRequest(uuid.uuid4().hex, prompt, SamplingParams(max_tokens=1, ignore_eos=True),
                                      "bulk_extraction"))
     t0 = time.perf_counter()
     while engine.has_unfinished():
         engine.step()
-    return (time.perf_counter() - t0) * 1e3 / n
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _prefill_ms_per_token(engine: LLMEngine, n: int, rng: random.Random) -> float:
+    return prefill_ms(engine, n, rng) / n
 
 
 def measure(weights: str, tokens: int, reps: int) -> dict[str, Any]:

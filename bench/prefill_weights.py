@@ -14,28 +14,16 @@ import dataclasses
 import random
 import statistics
 import sys
-import time
-import uuid
 from typing import Any
 
 from bench.common import write_json
 from bench.configured import engine_config
 from bench.peer_bench import cpu_name
+from bench.prefill_path import prefill_ms
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
-from engine.request import EngineRequest, SamplingParams
 
 MODES = ("dequantize", "cached")
-
-
-def _prefill_ms(engine: LLMEngine, n: int, rng: random.Random) -> float:
-    prompt = [rng.randrange(200, 40000) for _ in range(n)]
-    engine.add_request(EngineRequest(uuid.uuid4().hex, prompt, SamplingParams(max_tokens=1, ignore_eos=True),
-                                     "bulk_extraction"))
-    t0 = time.perf_counter()
-    while engine.has_unfinished():
-        engine.step()
-    return (time.perf_counter() - t0) * 1e3
 
 
 def measure(sizes: list[int], reps: int) -> dict[str, Any]:
@@ -43,14 +31,14 @@ def measure(sizes: list[int], reps: int) -> dict[str, Any]:
     engines = {m: LLMEngine(dataclasses.replace(base, prefill_weights=m)) for m in MODES}
     rng = random.Random(0)
     for e in engines.values():  # warm-up: both paths, both engines
-        _prefill_ms(e, 200, rng)
-        _prefill_ms(e, 20, rng)
+        prefill_ms(e, 200, rng)
+        prefill_ms(e, 20, rng)
     out: dict[str, Any] = {}
     for n in sizes:
         runs: dict[str, list[float]] = {m: [] for m in MODES}
         for _ in range(reps):
             for m, e in engines.items():
-                runs[m].append(_prefill_ms(e, n, rng))
+                runs[m].append(prefill_ms(e, n, rng))
         med = {m: statistics.median(v) for m, v in runs.items()}
         out[str(n)] = {"ms_median": {m: round(v, 1) for m, v in med.items()},
                        "dequantize_over_cached": round(med["dequantize"] / med["cached"], 3),
