@@ -12,6 +12,8 @@ Reasons (stable codes, mapped to HTTP by the gateway):
   tenant_queue_full      retryable: the request's tenant holds its share of the class queue
                          (tenant_queue_share x queue_limit): a burst is refused to its own tenant
                          while the others still find room (429 queue_full + Retry-After)
+The queue counts the waiting requests beyond the class's free batch slots (max_running minus those
+running; Scheduler.add_request): those the next steps start are not waiting for capacity.
 Rejections are counted per class and reason; unknown-class rejections count under the
 policy's default class, since the class name came from the client and is unbounded.
 """

@@ -111,8 +111,13 @@ class Scheduler:
         if req.request_id in self._requests:
             self.admission.reject_duplicate(cp.name, req.request_id)
         max_blocks = self.kv.budget.max_usable(cp.name)
-        self.admission.check(req, cp, max_kv_blocks=max_blocks, waiting=self.waiting.count(cp.name),
-                             tenant_waiting=self.waiting.count_tenant(cp.name, req.tenant))
+        # A request for which the class has a free batch slot starts as soon as the step's token budget
+        # lets it: it is not queued for capacity, so it does not count against queue_limit or the tenant's
+        # share (else a job that keeps max_running + the tenant's share in flight is refused every time
+        # items finish faster than new prompts can be prefilled, and its items churn through 429s).
+        free = max(0, cp.max_running - self._num_running(cp.name))
+        self.admission.check(req, cp, max_kv_blocks=max_blocks, waiting=max(0, self.waiting.count(cp.name) - free),
+                             tenant_waiting=max(0, self.waiting.count_tenant(cp.name, req.tenant) - free))
         req.status = RequestStatus.WAITING
         self._finished.pop(req.request_id, None)
         self._requests[req.request_id] = req

@@ -233,6 +233,8 @@ def test_requests_that_can_never_fit_are_refused_at_once(cls, prompt, max_tokens
 
 def test_full_class_queue_is_refused_with_a_retry_hint_and_other_classes_still_queue():
     sim = Sim(make_scheduler())
+    for i in range(4):  # urgent runs 4 at once: these take its free slots, they do not queue
+        sim.add(f"s{i}", 4, "urgent")
     for i in range(4):
         sim.add(f"u{i}", 4, "urgent")
     with pytest.raises(AdmissionError) as exc:
@@ -243,7 +245,20 @@ def test_full_class_queue_is_refused_with_a_retry_hint_and_other_classes_still_q
         sim.add("d", 4, "docs")
     assert dup.value.reason == "duplicate_request_id"
     stats = sim.sched.stats()
-    assert stats.per_class["urgent"].rejections == {"queue_full": 1} and stats.per_class["urgent"].waiting == 4
+    assert stats.per_class["urgent"].rejections == {"queue_full": 1} and stats.per_class["urgent"].waiting == 8
+
+
+def test_the_queue_limit_counts_only_what_waits_beyond_the_free_batch_slots():
+    sim = Sim(make_scheduler())
+    for i in range(8):  # 4 free slots + queue_limit 4
+        sim.add(f"u{i}", 4, "urgent", max_tokens=8)
+    with pytest.raises(AdmissionError):
+        sim.add("u8", 4, "urgent")
+    sim.step()  # the 4 slots fill: the 4 others wait for capacity, so the queue is at its limit
+    assert len(sim.sched.running) == 4
+    with pytest.raises(AdmissionError) as exc:
+        sim.add("u8", 4, "urgent")
+    assert exc.value.reason == "queue_full"
 
 
 # ---- prefix caching -----------------------------------------------------------------------

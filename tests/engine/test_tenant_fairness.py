@@ -28,10 +28,10 @@ def _start_order(sim: Sim) -> list[str]:
 
 def test_a_tenants_burst_is_refused_to_that_tenant_while_another_still_queues():
     sim = _sim(tenant_queue_share=0.5)  # 4 of the 8 slots per tenant
-    for i in range(4):
+    for i in range(5):  # the first takes the class's one free batch slot: it does not wait for capacity
         sim.add(f"b{i}", 4, "urgent", tenant="b")
     with pytest.raises(AdmissionError) as exc:
-        sim.add("b4", 4, "urgent", tenant="b")
+        sim.add("b5", 4, "urgent", tenant="b")
     assert exc.value.reason == "tenant_queue_full" and exc.value.retryable and exc.value.retry_after_s >= 1.0
     assert "'b'" in exc.value.message
     for i in range(4):  # tenant a finds its own share of the queue free
@@ -43,13 +43,29 @@ def test_a_tenants_burst_is_refused_to_that_tenant_while_another_still_queues():
 
 
 def test_a_tenant_whose_requests_start_gets_its_slots_back():
-    sim = _sim(tenant_queue_share=0.25)  # 2 waiting per tenant
-    sim.add("b0", 4, "urgent", tenant="b", max_tokens=1)
-    sim.add("b1", 4, "urgent", tenant="b", max_tokens=1)
+    sim = _sim(tenant_queue_share=0.25)  # 2 waiting per tenant (beyond the class's one batch slot)
+    for i in range(3):
+        sim.add(f"b{i}", 4, "urgent", tenant="b", max_tokens=2)
     with pytest.raises(AdmissionError):
-        sim.add("b2", 4, "urgent", tenant="b")
-    sim.step()  # b0 runs (one slot): it no longer waits
-    sim.add("b2", 4, "urgent", tenant="b")
+        sim.add("b3", 4, "urgent", tenant="b")
+    sim.step()  # b0 runs in the one slot; b1, b2 still wait
+    with pytest.raises(AdmissionError):
+        sim.add("b3", 4, "urgent", tenant="b")
+    while "b0" in sim.sched.running:
+        sim.step()
+    sim.add("b3", 4, "urgent", tenant="b")  # b0 finished: its slot is free for b1, so b3 may wait in b1's place
+
+
+def test_a_job_keeping_its_slots_and_share_in_flight_is_not_refused_when_several_finish_at_once():
+    # bulk_extraction's shape: max_running slots + the tenant's share in flight; several items finish in
+    # one step and their successors arrive before the next steps can prefill them all.
+    sim = _sim(max_running=4, queue_limit=8, tenant_queue_share=0.5)  # 4 slots + 4 waiting per tenant
+    for i in range(8):
+        sim.add(f"j{i}", 4, "urgent", tenant="job", max_tokens=1)
+    sim.step()  # the four slots' requests finish in one step: four free slots, four waiting
+    for i in range(8, 12):
+        sim.add(f"j{i}", 4, "urgent", tenant="job", max_tokens=1)
+    assert sim.sched.stats().per_class["urgent"].rejections == {}
 
 
 def test_another_tenants_request_is_served_next_not_after_the_burst():
