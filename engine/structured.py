@@ -26,6 +26,7 @@ import tokenizers
 import torch
 
 from engine.jsondepth import MAX_SCHEMA_DEPTH, json_depth
+from engine.outputs import UnwritableOutput
 from engine.request import SamplingParams
 
 if TYPE_CHECKING:
@@ -129,19 +130,36 @@ class GrammarState:
         self._bitmask = torch.full((1, (tokenizer_vocab + 31) // 32), -1, dtype=torch.int32)
 
     def allowed_mask(self, vocab_size: int) -> torch.Tensor:
-        """Bool [vocab_size] on CPU. Ids past the tokenizer's vocabulary (padded embeddings) are never allowed."""
+        """Bool [vocab_size] on CPU. Ids past the tokenizer's vocabulary (padded embeddings) are never allowed.
+
+        UnwritableOutput when no token may come next although the document is not complete: what the
+        grammar requires next is text no token of this vocabulary starts (a regex literal U+47000 after a
+        choice, say). A matcher already in error returns its empty mask; `accept` then names its error.
+        """
         llg_torch.fill_next_token_bitmask(self._matcher, self._bitmask, 0)
         words = self._bitmask[0]  # [W]
         bits = ((words.unsqueeze(1) >> _BIT_SHIFTS) & 1).view(-1).bool()  # [W * 32]
         n = min(vocab_size, self._tokenizer_vocab)
         mask = torch.zeros(vocab_size, dtype=torch.bool)
         mask[:n] = bits[:n]
+        if not bool(mask.any()) and not self._matcher.is_error() and not self._matcher.is_stopped():
+            raise UnwritableOutput("the grammar allows no token of this model's vocabulary next: the text it "
+                                   "requires cannot be written in this model's tokens")
         return mask
 
     def accept(self, token_id: int) -> None:
         """Advance by one sampled token. A token outside the last mask is a caller bug: ValueError."""
         if not self._matcher.consume_token(token_id):  # llguidance's reason, without its parser state dump
             raise ValueError(f"token {token_id} is not allowed by the grammar: {_reason(self._matcher.get_error())}")
+
+    def accept_forced(self, tokens: list[int]) -> None:
+        """Advance by jump-forward tokens (`forced_tokens`). llguidance makes them by tokenizing the forced
+        text; text the vocabulary cannot write comes out as other tokens (a byte dropped, a special token),
+        which its own matcher refuses ("forced bytes: ..."): UnwritableOutput, the client's grammar at fault."""
+        for t in tokens:
+            if not self._matcher.consume_token(t):
+                raise UnwritableOutput("the text the grammar forces cannot be written in this model's tokens "
+                                       f"({_reason(self._matcher.get_error())})")
 
     def forced_tokens(self) -> list[int]:
         """The tokens the grammar allows as the only continuation from here (jump-forward), not yet consumed.
@@ -316,7 +334,10 @@ def _probe(grammar: CompiledGrammar) -> str | None:
     """Why the grammar cannot be decoded (llguidance's first error line), or None. Keyed by identity:
     the compiled grammar itself is cached by its text."""
     state = grammar.new_state()
-    allowed = state.allowed_mask(grammar.ll_tokenizer.vocab_size).nonzero().flatten().tolist()
+    try:
+        allowed = state.allowed_mask(grammar.ll_tokenizer.vocab_size).nonzero().flatten().tolist()
+    except UnwritableOutput as exc:
+        return str(exc)  # "... allows no token ... next": the first step needs text the model cannot write
     if state.error is not None:
         return _reason(state.error)
     if not allowed:
