@@ -19,12 +19,13 @@ import httpx
 import pytest
 import torch
 
-from engine.outputs import UnwritableOutput
-from engine.request import SamplingParams
+from engine.outputs import RequestOutput, UnwritableOutput, is_unwritable
+from engine.request import EngineRequest, SamplingParams
 from engine.sampler import SamplingRow, sample
 from engine.structured import check_constraint, compile_constraint
 from engine.tokenizer import Tokenizer
-from tests.gateway.conftest import Keys, auth
+from policies import load_policy
+from tests.gateway.conftest import Keys, auth, make_client
 from tests.gateway.test_grammar_limits import record
 from tests.gateway.test_openai_api import sse_events
 from tests.gateway.test_unwritable_quotes import PLANE_4
@@ -33,6 +34,7 @@ CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 HI = [{"role": "user", "content": "Hi"}]
 LATE = "[ab]{12}"  # twelve sampled characters: no first token (nor its forced tokens) reaches what follows
 UNWRITABLE_TAILS = [PLANE_4, r"<\|im_start\|>", "x\U000a1234y"]  # as regex text
+RAW_BYTE = r"\x04"  # a raw byte no token holds (in a JSON string it is written as the escape \u0004)
 
 
 def _pattern_schema(tail: str) -> dict[str, object]:
@@ -45,7 +47,7 @@ def _json_schema(tail: str) -> dict[str, object]:
 
 
 CONSTRAINTS = [pytest.param({"guided_regex": LATE + tail}, "invalid_regex", id=f"regex-{i}")
-               for i, tail in enumerate(UNWRITABLE_TAILS)] + \
+               for i, tail in enumerate([*UNWRITABLE_TAILS, RAW_BYTE])] + \
               [pytest.param(_json_schema(tail), "invalid_json_schema", id=f"pattern-{i}")
                for i, tail in enumerate(UNWRITABLE_TAILS)]
 
@@ -59,7 +61,7 @@ def _params(constraint: dict[str, object]) -> SamplingParams:
     return SamplingParams(json_schema=json.dumps(schema, ensure_ascii=False))
 
 
-def _decode_as_the_engine_does(tok: Tokenizer, p: SamplingParams, seed: int) -> str:
+def _decode_as_the_engine_does(tok: Tokenizer, p: SamplingParams, seed: int, *, jump_forward: bool = True) -> str:
     """The real sampler on random logits under the grammar's mask, jump-forward as the engine takes it."""
     grammar = compile_constraint(tok, p)
     assert grammar is not None
@@ -71,7 +73,7 @@ def _decode_as_the_engine_does(tok: Tokenizer, p: SamplingParams, seed: int) -> 
             raise UnwritableOutput(picked.errors[0]) if picked.errors[0].startswith("UnwritableOutput") \
                 else AssertionError(picked.errors[0])
         state.accept(picked.tokens[0])
-        forced = state.forced_tokens()
+        forced = state.forced_tokens() if jump_forward else []
         state.accept_forced(forced)
         out += [picked.tokens[0], *forced]
     return tok.decode(out)
@@ -84,9 +86,9 @@ def test_the_probe_passes_it_and_decoding_meets_text_the_model_cannot_write(
     tok = engine_client.tokenizer
     p = _params(constraint)
     check_constraint(tok, p)  # no ValueError: nothing unwritable within the first step
-    for seed in range(3):
+    for seed, jump_forward in ((0, True), (1, True), (2, False), (3, False)):  # without it, the mask meets it
         with pytest.raises(UnwritableOutput, match="cannot be written in this model's tokens"):
-            _decode_as_the_engine_does(tok, p, seed)
+            _decode_as_the_engine_does(tok, p, seed, jump_forward=jump_forward)
 
 
 def test_the_same_grammar_with_writable_text_decodes_to_its_end(engine_client) -> None:
@@ -161,3 +163,33 @@ async def test_a_stream_that_meets_unwritable_text_ends_with_an_error_event(
     assert text and set(text) <= {"a", "b"}, text  # what the grammar allowed before it
     await _assert_refused_row(client, keys, err["request_id"])
     await _ok(client, keys.acme)
+
+
+async def test_a_choice_with_a_raw_byte_the_vocabulary_lacks_is_a_400_at_admission(
+        client: httpx.AsyncClient, keys: Keys) -> None:
+    """Before: admitted (its JSON escape is writable), and llguidance, finding no token for byte 0x04 after "ab",
+    allowed only EOS: a 200 answering "ab", which is none of the choices."""
+    r = await client.post(CHAT, headers=auth(keys.acme), json={"messages": HI, "max_tokens": 8, "temperature": 0,
+                                                               "guided_choice": ["ab\x04", "ba\x04"]})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "invalid_choice" and "cannot be written in this model's tokens" in err["message"], err
+
+
+async def test_without_jump_forward_the_engine_fails_only_that_request(tiny_model_dir) -> None:
+    """The mask path (FINSERVE_FAST_FORWARD=false): no forced tokens, the sampler's mask meets the text."""
+    client = make_client(tiny_model_dir, load_policy(), fast_forward=False)
+    try:
+        tok = client.tokenizer
+
+        async def run(request_id: str, p: SamplingParams) -> RequestOutput:
+            req = EngineRequest(request_id, tok.encode("Hi"), p, workload_class="document_qa")
+            return [o async for o in client.generate(req)][-1]
+
+        failed, ok = await asyncio.gather(
+            run("late-x04", SamplingParams(regex=LATE + RAW_BYTE, max_tokens=48, temperature=0.0)),
+            run("beside", SamplingParams(max_tokens=8, ignore_eos=True)))
+        assert failed.finish_reason == "error" and is_unwritable(failed.error), failed.error
+        assert ok.finish_reason == "length" and client.stats().failed_requests == 0
+    finally:
+        client.shutdown()
