@@ -19,7 +19,6 @@ from jobs.field_schema import AVOID, CUE, EXCLUDE, SYNONYMS, base_type, plain_fi
 from jobs.names import OwnNames
 from textspans import text_spans
 
-
 # True when the model can write the text as a JSON string's content (engine.structured.writable with its tokenizer).
 Writable = Callable[[str], bool]
 
