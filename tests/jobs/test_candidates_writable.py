@@ -21,6 +21,7 @@ from engine.tokenizer import Tokenizer
 from jobs.candidates import model_writable, writable_only
 from jobs.extraction import finish_item, plan_item
 from jobs.field_schema import InvalidOutput, normalize_schema
+from tests.jobs.stack import Stack, wait_until
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "examples" / "contract_schema.json").read_text())
 PLANE_4 = "\U00047000"  # UTF-8 F1 87 80 80: no SmolLM2 token holds byte F1
@@ -95,3 +96,32 @@ async def test_the_filtered_item_decodes_to_its_end_on_the_real_engine(jobs_engi
         assert last.finish_reason == "length", exc
     else:
         assert record["counterparty"] in _offered(plan.decode_schema)
+
+
+FIELDS = {k: SCHEMA["properties"][k] for k in ("counterparty", "auto_renew")}
+SMALL_SCHEMA = {"type": "object", "properties": FIELDS, "required": list(FIELDS), "additionalProperties": False}
+
+
+@pytest.mark.slow
+def test_an_item_whose_contract_holds_unwritable_spans_ends_with_its_record(stack: Stack, tiny_model_dir: Path) -> None:
+    """The real path: a worker process (its tokenizer from FINSERVE_MODEL) sends the filtered schema through the
+    gateway to the engine; before, the gateway refused it and the item failed "refused by the gateway"."""
+    stack.start_worker("w1", concurrency=1, env={"FINSERVE_MODEL": str(tiny_model_dir)})
+    with stack.http() as http:
+        resp = http.post("/v1/extraction-jobs", json={"schema": SMALL_SCHEMA, "items": [{"id": "u1", "text": TEXT}],
+                                                      "max_tokens": 64})
+        assert resp.status_code == 202, resp.text
+        job_id = resp.json()["id"]
+
+        def finished() -> dict | None:
+            job = http.get(f"/v1/extraction-jobs/{job_id}").json()
+            return job if job["status"] == "completed" else None
+
+        wait_until(finished, 120, "the job to complete")
+        [item] = [json.loads(line) for line in http.get(f"/v1/extraction-jobs/{job_id}/results",
+                                                       params={"format": "ndjson"}).text.splitlines()]
+    assert item["status"] == "done", (item, stack.worker_logs())
+    assert item["result"]["auto_renew"] is True
+    can_write = model_writable(tiny_model_dir)
+    assert can_write is not None and can_write(item["result"]["counterparty"])
+    assert item["result"]["counterparty"] in TEXT
