@@ -139,8 +139,8 @@ class GrammarState:
         """Bool [vocab_size] on CPU. Ids past the tokenizer's vocabulary (padded embeddings) are never allowed.
 
         UnwritableOutput when what the grammar requires next is text no token of this vocabulary writes (a
-        regex literal U+47000 or a raw byte 0x04 after a choice, say): no token is allowed, or llguidance
-        stops with "NoExtensionBias" (it then allows only EOS, which would end the output short of the grammar).
+        raw byte 0x04 after a choice, say): llguidance stops with "NoExtensionBias" and would allow only EOS,
+        which would end the output short of the grammar.
         """
         llg_torch.fill_next_token_bitmask(self._matcher, self._bitmask, 0)
         self._raise_if_unwritable("no token of this model's vocabulary may come next")
@@ -149,18 +149,22 @@ class GrammarState:
         n = min(vocab_size, self._tokenizer_vocab)
         mask = torch.zeros(vocab_size, dtype=torch.bool)
         mask[:n] = bits[:n]
-        if not bool(mask.any()) and not self._matcher.is_error() and not self._matcher.is_stopped():
-            raise UnwritableOutput("the grammar allows no token of this model's vocabulary next: the text it "
-                                   "requires cannot be written in this model's tokens")
         return mask
 
     def accept(self, token_id: int) -> None:
-        """Advance by one sampled token. A token outside the last mask is a caller bug: ValueError. The mask
-        may allow the first of the tokens llguidance made for forced text the vocabulary cannot write (a dropped
-        byte, a special token), which its matcher then refuses ("forced bytes"): UnwritableOutput."""
+        """Advance by one sampled token. A token outside the last mask is a caller bug: ValueError.
+
+        UnwritableOutput when the text the grammar requires cannot be written: the mask allowed the first of
+        the tokens llguidance made for it (a dropped byte, a special token), which its matcher then refuses
+        ("forced bytes"), or the last mask allowed no token at all (checked here, off the per-step path).
+        """
         if not self._matcher.consume_token(token_id):  # llguidance's reason, without its parser state dump
-            self._raise_if_unwritable(f"token {token_id} is not allowed by the grammar")
-            raise ValueError(f"token {token_id} is not allowed by the grammar: {_reason(self._matcher.get_error())}")
+            what = f"token {token_id} is not allowed by the grammar"
+            self._raise_if_unwritable(what)
+            if not bool(self._bitmask[0].any()):
+                raise UnwritableOutput(f"{what} (it allowed no token of this model's vocabulary): the text it "
+                                       "requires cannot be written in this model's tokens")
+            raise ValueError(f"{what}: {_reason(self._matcher.get_error())}")
 
     def accept_forced(self, tokens: list[int]) -> None:
         """Advance by jump-forward tokens (`forced_tokens`). llguidance makes them by tokenizing the forced
