@@ -70,7 +70,7 @@ def _decode_as_the_engine_does(tok: Tokenizer, p: SamplingParams, seed: int, *, 
         picked = sample(torch.randn(1, tok.vocab_size, generator=gen),
                         [SamplingRow(SamplingParams(temperature=1.0), len(out), (), gen, state)])
         if picked.tokens[0] is None:  # the sampler reports a row it could not sample, as the engine sees it
-            raise UnwritableOutput(picked.errors[0]) if picked.errors[0].startswith("UnwritableOutput") \
+            raise UnwritableOutput(picked.errors[0]) if is_unwritable(picked.errors[0]) \
                 else AssertionError(picked.errors[0])
         state.accept(picked.tokens[0])
         forced = state.forced_tokens() if jump_forward else []
@@ -93,11 +93,11 @@ def test_the_probe_passes_it_and_decoding_meets_text_the_model_cannot_write(
 
 def test_the_same_grammar_with_writable_text_decodes_to_its_end(engine_client) -> None:
     tok = engine_client.tokenizer
-    for tail, text_tail in (("xyz", "xyz"), ("é漢😀", "é漢😀")):
+    for tail in ("xyz", "é漢😀"):
         for p in (SamplingParams(regex=LATE + tail), _params(_json_schema(tail))):
             text = _decode_as_the_engine_does(tok, p, 0)
             value = text if p.regex is not None else json.loads(text)["v"]
-            assert len(value) == 12 + len(text_tail) and value.endswith(text_tail), text
+            assert len(value) == 12 + len(tail) and value.endswith(tail), text
 
 
 def test_a_choice_whose_later_characters_cannot_be_written_fails_alone_in_the_engine(engine_client) -> None:
