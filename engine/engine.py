@@ -6,7 +6,10 @@ needs the tokenizer or the grammar: detokenization, stop strings, schema termina
 No request can stop the loop. A request that fails on its own (its per-request state cannot be
 built, its row cannot be sampled, its grammar refuses its token) finishes alone with
 finish_reason "error"; a step that fails as a whole fails the requests of that step. Either
-way its blocks are freed and its caller gets a finished output with the error message.
+way its blocks are freed and its caller gets a finished output with the error message. One such failure
+is the client's, not the engine's: a grammar requiring text the model's vocabulary cannot write
+(`UnwritableOutput`: no token may follow, or jump-forward's tokens are refused). It is not counted in
+`failed_requests`, and the gateway answers it as a 400.
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ from engine.outputs import (
     SchedulerOutput,
     TokenLogprobs,
     TokenUpdate,
+    UnwritableOutput,
+    is_unwritable,
 )
 from engine.prefill_cost import attention_tokens
 from engine.repetition import REPETITION, repeated_tail
@@ -233,7 +238,8 @@ class LLMEngine:
             s.request.events.append(StepEvent(kind, t0, t1, s.num_new_tokens, out.num_batched_tokens))
             error = ran.errors.get(s.request.request_id)
             if error is not None:
-                log.error("engine_request_failed", request_id=s.request.request_id, where="sample", error=error)
+                (log.warning if is_unwritable(error) else log.error)(
+                    "engine_request_failed", request_id=s.request.request_id, where="sample", error=error)
                 outputs.append(self._fail(s.request, error))
         for update in self.scheduler.postprocess(out, ran.tokens, t1).updates:
             try:
@@ -287,8 +293,7 @@ class LLMEngine:
             return []
         forced = grammar.forced_tokens()
         taken = forced[: self.scheduler.take_forced(req, forced, req.token_times[-1])]
-        for t in taken:
-            grammar.accept(t)
+        grammar.accept_forced(taken)  # UnwritableOutput if they are not the forced text: the request fails alone
         return taken
 
     @staticmethod
@@ -320,7 +325,10 @@ class LLMEngine:
         return RequestOutput(req.request_id, tokens, delta, True, req.status.finish_reason, RequestMetrics.of(req), error)
 
     def _fail_alone(self, req: EngineRequest, exc: Exception, where: str) -> RequestOutput:
-        log.error("engine_request_failed", request_id=req.request_id, where=where, exc_info=exc)
+        if isinstance(exc, UnwritableOutput):  # the client's grammar, not an engine fault: no traceback
+            log.warning("engine_request_failed", request_id=req.request_id, where=where, error=_describe(exc))
+        else:
+            log.error("engine_request_failed", request_id=req.request_id, where=where, exc_info=exc)
         return self._fail(req, _describe(exc))
 
     def _fail(self, req: EngineRequest, error: str) -> RequestOutput:
@@ -329,7 +337,8 @@ class LLMEngine:
         if not req.is_finished:
             req.error = error
             self.scheduler.finish_request(req.request_id, RequestStatus.FINISHED_ERROR)
-            self.num_failed += 1
+            if not is_unwritable(error):  # engine health: a client's grammar the model cannot write is not its fault
+                self.num_failed += 1
         return self._finished_output(req, "", [])
 
     # ---- introspection --------------------------------------------------------------------

@@ -108,6 +108,21 @@ class AdmissionError(Exception):
         self.retry_after_s = retry_after_s
 
 
+class UnwritableOutput(ValueError):
+    """The request's grammar requires text this model's vocabulary cannot write (a byte no token holds, a
+    special token's text), found while decoding: no token may come next, or jump-forward's tokens for the
+    forced text are refused by the grammar itself. The client's constraint is at fault, not the engine: the
+    request finishes alone with "error", its `error` starting with UNWRITABLE (`is_unwritable`)."""
+
+
+UNWRITABLE = f"{UnwritableOutput.__name__}: "  # how the engine describes it: "<type name>: <message>"
+
+
+def is_unwritable(error: str | None) -> bool:
+    """True for a request error that is an UnwritableOutput (also after the wire from an engine replica)."""
+    return (error or "").startswith(UNWRITABLE)
+
+
 @dataclass(frozen=True)
 class RequestOutput:
     """What an async caller receives after each step that produced something for its request."""
@@ -168,7 +183,7 @@ class EngineStats:
     steps: int = 0
     prefix_cache_hit_tokens: int = 0
     prefix_cache_query_tokens: int = 0
-    failed_requests: int = 0  # requests finished with finish_reason "error" since start
+    failed_requests: int = 0  # requests finished with "error" since start, but UnwritableOutput (the client's)
     loop_restarts: int = 0  # times EngineClient restarted its engine loop after a crash
     leased_blocks: int = 0  # of cached_blocks: kept by document leases, not available to other work
 

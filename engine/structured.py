@@ -26,6 +26,7 @@ import tokenizers
 import torch
 
 from engine.jsondepth import MAX_SCHEMA_DEPTH, json_depth
+from engine.outputs import UnwritableOutput
 from engine.request import SamplingParams
 
 if TYPE_CHECKING:
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 # Defaults for llguidance's JSON compiler; a schema may still override them via "x-guidance".
 _JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}
 _BIT_SHIFTS = torch.arange(32, dtype=torch.int32)  # unpacks one int32 word into 32 token bits
+# llguidance's words for text no token of the vocabulary writes: its jump-forward tokens are not the forced
+# bytes ("forced bytes: got ..."), or the parser would take more bytes but no token starts with them.
+_UNWRITABLE_SIGNS = ("forced bytes", "NoExtensionBias")
 
 
 def _backend(tokenizer: Tokenizer | tokenizers.Tokenizer) -> tokenizers.Tokenizer:
@@ -55,18 +59,21 @@ def _ll_tokenizer(tokenizer: Tokenizer | tokenizers.Tokenizer) -> llguidance.LLT
     return llguidance.LLTokenizer(_backend(tokenizer).to_str(), eos_token=_eos_ids(tokenizer))
 
 
-def writable(tokenizer: Tokenizer | tokenizers.Tokenizer, text: str) -> bool:
-    """True when the model can write `text` as the content of a JSON string, in ordinary tokens.
+def writable(tokenizer: Tokenizer | tokenizers.Tokenizer, text: str, *, json_string: bool = True) -> bool:
+    """True when the model can write `text` as the content of a JSON string (or as it is, `json_string=False`:
+    a choice's literal), in ordinary tokens.
 
     Not so for a character whose UTF-8 bytes the vocabulary lacks (SmolLM2 has no single-byte token
     for 0xF1 or 0xF2, and its tokenizer drops them: U+40000..U+BFFFF cannot be written) or for a
     special token's text ("<|im_end|>" tokenizes to the special token). A grammar that forces such text (a `const` or the rest of an
     `enum` value) breaks llguidance's jump-forward: its forced tokens drop the missing bytes or hold
     the special token, and its own matcher refuses them ("forced bytes: got ..."). The check is
-    llguidance's own tokenization of the text as JSON escapes it, so it agrees with what is forced.
+    llguidance's own tokenization of the text as JSON escapes it, so it agrees with what is forced. A raw
+    control character may be unwritable too (SmolLM2 lacks 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D), its JSON
+    escape never is.
     """
     ll = _ll_tokenizer(tokenizer)
-    escaped = json.dumps(text, ensure_ascii=False)[1:-1]  # control characters become ASCII \uXXXX escapes
+    escaped = json.dumps(text, ensure_ascii=False)[1:-1] if json_string else text  # control chars: \uXXXX
     try:
         data = escaped.encode()
     except UnicodeEncodeError:  # a lone surrogate: no UTF-8 bytes at all
@@ -129,8 +136,14 @@ class GrammarState:
         self._bitmask = torch.full((1, (tokenizer_vocab + 31) // 32), -1, dtype=torch.int32)
 
     def allowed_mask(self, vocab_size: int) -> torch.Tensor:
-        """Bool [vocab_size] on CPU. Ids past the tokenizer's vocabulary (padded embeddings) are never allowed."""
+        """Bool [vocab_size] on CPU. Ids past the tokenizer's vocabulary (padded embeddings) are never allowed.
+
+        UnwritableOutput when what the grammar requires next is text no token of this vocabulary writes (a
+        raw byte 0x04 after a choice, say): llguidance stops with "NoExtensionBias" and would allow only EOS,
+        which would end the output short of the grammar.
+        """
         llg_torch.fill_next_token_bitmask(self._matcher, self._bitmask, 0)
+        self._raise_if_unwritable("no token of this model's vocabulary may come next")
         words = self._bitmask[0]  # [W]
         bits = ((words.unsqueeze(1) >> _BIT_SHIFTS) & 1).view(-1).bool()  # [W * 32]
         n = min(vocab_size, self._tokenizer_vocab)
@@ -139,9 +152,34 @@ class GrammarState:
         return mask
 
     def accept(self, token_id: int) -> None:
-        """Advance by one sampled token. A token outside the last mask is a caller bug: ValueError."""
+        """Advance by one sampled token. A token outside the last mask is a caller bug: ValueError.
+
+        UnwritableOutput when the text the grammar requires cannot be written: the mask allowed the first of
+        the tokens llguidance made for it (a dropped byte, a special token), which its matcher then refuses
+        ("forced bytes"), or the last mask allowed no token at all (checked here, off the per-step path).
+        """
         if not self._matcher.consume_token(token_id):  # llguidance's reason, without its parser state dump
-            raise ValueError(f"token {token_id} is not allowed by the grammar: {_reason(self._matcher.get_error())}")
+            what = f"token {token_id} is not allowed by the grammar"
+            self._raise_if_unwritable(what)
+            if not bool(self._bitmask[0].any()):
+                raise UnwritableOutput(f"{what} (it allowed no token of this model's vocabulary): the text it "
+                                       "requires cannot be written in this model's tokens")
+            raise ValueError(f"{what}: {_reason(self._matcher.get_error())}")
+
+    def accept_forced(self, tokens: list[int]) -> None:
+        """Advance by jump-forward tokens (`forced_tokens`). llguidance makes them by tokenizing the forced
+        text; text the vocabulary cannot write comes out as other tokens (a byte dropped, a special token),
+        which its own matcher refuses ("forced bytes: ..."): UnwritableOutput, the client's grammar at fault."""
+        for t in tokens:
+            if not self._matcher.consume_token(t):
+                raise UnwritableOutput(f"token {t} is not allowed by the grammar ({_reason(self._matcher.get_error())}"
+                                       "): the text it forces cannot be written in this model's tokens")
+
+    def _raise_if_unwritable(self, what: str) -> None:
+        error = self._matcher.get_error() if self._matcher.is_error() else None
+        if error is not None and any(sign in error for sign in _UNWRITABLE_SIGNS):
+            raise UnwritableOutput(f"{what} ({_reason(error)}): the text the grammar requires cannot be written "
+                                   "in this model's tokens")
 
     def forced_tokens(self) -> list[int]:
         """The tokens the grammar allows as the only continuation from here (jump-forward), not yet consumed.
@@ -288,7 +326,7 @@ def _unwritable(tokenizer: Tokenizer | tokenizers.Tokenizer, kind: str | None, s
     else:
         return None
     for text in literals:
-        if not writable(tokenizer, text):
+        if not writable(tokenizer, text, json_string=kind == "json_schema"):  # a choice is written as it is
             return f"{text[:80]!r} cannot be written in this model's tokens (a byte its vocabulary lacks, or a " \
                    "special token's text)"
     return None
@@ -316,7 +354,10 @@ def _probe(grammar: CompiledGrammar) -> str | None:
     """Why the grammar cannot be decoded (llguidance's first error line), or None. Keyed by identity:
     the compiled grammar itself is cached by its text."""
     state = grammar.new_state()
-    allowed = state.allowed_mask(grammar.ll_tokenizer.vocab_size).nonzero().flatten().tolist()
+    try:
+        allowed = state.allowed_mask(grammar.ll_tokenizer.vocab_size).nonzero().flatten().tolist()
+    except UnwritableOutput as exc:
+        return str(exc)  # "... allows no token ... next": the first step needs text the model cannot write
     if state.error is not None:
         return _reason(state.error)
     if not allowed:
@@ -333,6 +374,10 @@ def _probe(grammar: CompiledGrammar) -> str | None:
                 return f"the text it forces cannot be written in this model's tokens ({_reason(trial.get_error())})"
         if trial.is_error():
             return _reason(trial.get_error())
+        try:  # and the step after them: a raw byte the vocabulary lacks is no forced token, but no token at all
+            GrammarState(trial, grammar.ll_tokenizer.vocab_size).allowed_mask(grammar.ll_tokenizer.vocab_size)
+        except UnwritableOutput as exc:
+            return str(exc)
     return None
 
 

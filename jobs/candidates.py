@@ -5,13 +5,39 @@ choice between candidates and yes/no facts from jobs/normalize.py.
 """
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import tokenizers
+
+from engine.structured import writable
 from jobs import amounts, dates, names, normalize
 from jobs.field_schema import AVOID, CUE, EXCLUDE, SYNONYMS, base_type, plain_field
 from jobs.names import OwnNames
 from textspans import text_spans
+
+# True when the model can write the text as a JSON string's content (engine.structured.writable with its tokenizer).
+Writable = Callable[[str], bool]
+
+
+def writable_only(options: list[str], can_write: Writable | None) -> list[str]:
+    """The options the model can write, best first still. A candidate is an enum value: the grammar forces its
+    rest once its start is chosen, and the gateway refuses a schema with a value the vocabulary cannot write
+    (a byte no token holds, such as U+40000..U+BFFFF for SmolLM2, or a special token's text like
+    "<|im_end|>"), so such a span of the contract is simply not offered. None: no filter (no tokenizer here)."""
+    return options if can_write is None else [o for o in options if can_write(o)]
+
+
+def model_writable(model_folder: Path) -> Writable | None:
+    """`writable` with the tokenizer of the model in `model_folder` (a worker's FINSERVE_MODEL, the folder the
+    gateway serves), or None when this machine has no copy of it. Only tokenizer.json is read."""
+    path = model_folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    return functools.partial(writable, tokenizers.Tokenizer.from_file(str(path)))
 
 
 def value_options(kind: str, field: dict[str, Any], text: str) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 from jobs import amounts, dates
 from jobs.candidates import (
     SPANS,
+    Writable,
     boolean_value,
     conversion_of,
     convert,
@@ -23,6 +24,7 @@ from jobs.candidates import (
     is_renewal,
     name_options,
     value_options,
+    writable_only,
 )
 from jobs.field_schema import EXAMPLE, EXCLUDE, OWN_NAMES, InvalidOutput, base_type, nullable, parse_answer, plain_field
 from jobs.names import OwnNames
@@ -60,14 +62,15 @@ class ItemPlan:
     own_names: tuple[str, ...] = ()
 
 
-def plan_item(schema_json: str, contract_text: str) -> ItemPlan:
-    """The decoding plan of one item; deterministic in (schema, text)."""
+def plan_item(schema_json: str, contract_text: str, can_write: Writable | None = None) -> ItemPlan:
+    """The decoding plan of one item; deterministic in (schema, text). `can_write`: which spans the model can
+    write (`candidates.model_writable`); a candidate it cannot write is not offered."""
     schema = json.loads(schema_json)
-    decode, conversions, nulls, problem = _decoding(schema, contract_text)
+    decode, conversions, nulls, problem = _decoding(schema, contract_text, can_write)
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     example = schema.get(EXAMPLE)
     if example is not None:  # one worked example, decoded the same way as the item
-        ex_decode, ex_conv, _, _ = _decoding(schema, example["text"])
+        ex_decode, ex_conv, _, _ = _decoding(schema, example["text"], can_write)
         messages += [{"role": "user", "content": _user_turn(schema, ex_decode, ex_conv, example["text"])},
                      {"role": "assistant", "content": _example_answer(example, ex_decode, ex_conv)}]
     messages.append({"role": "user", "content": _user_turn(schema, decode, conversions, contract_text)})
@@ -95,7 +98,8 @@ def own_names(schema: dict[str, Any]) -> OwnNames:
     return OwnNames(names)
 
 
-def _decoding(schema: dict[str, Any], text: str) -> tuple[dict[str, Any], dict[str, str], dict[str, str], str | None]:
+def _decoding(schema: dict[str, Any], text: str, can_write: Writable | None = None,
+              ) -> tuple[dict[str, Any], dict[str, str], dict[str, str], str | None]:
     props: dict[str, Any] = {}
     conversions: dict[str, str] = {}
     nulls: dict[str, str] = {}
@@ -106,7 +110,7 @@ def _decoding(schema: dict[str, Any], text: str) -> tuple[dict[str, Any], dict[s
         kind = conversion_of(name, field)
         described = {"description": field["description"]} if "description" in field else {}
         if kind in SPANS:
-            options = value_options(kind, field, text)
+            options = writable_only(value_options(kind, field, text), can_write)
             if kind == "amount" and not amount_options:
                 amount_options = options
             if options:
@@ -114,9 +118,10 @@ def _decoding(schema: dict[str, Any], text: str) -> tuple[dict[str, Any], dict[s
                 conversions[name] = kind
                 continue
         elif kind == "name" or field.get(GROUNDED):
-            options = name_options(field, text, ours) if kind == "name" else grounded_candidates(field, text, ours)
+            found = name_options(field, text, ours) if kind == "name" else grounded_candidates(field, text, ours)
+            options = writable_only(found, can_write)
             if not options:
-                options = fallback_spans(field, text, ours)
+                options = writable_only(fallback_spans(field, text, ours), can_write)
             if options:
                 props[name] = {"enum": options, **described}
                 continue

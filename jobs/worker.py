@@ -24,6 +24,7 @@ from core.db.base import make_engine, make_session_factory
 from core.db.jobs_models import JOB_BATCH
 from core.settings import Settings, get_settings
 from jobs import batch, service
+from jobs.candidates import Writable, model_writable
 from jobs.extraction import finish_item, plan_item
 from jobs.field_schema import InvalidOutput
 from jobs.gateway_client import ClaimLost, GatewayClient, Refused, Saturated
@@ -114,6 +115,9 @@ class WorkerRuntime:
     sessions: sessionmaker[Session]
     gateway: GatewayClient
     heartbeat: Heartbeat | None = None  # None: claims keep their whole lease (tests that drive process_item)
+    # Which candidate spans the model can write (its tokenizer, from FINSERVE_MODEL); None: not filtered, so
+    # an item whose contract has a span the vocabulary lacks is refused by the gateway (400, item failed).
+    can_write: Writable | None = None
 
 
 _runtime: WorkerRuntime | None = None
@@ -140,8 +144,16 @@ def worker_runtime() -> WorkerRuntime:
             _runtime = WorkerRuntime(settings, sessions,
                                      GatewayClient(settings.gateway_url, worker_api_key(settings),
                                                    settings.jobs_request_timeout_s),
-                                     Heartbeat(settings, sessions).start())
+                                     Heartbeat(settings, sessions).start(), _can_write(settings))
         return _runtime
+
+
+def _can_write(settings: Settings) -> Writable | None:
+    can_write = model_writable(settings.model_path)
+    if can_write is None:
+        log.warning("candidates_unfiltered", model=str(settings.model_path),
+                    reason="no tokenizer.json: spans the model cannot write are offered (and refused)")
+    return can_write
 
 
 def backoff_s(settings: Settings, retries: int, retry_after_s: float | None) -> float:
@@ -186,7 +198,7 @@ def process_item(rt: WorkerRuntime, item_id: int, retries: int) -> Step:
 def _run_claimed(rt: WorkerRuntime, item_id: int, claim: service.Claim, retries: int) -> Step:
     """The claimed item's engine call and its outcome in SQL (the heartbeat holds its lease meanwhile)."""
     cfg = rt.settings
-    plan = plan_item(claim.schema_json, claim.text)  # prompt, and the schema the grammar enforces for this text
+    plan = plan_item(claim.schema_json, claim.text, rt.can_write)  # prompt, and the schema the grammar enforces
     if plan.unanswerable is not None:  # no answer could be valid (a user's pattern no span fits): say so now
         with rt.sessions() as s:
             service.fail_item(s, item_id, f"no valid record: {plan.unanswerable}")

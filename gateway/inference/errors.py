@@ -3,8 +3,9 @@ code per reason (docs/ERRORS.md), OpenAI's shape on the OpenAI routes."""
 from __future__ import annotations
 
 from core.web.errors import ERROR_CODES, APIError
-from engine.outputs import AdmissionError, RequestOutput
-from engine.request import EngineRequest
+from engine.outputs import UNWRITABLE, AdmissionError, RequestOutput, is_unwritable
+from engine.request import EngineRequest, SamplingParams
+from engine.structured import constraint_kind
 from gateway.replicas.client import REPLICA_LOST
 
 # Engine admission reasons -> the error code clients see (the reason is kept in the ledger).
@@ -23,6 +24,10 @@ ADMISSION_CODES = {
     "invalid_token": "invalid_request",
     "engine_unavailable": "engine_not_ready",  # the loop is dead or shutting down: 503, not a full queue
 }
+
+# The ledger's rejection_reason (and the rejections metric's reason) of a request the engine ended because its
+# grammar requires text this model cannot write, found while decoding (engine.outputs.UnwritableOutput).
+UNWRITABLE_OUTPUT = "unwritable_output"
 
 # Output constraint kind -> the error code of a grammar llguidance cannot use.
 GRAMMAR_CODES = {"json_schema": "invalid_json_schema", "regex": "invalid_regex", "choice": "invalid_choice"}
@@ -62,3 +67,20 @@ def raise_if_failed(out: RequestOutput) -> None:
 def failed_status(req: EngineRequest) -> int:
     """What raise_if_failed answers for a failed request (the ledger row says the same): 503 for a lost replica."""
     return 503 if (req.error or "").startswith(REPLICA_LOST) else 500
+
+
+def unwritable_refusal(out: RequestOutput, p: SamplingParams) -> APIError | None:
+    """The client's error for an output that ends its request with UnwritableOutput, None for any other.
+
+    The cause is the client's grammar: what it requires after some output (a regex literal or a schema
+    `pattern` after a choice) is text this model's vocabulary cannot write. The admission probe refuses the
+    same cause when it shows in the first step; found later it is refused alike: 400 with the constraint's
+    code (`invalid_regex`, `invalid_json_schema`, `invalid_choice`), never a 500 engine_error.
+    """
+    if not (out.finished and out.finish_reason == "error" and is_unwritable(out.error)):
+        return None
+    kind = constraint_kind(p) or "json_schema"  # a tool-call schema is a JSON schema too
+    detail = (out.error or "")[len(UNWRITABLE):]
+    return APIError(GRAMMAR_CODES[kind], f"output constraint ({kind}) is not usable: after the output so far it "
+                    f"requires text that cannot be written in this model's tokens (a byte its vocabulary lacks, or "
+                    f"a special token's text): {detail}")

@@ -12,7 +12,7 @@ from engine.outputs import AdmissionError, RequestOutput
 from engine.protocol import EngineClient
 from engine.request import RequestMetrics
 from gateway import spans
-from gateway.inference.errors import admission_error, raise_if_failed
+from gateway.inference.errors import UNWRITABLE_OUTPUT, admission_error, raise_if_failed, unwritable_refusal
 from gateway.inference.inputs import Admitted
 from gateway.inference.record import Recorder
 
@@ -35,6 +35,8 @@ class Runner:
         """The engine's outputs for `adm`. APIError before the first output if the engine refuses it.
 
         Closing or cancelling this iterator early (client disconnect) aborts the engine request.
+        An output ending the request because its grammar requires text the model cannot write is not yielded:
+        it is recorded as a refusal (a 400, not counted against the SLO) and raised as that APIError.
         """
         req = adm.request
         last: RequestOutput | None = None
@@ -61,11 +63,19 @@ class Runner:
                     await self.recorder.durable()
                     raise err from None
                 last = first
-                yield first
-                if not first.finished:
-                    async for out in outputs:
-                        last = out
-                        yield out
+                while True:
+                    refusal = self._refused_late(adm, last, submitted)
+                    if refusal is not None:
+                        rejected = True
+                        await self.recorder.durable()  # a refusal is an answer too: its row is safe first
+                        raise refusal
+                    yield last
+                    if last.finished:
+                        break
+                    try:
+                        last = await anext(outputs)
+                    except StopAsyncIteration:
+                        break
         except BaseException:
             if not rejected:
                 self._finish(adm, last, submitted)  # the client left or something failed: no waiting here
@@ -92,3 +102,13 @@ class Runner:
             self.client.abort(adm.request.request_id)
         self.recorder.ended(adm, last)
         spans.engine_phases(adm.request, submitted, tenant=adm.key.tenant, replica=adm.ctx.fields.get("replica"))
+
+    def _refused_late(self, adm: Admitted, out: RequestOutput, submitted: float) -> APIError | None:
+        """The recorded refusal of a request the engine ended for its grammar's unwritable text, or None."""
+        refusal = unwritable_refusal(out, adm.request.sampling)
+        if refusal is None:
+            return None
+        err = self.recorder.reject(adm, refusal, reason=UNWRITABLE_OUTPUT)
+        spans.engine_phases(adm.request, submitted, tenant=adm.key.tenant, replica=adm.ctx.fields.get("replica"),
+                            refused=UNWRITABLE_OUTPUT)
+        return err
