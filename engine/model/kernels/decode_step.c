@@ -37,6 +37,7 @@
 #define CPU_RELAX() ((void)0)
 #endif
 #include "half.h"
+#include "simd_exp.h"
 #include "step_parts.h"
 
 enum { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2 };
@@ -453,6 +454,25 @@ static void task_attend_combine(void *c, int bk) {
                       m->attn + (int64_t)b * m->H * D + (int64_t)kh * G * D);
 }
 
+// a[r] = silu(gate[r]) * up[r] = gate / (1 + e^-gate) * up for the r < live of 32 channels, else 0. The FFN
+// width is a multiple of 16 (NativeDecoder.eligible), so 8-lane chunks are all live or all not.
+static inline void silu_mul(const float *gate, const float *up, int live, float *a) {
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256 one = _mm256_set1_ps(1.f), sign = _mm256_set1_ps(-0.f);
+    for (int r = 0; r < FS_QK; r += 8) {
+        if (r + 8 > live) {
+            _mm256_storeu_ps(a + r, _mm256_setzero_ps());
+            continue;
+        }
+        const __m256 g = _mm256_loadu_ps(gate + r);
+        const __m256 e = fs_exp8(_mm256_xor_ps(g, sign));
+        _mm256_storeu_ps(a + r, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + r)));
+    }
+#else
+    for (int r = 0; r < FS_QK; r++) a[r] = r < live ? gate[r] / (1.f + expf(-gate[r])) * up[r] : 0.f;
+#endif
+}
+
 // FFN channels 32j..32j+31: gate groups 2j, 2j+1 and up groups I/16 + 2j, I/16 + 2j + 1 (the fused
 // gate_up matrix keeps gate rows first), silu(gate) * up, quantized as block j of the down input.
 static void task_mlp(void *c, int j) {
@@ -476,10 +496,7 @@ static void task_mlp(void *c, int j) {
     const size_t esz = m->act16 ? 2 : 1;
     for (int t = 0; t < s->B; t++) {
         float *a = m->act + (int64_t)t * KBI * FS_QK + j * FS_QK;
-        for (int r = 0; r < FS_QK; r++) {
-            const float gv = gate[t * 2 * FS_QR + r];
-            a[r] = j * FS_QK + r < I ? gv / (1.f + expf(-gv)) * up[t * 2 * FS_QR + r] : 0.f;
-        }
+        silu_mul(gate + t * 2 * FS_QR, up + t * 2 * FS_QR, I - j * FS_QK, a);
         const int64_t blk = (int64_t)t * KBI + j;
         fs_quantize_act(m->act16, a, 1, FS_QK, FS_QK, 1, m->aq + (size_t)blk * FS_QK * esz, m->ad + blk, m->as + blk);
     }

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #endif
 #include "half.h"
+#include "simd_exp.h"
 #include "step_parts.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -154,28 +155,6 @@ static void part_portable(const float *qb, const void *kc, const void *vc, const
 }
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-// exp(x) for 8 lanes: x = n ln2 + r (|r| <= ln2/2, ln2 split in two for exactness), e^r by a degree-6
-// polynomial (Cephes' coefficients; relative error ~2e-7), 2^n through the exponent bits. x <= 0 here
-// (scores minus their maximum); below -87 the result is 0, as expf's.
-static inline __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.3f);
-    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
 // 8 values of a K/V row from index i, widened to fp32.
 static inline __m256 kv_load8(const void *row, int kv_type, int i) {
     if (kv_type == KV_F32) return _mm256_loadu_ps((const float *)row + i);
@@ -198,9 +177,32 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
 }
 
-// AVX2 (also in the AVX-512 build): keys in blocks of 8, each block's 8 dot products per query head as
-// 8 independent FMA chains reduced together; exp 8 lanes at a time; the values' weighted sum with the G
-// heads' outputs updated per value row.
+// The values' weighted sum o[g] = sum over t of scores[g][t] * v[t], dims in chunks of 8 CH, the G x CH
+// accumulators in registers (G and CH compile-time constants): each output lane is the same chain of FMAs
+// in key order as the plain loop's, which kept o in memory and re-read it per value row.
+static inline __attribute__((always_inline)) void pv_tile(const int G, const int CH, const void *vc, const int64_t *sl,
+                                                          int t0, int n, int KVH, int kh, int D, int esz, int kv_type,
+                                                          const float *scores, float *o) {
+    for (int c0 = 0; c0 < D; c0 += 8 * CH) {
+        __m256 acc[8][4];
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < CH; c++) acc[g][c] = _mm256_setzero_ps();
+        for (int t = 0; t < n; t++) {
+            const char *v = (const char *)vc + (sl[t0 + t] * KVH + kh) * (int64_t)D * esz;
+            for (int c = 0; c < CH; c++) {
+                const __m256 vv = kv_load8(v, kv_type, c0 + 8 * c);
+                for (int g = 0; g < G; g++)
+                    acc[g][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(scores + (int64_t)g * n + t), vv, acc[g][c]);
+            }
+        }
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < CH; c++) _mm256_storeu_ps(o + g * D + c0 + 8 * c, acc[g][c]);
+    }
+}
+
+// AVX2 (also in the AVX-512 build): keys in blocks of 8 (widened to fp32 once for the G heads), each block's
+// 8 dot products per query head as 8 independent FMA chains reduced together; exp 8 lanes at a time; the
+// values' weighted sum in registers (pv_tile).
 void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
                     int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
     if (D % 8 != 0) {  // head dims that are not a multiple of 8
@@ -209,17 +211,25 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
     }
     const int n = t1 - t0, esz = kv_type == KV_F32 ? 4 : 2;
     const __m256 vscale = _mm256_set1_ps(scale);
+    float kf[8 * 512];  // a block's 8 keys widened to fp32 once, for all G heads (the widening is exact)
     for (int b0 = 0; b0 < n; b0 += 8) {
-        const char *k[8];
-        for (int j = 0; j < 8; j++)  // past the part's last key: its first key again (valid memory, unused)
-            k[j] = (const char *)kc + ((b0 + j < n ? sl[t0 + b0 + j] : sl[t0]) * KVH + kh) * (int64_t)D * esz;
+        const float *k[8];
+        for (int j = 0; j < 8; j++) {  // past the part's last key: its first key again (valid memory, unused)
+            const char *row = (const char *)kc + ((b0 + j < n ? sl[t0 + b0 + j] : sl[t0]) * KVH + kh) * (int64_t)D * esz;
+            if (kv_type == KV_F32) {
+                k[j] = (const float *)row;
+            } else {
+                for (int i = 0; i < D; i += 8) _mm256_storeu_ps(kf + j * D + i, kv_load8(row, kv_type, i));
+                k[j] = kf + j * D;
+            }
+        }
         for (int g = 0; g < G; g++) {
             const float *q = qb + g * D;
             __m256 acc[8];
             for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
             for (int i = 0; i < D; i += 8) {
                 const __m256 qv = _mm256_loadu_ps(q + i);
-                for (int j = 0; j < 8; j++) acc[j] = _mm256_fmadd_ps(qv, kv_load8(k[j], kv_type, i), acc[j]);
+                for (int j = 0; j < 8; j++) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + i), acc[j]);
             }
             const __m256 sv = _mm256_mul_ps(hsum8x8(acc), vscale);
             if (b0 + 8 <= n) {
@@ -238,7 +248,7 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
         __m256 vsum = _mm256_setzero_ps();
         int t = 0;
         for (; t + 8 <= n; t += 8) {
-            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), vm));
+            const __m256 e = fs_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), vm));
             _mm256_storeu_ps(sc + t, e);
             vsum = _mm256_add_ps(vsum, e);
         }
@@ -247,12 +257,25 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
             for (int j = 0; t + j < n; j++) tmp[j] = sc[t + j] - mx;
             const __m256 valid = _mm256_cmp_ps(_mm256_set_ps(7.f, 6.f, 5.f, 4.f, 3.f, 2.f, 1.f, 0.f),
                                                _mm256_set1_ps((float)(n - t)), _CMP_LT_OQ);
-            const __m256 e = _mm256_and_ps(exp8(_mm256_loadu_ps(tmp)), valid);
+            const __m256 e = _mm256_and_ps(fs_exp8(_mm256_loadu_ps(tmp)), valid);
             _mm256_storeu_ps(tmp, e);
             for (int j = 0; t + j < n; j++) sc[t + j] = tmp[j];
             vsum = _mm256_add_ps(vsum, e);
         }
         m[g] = mx, s[g] = hsum8(vsum);
+    }
+    switch (G) {  // the register-resident tile where the shape allows it, else the loop below (same sums)
+#define PV_CASE(GC, CH)                                                                      \
+    case GC:                                                                                 \
+        if (D % (8 * CH) == 0) {                                                             \
+            pv_tile(GC, CH, vc, sl, t0, n, KVH, kh, D, esz, kv_type, scores, o);             \
+            return;                                                                          \
+        }                                                                                    \
+        break;
+        PV_CASE(1, 4) PV_CASE(2, 4) PV_CASE(3, 4) PV_CASE(4, 2) PV_CASE(5, 2) PV_CASE(6, 2) PV_CASE(7, 1) PV_CASE(8, 1)
+#undef PV_CASE
+        default:
+            break;
     }
     for (int i = 0; i < G * D; i++) o[i] = 0.f;
     for (int t = 0; t < n; t++) {

@@ -237,11 +237,53 @@ static void group_tile(int q4, const uint8_t *w, const uint16_t *wd, const uint1
 // values k..k+3 is stored as (x[k], x[k+2], x[k+1], x[k+3]): a weight lane's bytes (w0 w1 w2 w3)
 // split into int16 pairs (w0, w2) = lane & 0x00ff00ff and (w1, w3) = lane >> 8, each dotted with
 // one broadcast 32-bit activation pair (VNNI vpdpwssd / AVX2 pmaddwd).
+#if defined(QG_AVX2) || defined(QG_AVX512)
+// One full block of 32 values, vectorized: the same values as the scalar loop below (the maximum is exact,
+// d and 1/d are the same scalar operations, v * id is one rounding, then round-to-nearest-even as
+// nearbyintf in the default rounding mode), each quad stored in (0, 2, 1, 3) order.
+static inline void quantize_block16_avx2(const float *v, int16_t *q, float *xd, int32_t *xs) {
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    __m256 vv[4], amax8 = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        vv[i] = _mm256_loadu_ps(v + 8 * i);
+        amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, vv[i]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float d = amax / 32767.f, id = d > 0.f ? 1.f / d : 0.f;
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i qi[4], sum = _mm256_setzero_si256();
+    for (int i = 0; i < 4; i++) {
+        const __m256 r = _mm256_round_ps(_mm256_mul_ps(vv[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        qi[i] = _mm256_cvtps_epi32(r);  // already integral: exact
+        sum = _mm256_add_epi32(sum, qi[i]);
+        qi[i] = _mm256_shuffle_epi32(qi[i], _MM_SHUFFLE(3, 1, 2, 0));  // each quad (0, 2, 1, 3)
+    }
+    for (int i = 0; i < 4; i += 2) {  // packs interleaves 128-bit halves: put them back in order
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[i], qi[i + 1]), _MM_SHUFFLE(3, 1, 2, 0));
+        _mm256_storeu_si256((__m256i *)(q + 8 * i), p);
+    }
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    *xd = d;
+    *xs = _mm_cvtsi128_si32(s4);
+}
+#endif
+
 static void quantize_rows16(const float *x, int M, int K, int ldx, int KB, int16_t *xq, float *xd, int32_t *xs) {
     static const int order[4] = {0, 2, 1, 3};
     for (int m = 0; m < M; m++) {
         const float *xr = x + (int64_t)m * ldx;
         for (int b = 0; b < KB; b++) {
+#if defined(QG_AVX2) || defined(QG_AVX512)
+            if ((b + 1) * QK <= K) {
+                quantize_block16_avx2(xr + b * QK, xq + (int64_t)m * KB * QK + b * QK, xd + (int64_t)m * KB + b,
+                                      xs + (int64_t)m * KB + b);
+                continue;
+            }
+#endif
             float v[QK], amax = 0.f;
             for (int i = 0; i < QK; i++) {
                 const int k = b * QK + i;

@@ -1,0 +1,30 @@
+// exp(x) for 8 fp32 lanes (AVX2 + FMA), shared by the attention softmax (paged_decode.c) and the MLP's
+// silu (decode_step.c). x = n ln2 + r (|r| <= ln2/2, ln2 split in two for exactness), e^r by a degree-6
+// polynomial (Cephes' coefficients; relative error ~2e-7), 2^n through the exponent bits. Below -87.3 the
+// result is 0, as expf's; above 88 it is exp(88) (~1.65e38: finite, so silu's x / (1 + e^-x) stays 0 and
+// never NaN for very negative x).
+#ifndef FINSERVE_SIMD_EXP_H
+#define FINSERVE_SIMD_EXP_H
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+static inline __m256 fs_exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+#endif
+#endif
