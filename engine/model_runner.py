@@ -24,6 +24,14 @@ from engine.sampler import SamplingRow, sample
 
 log = structlog.get_logger(__name__)
 
+# Prefill chunks whose tokens attend to at most this many keys on average (a chunk of n tokens from
+# position s: s + n / 2) run through the fused native step, as decode does, not the torch model: its
+# integer tiles and register-resident attention beat MKL on the fp32 copy + SDPA at short context and lose
+# as each token's attention over the context grows. Measured on a 2-vCPU AVX2 EPYC, 2 threads, SmolLM2 q4
+# (`python -m bench.native_prefill 256,512,1024 3`, results/native_prefill.json; one chunk per prompt): a
+# 256-token prompt (mean context 128) 1.07x, 512 (256) 1.02x, 1,024 (512) 0.81x.
+NATIVE_PREFILL_MEAN_CONTEXT = 256
+
 
 class ModelRunner:
     def __init__(self, config: EngineConfig):
@@ -101,7 +109,7 @@ class ModelRunner:
         """
         input_ids, positions, meta, logits_rows, sampled_ids = self._prepare(out.seqs)
         with torch.inference_mode():  # the sampler edits the logits in place
-            if self.native_step is not None and self.config.batch_invariant:
+            if self.native_step is not None and (self.config.batch_invariant or self._native_prefill(meta)):
                 logits = self.native_step.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
             elif self.native_step is not None and not meta.prefills and meta.native_decode:
                 logits = self.native_step.decode(input_ids, positions, self.kv_cache, meta)  # [T, V]
@@ -121,6 +129,20 @@ class ModelRunner:
             errors={ids[i]: e for i, e in sampled.errors.items()},
             logprobs={ids[i]: lp for i, lp in sampled.logprobs.items()},
         )
+
+    @staticmethod
+    def _native_prefill(meta: AttentionMetadata) -> bool:
+        """True when the step's prefill chunks are short-context enough for the native step to be the faster
+        path (NATIVE_PREFILL_MEAN_CONTEXT); decode-only steps take the native decode path below."""
+        if not meta.prefills:
+            return False
+        tokens = keys = 0.0
+        for p in meta.prefills:
+            n = p.q_end - p.q_start
+            start = 0 if p.key_slots is None else int(p.key_slots.shape[0]) - n
+            tokens += n
+            keys += n * (start + n / 2)
+        return keys <= NATIVE_PREFILL_MEAN_CONTEXT * tokens
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> torch.Tensor:
         bs = self.config.block_size

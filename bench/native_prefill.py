@@ -1,0 +1,69 @@
+"""Prefill through the fused native step vs the torch model (MKL on the fp32 copy + SDPA), one engine,
+the two paths alternating (engine/model_runner.py NATIVE_PREFILL_MEAN_CONTEXT picks between them):
+
+    python -m bench.native_prefill [LENGTHS] [REPS] [JSON]   e.g. 256,512,1024 3 results/native_prefill.json
+
+A fresh random prompt per run (the prefix cache never helps); ms of the steps that prefill it, medians.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+from bench.common import write_json
+from bench.configured import engine_config
+from bench.peer_bench import cpu_name
+from engine import model_runner
+from engine.engine import LLMEngine
+from engine.model import cpu_kernels
+from engine.request import EngineRequest, SamplingParams
+from stack.models import resolve_model
+
+PATHS = {"native": 10**9, "torch": -1}  # NATIVE_PREFILL_MEAN_CONTEXT that forces each path
+
+
+def prefill_ms(engine: LLMEngine, n: int, rng: random.Random) -> float:
+    engine.add_request(EngineRequest(uuid.uuid4().hex, [rng.randrange(200, 40000) for _ in range(n)],
+                                     SamplingParams(max_tokens=1, ignore_eos=True), "bulk_extraction"))
+    t0 = time.perf_counter()
+    while engine.has_unfinished():
+        engine.step()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def run(lengths: list[int], reps: int, threads: int = 2) -> dict[str, Any]:
+    engine = LLMEngine(engine_config(str(resolve_model(None)), num_threads=threads,
+                                     max_num_batched_tokens=max(lengths)))
+    if engine.runner.native_step is None:
+        raise SystemExit("the native step does not serve this engine (quantized weights and the kernels needed)")
+    rng = random.Random(0)
+    default = model_runner.NATIVE_PREFILL_MEAN_CONTEXT
+    times: dict[int, dict[str, list[float]]] = {n: {p: [] for p in PATHS} for n in lengths}
+    try:
+        for n in lengths:
+            prefill_ms(engine, n, rng)  # warm-up
+            for _ in range(reps):
+                for path, limit in PATHS.items():
+                    model_runner.NATIVE_PREFILL_MEAN_CONTEXT = limit
+                    times[n][path].append(prefill_ms(engine, n, rng))
+    finally:
+        model_runner.NATIVE_PREFILL_MEAN_CONTEXT = default
+    rows = {}
+    for n, by_path in times.items():
+        med = {p: statistics.median(v) for p, v in by_path.items()}
+        rows[str(n)] = {"ms": {p: round(v, 1) for p, v in med.items()},
+                        "input_tok_s": {p: round(n / v * 1e3, 1) for p, v in med.items()},
+                        "native_speedup": round(med["torch"] / med["native"], 3),
+                        "runs_ms": {p: [round(x, 1) for x in v] for p, v in by_path.items()}}
+    return {"benchmark": "native_prefill", "cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(),
+            "threads": threads, "reps": reps, "mean_context_limit": default, "lengths": rows}
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    result = run([int(x) for x in (args[0] if args else "256,512,1024").split(",")], int(args[1]) if len(args) > 1 else 3)
+    write_json(args[2] if len(args) > 2 else None, result)

@@ -1,0 +1,81 @@
+"""Short-context prefill through the fused native step (engine/model_runner.py NATIVE_PREFILL_MEAN_CONTEXT):
+which chunks take it, that they do in a real engine, and that a prompt computed so gives the bits the
+batch-invariant engine (which runs every token through the native step) gives."""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.model.attention import AttentionMetadata, PrefillMeta
+from engine.model_runner import NATIVE_PREFILL_MEAN_CONTEXT, ModelRunner
+from engine.request import EngineRequest, SamplingParams
+from tests.engine.test_native_step import SHAPES, make_engine, needs_kernels
+
+
+def _meta(*chunks: tuple[int, int]) -> AttentionMetadata:
+    """AttentionMetadata with one prefill chunk per (start position, tokens)."""
+    prefills, row = [], 0
+    for start, n in chunks:
+        keys = None if start == 0 else torch.arange(start + n)
+        prefills.append(PrefillMeta(row, row + n, keys, None))
+        row += n
+    return AttentionMetadata(slot_mapping=torch.arange(row), prefills=prefills, decode_start=row, decode_slots=None,
+                             decode_mask=None, decode_ctx=None, native_decode=False)
+
+
+def test_short_context_chunks_take_the_native_step_and_deep_ones_the_torch_model() -> None:
+    limit = NATIVE_PREFILL_MEAN_CONTEXT
+    assert ModelRunner._native_prefill(_meta((0, 2 * limit)))  # mean context exactly the limit
+    assert not ModelRunner._native_prefill(_meta((0, 2 * limit + 2)))
+    assert ModelRunner._native_prefill(_meta((0, 64), (100, 32)))  # a question after a short cached prefix
+    assert not ModelRunner._native_prefill(_meta((4000, 64)))  # a chunk deep in a document
+    assert not ModelRunner._native_prefill(_meta((0, 16), (4000, 64)))  # weighted by tokens: the deep one rules
+    assert not ModelRunner._native_prefill(_meta())  # decode only: the native decode path, not this one
+
+
+@needs_kernels
+def test_a_short_prompt_is_prefilled_natively_with_the_invariant_engines_bits(
+        make_tiny_model: Callable[..., Path]) -> None:
+    model = make_tiny_model(**SHAPES["gqa"])
+    prompt = [random.Random(0).randrange(100, 40000) for _ in range(40)]
+    got = {}
+    for invariant in (False, True):
+        engine = make_engine(model, "q4", batch_invariant=invariant)
+        runner = engine.runner
+        native = runner.native_step
+        assert native is not None
+        calls = {"native": 0, "torch": 0}
+        native_forward, torch_forward = native.forward, runner.model.forward
+
+        def counted_native(*a, **k):  # type: ignore[no-untyped-def]
+            calls["native"] += 1
+            return native_forward(*a, **k)
+
+        def counted_torch(*a, **k):  # type: ignore[no-untyped-def]
+            calls["torch"] += 1
+            return torch_forward(*a, **k)
+
+        native.forward = counted_native  # type: ignore[method-assign]
+        runner.model.forward = counted_torch  # type: ignore[method-assign]
+        engine.add_request(EngineRequest("r", list(prompt), SamplingParams(max_tokens=4, ignore_eos=True, logprobs=2),
+                                         "bulk_extraction"))
+        outs = []
+        while engine.has_unfinished():
+            outs.extend(engine.step())
+        assert calls["native"] >= 1 and calls["torch"] == 0, calls
+        tokens = [t for o in outs for t in o.new_token_ids]
+        logprobs = [lp.logprob for o in outs for lp in o.logprobs or []]
+        assert len(tokens) == 4 and len(logprobs) == 4
+        got[invariant] = (tokens, logprobs)
+    assert got[False] == got[True]
+
+
+@pytest.mark.parametrize("limit", [-1])
+def test_the_limit_below_zero_keeps_every_prefill_on_the_torch_model(limit: int,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("engine.model_runner.NATIVE_PREFILL_MEAN_CONTEXT", limit)
+    assert not ModelRunner._native_prefill(_meta((0, 1)))
