@@ -31,13 +31,17 @@ MAX_BATCH = 64  # tokens per native call (the kernel's tile buffers); larger bat
 _I32 = ctypes.c_int32
 
 
-def _batch_bucket(b: int) -> int:
-    return 0 if b == 1 else 1 if b <= 4 else 2 if b <= 16 else 3
+def _bucket(b: int, keys: int = 0) -> int:
+    """Steps of alike cost: by batch size and by the keys a token attends to on average (a step at 4,096 keys
+    of context costs ~4x one at 256 at batch 1, so their times must not share one moving average)."""
+    size = 0 if b == 1 else 1 if b <= 4 else 2 if b <= 16 else 3
+    depth = keys // max(1, b)
+    return 4 * size + (0 if depth < 512 else 1 if depth < 1536 else 2 if depth < 3072 else 3)
 
 
 @dataclass
 class ThreadGovernor:
-    """Chooses the thread count of each step from measured step times (per batch-size bucket)."""
+    """Chooses the thread count of each step from measured step times (per bucket of batch size and context)."""
 
     max_threads: int
     explore_every: int = 64  # steps between re-tries of a thread count that is not the best
@@ -49,8 +53,8 @@ class ThreadGovernor:
     def candidates(self) -> tuple[int, ...]:
         return (1,) if self.max_threads <= 1 else (1, self.max_threads)
 
-    def pick(self, batch: int) -> int:
-        bucket = _batch_bucket(batch)
+    def pick(self, batch: int, keys: int = 0) -> int:
+        bucket = _bucket(batch, keys)
         n = self._steps.get(bucket, 0)
         self._steps[bucket] = n + 1
         unmeasured = [c for c in self.candidates if (bucket, c) not in self._avg]
@@ -62,8 +66,8 @@ class ThreadGovernor:
             return others[(n // self.explore_every) % len(others)]
         return best
 
-    def record(self, batch: int, threads: int, seconds: float) -> None:
-        key = (_batch_bucket(batch), threads)
+    def record(self, batch: int, threads: int, seconds: float, keys: int = 0) -> None:
+        key = (_bucket(batch, keys), threads)
         old = self._avg.get(key)
         self._avg[key] = seconds if old is None else old + self.alpha * (seconds - old)
 
@@ -189,7 +193,8 @@ class NativeDecoder:
             raise ValueError("logits rows must be increasing")
         logits = torch.empty((b if rows is None else int(rows.numel()), self.vocab), dtype=torch.float32)
         kv_type = KV_TYPES[kv_cache.dtype]
-        threads = self.governor.pick(b)
+        keys = int(ctx.sum())  # the keys the batch's tokens attend to: the step's cost grows with them
+        threads = self.governor.pick(b, keys)
         t0 = time.perf_counter()
         done = 0  # logits rows written so far
         for s in range(0, b, MAX_BATCH):
@@ -210,5 +215,5 @@ class NativeDecoder:
             if rc != 0:
                 raise MemoryError("the native step could not allocate its scratch buffers")
             done += n
-        self.governor.record(b, threads, time.perf_counter() - t0)
+        self.governor.record(b, threads, time.perf_counter() - t0, keys)
         return logits

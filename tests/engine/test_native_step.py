@@ -14,7 +14,7 @@ import torch
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
-from engine.model.native_step import NativeDecoder, ThreadGovernor
+from engine.model.native_step import NativeDecoder, ThreadGovernor, _bucket
 from engine.request import EngineRequest, SamplingParams
 from policies import load_policy
 
@@ -125,7 +125,19 @@ def test_governor_measures_each_thread_count_then_keeps_the_faster() -> None:
     for _ in range(20):  # the machine gets busy: two threads now take 5x longer
         gov.record(1, 2, 0.050)
     assert gov.pick(1) == 1
-    assert gov.pick(8) in (1, 2) and "2/1" not in gov.snapshot()  # batch sizes are measured apart
+    assert gov.pick(8) in (1, 2) and f"{_bucket(8)}/1" not in gov.snapshot()  # batch sizes are measured apart
+
+
+def test_governor_measures_deep_and_shallow_steps_apart() -> None:
+    gov = ThreadGovernor(2, explore_every=8)
+    for keys, fast in ((100, 2), (4096, 1)):  # at 100 keys two threads are faster, at 4,096 (say) one
+        for _ in range(2):
+            t = gov.pick(1, keys)
+            gov.record(1, t, 0.004 if t == fast else 0.010, keys)
+    for _ in range(30):  # many slow deep steps on two threads do not move the shallow steps' choice
+        gov.record(1, 2, 0.040, 4096)
+    assert gov.pick(1, 100) == 2 and gov.pick(1, 4096) == 1
+    assert _bucket(1, 100) != _bucket(1, 4096) and _bucket(1, 100) != _bucket(8, 800)
 
 
 def test_a_single_thread_governor_never_asks_for_more() -> None:
