@@ -10,29 +10,18 @@ from __future__ import annotations
 import random
 import statistics
 import sys
-import time
-import uuid
 from typing import Any
 
 from bench.common import write_json
 from bench.configured import engine_config
 from bench.peer_bench import cpu_name
+from bench.prefill_path import prefill_ms
 from engine import model_runner
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
-from engine.request import EngineRequest, SamplingParams
 from stack.models import resolve_model
 
 PATHS = {"native": 10**9, "torch": -1}  # NATIVE_PREFILL_MEAN_CONTEXT that forces each path
-
-
-def prefill_ms(engine: LLMEngine, n: int, rng: random.Random) -> float:
-    engine.add_request(EngineRequest(uuid.uuid4().hex, [rng.randrange(200, 40000) for _ in range(n)],
-                                     SamplingParams(max_tokens=1, ignore_eos=True), "bulk_extraction"))
-    t0 = time.perf_counter()
-    while engine.has_unfinished():
-        engine.step()
-    return (time.perf_counter() - t0) * 1e3
 
 
 def run(lengths: list[int], reps: int, threads: int = 2) -> dict[str, Any]:
