@@ -205,7 +205,7 @@ static inline __attribute__((always_inline)) void pv_tile(const int G, const int
 // values' weighted sum in registers (pv_tile).
 void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
                     int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
-    if (D % 8 != 0) {  // head dims that are not a multiple of 8
+    if (D % 8 != 0 || D > 512) {  // head dims that are not a multiple of 8, or past the widened-key buffer
         part_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
         return;
     }
