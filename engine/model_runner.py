@@ -109,12 +109,14 @@ class ModelRunner:
         """
         input_ids, positions, meta, logits_rows, sampled_ids = self._prepare(out.seqs)
         with torch.inference_mode():  # the sampler edits the logits in place
-            if self.native_step is not None and (self.config.batch_invariant or self._native_prefill(meta)):
-                logits = self.native_step.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
-            elif self.native_step is not None and not meta.prefills and meta.native_decode:
+            if self.native_step is not None and not meta.prefills and meta.native_decode:
+                # decode only: the same fs_forward rows as forward() below (so also with batch invariance), without
+                # its per-step table building
                 logits = self.native_step.decode(input_ids, positions, self.kv_cache, meta)  # [T, V]
                 if logits_rows.numel() != logits.shape[0]:
                     logits = logits.index_select(0, logits_rows)
+            elif self.native_step is not None and (self.config.batch_invariant or self._native_prefill(meta)):
+                logits = self.native_step.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
             else:
                 logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
             keep = [i for i, rid in enumerate(sampled_ids) if rid in rows]  # a failed request has no row
