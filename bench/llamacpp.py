@@ -3,7 +3,8 @@ source vendored in llama-cpp-python's sdist, run in a clean environment.
 
 - Build (`ensure_built`): `pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`, unpack, then
   `cmake -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release` and
-  `cmake --build build -j2 --target llama-server llama-bench llama-quantize` (about 10 minutes on 2 cores).
+  `cmake --build build -j2 --target llama-server llama-bench llama-quantize llama-perplexity` (about 10
+  minutes on 2 cores; llama-perplexity scores the GGUF types for bench/peer_quality.py).
   Cached outside the repository (~/.cache/finserve-peer); never part of `make test`.
 - Clean environment (`CLEAN_ENV`): the peer's processes get a PATH and HOME and nothing else: no OMP_*,
   KMP_*, GOMP_* or FINSERVE_* from finserve's process (ggml uses OpenMP; an inherited OMP_WAIT_POLICY
@@ -26,7 +27,7 @@ from bench.peer_server import Server, _ready
 
 VERSION = "0.3.36"
 SDIST = f"llama_cpp_python-{VERSION}"
-TARGETS = ("llama-server", "llama-bench", "llama-quantize")
+TARGETS = ("llama-server", "llama-bench", "llama-quantize", "llama-perplexity")
 GGUF_TYPES = ("Q4_0", "Q4_1", "Q8_0")
 SHIPPED = "Q4_1"
 CMAKE_FLAGS = ("-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release")

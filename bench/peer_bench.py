@@ -14,6 +14,7 @@ comparison runs again with a one-core CPU hog beside it (a busy-looping process)
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import random
@@ -169,9 +170,10 @@ def _medians(runs: dict[str, list[list[dict[str, Any]]]]) -> dict[str, dict[str,
     return out
 
 
-def ratios(medians: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+def ratios(medians: dict[str, dict[str, float]], gated: set[str] | None = None) -> dict[str, dict[str, Any]]:
     """finserve's tokens/s over the best llama.cpp format's, per test (> 1: finserve faster); each further
-    finserve format (`also_weights`) under its own key."""
+    finserve format (`also_weights`) under its own key. With `gated` (the peer systems whose perplexity is within
+    the quality gate of the shipped weights, bench/peer_quality.py), also over the best of those."""
     out: dict[str, dict[str, Any]] = {}
     peers_all = {n: m for n, m in medians.items() if not n.startswith("finserve")}
     for test in TESTS:
@@ -179,12 +181,30 @@ def ratios(medians: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
         if not peers:
             continue
         best = max(peers, key=lambda n: peers[n])
+        within = {n: v for n, v in peers.items() if gated is not None and n in gated}
+        best_within = max(within, key=lambda n: within[n]) if within else None
         for name in (n for n in medians if n.startswith("finserve")):
             ours = medians[name].get(test)
             if ours:
                 key = "finserve_over_best_peer" if name == "finserve" else f"{name.replace(' ', '_')}_over_best_peer"
-                out.setdefault(test, {"best_peer": best})[key] = ours / peers[best]
+                row = out.setdefault(test, {"best_peer": best})
+                row[key] = ours / peers[best]
+                if best_within is not None:
+                    row["best_peer_within_quality_gate"] = best_within
+                    row[f"{key}_within_quality_gate"] = ours / peers[best_within]
     return out
+
+
+def quality_gate(path: str = "results/peer_quality.json") -> dict[str, Any] | None:
+    """The peer systems within the quality gate, from `finserve bench peer-quality`'s JSON (None when absent)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        rows = data["llama_cpp"]["perplexity"]
+        return {"source": path, "gate": data["gate"], "ctx": data["ctx"], "time": data["environment"]["time"],
+                "perplexity": {f"llama.cpp {t}": r["perplexity"] for t, r in rows.items()},
+                "within": sorted(f"llama.cpp {t}" for t, r in rows.items() if r["within_gate"])}
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
 
 
 def table(medians: dict[str, dict[str, float]]) -> str:
@@ -219,9 +239,11 @@ def run(json_path: str | None, *, model: str, shape: PeerShape, hog: bool = Fals
         "definitions": {"tokens_per_s": "pp: input tokens/s; tg: output tokens/s at batch 1",
                         "medians": "over repetitions; systems alternate within each repetition"},
     }
+    gate = quality_gate()
+    out["quality_gate"] = gate  # which GGUF types answer as well as the shipped weights (llama-perplexity)
     for label, with_hog in (("quiet", False), ("hog", True)) if hog else (("quiet", False),):
         part = measure(model, shape, tools, with_hog)
-        part["ratios"] = ratios(part["medians"])
+        part["ratios"] = ratios(part["medians"], None if gate is None else set(gate["within"]))
         part["table"] = table(part["medians"]).splitlines()
         out[label] = part
         print(f"{label}:\n" + "\n".join(part["table"]), file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import structlog
 import torch
 
@@ -156,6 +157,13 @@ class ModelRunner:
         self, seqs: list[ScheduledSeq]
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[str]]:
         """Flat-batch tensors, rows in `seqs` order (SchedulerOutput's: prefill chunks, then one-token seqs)."""
+        if self.native_decode and all(s.num_new_tokens == 1 for s in seqs):
+            return self._prepare_native_decode(seqs)
+        return self._prepare_general(seqs)
+
+    def _prepare_general(
+        self, seqs: list[ScheduledSeq]
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[str]]:
         ids: list[int] = []
         pos_parts: list[torch.Tensor] = []
         slot_parts: list[torch.Tensor] = []
@@ -198,6 +206,41 @@ class ModelRunner:
             meta,
             torch.tensor(logits_rows, dtype=torch.long, device=dev),
             sampled_ids,
+        )
+
+    def _prepare_native_decode(
+        self, seqs: list[ScheduledSeq]
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[str]]:
+        """_prepare for a batch of one-token seqs on the native decode path: the same tensors, built with numpy
+        (a few microseconds per call where the torch calls of the general path cost ~0.45 ms a step at batch 1)."""
+        bs = self.config.block_size
+        ctx = np.array([s.end_pos for s in seqs], dtype=np.int64)  # keys 0..end_pos-1 (incl. the new token)
+        lmax = int(ctx.max())
+        nb = (lmax + bs - 1) // bs
+        table = np.zeros((len(seqs), nb), dtype=np.int64)
+        for i, s in enumerate(seqs):
+            blocks = s.block_ids[:nb]
+            table[i, : len(blocks)] = blocks
+        pos = np.arange(lmax)
+        slots = np.ascontiguousarray(table[:, pos // bs] * bs + pos % bs)  # [B, Lmax], row-major as the kernels read it
+        last = ctx - 1  # each decode token sits at its sequence's last position
+        meta = AttentionMetadata(
+            slot_mapping=torch.from_numpy(slots[np.arange(len(seqs)), last]),
+            prefills=[],
+            decode_start=0,
+            decode_slots=torch.from_numpy(slots),
+            decode_mask=None,
+            decode_ctx=torch.from_numpy(ctx),
+            native_decode=True,
+        )
+        ids = [s.request.token_id_at(s.start_pos) for s in seqs]
+        sampled = [i for i, s in enumerate(seqs) if s.samples]
+        return (
+            torch.tensor(ids, dtype=torch.long),
+            torch.from_numpy(last),
+            meta,
+            torch.tensor(sampled, dtype=torch.long),
+            [seqs[i].request.request_id for i in sampled],
         )
 
     def _prefill_meta(self, s: ScheduledSeq, row: int) -> tuple[PrefillMeta, torch.Tensor]:

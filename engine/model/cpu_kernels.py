@@ -55,6 +55,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.finserve_kernel_isa.restype = _I
     lib.finserve_cpu_features.restype = _I
     lib.fs_dequant.restype = None
+    lib.fs_dequant_rows.restype = None
+    lib.fs_dequant_rows.argtypes = [_I, _P, _P, _P, _I, _I, _P, _P]
+    lib.fs_argmax_rows.restype = None
+    lib.fs_argmax_rows.argtypes = [_P, _I, _I, ctypes.c_int64, _P]
     lib.fs_dequant.argtypes = [_I, _P, _P, _P, _I, _I, _P, _I]
     lib.fs_model_new.restype = _P
     lib.fs_model_new.argtypes = [_P, _F, _P]
@@ -208,6 +212,26 @@ def dequant_into(lib: ctypes.CDLL, fmt: KernelFormat, packed: torch.Tensor, scal
     n, k = out.shape
     lib.fs_dequant(int(fmt), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), n, k,
                    out.data_ptr(), torch.get_num_threads())
+
+
+def dequant_rows(lib: ctypes.CDLL, fmt: KernelFormat, packed: torch.Tensor, scales: torch.Tensor,
+                 mins: torch.Tensor | None, k: int, ids: torch.Tensor) -> torch.Tensor:
+    """Stored rows `ids` (int64 [T] contiguous, each < N) dequantized: [T, k] fp32, the values dequantize() gives."""
+    out = torch.empty((int(ids.shape[0]), k), dtype=torch.float32)
+    lib.fs_dequant_rows(int(fmt), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), k,
+                        int(ids.shape[0]), ids.data_ptr(), out.data_ptr())
+    return out
+
+
+def argmax_rows(x: torch.Tensor) -> torch.Tensor | None:
+    """Each row's first maximum among its non-NaN values (torch.argmax with NaN as -inf): int64 [N]; None when the
+    library is not loaded or `x` is not a CPU fp32 matrix with unit column stride."""
+    lib = _library()
+    if lib is None or x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 2 or x.stride(1) != 1:
+        return None
+    out = torch.empty(int(x.shape[0]), dtype=torch.int64)
+    lib.fs_argmax_rows(x.data_ptr(), int(x.shape[0]), int(x.shape[1]), x.stride(0), out.data_ptr())
+    return out
 
 
 def paged_decode(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import structlog
 import torch
 
+from engine.model import cpu_kernels
 from engine.model.attention import AttentionMetadata
 from engine.model.cpu_kernels import KV_TYPES
 from engine.model.quant import QuantizedLinear
@@ -179,11 +180,21 @@ class NativeDecoder:
             table[len(tables) :, : meta.decode_slots.shape[1]] = meta.decode_slots
         return self._run(input_ids, positions, kv_cache, meta.slot_mapping, table, slot_row, ctx, logits_rows)
 
+    def _embed(self, input_ids: torch.Tensor) -> torch.Tensor:  # [B] -> [B, hidden] fp32
+        """The step's embeddings; a tied table (the quantized LM head) read by the kernel library: the same values
+        as the torch model's embed_tokens, in one native call instead of ~10 torch calls (~0.15 ms a step)."""
+        head = self.model.lm_head
+        if self.model.embed is None and isinstance(head, QuantizedLinear):
+            hw = head.weight
+            return cpu_kernels.dequant_rows(self.lib, hw.kernel, hw.packed, hw.scales, hw.mins, hw.k,
+                                            input_ids.to(torch.int64).contiguous())
+        return self.model.embed_tokens(input_ids).float().contiguous()
+
     def _run(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
              table: torch.Tensor, slot_row: torch.Tensor | None, ctx: torch.Tensor,
              logits_rows: torch.Tensor | None) -> torch.Tensor:
         b = int(input_ids.shape[0])
-        x = self.model.embed_tokens(input_ids).float().contiguous()
+        x = self._embed(input_ids)
         pos = positions.to(torch.int64).contiguous()
         slot = slot_mapping.to(torch.int64).contiguous()
         slots = table.contiguous()

@@ -395,3 +395,38 @@ def llamacpp_bench(
             run(json_file, model=str(resolve_model(model, settings)), shape=shape, hog=hog, build=build)
         except RuntimeError as e:
             raise CLIError(str(e)) from None
+
+
+@bench_app.command("peer-quality")
+def peer_quality_bench(
+    json_file: JsonFileOpt = "results/peer_quality.json",
+    gguf_types: Annotated[str, typer.Option(
+        "--gguf-types", help="llama.cpp GGUF types scored with llama-perplexity, comma-separated.")] = "Q4_0,Q4_1,Q8_0",
+    formats: Annotated[str, typer.Option(
+        "--formats", help="finserve weight formats scored the same way, comma-separated.")] = "q4,q4a8",
+    ctx: Annotated[int, typer.Option("--ctx", min=16, help="Tokens per chunk (llama-perplexity's -c).")] = 512,
+    threads: ThreadsOpt = None,
+    build: Annotated[bool, typer.Option(
+        "--build", help="Build llama.cpp first when it is not cached (~10 minutes on 2 cores).")] = False,
+    model: ModelOpt = None,
+) -> None:
+    """Perplexity of each llama.cpp GGUF type (llama-perplexity) and of finserve's formats, scored alike."""
+    from bench.llamacpp import GGUF_TYPES
+    from bench.peer_quality import run
+    from engine.model.formats import check_weights
+    from stack.models import resolve_model
+
+    settings = command_settings(threads=threads)
+    types = tuple(t.strip().upper() for t in gguf_types.split(",") if t.strip())
+    if not types or any(t not in GGUF_TYPES for t in types):
+        raise CLIError(f"--gguf-types takes some of {', '.join(GGUF_TYPES)}")
+    try:
+        fmts = tuple(check_weights(f.strip()) for f in formats.split(",") if f.strip())
+    except ValueError as e:
+        raise CLIError(f"--formats: {e}") from None
+    with status(f"bench peer-quality: {', '.join(types)} and {', '.join(fmts)} ..."):
+        try:
+            run(json_file, model=str(resolve_model(model, settings)), gguf_types=types, formats=fmts, ctx=ctx,
+                threads=_threads(settings), build=build)
+        except RuntimeError as e:
+            raise CLIError(str(e)) from None

@@ -48,3 +48,26 @@ def test_ratios_compare_every_finserve_format_with_the_best_peer() -> None:
     assert out["tg128"] == {"best_peer": "llama.cpp Q4_0", "finserve_over_best_peer": 0.6,
                             "finserve_q4a8_over_best_peer": 0.7}
     assert out["pp256"] == {"best_peer": "llama.cpp Q8_0", "finserve_over_best_peer": 0.6}
+
+
+def test_ratios_also_compare_with_the_best_peer_whose_answers_pass_the_quality_gate() -> None:
+    from bench.peer_bench import ratios
+
+    medians = {"finserve": {"tg128": 90.0}, "llama.cpp Q4_0": {"tg128": 100.0}, "llama.cpp Q4_1": {"tg128": 75.0},
+               "llama.cpp Q8_0": {"tg128": 80.0}}
+    out = ratios(medians, gated={"llama.cpp Q4_1", "llama.cpp Q8_0"})  # Q4_0: perplexity +20%, outside the gate
+    assert out["tg128"]["best_peer"] == "llama.cpp Q4_0" and out["tg128"]["finserve_over_best_peer"] == 0.9
+    assert out["tg128"]["best_peer_within_quality_gate"] == "llama.cpp Q8_0"
+    assert out["tg128"]["finserve_over_best_peer_within_quality_gate"] == 90.0 / 80.0
+    assert "best_peer_within_quality_gate" not in ratios(medians)["tg128"]
+
+
+def test_the_quality_gate_is_read_from_peer_quality_json(tmp_path: Path) -> None:
+    from bench.peer_bench import quality_gate
+
+    path = tmp_path / "pq.json"
+    path.write_text(json.dumps({"gate": 0.01, "ctx": 512, "environment": {"time": "t"}, "llama_cpp": {"perplexity": {
+        "Q4_0": {"perplexity": 15.5, "within_gate": False}, "Q4_1": {"perplexity": 12.97, "within_gate": True}}}}))
+    gate = quality_gate(str(path))
+    assert gate is not None and gate["within"] == ["llama.cpp Q4_1"]
+    assert quality_gate(str(tmp_path / "absent.json")) is None

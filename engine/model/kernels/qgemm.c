@@ -571,26 +571,79 @@ static inline void dequant_row_avx2(int q4, const uint8_t *tile, int r, float d,
 // (int8) or d q + m (q4), the values dequantize() in engine/model/quant.py gives. For prefill-sized batches,
 // where a dense GEMM (MKL) on these beats the integer kernel; decode_step.c's fs_dequant runs the groups on
 // its pool.
+// Row r of group g (stored row 16g + r) as dense fp32 into row [K].
+static void dequant_one_row(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int K, int g, int r,
+                            float *row) {
+    const int KB = (K + QK - 1) / QK, C = q4 ? 4 : 8;
+    for (int b = 0; b < KB; b++) {
+        const int64_t tile_id = (int64_t)g * KB + b;
+        const float d = half_to_float(wd[tile_id * QR + r]);
+        const float m = q4 ? half_to_float(wm[tile_id * QR + r]) : 0.f;
+        const uint8_t *tile = w + tile_id * C * QR * 4;
+        const int width = K - b * QK < QK ? K - b * QK : QK;
+#if defined(__AVX2__)
+        if (width == QK) {
+            dequant_row_avx2(q4, tile, r, d, m, row + b * QK);
+            continue;
+        }
+#endif
+        float v[QK];
+        dequant_row(q4, tile, r, d, m, v);
+        memcpy(row + b * QK, v, sizeof(float) * (size_t)width);
+    }
+}
+
 void fs_dequant_group(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int N, int K, int g,
                       float *out) {
-    const int KB = (K + QK - 1) / QK, C = q4 ? 4 : 8;
-    for (int r = 0; r < QR && g * QR + r < N; r++) {
-        float *row = out + (int64_t)(g * QR + r) * K;
-        for (int b = 0; b < KB; b++) {
-            const int64_t tile_id = (int64_t)g * KB + b;
-            const float d = half_to_float(wd[tile_id * QR + r]);
-            const float m = q4 ? half_to_float(wm[tile_id * QR + r]) : 0.f;
-            const uint8_t *tile = w + tile_id * C * QR * 4;
-            const int width = K - b * QK < QK ? K - b * QK : QK;
+    for (int r = 0; r < QR && g * QR + r < N; r++) dequant_one_row(q4, w, wd, wm, K, g, r, out + (int64_t)(g * QR + r) * K);
+}
+
+// Stored rows ids[0..n-1] (each < N) as dense fp32 into out [n, K]: a tied LM head read as the embedding
+// table, one row per token of a step, without a dense copy of the table.
+void fs_dequant_rows(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int K, int n,
+                     const int64_t *ids, float *out) {
+    for (int i = 0; i < n; i++)
+        dequant_one_row(q4, w, wd, wm, K, (int)(ids[i] / QR), (int)(ids[i] % QR), out + (int64_t)i * K);
+}
+
+// out[i] = the index of the first maximum of row i of x [n, V] (row stride ld) among its values that are not
+// NaN (0 when every value is NaN): torch.argmax of the row with NaN replaced by -inf.
+void fs_argmax_rows(const float *x, int n, int V, int64_t ld, int64_t *out) {
+    for (int i = 0; i < n; i++) {
+        const float *row = x + (int64_t)i * ld;
+        float best = -INFINITY;
+        int64_t at = 0;
+        int j = 0;
 #if defined(__AVX2__)
-            if (width == QK) {
-                dequant_row_avx2(q4, tile, r, d, m, row + b * QK);
-                continue;
+        if (V >= 8) {  // 8 lanes, each keeping its first maximum; then the largest, at its smallest index
+            __m256 vbest = _mm256_set1_ps(-INFINITY);
+            __m256i vat = _mm256_setzero_si256(), idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            const __m256i eight = _mm256_set1_epi32(8);
+            for (; j + 8 <= V; j += 8) {
+                const __m256 v = _mm256_loadu_ps(row + j);
+                const __m256 gt = _mm256_cmp_ps(v, vbest, _CMP_GT_OQ);  // false for NaN
+                vbest = _mm256_blendv_ps(vbest, v, gt);
+                vat = _mm256_blendv_epi8(vat, idx, _mm256_castps_si256(gt));
+                idx = _mm256_add_epi32(idx, eight);
             }
-#endif
-            float v[QK];
-            dequant_row(q4, tile, r, d, m, v);
-            memcpy(row + b * QK, v, sizeof(float) * (size_t)width);
+            float lb[8];
+            int32_t la[8];
+            _mm256_storeu_ps(lb, vbest);
+            _mm256_storeu_si256((__m256i *)la, vat);
+            for (int l = 0; l < 8; l++) {
+                if (lb[l] > best || (lb[l] == best && la[l] < at)) {
+                    best = lb[l];
+                    at = la[l];
+                }
+            }
         }
+#endif
+        for (; j < V; j++) {
+            if (row[j] > best) {  // false for NaN
+                best = row[j];
+                at = j;
+            }
+        }
+        out[i] = at;
     }
 }
