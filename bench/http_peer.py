@@ -130,7 +130,9 @@ async def _closed_loop(server: Server, prompts: list[str], concurrency: int, out
                        headers: dict[str, str]) -> tuple[list[dict[str, Any]], float]:
     queue = list(reversed(prompts))
     results: list[dict[str, Any]] = []
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    # a new connection per request (loopback: well under a millisecond), for every system alike: llama-server (its
+    # cpp-httplib keep-alive) closed a reused connection mid-run in this round's 8-stream run, which failed the run
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=server.url, headers={**server.headers, **headers}, limits=limits,
                                  timeout=httpx.Timeout(900.0, connect=10.0)) as client:
         async def stream() -> None:
