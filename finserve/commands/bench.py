@@ -39,6 +39,26 @@ def _threads(settings: Settings) -> int:
     return settings.threads or default_threads()
 
 
+def _gguf_types(text: str) -> tuple[str, ...]:
+    """--gguf-types: some of llama.cpp's GGUF types this project builds, comma-separated."""
+    from bench.llamacpp import GGUF_TYPES
+
+    types = tuple(t.strip().upper() for t in text.split(",") if t.strip())
+    if not types or any(t not in GGUF_TYPES for t in types):
+        raise CLIError(f"--gguf-types takes some of {', '.join(GGUF_TYPES)}")
+    return types
+
+
+def _weight_list(text: str, option: str) -> tuple[str, ...]:
+    """A comma-separated list of finserve weight formats (empty: none)."""
+    from engine.model.formats import check_weights
+
+    try:
+        return tuple(check_weights(w.strip()) for w in text.split(",") if w.strip())
+    except ValueError as e:
+        raise CLIError(f"{option}: {e}") from None
+
+
 def _json_path(json_file: str | None, old_json: str | None) -> str | None:
     if json_file and old_json:
         raise CLIError("give --json-file only (--json is its old name)")
@@ -374,20 +394,12 @@ def llamacpp_bench(
     model: ModelOpt = None,
 ) -> None:
     """finserve's engine vs llama.cpp's own llama-bench: pp256, pp2048, tg128, tg32 at depth 4,096 (tokens/s)."""
-    from bench.llamacpp import GGUF_TYPES
     from bench.peer_bench import PeerShape, run
     from stack.models import resolve_model
 
     settings = command_settings(threads=threads, weights=weights, kv_cache_dtype=kv_dtype)
-    types = tuple(t.strip().upper() for t in gguf_types.split(",") if t.strip())
-    if not types or any(t not in GGUF_TYPES for t in types):
-        raise CLIError(f"--gguf-types takes some of {', '.join(GGUF_TYPES)}")
-    from engine.model.formats import check_weights
-
-    try:
-        extra = tuple(check_weights(w.strip()) for w in also_weights.split(",") if w.strip())
-    except ValueError as e:
-        raise CLIError(f"--also-weights: {e}") from None
+    types = _gguf_types(gguf_types)
+    extra = _weight_list(also_weights, "--also-weights")
     shape = PeerShape(reps=reps, threads=_threads(settings), gguf_types=types, weights=settings.weights,
                       kv_dtype=settings.kv_cache_dtype, also_weights=extra)
     with status(f"bench llamacpp: {reps} repetitions{' (quiet, then with a CPU hog)' if hog else ''} ..."):
@@ -411,19 +423,12 @@ def peer_quality_bench(
     model: ModelOpt = None,
 ) -> None:
     """Perplexity of each llama.cpp GGUF type (llama-perplexity) and of finserve's formats, scored alike."""
-    from bench.llamacpp import GGUF_TYPES
     from bench.peer_quality import run
-    from engine.model.formats import check_weights
     from stack.models import resolve_model
 
     settings = command_settings(threads=threads)
-    types = tuple(t.strip().upper() for t in gguf_types.split(",") if t.strip())
-    if not types or any(t not in GGUF_TYPES for t in types):
-        raise CLIError(f"--gguf-types takes some of {', '.join(GGUF_TYPES)}")
-    try:
-        fmts = tuple(check_weights(f.strip()) for f in formats.split(",") if f.strip())
-    except ValueError as e:
-        raise CLIError(f"--formats: {e}") from None
+    types = _gguf_types(gguf_types)
+    fmts = _weight_list(formats, "--formats")
     with status(f"bench peer-quality: {', '.join(types)} and {', '.join(fmts)} ..."):
         try:
             run(json_file, model=str(resolve_model(model, settings)), gguf_types=types, formats=fmts, ctx=ctx,
