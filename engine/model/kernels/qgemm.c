@@ -567,10 +567,6 @@ static inline void dequant_row_avx2(int q4, const uint8_t *tile, int r, float d,
 }
 #endif
 
-// Rows 16g..16g+15 (those below N) of the stored weights as dense fp32 into out [N, K] (row stride K): w = d q
-// (int8) or d q + m (q4), the values dequantize() in engine/model/quant.py gives. For prefill-sized batches,
-// where a dense GEMM (MKL) on these beats the integer kernel; decode_step.c's fs_dequant runs the groups on
-// its pool.
 // Row r of group g (stored row 16g + r) as dense fp32 into row [K].
 static void dequant_one_row(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int K, int g, int r,
                             float *row) {
@@ -593,6 +589,10 @@ static void dequant_one_row(int q4, const uint8_t *w, const uint16_t *wd, const 
     }
 }
 
+// Rows 16g..16g+15 (those below N) of the stored weights as dense fp32 into out [N, K] (row stride K): w = d q
+// (int8) or d q + m (q4), the values dequantize() in engine/model/quant.py gives. For prefill-sized batches,
+// where a dense GEMM (MKL) on these beats the integer kernel; decode_step.c's fs_dequant runs the groups on
+// its pool.
 void fs_dequant_group(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int N, int K, int g,
                       float *out) {
     for (int r = 0; r < QR && g * QR + r < N; r++) dequant_one_row(q4, w, wd, wm, K, g, r, out + (int64_t)(g * QR + r) * K);

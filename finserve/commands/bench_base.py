@@ -1,0 +1,28 @@
+"""What every `finserve bench` command module shares: the command group, its common options, the thread count."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from core.settings import Settings
+
+bench_app = typer.Typer(help="Benchmarks; each prints JSON. Not tests: no timing asserts.", no_args_is_help=True)
+
+JsonFileOpt = Annotated[str | None, typer.Option("--json-file", metavar="PATH", help="Also write the JSON to this file.")]
+# The old name of --json-file, hidden: commands recorded in docs and scripts keep running (with a warning).
+OldJsonOpt = Annotated[str | None, typer.Option("--json", hidden=True, help="Deprecated: use --json-file.")]
+ModelOpt = Annotated[str | None, typer.Option(
+    "--model", help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")]
+ThreadsOpt = Annotated[int | None, typer.Option(
+    "--threads", help="torch threads on CPU (default: FINSERVE_THREADS, else one per usable core).")]
+# The engine settings (FINSERVE_WEIGHTS, FINSERVE_KV_CACHE_DTYPE, ...) apply to every benchmark that builds an
+# engine (bench/configured.py): a figure is for the engine `finserve serve` runs with the same environment.
+
+
+def _threads(settings: Settings) -> int:
+    """FINSERVE_THREADS (or --threads), else what the engine would take: one per usable core."""
+    from engine.factory import default_threads
+
+    return settings.threads or default_threads()
