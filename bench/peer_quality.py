@@ -25,8 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.llamacpp import CLEAN_ENV, SHIPPED, Tools, ensure_built, find_built, gguf
-from bench.quality import TEXT_PATH, native_linears, text_ids
-from engine.model.attention import AttentionMetadata, PrefillMeta
+from bench.quality import TEXT_PATH, fresh_context_logits, kernel_path, native_linears, text_ids
 from engine.model.llama import LlamaModel
 
 GATE = 0.01  # perplexity rise over the shipped weights a format may have (issue 21)
@@ -50,16 +49,12 @@ def llama_perplexity(tools: Tools, model: str, *, ctx: int, threads: int) -> dic
 @torch.inference_mode()
 def perplexity_second_halves(model: LlamaModel, ids: list[int], ctx: int) -> tuple[float, int]:
     """llama-perplexity's estimate for `model`: (PPL, chunks scored)."""
-    cfg = model.cfg
     nll, count, chunks = 0.0, 0, len(ids) // ctx
     first = ctx // 2
     for c in range(chunks):
         chunk = torch.tensor(ids[c * ctx : (c + 1) * ctx], dtype=torch.long)
-        kv = torch.zeros((cfg.num_layers, 2, ctx, cfg.num_kv_heads, cfg.head_dim), dtype=model.dtype)
-        meta = AttentionMetadata(slot_mapping=torch.arange(ctx), prefills=[PrefillMeta(0, ctx, None, None)],
-                                 decode_start=ctx, decode_slots=None, decode_mask=None)
         rows = torch.arange(first, ctx - 1)
-        logits = model.forward(chunk, torch.arange(ctx), kv, meta, rows)  # [ctx/2 - 1, V]
+        logits = fresh_context_logits(model, chunk, rows)  # [ctx/2 - 1, V]
         nll += F.cross_entropy(logits.float(), chunk[first + 1 :], reduction="sum").item()
         count += int(rows.numel())
     return math.exp(nll / max(1, count)), chunks
@@ -89,10 +84,9 @@ def run(json_path: str | None, *, model: str, gguf_types: tuple[str, ...], forma
         ours[fmt] = {"perplexity": ppl, "chunks": chunks}
         lins = native_linears(lm)
         if lins:  # decode's numerics: every matmul through the integer kernel (q4a8's int8 activations)
-            for lin in lins:
-                lin.kernel_only = True
-            ours[f"{fmt} (decode numerics)"] = {"perplexity": perplexity_second_halves(lm, ids, ctx)[0],
-                                                "chunks": chunks}
+            with kernel_path(lins):
+                ours[f"{fmt} (decode numerics)"] = {"perplexity": perplexity_second_halves(lm, ids, ctx)[0],
+                                                    "chunks": chunks}
         del engine
     shipped = peer.get(SHIPPED, {}).get("perplexity")
     for row in (*peer.values(), *ours.values()):

@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.configured import engine_config
 from bench.peer_bench import cpu_name
-from bench.quality import native_linears
+from bench.quality import kernel_path, native_linears
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
 from engine.request import EngineRequest, SamplingParams
@@ -49,13 +49,10 @@ def measure(weights: str, tokens: int, reps: int) -> dict[str, Any]:
     runs: dict[str, list[float]] = {"dequantized_mkl": [], "integer_kernel": []}
     for rep in range(reps + 1):  # the first round warms both paths up and is not counted
         for path, on in (("dequantized_mkl", False), ("integer_kernel", True)):
-            for lin in quantized:
-                lin.kernel_only = on
-            ms = _prefill_ms_per_token(engine, tokens, rng)
+            with kernel_path(quantized, on):
+                ms = _prefill_ms_per_token(engine, tokens, rng)
             if rep:
                 runs[path].append(ms)
-    for lin in quantized:
-        lin.kernel_only = False
     return {"cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(), "weights": weights, "tokens": tokens,
             "ms_per_token_median": {p: round(statistics.median(v), 3) for p, v in runs.items()},
             "runs": {p: [round(x, 3) for x in v] for p, v in runs.items()}}

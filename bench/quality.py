@@ -15,10 +15,11 @@ perplexity its gate reads (issue #21: within 1% of the shipped weights, greedy a
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,20 +54,25 @@ def text_ids(tokenize: Callable[[str], list[int]], max_tokens: int | None = None
     return ids if max_tokens is None else ids[:max_tokens]
 
 
+def fresh_context_logits(model: LlamaModel, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """`model`'s logits at `rows` of `ids` prefilled as one chunk into a fresh, contiguous KV cache."""
+    cfg, t = model.cfg, int(ids.numel())
+    kv = torch.zeros((cfg.num_layers, 2, t, cfg.num_kv_heads, cfg.head_dim), dtype=model.dtype)
+    meta = AttentionMetadata(slot_mapping=torch.arange(t), prefills=[PrefillMeta(0, t, None, None)],
+                             decode_start=t, decode_slots=None, decode_mask=None)
+    return model.forward(ids, torch.arange(t), kv, meta, rows)
+
+
 @torch.inference_mode()
 def perplexity(model: LlamaModel, ids: list[int], window: int = 512) -> float:
     """exp(mean next-token NLL) over non-overlapping windows; each window starts a fresh context."""
-    cfg = model.cfg
     nll, count = 0.0, 0
     for start in range(0, len(ids) - 1, window):
         chunk = torch.tensor(ids[start : start + window + 1], dtype=torch.long)
         t = chunk.numel() - 1
         if t < 1:
             break
-        kv = torch.zeros((cfg.num_layers, 2, t, cfg.num_kv_heads, cfg.head_dim), dtype=model.dtype)
-        meta = AttentionMetadata(slot_mapping=torch.arange(t), prefills=[PrefillMeta(0, t, None, None)],
-                                 decode_start=t, decode_slots=None, decode_mask=None)
-        logits = model.forward(chunk[:-1], torch.arange(t), kv, meta, torch.arange(t))  # [t, V]
+        logits = fresh_context_logits(model, chunk[:-1], torch.arange(t))  # [t, V]
         nll += F.cross_entropy(logits.float(), chunk[1:], reduction="sum").item()
         count += t
     return math.exp(nll / count)
@@ -80,19 +86,27 @@ def native_linears(model: LlamaModel) -> list[Any]:
     return [lin for lin in [*lins, model.lm_head] if isinstance(lin, QuantizedLinear) and lin.lib is not None]
 
 
+@contextlib.contextmanager
+def kernel_path(lins: list[Any], on: bool = True) -> Iterator[list[Any]]:
+    """Every one of `lins` (native_linears' list) through the integer kernel (`on`) or the dequantized MKL path
+    for the block's duration; each one's earlier setting restored after it."""
+    before = [lin.kernel_only for lin in lins]
+    for lin in lins:
+        lin.kernel_only = on
+    try:
+        yield lins
+    finally:
+        for lin, was in zip(lins, before, strict=True):
+            lin.kernel_only = was
+
+
 def kernel_path_perplexity(model: LlamaModel, ids: list[int], window: int) -> float | None:
     """Perplexity with every quantized matmul through the integer kernel (None: no native quantized matmul)."""
     lins = native_linears(model)
     if not lins:
         return None
-    before = [lin.kernel_only for lin in lins]
-    for lin in lins:
-        lin.kernel_only = True
-    try:
+    with kernel_path(lins):
         return perplexity(model, ids, window)
-    finally:
-        for lin, was in zip(lins, before, strict=True):
-            lin.kernel_only = was
 
 
 def greedy_outputs(engine: LLMEngine, prompts: list[list[int]], n: int) -> list[list[int]]:
