@@ -77,14 +77,21 @@ static pthread_mutex_t g_pool_grow = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_pool_owner = PTHREAD_MUTEX_INITIALIZER;  // one caller's job at a time
 static worker_arg_t g_args[FS_MAX_THREADS];
 
+#define FS_CLOSED 0xFFFFFFFFu  // a ticket's task index once its generation is over: no task left to claim
+
 static void run_tasks(pool_t *p, uint32_t gen) {
     uint64_t t = atomic_load(&p->ticket);
     for (;;) {
         if ((uint32_t)(t >> 32) != gen) return;
-        if ((int)(uint32_t)t >= atomic_load(&p->ntasks)) return;
+        if ((uint32_t)t >= (uint32_t)atomic_load(&p->ntasks)) return;
         if (atomic_compare_exchange_weak(&p->ticket, &t, t + 1)) {
             // Claimed task (uint32_t)t of `gen`: the generation cannot end before it is done, so fn
-            // and ctx are still this generation's.
+            // and ctx are still this generation's. The ntasks read above was this generation's too:
+            // the caller closes the ticket before it writes the next one's fields, and a close
+            // between that read and this exchange makes the exchange fail. (Without the close, a
+            // worker that read the next call's larger ntasks while the ticket was still this one's
+            // claimed a task past the end, ran the next call's fn on it and counted it done there:
+            // that call returned with one of its tasks still running.)
             task_fn fn = atomic_load(&p->fn);
             fn(atomic_load(&p->ctx), (int)(uint32_t)t);
             atomic_fetch_add(&p->done, 1);
@@ -152,6 +159,7 @@ static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
         for (int i = 0; i < ntasks; i++) fn(ctx, i);
         return;
     }
+    atomic_store(&p->ticket, (uint64_t)p->gen << 32 | FS_CLOSED);  // the last generation: nothing to claim
     atomic_store(&p->active, workers);
     atomic_store(&p->fn, fn);
     atomic_store(&p->ctx, ctx);
@@ -170,6 +178,36 @@ static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
         else sched_yield();  // a worker holding a task was descheduled: give its core back
     }
     pthread_mutex_unlock(&g_pool_owner);
+}
+
+// A check of the pool itself (tests/engine/test_thread_pool.py): `generations` parallel_for calls of
+// alternating sizes (1..3 tasks, then 40), each task counting its own runs; returns how many calls came back
+// with a task not run exactly once (run twice, or still running: the caller returned early).
+typedef struct {
+    _Atomic int runs[64];
+} pool_check_t;
+
+static void task_pool_check(void *c, int task) {
+    pool_check_t *pc = (pool_check_t *)c;
+    atomic_fetch_add(&pc->runs[task], 1);
+}
+
+int fs_pool_check(int generations, int nthreads) {
+    static pool_check_t pcs[2];
+    int bad = 0;
+    for (int g = 0; g < generations; g++) {
+        pool_check_t *pc = &pcs[g & 1];
+        const int n = (g & 1) ? 40 : 1 + g % 3;
+        for (int i = 0; i < 64; i++) atomic_store(&pc->runs[i], 0);
+        parallel_for(nthreads, task_pool_check, pc, n);
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load(&pc->runs[i]) != (i < n ? 1 : 0)) {
+                bad++;
+                break;
+            }
+        }
+    }
+    return bad;
 }
 
 void fs_set_spin(int polls) { atomic_store(&g_pool.spin, polls < 0 ? 0 : polls); }
