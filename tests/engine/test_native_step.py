@@ -26,6 +26,9 @@ SHAPES = {
     "mqa-untied": {"num_heads": 4, "num_kv_heads": 1, "head_dim": 32, "tie_word_embeddings": False,
                    "rope_theta": 500000.0},
     "mha-ffn-144": {"num_heads": 4, "num_kv_heads": 4, "head_dim": 8, "intermediate_size": 144},
+    # 33 FFN blocks of 32, the last half live: the mlp phase's tasks take 2 blocks each (4 on one thread), the
+    # last task one
+    "gqa-ffn-1040": {"num_heads": 4, "num_kv_heads": 2, "head_dim": 16, "intermediate_size": 1040},
 }
 
 
@@ -91,10 +94,11 @@ def test_native_step_writes_and_reads_16_bit_pools(make_tiny_model: Callable[...
 
 
 @needs_kernels
-def test_native_step_is_bitwise_the_same_for_any_thread_count(make_tiny_model: Callable[..., Path]) -> None:
+@pytest.mark.parametrize("shape", ["gqa", "gqa-ffn-1040"])  # the second: the mlp phase cut 4 and 2 blocks a task
+def test_native_step_is_bitwise_the_same_for_any_thread_count(make_tiny_model: Callable[..., Path], shape: str) -> None:
     logits = {}
     for threads in (1, 2):
-        engine = make_engine(make_tiny_model(**SHAPES["gqa"]), "q4")
+        engine = make_engine(make_tiny_model(**SHAPES[shape]), "q4")
         native = engine.runner.native_step
         assert native is not None
         native.governor = ThreadGovernor(threads)

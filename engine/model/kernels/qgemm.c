@@ -367,18 +367,27 @@ static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint
 }
 #endif
 
-static void group_tile16(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int16_t *xq,
-                         const float *xd, const int32_t *xs, int mt, float out[MT][QR]) {
-    const int tile_bytes = q4 ? 256 : 512;
 #if defined(QG_AVX512)
+// The AVX-512 tile, its height a compile-time constant (1 for decode rows, MT for prefill tiles) so that every
+// accumulator lives in a register. Each row's integer dot of a block is split over NA independent accumulators
+// (4 for one row, 2 per row for MT): with one, a block's 16 dependent vpdpwssd (~5 cycles each) made a decode
+// row latency-bound at ~80 cycles per block. Integer sums are exact in any order, so the bits are those of the
+// other ISA variants; the float operations per lane are unchanged and in the same order.
+static inline __attribute__((always_inline)) void tile16_avx512(int q4, const uint8_t *w, const uint16_t *wd,
+                                                                const uint16_t *wm, int KB, const int16_t *xq,
+                                                                const float *xd, const int32_t *xs, const int mt,
+                                                                float out[MT][QR]) {
+    enum { NA_MAX = 4 };
+    const int tile_bytes = q4 ? 256 : 512, na = mt == 1 ? 4 : 2;
     __m512 facc[MT];
-    for (int t = 0; t < MT; t++) facc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < mt; t++) facc[t] = _mm512_setzero_ps();
     const __m512i even = _mm512_set1_epi32(0x00ff00ff), nib = _mm512_set1_epi16(0x000f);
     for (int b = 0; b < KB; b++) {
         const uint8_t *wt = w + (int64_t)b * tile_bytes;
         const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + b * QR)));
-        __m512i iacc[MT];
-        for (int t = 0; t < MT; t++) iacc[t] = _mm512_setzero_si512();
+        __m512i iacc[MT][NA_MAX];
+        for (int t = 0; t < mt; t++)
+            for (int a = 0; a < na; a++) iacc[t][a] = _mm512_setzero_si512();
         const int quads = q4 ? 4 : 8;
         for (int j = 0; j < quads; j++) {
             const __m512i v = _mm512_loadu_si512((const void *)(wt + j * 64));
@@ -394,24 +403,46 @@ static void group_tile16(int q4, const uint8_t *w, const uint16_t *wd, const uin
             }
             for (int t = 0; t < mt; t++) {
                 const int16_t *xb = xq + (int64_t)t * KB * QK + b * QK;
-                iacc[t] = _mm512_dpwssd_epi32(iacc[t], pa, _mm512_set1_epi32(load2x16(xb + 4 * j)));
-                iacc[t] = _mm512_dpwssd_epi32(iacc[t], pb, _mm512_set1_epi32(load2x16(xb + 4 * j + 2)));
+                // accumulator for each product: q4 a quad's 4 products go to 4 (or 2) different ones; int8
+                // weights' 2 products per quad alternate by quad parity over 4 (or 2)
+                const int a0 = q4 ? 0 : (2 * j) % na, a1 = q4 ? 1 % na : (2 * j + 1) % na;
+                iacc[t][a0] = _mm512_dpwssd_epi32(iacc[t][a0], pa, _mm512_set1_epi32(load2x16(xb + 4 * j)));
+                iacc[t][a1] = _mm512_dpwssd_epi32(iacc[t][a1], pb, _mm512_set1_epi32(load2x16(xb + 4 * j + 2)));
                 if (q4) {
-                    iacc[t] = _mm512_dpwssd_epi32(iacc[t], ha, _mm512_set1_epi32(load2x16(xb + 16 + 4 * j)));
-                    iacc[t] = _mm512_dpwssd_epi32(iacc[t], hb, _mm512_set1_epi32(load2x16(xb + 18 + 4 * j)));
+                    iacc[t][2 % na] = _mm512_dpwssd_epi32(iacc[t][2 % na], ha, _mm512_set1_epi32(load2x16(xb + 16 + 4 * j)));
+                    iacc[t][3 % na] = _mm512_dpwssd_epi32(iacc[t][3 % na], hb, _mm512_set1_epi32(load2x16(xb + 18 + 4 * j)));
                 }
             }
         }
         const __m512 wmv = q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wm + b * QR))) : _mm512_setzero_ps();
         for (int t = 0; t < mt; t++) {
+            __m512i isum = iacc[t][0];
+            for (int a = 1; a < na; a++) isum = _mm512_add_epi32(isum, iacc[t][a]);
             const float d = xd[(int64_t)t * KB + b];
             const int32_t sx = xs[(int64_t)t * KB + b];
-            const __m512i isum = q4 ? iacc[t] : _mm512_sub_epi32(iacc[t], _mm512_set1_epi32(128 * sx));
+            if (!q4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * sx));
             facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), wdv), _mm512_set1_ps(d), facc[t]);
             if (q4) facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(d * (float)sx), facc[t]);
         }
     }
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
+}
+#endif
+
+static void group_tile16(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int16_t *xq,
+                         const float *xd, const int32_t *xs, int mt, float out[MT][QR]) {
+    const int tile_bytes = q4 ? 256 : 512;
+#if defined(QG_AVX512)
+    (void)tile_bytes;
+    if (mt == MT) {
+        tile16_avx512(q4, w, wd, wm, KB, xq, xd, xs, MT, out);
+    } else {
+        for (int t = 0; t < mt; t++) {
+            float one[MT][QR];
+            tile16_avx512(q4, w, wd, wm, KB, xq + (int64_t)t * KB * QK, xd + (int64_t)t * KB, xs + (int64_t)t * KB, 1, one);
+            memcpy(out[t], one[0], sizeof(float) * QR);
+        }
+    }
 #elif defined(QG_AVX2)
     (void)tile_bytes;
     if (mt == MT) {
