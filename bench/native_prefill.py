@@ -49,7 +49,7 @@ def run(lengths: list[int], reps: int, threads: int = 2) -> dict[str, Any]:
                         "native_speedup": round(med["torch"] / med["native"], 3),
                         "runs_ms": {p: [round(x, 1) for x in v] for p, v in by_path.items()}}
     return {"benchmark": "native_prefill", "cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(),
-            "threads": threads, "reps": reps, "mean_context_limit": default, "lengths": rows}
+            "threads": threads, "reps": reps, "mean_context_limit": model_runner.native_prefill_limit(), "lengths": rows}
 
 
 if __name__ == "__main__":

@@ -28,10 +28,23 @@ log = structlog.get_logger(__name__)
 # Prefill chunks whose tokens attend to at most this many keys on average (a chunk of n tokens from
 # position s: s + n / 2) run through the fused native step, as decode does, not the torch model: its
 # integer tiles and register-resident attention beat MKL on the fp32 copy + SDPA at short context and lose
-# as each token's attention over the context grows. Measured on a 2-vCPU AVX2 EPYC, 2 threads, SmolLM2 q4
-# (`python -m bench.native_prefill 256,512,1024 3`, results/native_prefill.json; one chunk per prompt): a
-# 256-token prompt (mean context 128) 1.07x, 512 (256) 1.02x, 1,024 (512) 0.81x.
-NATIVE_PREFILL_MEAN_CONTEXT = 256
+# as each token's attention over the context grows. Where they cross depends on the kernels' ISA:
+# - avx2: on a 2-vCPU AVX2-only EPYC, 2 threads, SmolLM2 q4 (`python -m bench.native_prefill 256,512,1024 3`,
+#   results/native_prefill.json; one chunk per prompt): a 256-token prompt (mean context 128) 1.07x, 512 (256)
+#   1.02x, 1,024 (512) 0.81x;
+# - avx512: on a 2-vCPU AMD EPYC Zen 5 (AVX-512 VNNI), 2 threads (`python -m bench.native_prefill 256,1024,2048 3`,
+#   results/native_prefill_avx512.json): 256 tokens 2.56x, 1,024 1.60x, 2,048 (mean context 1,024) 1.48x; in the
+#   engine's 256-token chunks of a 4,096-token prompt, native ahead up to mean context ~1,400 and within noise
+#   of the torch model beyond.
+NATIVE_PREFILL_BY_ISA = {"avx512": 2048, "avx2": 256, "generic": 256}
+NATIVE_PREFILL_MEAN_CONTEXT: int | None = None  # an override of the ISA's limit (benchmarks force a path with it)
+
+
+def native_prefill_limit() -> int:
+    """The mean context up to which prefill chunks take the native step, for the kernels in use."""
+    if NATIVE_PREFILL_MEAN_CONTEXT is not None:
+        return NATIVE_PREFILL_MEAN_CONTEXT
+    return NATIVE_PREFILL_BY_ISA.get(cpu_kernels.kernel_isa() or "generic", 256)
 
 
 class ModelRunner:
@@ -136,7 +149,7 @@ class ModelRunner:
     @staticmethod
     def _native_prefill(meta: AttentionMetadata) -> bool:
         """True when the step's prefill chunks are short-context enough for the native step to be the faster
-        path (NATIVE_PREFILL_MEAN_CONTEXT); decode-only steps take the native decode path below."""
+        path (native_prefill_limit()); decode-only steps take the native decode path below."""
         if not meta.prefills:
             return False
         tokens = keys = 0.0
@@ -145,7 +158,7 @@ class ModelRunner:
             start = 0 if p.key_slots is None else int(p.key_slots.shape[0]) - n
             tokens += n
             keys += n * (start + n / 2)
-        return keys <= NATIVE_PREFILL_MEAN_CONTEXT * tokens
+        return keys <= native_prefill_limit() * tokens
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> torch.Tensor:
         bs = self.config.block_size

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.model import cpu_kernels
 from engine.model.attention import AttentionMetadata, PrefillMeta
-from engine.model_runner import NATIVE_PREFILL_MEAN_CONTEXT, ModelRunner
+from engine.model_runner import NATIVE_PREFILL_BY_ISA, ModelRunner, native_prefill_limit
 from engine.request import EngineRequest, SamplingParams
 from tests.engine.test_native_step import SHAPES, make_engine, needs_kernels
 
@@ -28,7 +29,7 @@ def _meta(*chunks: tuple[int, int]) -> AttentionMetadata:
 
 
 def test_short_context_chunks_take_the_native_step_and_deep_ones_the_torch_model() -> None:
-    limit = NATIVE_PREFILL_MEAN_CONTEXT
+    limit = native_prefill_limit()
     assert ModelRunner._native_prefill(_meta((0, 2 * limit)))  # mean context exactly the limit
     assert not ModelRunner._native_prefill(_meta((0, 2 * limit + 2)))
     assert ModelRunner._native_prefill(_meta((0, 64), (100, 32)))  # a question after a short cached prefix
@@ -75,6 +76,17 @@ def test_a_short_prompt_is_prefilled_natively_with_the_invariant_engines_bits(
     assert calls["native"] >= 1 and calls["torch"] == 0, calls  # the default engine: short prefill went native
     assert len(tokens) == 4 and len(logprobs) == 4
     assert _generate(model, prompt, invariant=True)[:2] == (tokens, logprobs)
+
+
+@pytest.mark.parametrize("isa", cpu_kernels.supported_variants())
+def test_the_limit_is_the_kernels_isa_one(isa: str) -> None:
+    """AVX-512 kernels out-run MKL + SDPA to longer contexts than AVX2 ones (engine/model_runner.py)."""
+    try:
+        cpu_kernels.configure(isa=isa)
+        assert native_prefill_limit() == NATIVE_PREFILL_BY_ISA[isa]
+    finally:
+        cpu_kernels.configure()
+    assert NATIVE_PREFILL_BY_ISA["avx512"] > NATIVE_PREFILL_BY_ISA["avx2"]
 
 
 @pytest.mark.parametrize("limit", [-1])

@@ -405,24 +405,34 @@ static void task_quant_attn(void *c, int b) {
                     m->xd + (int64_t)b * KB, m->xs + (int64_t)b * KB);
 }
 
+static void store_group(step_t *s, const qmat_t *w, int g, const float *out) {  // out [B][16] into y (+ bias)
+    const int rows = w->n - g * FS_QR < FS_QR ? w->n - g * FS_QR : FS_QR;
+    for (int t = 0; t < s->B; t++) {
+        float *yr = s->y + (int64_t)t * s->ldy + g * FS_QR;
+        const float *o = out + t * FS_QR;
+        for (int r = 0; r < rows; r++) {
+            const float v = w->bias ? o[r] + w->bias[g * FS_QR + r] : o[r];
+            yr[r] = s->accumulate ? yr[r] + v : v;
+        }
+    }
+}
+
 static void task_matmul(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
     const qmat_t *w = s->mat;
     const int KB = kb_of(w->k);
-    float out[64 * FS_QR];  // up to 64 tokens per call (the Python side splits larger batches)
+    float out[2][64 * FS_QR];  // up to 64 tokens per call (the Python side splits larger batches)
     const int g0 = task * s->groups_per_task;
     const int g1 = g0 + s->groups_per_task < s->ngroups ? g0 + s->groups_per_task : s->ngroups;
-    for (int g = g0; g < g1; g++) {
-        fs_qgemm_group(w->q4, m->act16, w->w, w->wd, w->wm, KB, g, s->xq, s->xd, s->xs, s->B, out);
-        const int rows = w->n - g * FS_QR < FS_QR ? w->n - g * FS_QR : FS_QR;
-        for (int t = 0; t < s->B; t++) {
-            float *yr = s->y + (int64_t)t * s->ldy + g * FS_QR;
-            const float *o = out + t * FS_QR;
-            for (int r = 0; r < rows; r++) {
-                const float v = w->bias ? o[r] + w->bias[g * FS_QR + r] : o[r];
-                yr[r] = s->accumulate ? yr[r] + v : v;
-            }
+    for (int g = g0; g < g1; g += 2) {
+        if (g + 1 < g1) {  // two groups at once: prefill tiles share each activation load between them
+            fs_qgemm_group2(w->q4, m->act16, w->w, w->wd, w->wm, KB, g, s->xq, s->xd, s->xs, s->B, out[0], out[1]);
+            store_group(s, w, g, out[0]);
+            store_group(s, w, g + 1, out[1]);
+        } else {
+            fs_qgemm_group(w->q4, m->act16, w->w, w->wd, w->wm, KB, g, s->xq, s->xd, s->xs, s->B, out[0]);
+            store_group(s, w, g, out[0]);
         }
     }
 }
@@ -513,41 +523,48 @@ static inline void silu_mul(const float *gate, const float *up, int live, float 
 #endif
 }
 
+// FFN channels 16g..16g+31 of the gate (base 0) or up (base I/16) half of gate_up: out_g, out_g1 [B][16], zeros for
+// channels at or past I.
+static void ffn_groups(step_t *s, int base, int g, float *out_g, float *out_g1) {
+    const qmat_t *w = s->mat;
+    model_t *m = s->m;
+    const int KB = kb_of(w->k), I = m->I;
+    if ((g + 1) * FS_QR < I) {
+        fs_qgemm_group2(w->q4, m->act16, w->w, w->wd, w->wm, KB, base + g, s->xq, s->xd, s->xs, s->B, out_g, out_g1);
+        return;
+    }
+    if (g * FS_QR < I)
+        fs_qgemm_group(w->q4, m->act16, w->w, w->wd, w->wm, KB, base + g, s->xq, s->xd, s->xs, s->B, out_g);
+    else
+        memset(out_g, 0, sizeof(float) * FS_QR * (size_t)s->B);
+    memset(out_g1, 0, sizeof(float) * FS_QR * (size_t)s->B);
+}
+
 // FFN channel blocks j0..j1-1 (32 channels each; `mlp_blocks` per task): first every gate group of the range
 // (groups 2j0..2j1-1, contiguous in the fused gate_up matrix, which keeps gate rows first) into act, then per
 // block its two up groups (I/16 + 2j, I/16 + 2j + 1), silu(gate) * up in place, quantized as block j of the down
-// input. Reading each half of the range as one run (not gate and up a group or two at a time) keeps the
-// hardware prefetchers streaming: at batch 1, 2 groups per task made this phase ~2x slower per byte than down.
+// input: each half of the range is read as one run of weights.
 static void task_mlp(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
-    const qmat_t *w = s->mat;
-    const int KB = kb_of(w->k), I = m->I, KBI = kb_of(I), up0 = I / FS_QR;
+    const int I = m->I, KBI = kb_of(I), up0 = I / FS_QR;
     const int j0 = task * s->mlp_blocks, j1 = j0 + s->mlp_blocks < KBI ? j0 + s->mlp_blocks : KBI;
-    float up[64 * FS_QK], out[64 * FS_QR];
-    for (int g = 2 * j0; g < 2 * j1; g++) {
-        if (g * FS_QR >= I) {
-            for (int t = 0; t < s->B; t++) memset(m->act + (int64_t)t * KBI * FS_QK + g * FS_QR, 0, sizeof(float) * FS_QR);
-            continue;
-        }
-        fs_qgemm_group(w->q4, m->act16, w->w, w->wd, w->wm, KB, g, s->xq, s->xd, s->xs, s->B, out);
+    float out[2][64 * FS_QR];
+    for (int j = j0; j < j1; j++) {  // gate groups 2j, 2j + 1 into act
+        ffn_groups(s, 0, 2 * j, out[0], out[1]);
         for (int t = 0; t < s->B; t++)
-            memcpy(m->act + (int64_t)t * KBI * FS_QK + g * FS_QR, out + t * FS_QR, sizeof(float) * FS_QR);
+            for (int h = 0; h < 2; h++)
+                memcpy(m->act + (int64_t)t * KBI * FS_QK + j * FS_QK + h * FS_QR, out[h] + t * FS_QR, sizeof(float) * FS_QR);
     }
     const size_t esz = m->act16 ? 2 : 1;
     for (int j = j0; j < j1; j++) {
-        for (int half = 0; half < 2; half++) {
-            const int g = 2 * j + half;
-            if (g * FS_QR >= I) {
-                for (int t = 0; t < s->B; t++) memset(up + t * FS_QK + half * FS_QR, 0, sizeof(float) * FS_QR);
-                continue;
-            }
-            fs_qgemm_group(w->q4, m->act16, w->w, w->wd, w->wm, KB, up0 + g, s->xq, s->xd, s->xs, s->B, out);
-            for (int t = 0; t < s->B; t++) memcpy(up + t * FS_QK + half * FS_QR, out + t * FS_QR, sizeof(float) * FS_QR);
-        }
+        ffn_groups(s, up0, 2 * j, out[0], out[1]);
         for (int t = 0; t < s->B; t++) {
+            float up[FS_QK];
+            memcpy(up, out[0] + t * FS_QR, sizeof(float) * FS_QR);
+            memcpy(up + FS_QR, out[1] + t * FS_QR, sizeof(float) * FS_QR);
             float *a = m->act + (int64_t)t * KBI * FS_QK + j * FS_QK;  // holds gate: overwritten lane by lane
-            silu_mul(a, up + t * FS_QK, I - j * FS_QK, a);
+            silu_mul(a, up, I - j * FS_QK, a);
             const int64_t blk = (int64_t)t * KBI + j;
             fs_quantize_act(m->act16, a, 1, FS_QK, FS_QK, 1, m->aq + (size_t)blk * FS_QK * esz, m->ad + blk, m->as + blk);
         }
@@ -649,18 +666,27 @@ static void task_gemm_quant(void *c, int m) {
 static void task_gemm_groups(void *c, int task) {
     gemm_t *g = (gemm_t *)c;
     const size_t esz = g->act16 ? 2 : 1;
-    float out[64 * FS_QR];
+    float out[2][64 * FS_QR];
     const int g0 = task * g->groups_per_task;
     const int g1 = g0 + g->groups_per_task < g->ngroups ? g0 + g->groups_per_task : g->ngroups;
     for (int m0 = 0; m0 < g->M; m0 += 64) {  // 64 rows at a time: the group's weights stay in L1/L2
         const int mt = g->M - m0 < 64 ? g->M - m0 : 64;
-        for (int gi = g0; gi < g1; gi++) {
-            fs_qgemm_group(g->q4, g->act16, g->w, g->wd, g->wm, g->KB, gi, g->xq + (size_t)m0 * g->KB * FS_QK * esz,
-                           g->xd + (int64_t)m0 * g->KB, g->xs + (int64_t)m0 * g->KB, mt, out);
-            const int rows = g->N - gi * FS_QR < FS_QR ? g->N - gi * FS_QR : FS_QR;
-            for (int t = 0; t < mt; t++) {
-                float *yr = g->y + (int64_t)(m0 + t) * g->ldy + gi * FS_QR;
-                for (int r = 0; r < rows; r++) yr[r] = g->bias ? out[t * FS_QR + r] + g->bias[gi * FS_QR + r] : out[t * FS_QR + r];
+        const uint8_t *xq = g->xq + (size_t)m0 * g->KB * FS_QK * esz;
+        const float *xd = g->xd + (int64_t)m0 * g->KB;
+        const int32_t *xs = g->xs + (int64_t)m0 * g->KB;
+        for (int gi = g0; gi < g1; gi += 2) {
+            const int pair = gi + 1 < g1;
+            if (pair)
+                fs_qgemm_group2(g->q4, g->act16, g->w, g->wd, g->wm, g->KB, gi, xq, xd, xs, mt, out[0], out[1]);
+            else
+                fs_qgemm_group(g->q4, g->act16, g->w, g->wd, g->wm, g->KB, gi, xq, xd, xs, mt, out[0]);
+            for (int h = 0; h <= pair; h++) {
+                const int gg = gi + h, rows = g->N - gg * FS_QR < FS_QR ? g->N - gg * FS_QR : FS_QR;
+                for (int t = 0; t < mt; t++) {
+                    float *yr = g->y + (int64_t)(m0 + t) * g->ldy + gg * FS_QR;
+                    const float *o = out[h] + t * FS_QR;
+                    for (int r = 0; r < rows; r++) yr[r] = g->bias ? o[r] + g->bias[gg * FS_QR + r] : o[r];
+                }
             }
         }
     }

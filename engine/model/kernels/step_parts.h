@@ -15,6 +15,10 @@ void fs_quantize_act(int act16, const float *x, int M, int K, int ldx, int KB, v
 // same integer sums and float operations as qgemm_f32.
 void fs_qgemm_group(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g,
                     const void *xq, const float *xd, const int32_t *xs, int M, float *out);
+// Groups g and g + 1 (both stored) into out_g and out_g1 [M][16]: the same values as two fs_qgemm_group calls
+// (on AVX-512 with int16 activations, tiles of rows read both groups at once).
+void fs_qgemm_group2(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g,
+                     const void *xq, const float *xd, const int32_t *xs, int M, float *out_g, float *out_g1);
 
 // Rows 16g..16g+15 (those below N) of the stored weights as dense fp32 into out [N, K].
 void fs_dequant_group(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int N, int K, int g,
