@@ -37,6 +37,22 @@
 #define QR 16    // rows per group
 #define MT 4     // activation rows per register tile
 
+// Full tiles at the compile-time height MT, the rest of the rows one at a time at height 1 (each tile function's
+// height a constant, so its accumulators stay in registers); the callers' q4, w, ..., mt and out in scope.
+#define BY_HEIGHT(tile_fn)                                                                                     \
+    do {                                                                                                       \
+        if (mt == MT) {                                                                                        \
+            tile_fn(q4, w, wd, wm, KB, xq, xd, xs, MT, out);                                                   \
+        } else {                                                                                               \
+            for (int t = 0; t < mt; t++) {                                                                     \
+                float one[MT][QR];                                                                             \
+                tile_fn(q4, w, wd, wm, KB, xq + (int64_t)t * KB * QK, xd + (int64_t)t * KB, xs + (int64_t)t * KB, 1, \
+                        one);                                                                                  \
+                memcpy(out[t], one[0], sizeof(float) * QR);                                                    \
+            }                                                                                                  \
+        }                                                                                                      \
+    } while (0)
+
 int finserve_kernel_isa(void) {  // what this library was compiled for: 0 generic, 1 avx2, 2 avx512
 #if defined(QG_AVX512)
     return 2;
@@ -195,15 +211,7 @@ static void group_tile(int q4, const uint8_t *w, const uint16_t *wd, const uint1
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
 #elif defined(QG_AVX2)
     (void)tile_bytes;
-    if (mt == MT) {
-        tile8_avx2(q4, w, wd, wm, KB, xq, xd, xs, MT, out);
-    } else {
-        for (int t = 0; t < mt; t++) {
-            float one[MT][QR];
-            tile8_avx2(q4, w, wd, wm, KB, xq + (int64_t)t * KB * QK, xd + (int64_t)t * KB, xs + (int64_t)t * KB, 1, one);
-            memcpy(out[t], one[0], sizeof(float) * QR);
-        }
-    }
+    BY_HEIGHT(tile8_avx2);
 #else
     for (int t = 0; t < mt; t++) {
         const int8_t *xr = xq + (int64_t)t * KB * QK;
@@ -497,26 +505,10 @@ static void group_tile16(int q4, const uint8_t *w, const uint16_t *wd, const uin
     const int tile_bytes = q4 ? 256 : 512;
 #if defined(QG_AVX512)
     (void)tile_bytes;
-    if (mt == MT) {
-        tile16_avx512(q4, w, wd, wm, KB, xq, xd, xs, MT, out);
-    } else {
-        for (int t = 0; t < mt; t++) {
-            float one[MT][QR];
-            tile16_avx512(q4, w, wd, wm, KB, xq + (int64_t)t * KB * QK, xd + (int64_t)t * KB, xs + (int64_t)t * KB, 1, one);
-            memcpy(out[t], one[0], sizeof(float) * QR);
-        }
-    }
+    BY_HEIGHT(tile16_avx512);
 #elif defined(QG_AVX2)
     (void)tile_bytes;
-    if (mt == MT) {
-        tile16_avx2(q4, w, wd, wm, KB, xq, xd, xs, MT, out);
-    } else {
-        for (int t = 0; t < mt; t++) {
-            float one[MT][QR];
-            tile16_avx2(q4, w, wd, wm, KB, xq + (int64_t)t * KB * QK, xd + (int64_t)t * KB, xs + (int64_t)t * KB, 1, one);
-            memcpy(out[t], one[0], sizeof(float) * QR);
-        }
-    }
+    BY_HEIGHT(tile16_avx2);
 #else
     static const int order[4] = {0, 2, 1, 3};
     for (int t = 0; t < mt; t++) {
