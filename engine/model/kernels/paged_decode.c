@@ -163,6 +163,23 @@ static inline __m256 kv_load8(const void *row, int kv_type, int i) {
     return _mm256_cvtph_ps(h);
 }
 
+#ifndef PD_AHEAD
+#define PD_AHEAD 16
+#endif
+// A head's K/V rows are 1 in KVH of the pool's, a stride the hardware prefetchers follow late: the rows of the
+// block of 8 keys PD_AHEAD keys past b0 are asked for, the keys into L1 and the values into L2 for the pass
+// over them after the softmax.
+static inline void prefetch_ahead(const void *kc, const void *vc, const int64_t *sl, int t0, int b0, int n, int KVH,
+                                  int kh, int row) {
+    for (int j = b0 + PD_AHEAD; j < b0 + PD_AHEAD + 8 && j < n; j++) {
+        const int64_t at = (sl[t0 + j] * KVH + kh) * (int64_t)row;
+        for (int b = 0; b < row; b += 64) {
+            _mm_prefetch((const char *)kc + at + b, _MM_HINT_T0);
+            _mm_prefetch((const char *)vc + at + b, _MM_HINT_T1);
+        }
+    }
+}
+
 // The sums of 8 vectors' lanes, as one vector: lane j = the sum of a[j]'s 8 lanes.
 static inline __m256 hsum8x8(const __m256 *a) {
     const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
@@ -175,6 +192,33 @@ static inline float hsum8(__m256 v) {
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
+}
+
+// Each head's scores of the part -> exp(score - max) in place, with the maximum m[g] and the sum s[g].
+static void softmax_part(float *scores, int n, int G, float *m, float *s) {
+    for (int g = 0; g < G; g++) {
+        float *sc = scores + (int64_t)g * n, mx = -INFINITY;
+        for (int t = 0; t < n; t++) mx = sc[t] > mx ? sc[t] : mx;
+        const __m256 vm = _mm256_set1_ps(mx);
+        __m256 vsum = _mm256_setzero_ps();
+        int t = 0;
+        for (; t + 8 <= n; t += 8) {
+            const __m256 e = fs_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), vm));
+            _mm256_storeu_ps(sc + t, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        if (t < n) {
+            float tmp[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            for (int j = 0; t + j < n; j++) tmp[j] = sc[t + j] - mx;
+            const __m256 valid = _mm256_cmp_ps(_mm256_set_ps(7.f, 6.f, 5.f, 4.f, 3.f, 2.f, 1.f, 0.f),
+                                               _mm256_set1_ps((float)(n - t)), _CMP_LT_OQ);
+            const __m256 e = _mm256_and_ps(fs_exp8(_mm256_loadu_ps(tmp)), valid);
+            _mm256_storeu_ps(tmp, e);
+            for (int j = 0; t + j < n; j++) sc[t + j] = tmp[j];
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        m[g] = mx, s[g] = hsum8(vsum);
+    }
 }
 
 // The values' weighted sum o[g] = sum over t of scores[g][t] * v[t], dims in chunks of 8 CH, the G x CH
@@ -200,6 +244,136 @@ static inline __attribute__((always_inline)) void pv_tile(const int G, const int
     }
 }
 
+#if defined(PD_AVX512)
+// 16 values of a K/V row from index i, widened to fp32.
+static inline __m512 kv_load16(const void *row, int kv_type, int i) {
+    if (kv_type == KV_F32) return _mm512_loadu_ps((const float *)row + i);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i));
+    if (kv_type == KV_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+// The lane sums of 8 vectors as one: lane j of the result = the sum of a[j]'s 16 lanes. Halves are
+// added pairwise (256-bit halves, then 128-bit quarters, then pairs, then neighbours), so after four
+// levels key j's sum sits at float 4j (j < 4) or 4(j - 4) + 2, which the last permute gathers.
+static inline __m256 hsum8x16(const __m512 *a) {
+    __m512 b[4], c[2];
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 f = _mm512_add_ps(e, _mm512_shuffle_ps(e, e, _MM_SHUFFLE(2, 3, 0, 1)));
+    const __m512i at = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(at, f));
+}
+
+// Scores of GH query heads (GH <= 3, compile-time) against 8 keys: each key's row is widened once per 16
+// dims and feeds the GH heads; the GH x 8 accumulators (24 at most) stay in registers.
+static inline __attribute__((always_inline)) void qk_tile16(const int GH, const float *q, const char *const *k,
+                                                            int kv_type, int D, __m256 scale, __m256 *out) {
+    __m512 acc[3][8];
+    for (int g = 0; g < GH; g++)
+        for (int j = 0; j < 8; j++) acc[g][j] = _mm512_setzero_ps();
+    for (int i = 0; i < D; i += 16) {
+        __m512 qv[3];
+        for (int g = 0; g < GH; g++) qv[g] = _mm512_loadu_ps(q + g * D + i);
+        for (int j = 0; j < 8; j++) {
+            const __m512 kv = kv_load16(k[j], kv_type, i);
+            for (int g = 0; g < GH; g++) acc[g][j] = _mm512_fmadd_ps(qv[g], kv, acc[g][j]);
+        }
+    }
+    for (int g = 0; g < GH; g++) out[g] = _mm256_mul_ps(hsum8x16(acc[g]), scale);
+}
+
+// As pv_tile, 16 lanes: G x CH accumulators of 16 dims in registers, values widened once per key.
+static inline __attribute__((always_inline)) void pv_tile16(const int G, const int CH, const void *vc,
+                                                            const int64_t *sl, int t0, int n, int KVH, int kh, int D,
+                                                            int esz, int kv_type, const float *scores, float *o) {
+    for (int c0 = 0; c0 < D; c0 += 16 * CH) {
+        __m512 acc[8][4];
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < CH; c++) acc[g][c] = _mm512_setzero_ps();
+        for (int t = 0; t < n; t++) {
+            const char *v = (const char *)vc + (sl[t0 + t] * KVH + kh) * (int64_t)D * esz;
+            __m512 vv[4];
+            for (int c = 0; c < CH; c++) vv[c] = kv_load16(v, kv_type, c0 + 16 * c);
+            for (int g = 0; g < G; g++) {
+                const __m512 p = _mm512_set1_ps(scores[(int64_t)g * n + t]);
+                for (int c = 0; c < CH; c++) acc[g][c] = _mm512_fmadd_ps(p, vv[c], acc[g][c]);
+            }
+        }
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < CH; c++) _mm512_storeu_ps(o + g * D + c0 + 16 * c, acc[g][c]);
+    }
+}
+
+// One block of 8 keys (rows k) against a KV head's G query heads qb [G, D], in groups of up to 3 heads:
+// scores [G][n] from key b0 on (the part's last block stores only the keys that exist).
+static void qk_block16(const float *qb, const char *const *k, int kv_type, int D, int G, __m256 vscale, float *scores,
+                       int n, int b0) {
+    for (int g0 = 0; g0 < G; g0 += 3) {
+        __m256 sv[3];
+        const float *q = qb + g0 * D;
+        const int gh = G - g0 < 3 ? G - g0 : 3;
+        if (gh == 3) qk_tile16(3, q, k, kv_type, D, vscale, sv);
+        else if (gh == 2) qk_tile16(2, q, k, kv_type, D, vscale, sv);
+        else qk_tile16(1, q, k, kv_type, D, vscale, sv);
+        for (int g = 0; g < gh; g++) {
+            float *dst = scores + (int64_t)(g0 + g) * n + b0;
+            if (b0 + 8 <= n) {
+                _mm256_storeu_ps(dst, sv[g]);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, sv[g]);
+                for (int j = 0; b0 + j < n; j++) dst[j] = tmp[j];
+            }
+        }
+    }
+}
+
+// The values' weighted sum of one KV head through the widest register tile the head dim allows (G x CH
+// <= 16 accumulators).
+static void pv16(const void *vc, const int64_t *sl, int t0, int n, int KVH, int kh, int D, int G, int esz,
+                 int kv_type, const float *scores, float *o) {
+    const int chunks = D / 16;
+    switch (G) {
+#define PV16_CASE(GC, CHMAX)                                                                                      \
+    case GC:                                                                                                      \
+        if (CHMAX >= 4 && chunks % 4 == 0) pv_tile16(GC, 4, vc, sl, t0, n, KVH, kh, D, esz, kv_type, scores, o); \
+        else if (chunks % 2 == 0) pv_tile16(GC, 2, vc, sl, t0, n, KVH, kh, D, esz, kv_type, scores, o);          \
+        else pv_tile16(GC, 1, vc, sl, t0, n, KVH, kh, D, esz, kv_type, scores, o);                               \
+        return;
+        PV16_CASE(1, 4) PV16_CASE(2, 4) PV16_CASE(3, 4) PV16_CASE(4, 4)
+        PV16_CASE(5, 2) PV16_CASE(6, 2) PV16_CASE(7, 2) PV16_CASE(8, 2)
+#undef PV16_CASE
+        default:
+            return;
+    }
+}
+
+// The AVX-512 part (D a multiple of 16, G <= 8): keys in blocks of 8 (qk_block16), the softmax as the
+// AVX2 part's, the values' sum in registers (pv16), the rows ahead prefetched (with both, 2.2x faster
+// over 4,096 fp16 keys than the AVX2 part on a Zen 5).
+static void part_avx512(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
+                        int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
+    const int n = t1 - t0, esz = kv_type == KV_F32 ? 4 : 2, row = D * esz;
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int b0 = 0; b0 < n; b0 += 8) {
+        const char *k[8];
+        for (int j = 0; j < 8; j++)  // past the part's last key: its first key again (valid memory, unused)
+            k[j] = (const char *)kc + ((b0 + j < n ? sl[t0 + b0 + j] : sl[t0]) * KVH + kh) * (int64_t)row;
+        prefetch_ahead(kc, vc, sl, t0, b0, n, KVH, kh, row);
+        qk_block16(qb, k, kv_type, D, G, vscale, scores, n, b0);
+    }
+    softmax_part(scores, n, G, m, s);
+    pv16(vc, sl, t0, n, KVH, kh, D, G, esz, kv_type, scores, o);
+}
+#endif
+
 // AVX2 (also in the AVX-512 build): keys in blocks of 8 (widened to fp32 once for the G heads), each block's
 // 8 dot products per query head as 8 independent FMA chains reduced together; exp 8 lanes at a time; the
 // values' weighted sum in registers (pv_tile).
@@ -209,11 +383,18 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
         part_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
         return;
     }
+#if defined(PD_AVX512)
+    if (D % 16 == 0 && G <= 8) {
+        part_avx512(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
+        return;
+    }
+#endif
     const int n = t1 - t0, esz = kv_type == KV_F32 ? 4 : 2;
     const __m256 vscale = _mm256_set1_ps(scale);
     float kf[8 * 512];  // a block's 8 keys widened to fp32 once, for all G heads (the widening is exact)
     for (int b0 = 0; b0 < n; b0 += 8) {
         const float *k[8];
+        prefetch_ahead(kc, vc, sl, t0, b0, n, KVH, kh, D * esz);
         for (int j = 0; j < 8; j++) {  // past the part's last key: its first key again (valid memory, unused)
             const char *row = (const char *)kc + ((b0 + j < n ? sl[t0 + b0 + j] : sl[t0]) * KVH + kh) * (int64_t)D * esz;
             if (kv_type == KV_F32) {
@@ -241,29 +422,7 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
             }
         }
     }
-    for (int g = 0; g < G; g++) {
-        float *sc = scores + (int64_t)g * n, mx = -INFINITY;
-        for (int t = 0; t < n; t++) mx = sc[t] > mx ? sc[t] : mx;
-        const __m256 vm = _mm256_set1_ps(mx);
-        __m256 vsum = _mm256_setzero_ps();
-        int t = 0;
-        for (; t + 8 <= n; t += 8) {
-            const __m256 e = fs_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + t), vm));
-            _mm256_storeu_ps(sc + t, e);
-            vsum = _mm256_add_ps(vsum, e);
-        }
-        if (t < n) {
-            float tmp[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-            for (int j = 0; t + j < n; j++) tmp[j] = sc[t + j] - mx;
-            const __m256 valid = _mm256_cmp_ps(_mm256_set_ps(7.f, 6.f, 5.f, 4.f, 3.f, 2.f, 1.f, 0.f),
-                                               _mm256_set1_ps((float)(n - t)), _CMP_LT_OQ);
-            const __m256 e = _mm256_and_ps(fs_exp8(_mm256_loadu_ps(tmp)), valid);
-            _mm256_storeu_ps(tmp, e);
-            for (int j = 0; t + j < n; j++) sc[t + j] = tmp[j];
-            vsum = _mm256_add_ps(vsum, e);
-        }
-        m[g] = mx, s[g] = hsum8(vsum);
-    }
+    softmax_part(scores, n, G, m, s);
     switch (G) {  // the register-resident tile where the shape allows it, else the loop below (same sums)
 #define PV_CASE(GC, CH)                                                                      \
     case GC:                                                                                 \

@@ -378,8 +378,9 @@ static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint
 #if defined(QG_AVX512)
 // The AVX-512 tile, its height a compile-time constant (1 for decode rows, MT for prefill tiles) so that every
 // accumulator lives in a register. Each row's integer dot of a block is split over NA independent accumulators
-// (4 for one row, 2 per row for MT): with one, a block's 16 dependent vpdpwssd (~5 cycles each) made a decode
-// row latency-bound at ~80 cycles per block. Integer sums are exact in any order, so the bits are those of the
+// (4 for one row, 2 per row for MT) instead of one chain of a block's 16 dependent vpdpwssd: no faster for one row
+// with the weights in cache, faster when they stream from memory (more loads in flight). Integer sums are exact in
+// any order, so the bits are those of the
 // other ISA variants; the float operations per lane are unchanged and in the same order.
 static inline __attribute__((always_inline)) void tile16_avx512(int q4, const uint8_t *w, const uint16_t *wd,
                                                                 const uint16_t *wm, int KB, const int16_t *xq,
