@@ -88,7 +88,7 @@ class Settings(BaseSettings):
     served_model_name: str | None = None  # the `model` id clients use; None: the folder name
     device: str = "cpu"
     dtype: str = "auto"
-    # K/V pool precision (EngineConfig.kv_cache_dtype): bf16/fp16 hold twice fp32's tokens; auto: as dtype
+    # K/V pool precision (EngineConfig.kv_cache_dtype): bf16/fp16 hold twice fp32's tokens; auto: fp16 on CPU with the avx2/avx512 kernels, else as dtype
     kv_cache_dtype: KVDtypeName = "auto"
     weights: WeightsName = "auto"  # matmul weight format (EngineConfig.weights)
     native_kernels: bool = True  # false: torch paths only

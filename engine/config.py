@@ -10,6 +10,7 @@ from policies import Policy
 WEIGHT_FORMATS = weight_choices()  # ("auto", "fp32", "bf16", "int8", "q4"): engine/model/formats.py
 KV_CACHE_DTYPES = kv_choices()  # ("auto", "fp32", "bf16", "fp16", "float32", ...): engine/kv_dtypes.py
 DTYPE_BYTES = dtype_bytes()
+AUTO_FP16_KV_ISAS = ("avx2", "avx512")  # the kernel variants under which auto picks an fp16 pool on CPU
 
 
 @dataclass(frozen=True)
@@ -19,8 +20,8 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
     # K/V pool precision: auto | fp32 | bf16 | fp16 (or the torch names; engine/kv_dtypes.py). 16 bits
-    # hold twice the tokens in the same budget; the CPU decode kernel reads them in place. auto: the compute dtype (see
-    # docs/CAPACITY.md for why auto stays fp32 on CPU).
+    # hold twice the tokens in the same budget; the CPU decode kernel reads them in place. auto: fp16 on CPU
+    # where the SIMD attention kernels (avx2, avx512) read it, else the compute dtype (resolved_kv_dtype).
     kv_cache_dtype: str = "auto"
     # Matmul weight format: auto | fp32 | bf16 | int8 | q4 (engine/model/formats.py). auto on CPU with
     # the native kernels: q4 when the weights are already 4-bit (lossless), else the checkpoint's
@@ -70,9 +71,29 @@ class EngineConfig:
 
     @property
     def resolved_kv_dtype(self) -> str:
-        if self.kv_cache_dtype == "auto":
-            return self.resolved_dtype
-        return torch_name(self.kv_cache_dtype)
+        return self.kv_dtype_choice[0]
+
+    @property
+    def kv_dtype_choice(self) -> tuple[str, str]:
+        """(the pool's torch dtype name, why). auto on CPU: fp16 where fp32 compute runs on the SIMD kernels
+        (avx2, avx512), whose attention reads a 16-bit pool in place at half fp32's bytes: at 4,096 tokens of
+        context the decode step is 1.4-1.6x faster (docs/BENCHMARKS.md, "Eighth round") with perplexity within
+        0.1% (`finserve bench quality --kv-dtypes`); the generic C build widens 16-bit values one by one, so
+        it and CUDA keep the compute dtype."""
+        if self.kv_cache_dtype != "auto":
+            return torch_name(self.kv_cache_dtype), "asked for"
+        compute = self.resolved_dtype
+        if not self.device.startswith("cpu") or compute != "float32":
+            return compute, "the compute dtype (16-bit CPU pools are for fp32 compute on the CPU kernels)"
+        if not self.native_kernels:
+            return compute, "the native kernels are off: the compute dtype"
+        from engine.model import cpu_kernels  # torch: only when auto is resolved on CPU
+
+        variants = cpu_kernels.supported_variants()
+        isa = self.kernel_isa if self.kernel_isa != "auto" else (variants[-1] if variants else "none built")
+        if isa not in AUTO_FP16_KV_ISAS or isa not in variants:
+            return compute, f"the kernels here ({isa}) widen 16-bit K/V without SIMD: the compute dtype"
+        return "float16", f"fp16: half the K/V bytes of fp32, read in place by the {isa} attention kernel"
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,7 @@ def formats_bench(
         "--long-prompts", help="Comma-separated longer prompt lengths whose prefill is timed too (empty: none).")]
     = "2048",
     kv_dtype: Annotated[str | None, typer.Option(
-        "--kv-dtype", help=f"KV cache precision of every engine: auto (fp32 on CPU), {kv_dtypes.help_text()} "
+        "--kv-dtype", help=f"KV cache precision of every engine: auto (fp16 on CPU with the avx2/avx512 kernels), {kv_dtypes.help_text()} "
                            "(default: FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
     rss: Annotated[bool, typer.Option(
         "--rss/--no-rss", help="Also measure each format's resident memory, in a fresh process per format.")] = True,
@@ -180,12 +180,26 @@ def formats_bench(
 @bench_app.command("quality")
 def quality_bench(
     formats: Annotated[str, typer.Option("--formats", help="Comma-separated weight formats.")] = "fp32,int8,q4",
+    kv_pools: Annotated[str | None, typer.Option(
+        "--kv-dtypes", help="Comma-separated K/V pool dtypes (fp32, bf16, fp16) to score against an fp32 pool "
+        "instead of the weight formats (the weights: FINSERVE_WEIGHTS, else auto).")] = None,
     json_file: JsonFileOpt = None,
     model: ModelOpt = None,
 ) -> None:
-    """Perplexity on the shipped regulatory text and greedy agreement with fp32, per weight format."""
-    from bench.quality import run
+    """Perplexity on the shipped regulatory text and greedy agreement with fp32, per weight format (or, with
+    --kv-dtypes, per K/V pool dtype, every key read back from the pool)."""
     from stack.models import resolve_model
+
+    if kv_pools is not None:
+        from bench.kv_quality import run as run_kv
+
+        for name in kv_pools.split(","):
+            if name == kv_dtypes.AUTO or name not in kv_dtypes.kv_choices():
+                raise CLIError(f"unknown --kv-dtypes entry {name!r} (choose from {kv_dtypes.help_text()})")
+        with status(f"bench quality --kv-dtypes {kv_pools} ..."):
+            run_kv(resolve_model(model), dtypes=kv_pools, out=json_file or "results/kv_quality.json")
+        return
+    from bench.quality import run
 
     with status(f"bench quality: {formats} ..."):
         run(resolve_model(model), formats=formats, out=json_file or "results/quality.json")

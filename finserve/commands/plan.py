@@ -51,7 +51,8 @@ def kv_plan(
     hidden: Annotated[int | None, typer.Option(help="explicit shape: hidden size (re-counts K/V weights per variant)")] = None,
     params: Annotated[str | None, typer.Option(help="parameter count, e.g. 135M, 1.7B (overrides the folder's)")] = None,
     dtype: Annotated[str | None, typer.Option("--dtype", "--kv-dtype", help=f"KV cache dtype: {', '.join(KV_DTYPES)} "
-                     "(default: the engine's, from FINSERVE_KV_CACHE_DTYPE and FINSERVE_DTYPE: fp32 on CPU)")] = None,
+                     "(default: the engine's, from FINSERVE_KV_CACHE_DTYPE and FINSERVE_DTYPE: auto is fp16 on CPU with "
+                     "the avx2/avx512 kernels, else the compute dtype)")] = None,
     weights_dtype: Annotated[str | None, typer.Option(
         help=f"weights dtype: {', '.join(WEIGHT_DTYPES)} (default: --dtype; bf16 when the KV cache is fp8/int8)")] = None,
     context: Annotated[int, typer.Option(help="KV tokens per request (prompt + output)")] = 4096,
@@ -110,7 +111,8 @@ def _engine_kv_dtype(settings: Settings) -> str:
     from policies import load_policy
 
     resolved = EngineConfig(model="", policy=load_policy(), device=settings.device, dtype=settings.dtype,
-                            kv_cache_dtype=settings.kv_cache_dtype).resolved_kv_dtype
+                            kv_cache_dtype=settings.kv_cache_dtype, native_kernels=settings.native_kernels,
+                            kernel_isa=settings.kernel_isa).resolved_kv_dtype
     return kv_dtypes.kv_dtype(resolved).name
 
 

@@ -48,9 +48,21 @@ def test_output_value_is_checked(cli: Cli) -> None:
 
 
 def test_kv_plan_json(cli: Cli) -> None:
-    res = cli("kv-plan", "--layers", "30", "--kv-heads", "3", "--head-dim", "64", "--output", "json")
+    res = cli("kv-plan", "--layers", "30", "--kv-heads", "3", "--head-dim", "64", "--kv-dtype", "fp32", "--output", "json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["variants"][0]["bytes_per_token"] == 2 * 30 * 3 * 64 * 4
+
+
+def test_kv_plan_defaults_to_the_pool_the_engine_would_allocate(cli: Cli) -> None:
+    """Without --kv-dtype the plan sizes the engine's auto choice (fp16 on CPU with SIMD kernels, else fp32)."""
+    from engine.config import EngineConfig
+    from engine.kv_dtypes import kv_dtype
+    from policies import load_policy
+
+    res = cli("kv-plan", "--layers", "30", "--kv-heads", "3", "--head-dim", "64", "--output", "json")
+    assert res.exit_code == 0, res.output
+    auto = kv_dtype(EngineConfig(model="", policy=load_policy()).resolved_kv_dtype)
+    assert json.loads(res.stdout)["variants"][0]["bytes_per_token"] == 2 * 30 * 3 * 64 * auto.nbytes
 
 
 def test_sweep_json(cli: Cli, tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -32,9 +32,10 @@ def hf_greedy(model_dir, prompts: list[list[int]], n: int) -> list[list[int]]:
 
 
 def make_engine(model_dir, **kw) -> LLMEngine:
-    # fp32 weights: the exact-parity reference (quantized formats: tests/engine/test_quant_model.py)
+    # fp32 weights and an fp32 K/V pool: the exact-parity reference (quantized formats:
+    # tests/engine/test_quant_model.py; 16-bit pools: tests/engine/test_kv_dtype.py)
     cfg = dict(model=str(model_dir), policy=load_policy(), block_size=4, num_blocks_override=256,
-               max_num_batched_tokens=64, num_threads=1, weights="fp32")
+               max_num_batched_tokens=64, num_threads=1, weights="fp32", kv_cache_dtype="fp32")
     cfg.update(kw)
     return LLMEngine(EngineConfig(**cfg))
 

@@ -15,6 +15,7 @@ from engine.engine import LLMEngine
 from engine.model import cpu_kernels
 from engine.request import EngineRequest, SamplingParams
 from finserve.cli import app
+from finserve.console import ExitCode
 from policies import load_policy
 
 VARIANTS = cpu_kernels.supported_variants()
@@ -161,3 +162,49 @@ def test_kv_plan_shows_twice_the_tokens_per_16bit_dtype() -> None:
     assert rows["bf16"]["tokens_in_budget"] == rows["fp16"]["tokens_in_budget"]
     # twice, up to the last block of 16 tokens that fits one way and not the other
     assert 0 <= rows["bf16"]["tokens_in_budget"] - 2 * rows["fp32"]["tokens_in_budget"] <= 16
+
+
+def _auto(**kw: object) -> EngineConfig:
+    return EngineConfig(model="", policy=load_policy(), **kw)  # type: ignore[arg-type]
+
+
+def test_auto_picks_fp16_where_the_simd_kernels_read_it_else_the_compute_dtype() -> None:
+    assert _auto(kv_cache_dtype="fp32").kv_dtype_choice == ("float32", "asked for")
+    assert _auto(kv_cache_dtype="bf16").resolved_kv_dtype == "bfloat16"
+    assert _auto(native_kernels=False).resolved_kv_dtype == "float32"
+    assert _auto(dtype="bfloat16").resolved_kv_dtype == "bfloat16"  # 16-bit pools are for fp32 compute
+    assert _auto(device="cuda").resolved_kv_dtype == "bfloat16"
+    if "generic" in VARIANTS:
+        name, why = _auto(kernel_isa="generic").kv_dtype_choice
+        assert name == "float32" and "generic" in why
+    for isa in ("avx2", "avx512"):
+        if isa in VARIANTS:
+            name, why = _auto(kernel_isa=isa).kv_dtype_choice
+            assert name == "float16" and isa in why
+    simd = [v for v in VARIANTS if v in ("avx2", "avx512")]
+    assert _auto().resolved_kv_dtype == ("float16" if simd else "float32")
+
+
+def test_an_auto_engine_allocates_the_pool_auto_names(tiny_model_dir: Path) -> None:
+    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), num_threads=1,
+                                    num_blocks_override=16))
+    assert str(engine.runner.kv_cache.dtype) == f"torch.{engine.config.resolved_kv_dtype}"
+
+
+def test_pooled_perplexity_reads_the_pool_and_matches_the_one_chunk_perplexity(tiny_model_dir: Path) -> None:
+    """bench quality --kv-dtypes: chunks that read every key back from an fp32 pool give the one-chunk
+    perplexity (same model, same windows); a 16-bit pool moves it, a little."""
+    from bench.kv_quality import pooled_perplexity
+    from bench.quality import perplexity
+
+    model = _engine(tiny_model_dir, "fp32", native=False).runner.model
+    ids = torch.randint(100, 40000, (90,), generator=torch.Generator().manual_seed(3)).tolist()
+    plain = perplexity(model, ids, window=40)
+    assert pooled_perplexity(model, ids, torch.float32, window=40, chunk=7) == pytest.approx(plain, rel=1e-5)
+    half = pooled_perplexity(model, ids, torch.bfloat16, window=40, chunk=7)
+    assert half != plain and half == pytest.approx(plain, rel=0.05)
+
+
+def test_bench_quality_refuses_an_unknown_kv_dtype() -> None:
+    res = CliRunner().invoke(app, ["bench", "quality", "--kv-dtypes", "fp32,fp8"])
+    assert res.exit_code == ExitCode.USAGE and "unknown --kv-dtypes entry 'fp8'" in res.output, res.output

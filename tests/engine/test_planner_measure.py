@@ -57,7 +57,7 @@ def test_engine_allocates_and_fills_what_the_formula_says(
 def test_cli_measure_reports_agreement_as_json(tiny: Path) -> None:
     memory = _memory_for_blocks(tiny, 40, 16, 10)
     result = CliRunner().invoke(app, ["kv-plan", "--model", str(tiny), "--context", "40", "--memory", str(memory),
-                                      "--measure", "--output", "json"])
+                                      "--kv-dtype", "fp32", "--measure", "--output", "json"])
     assert result.exit_code == 0, result.output
     measured = json.loads(result.stdout)["measured"]  # logs go to stderr
     assert (measured["allocated_blocks"], measured["concurrency_reached"], measured["agrees"]) == (10, 3, True)

@@ -25,7 +25,7 @@ def _run(app: typer.Typer, *args: str):
 
 def test_json_plan_for_an_explicit_shape(app: typer.Typer) -> None:
     result = _run(app, *SMOLLM2_ARGS, "--params", "134515008", "--context", "4096", "--batch", "8",
-                  "--memory", "2GiB", "--output", "json")
+                  "--memory", "2GiB", "--kv-dtype", "fp32", "--output", "json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert "weights + KV cache" in doc["memory_convention"]
