@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.quality import TEXT_PATH, agreement, greedy_outputs, prompts_from_text, text_ids
+from bench.quality import TEXT_PATH, agreement, greedy_outputs, prompts_from_text, text_ids, windows
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.kv_dtypes import kv_dtype
@@ -35,11 +35,8 @@ def pooled_perplexity(model: LlamaModel, ids: list[int], dtype: torch.dtype, win
     """exp(mean next-token NLL) with a K/V pool of `dtype`, every key read back from it (see the module doc)."""
     cfg = model.cfg
     nll, count = 0.0, 0
-    for start in range(0, len(ids) - 1, window):
-        seq = torch.tensor(ids[start : start + window + 1], dtype=torch.long)
+    for seq in windows(ids, window):
         t = seq.numel() - 1
-        if t < 1:
-            break
         kv = torch.zeros((cfg.num_layers, 2, t, cfg.num_kv_heads, cfg.head_dim), dtype=dtype)
         for c0 in range(0, t, chunk):
             c1 = min(t, c0 + chunk)

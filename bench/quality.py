@@ -63,15 +63,21 @@ def fresh_context_logits(model: LlamaModel, ids: torch.Tensor, rows: torch.Tenso
     return model.forward(ids, torch.arange(t), kv, meta, rows)
 
 
+def windows(ids: list[int], window: int) -> Iterator[torch.Tensor]:
+    """Non-overlapping windows of `window` tokens, each with the next token after it (window + 1 ids)."""
+    for start in range(0, len(ids) - 1, window):
+        chunk = torch.tensor(ids[start : start + window + 1], dtype=torch.long)
+        if chunk.numel() < 2:
+            return
+        yield chunk
+
+
 @torch.inference_mode()
 def perplexity(model: LlamaModel, ids: list[int], window: int = 512) -> float:
     """exp(mean next-token NLL) over non-overlapping windows; each window starts a fresh context."""
     nll, count = 0.0, 0
-    for start in range(0, len(ids) - 1, window):
-        chunk = torch.tensor(ids[start : start + window + 1], dtype=torch.long)
+    for chunk in windows(ids, window):
         t = chunk.numel() - 1
-        if t < 1:
-            break
         logits = fresh_context_logits(model, chunk[:-1], torch.arange(t))  # [t, V]
         nll += F.cross_entropy(logits.float(), chunk[1:], reduction="sum").item()
         count += t

@@ -106,7 +106,7 @@ def test_the_cli_help_lists_every_choice() -> None:
     text = " ".join(res.output.split())
     assert f"Matmul weight format: {', '.join(WEIGHT_FORMATS[:-1])} or {WEIGHT_FORMATS[-1]}" in text
     kv_help = kv_dtypes.help_text()
-    assert f"auto (same as --dtype), {kv_help}" in text and all(name in kv_help for name in kv_dtypes.KV_DTYPES)
+    assert f"auto (fp16 on CPU with the avx2/avx512 kernels, else as --dtype), {kv_help}" in text and all(name in kv_help for name in kv_dtypes.KV_DTYPES)
 
 
 def test_the_registries_load_no_torch() -> None:

@@ -49,6 +49,19 @@ def _reference(q, kc, vc, slots, ctx) -> torch.Tensor:
     return out.squeeze(2)
 
 
+def _variant_reads_like_torch(isa: str, kv: str, heads: int, kv_heads: int, head_dim: int, lens: list[int],
+                              seed: int) -> None:
+    """Variant `isa` over a `kv` pool gives fp32 attention over the stored values."""
+    q, kc, vc, slots, ctx = _pool_case(heads, kv_heads, head_dim, lens, seed=seed)
+    if kv in KV16:
+        kc, vc = kc.to(KV16[kv]), vc.to(KV16[kv])
+    lib = cpu_kernels.load_variant(isa)
+    assert lib is not None
+    out = torch.empty_like(q)
+    cpu_kernels.paged_decode(q, kc, vc, slots, ctx, out, lib)
+    torch.testing.assert_close(out, _reference(q, kc, vc, slots, ctx), rtol=1e-5, atol=1e-5)
+
+
 @needs_kernels
 @pytest.mark.parametrize("isa", VARIANTS)
 @pytest.mark.parametrize("kv", ["bf16", "fp16"])
@@ -56,13 +69,18 @@ def _reference(q, kc, vc, slots, ctx) -> torch.Tensor:
 def test_kernel_reads_16bit_kv_like_torch(isa: str, kv: str, heads: int, kv_heads: int, head_dim: int) -> None:
     """Every variant (AVX-512 masked tails, AVX2 8-lane + scalar tail, generic C) widens the stored
     16-bit values exactly: the result equals fp32 attention over those values."""
-    q, kc, vc, slots, ctx = _pool_case(heads, kv_heads, head_dim, [1, 5, 17, 64, 33], seed=head_dim)
-    kc, vc = kc.to(KV16[kv]), vc.to(KV16[kv])
-    lib = cpu_kernels.load_variant(isa)
-    assert lib is not None
-    out = torch.empty_like(q)
-    cpu_kernels.paged_decode(q, kc, vc, slots, ctx, out, lib)
-    torch.testing.assert_close(out, _reference(q, kc, vc, slots, ctx), rtol=1e-5, atol=1e-5)
+    _variant_reads_like_torch(isa, kv, heads, kv_heads, head_dim, [1, 5, 17, 64, 33], seed=head_dim)
+
+
+@needs_kernels
+@pytest.mark.parametrize("isa", VARIANTS)
+@pytest.mark.parametrize("kv", ["fp32", "fp16"])
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (16, 2, 32), (5, 1, 48), (4, 1, 128)])
+def test_long_contexts_and_head_groups_read_like_torch(isa: str, kv: str, heads: int, kv_heads: int,
+                                                       head_dim: int) -> None:
+    """Past one 512-key part (the rows prefetched ahead, the parts merged), 1 to 8 query heads per KV head (the
+    AVX-512 part takes them 3 at a time) and head dims whose 16-lane chunks tile by 4, 2 or 1."""
+    _variant_reads_like_torch(isa, kv, heads, kv_heads, head_dim, [513, 1100, 7, 40], seed=heads)
 
 
 @needs_kernels
