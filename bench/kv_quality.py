@@ -27,11 +27,12 @@ from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.llama import LlamaModel
 
 MAX_PERPLEXITY_RISE = 0.01
+WINDOW, CHUNK = 1024, 64  # tokens per perplexity window, tokens per chunk fed into it
 
 
 @torch.inference_mode()
-def pooled_perplexity(model: LlamaModel, ids: list[int], dtype: torch.dtype, window: int = 1024,
-                      chunk: int = 64) -> float:
+def pooled_perplexity(model: LlamaModel, ids: list[int], dtype: torch.dtype, window: int = WINDOW,
+                      chunk: int = CHUNK) -> float:
     """exp(mean next-token NLL) with a K/V pool of `dtype`, every key read back from it (see the module doc)."""
     cfg = model.cfg
     nll, count = 0.0, 0
@@ -51,7 +52,7 @@ def pooled_perplexity(model: LlamaModel, ids: list[int], dtype: torch.dtype, win
 
 
 def evaluate(base: EngineConfig, dtypes: list[str], ids: list[int], prompts: list[list[int]], new_tokens: int,
-             window: int = 1024, chunk: int = 64) -> list[dict[str, Any]]:
+             window: int = WINDOW, chunk: int = CHUNK) -> list[dict[str, Any]]:
     """fp32 first (the reference), then every other pool dtype; one engine alive at a time."""
     rows: list[dict[str, Any]] = []
     reference: list[list[int]] = []
@@ -82,7 +83,7 @@ def run(model_dir: str | None = None, dtypes: str = "fp32,fp16,bf16", prompts: i
     rows = evaluate(base, dtypes.split(","), ids, prompts_from_text(ids, prompts, prompt_tokens), new_tokens)
     env = environment(base.num_threads or torch.get_num_threads(), "float32 activations", base.model)
     report = {"bench": "kv_quality", "environment": env, "text": TEXT_PATH.name, "text_tokens": len(ids),
-              "window": 1024, "chunk": 64, "prompts": prompts, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
+              "window": WINDOW, "chunk": CHUNK, "prompts": prompts, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
               "max_perplexity_rise": MAX_PERPLEXITY_RISE, "kv_dtypes": rows}
     write_json(out, report)
     return report

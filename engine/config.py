@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from engine.kv_dtypes import check_kv_dtype, dtype_bytes, kv_choices, torch_name
 from engine.model.formats import check_prefill_weights, check_weights, weight_choices
@@ -73,13 +74,13 @@ class EngineConfig:
     def resolved_kv_dtype(self) -> str:
         return self.kv_dtype_choice[0]
 
-    @property
+    @cached_property
     def kv_dtype_choice(self) -> tuple[str, str]:
         """(the pool's torch dtype name, why). auto on CPU: fp16 where fp32 compute runs on the SIMD kernels
         (avx2, avx512), whose attention reads a 16-bit pool in place at half fp32's bytes: at 4,096 tokens of
         context the decode step is 1.4-1.6x faster (docs/BENCHMARKS.md, "Eighth round") with perplexity within
         0.1% (`finserve bench quality --kv-dtypes`); the generic C build widens 16-bit values one by one, so
-        it and CUDA keep the compute dtype."""
+        it and CUDA keep the compute dtype. Resolved once per config (it asks which kernels are built)."""
         if self.kv_cache_dtype != "auto":
             return torch_name(self.kv_cache_dtype), "asked for"
         compute = self.resolved_dtype

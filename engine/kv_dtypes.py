@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-AUTO = "auto"  # the compute dtype (EngineConfig.resolved_kv_dtype)
+AUTO = "auto"  # fp16 on CPU with the SIMD kernels, else the compute dtype (EngineConfig.kv_dtype_choice)
+AUTO_HELP = "auto (fp16 on CPU with the avx2/avx512 kernels, else as --dtype)"  # the CLI's words for it
 
 
 @dataclass(frozen=True)

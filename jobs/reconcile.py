@@ -23,16 +23,24 @@ Two cases skip that second look, because something else already proves the item 
 - Redis lost its data (restarted empty, flushed): the pass finds the marker key it left in Redis gone
   (`EpochWatch`; each worker remembers the marker it last saw), and every missing item is re-enqueued in
   that same pass.
+And one case where a message is in Redis but nothing will run it before the visibility timeout: a worker
+killed after its message was delivered (unacknowledged) and before its task claimed the item (prefetched,
+or between the ack of one task and the start of the next). The item is still `pending`, with no lease to
+run out; with `stranded_after_s` set, a pending item whose every message was delivered (and due, past any
+retry countdown) more than that long ago is re-enqueued as abandoned: a live worker claims a delivered
+item within moments. (A worker that is only slow gets a duplicate message, which its claim makes a no-op.)
 """
 from __future__ import annotations
 
 import base64
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
 import redis
 import structlog
@@ -46,6 +54,7 @@ LOCK_KEY = "finserve:reconcile:lock"
 SUSPECTS_KEY = "finserve:reconcile:suspects"
 EPOCH_KEY = "finserve:reconcile:epoch"  # a marker: gone means this Redis lost its data since a worker saw it
 UNACKED_KEY = "unacked"  # kombu's Redis transport: delivered, unacknowledged messages by delivery tag
+UNACKED_INDEX_KEY = "unacked_index"  # ... and when each was delivered (a sorted set: delivery tag -> time())
 MAX_SCAN = 200_000  # messages read per pass; with a bigger backlog the pass cannot tell what is missing
 
 
@@ -57,6 +66,7 @@ class Pass:
     reenqueued: list[int]  # enqueued again: missing twice in a row, abandoned, or lost with Redis's data
     abandoned: int = 0  # of those: running past their lease (their worker stopped heartbeating)
     data_lost: bool = False  # this pass found Redis emptied since the last one
+    stranded: int = 0  # of those re-enqueued: pending, delivered to a worker that never started them
 
 
 class EpochWatch:
@@ -108,8 +118,11 @@ def queued_item_ids(r: redis.Redis, queue: str, task: str) -> set[int] | None:
     return None if found is None else found[0] | found[1]
 
 
-def _queue_contents(r: redis.Redis, queue: str, task: str) -> tuple[set[int], set[int]] | None:
-    """(ids waiting in the queue, ids delivered and unacknowledged), or None past MAX_SCAN messages."""
+def _queue_contents(r: redis.Redis, queue: str, task: str,
+                    stale_s: float | None = None) -> tuple[set[int], set[int], set[int]] | None:
+    """(ids waiting in the queue, ids delivered and unacknowledged, of those the ids whose every unacknowledged
+    message was delivered and due more than `stale_s` ago: none when stale_s is None), or None past MAX_SCAN
+    messages."""
     ids: set[int] = set()
     lists = [k for k in r.scan_iter(match=f"{queue}*", count=100) if r.type(k) in (b"list", "list")]
     if sum(r.llen(k) for k in lists) > MAX_SCAN:
@@ -123,22 +136,48 @@ def _queue_contents(r: redis.Redis, queue: str, task: str) -> tuple[set[int], se
             if item is not None:
                 ids.add(item)
     unacked: set[int] = set()
-    for raw in r.hvals(UNACKED_KEY):
+    recent: set[int] = set()  # ids with an unacknowledged message delivered or due within stale_s
+    scored = cast(list[tuple[bytes, float]], r.zrange(UNACKED_INDEX_KEY, 0, -1, withscores=True))
+    delivered = {_text(tag): float(at) for tag, at in scored}
+    now = time.time()
+    for tag, raw in r.hgetall(UNACKED_KEY).items():
         try:
             message = json.loads(raw)[0]
         except (ValueError, IndexError, KeyError, TypeError):
             continue
         item = _item_id(message, task) if isinstance(message, dict) else None
-        if item is not None:
-            unacked.add(item)
-    return ids, unacked
+        if item is None:
+            continue
+        unacked.add(item)
+        if stale_s is not None:
+            since = max(delivered.get(_text(tag), now), _eta(message) or 0.0)
+            if now - since < stale_s:
+                recent.add(item)
+    return ids, unacked, (unacked - recent) if stale_s is not None else set()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _eta(message: dict[str, Any]) -> float | None:
+    """When a retry's countdown ends (the task message's `eta` header), as time(); None: due at once."""
+    eta = (message.get("headers") or {}).get("eta")
+    if not isinstance(eta, str):
+        return None
+    try:
+        return datetime.fromisoformat(eta).timestamp()
+    except ValueError:
+        return None
 
 
 def reconcile_once(r: redis.Redis, sessions: sessionmaker[Session], enqueue: Callable[[Iterable[int]], int], *,
-                   queue: str, task: str, interval_s: float, epoch: EpochWatch | None = None) -> Pass | None:
+                   queue: str, task: str, interval_s: float, epoch: EpochWatch | None = None,
+                   stranded_after_s: float | None = None) -> Pass | None:
     """One pass, if no other worker holds the lock; None when another one does.
 
-    `epoch`: this worker's EpochWatch (None: Redis data loss is not told apart, missing items take two passes)."""
+    `epoch`: this worker's EpochWatch (None: Redis data loss is not told apart, missing items take two passes).
+    `stranded_after_s`: a pending item whose messages were all delivered that long ago is abandoned (None: off)."""
     # The lock is never released, it expires: passes are at least `interval_s` apart whoever makes them.
     if not r.set(LOCK_KEY, "1", nx=True, px=max(1, int(interval_s * 1000))):
         return None
@@ -146,16 +185,18 @@ def reconcile_once(r: redis.Redis, sessions: sessionmaker[Session], enqueue: Cal
     with sessions() as s:
         unfinished = set(resumable_item_ids(s))
         expired = set(expired_item_ids(s))
-    found = _queue_contents(r, queue, task)
+    found = _queue_contents(r, queue, task, stranded_after_s)
     if found is None:  # a backlog too long to read: no suspects this pass (none enqueued twice by mistake)
         log.info("reconcile_skipped", reason=f"more than {MAX_SCAN} messages queued")
         r.delete(SUSPECTS_KEY)
         return Pass(-1, len(unfinished), 0, [])
-    waiting, unacked = found
+    waiting, unacked, stale = found
     missing = unfinished - waiting - unacked
     # Leases that ran out: the message their dead worker holds unacknowledged comes back only after the
     # visibility timeout, so only a message waiting in the queue counts for them.
     abandoned = (expired & unfinished) - waiting
+    # Pending items delivered long ago and never claimed: the same, with no lease to tell it.
+    stranded = ((unfinished - expired) & stale) - waiting
     before = {int(x) for x in r.smembers(SUSPECTS_KEY)}
     confirmed = missing if data_lost else missing & before
     fresh = missing - before - abandoned if not data_lost else set()
@@ -165,18 +206,21 @@ def reconcile_once(r: redis.Redis, sessions: sessionmaker[Session], enqueue: Cal
         pipe.sadd(SUSPECTS_KEY, *fresh)
         pipe.pexpire(SUSPECTS_KEY, max(1, int(interval_s * 3000)))
     pipe.execute()
-    again = sorted(confirmed | abandoned)
+    again = sorted(confirmed | abandoned | stranded)
     if again:
         enqueue(again)
-        _log_reenqueued(sorted(abandoned), sorted(confirmed - abandoned), data_lost)
-    return Pass(len(waiting | unacked), len(unfinished), len(fresh), again, len(abandoned), data_lost)
+        _log_reenqueued(sorted(abandoned), sorted(confirmed - abandoned - stranded), data_lost, sorted(stranded))
+    return Pass(len(waiting | unacked), len(unfinished), len(fresh), again, len(abandoned), data_lost, len(stranded))
 
 
-def _log_reenqueued(abandoned: list[int], missing: list[int], data_lost: bool) -> None:
+def _log_reenqueued(abandoned: list[int], missing: list[int], data_lost: bool, stranded: list[int]) -> None:
     """One line per cause, so an operator sees at once whether a worker died or Redis lost its queue."""
     if abandoned:
         log.warning("items_reenqueued", items=len(abandoned), item_ids=abandoned[:20], cause="worker_lost",
                     reason="running past their lease: the worker holding them stopped heartbeating")
+    if stranded:
+        log.warning("items_reenqueued", items=len(stranded), item_ids=stranded[:20], cause="worker_lost",
+                    reason="pending, delivered to a worker that never started them: it stopped before their claim")
     if missing and data_lost:
         log.warning("items_reenqueued", items=len(missing), item_ids=missing[:20], cause="redis_data_lost",
                     reason="Redis lost its data (restarted empty or flushed): every unfinished item with no "
@@ -190,8 +234,9 @@ class Reconciler:
     """Runs `reconcile_once` every `interval_s` in a daemon thread until stopped; errors are logged."""
 
     def __init__(self, redis_url: str, sessions: sessionmaker[Session], enqueue: Callable[[Iterable[int]], int], *,
-                 queue: str, task: str, interval_s: float) -> None:
+                 queue: str, task: str, interval_s: float, stranded_after_s: float | None = None) -> None:
         self._redis = redis.Redis.from_url(redis_url, socket_timeout=10)
+        self.stranded_after_s = stranded_after_s
         self._sessions, self._enqueue = sessions, enqueue
         self._queue, self._task, self.interval_s = queue, task, interval_s
         self._stop = threading.Event()
@@ -213,7 +258,8 @@ class Reconciler:
         while not self._stop.wait(self.interval_s):
             try:
                 if reconcile_once(self._redis, self._sessions, self._enqueue, queue=self._queue, task=self._task,
-                                  interval_s=self.interval_s, epoch=self._epoch) is not None:
+                                  interval_s=self.interval_s, epoch=self._epoch,
+                                  stranded_after_s=self.stranded_after_s) is not None:
                     self.passes += 1
                 else:  # another worker made this pass: remember the marker it keeps, for the next one we make
                     self._epoch.observe(self._redis)

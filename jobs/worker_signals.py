@@ -21,7 +21,7 @@ from core.settings import get_settings
 from jobs.celery_app import EXTRACT_TASK, QUEUE, celery_app
 from jobs.queue import enqueue_items
 from jobs.reconcile import Reconciler
-from jobs.worker import worker_runtime
+from jobs.worker import claim_lease_s, worker_runtime
 
 
 def _worker_logging(loglevel: int | str | None = None, **_: Any) -> None:
@@ -53,8 +53,10 @@ def _start_reconciler(**_: Any) -> None:
     broker = str(celery_app().conf.broker_url)
     if settings.jobs_reconcile_interval_s <= 0 or not broker.startswith(("redis://", "rediss://")):
         return
+    # A delivered item unclaimed for a claim's lease (3 heartbeats) is as abandoned as a lease that ran out.
     _reconciler = Reconciler(broker, worker_runtime().sessions, enqueue_items, queue=QUEUE,
-                             task=EXTRACT_TASK, interval_s=settings.jobs_reconcile_interval_s).start()
+                             task=EXTRACT_TASK, interval_s=settings.jobs_reconcile_interval_s,
+                             stranded_after_s=claim_lease_s(settings)).start()
 
 
 def _flush_spans(**_: Any) -> None:

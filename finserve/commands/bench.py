@@ -159,7 +159,7 @@ def formats_bench(
         "--long-prompts", help="Comma-separated longer prompt lengths whose prefill is timed too (empty: none).")]
     = "2048",
     kv_dtype: Annotated[str | None, typer.Option(
-        "--kv-dtype", help=f"KV cache precision of every engine: auto (fp16 on CPU with the avx2/avx512 kernels), {kv_dtypes.help_text()} "
+        "--kv-dtype", help=f"KV cache precision of every engine: {kv_dtypes.AUTO_HELP}, {kv_dtypes.help_text()} "
                            "(default: FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
     rss: Annotated[bool, typer.Option(
         "--rss/--no-rss", help="Also measure each format's resident memory, in a fresh process per format.")] = True,

@@ -35,7 +35,7 @@ def generate(
         "--weights", help=f"Matmul weight format: {formats.help_text()} (default: FINSERVE_WEIGHTS, else auto: "
                           "q4 for 4-bit weights, else the checkpoint's precision; see docs/BENCHMARKS.md).")] = None,
     kv_dtype: Annotated[str | None, typer.Option(
-        "--kv-dtype", help=f"KV cache precision: auto (fp16 on CPU with the avx2/avx512 kernels, else as --dtype), {kv_dtypes.help_text()} (default: "
+        "--kv-dtype", help=f"KV cache precision: {kv_dtypes.AUTO_HELP}, {kv_dtypes.help_text()} (default: "
                            "FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
     threads: Annotated[int | None, typer.Option(
         "--threads", help="torch threads on CPU (default: FINSERVE_THREADS, else one per usable core).")] = None,

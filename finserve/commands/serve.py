@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
             help=f"Matmul weight format: {formats.help_text()}; auto: q4 for 4-bit weights, else the checkpoint's "
                  "precision (default: FINSERVE_WEIGHTS, else auto).")] = None,
         kv_dtype: Annotated[str | None, typer.Option(
-            "--kv-dtype", help=f"KV cache precision: auto (fp16 on CPU with the avx2/avx512 kernels, else as --dtype), {kv_dtypes.help_text()}; 16 bits "
+            "--kv-dtype", help=f"KV cache precision: {kv_dtypes.AUTO_HELP}, {kv_dtypes.help_text()}; 16 bits "
                                "hold twice "
                                "the tokens (default: FINSERVE_KV_CACHE_DTYPE).")] = None,
         kv_memory: Annotated[int | None, typer.Option("--kv-memory", help="KV cache size in bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,

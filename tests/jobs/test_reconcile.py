@@ -5,22 +5,30 @@ from __future__ import annotations
 import base64
 import json
 import time
+from datetime import UTC, datetime, timedelta
 
 import redis
 
 from jobs import service
 from jobs.celery_app import QUEUE, use_broker
 from jobs.queue import EXTRACT_TASK, enqueue_items
-from jobs.reconcile import SUSPECTS_KEY, UNACKED_KEY, EpochWatch, queued_item_ids, reconcile_once
+from jobs.reconcile import (
+    SUSPECTS_KEY,
+    UNACKED_INDEX_KEY,
+    UNACKED_KEY,
+    EpochWatch,
+    queued_item_ids,
+    reconcile_once,
+)
 from tests.jobs.test_service import create, spec
 
 INTERVAL_S = 0.2
 
 
-def _pass(r, sessions):
+def _pass(r, sessions, **kw):
     deadline = time.monotonic() + 5
     while (done := reconcile_once(r, sessions, enqueue_items, queue=QUEUE, task=EXTRACT_TASK,
-                                  interval_s=INTERVAL_S)) is None:
+                                  interval_s=INTERVAL_S, **kw)) is None:
         assert time.monotonic() < deadline, "the reconcile lock never expired"
         time.sleep(0.05)
     return done
@@ -186,3 +194,34 @@ def test_a_heartbeat_keeps_an_items_lease_and_stops_when_the_item_is_done(sessio
         assert service.claim_item(s, item, 60).outcome is service.ClaimOutcome.BUSY
     beat.release(item)
     assert beat.beat() == 0
+
+
+def test_a_pending_item_delivered_to_a_worker_that_died_before_claiming_it_is_enqueued_again(
+        sessions, tenant_keys, redis_server):
+    """The kill -9 race tests/jobs/test_recovery.py met in CI: a message delivered (unacknowledged) to a worker
+    killed before its task claimed the item. No lease runs out (it is `pending`) and the message is in Redis, so
+    without this rule it waited for the visibility timeout (jobs_lease_s, 600 s)."""
+    use_broker(redis_server.url)
+    r = redis.Redis.from_url(redis_server.url)
+    with sessions() as s:
+        job, _ = create(s, "acme", spec(5), None)
+        stranded, recent, countdown, due_long_ago, running = service.item_ids(s, job.id)
+        service.claim_item(s, running, 60)  # a live worker's: its lease holds
+    enqueue_items([stranded, recent, countdown, due_long_ago, running])
+    now = datetime.now(UTC)
+    delivered = {stranded: 100.0, recent: 1.0, countdown: 100.0, due_long_ago: 100.0, running: 100.0}
+    eta = {countdown: now + timedelta(seconds=20), due_long_ago: now - timedelta(seconds=90)}
+    for _ in range(5):  # every message delivered: popped from the queue into unacked, as kombu does
+        message = json.loads(r.rpop(QUEUE))
+        item = json.loads(base64.b64decode(message["body"]))[0][0]
+        if item in eta:
+            message["headers"]["eta"] = eta[item].isoformat()
+        r.hset(UNACKED_KEY, f"tag-{item}", json.dumps([message, "", QUEUE]))
+        r.zadd(UNACKED_INDEX_KEY, {f"tag-{item}": time.time() - delivered[item]})
+    assert _pass(r, sessions).reenqueued == []  # off: the messages are in Redis, nothing to do
+    found = _pass(r, sessions, stranded_after_s=30)
+    # delivered 100 s ago and due then or 90 s ago, still pending: their workers never started them
+    assert found.reenqueued == sorted([stranded, due_long_ago]) and found.stranded == 2 and found.suspects == 0
+    assert r.llen(QUEUE) == 2
+    # once re-enqueued they have a message waiting in the queue: not enqueued a second time
+    assert _pass(r, sessions, stranded_after_s=30).reenqueued == []
