@@ -59,12 +59,20 @@ def test_a_killed_workers_items_are_requeued_by_heartbeat_not_after_the_lease(st
 
 
 def test_redis_lost_its_data_the_reconciler_repairs_the_queue_in_one_pass(stack: Stack, sessions):
-    stack.start_worker("w1", concurrency=2, env=DEFAULT_LEASE)
-    job_id = submit(stack, 60)
-    wait_until(lambda: counts(stack, job_id)["done"] >= 5, 120, "work to be under way")
+    worker = stack.start_worker("w1", concurrency=2, env=DEFAULT_LEASE)
     # A reconcile pass has left its marker (the worker has seen it): only then can a loss be told.
     wait_until(lambda: redis.Redis.from_url(stack.redis.url).exists(EPOCH_KEY), 30, "a first reconcile pass")
-    stack.restart_redis()  # the queue, the unacked messages and the reconciler's marker are gone; no resume
+    job_id = submit(stack, 60)
+    wait_until(lambda: counts(stack, job_id)["done"] >= 5, 120, "work to be under way")
+    # The worker is held still across the restart: items take ~50 ms each, and a worker left running could
+    # drain the queue before Redis goes, and then nothing would be lost (what made this test flaky).
+    os.killpg(worker.pid, signal.SIGSTOP)
+    try:
+        left = counts(stack, job_id)
+        assert left["pending"] + left["running"] > 0, left
+        stack.restart_redis()  # the queue, the unacked messages and the reconciler's marker are gone; no resume
+    finally:
+        os.killpg(worker.pid, signal.SIGCONT)
     wait_completed(stack, job_id, 90)
     assert_one_valid_result_per_contract(stack, job_id, 60, sessions)
     events = reenqueue_events(stack)
