@@ -164,6 +164,9 @@ class Settings(BaseSettings):
     # A worker renews the leases of the items it holds this often, each to 3 beats ahead (jobs/worker.py), so
     # a dead worker's items are free ~30 s after its last beat, not after jobs_lease_s; 0: no heartbeat.
     jobs_heartbeat_s: float = Field(10.0, ge=0)
+    # A worker idle this long while its queue holds messages has a stalled consumer and restarts in place
+    # (jobs/watchdog.py); 0: off.
+    jobs_stall_s: float = Field(60.0, ge=0)
     worker_concurrency: int = Field(4, gt=0)  # items in flight per worker process
 
     @model_validator(mode="after")

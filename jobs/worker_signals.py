@@ -1,4 +1,4 @@
-"""What a Celery worker process does around its tasks: logging, tracing, the queue reconciler.
+"""What a Celery worker process does around its tasks: logging, tracing, the queue reconciler, the watchdog.
 
 Imported by the worker through the app's `include` list (jobs/celery_app.py), so these handlers are
 connected before the worker configures logging. A worker process logs like the gateway: Celery's logging
@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 from celery import signals
+from celery.worker import state as worker_state
 from kombu.utils.url import maybe_sanitize_url
 
 from core import tracing
@@ -21,6 +22,7 @@ from core.settings import get_settings
 from jobs.celery_app import EXTRACT_TASK, QUEUE, celery_app
 from jobs.queue import enqueue_items
 from jobs.reconcile import Reconciler
+from jobs.watchdog import ConsumerWatchdog
 from jobs.worker import claim_lease_s, worker_runtime
 
 
@@ -44,6 +46,13 @@ def _worker_tracing(**_: Any) -> None:
 
 
 _reconciler: Reconciler | None = None
+_watchdog: ConsumerWatchdog | None = None
+_received = 0  # tasks this process's consumer has received: the watchdog's sign of a live consumer
+
+
+def _count_received(**_: Any) -> None:
+    global _received
+    _received += 1
 
 
 def _start_reconciler(**_: Any) -> None:
@@ -59,7 +68,21 @@ def _start_reconciler(**_: Any) -> None:
                              stranded_after_s=claim_lease_s(settings)).start()
 
 
+def _start_watchdog(**_: Any) -> None:
+    """The consumer watchdog (jobs/watchdog.py): restarts this worker in place if its consumer stalls."""
+    global _watchdog
+    settings = get_settings()
+    broker = str(celery_app().conf.broker_url)
+    if settings.jobs_stall_s <= 0 or not broker.startswith(("redis://", "rediss://")):
+        return
+    # worker_state.requests: every task this process holds (running, reserved, or waiting on a countdown).
+    _watchdog = ConsumerWatchdog(broker, QUEUE, stall_s=settings.jobs_stall_s,
+                                 held=lambda: len(worker_state.requests), received=lambda: _received).start()
+
+
 def _flush_spans(**_: Any) -> None:
+    if _watchdog is not None:
+        _watchdog.stop()
     if _reconciler is not None:
         _reconciler.stop()
     tracing.shutdown_tracing()
@@ -71,4 +94,6 @@ signals.setup_logging.connect(_worker_logging)
 signals.celeryd_after_setup.connect(_announce)
 signals.worker_init.connect(_worker_tracing)
 signals.worker_ready.connect(_start_reconciler)
+signals.worker_ready.connect(_start_watchdog)
+signals.task_received.connect(_count_received)
 signals.worker_shutdown.connect(_flush_spans)

@@ -1,0 +1,64 @@
+"""The consumer watchdog (jobs/watchdog.py): a worker whose consumer stopped taking messages restarts in place.
+
+Celery's own bug (a consumer that reconnects to Redis and never consumes again) cannot be produced on demand,
+so the real-stack test stops the consumer the way an operator could (`celery control cancel_consumer`): to the
+watchdog that is the same picture, an idle worker and a queue that does not drain.
+"""
+from __future__ import annotations
+
+import pytest
+
+from jobs.celery_app import QUEUE, celery_app
+from jobs.watchdog import ConsumerWatchdog, StallDetector
+from tests.jobs.stack import Stack, wait_until
+from tests.jobs.test_faults import assert_one_valid_result_per_contract, submit, wait_completed
+
+
+def test_idle_with_messages_waiting_for_the_whole_window_is_a_stall():
+    d = StallDetector(stall_s=10)
+    assert not d.observe(0, held=0, queued=5, received=3)
+    assert not d.observe(9.9, held=0, queued=5, received=3)
+    assert d.observe(10, held=0, queued=4, received=3)
+
+
+@pytest.mark.parametrize("interruption", [
+    {"held": 1},  # busy: a task running, reserved or waiting on a countdown
+    {"queued": 0},  # nothing waiting
+    {"queued": None},  # Redis unreachable: the consumer's own reconnect is under way
+    {"received": 4},  # a task came in (and finished between two checks)
+])
+def test_anything_a_live_consumer_shows_starts_the_window_again(interruption):
+    d = StallDetector(stall_s=10)
+    seen = {"held": 0, "queued": 5, "received": 3}
+    assert not d.observe(0, **seen)
+    assert not d.observe(8, **(seen | interruption))
+    seen |= {k: v for k, v in interruption.items() if k == "received"}
+    assert not d.observe(17, **seen)  # the window starts again at the first check after the interruption
+    assert not d.observe(26.9, **seen)
+    assert d.observe(27, **seen)
+
+
+def test_redis_away_is_never_a_stall():
+    restarts: list[int] = []
+    dog = ConsumerWatchdog("redis://127.0.0.1:1/0", QUEUE, stall_s=0.01, held=lambda: 0, received=lambda: 0,
+                           restart=lambda: restarts.append(1))
+    try:
+        assert dog.queued() is None
+        assert not any(dog.check() for _ in range(5))
+    finally:
+        dog.stop()
+    assert not restarts
+
+
+def test_a_stalled_worker_restarts_in_place_and_its_job_completes(stack: Stack, sessions):
+    worker = stack.start_worker("w1", env={"FINSERVE_JOBS_STALL_S": "3"})
+    control = celery_app().control
+    wait_until(lambda: control.ping(timeout=1.0), 60, "the worker to answer a ping")
+    replies = control.cancel_consumer(QUEUE, reply=True, timeout=5.0)  # the consumer no longer takes messages
+    assert replies and all("ok" in r for reply in replies for r in reply.values()), replies
+    job_id = submit(stack, 12)
+    wait_completed(stack, job_id, 90)
+    assert worker.poll() is None  # the same process (pid) throughout: a supervisor sees no exit
+    log = (stack.home / "worker-w1.log").read_text(errors="replace")
+    assert '"event": "consumer_stalled"' in log and log.count('"event": "worker_started"') == 2
+    assert_one_valid_result_per_contract(stack, job_id, 12, sessions)
