@@ -1,4 +1,5 @@
-"""The consumer watchdog: a worker whose Celery consumer stopped taking messages restarts itself in place.
+"""The consumer watchdog, and restarts in place: a worker whose Celery consumer stopped taking messages, or
+whose Celery worker ended itself on an error, comes back as the same process.
 
 Celery's Redis consumer can come back from a lost broker connection without consuming again: the worker
 logs the reconnect (or an "Error on stopping Hub"), then sits idle while its queue fills, for good
@@ -15,6 +16,12 @@ A stalled worker logs `consumer_stalled` and re-executes its own command line (`
 the same log file, a fresh Celery consumer. It holds no task when it does, so nothing in flight is cut off;
 a message its consumer fetched but never handed on is an unacknowledged one, which the reconciler re-enqueues
 (`worker_lost`) or Redis redelivers. A supervisor (`finserve up`, systemd, Kubernetes) sees no exit at all.
+
+The other face of the same bug: Celery's consumer meets a half-closed connection while Redis is away
+("Unrecoverable error: AttributeError('NoneType' object has no attribute 'hostname')", seen here in a full
+test run) and the worker shuts itself down, exit code 1. `finserve worker` then restarts in place too
+(`worker_restarted_in_place`), after 1, 2, 4 ... 30 s when it keeps failing (the count resets after 5 quiet
+minutes); a shutdown someone asked for (a signal, `celery control shutdown`) ends the process as asked.
 """
 from __future__ import annotations
 
@@ -29,6 +36,42 @@ import redis
 import structlog
 
 log = structlog.get_logger("finserve.jobs")
+
+
+CRASHES_ENV = "FINSERVE_WORKER_CRASHES"  # "count:unix time of the last": carried across restarts in place
+CRASH_QUIET_S = 300.0  # a worker up this long since its last crash starts counting again
+
+
+def crashed_on_its_own(exitcode: int | None) -> bool:
+    """True when the Celery worker ended with a failure nobody asked for (not a signal, not a control shutdown)."""
+    from celery.worker import state
+
+    requested = state.should_stop not in (None, False) or state.should_terminate not in (None, False)
+    return bool(exitcode) and not requested
+
+
+def crash_backoff_s(previous: str | None, now: float) -> tuple[float, str]:
+    """Seconds to wait before restarting after a crash, and the CRASHES_ENV value to carry (pure)."""
+    count, last = 0, 0.0
+    if previous:
+        with_count, _, at = previous.partition(":")
+        try:
+            count, last = int(with_count), float(at)
+        except ValueError:
+            count, last = 0, 0.0
+    if now - last > CRASH_QUIET_S:
+        count = 0
+    return min(30.0, 2.0 ** count), f"{count + 1}:{now:.0f}"
+
+
+def restart_after_crash(exitcode: int) -> None:
+    """Log, wait the backoff, and restart in place (the crash count carried in the environment)."""
+    wait_s, carried = crash_backoff_s(os.environ.get(CRASHES_ENV), time.time())
+    log.error("worker_restarted_in_place", exit_code=exitcode, after_s=wait_s, crashes=int(carried.split(":")[0]),
+              reason="the Celery worker ended itself on an error (see its 'Unrecoverable error' line)")
+    time.sleep(wait_s)
+    os.environ[CRASHES_ENV] = carried
+    restart_in_place()
 
 
 class StallDetector:

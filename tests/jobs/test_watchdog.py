@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.celery_app import QUEUE, celery_app
-from jobs.watchdog import ConsumerWatchdog, StallDetector
+from jobs.watchdog import CRASH_QUIET_S, ConsumerWatchdog, StallDetector, crash_backoff_s, crashed_on_its_own
 from tests.jobs.stack import Stack, wait_until
 from tests.jobs.test_faults import assert_one_valid_result_per_contract, submit, wait_completed
 
@@ -36,6 +36,26 @@ def test_anything_a_live_consumer_shows_starts_the_window_again(interruption):
     assert not d.observe(17, **seen)  # the window starts again at the first check after the interruption
     assert not d.observe(26.9, **seen)
     assert d.observe(27, **seen)
+
+
+def test_a_crash_nobody_asked_for_restarts_a_requested_shutdown_does_not(monkeypatch):
+    from celery.worker import state
+    assert not crashed_on_its_own(0) and not crashed_on_its_own(None)
+    assert crashed_on_its_own(1)  # "Unrecoverable error": Celery stopped itself with EX_FAILURE
+    monkeypatch.setattr(state, "should_terminate", 1)  # a cold shutdown by signal also exits 1
+    assert not crashed_on_its_own(1)
+
+
+def test_crash_restarts_back_off_and_forget_after_a_quiet_spell():
+    wait, carried = crash_backoff_s(None, 1000.0)
+    assert (wait, carried) == (1.0, "1:1000")
+    waits = []
+    for t in range(1001, 1008):
+        wait, carried = crash_backoff_s(carried, float(t))
+        waits.append(wait)
+    assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert crash_backoff_s(carried, 1007 + CRASH_QUIET_S + 1) == (1.0, f"1:{1007 + CRASH_QUIET_S + 1:.0f}")
+    assert crash_backoff_s("garbage", 5.0)[0] == 1.0
 
 
 def test_redis_away_is_never_a_stall():
