@@ -56,7 +56,9 @@ def configure_logging(*, json: bool | None = None, level: str = "info") -> None:
     handler = _StderrHandler()
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        # A library's record logged with exc_info (Celery's "Unrecoverable error") keeps its traceback as text.
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
+                    renderer],
     ))
     root = logging.getLogger()
     root.handlers[:] = [handler]

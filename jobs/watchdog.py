@@ -21,7 +21,7 @@ The other face of the same bug: Celery's consumer meets a half-closed connection
 ("Unrecoverable error: AttributeError('NoneType' object has no attribute 'hostname')", seen here in a full
 test run) and the worker shuts itself down, exit code 1. `finserve worker` then restarts in place too
 (`worker_restarted_in_place`), after 1, 2, 4 ... 30 s when it keeps failing (the count resets after 5 quiet
-minutes); a shutdown someone asked for (a signal, `celery control shutdown`) ends the process as asked.
+minutes; carried on the command line, `--crash-history`); a shutdown someone asked for (a signal, `celery control shutdown`) ends the process as asked.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ import structlog
 log = structlog.get_logger("finserve.jobs")
 
 
-CRASHES_ENV = "FINSERVE_WORKER_CRASHES"  # "count:unix time of the last": carried across restarts in place
+CRASH_FLAG = "--crash-history"  # "count:unix time of the last crash": carried across restarts in place
 CRASH_QUIET_S = 300.0  # a worker up this long since its last crash starts counting again
 
 
@@ -51,7 +51,7 @@ def crashed_on_its_own(exitcode: int | None) -> bool:
 
 
 def crash_backoff_s(previous: str | None, now: float) -> tuple[float, str]:
-    """Seconds to wait before restarting after a crash, and the CRASHES_ENV value to carry (pure)."""
+    """Seconds to wait before restarting after a crash, and the CRASH_FLAG value to carry (pure)."""
     count, last = 0, 0.0
     if previous:
         with_count, _, at = previous.partition(":")
@@ -64,14 +64,27 @@ def crash_backoff_s(previous: str | None, now: float) -> tuple[float, str]:
     return min(30.0, 2.0 ** count), f"{count + 1}:{now:.0f}"
 
 
-def restart_after_crash(exitcode: int) -> None:
-    """Log, wait the backoff, and restart in place (the crash count carried in the environment)."""
-    wait_s, carried = crash_backoff_s(os.environ.get(CRASHES_ENV), time.time())
+def with_option(argv: list[str], flag: str, value: str) -> list[str]:
+    """`argv` with `flag value` (or `flag=value`) dropped and `flag value` appended."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        elif not arg.startswith(flag + "="):
+            out.append(arg)
+    return [*out, flag, value]
+
+
+def restart_after_crash(exitcode: int, history: str | None) -> None:
+    """Log, wait the backoff, and restart in place (`history`: this process's CRASH_FLAG value, if any)."""
+    wait_s, carried = crash_backoff_s(history, time.time())
     log.error("worker_restarted_in_place", exit_code=exitcode, after_s=wait_s, crashes=int(carried.split(":")[0]),
               reason="the Celery worker ended itself on an error (see its 'Unrecoverable error' line)")
     time.sleep(wait_s)
-    os.environ[CRASHES_ENV] = carried
-    restart_in_place()
+    restart_in_place(with_option(list(sys.orig_argv), CRASH_FLAG, carried))
 
 
 class StallDetector:
@@ -99,12 +112,12 @@ class StallDetector:
         return 0.0 if self._since is None else time.monotonic() - self._since
 
 
-def restart_in_place() -> None:
-    """Replace this process by a fresh run of its own command line (same pid, same open stdout/stderr)."""
+def restart_in_place(argv: list[str] | None = None) -> None:
+    """Replace this process by a fresh run of its own command line, or `argv` (same pid, same stdout/stderr)."""
     logging.shutdown()  # flush every handler: the log line saying why must reach the file
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, sys.orig_argv)
+    os.execv(sys.executable, argv or sys.orig_argv)
 
 
 class ConsumerWatchdog:

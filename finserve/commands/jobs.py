@@ -292,7 +292,9 @@ def register(app: typer.Typer) -> None:
                    help="Items in flight (default: FINSERVE_WORKER_CONCURRENCY, else 4).")] = None,
                name: Annotated[str | None, typer.Option(help="Celery node name, e.g. w1@%h.")] = None,
                loglevel: Annotated[str | None, typer.Option(
-                   help="DEBUG, INFO, WARNING or ERROR (default: FINSERVE_LOG_LEVEL, else INFO).")] = None) -> None:
+                   help="DEBUG, INFO, WARNING or ERROR (default: FINSERVE_LOG_LEVEL, else INFO).")] = None,
+               crash_history: Annotated[str | None, typer.Option(
+                   hidden=True, help="Set by a restart in place after a crash (jobs/watchdog.py).")] = None) -> None:
         """Run a Celery worker for extraction items."""
         from core.logging import configure_logging
         from core.settings import get_settings
@@ -306,5 +308,5 @@ def register(app: typer.Typer) -> None:
         # app.start, not worker_main: worker_main drops the exit code (a crashed worker would exit 0).
         code = celery_app().start(argv=worker_argv(concurrency or settings.worker_concurrency, level, name))
         if crashed_on_its_own(code):
-            restart_after_crash(int(code))  # does not return: the same process starts over
+            restart_after_crash(int(code), crash_history)  # does not return: the same process starts over
         raise typer.Exit(int(code or 0))

@@ -9,7 +9,14 @@ from __future__ import annotations
 import pytest
 
 from jobs.celery_app import QUEUE, celery_app
-from jobs.watchdog import CRASH_QUIET_S, ConsumerWatchdog, StallDetector, crash_backoff_s, crashed_on_its_own
+from jobs.watchdog import (
+    CRASH_QUIET_S,
+    ConsumerWatchdog,
+    StallDetector,
+    crash_backoff_s,
+    crashed_on_its_own,
+    with_option,
+)
 from tests.jobs.stack import Stack, wait_until
 from tests.jobs.test_faults import assert_one_valid_result_per_contract, submit, wait_completed
 
@@ -56,6 +63,14 @@ def test_crash_restarts_back_off_and_forget_after_a_quiet_spell():
     assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
     assert crash_backoff_s(carried, 1007 + CRASH_QUIET_S + 1) == (1.0, f"1:{1007 + CRASH_QUIET_S + 1:.0f}")
     assert crash_backoff_s("garbage", 5.0)[0] == 1.0
+
+
+def test_the_crash_history_replaces_the_one_on_the_command_line():
+    argv = ["python", "finserve", "worker", "--concurrency", "4"]
+    assert with_option(argv, "--crash-history", "1:5") == [*argv, "--crash-history", "1:5"]
+    again = with_option([*argv, "--crash-history", "1:5"], "--crash-history", "2:9")
+    assert again == [*argv, "--crash-history", "2:9"]
+    assert with_option([*argv, "--crash-history=1:5"], "--crash-history", "2:9") == again
 
 
 def test_redis_away_is_never_a_stall():
