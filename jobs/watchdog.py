@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 
 import redis
 import structlog
@@ -53,12 +54,9 @@ def crashed_on_its_own(exitcode: int | None) -> bool:
 def crash_backoff_s(previous: str | None, now: float) -> tuple[float, str]:
     """Seconds to wait before restarting after a crash, and the CRASH_FLAG value to carry (pure)."""
     count, last = 0, 0.0
-    if previous:
-        with_count, _, at = previous.partition(":")
-        try:
-            count, last = int(with_count), float(at)
-        except ValueError:
-            count, last = 0, 0.0
+    with_count, _, at = (previous or "").partition(":")
+    with suppress(ValueError):  # none yet, or unreadable: counted as the first
+        count, last = int(with_count), float(at)
     if now - last > CRASH_QUIET_S:
         count = 0
     return min(30.0, 2.0 ** count), f"{count + 1}:{now:.0f}"
@@ -107,9 +105,9 @@ class StallDetector:
             self._since = now
         return now - self._since >= self.stall_s
 
-    @property
-    def stalled_for_s(self) -> float:
-        return 0.0 if self._since is None else time.monotonic() - self._since
+    def idle_s(self, now: float) -> float:
+        """How long the current stretch has lasted at `now` (0: none under way)."""
+        return 0.0 if self._since is None else now - self._since
 
 
 def restart_in_place(argv: list[str] | None = None) -> None:
@@ -151,10 +149,10 @@ class ConsumerWatchdog:
 
     def check(self) -> bool:
         """One observation; True (after logging) when the consumer has stalled."""
-        received, queued = self._received(), self.queued()
-        if not self.detector.observe(time.monotonic(), held=self._held(), queued=queued, received=received):
+        received, queued, now = self._received(), self.queued(), time.monotonic()
+        if not self.detector.observe(now, held=self._held(), queued=queued, received=received):
             return False
-        log.error("consumer_stalled", queued=queued, idle_s=round(self.detector.stalled_for_s, 1),
+        log.error("consumer_stalled", queued=queued, idle_s=round(self.detector.idle_s(now), 1),
                   received=received, action="restart_in_place",
                   reason="idle with messages waiting in its queue: the Celery consumer stopped taking them "
                          "(a known Celery bug after a lost Redis connection)")

@@ -55,12 +55,18 @@ def _count_received(**_: Any) -> None:
     _received += 1
 
 
+def _redis_broker(interval_s: float) -> str | None:
+    """The broker URL for a worker's Redis-side thread, or None: the thread is off (`interval_s` <= 0) or the
+    broker is not Redis."""
+    broker = str(celery_app().conf.broker_url)
+    return broker if interval_s > 0 and broker.startswith(("redis://", "rediss://")) else None
+
+
 def _start_reconciler(**_: Any) -> None:
     """Every worker runs the queue reconciler (jobs/reconcile.py); a Redis lock makes one pass at a time."""
     global _reconciler
     settings = get_settings()
-    broker = str(celery_app().conf.broker_url)
-    if settings.jobs_reconcile_interval_s <= 0 or not broker.startswith(("redis://", "rediss://")):
+    if (broker := _redis_broker(settings.jobs_reconcile_interval_s)) is None:
         return
     # A delivered item unclaimed for a claim's lease (3 heartbeats) is as abandoned as a lease that ran out.
     _reconciler = Reconciler(broker, worker_runtime().sessions, enqueue_items, queue=QUEUE,
@@ -72,8 +78,7 @@ def _start_watchdog(**_: Any) -> None:
     """The consumer watchdog (jobs/watchdog.py): restarts this worker in place if its consumer stalls."""
     global _watchdog
     settings = get_settings()
-    broker = str(celery_app().conf.broker_url)
-    if settings.jobs_stall_s <= 0 or not broker.startswith(("redis://", "rediss://")):
+    if (broker := _redis_broker(settings.jobs_stall_s)) is None:
         return
     # worker_state.requests: every task this process holds (running, reserved, or waiting on a countdown).
     _watchdog = ConsumerWatchdog(broker, QUEUE, stall_s=settings.jobs_stall_s,
