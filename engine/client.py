@@ -5,6 +5,13 @@ The embedded front of the EngineClient protocol (engine/protocol.py).
 All engine mutation happens on the loop thread. Callers talk to it through an inbox
 (add / abort / evict a prefix), so admission answers come from the same thread that schedules.
 
+Outputs are handed to the event loop while the next step computes: a step's outputs are held until the next
+step has built its tensors and is about to enter the model (`LLMEngine.step(before_compute=...)`), or until the
+loop goes idle. Waking the event loop at the end of a step made it take the GIL from the engine thread at the
+next step's first GIL-releasing call (numpy, torch, ctypes) and run its whole per-token burst (SSE, middleware)
+while the engine waited; handed over just before the model runs (native code, GIL released), the two overlap.
+A token reaches its caller one step-preparation later (well under a millisecond at batch 1).
+
 Supervision: the engine already fails single requests and single steps without stopping. If the
 loop itself raises, every request in flight gets a finished "error" output (nobody waits
 forever), and the loop starts again after a backoff (base x 2^k, capped). More than
@@ -81,6 +88,8 @@ class LocalEngineClient:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stats: EngineStats | None = None
+        self._held: list[RequestOutput] = []  # the last step's outputs, handed over when the next one computes
+        self._hand_over_error: BaseException | None = None
         self._crashes: collections.deque[float] = collections.deque()  # monotonic times, within the window
         self._restarts = 0
         self._restarting = False
@@ -224,13 +233,31 @@ class LocalEngineClient:
         while not self._stop.is_set():
             self._drain_inbox()
             if not self.engine.has_unfinished():
+                self._hand_over()
                 self._stats = self.engine.stats()
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
-            outputs = self.engine.step()
+            outputs = self.engine.step(before_compute=self._hand_over_in_step)
+            self._hand_over()  # the step computed nothing (or failed before it did)
+            self._held = outputs
+            if self._hand_over_error is not None:
+                error, self._hand_over_error = self._hand_over_error, None
+                raise error
             self._stats = self.engine.stats()
-            self._deliver(outputs)
+
+    def _hand_over(self) -> None:
+        """Delivers the held outputs of the last step."""
+        held, self._held = self._held, []
+        if held:
+            self._deliver(held)
+
+    def _hand_over_in_step(self) -> None:
+        """_hand_over from inside a step: an error is kept for the loop (it is the loop's, not the step's requests')."""
+        try:
+            self._hand_over()
+        except Exception as e:
+            self._hand_over_error = e
 
     def _recover(self, exc: Exception) -> bool:
         """After a loop crash: fail everything in flight; True if the loop may start again."""
@@ -256,6 +283,11 @@ class LocalEngineClient:
         return True
 
     def _fail_in_flight(self, error: str) -> None:
+        try:
+            self._hand_over()  # what the last step produced reaches its callers before anything fails
+        except Exception:
+            log.exception("engine_hand_over_failed")
+            self._held = []
         try:
             self._deliver(self.engine.fail_all(error))
         except Exception:
@@ -333,6 +365,7 @@ class LocalEngineClient:
             elif op[0] == "add" and op[3].set_running_or_notify_cancel():
                 op[3].set_exception(_unavailable(reason))
         try:
+            self._hand_over()
             for rid in list(self._subs):
                 self.engine.abort_request(rid)
             self._deliver(self.engine.step() if self.engine.has_unfinished() else [])

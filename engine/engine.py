@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,19 +210,24 @@ class LLMEngine:
         return self.scheduler.has_unfinished() or bool(self._pending)
 
     # ---- the step -------------------------------------------------------------------------
-    def step(self) -> list[RequestOutput]:
+    def step(self, before_compute: Callable[[], None] | None = None) -> list[RequestOutput]:
+        """One scheduled batch through the model; what it produced for each request.
+
+        `before_compute` is called once the batch's tensors are built, just before the model runs (the serving
+        loop hands the previous step's outputs to the event loop there: see engine/client.py); not called when
+        nothing is scheduled. It must not raise."""
         outputs, self._pending = self._pending, []
         out = self.scheduler.schedule()
         if out.empty:
             return outputs
         try:
-            return outputs + self._run(out)
+            return outputs + self._run(out, before_compute)
         except Exception as e:  # not attributable to one request: the step's requests fail, never the engine
             log.exception("engine_step_failed", num_seqs=len(out.seqs))
             error = _describe(e)
             return outputs + [self._fail(s.request, error) for s in out.seqs]
 
-    def _run(self, out: SchedulerOutput) -> list[RequestOutput]:
+    def _run(self, out: SchedulerOutput, before_compute: Callable[[], None] | None = None) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []
         rows: dict[str, SamplingRow] = {}
         for s in out.seqs:
@@ -231,7 +237,7 @@ class LLMEngine:
                 except Exception as e:
                     outputs.append(self._fail_alone(s.request, e, "sampling_row"))
         t0 = time.time()
-        ran = self.runner.run(out, rows)
+        ran = self.runner.run(out, rows, before_compute)
         t1 = time.time()
         self.steps += 1
         for s in out.seqs:

@@ -7,8 +7,8 @@ KV formula predicts, to the byte.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
-import numpy as np
 import structlog
 import torch
 
@@ -22,6 +22,7 @@ from engine.model.loader import TORCH_DTYPES, load_model
 from engine.model.native_step import NativeDecoder
 from engine.outputs import RunnerOutput, ScheduledSeq, SchedulerOutput
 from engine.sampler import SamplingRow, sample
+from engine.slot_rows import SlotRows
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +79,7 @@ class ModelRunner:
             (mc.num_layers, 2, slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype, device=self.device
         )
         self.native_step = self._native_step()
+        self.slot_rows = SlotRows(config.block_size)  # decode steps' key slots, kept across steps
         self.prefill_weights = prefill_weights.apply(self.model, config.prefill_weights,
                                                      batch_invariant=config.batch_invariant)
         log.info("prefill_weights", mode=self.prefill_weights.mode, reason=self.prefill_weights.reason,
@@ -115,23 +117,29 @@ class ModelRunner:
             out[name] = spec.num_blocks_for(self.config.kv_cache_memory_bytes) * self.config.block_size
         return out
 
-    def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow]) -> RunnerOutput:
+    def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow],
+            before_compute: Callable[[], None] | None = None) -> RunnerOutput:
         """Computes every scheduled token; samples a token for each seq that samples and has a row.
 
         `out.seqs` arrive in SchedulerOutput's batch order (prefill chunks, then one-token seqs).
         Raises only for a failure of the whole step; a row that cannot be sampled is in `errors`.
+        `before_compute` runs once the tensors are built, just before the model (LLMEngine.step): on the native
+        paths, right before the native call itself.
         """
         input_ids, positions, meta, logits_rows, sampled_ids = self._prepare(out.seqs)
         with torch.inference_mode():  # the sampler edits the logits in place
             if self.native_step is not None and not meta.prefills and meta.native_decode:
                 # decode only: the same fs_forward rows as forward() below (so also with batch invariance), without
-                # its per-step table building
-                logits = self.native_step.decode(input_ids, positions, self.kv_cache, meta)  # [T, V]
+                # its per-step table building; before_compute runs just before the native call (GIL released)
+                logits = self.native_step.decode(input_ids, positions, self.kv_cache, meta, before_compute)  # [T, V]
                 if logits_rows.numel() != logits.shape[0]:
                     logits = logits.index_select(0, logits_rows)
             elif self.native_step is not None and (self.config.batch_invariant or self._native_prefill(meta)):
-                logits = self.native_step.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
+                logits = self.native_step.forward(input_ids, positions, self.kv_cache, meta, logits_rows,
+                                                  before_compute)  # [R, V]
             else:
+                if before_compute is not None:
+                    before_compute()
                 logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
             keep = [i for i, rid in enumerate(sampled_ids) if rid in rows]  # a failed request has no row
             if not keep:
@@ -224,12 +232,12 @@ class ModelRunner:
     def _prepare_native_decode(
         self, seqs: list[ScheduledSeq]
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[str]]:
-        """_prepare for a batch of one-token seqs on the native decode path: the same tensors, built with numpy
-        (a few microseconds per call where the torch calls of the general path cost ~0.45 ms a step at batch 1)."""
-        slots, ctx = _decode_slot_table(seqs, self.config.block_size)
-        last = ctx - 1  # each decode token sits at its sequence's last position
+        """_prepare for a batch of one-token seqs on the native decode path: the same tensors, from the kept slot
+        rows (engine/slot_rows.py) and plain lists (the torch calls of the general path cost ~0.45 ms a step at
+        batch 1)."""
+        slots, ctx, last = self.slot_rows.table(seqs)
         meta = AttentionMetadata(
-            slot_mapping=torch.from_numpy(slots[np.arange(len(seqs)), last]),
+            slot_mapping=torch.tensor(last, dtype=torch.int64),
             prefills=[],
             decode_start=0,
             decode_slots=torch.from_numpy(slots),
@@ -241,7 +249,7 @@ class ModelRunner:
         sampled = [i for i, s in enumerate(seqs) if s.samples]
         return (
             torch.tensor(ids, dtype=torch.long),
-            torch.from_numpy(last),
+            torch.from_numpy(ctx - 1),  # each decode token sits at its sequence's last position
             meta,
             torch.tensor(sampled, dtype=torch.long),
             [seqs[i].request.request_id for i in sampled],
@@ -264,27 +272,12 @@ class ModelRunner:
         """Key slots of every decode sequence; appends the decode tokens' positions and slots."""
         if not decodes:
             return None, None, None
-        slots_np, ctx_np = _decode_slot_table(decodes, self.config.block_size)
+        slots_np, ctx_np, last = self.slot_rows.table(decodes)
         slots, ctx = torch.from_numpy(slots_np), torch.from_numpy(ctx_np)
         pos_parts.append(ctx - 1)  # each decode token sits at its sequence's last position
-        slot_parts.append(slots[torch.arange(len(decodes)), ctx - 1])
+        slot_parts.append(torch.tensor(last, dtype=torch.int64))
         if self.native_decode:
             return slots, None, ctx
         pos = torch.arange(slots.shape[1])
         mask = (pos[None, :] < ctx[:, None])[:, None, None, :]  # [Bd, 1, 1, Lmax]
         return slots.to(self.device), mask.to(self.device), None
-
-
-def _decode_slot_table(seqs: list[ScheduledSeq], block_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """The KV slot of every key of every one-token seq ([B, Lmax] int64, row-major as the kernels read it; a
-    shorter seq's tail points at slot 0 and is masked by its context length) and each seq's context length
-    (keys 0..end_pos-1, the new token included)."""
-    ctx = np.array([s.end_pos for s in seqs], dtype=np.int64)
-    lmax = int(ctx.max())
-    nb = (lmax + block_size - 1) // block_size
-    table = np.zeros((len(seqs), nb), dtype=np.int64)
-    for i, s in enumerate(seqs):
-        blocks = s.block_ids[:nb]
-        table[i, : len(blocks)] = blocks
-    pos = np.arange(lmax)
-    return np.ascontiguousarray(table[:, pos // block_size] * block_size + pos % block_size), ctx

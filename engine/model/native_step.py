@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -147,13 +148,16 @@ class NativeDecoder:
         return None
 
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
-               meta: AttentionMetadata) -> torch.Tensor:  # [B] decode tokens -> logits [B, V] fp32
+               meta: AttentionMetadata, before: Callable[[], None] | None = None
+               ) -> torch.Tensor:  # [B] decode tokens -> logits [B, V] fp32
+        """`before` runs right before the native call (ModelRunner.run's before_compute)."""
         assert meta.decode_slots is not None and meta.decode_ctx is not None and meta.decode_start == 0
         return self._run(input_ids, positions, kv_cache, meta.slot_mapping, meta.decode_slots, None,
-                         meta.decode_ctx, None)
+                         meta.decode_ctx, None, before)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
-                meta: AttentionMetadata, logits_rows: torch.Tensor) -> torch.Tensor:  # -> logits [R, V] fp32
+                meta: AttentionMetadata, logits_rows: torch.Tensor,
+                before: Callable[[], None] | None = None) -> torch.Tensor:  # -> logits [R, V] fp32
         """Any batch (prefill chunks and decode tokens) through the native step: every token computed by
         the same per-row arithmetic (engine/model/kernels/decode_step.c: fs_forward), so a token's K/V and
         logits are the same bits whatever else is in the batch and however its prompt was chunked."""
@@ -178,7 +182,7 @@ class NativeDecoder:
             table[i, : keys.shape[0]] = keys
         if meta.decode_slots is not None:
             table[len(tables) :, : meta.decode_slots.shape[1]] = meta.decode_slots
-        return self._run(input_ids, positions, kv_cache, meta.slot_mapping, table, slot_row, ctx, logits_rows)
+        return self._run(input_ids, positions, kv_cache, meta.slot_mapping, table, slot_row, ctx, logits_rows, before)
 
     def _embed(self, input_ids: torch.Tensor) -> torch.Tensor:  # [B] -> [B, hidden] fp32
         """The step's embeddings; a tied table (the quantized LM head) read by the kernel library: the same values
@@ -192,7 +196,7 @@ class NativeDecoder:
 
     def _run(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
              table: torch.Tensor, slot_row: torch.Tensor | None, ctx: torch.Tensor,
-             logits_rows: torch.Tensor | None) -> torch.Tensor:
+             logits_rows: torch.Tensor | None, before: Callable[[], None] | None = None) -> torch.Tensor:
         b = int(input_ids.shape[0])
         x = self._embed(input_ids)
         pos = positions.to(torch.int64).contiguous()
@@ -206,6 +210,8 @@ class NativeDecoder:
         kv_type = KV_TYPES[kv_cache.dtype]
         keys = int(ctx.sum())  # the keys the batch's tokens attend to: the step's cost grows with them
         threads = self.governor.pick(b, keys)
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         done = 0  # logits rows written so far
         for s in range(0, b, MAX_BATCH):

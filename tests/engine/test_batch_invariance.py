@@ -104,8 +104,8 @@ def test_prefill_through_the_native_step_matches_the_torch_model(make_tiny_model
     pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
     original = native.forward
 
-    def both(input_ids, positions, kv_cache, meta, logits_rows):  # type: ignore[no-untyped-def]
-        got = original(input_ids, positions, kv_cache, meta, logits_rows)
+    def both(input_ids, positions, kv_cache, meta, logits_rows, before=None):  # type: ignore[no-untyped-def]
+        got = original(input_ids, positions, kv_cache, meta, logits_rows, before)
         if meta.prefills:
             # the torch model rewrites the same K/V (same values within rounding) and gives its logits
             want = runner.model.forward(input_ids, positions, kv_cache, meta, logits_rows)

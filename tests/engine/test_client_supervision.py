@@ -38,11 +38,11 @@ def _crash_on_step(engine: LLMEngine, monkeypatch, *, times: int) -> None:
     real_step = engine.step
     left = [times]
 
-    def step():
+    def step(before_compute=None):
         if left[0] == 0:
-            return real_step()
+            return real_step(before_compute)
         left[0] -= 1
-        real_step()  # the step ran, then the loop died before delivering it
+        real_step(before_compute)  # the step ran, then the loop died before delivering it
         raise RuntimeError("loop bug")
 
     monkeypatch.setattr(engine, "step", step)

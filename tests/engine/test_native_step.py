@@ -49,10 +49,10 @@ def compare_steps(engine: LLMEngine, steps: int = 6) -> list[tuple[torch.Tensor,
     pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
     original = native.decode
 
-    def both(input_ids, positions, kv_cache, meta):  # type: ignore[no-untyped-def]
+    def both(input_ids, positions, kv_cache, meta, before=None):  # type: ignore[no-untyped-def]
         rows = torch.arange(input_ids.shape[0])
         want = runner.model.forward(input_ids, positions, kv_cache, meta, rows)
-        got = original(input_ids, positions, kv_cache, meta)
+        got = original(input_ids, positions, kv_cache, meta, before)
         pairs.append((want, got))
         return got
 

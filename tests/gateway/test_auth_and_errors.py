@@ -159,7 +159,7 @@ async def test_a_dead_engine_loop_fails_liveness_and_readiness(settings: Setting
     client = make_client(tiny_model_dir, load_policy())
     client.max_restarts = 0
 
-    def crash() -> list:
+    def crash(before_compute: object = None) -> list:
         raise RuntimeError("loop bug")
 
     monkeypatch.setattr(client.engine, "step", crash)

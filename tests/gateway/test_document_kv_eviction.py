@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +42,14 @@ class Hold:
     def release(self) -> None:
         self._go.set()
 
-    def step(self) -> list[Any]:
+    def step(self, before_compute: Callable[[], None] | None = None) -> list[Any]:
         if self._left is not None and self._left <= 0 and not self._go.is_set():
             self.paused.set()
             time.sleep(0.005)
             return []
         if self._left is not None:
             self._left -= 1
-        return self._step()
+        return self._step(before_compute)
 
 
 async def test_deleting_a_document_frees_its_kv_and_a_running_question_still_finishes(

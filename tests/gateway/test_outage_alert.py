@@ -69,7 +69,7 @@ async def _outage_traffic(tiny_model_dir: Path, settings: Settings, keys: Keys, 
                 await asyncio.gather(*held, return_exceptions=True)
                 engine.max_restarts = 100  # the engine loop crashes on every step (and is restarted): 500s
 
-                def crash() -> list[object]:
+                def crash(before_compute: object = None) -> list[object]:
                     raise RuntimeError("engine outage")
 
                 monkeypatch.setattr(engine.engine, "step", crash)
