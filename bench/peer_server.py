@@ -131,8 +131,9 @@ def _load_failed(readyz_body: str) -> bool:
 
 
 def start_finserve(model: str, *, threads: int, weights: str, log: IO[bytes] | None,
-                   timeout_s: float = 300.0) -> Server:
-    """`finserve serve` on a free 127.0.0.1 port, with a fresh home and an unthrottled key."""
+                   timeout_s: float = 300.0, extra_env: dict[str, str] | None = None) -> Server:
+    """`finserve serve` on a free 127.0.0.1 port, with a fresh home and an unthrottled key (and `extra_env` on
+    top of its environment)."""
     from core.db.base import make_engine, make_session_factory
     from core.db.migrate import upgrade
     from core.keys import create_key
@@ -152,7 +153,8 @@ def start_finserve(model: str, *, threads: int, weights: str, log: IO[bytes] | N
             key = create_key(s, "bench", rate_limit_rps=1e9)
     finally:
         db.dispose()
-    proc = subprocess.Popen([FINSERVE, "serve"], env=worker_env(settings, OMP_NUM_THREADS=str(threads)),
+    env = worker_env(settings, OMP_NUM_THREADS=str(threads), **(extra_env or {}))
+    proc = subprocess.Popen([FINSERVE, "serve"], env=env,
                             stdout=log, stderr=subprocess.STDOUT if log is not None else None,
                             start_new_session=True)
     server = Server("finserve", f"http://127.0.0.1:{port}", proc, {"Authorization": f"Bearer {key}"},

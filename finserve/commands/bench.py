@@ -110,6 +110,36 @@ def gateway_bench(
         run(path, n=n, blocks=blocks, warmup=warmup, model=model, threads=threads)
 
 
+@bench_app.command("serve-direct")
+def serve_direct_bench(
+    json_file: JsonFileOpt = "results/serve_direct.json",
+    reps: Annotated[int, typer.Option("--reps", min=1, help="Repetitions; direct and served alternate within each.")] = 5,
+    requests: Annotated[int, typer.Option("--requests", min=1, help="Requests per side and repetition.")] = 3,
+    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=1, help="Prompt length (random token ids).")] = 256,
+    output_tokens: Annotated[int, typer.Option("--output-tokens", min=2, help="Tokens every answer produces.")] = 128,
+    threads: ThreadsOpt = None,
+    weights: Annotated[str | None, typer.Option(
+        "--weights", help="Weight format (default: FINSERVE_WEIGHTS, else auto).")] = None,
+    log_file: Annotated[str | None, typer.Option("--log-file", help="Append the server's output here.")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        "--baseline", metavar="DIR", help="Another finserve checkout (native kernels built) served beside this one, "
+                                          "alternating request by request: a change's A/B.")] = None,
+    model: ModelOpt = None,
+) -> None:
+    """Batch-1 TPOT through `finserve serve` (streamed and not) beside the same engine stepped directly."""
+    from pathlib import Path
+
+    from bench.serve_direct import DirectShape, run
+    from stack.models import resolve_model
+
+    settings = command_settings(threads=threads, weights=weights)
+    shape = DirectShape(prompt_tokens=prompt_tokens, output_tokens=output_tokens, requests=requests, reps=reps,
+                        threads=_threads(settings), weights=settings.weights)
+    with status(f"bench serve-direct: {reps} repetitions of {requests} requests a side ..."):
+        run(json_file, model=str(resolve_model(model, settings)), shape=shape,
+            log_path=Path(log_file) if log_file else None, baseline=Path(baseline) if baseline else None)
+
+
 @bench_app.command("serve")
 def serve_bench(
     url: Annotated[str | None, typer.Option(
