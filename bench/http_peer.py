@@ -248,8 +248,10 @@ Starter = Callable[[], Server]
 
 
 def _add_llama_server(starters: dict[str, Starter], info: dict[str, Any], shape: Shape, types: str, build: bool,
-                      log: IO[bytes] | None) -> None:
-    """llama.cpp's own C++ server (`llama-server -np 8`, continuous batching) for each GGUF type."""
+                      log: IO[bytes] | None, flash_attn: str = "auto") -> None:
+    """llama.cpp's own C++ server (`llama-server -np 8`, continuous batching) for each GGUF type and each of its
+    `-fa` settings in `flash_attn` (comma-separated auto|on|off; each its own system, named with it unless it is
+    the one setting, auto: on an Intel Xeon here auto decoded 1.3-1.5x slower than off over HTTP)."""
     from bench import llamacpp
 
     tools = llamacpp.ensure_built() if build else llamacpp.find_built()
@@ -257,11 +259,17 @@ def _add_llama_server(starters: dict[str, Starter], info: dict[str, Any], shape:
         info["llama_server_skipped"] = "llama.cpp is not built (finserve bench llamacpp --build builds it)"
         print(f"llama-server skipped: {info['llama_server_skipped']}", file=sys.stderr)
         return
+    settings = [x.strip().lower() for x in flash_attn.split(",") if x.strip()] or ["auto"]
+    bad = [x for x in settings if x not in llamacpp.FLASH_ATTN]
+    if bad:
+        raise ValueError(f"unknown llama-server flash attention setting(s) {bad}; known: {list(llamacpp.FLASH_ATTN)}")
     for t in (x.strip().upper() for x in types.split(",") if x.strip()):
         path = llamacpp.gguf(tools, t)
-        starters[f"llama-server {t}"] = functools.partial(
-            llamacpp.start_server, tools, path, t, threads=shape.threads, parallel=max(8, max(shape.concurrency)),
-            ctx_per_slot=max(2048, -(-shape.context_tokens // 1024) * 1024), log=log)
+        for fa in settings:
+            name = f"llama-server {t}" if settings == ["auto"] else f"llama-server {t} fa={fa}"
+            starters[name] = functools.partial(
+                llamacpp.start_server, tools, path, t, threads=shape.threads, parallel=max(8, max(shape.concurrency)),
+                ctx_per_slot=max(2048, -(-shape.context_tokens // 1024) * 1024), log=log, flash_attn=fa)
 
 
 def run_all(starters: dict[str, Starter], shape: Shape, tokenizer_dir: str, info: dict[str, Any],
@@ -320,7 +328,7 @@ def report(runs: list[dict[str, Any]], shape: Shape, info: dict[str, Any]) -> di
 def run(json_path: str | None, *, model: str, shape: Shape, weights: str = "auto", peer_python: str | None = None,
         peer_gguf_types: str = "Q8_0,Q4_1", cache: Path = Path(".finserve/peer"), log_path: Path | None = None,
         systems: tuple[str, ...] = (FINSERVE, "peer"), server_gguf_types: str = "Q4_0,Q4_1",
-        build: bool = False) -> dict[str, Any]:
+        build: bool = False, server_flash_attn: str = "auto") -> dict[str, Any]:
     """Measure, print the JSON (and write it to `json_path`) and the table, and return the report."""
     log = open(log_path, "ab") if log_path else None  # noqa: SIM115 -- closed below, shared by all servers
     try:
@@ -331,7 +339,7 @@ def run(json_path: str | None, *, model: str, shape: Shape, weights: str = "auto
             info[FINSERVE] = {"command": "finserve serve", "weights": weights, "threads": shape.threads,
                               "workload_class_header": shape.finserve_class}
         if "peer" in systems and server_gguf_types:
-            _add_llama_server(starters, info, shape, server_gguf_types, build, log)
+            _add_llama_server(starters, info, shape, server_gguf_types, build, log, server_flash_attn)
         reason = peer_unavailable(peer_python) if "peer" in systems and peer_python else "not asked"
         if reason is None:
             assert peer_python is not None

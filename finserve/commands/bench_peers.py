@@ -67,6 +67,9 @@ def http_peer_bench(
     server_gguf_types: Annotated[str, typer.Option(
         "--server-gguf-types", help="GGUF types for llama.cpp's own llama-server -np 8 (built by `finserve bench "
                                     "llamacpp --build`), comma-separated; empty: none.")] = "Q4_0,Q4_1",
+    server_flash_attn: Annotated[str, typer.Option(
+        "--server-flash-attn", help="llama-server's -fa settings (auto, on, off), comma-separated; each its own "
+                                    "system, so the peer's faster one counts.")] = "auto,off",
     build: Annotated[bool, typer.Option("--build", help="Build llama.cpp first when it is not cached.")] = False,
     model: ModelOpt = None,
 ) -> None:
@@ -74,6 +77,7 @@ def http_peer_bench(
     from pathlib import Path
 
     from bench.http_peer import Shape, run
+    from bench.llamacpp import FLASH_ATTN
     from stack.models import resolve_model
 
     try:
@@ -82,6 +86,9 @@ def http_peer_bench(
         raise CLIError(f"--concurrency takes integers, e.g. 1,8: {e}") from None
     if not levels or min(levels) < 1:
         raise CLIError("--concurrency takes integers >= 1, e.g. 1,8")
+    bad = [x for x in server_flash_attn.split(",") if x.strip().lower() not in FLASH_ATTN]
+    if bad:
+        raise CLIError(f"--server-flash-attn takes {', '.join(FLASH_ATTN)} (comma-separated), not {bad}")
     settings = command_settings(threads=threads, weights=weights)
     folder = resolve_model(model, settings)
     shape = Shape(prompt_tokens=prompt_tokens, output_tokens=output_tokens, concurrency=levels, rounds=rounds,
@@ -90,7 +97,7 @@ def http_peer_bench(
     with status(f"bench http-peer: {reps} repetitions at {concurrency} streams ..."):
         run(json_file, model=folder, shape=shape, weights=settings.weights, peer_python=peer_python,
             peer_gguf_types=peer_gguf_types, log_path=Path(log_file) if log_file else None,
-            server_gguf_types=server_gguf_types, build=build)
+            server_gguf_types=server_gguf_types, build=build, server_flash_attn=server_flash_attn)
 
 
 @bench_app.command("llamacpp")

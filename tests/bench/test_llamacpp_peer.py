@@ -7,6 +7,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from bench import llamacpp
 
@@ -71,3 +72,73 @@ def test_the_quality_gate_is_read_from_peer_quality_json(tmp_path: Path) -> None
     gate = quality_gate(str(path))
     assert gate is not None and gate["within"] == ["llama.cpp Q4_1"]
     assert quality_gate(str(tmp_path / "absent.json")) is None
+
+
+def fake_build(cache: Path, name: str, llama_bench: str) -> Path:
+    """A cached build folder `name` holding every target; its llama-bench runs the shell `llama_bench`."""
+    bin_dir = llamacpp._source_dir(cache) / name / "bin"
+    bin_dir.mkdir(parents=True)
+    for target in llamacpp.TARGETS:
+        (bin_dir / target).write_text("#!/bin/sh\n" + (llama_bench if target == "llama-bench" else "exit 0") + "\n")
+        (bin_dir / target).chmod(0o755)
+    return bin_dir
+
+
+def test_a_native_build_that_dies_on_a_signal_is_replaced_by_one_with_amx_off(tmp_path: Path) -> None:
+    native = fake_build(tmp_path, "build", "kill -SEGV $$")  # what ggml's AMX matmul did on an AMX Xeon VM
+    no_amx = fake_build(tmp_path, "build-no-amx", "echo '[]'")
+    failed = llamacpp.smoke(llamacpp.Tools(native), tmp_path / "model.gguf")
+    assert failed is not None and failed.startswith("llama-bench killed by signal 11")
+    assert llamacpp.smoke(llamacpp.Tools(no_amx), tmp_path / "model.gguf") is None
+    assert llamacpp.find_built(tmp_path) == llamacpp.Tools(native, llamacpp.build_info(llamacpp._source_dir(tmp_path)))
+
+    tools = llamacpp.ensure_built(tmp_path, log=None)
+    assert tools.bin_dir == no_amx  # the native one crashed in its smoke run: rebuilt (here: found) with AMX off
+    assert tools.info["build"] == "build-no-amx" and tools.info["cmake_flags"][-2:] == list(llamacpp.NO_AMX_FLAGS)
+    assert tools.info["native_build_failed"]["smoke"].startswith("llama-bench killed by signal 11")
+    assert llamacpp.find_built(tmp_path) == tools  # and stays chosen
+
+
+def test_a_build_that_fails_its_smoke_run_without_a_signal_is_an_error(tmp_path: Path) -> None:
+    import pytest
+
+    fake_build(tmp_path, "build", "echo 'no such model' >&2; exit 1")
+    with pytest.raises(RuntimeError, match="fails its smoke run: llama-bench exit 1: no such model"):
+        llamacpp.ensure_built(tmp_path, log=None)
+    assert not (tmp_path / llamacpp.NATIVE_FAILED).exists()  # not a crash: nothing rebuilt
+
+
+def test_the_peer_figure_of_each_test_is_its_faster_flash_attention_setting() -> None:
+    from bench.peer_bench import fastest_per_test
+
+    rows = [{"test": "tg32@d4096", "tokens_per_s": 45.5, "flash_attn": 0},
+            {"test": "tg32@d4096", "tokens_per_s": 17.3, "flash_attn": 1},
+            {"test": "pp256", "tokens_per_s": 990.0, "flash_attn": 0},
+            {"test": "pp256", "tokens_per_s": 1000.0, "flash_attn": 1}]
+    out = fastest_per_test(rows)
+    assert [(r["test"], r["flash_attn"]) for r in out] == [("tg32@d4096", 0), ("pp256", 1)]
+    assert out[0]["others"] == [{"flash_attn": 1, "tokens_per_s": 17.3}]
+    assert out[1]["others"] == [{"flash_attn": 0, "tokens_per_s": 990.0}]
+
+
+def test_each_llama_server_flash_attention_setting_is_its_own_system(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from bench import http_peer
+
+    tools = llamacpp.Tools(tmp_path)
+    monkeypatch.setattr(llamacpp, "find_built", lambda cache=None: tools)
+    monkeypatch.setattr(llamacpp, "gguf", lambda tools, t, cache=None: tmp_path / f"{t}.gguf")
+    shape = http_peer.Shape(prompt_tokens=256, output_tokens=64, concurrency=(1, 8), rounds=1, reps=1, threads=2)
+    starters: dict[str, Any] = {}
+    http_peer._add_llama_server(starters, {}, shape, "Q4_0,Q8_0", False, None, "auto,off")
+    assert list(starters) == ["llama-server Q4_0 fa=auto", "llama-server Q4_0 fa=off", "llama-server Q8_0 fa=auto",
+                              "llama-server Q8_0 fa=off"]
+    assert starters["llama-server Q8_0 fa=off"].keywords["flash_attn"] == "off"
+    only_default: dict[str, Any] = {}
+    http_peer._add_llama_server(only_default, {}, shape, "Q4_0", False, None)
+    assert list(only_default) == ["llama-server Q4_0"]  # the names earlier results used
+    with pytest.raises(ValueError, match="unknown llama-server flash attention"):
+        http_peer._add_llama_server({}, {}, shape, "Q4_0", False, None, "fast")
+    with pytest.raises(ValueError, match="unknown flash attention setting"):
+        llamacpp.start_server(tools, tmp_path / "m.gguf", "Q4_0", threads=2, flash_attn="yes")
