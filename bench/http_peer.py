@@ -259,10 +259,7 @@ def _add_llama_server(starters: dict[str, Starter], info: dict[str, Any], shape:
         info["llama_server_skipped"] = "llama.cpp is not built (finserve bench llamacpp --build builds it)"
         print(f"llama-server skipped: {info['llama_server_skipped']}", file=sys.stderr)
         return
-    settings = [x.strip().lower() for x in flash_attn.split(",") if x.strip()] or ["auto"]
-    bad = [x for x in settings if x not in llamacpp.FLASH_ATTN]
-    if bad:
-        raise ValueError(f"unknown llama-server flash attention setting(s) {bad}; known: {list(llamacpp.FLASH_ATTN)}")
+    settings = llamacpp.parse_flash_attn(flash_attn)
     for t in (x.strip().upper() for x in types.split(",") if x.strip()):
         path = llamacpp.gguf(tools, t)
         for fa in settings:

@@ -50,6 +50,15 @@ def default_cache() -> Path:
     return Path.home() / ".cache" / "finserve-peer"
 
 
+def parse_flash_attn(text: str) -> list[str]:
+    """llama-server -fa settings from a comma-separated list (empty: its default, auto); ValueError names the bad ones."""
+    settings = [x.strip().lower() for x in text.split(",") if x.strip()] or ["auto"]
+    bad = [x for x in settings if x not in FLASH_ATTN]
+    if bad:
+        raise ValueError(f"unknown llama-server flash attention setting(s) {bad}; known: {list(FLASH_ATTN)}")
+    return settings
+
+
 @dataclass(frozen=True)
 class Tools:
     bin_dir: Path

@@ -77,7 +77,7 @@ def http_peer_bench(
     from pathlib import Path
 
     from bench.http_peer import Shape, run
-    from bench.llamacpp import FLASH_ATTN
+    from bench.llamacpp import parse_flash_attn
     from stack.models import resolve_model
 
     try:
@@ -86,9 +86,10 @@ def http_peer_bench(
         raise CLIError(f"--concurrency takes integers, e.g. 1,8: {e}") from None
     if not levels or min(levels) < 1:
         raise CLIError("--concurrency takes integers >= 1, e.g. 1,8")
-    bad = [x for x in server_flash_attn.split(",") if x.strip().lower() not in FLASH_ATTN]
-    if bad:
-        raise CLIError(f"--server-flash-attn takes {', '.join(FLASH_ATTN)} (comma-separated), not {bad}")
+    try:
+        parse_flash_attn(server_flash_attn)
+    except ValueError as e:
+        raise CLIError(f"--server-flash-attn: {e}") from None
     settings = command_settings(threads=threads, weights=weights)
     folder = resolve_model(model, settings)
     shape = Shape(prompt_tokens=prompt_tokens, output_tokens=output_tokens, concurrency=levels, rounds=rounds,

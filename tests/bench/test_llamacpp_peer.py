@@ -142,3 +142,15 @@ def test_each_llama_server_flash_attention_setting_is_its_own_system(tmp_path: P
         http_peer._add_llama_server({}, {}, shape, "Q4_0", False, None, "fast")
     with pytest.raises(ValueError, match="unknown flash attention setting"):
         llamacpp.start_server(tools, tmp_path / "m.gguf", "Q4_0", threads=2, flash_attn="yes")
+
+
+def test_the_cli_refuses_an_unknown_flash_attention_setting_before_starting_anything() -> None:
+    from typer.testing import CliRunner
+
+    from finserve.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "http-peer", "--server-flash-attn", "auto,fast"],
+                                env={"COLUMNS": "250"})
+    assert result.exit_code != 0
+    assert "unknown llama-server flash attention setting(s) ['fast']" in result.output
+    assert llamacpp.parse_flash_attn(" Off, auto ") == ["off", "auto"] and llamacpp.parse_flash_attn("") == ["auto"]
