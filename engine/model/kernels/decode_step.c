@@ -440,6 +440,19 @@ static void task_matmul(void *c, int task) {
 static void rope(float *v, const float *cs, const float *sn, int D) {  // v*cos + roll(v, D/2)*sin
     float tmp[512];
     const int half = D / 2;
+#if defined(__AVX2__)
+    if (half % 8 == 0) {  // 8 lanes of each half at a time: the same products and sum per value (no FMA), same bits
+        for (int i = 0; i < half; i += 8) {
+            const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + half + i);
+            _mm256_storeu_ps(tmp + i, _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(cs + i)),
+                                                    _mm256_mul_ps(b, _mm256_loadu_ps(sn + i))));
+            _mm256_storeu_ps(tmp + half + i, _mm256_add_ps(_mm256_mul_ps(b, _mm256_loadu_ps(cs + half + i)),
+                                                           _mm256_mul_ps(a, _mm256_loadu_ps(sn + half + i))));
+        }
+        memcpy(v, tmp, sizeof(float) * (size_t)D);
+        return;
+    }
+#endif
     for (int i = 0; i < D; i++) tmp[i] = v[i] * cs[i] + v[(i + half) % D] * sn[i];
     memcpy(v, tmp, sizeof(float) * (size_t)D);
 }
@@ -449,7 +462,13 @@ static void store_row(uint8_t *dst, int kv_type, const float *src, int D) {
         memcpy(dst, src, sizeof(float) * (size_t)D);
     } else {
         uint16_t *d16 = (uint16_t *)dst;
-        for (int i = 0; i < D; i++) d16[i] = kv_type == KV_BF16 ? float_to_bf16(src[i]) : float_to_half(src[i]);
+        int i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+        if (kv_type == KV_F16)  // float_to_half's own instruction (round to nearest even), 8 values at a time
+            for (; i + 8 <= D; i += 8)
+                _mm_storeu_si128((__m128i *)(d16 + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+        for (; i < D; i++) d16[i] = kv_type == KV_BF16 ? float_to_bf16(src[i]) : float_to_half(src[i]);
     }
 }
 

@@ -76,11 +76,53 @@ int finserve_cpu_features(void) {
     return f;
 }
 
+#if defined(QG_AVX2) || defined(QG_AVX512)
+// One full block of 32 values to int8, vectorized: the values of the scalar loop in quantize_rows (the maximum is
+// exact, d and 1/d the same scalar operations, v * id one rounding, then round-to-nearest-even as nearbyintf in the
+// default rounding mode; |v * id| <= 127 after rounding, so the packs never saturate).
+static inline void quantize_block8_avx2(const float *v, int8_t *q, float *xd, int32_t *xs) {
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    __m256 vv[4], amax8 = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        vv[i] = _mm256_loadu_ps(v + 8 * i);
+        amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, vv[i]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i qi[4], sum = _mm256_setzero_si256();
+    for (int i = 0; i < 4; i++) {
+        const __m256 r = _mm256_round_ps(_mm256_mul_ps(vv[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        qi[i] = _mm256_cvtps_epi32(r);  // already integral: exact
+        sum = _mm256_add_epi32(sum, qi[i]);
+    }
+    // packs work within 128-bit halves: (0 lo, 1 lo, 0 hi, 1 hi) then bytes (01 lo, 23 lo, 01 hi, 23 hi): one
+    // permute of 32-bit lanes puts the 32 values back in order
+    const __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
+    const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    *xd = d;
+    *xs = _mm_cvtsi128_si32(s4);
+}
+#endif
+
 // x [M, K] (row stride ldx) -> xq int8 [M, KB*32] (zero padded), xd [M, KB], xs [M, KB] = sum(xq).
 static void quantize_rows(const float *x, int M, int K, int ldx, int KB, int8_t *xq, float *xd, int32_t *xs) {
     for (int m = 0; m < M; m++) {
         const float *xr = x + (int64_t)m * ldx;
         for (int b = 0; b < KB; b++) {
+#if defined(QG_AVX2) || defined(QG_AVX512)
+            if ((b + 1) * QK <= K) {
+                quantize_block8_avx2(xr + b * QK, xq + (int64_t)m * KB * QK + b * QK, xd + (int64_t)m * KB + b,
+                                     xs + (int64_t)m * KB + b);
+                continue;
+            }
+#endif
             float v[QK], amax = 0.f;
             for (int i = 0; i < QK; i++) {
                 const int k = b * QK + i;
@@ -163,52 +205,134 @@ static inline __attribute__((always_inline)) void tile8_avx2(int q4, const uint8
 }
 #endif
 
+#if defined(QG_AVX512)
+// int8 activations on AVX-512 VNNI: one dpbusd (u8 weight x s8 activation, 4 products per 32-bit lane) per 4 values
+// of 16 rows, twice the multiply-adds per instruction of the int16 tiles' dpwssd; the tile height a compile-time
+// constant (1 for decode rows, MT for prefill tiles) so that every accumulator lives in a register, each row's dot of
+// a block split over NA independent accumulators (integer sums are exact in any order: the bits of every other ISA
+// variant). Per lane the float operations of group_tile's scalar loop, in the same order.
+static inline __attribute__((always_inline)) void tile8_avx512(int q4, const uint8_t *w, const uint16_t *wd,
+                                                               const uint16_t *wm, int KB, const int8_t *xq,
+                                                               const float *xd, const int32_t *xs, const int mt,
+                                                               float (*out)[QR]) {
+    enum { NA_MAX = 4, T_MAX = 8 };
+    const int tile_bytes = q4 ? 256 : 512, na = mt == 1 ? 4 : mt <= MT ? 2 : 1;
+    __m512 facc[T_MAX];
+    for (int t = 0; t < mt; t++) facc[t] = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int b = 0; b < KB; b++) {
+        const uint8_t *wt = w + (int64_t)b * tile_bytes;
+        const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + b * QR)));
+        __m512i iacc[T_MAX][NA_MAX];
+        for (int t = 0; t < mt; t++)
+            for (int a = 0; a < na; a++) iacc[t][a] = _mm512_setzero_si512();
+        if (q4) {
+            for (int j = 0; j < 4; j++) {  // low nibbles: k 4j..4j+3, high nibbles: k 16+4j..
+                const __m512i v = _mm512_loadu_si512((const void *)(wt + j * 64));
+                const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                const int a0 = (2 * j) % na, a1 = (2 * j + 1) % na;
+                for (int t = 0; t < mt; t++) {
+                    const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                    iacc[t][a0] = _mm512_dpbusd_epi32(iacc[t][a0], lo, _mm512_set1_epi32(load4(xb + 4 * j)));
+                    iacc[t][a1] = _mm512_dpbusd_epi32(iacc[t][a1], hi, _mm512_set1_epi32(load4(xb + 16 + 4 * j)));
+                }
+            }
+        } else {
+            for (int j = 0; j < 8; j++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(wt + j * 64));
+                for (int t = 0; t < mt; t++) {
+                    const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                    iacc[t][j % na] = _mm512_dpbusd_epi32(iacc[t][j % na], v, _mm512_set1_epi32(load4(xb + 4 * j)));
+                }
+            }
+        }
+        const __m512 wmv = q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wm + b * QR))) : _mm512_setzero_ps();
+        for (int t = 0; t < mt; t++) {
+            __m512i isum = iacc[t][0];
+            for (int a = 1; a < na; a++) isum = _mm512_add_epi32(isum, iacc[t][a]);
+            const float d = xd[(int64_t)t * KB + b];
+            const int32_t sx = xs[(int64_t)t * KB + b];
+            if (!q4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * sx));
+            facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), wdv), _mm512_set1_ps(d), facc[t]);
+            if (q4) facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(d * (float)sx), facc[t]);
+        }
+    }
+    for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
+}
+
+// Two groups (32 rows) x MT activation rows with int8 activations, for prefill tiles and decode batches of MT or
+// more: each broadcast activation quad feeds both groups' dots. Per row and lane the same integer sums and float
+// operations, in the same order, as tile8_avx512: the same bits.
+static inline __attribute__((always_inline)) void tile8x2_avx512(int q4, const uint8_t *wa, const uint16_t *wda,
+                                                                 const uint16_t *wma, const uint8_t *wb,
+                                                                 const uint16_t *wdb, const uint16_t *wmb, int KB,
+                                                                 const int8_t *xq, const float *xd, const int32_t *xs,
+                                                                 float outa[MT][QR], float outb[MT][QR]) {
+    const int tile_bytes = q4 ? 256 : 512;
+    __m512 fa[MT], fb[MT];
+    for (int t = 0; t < MT; t++) fa[t] = fb[t] = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int b = 0; b < KB; b++) {
+        const uint8_t *ta = wa + (int64_t)b * tile_bytes, *tb = wb + (int64_t)b * tile_bytes;
+        __m512i ia[MT], ib[MT];
+        for (int t = 0; t < MT; t++) ia[t] = ib[t] = _mm512_setzero_si512();
+        if (q4) {
+            for (int j = 0; j < 4; j++) {
+                const __m512i va = _mm512_loadu_si512((const void *)(ta + j * 64));
+                const __m512i vb = _mm512_loadu_si512((const void *)(tb + j * 64));
+                const __m512i la = _mm512_and_si512(va, low), ha = _mm512_and_si512(_mm512_srli_epi16(va, 4), low);
+                const __m512i lb = _mm512_and_si512(vb, low), hb = _mm512_and_si512(_mm512_srli_epi16(vb, 4), low);
+                for (int t = 0; t < MT; t++) {
+                    const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
+                    const __m512i xl = _mm512_set1_epi32(load4(xb + 4 * j)), xh = _mm512_set1_epi32(load4(xb + 16 + 4 * j));
+                    ia[t] = _mm512_dpbusd_epi32(ia[t], la, xl);
+                    ib[t] = _mm512_dpbusd_epi32(ib[t], lb, xl);
+                    ia[t] = _mm512_dpbusd_epi32(ia[t], ha, xh);
+                    ib[t] = _mm512_dpbusd_epi32(ib[t], hb, xh);
+                }
+            }
+        } else {
+            for (int j = 0; j < 8; j++) {
+                const __m512i va = _mm512_loadu_si512((const void *)(ta + j * 64));
+                const __m512i vb = _mm512_loadu_si512((const void *)(tb + j * 64));
+                for (int t = 0; t < MT; t++) {
+                    const __m512i x = _mm512_set1_epi32(load4(xq + (int64_t)t * KB * QK + b * QK + 4 * j));
+                    ia[t] = _mm512_dpbusd_epi32(ia[t], va, x);
+                    ib[t] = _mm512_dpbusd_epi32(ib[t], vb, x);
+                }
+            }
+        }
+        const __m512 wdva = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wda + b * QR)));
+        const __m512 wdvb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wdb + b * QR)));
+        for (int t = 0; t < MT; t++) {
+            const float d = xd[(int64_t)t * KB + b];
+            const int32_t sx = xs[(int64_t)t * KB + b];
+            __m512i sa = ia[t], sb = ib[t];
+            if (!q4) sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(128 * sx)), sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(128 * sx));
+            fa[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sa), wdva), _mm512_set1_ps(d), fa[t]);
+            fb[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sb), wdvb), _mm512_set1_ps(d), fb[t]);
+        }
+        if (q4) {
+            const __m512 wmva = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wma + b * QR)));
+            const __m512 wmvb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wmb + b * QR)));
+            for (int t = 0; t < MT; t++) {
+                const __m512 dsx = _mm512_set1_ps(xd[(int64_t)t * KB + b] * (float)xs[(int64_t)t * KB + b]);
+                fa[t] = _mm512_fmadd_ps(wmva, dsx, fa[t]);
+                fb[t] = _mm512_fmadd_ps(wmvb, dsx, fb[t]);
+            }
+        }
+    }
+    for (int t = 0; t < MT; t++) _mm512_storeu_ps(outa[t], fa[t]), _mm512_storeu_ps(outb[t], fb[t]);
+}
+#endif
+
 // One group (16 output rows) x MT activation rows, all K blocks: out[t][r] for t < mt.
 static void group_tile(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int8_t *xq,
                        const float *xd, const int32_t *xs, int mt, float out[MT][QR]) {
     const int tile_bytes = q4 ? 256 : 512;
 #if defined(QG_AVX512)
-    __m512 facc[MT];
-    for (int t = 0; t < MT; t++) facc[t] = _mm512_setzero_ps();
-    const __m512i low = _mm512_set1_epi8(0x0f);
-    for (int b = 0; b < KB; b++) {
-        const uint8_t *wt = w + (int64_t)b * tile_bytes;
-        const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + b * QR)));
-        __m512i iacc[MT];
-        for (int t = 0; t < MT; t++) iacc[t] = _mm512_setzero_si512();
-        if (q4) {
-            for (int j = 0; j < 4; j++) {
-                const __m512i wv = _mm512_loadu_si512((const void *)(wt + j * 64));
-                const __m512i lo = _mm512_and_si512(wv, low), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), low);
-                for (int t = 0; t < mt; t++) {
-                    const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
-                    iacc[t] = _mm512_dpbusd_epi32(iacc[t], lo, _mm512_set1_epi32(load4(xb + 4 * j)));
-                    iacc[t] = _mm512_dpbusd_epi32(iacc[t], hi, _mm512_set1_epi32(load4(xb + 16 + 4 * j)));
-                }
-            }
-            const __m512 wmv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wm + b * QR)));
-            for (int t = 0; t < mt; t++) {
-                const float d = xd[(int64_t)t * KB + b];
-                const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[t]), wdv);
-                facc[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(d), facc[t]);
-                facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(d * (float)xs[(int64_t)t * KB + b]), facc[t]);
-            }
-        } else {
-            for (int j = 0; j < 8; j++) {
-                const __m512i wv = _mm512_loadu_si512((const void *)(wt + j * 64));
-                for (int t = 0; t < mt; t++) {
-                    const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
-                    iacc[t] = _mm512_dpbusd_epi32(iacc[t], wv, _mm512_set1_epi32(load4(xb + 4 * j)));
-                }
-            }
-            for (int t = 0; t < mt; t++) {
-                const __m512i c = _mm512_set1_epi32(128 * xs[(int64_t)t * KB + b]);
-                const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[t], c)), wdv);
-                facc[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(xd[(int64_t)t * KB + b]), facc[t]);
-            }
-        }
-    }
-    for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
+    (void)tile_bytes;
+    BY_HEIGHT(tile8_avx512);
 #elif defined(QG_AVX2)
     (void)tile_bytes;
     BY_HEIGHT(tile8_avx2);
@@ -609,19 +733,30 @@ void fs_qgemm_group(int q4, int act16, const uint8_t *w, const uint16_t *wd, con
 void fs_qgemm_group2(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g,
                      const void *xq, const float *xd, const int32_t *xs, int M, float *out_g, float *out_g1) {
 #if defined(QG_AVX512)
-    if (act16 && M >= MT) {
+    if (M >= MT) {
         const int64_t tile_bytes = q4 ? 256 : 512;
         const uint8_t *wa = w + (int64_t)g * KB * tile_bytes, *wb = wa + (int64_t)KB * tile_bytes;
         const uint16_t *wda = wd + (int64_t)g * KB * QR, *wdb = wda + (int64_t)KB * QR;
         const uint16_t *wma = wm ? wm + (int64_t)g * KB * QR : NULL, *wmb = wm ? wma + (int64_t)KB * QR : NULL;
         const int full = M / MT * MT;
         for (int m0 = 0; m0 < full; m0 += MT) {
-            const int16_t *x = (const int16_t *)xq + (int64_t)m0 * KB * QK;
+            const float *d = xd + (int64_t)m0 * KB;
+            const int32_t *s = xs + (int64_t)m0 * KB;
             float(*oa)[QR] = (float(*)[QR])(out_g + (int64_t)m0 * QR), (*ob)[QR] = (float(*)[QR])(out_g1 + (int64_t)m0 * QR);
-            if (q4)  // the format a constant in each call: the inlined tile has no branch on it
-                tile16x2_avx512(1, wa, wda, wma, wb, wdb, wmb, KB, x, xd + (int64_t)m0 * KB, xs + (int64_t)m0 * KB, oa, ob);
-            else
-                tile16x2_avx512(0, wa, wda, wma, wb, wdb, wmb, KB, x, xd + (int64_t)m0 * KB, xs + (int64_t)m0 * KB, oa, ob);
+            // the format a constant in each call: the inlined tile has no branch on it
+            if (act16) {
+                const int16_t *x = (const int16_t *)xq + (int64_t)m0 * KB * QK;
+                if (q4)
+                    tile16x2_avx512(1, wa, wda, wma, wb, wdb, wmb, KB, x, d, s, oa, ob);
+                else
+                    tile16x2_avx512(0, wa, wda, wma, wb, wdb, wmb, KB, x, d, s, oa, ob);
+            } else {
+                const int8_t *x = (const int8_t *)xq + (int64_t)m0 * KB * QK;
+                if (q4)
+                    tile8x2_avx512(1, wa, wda, wma, wb, wdb, wmb, KB, x, d, s, oa, ob);
+                else
+                    tile8x2_avx512(0, wa, wda, wma, wb, wdb, wmb, KB, x, d, s, oa, ob);
+            }
         }
         if (full == M) return;
         const int64_t xo = (int64_t)full * (act16 ? 2 : 1) * KB * QK;
