@@ -73,6 +73,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.fs_set_spin.restype = None
     lib.fs_set_spin.argtypes = [_I]
     lib.fs_pool_threads.restype = _I
+    lib.fs_max_batch.restype = _I
     lib.fs_pool_check.restype = _I
     lib.fs_pool_check.argtypes = [_I, _I]
     lib.fs_qgemm.restype = _I

@@ -29,7 +29,6 @@ from engine.model.quant import QuantizedLinear
 
 log = structlog.get_logger(__name__)
 
-MAX_BATCH = 64  # tokens per native call (the kernel's tile buffers); larger batches are split
 _I32 = ctypes.c_int32
 
 
@@ -111,6 +110,7 @@ class NativeDecoder:
         self._dims = (_I32 * len(dims))(*dims)
         self._ptrs = (ctypes.c_int64 * len(ptrs))(*ptrs)
         self.vocab = hw.n
+        self.max_batch = int(lib.fs_max_batch())  # tokens per native call (the kernel's tile buffers); more are split
         self.handle = lib.fs_model_new(self._dims, ctypes.c_float(cfg.rms_norm_eps), self._ptrs)
         if not self.handle:
             raise MemoryError("the native decode step could not allocate its model")
@@ -214,8 +214,8 @@ class NativeDecoder:
             before()
         t0 = time.perf_counter()
         done = 0  # logits rows written so far
-        for s in range(0, b, MAX_BATCH):
-            e = min(b, s + MAX_BATCH)
+        for s in range(0, b, self.max_batch):
+            e = min(b, s + self.max_batch)
             if rows is None:
                 n, out_rows, out_ptr = e - s, None, logits[s].data_ptr()
             else:

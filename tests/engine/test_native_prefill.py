@@ -94,3 +94,41 @@ def test_the_limit_below_zero_keeps_every_prefill_on_the_torch_model(limit: int,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("engine.model_runner.NATIVE_PREFILL_MEAN_CONTEXT", limit)
     assert not ModelRunner._native_prefill(_meta((0, 1)))
+
+
+@needs_kernels
+def test_a_step_past_the_kernels_call_size_is_split_with_the_same_bits(make_tiny_model: Callable[..., Path]) -> None:
+    """A step of more tokens than one native call takes (fs_max_batch) runs as several calls: the prompt's bits are
+    those of 64-token steps (batch invariance: the cut never changes a token's arithmetic)."""
+    model = make_tiny_model(**SHAPES["gqa"])
+    probe = make_engine(model, "q4", batch_invariant=True)
+    assert probe.runner.native_step is not None
+    max_batch = probe.runner.native_step.max_batch
+    assert max_batch >= 64
+    prompt = [random.Random(1).randrange(100, 40000) for _ in range(max_batch + 40)]
+    got, call_rows = {}, []
+
+    class Counted:  # the kernel library, recording the rows of each fs_forward call
+        def __init__(self, lib: object) -> None:
+            self.lib = lib
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.lib, name)
+
+        def fs_forward(self, handle: object, rows: int, *rest: object) -> int:
+            call_rows.append(rows)
+            return int(self.lib.fs_forward(handle, rows, *rest))  # type: ignore[attr-defined]
+
+    for budget in (64, max_batch + 40):  # the second: the whole prompt in one step, over two native calls
+        engine = make_engine(model, "q4", batch_invariant=True, max_num_batched_tokens=budget)
+        native = engine.runner.native_step
+        assert native is not None
+        native.lib = Counted(native.lib)  # type: ignore[assignment]
+        engine.add_request(EngineRequest("r", list(prompt), SamplingParams(max_tokens=3, ignore_eos=True, logprobs=2),
+                                         "bulk_extraction"))
+        outs = []
+        while engine.has_unfinished():
+            outs.extend(engine.step())
+        got[budget] = ([t for o in outs for t in o.new_token_ids], [lp.logprob for o in outs for lp in o.logprobs or []])
+    assert got[64] == got[max_batch + 40] and len(got[64][0]) == 3
+    assert max_batch in call_rows and 40 in call_rows  # the long step was cut into a full call and the rest

@@ -244,6 +244,8 @@ int fs_profile_read(double *out, int n) {
 
 int fs_pool_threads(void) { return g_pool.nworkers + 1; }
 
+int fs_max_batch(void) { return FS_MAX_BATCH; }
+
 // ---------------------------------------------------------------------------------------------
 // The model
 
@@ -422,7 +424,7 @@ static void task_matmul(void *c, int task) {
     model_t *m = s->m;
     const qmat_t *w = s->mat;
     const int KB = kb_of(w->k);
-    float out[2][64 * FS_QR];  // up to 64 tokens per call (the Python side splits larger batches)
+    float out[2][FS_MAX_BATCH * FS_QR];  // up to FS_MAX_BATCH tokens per call (the Python side splits larger batches)
     const int g0 = task * s->groups_per_task;
     const int g1 = g0 + s->groups_per_task < s->ngroups ? g0 + s->groups_per_task : s->ngroups;
     for (int g = g0; g < g1; g += 2) {
@@ -568,7 +570,7 @@ static void task_mlp(void *c, int task) {
     model_t *m = s->m;
     const int I = m->I, KBI = kb_of(I), up0 = I / FS_QR;
     const int j0 = task * s->mlp_blocks, j1 = j0 + s->mlp_blocks < KBI ? j0 + s->mlp_blocks : KBI;
-    float out[2][64 * FS_QR];
+    float out[2][FS_MAX_BATCH * FS_QR];
     for (int j = j0; j < j1; j++) {  // gate groups 2j, 2j + 1 into act
         ffn_groups(s, 0, 2 * j, out[0], out[1]);
         for (int t = 0; t < s->B; t++)
@@ -609,7 +611,7 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
                const int64_t *slot_row, const int64_t *ctx, int Lmax, void *kv, int64_t S, int kv_type, int nthreads,
                int N, const int64_t *out_rows, float *logits) {
     model_t *m = (model_t *)handle;
-    if (!m || B < 1 || B > 64 || m->D > 512 || !ensure_scratch(m, B)) return -1;
+    if (!m || B < 1 || B > FS_MAX_BATCH || m->D > 512 || !ensure_scratch(m, B)) return -1;
     if (N < 0 || N > B || (out_rows == NULL && N != 0 && N != B)) return -1;
     step_t s = {.m = m, .B = B, .Lmax = Lmax, .kv_type = kv_type, .nthreads = nthreads < 1 ? 1 : nthreads,
                 .pos = pos, .slot = slot, .slots = slots, .ctx = ctx, .slot_row = slot_row, .kv = (uint8_t *)kv, .S = S};

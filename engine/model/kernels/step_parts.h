@@ -6,6 +6,9 @@
 
 #define FS_QK 32  // values per quantization block
 #define FS_QR 16  // weight rows per interleaved group
+#ifndef FS_MAX_BATCH
+#define FS_MAX_BATCH 256  // tokens per fs_forward call: a default step (256 tokens) in one call, each weight read once (64 per call: ~5% slower prefill); fs_max_batch() tells the Python side
+#endif
 
 // x [M, K] (row stride ldx) -> activation blocks (int16 when act16, else int8) [M, KB*32], scales xd and
 // sums xs [M, KB]: exactly what qgemm_f32 computes before its integer dots.
