@@ -1,0 +1,33 @@
+"""bench/qgemm_rate.py (the matmul kernel's rate per activation width) and bench/streams_direct.py (http-peer's
+streams workload with the engine stepped directly): they measure what they say, on small shapes."""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bench import qgemm_rate
+from bench.streams_direct import run_streams
+from engine.config import EngineConfig
+from engine.engine import LLMEngine
+from engine.model import cpu_kernels
+from policies import load_policy
+
+
+@pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native kernels not built")
+def test_qgemm_rate_times_both_activation_widths_for_every_row_count() -> None:
+    out = qgemm_rate.measure(n=64, k=96, threads=1, reps=2)
+    assert {(r["rows"], r["act_bits"]) for r in out["rows"]} == {(m, b) for m in qgemm_rate.ROWS for b in (16, 8)}
+    assert all(r["us"] > 0 and r["gop_s"] > 0 for r in out["rows"])
+    assert set(out["int8_speedup"]) == {str(m) for m in qgemm_rate.ROWS}
+
+
+def test_streams_run_every_request_to_its_length_and_refill_each_stream(make_tiny_model: Callable[..., Path]) -> None:
+    engine = LLMEngine(EngineConfig(model=str(make_tiny_model()), policy=load_policy(), block_size=4,
+                                    num_blocks_override=256, max_num_batched_tokens=64, num_threads=1, weights="fp32"))
+    out = run_streams(engine, 3, random.Random(0), rounds=2, prompt_tokens=20, output_tokens=5)
+    assert out["output_tokens"] == 3 * 2 * 5  # 3 streams x 2 requests x 5 tokens: nothing lost, nothing extra
+    assert out["output_tokens_per_s"] > 0 and out["steps"] >= 2 * 5
+    assert not engine.has_unfinished()
