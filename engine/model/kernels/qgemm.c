@@ -206,6 +206,56 @@ static inline __attribute__((always_inline)) void tile8_avx2(int q4, const uint8
 #endif
 
 #if defined(QG_AVX512)
+// The end of a K block in the AVX-512 tiles: each row's integer sums (the NA accumulators added; int8 weights less
+// 128 x sum(xq)) scaled into its float accumulator, fma(sum * wd, d, acc), then q4's fma(wm, d * sum(xq), acc): the
+// float operations of the scalar loops, per lane in the same order. One weight group, rows t < mt.
+static inline __attribute__((always_inline)) void block_end_avx512(int q4, int b, int KB, const uint16_t *wd,
+                                                                   const uint16_t *wm, const float *xd,
+                                                                   const int32_t *xs, const int mt, const int na,
+                                                                   __m512i iacc[][4], __m512 *facc) {
+    const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + b * QR)));
+    const __m512 wmv = q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wm + b * QR))) : _mm512_setzero_ps();
+    for (int t = 0; t < mt; t++) {
+        __m512i isum = iacc[t][0];
+        for (int a = 1; a < na; a++) isum = _mm512_add_epi32(isum, iacc[t][a]);
+        const float d = xd[(int64_t)t * KB + b];
+        const int32_t sx = xs[(int64_t)t * KB + b];
+        if (!q4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * sx));
+        facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), wdv), _mm512_set1_ps(d), facc[t]);
+        if (q4) facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(d * (float)sx), facc[t]);
+    }
+}
+
+// The same for two groups sharing their MT activation rows (the two-group tiles, one accumulator per row and group):
+// per accumulator the operations of block_end_avx512, in the same order.
+static inline __attribute__((always_inline)) void block_end2_avx512(int q4, int b, int KB, const uint16_t *wda,
+                                                                    const uint16_t *wdb, const uint16_t *wma,
+                                                                    const uint16_t *wmb, const float *xd,
+                                                                    const int32_t *xs, const __m512i *ia,
+                                                                    const __m512i *ib, __m512 *fa, __m512 *fb) {
+    const __m512 wdva = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wda + b * QR)));
+    const __m512 wdvb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wdb + b * QR)));
+    for (int t = 0; t < MT; t++) {
+        const float d = xd[(int64_t)t * KB + b];
+        const int32_t sx = xs[(int64_t)t * KB + b];
+        __m512i sa = ia[t], sb = ib[t];
+        if (!q4) sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(128 * sx)), sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(128 * sx));
+        fa[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sa), wdva), _mm512_set1_ps(d), fa[t]);
+        fb[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sb), wdvb), _mm512_set1_ps(d), fb[t]);
+    }
+    if (q4) {
+        const __m512 wmva = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wma + b * QR)));
+        const __m512 wmvb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wmb + b * QR)));
+        for (int t = 0; t < MT; t++) {
+            const __m512 dsx = _mm512_set1_ps(xd[(int64_t)t * KB + b] * (float)xs[(int64_t)t * KB + b]);
+            fa[t] = _mm512_fmadd_ps(wmva, dsx, fa[t]);
+            fb[t] = _mm512_fmadd_ps(wmvb, dsx, fb[t]);
+        }
+    }
+}
+#endif
+
+#if defined(QG_AVX512)
 // int8 activations on AVX-512 VNNI: one dpbusd (u8 weight x s8 activation, 4 products per 32-bit lane) per 4 values
 // of 16 rows, twice the multiply-adds per instruction of the int16 tiles' dpwssd; the tile height a compile-time
 // constant (1 for decode rows, MT for prefill tiles) so that every accumulator lives in a register, each row's dot of
@@ -214,16 +264,15 @@ static inline __attribute__((always_inline)) void tile8_avx2(int q4, const uint8
 static inline __attribute__((always_inline)) void tile8_avx512(int q4, const uint8_t *w, const uint16_t *wd,
                                                                const uint16_t *wm, int KB, const int8_t *xq,
                                                                const float *xd, const int32_t *xs, const int mt,
-                                                               float (*out)[QR]) {
-    enum { NA_MAX = 4, T_MAX = 8 };
-    const int tile_bytes = q4 ? 256 : 512, na = mt == 1 ? 4 : mt <= MT ? 2 : 1;
-    __m512 facc[T_MAX];
+                                                               float out[MT][QR]) {
+    enum { NA_MAX = 4 };
+    const int tile_bytes = q4 ? 256 : 512, na = mt == 1 ? 4 : 2;
+    __m512 facc[MT];
     for (int t = 0; t < mt; t++) facc[t] = _mm512_setzero_ps();
     const __m512i low = _mm512_set1_epi8(0x0f);
     for (int b = 0; b < KB; b++) {
         const uint8_t *wt = w + (int64_t)b * tile_bytes;
-        const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + b * QR)));
-        __m512i iacc[T_MAX][NA_MAX];
+        __m512i iacc[MT][NA_MAX];
         for (int t = 0; t < mt; t++)
             for (int a = 0; a < na; a++) iacc[t][a] = _mm512_setzero_si512();
         if (q4) {
@@ -246,16 +295,7 @@ static inline __attribute__((always_inline)) void tile8_avx512(int q4, const uin
                 }
             }
         }
-        const __m512 wmv = q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wm + b * QR))) : _mm512_setzero_ps();
-        for (int t = 0; t < mt; t++) {
-            __m512i isum = iacc[t][0];
-            for (int a = 1; a < na; a++) isum = _mm512_add_epi32(isum, iacc[t][a]);
-            const float d = xd[(int64_t)t * KB + b];
-            const int32_t sx = xs[(int64_t)t * KB + b];
-            if (!q4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * sx));
-            facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), wdv), _mm512_set1_ps(d), facc[t]);
-            if (q4) facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(d * (float)sx), facc[t]);
-        }
+        block_end_avx512(q4, b, KB, wd, wm, xd, xs, mt, na, iacc, facc);
     }
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
 }
@@ -302,25 +342,7 @@ static inline __attribute__((always_inline)) void tile8x2_avx512(int q4, const u
                 }
             }
         }
-        const __m512 wdva = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wda + b * QR)));
-        const __m512 wdvb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wdb + b * QR)));
-        for (int t = 0; t < MT; t++) {
-            const float d = xd[(int64_t)t * KB + b];
-            const int32_t sx = xs[(int64_t)t * KB + b];
-            __m512i sa = ia[t], sb = ib[t];
-            if (!q4) sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(128 * sx)), sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(128 * sx));
-            fa[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sa), wdva), _mm512_set1_ps(d), fa[t]);
-            fb[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sb), wdvb), _mm512_set1_ps(d), fb[t]);
-        }
-        if (q4) {
-            const __m512 wmva = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wma + b * QR)));
-            const __m512 wmvb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wmb + b * QR)));
-            for (int t = 0; t < MT; t++) {
-                const __m512 dsx = _mm512_set1_ps(xd[(int64_t)t * KB + b] * (float)xs[(int64_t)t * KB + b]);
-                fa[t] = _mm512_fmadd_ps(wmva, dsx, fa[t]);
-                fb[t] = _mm512_fmadd_ps(wmvb, dsx, fb[t]);
-            }
-        }
+        block_end2_avx512(q4, b, KB, wda, wdb, wma, wmb, xd, xs, ia, ib, fa, fb);
     }
     for (int t = 0; t < MT; t++) _mm512_storeu_ps(outa[t], fa[t]), _mm512_storeu_ps(outb[t], fb[t]);
 }
@@ -517,7 +539,6 @@ static inline __attribute__((always_inline)) void tile16_avx512(int q4, const ui
     const __m512i even = _mm512_set1_epi32(0x00ff00ff), nib = _mm512_set1_epi16(0x000f);
     for (int b = 0; b < KB; b++) {
         const uint8_t *wt = w + (int64_t)b * tile_bytes;
-        const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + b * QR)));
         __m512i iacc[MT][NA_MAX];
         for (int t = 0; t < mt; t++)
             for (int a = 0; a < na; a++) iacc[t][a] = _mm512_setzero_si512();
@@ -547,16 +568,7 @@ static inline __attribute__((always_inline)) void tile16_avx512(int q4, const ui
                 }
             }
         }
-        const __m512 wmv = q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wm + b * QR))) : _mm512_setzero_ps();
-        for (int t = 0; t < mt; t++) {
-            __m512i isum = iacc[t][0];
-            for (int a = 1; a < na; a++) isum = _mm512_add_epi32(isum, iacc[t][a]);
-            const float d = xd[(int64_t)t * KB + b];
-            const int32_t sx = xs[(int64_t)t * KB + b];
-            if (!q4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * sx));
-            facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), wdv), _mm512_set1_ps(d), facc[t]);
-            if (q4) facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(d * (float)sx), facc[t]);
-        }
+        block_end_avx512(q4, b, KB, wd, wm, xd, xs, mt, na, iacc, facc);
     }
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
 }
@@ -601,25 +613,7 @@ static inline __attribute__((always_inline)) void tile16x2_avx512(int q4, const 
                 }
             }
         }
-        const __m512 wdva = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wda + b * QR)));
-        const __m512 wdvb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wdb + b * QR)));
-        for (int t = 0; t < MT; t++) {
-            const float d = xd[(int64_t)t * KB + b];
-            const int32_t sx = xs[(int64_t)t * KB + b];
-            __m512i sa = ia[t], sb = ib[t];
-            if (!q4) sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(128 * sx)), sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(128 * sx));
-            fa[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sa), wdva), _mm512_set1_ps(d), fa[t]);
-            fb[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sb), wdvb), _mm512_set1_ps(d), fb[t]);
-        }
-        if (q4) {
-            const __m512 wmva = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wma + b * QR)));
-            const __m512 wmvb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wmb + b * QR)));
-            for (int t = 0; t < MT; t++) {
-                const __m512 dsx = _mm512_set1_ps(xd[(int64_t)t * KB + b] * (float)xs[(int64_t)t * KB + b]);
-                fa[t] = _mm512_fmadd_ps(wmva, dsx, fa[t]);
-                fb[t] = _mm512_fmadd_ps(wmvb, dsx, fb[t]);
-            }
-        }
+        block_end2_avx512(q4, b, KB, wda, wdb, wma, wmb, xd, xs, ia, ib, fa, fb);
     }
     for (int t = 0; t < MT; t++) _mm512_storeu_ps(outa[t], fa[t]), _mm512_storeu_ps(outb[t], fb[t]);
 }
