@@ -16,6 +16,7 @@ import random
 import statistics
 import sys
 import time
+import uuid
 from typing import Any
 
 from bench.configured import engine_config
@@ -31,12 +32,15 @@ def run_streams(engine: LLMEngine, streams: int, rng: random.Random, rounds: int
                 prompt_tokens: int = PROMPT_TOKENS, output_tokens: int = OUTPUT_TOKENS) -> dict[str, float]:
     """Every stream's `rounds` requests through `engine`; output tokens/s, wall seconds and steps."""
     left = dict.fromkeys(range(streams), rounds)
+    stream_of: dict[str, int] = {}  # request id -> its stream
 
     def submit(s: int) -> None:
         left[s] -= 1
+        rid = uuid.uuid4().hex
+        stream_of[rid] = s
         prompt = [rng.randrange(200, 40000) for _ in range(prompt_tokens)]
-        engine.add_request(EngineRequest(f"s{s}-{left[s]}-{rng.random()}", prompt,
-                                         SamplingParams(max_tokens=output_tokens, ignore_eos=True), "bulk_extraction"))
+        engine.add_request(EngineRequest(rid, prompt, SamplingParams(max_tokens=output_tokens, ignore_eos=True),
+                                         "bulk_extraction"))
 
     for s in range(streams):
         submit(s)
@@ -46,10 +50,8 @@ def run_streams(engine: LLMEngine, streams: int, rng: random.Random, rounds: int
         steps += 1
         for o in outputs:
             tokens += len(o.new_token_ids)
-            if o.finished:
-                s = int(o.request_id[1:].split("-")[0])
-                if left[s] > 0:
-                    submit(s)
+            if o.finished and left[stream_of[o.request_id]] > 0:
+                submit(stream_of[o.request_id])
     wall = time.perf_counter() - t0
     return {"output_tokens_per_s": tokens / wall, "wall_s": wall, "steps": steps, "output_tokens": tokens}
 

@@ -77,10 +77,11 @@ int finserve_cpu_features(void) {
 }
 
 #if defined(QG_AVX2) || defined(QG_AVX512)
-// One full block of 32 values to int8, vectorized: the values of the scalar loop in quantize_rows (the maximum is
-// exact, d and 1/d the same scalar operations, v * id one rounding, then round-to-nearest-even as nearbyintf in the
-// default rounding mode; |v * id| <= 127 after rounding, so the packs never saturate).
-static inline void quantize_block8_avx2(const float *v, int8_t *q, float *xd, int32_t *xs) {
+// One full block of 32 values rounded to integers of at most `top` in magnitude (127 for int8, 32767 for int16),
+// vectorized: the values of the scalar loops in quantize_rows / quantize_rows16 (the maximum is exact, d and 1/d the
+// same scalar operations, v * id one rounding, then round-to-nearest-even as nearbyintf in the default rounding mode).
+// qi: the 32 integers in order, 8 per vector; *xd = d, *xs = their sum.
+static inline void round_block_avx2(const float *v, float top, __m256i qi[4], float *xd, int32_t *xs) {
     const __m256 sign = _mm256_set1_ps(-0.f);
     __m256 vv[4], amax8 = _mm256_setzero_ps();
     for (int i = 0; i < 4; i++) {
@@ -90,24 +91,30 @@ static inline void quantize_block8_avx2(const float *v, int8_t *q, float *xd, in
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-    const float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+    const float d = amax / top, id = d > 0.f ? 1.f / d : 0.f;
     const __m256 idv = _mm256_set1_ps(id);
-    __m256i qi[4], sum = _mm256_setzero_si256();
+    __m256i sum = _mm256_setzero_si256();
     for (int i = 0; i < 4; i++) {
         const __m256 r = _mm256_round_ps(_mm256_mul_ps(vv[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         qi[i] = _mm256_cvtps_epi32(r);  // already integral: exact
         sum = _mm256_add_epi32(sum, qi[i]);
     }
-    // packs work within 128-bit halves: (0 lo, 1 lo, 0 hi, 1 hi) then bytes (01 lo, 23 lo, 01 hi, 23 hi): one
-    // permute of 32-bit lanes puts the 32 values back in order
-    const __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
-    const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
-    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
     *xd = d;
     *xs = _mm_cvtsi128_si32(s4);
+}
+
+// One full block of 32 values to int8 (|q| <= 127: the packs never saturate), in order.
+static inline void quantize_block8_avx2(const float *v, int8_t *q, float *xd, int32_t *xs) {
+    __m256i qi[4];
+    round_block_avx2(v, 127.f, qi, xd, xs);
+    // packs work within 128-bit halves: (0 lo, 1 lo, 0 hi, 1 hi) then bytes (01 lo, 23 lo, 01 hi, 23 hi): one
+    // permute of 32-bit lanes puts the 32 values back in order
+    const __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
+    const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 #endif
 
@@ -206,52 +213,35 @@ static inline __attribute__((always_inline)) void tile8_avx2(int q4, const uint8
 #endif
 
 #if defined(QG_AVX512)
-// The end of a K block in the AVX-512 tiles: each row's integer sums (the NA accumulators added; int8 weights less
-// 128 x sum(xq)) scaled into its float accumulator, fma(sum * wd, d, acc), then q4's fma(wm, d * sum(xq), acc): the
-// float operations of the scalar loops, per lane in the same order. One weight group, rows t < mt.
+// The end of a K block in the AVX-512 tiles: each row's integer sum of the block (int8 weights less 128 x sum(xq))
+// scaled into its float accumulator, fma(sum * wd, d, acc), then q4's fma(wm, d * sum(xq), acc): the float operations
+// of the scalar loops, per lane in the same order. One weight group, rows t < mt; the two-group tiles call it per group.
 static inline __attribute__((always_inline)) void block_end_avx512(int q4, int b, int KB, const uint16_t *wd,
                                                                    const uint16_t *wm, const float *xd,
-                                                                   const int32_t *xs, const int mt, const int na,
-                                                                   __m512i iacc[][4], __m512 *facc) {
+                                                                   const int32_t *xs, const int mt,
+                                                                   const __m512i *isum, __m512 *facc) {
     const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + b * QR)));
     const __m512 wmv = q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wm + b * QR))) : _mm512_setzero_ps();
     for (int t = 0; t < mt; t++) {
-        __m512i isum = iacc[t][0];
-        for (int a = 1; a < na; a++) isum = _mm512_add_epi32(isum, iacc[t][a]);
         const float d = xd[(int64_t)t * KB + b];
         const int32_t sx = xs[(int64_t)t * KB + b];
-        if (!q4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * sx));
-        facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), wdv), _mm512_set1_ps(d), facc[t]);
+        const __m512i si = q4 ? isum[t] : _mm512_sub_epi32(isum[t], _mm512_set1_epi32(128 * sx));
+        facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(si), wdv), _mm512_set1_ps(d), facc[t]);
         if (q4) facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(d * (float)sx), facc[t]);
     }
 }
 
-// The same for two groups sharing their MT activation rows (the two-group tiles, one accumulator per row and group):
-// per accumulator the operations of block_end_avx512, in the same order.
-static inline __attribute__((always_inline)) void block_end2_avx512(int q4, int b, int KB, const uint16_t *wda,
-                                                                    const uint16_t *wdb, const uint16_t *wma,
-                                                                    const uint16_t *wmb, const float *xd,
-                                                                    const int32_t *xs, const __m512i *ia,
-                                                                    const __m512i *ib, __m512 *fa, __m512 *fb) {
-    const __m512 wdva = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wda + b * QR)));
-    const __m512 wdvb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wdb + b * QR)));
-    for (int t = 0; t < MT; t++) {
-        const float d = xd[(int64_t)t * KB + b];
-        const int32_t sx = xs[(int64_t)t * KB + b];
-        __m512i sa = ia[t], sb = ib[t];
-        if (!q4) sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(128 * sx)), sb = _mm512_sub_epi32(sb, _mm512_set1_epi32(128 * sx));
-        fa[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sa), wdva), _mm512_set1_ps(d), fa[t]);
-        fb[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sb), wdvb), _mm512_set1_ps(d), fb[t]);
+// A single-group tile's accumulators of a block (na per row) added into one sum per row, then block_end_avx512.
+static inline __attribute__((always_inline)) void block_end_rows_avx512(int q4, int b, int KB, const uint16_t *wd,
+                                                                        const uint16_t *wm, const float *xd,
+                                                                        const int32_t *xs, const int mt, const int na,
+                                                                        __m512i iacc[][4], __m512 *facc) {
+    __m512i isum[MT];
+    for (int t = 0; t < mt; t++) {
+        isum[t] = iacc[t][0];
+        for (int a = 1; a < na; a++) isum[t] = _mm512_add_epi32(isum[t], iacc[t][a]);
     }
-    if (q4) {
-        const __m512 wmva = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wma + b * QR)));
-        const __m512 wmvb = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wmb + b * QR)));
-        for (int t = 0; t < MT; t++) {
-            const __m512 dsx = _mm512_set1_ps(xd[(int64_t)t * KB + b] * (float)xs[(int64_t)t * KB + b]);
-            fa[t] = _mm512_fmadd_ps(wmva, dsx, fa[t]);
-            fb[t] = _mm512_fmadd_ps(wmvb, dsx, fb[t]);
-        }
-    }
+    block_end_avx512(q4, b, KB, wd, wm, xd, xs, mt, isum, facc);
 }
 #endif
 
@@ -295,7 +285,7 @@ static inline __attribute__((always_inline)) void tile8_avx512(int q4, const uin
                 }
             }
         }
-        block_end_avx512(q4, b, KB, wd, wm, xd, xs, mt, na, iacc, facc);
+        block_end_rows_avx512(q4, b, KB, wd, wm, xd, xs, mt, na, iacc, facc);
     }
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
 }
@@ -342,7 +332,8 @@ static inline __attribute__((always_inline)) void tile8x2_avx512(int q4, const u
                 }
             }
         }
-        block_end2_avx512(q4, b, KB, wda, wdb, wma, wmb, xd, xs, ia, ib, fa, fb);
+        block_end_avx512(q4, b, KB, wda, wma, xd, xs, MT, ia, fa);
+        block_end_avx512(q4, b, KB, wdb, wmb, xd, xs, MT, ib, fb);
     }
     for (int t = 0; t < MT; t++) _mm512_storeu_ps(outa[t], fa[t]), _mm512_storeu_ps(outb[t], fb[t]);
 }
@@ -392,37 +383,16 @@ static void group_tile(int q4, const uint8_t *w, const uint16_t *wd, const uint1
 // split into int16 pairs (w0, w2) = lane & 0x00ff00ff and (w1, w3) = lane >> 8, each dotted with
 // one broadcast 32-bit activation pair (VNNI vpdpwssd / AVX2 pmaddwd).
 #if defined(QG_AVX2) || defined(QG_AVX512)
-// One full block of 32 values, vectorized: the same values as the scalar loop below (the maximum is exact,
-// d and 1/d are the same scalar operations, v * id is one rounding, then round-to-nearest-even as
-// nearbyintf in the default rounding mode), each quad stored in (0, 2, 1, 3) order.
+// One full block of 32 values to int16 (round_block_avx2: the scalar loop's values), each quad stored in (0, 2, 1, 3)
+// order.
 static inline void quantize_block16_avx2(const float *v, int16_t *q, float *xd, int32_t *xs) {
-    const __m256 sign = _mm256_set1_ps(-0.f);
-    __m256 vv[4], amax8 = _mm256_setzero_ps();
-    for (int i = 0; i < 4; i++) {
-        vv[i] = _mm256_loadu_ps(v + 8 * i);
-        amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, vv[i]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-    const float d = amax / 32767.f, id = d > 0.f ? 1.f / d : 0.f;
-    const __m256 idv = _mm256_set1_ps(id);
-    __m256i qi[4], sum = _mm256_setzero_si256();
-    for (int i = 0; i < 4; i++) {
-        const __m256 r = _mm256_round_ps(_mm256_mul_ps(vv[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        qi[i] = _mm256_cvtps_epi32(r);  // already integral: exact
-        sum = _mm256_add_epi32(sum, qi[i]);
-        qi[i] = _mm256_shuffle_epi32(qi[i], _MM_SHUFFLE(3, 1, 2, 0));  // each quad (0, 2, 1, 3)
-    }
+    __m256i qi[4];
+    round_block_avx2(v, 32767.f, qi, xd, xs);
+    for (int i = 0; i < 4; i++) qi[i] = _mm256_shuffle_epi32(qi[i], _MM_SHUFFLE(3, 1, 2, 0));  // each quad (0, 2, 1, 3)
     for (int i = 0; i < 4; i += 2) {  // packs interleaves 128-bit halves: put them back in order
         const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[i], qi[i + 1]), _MM_SHUFFLE(3, 1, 2, 0));
         _mm256_storeu_si256((__m256i *)(q + 8 * i), p);
     }
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-    *xd = d;
-    *xs = _mm_cvtsi128_si32(s4);
 }
 #endif
 
@@ -568,7 +538,7 @@ static inline __attribute__((always_inline)) void tile16_avx512(int q4, const ui
                 }
             }
         }
-        block_end_avx512(q4, b, KB, wd, wm, xd, xs, mt, na, iacc, facc);
+        block_end_rows_avx512(q4, b, KB, wd, wm, xd, xs, mt, na, iacc, facc);
     }
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
 }
@@ -613,7 +583,8 @@ static inline __attribute__((always_inline)) void tile16x2_avx512(int q4, const 
                 }
             }
         }
-        block_end2_avx512(q4, b, KB, wda, wdb, wma, wmb, xd, xs, ia, ib, fa, fb);
+        block_end_avx512(q4, b, KB, wda, wma, xd, xs, MT, ia, fa);
+        block_end_avx512(q4, b, KB, wdb, wmb, xd, xs, MT, ib, fb);
     }
     for (int t = 0; t < MT; t++) _mm512_storeu_ps(outa[t], fa[t]), _mm512_storeu_ps(outb[t], fb[t]);
 }
