@@ -67,6 +67,27 @@ def celery_app() -> Celery:
         return _app
 
 
+def run_celery(app: Celery, argv: list[str]) -> int:
+    """Runs the `celery` command line `argv` (e.g. ["worker", ...]) on `app`; returns its exit code.
+
+    Not `app.start`: with click 8.2 and later, a command that ends with `ctx.exit(code)` makes click's
+    non-standalone `main` return the code instead of raising `Exit`, and Celery 5.7's `start` drops that return
+    value. A worker that stopped itself on an "Unrecoverable error" (exit code 1) then looked like a clean exit, so
+    `finserve worker` ended with status 0 instead of restarting in place (seen here: a Redis restart mid-job left
+    the job pending with no worker)."""
+    from celery.bin.celery import celery as celery_command
+    from click.exceptions import Exit
+
+    celery_command.params[0].default = app  # what Celery.start does: the command's --app defaults to this app
+    try:
+        code = celery_command.main(args=argv, standalone_mode=False)
+    except Exit as exc:  # click before 8.2 raises it
+        code = exc.exit_code
+    finally:
+        celery_command.params[0].default = None
+    return code if isinstance(code, int) else 0
+
+
 def use_broker(url: str) -> None:
     """Point this process's app at another broker (tests, `finserve up`); drops pooled connections."""
     app = celery_app()

@@ -298,15 +298,15 @@ def register(app: typer.Typer) -> None:
         """Run a Celery worker for extraction items."""
         from core.logging import configure_logging
         from core.settings import get_settings
-        from jobs.celery_app import celery_app
+        from jobs.celery_app import celery_app, run_celery
         from jobs.watchdog import crashed_on_its_own, restart_after_crash
         from stack.processes import worker_argv
 
         settings = get_settings()  # the Celery app module's settings: one object in this process
         level = loglevel or settings.log_level.upper()
         configure_logging(json=settings.log_json, level=level.lower())
-        # app.start, not worker_main: worker_main drops the exit code (a crashed worker would exit 0).
-        code = celery_app().start(argv=worker_argv(concurrency or settings.worker_concurrency, level, name))
+        # run_celery, not app.start or worker_main: both drop the exit code (a crashed worker would exit 0).
+        code = run_celery(celery_app(), worker_argv(concurrency or settings.worker_concurrency, level, name))
         if crashed_on_its_own(code):
             restart_after_crash(int(code), crash_history)  # does not return: the same process starts over
         raise typer.Exit(int(code or 0))

@@ -53,6 +53,37 @@ def test_a_crash_nobody_asked_for_restarts_a_requested_shutdown_does_not(monkeyp
     assert not crashed_on_its_own(1)
 
 
+BROKEN_WORKER = """
+import sys
+from celery import Celery, bootsteps
+from jobs.celery_app import run_celery
+
+class Broken(bootsteps.StartStopStep):
+    requires = {"celery.worker.components:Pool"}
+
+    def start(self, worker):
+        raise AttributeError("'NoneType' object has no attribute 'hostname'")  # as kombu raised it here
+
+app = Celery("broken", broker="memory://")
+app.steps["worker"].add(Broken)
+code = run_celery(app, ["worker", "--pool", "solo", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                        "--loglevel", "CRITICAL"])
+print("exit code", code, file=sys.__stdout__)  # the worker redirected sys.stdout to its logger
+"""
+
+
+def test_a_worker_that_stops_itself_on_an_error_reports_exit_code_1():
+    """Celery's `app.start` returns None for it (click 8.2+ returns the code, Celery drops it), which made a crashed
+    `finserve worker` exit 0 and never restart; `run_celery` hands the worker's code on."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", BROKEN_WORKER], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert "exit code 1" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
 def test_crash_restarts_back_off_and_forget_after_a_quiet_spell():
     wait, carried = crash_backoff_s(None, 1000.0)
     assert (wait, carried) == (1.0, "1:1000")
