@@ -1,13 +1,16 @@
 """The engine on a CUDA device: greedy parity with HF transformers on the same GPU, then its speed there.
 
-    python -m bench.cuda_check TOKENIZER_DIR OUT.json [DEVICE]     (DEVICE: cuda, the default; cpu runs it here)
+    python -m bench.cuda_check TOKENIZER_DIR OUT.json [DEVICE] [PARTS]   (DEVICE: cuda, the default; cpu runs it
+    here. PARTS: comma-separated of parity, speed, speed_eager; one process per part on a GPU, so that a device-side
+    failure in one, which ends the CUDA context, leaves the others to run)
 
 TOKENIZER_DIR: a prepared model folder (its tokenizer files and config.json are all that is read). The GPU machines
 this project is lent reach no model hub and take at most 64 MiB of files, so the shipped GGUF (98 MB) does not
 travel: both parts run on random-weight Llamas (engine/model/random_model.py) written on the spot.
 
 1. Parity: a 4-layer random Llama (GQA 8/2 heads, head_dim 32). Greedy continuations of prompts of 5-150 tokens
-   joining a running batch at different steps, the engine (paged K/V, continuous batching, chunked prefill)
+   joining a running batch at different steps, the engine (paged K/V, continuous batching, chunked prefill, CUDA
+   graphs for decode steps on a GPU: engine/model/cuda_graphs.py)
    against `LlamaForCausalLM.generate` on the same device: fp32 must agree token for token; bf16 (the engine's
    default compute dtype on CUDA) is reported as the share of tokens agreeing before the first divergence.
 2. Speed: a random Llama of SmolLM2-135M's exact shape (30 layers, hidden 576, 9 / 3 heads, head_dim 64, MLP
@@ -16,7 +19,8 @@ travel: both parts run on random-weight Llamas (engine/model/random_model.py) wr
    - batch 1: a 256-token prompt -> 128 greedy tokens; TTFT (the prefill step) and TPOT (median decode step);
    - prefill: 256 and 2,048-token prompts, input tokens/s; decode at 4,096 tokens of context, TPOT;
    - streams: bench.streams_direct's workload (8 and 32 closed-loop streams, 256 -> 64 tokens), output tokens/s;
-   - HF transformers `generate` on the same weights and dtype: batch-1 TPOT and a static batch of 8.
+   - HF transformers `generate` on the same weights and dtype: batch-1 TPOT and a static batch of 8;
+   - the engine's figures again with `cuda_graphs=False` (every step eager: the before of engine/model/cuda_graphs.py).
 """
 from __future__ import annotations
 
@@ -125,8 +129,10 @@ def parity(tokenizer_dir: Path, work: Path, device: str, lengths: tuple[int, ...
         got = engine_greedy(engine, prompts, n)
         ref = hf_greedy(hf_model(model, device, dtype), prompts, n, device)
         agree = [agreeing_prefix(g, r) for g, r in zip(got, ref, strict=True)]
+        graphs = engine.runner.decode_graphs
         out[label] = {"requests": len(prompts), "tokens_each": n, "identical": sum(a == n for a in agree),
-                      "agreeing_prefix": agree, "agreeing_share": round(sum(agree) / (n * len(prompts)), 3)}
+                      "agreeing_prefix": agree, "agreeing_share": round(sum(agree) / (n * len(prompts)), 3),
+                      "graphs_captured": 0 if graphs is None else graphs.captured}
         del engine
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
@@ -171,16 +177,20 @@ def hf_batch_tpot(hf: Any, batch: int, prompt_len: int, n: int, device: str, rng
             "output_tokens_per_s": round(batch * n / full, 1)}
 
 
-def speed(tokenizer_dir: Path, work: Path, device: str, reps: int = 3) -> dict[str, Any]:
-    model = write_random_llama(work / "smollm2-shape", tokenizer_dir=tokenizer_dir, seed=5, **SMOLLM2_SHAPE)
-    engine = make_engine(model, device)
+def speed(tokenizer_dir: Path, work: Path, device: str, reps: int = 3, cuda_graphs: bool = True,
+          with_hf: bool = True) -> dict[str, Any]:
+    model = work / "smollm2-shape"
+    if not (model / "config.json").exists():
+        write_random_llama(model, tokenizer_dir=tokenizer_dir, seed=5, **SMOLLM2_SHAPE)
+    engine = make_engine(model, device, cuda_graphs=cuda_graphs)
     rng = random.Random(11)
 
     def prompt(n: int) -> list[int]:
         return [rng.randrange(200, 40000) for _ in range(n)]
 
     timed_request(engine, prompt(64), 8, device)  # warm-up
-    out: dict[str, Any] = {"dtype": engine.config.resolved_dtype, "kv_dtype": engine.config.resolved_kv_dtype}
+    out: dict[str, Any] = {"dtype": engine.config.resolved_dtype, "kv_dtype": engine.config.resolved_kv_dtype,
+                           "cuda_graphs": engine.runner.decode_graphs is not None}
     b1 = [timed_request(engine, prompt(256), 128, device) for _ in range(reps)]
     out["batch1_256_to_128"] = {"ttft_ms": round(statistics.median(t for t, _ in b1) * 1e3, 2),
                                 "tpot_ms": round(statistics.median(statistics.median(g) for _, g in b1) * 1e3, 3)}
@@ -194,7 +204,11 @@ def speed(tokenizer_dir: Path, work: Path, device: str, reps: int = 3) -> dict[s
         runs = [run_streams(engine, streams, rng) for _ in range(reps)]
         out[f"streams_{streams}"] = {"output_tokens_per_s": round(statistics.median(
             r["output_tokens_per_s"] for r in runs), 1), "steps": runs[0]["steps"]}
+    if engine.runner.decode_graphs is not None:
+        out["graphs_captured"] = engine.runner.decode_graphs.captured
     del engine
+    if not with_hf:
+        return out
     hf = hf_model(model, device, torch.bfloat16 if device.startswith("cuda") else torch.float32)
     out["hf_generate"] = [hf_batch_tpot(hf, b, 256, 64, device, rng) for b in (1, 8)]
     return out
@@ -212,16 +226,23 @@ def section(results: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]
 
 
 def main(argv: list[str]) -> int:
+    """argv: TOKENIZER_DIR OUT.json [DEVICE] [PARTS] (PARTS: comma-separated, default parity,speed,speed_eager; one
+    process per part keeps a device-side failure, which ends a CUDA context for good, from taking the others)."""
     tokenizer_dir, out_path = Path(argv[0]), Path(argv[1])
     device = argv[2] if len(argv) > 2 else "cuda"
+    wanted = argv[3].split(",") if len(argv) > 3 else ["parity", "speed", "speed_eager"]
     results: dict[str, Any] = {"device": device, "torch": torch.__version__}
     if device.startswith("cuda"):
         results["gpu"] = torch.cuda.get_device_name(0)
     with tempfile.TemporaryDirectory() as tmp:
-        section(results, "parity", lambda: parity(tokenizer_dir, Path(tmp), device))
-        section(results, "speed", lambda: speed(tokenizer_dir, Path(tmp), device))
+        parts: dict[str, Callable[[], dict[str, Any]]] = {
+            "parity": lambda: parity(tokenizer_dir, Path(tmp), device),
+            "speed": lambda: speed(tokenizer_dir, Path(tmp), device),
+            "speed_eager": lambda: speed(tokenizer_dir, Path(tmp), device, cuda_graphs=False, with_hf=False)}
+        for name in wanted:
+            section(results, name, parts[name])
     out_path.write_text(json.dumps(results, indent=2) + "\n")
-    return 0 if all("error" not in results[k] for k in ("parity", "speed")) else 1
+    return 0 if all("error" not in results[k] for k in wanted) else 1
 
 
 if __name__ == "__main__":

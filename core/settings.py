@@ -95,6 +95,7 @@ class Settings(BaseSettings):
     kernel_isa: Literal["auto", "generic", "avx2", "avx512"] = "auto"  # force a kernel variant (tests, debugging)
     # every token through the native step's per-row arithmetic: bitwise-reproducible answers (ledger replay)
     batch_invariant: bool = False
+    cuda_graphs: bool = True  # on CUDA: decode steps replayed from CUDA graphs (EngineConfig.cuda_graphs)
     # prefill matmuls' fp32 weights (EngineConfig.prefill_weights): cached copy (faster, more memory) or per step
     prefill_weights: Literal["auto", "cached", "dequantize"] = "auto"
     block_size: int = Field(16, gt=0)
@@ -213,6 +214,7 @@ class Settings(BaseSettings):
             native_kernels=self.native_kernels,
             kernel_isa=self.kernel_isa,
             batch_invariant=self.batch_invariant,
+            cuda_graphs=self.cuda_graphs,
             prefill_weights=self.prefill_weights,
             block_size=self.block_size,
             kv_cache_memory_bytes=self.kv_cache_memory_bytes,

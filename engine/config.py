@@ -35,6 +35,8 @@ class EngineConfig:
     # whatever else was batched, however the prompt was chunked, cached prefix or not. Needs the native
     # step (quantized weights, fp32 compute on CPU); its cost is measured in docs/BENCHMARKS.md.
     batch_invariant: bool = False
+    # On CUDA: decode-only steps replay CUDA graphs captured per shape bucket (engine/model/cuda_graphs.py)
+    cuda_graphs: bool = True
     # Prefill matmuls' fp32 weights: auto | cached (dequantized once at load and kept: faster prefill, 4 bytes
     # a weight more) | dequantize (into a scratch buffer every step). engine/model/prefill_weights.py
     prefill_weights: str = "auto"

@@ -18,6 +18,7 @@ from engine.model import cpu_kernels, prefill_weights
 from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.config import ModelConfig
 from engine.model.cpu_kernels import native_decode_for
+from engine.model.cuda_graphs import DecodeGraphs
 from engine.model.loader import TORCH_DTYPES, load_model
 from engine.model.native_step import NativeDecoder
 from engine.outputs import RunnerOutput, ScheduledSeq, SchedulerOutput
@@ -75,9 +76,14 @@ class ModelRunner:
         # The native decode kernel serves fp32 compute over an fp32/bf16/fp16 pool on CPU; other
         # dtypes and CUDA use gather + SDPA.
         self.native_decode = native_decode_for(self.device, self.dtype, self.kv_dtype)
+        # CUDA graphs replay decode steps padded to shape buckets; padding rows write one slot past the pool's
+        self.scratch_slots = 1 if self.device.type == "cuda" and config.cuda_graphs else 0
         self.kv_cache = torch.zeros(
-            (mc.num_layers, 2, slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype, device=self.device
+            (mc.num_layers, 2, slots + self.scratch_slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype,
+            device=self.device
         )
+        self.decode_graphs = (DecodeGraphs(self.model, self.kv_cache, scratch_slot=slots,
+                                           max_keys=mc.max_position_embeddings) if self.scratch_slots else None)
         self.native_step = self._native_step()
         self.slot_rows = SlotRows(config.block_size)  # decode steps' key slots, kept across steps
         self.prefill_weights = prefill_weights.apply(self.model, config.prefill_weights,
@@ -105,7 +111,9 @@ class ModelRunner:
 
     @property
     def kv_cache_bytes(self) -> int:
-        return self.kv_cache.numel() * self.kv_cache.element_size()
+        """The block pool's bytes (the CUDA graphs' scratch slot past it is not part of the pool)."""
+        slots = self.kv_cache.shape[2]
+        return self.kv_cache.numel() // slots * (slots - self.scratch_slots) * self.kv_cache.element_size()
 
     def tokens_by_kv_dtype(self) -> dict[str, int]:
         """KV tokens this budget holds per pool precision (the start-up log shows what --kv-dtype buys)."""
@@ -140,7 +148,10 @@ class ModelRunner:
             else:
                 if before_compute is not None:
                     before_compute()
-                logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
+                if self.decode_graphs is not None and self.decode_graphs.serves(meta, int(input_ids.shape[0])):
+                    logits = self.decode_graphs.run(input_ids, positions, meta, logits_rows)  # [R, V]
+                else:
+                    logits = self.model.forward(input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
             keep = [i for i, rid in enumerate(sampled_ids) if rid in rows]  # a failed request has no row
             if not keep:
                 return RunnerOutput()

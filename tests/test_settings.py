@@ -20,6 +20,7 @@ CHANGED = {
     "native_kernels": ("native_kernels", False, False),
     "kernel_isa": ("kernel_isa", "avx2", "avx2"),
     "batch_invariant": ("batch_invariant", True, True),
+    "cuda_graphs": ("cuda_graphs", False, False),
     "prefill_weights": ("prefill_weights", "dequantize", "dequantize"),
     "block_size": ("block_size", 32, 32),
     "kv_cache_memory_bytes": ("kv_cache_memory_bytes", 123 << 20, 123 << 20),

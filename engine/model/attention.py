@@ -66,7 +66,10 @@ def paged_attention(
         flat = meta.decode_slots.reshape(-1)
         kd = k_cache.index_select(0, flat).view(bd, lmax, kvh, d).transpose(1, 2).to(q.dtype)  # [Bd, KVH, L, D]
         vd = v_cache.index_select(0, flat).view(bd, lmax, kvh, d).transpose(1, 2).to(q.dtype)
-        qd = q[meta.decode_start :].unsqueeze(2)  # [Bd, H, 1, D]
-        o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask, enable_gqa=True)
-        out[meta.decode_start :] = o.squeeze(2)
+        # The G query heads sharing a KV head (head h reads KV head h // G, as HF's repeat_kv) as G query rows of
+        # that head's attention: GQA without repeating K/V. (SDPA's enable_gqa repeats them through an index built
+        # on the host, which a CUDA graph would capture as a copy from freed host memory: cuda_graphs.py.)
+        qd = q[meta.decode_start :].view(bd, kvh, q.shape[1] // kvh, d)  # [Bd, KVH, G, D]
+        o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask)  # mask [Bd, 1, 1, L]
+        out[meta.decode_start :] = o.reshape(bd, q.shape[1], d)
     return out
