@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.engine import LLMEngine
 from engine.model import cpu_kernels
 from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model_runner import NATIVE_PREFILL_BY_ISA, ModelRunner, native_prefill_limit
@@ -96,6 +97,16 @@ def test_the_limit_below_zero_keeps_every_prefill_on_the_torch_model(limit: int,
     assert not ModelRunner._native_prefill(_meta((0, 1)))
 
 
+def _three_tokens(engine: LLMEngine, prompt: list[int]) -> tuple[list[int], list[float]]:
+    """`prompt` through `engine` alone: 3 greedy tokens and the logprobs reported with them."""
+    engine.add_request(EngineRequest("r", list(prompt), SamplingParams(max_tokens=3, ignore_eos=True, logprobs=2),
+                                     "bulk_extraction"))
+    outs = []
+    while engine.has_unfinished():
+        outs.extend(engine.step())
+    return [t for o in outs for t in o.new_token_ids], [lp.logprob for o in outs for lp in o.logprobs or []]
+
+
 @needs_kernels
 def test_a_step_past_the_kernels_call_size_is_split_with_the_same_bits(make_tiny_model: Callable[..., Path]) -> None:
     """A step of more tokens than one native call takes (fs_max_batch) runs as several calls: the prompt's bits are
@@ -124,12 +135,7 @@ def test_a_step_past_the_kernels_call_size_is_split_with_the_same_bits(make_tiny
         native = engine.runner.native_step
         assert native is not None
         native.lib = Counted(native.lib)  # type: ignore[assignment]
-        engine.add_request(EngineRequest("r", list(prompt), SamplingParams(max_tokens=3, ignore_eos=True, logprobs=2),
-                                         "bulk_extraction"))
-        outs = []
-        while engine.has_unfinished():
-            outs.extend(engine.step())
-        got[budget] = ([t for o in outs for t in o.new_token_ids], [lp.logprob for o in outs for lp in o.logprobs or []])
+        got[budget] = _three_tokens(engine, prompt)
     assert got[64] == got[max_batch + 40] and len(got[64][0]) == 3
     assert max_batch in call_rows and 40 in call_rows  # the long step was cut into a full call and the rest
 
@@ -146,10 +152,5 @@ def test_a_deep_prompt_gives_the_same_bits_in_any_chunking(make_tiny_model: Call
     for budget in (1, 7, 300):
         engine = make_engine(model, "q4", batch_invariant=True, max_num_batched_tokens=budget, num_blocks_override=1024)
         assert engine.runner.native_step is not None
-        engine.add_request(EngineRequest("r", list(prompt), SamplingParams(max_tokens=3, ignore_eos=True, logprobs=2),
-                                         "bulk_extraction"))
-        outs = []
-        while engine.has_unfinished():
-            outs.extend(engine.step())
-        got[budget] = ([t for o in outs for t in o.new_token_ids], [lp.logprob for o in outs for lp in o.logprobs or []])
+        got[budget] = _three_tokens(engine, prompt)
     assert got[1] == got[7] == got[300] and len(got[1][0]) == 3
