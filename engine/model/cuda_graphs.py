@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import structlog
 import torch
 
 from engine.model.attention import AttentionMetadata
@@ -25,6 +26,8 @@ from engine.model.llama import LlamaModel
 
 if TYPE_CHECKING:
     from torch.cuda import _POOL_HANDLE
+
+log = structlog.get_logger(__name__)
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 KEY_BUCKET = 256  # keys per sequence are padded to a multiple of this: a new graph every 256 tokens of context
@@ -65,6 +68,7 @@ class DecodeGraphs:
         self.device = kv_cache.device
         self._capture = capture or self._cuda_capture
         self._graphs: dict[tuple[int, int], _Graph] = {}
+        self._failed: set[tuple[int, int]] = set()  # shapes whose capture raised: eager from then on
         self._pool: _POOL_HANDLE | None = None
 
     @property
@@ -72,22 +76,35 @@ class DecodeGraphs:
         return len(self._graphs)
 
     def serves(self, meta: AttentionMetadata, rows: int) -> bool:
-        """True for a decode-only step on the torch path whose shape has a bucket."""
-        return (not meta.prefills and meta.decode_slots is not None and meta.decode_mask is not None
-                and not meta.native_decode and meta.decode_start == 0 and bucket_rows(rows) is not None
-                and bucket_keys(int(meta.decode_slots.shape[1])) <= bucket_keys(self.max_keys))
+        """True for a decode-only step on the torch path whose shape has a bucket (and whose capture did not fail)."""
+        if (meta.prefills or meta.decode_slots is None or meta.decode_mask is None or meta.native_decode
+                or meta.decode_start != 0):
+            return False
+        shape = self._shape(rows, int(meta.decode_slots.shape[1]))
+        return shape is not None and shape not in self._failed
+
+    def _shape(self, rows: int, keys: int) -> tuple[int, int] | None:
+        rows_b, keys_b = bucket_rows(rows), bucket_keys(keys)
+        return None if rows_b is None or keys_b > bucket_keys(self.max_keys) else (rows_b, keys_b)
 
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-            logits_rows: torch.Tensor) -> torch.Tensor:
-        """The logits of `logits_rows` ([N, V] float32), as `model.forward` gives them on the padded batch."""
+            logits_rows: torch.Tensor) -> torch.Tensor | None:
+        """The logits of `logits_rows` ([N, V] float32), as `model.forward` gives them on the padded batch; None when
+        this shape's graph cannot be captured (out of memory, say): the step runs eagerly, and so does the shape from
+        then on (`serves` says no), a warning logged once."""
         assert meta.decode_slots is not None and meta.decode_mask is not None
         b, keys = int(input_ids.shape[0]), int(meta.decode_slots.shape[1])
-        rows_b = bucket_rows(b)
-        assert rows_b is not None
-        shape = (rows_b, bucket_keys(keys))
+        shape = self._shape(b, keys)
+        assert shape is not None
         graph = self._graphs.get(shape)
         if graph is None:
-            graph = self._graphs[shape] = self._record(*shape)
+            try:
+                graph = self._graphs[shape] = self._record(*shape)
+            except Exception as e:  # a graph is an optimisation: the step goes on without it
+                self._failed.add(shape)
+                log.warning("cuda_graph_capture_failed", rows=shape[0], keys=shape[1], error=f"{type(e).__name__}: {e}"[:300],
+                            fallback="eager steps for this shape")
+                return None
         self._fill(graph, b, keys, input_ids, positions, meta)
         graph.replay()
         return graph.logits.index_select(0, logits_rows)

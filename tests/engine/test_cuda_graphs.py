@@ -111,3 +111,24 @@ def test_padding_rows_write_only_the_scratch_slot(make_tiny_model: Callable[...,
     scratch = runner.kv_cache.shape[2] - 1
     assert scratch in changed  # the padding row wrote there
     assert len(changed) == 4  # and the three real rows each wrote their own new slot, nothing else changed
+
+
+def test_a_shape_whose_capture_fails_runs_eagerly_from_then_on(make_tiny_model: Callable[..., Path]) -> None:
+    """A graph is an optimisation: a capture that raises (out of memory, say) costs the step nothing but the graph."""
+    model = make_tiny_model(num_heads=4, num_kv_heads=2, head_dim=16)
+    prompts = [[random.Random(9).randrange(100, 40000) for _ in range(k)] for k in (6, 30)]
+    eager = generate(make_engine(model), prompts, 8)
+    engine = make_engine(model)
+    with_graphs(engine)
+    graphs = engine.runner.decode_graphs
+    assert graphs is not None
+    attempts: list[int] = []
+
+    def failing_capture(call: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, Callable[[], None]]:
+        attempts.append(1)
+        raise torch.OutOfMemoryError("CUDA out of memory (planted)")
+
+    graphs._capture = failing_capture
+    tokens, logprobs = generate(engine, prompts, 8)
+    assert tokens == eager[0] and logprobs == eager[1]  # every step eager: the same bits as the eager engine
+    assert graphs.captured == 0 and len(attempts) == len(graphs._failed) >= 2  # one try per shape, never again
