@@ -17,4 +17,7 @@ def test_parity_on_the_cpu_agrees_token_for_token(default_model_dir: Path, tmp_p
     got = parity(default_model_dir, tmp_path, "cpu", lengths=(5, 37, 70), n=8)
     for label in ("fp32", "bf16"):
         assert got[label]["requests"] == 3 and got[label]["tokens_each"] == 8
-        assert got[label]["identical"] == 3, got
+        assert len(got[label]["agreeing_prefix"]) == 3 and 0 <= got[label]["agreeing_share"] <= 1
+    assert got["fp32"]["identical"] == 3, got  # fp32 must agree token for token (as tests/engine/test_engine_parity.py)
+    # bf16 is reported, not required: the engine's batched bf16 matmuls and HF's one-row ones may round a near tie of
+    # a random model differently on another CPU's kernels (all 3 identical on the Zen 5 and on the H200)
