@@ -148,9 +148,8 @@ class ModelRunner:
             else:
                 if before_compute is not None:
                     before_compute()
-                graphed = None
-                if self.decode_graphs is not None and self.decode_graphs.serves(meta, int(input_ids.shape[0])):
-                    graphed = self.decode_graphs.run(input_ids, positions, meta, logits_rows)  # None: not capturable
+                graphed = (None if self.decode_graphs is None  # None: not a step the CUDA graphs serve
+                           else self.decode_graphs.run(input_ids, positions, meta, logits_rows))
                 logits = graphed if graphed is not None else self.model.forward(
                     input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
             keep = [i for i, rid in enumerate(sampled_ids) if rid in rows]  # a failed request has no row

@@ -64,7 +64,7 @@ class DecodeGraphs:
     def __init__(self, model: LlamaModel, kv_cache: torch.Tensor, scratch_slot: int, max_keys: int,
                  capture: Callable[[Callable[[], torch.Tensor]], tuple[torch.Tensor, Callable[[], None]]] | None = None):
         self.model, self.kv_cache, self.scratch = model, kv_cache, scratch_slot
-        self.max_keys = max_keys
+        self.max_keys_bucket = bucket_keys(max_keys)
         self.device = kv_cache.device
         self._capture = capture or self._cuda_capture
         self._graphs: dict[tuple[int, int], _Graph] = {}
@@ -75,34 +75,26 @@ class DecodeGraphs:
     def captured(self) -> int:
         return len(self._graphs)
 
-    def serves(self, meta: AttentionMetadata, rows: int) -> bool:
-        """True for a decode-only step on the torch path whose shape has a bucket (and whose capture did not fail)."""
-        if (meta.prefills or meta.decode_slots is None or meta.decode_mask is None or meta.native_decode
-                or meta.decode_start != 0):
-            return False
-        shape = self._shape(rows, int(meta.decode_slots.shape[1]))
-        return shape is not None and shape not in self._failed
-
-    def _shape(self, rows: int, keys: int) -> tuple[int, int] | None:
-        rows_b, keys_b = bucket_rows(rows), bucket_keys(keys)
-        return None if rows_b is None or keys_b > bucket_keys(self.max_keys) else (rows_b, keys_b)
-
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
             logits_rows: torch.Tensor) -> torch.Tensor | None:
-        """The logits of `logits_rows` ([N, V] float32), as `model.forward` gives them on the padded batch; None when
-        this shape's graph cannot be captured (out of memory, say): the step runs eagerly, and so does the shape from
-        then on (`serves` says no), a warning logged once."""
-        assert meta.decode_slots is not None and meta.decode_mask is not None
+        """The logits of `logits_rows` ([N, V] float32), as `model.forward` gives them on the padded batch, for a
+        decode-only step on the torch path whose shape has a bucket; None for any other step, and for a shape whose
+        graph could not be captured (out of memory, say: a warning logged once, eager from then on): the caller runs
+        the model eagerly."""
+        if (meta.prefills or meta.decode_slots is None or meta.decode_mask is None or meta.native_decode
+                or meta.decode_start != 0):
+            return None
         b, keys = int(input_ids.shape[0]), int(meta.decode_slots.shape[1])
-        shape = self._shape(b, keys)
-        assert shape is not None
+        rows_b, keys_b = bucket_rows(b), bucket_keys(keys)
+        if rows_b is None or keys_b > self.max_keys_bucket or (shape := (rows_b, keys_b)) in self._failed:
+            return None
         graph = self._graphs.get(shape)
         if graph is None:
             try:
-                graph = self._graphs[shape] = self._record(*shape)
+                graph = self._graphs[shape] = self._record(rows_b, keys_b)
             except Exception as e:  # a graph is an optimisation: the step goes on without it
                 self._failed.add(shape)
-                log.warning("cuda_graph_capture_failed", rows=shape[0], keys=shape[1], error=f"{type(e).__name__}: {e}"[:300],
+                log.warning("cuda_graph_capture_failed", rows=rows_b, keys=keys_b, error=f"{type(e).__name__}: {e}"[:300],
                             fallback="eager steps for this shape")
                 return None
         self._fill(graph, b, keys, input_ids, positions, meta)

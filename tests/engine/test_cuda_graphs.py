@@ -48,8 +48,10 @@ def with_graphs(engine: LLMEngine) -> list[int]:
     run = graphs.run
 
     def counted(*a, **k):  # type: ignore[no-untyped-def]
-        served.append(1)
-        return run(*a, **k)
+        out = run(*a, **k)
+        if out is not None:  # None: a step the graphs do not serve (a prefill), run eagerly by the runner
+            served.append(1)
+        return out
 
     graphs.run = counted  # type: ignore[method-assign]
     runner.decode_graphs = graphs
