@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 import torch
@@ -110,9 +111,11 @@ async def test_launch_builds_the_engine_on_the_loop_thread(tiny_model_dir):
         return LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), block_size=4,
                                       num_blocks_override=64, max_num_batched_tokens=32, num_threads=1))
 
+    gc.unfreeze()  # an earlier launch in this process froze its heap
     client = LocalEngineClient.launch(factory)
     try:
         assert built_on == ["finserve-engine"] and client.running
+        assert gc.get_freeze_count() > 0  # the startup heap is out of every later full collection's walk
         outs = await _collect(client, _req("launched"))
         assert outs[-1].finish_reason == "length"
     finally:
