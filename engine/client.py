@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import gc
 import queue
 import threading
 import time
@@ -37,6 +36,7 @@ import structlog
 
 from engine import protocol
 from engine.engine import LLMEngine
+from engine.heap import freeze_startup_heap
 from engine.outputs import AdmissionError, EngineHealth, EngineStats, PrefixEvicted, PrefixEviction, RequestOutput
 from engine.protocol import Placement
 from engine.request import EngineRequest, RequestMetrics
@@ -66,22 +66,6 @@ class _Evict:
 
 _Op = tuple[Literal["add"], EngineRequest, _Subscriber, "Future[None]"] | tuple[Literal["abort"], str, None, None] \
     | _Evict
-
-
-def freeze_startup_heap() -> int:
-    """Moves every object alive now (the model's modules, torch's and the libraries' state: ~414,000 tracked objects
-    with SmolLM2) into the collector's permanent generation, once the engine is built; returns how many.
-
-    A full (generation 2) collection traverses every tracked object while holding the GIL: ~200 ms with that heap
-    (measured on the 2-vCPU Zen 5), a pause for the event loop and the engine's step preparation alike, i.e. a TTFT
-    or ITL spike whenever one runs. Frozen, a full collection walks only what the process made since startup.
-    """
-    t0 = time.perf_counter()
-    gc.collect()
-    gc.freeze()
-    frozen = gc.get_freeze_count()
-    log.info("gc_heap_frozen", objects=frozen, ms=round((time.perf_counter() - t0) * 1e3, 1))
-    return frozen
 
 
 class LocalEngineClient:
@@ -134,7 +118,7 @@ class LocalEngineClient:
                 ready.set_exception(exc)
                 return
             client._thread = threading.current_thread()
-            freeze_startup_heap()
+            freeze_startup_heap()  # engine/heap.py
             ready.set_result(client)
             client._supervise()
 
