@@ -198,7 +198,16 @@ static inline float hsum8(__m256 v) {
 static void softmax_part(float *scores, int n, int G, float *m, float *s) {
     for (int g = 0; g < G; g++) {
         float *sc = scores + (int64_t)g * n, mx = -INFINITY;
-        for (int t = 0; t < n; t++) mx = sc[t] > mx ? sc[t] : mx;
+        int t0 = 0;
+        if (n >= 8) {  // the maximum 8 lanes at a time (a maximum is exact in any order: the scalar loop's value;
+                       // maxps returns its second operand when one is NaN, so a NaN score is skipped as there)
+            __m256 vmx = _mm256_set1_ps(-INFINITY);
+            for (; t0 + 8 <= n; t0 += 8) vmx = _mm256_max_ps(_mm256_loadu_ps(sc + t0), vmx);
+            float lanes[8];
+            _mm256_storeu_ps(lanes, vmx);
+            for (int j = 0; j < 8; j++) mx = lanes[j] > mx ? lanes[j] : mx;
+        }
+        for (int t = t0; t < n; t++) mx = sc[t] > mx ? sc[t] : mx;
         const __m256 vm = _mm256_set1_ps(mx);
         __m256 vsum = _mm256_setzero_ps();
         int t = 0;
