@@ -529,8 +529,10 @@ static void task_attend_part(void *c, int task) {
     float *scores = G <= 8 ? stack_scores : (float *)malloc(sizeof(float) * (size_t)G * FS_ATT_PART);
     if (!scores) return;  // cannot happen in practice
     float *part = s->att + ((size_t)bk * P + p) * (size_t)G * (D + 2);
+    // a chunk's tokens after its first read the keys that token read (in position order, the same row of slots)
+    const int follows = s->slot_row && b > 0 && s->slot_row[b - 1] == srow;
     fs_attend_part(q, kc, vc, s->slots + srow * s->Lmax, t0, t1, m->KVH, kh, D, G, m->scale, s->kv_type, scores, part,
-                   part + G * D, part + G * D + G);
+                   part + G * D, part + G * D + G, !follows);
     if (scores != stack_scores) free(scores);
 }
 

@@ -368,14 +368,15 @@ static void pv16(const void *vc, const int64_t *sl, int t0, int n, int KVH, int 
 // AVX2 part's, the values' sum in registers (pv16), the rows ahead prefetched (with both, 2.2x faster
 // over 4,096 fp16 keys than the AVX2 part on a Zen 5).
 static void part_avx512(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                        int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
+                        int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
+                        int prefetch) {
     const int n = t1 - t0, esz = kv_type == KV_F32 ? 4 : 2, row = D * esz;
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int b0 = 0; b0 < n; b0 += 8) {
         const char *k[8];
         for (int j = 0; j < 8; j++)  // past the part's last key: its first key again (valid memory, unused)
             k[j] = (const char *)kc + ((b0 + j < n ? sl[t0 + b0 + j] : sl[t0]) * KVH + kh) * (int64_t)row;
-        prefetch_ahead(kc, vc, sl, t0, b0, n, KVH, kh, row);
+        if (prefetch) prefetch_ahead(kc, vc, sl, t0, b0, n, KVH, kh, row);
         qk_block16(qb, k, kv_type, D, G, vscale, scores, n, b0);
     }
     softmax_part(scores, n, G, m, s);
@@ -387,14 +388,15 @@ static void part_avx512(const float *qb, const void *kc, const void *vc, const i
 // 8 dot products per query head as 8 independent FMA chains reduced together; exp 8 lanes at a time; the
 // values' weighted sum in registers (pv_tile).
 void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
+                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
+                    int prefetch) {
     if (D % 8 != 0 || D > 512) {  // head dims that are not a multiple of 8, or past the widened-key buffer
         part_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
         return;
     }
 #if defined(PD_AVX512)
     if (D % 16 == 0 && G <= 8) {
-        part_avx512(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
+        part_avx512(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s, prefetch);
         return;
     }
 #endif
@@ -403,7 +405,7 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
     float kf[8 * 512];  // a block's 8 keys widened to fp32 once, for all G heads (the widening is exact)
     for (int b0 = 0; b0 < n; b0 += 8) {
         const float *k[8];
-        prefetch_ahead(kc, vc, sl, t0, b0, n, KVH, kh, D * esz);
+        if (prefetch) prefetch_ahead(kc, vc, sl, t0, b0, n, KVH, kh, D * esz);
         for (int j = 0; j < 8; j++) {  // past the part's last key: its first key again (valid memory, unused)
             const char *row = (const char *)kc + ((b0 + j < n ? sl[t0 + b0 + j] : sl[t0]) * KVH + kh) * (int64_t)D * esz;
             if (kv_type == KV_F32) {
@@ -459,7 +461,9 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
 }
 #else
 void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
+                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
+                    int prefetch) {
+    (void)prefetch;
     part_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
 }
 #endif
@@ -503,7 +507,7 @@ void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *s
         const int t0 = p * FS_ATT_PART, t1 = t0 + FS_ATT_PART < L ? t0 + FS_ATT_PART : L;
         float *part = buf + (size_t)p * G * (D + 2);
         fs_attend_part(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, part, part + G * D,
-                       part + G * D + G);
+                       part + G * D + G, 1);
     }
     fs_attend_combine(P, G, D, buf, ob);
     if (buf != stack) free(buf);
