@@ -426,13 +426,18 @@ static void task_quant_attn(void *c, int b) {
 
 static void store_group(step_t *s, const qmat_t *w, int g, const float *out) {  // out [B][16] into y (+ bias)
     const int rows = w->n - g * FS_QR < FS_QR ? w->n - g * FS_QR : FS_QR;
-    for (int t = 0; t < s->B; t++) {
+    const float *bias = w->bias ? w->bias + g * FS_QR : NULL;
+    for (int t = 0; t < s->B; t++) {  // each case its own branch-free loop, which the compiler vectorizes (same bits)
         float *yr = s->y + (int64_t)t * s->ldy + g * FS_QR;
         const float *o = out + t * FS_QR;
-        for (int r = 0; r < rows; r++) {
-            const float v = w->bias ? o[r] + w->bias[g * FS_QR + r] : o[r];
-            yr[r] = s->accumulate ? yr[r] + v : v;
-        }
+        if (bias && s->accumulate)
+            for (int r = 0; r < rows; r++) yr[r] = yr[r] + (o[r] + bias[r]);
+        else if (bias)
+            for (int r = 0; r < rows; r++) yr[r] = o[r] + bias[r];
+        else if (s->accumulate)
+            for (int r = 0; r < rows; r++) yr[r] = yr[r] + o[r];
+        else
+            memcpy(yr, o, sizeof(float) * (size_t)rows);
     }
 }
 

@@ -472,6 +472,15 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
 // its own maximum to the overall one. o_parts [P][G*D], m_parts / s_parts [P][G].
 void fs_attend_combine(int P, int G, int D, const float *parts, float *ob) {
     const int64_t stride = (int64_t)G * (D + 2);  // one part: o [G * D], then m [G], then s [G]
+    if (P == 1) {  // the loop below with w = 1: (0 + 1 * o) * (1 / (0 + 1 * s)) is o * (1 / s), the same values
+                   // (but for a -0 staying -0, which the next step's quantization maps to 0 as it does +0)
+        for (int g = 0; g < G; g++) {
+            const float inv = 1.f / parts[G * D + G + g], *op = parts + g * D;
+            float *out = ob + g * D;
+            for (int i = 0; i < D; i++) out[i] = op[i] * inv;
+        }
+        return;
+    }
     for (int g = 0; g < G; g++) {
         float mx = -INFINITY;
         for (int p = 0; p < P; p++) {
