@@ -37,8 +37,13 @@ log = structlog.get_logger(__name__)
 # - avx512: on a 2-vCPU AMD EPYC Zen 5 (AVX-512 VNNI), 2 threads (`python -m bench.native_prefill 256,1024,2048 3`,
 #   results/native_prefill_avx512.json): 256 tokens 2.56x, 1,024 1.60x, 2,048 (mean context 1,024) 1.48x; in the
 #   engine's 256-token chunks of a 4,096-token prompt, native ahead up to mean context ~1,400 and within noise
-#   of the torch model beyond.
-NATIVE_PREFILL_BY_ISA = {"avx512": 2048, "avx2": 256, "generic": 256}
+#   of the torch model beyond (eleventh round). Thirteenth round (prefill attention no longer re-prefetching the
+#   keys a chunk's first token read): a whole prompt in the engine's 256-token chunks, all native against native
+#   up to mean context 2,048 and the torch model beyond, one engine alternating (a /tmp script, docs/BENCHMARKS.md
+#   "Thirteenth round"): 4,096 tokens 4.76 / 5.23 s vs 7.05 / 8.19 s, 6,000 tokens 10.7 s vs 16.0 s, so on
+#   avx512 the native step takes every chunk the kernel can (its 64 attention parts of 512 keys: a chunk of at most
+#   256 tokens with mean context <= 16,384 stays within them).
+NATIVE_PREFILL_BY_ISA = {"avx512": 16384, "avx2": 256, "generic": 256}
 NATIVE_PREFILL_MEAN_CONTEXT: int | None = None  # an override of the ISA's limit (benchmarks force a path with it)
 
 

@@ -34,8 +34,8 @@ def test_short_context_chunks_take_the_native_step_and_deep_ones_the_torch_model
     assert ModelRunner._native_prefill(_meta((0, 2 * limit)))  # mean context exactly the limit
     assert not ModelRunner._native_prefill(_meta((0, 2 * limit + 2)))
     assert ModelRunner._native_prefill(_meta((0, 64), (100, 32)))  # a question after a short cached prefix
-    assert not ModelRunner._native_prefill(_meta((4000, 64)))  # a chunk deep in a document
-    assert not ModelRunner._native_prefill(_meta((0, 16), (4000, 64)))  # weighted by tokens: the deep one rules
+    assert not ModelRunner._native_prefill(_meta((2 * limit, 64)))  # a chunk deep in a document
+    assert not ModelRunner._native_prefill(_meta((0, 16), (2 * limit, 64)))  # weighted by tokens: the deep one rules
     assert not ModelRunner._native_prefill(_meta())  # decode only: the native decode path, not this one
 
 
