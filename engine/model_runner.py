@@ -39,8 +39,8 @@ log = structlog.get_logger(__name__)
 #   engine's 256-token chunks of a 4,096-token prompt, native ahead up to mean context ~1,400 and within noise
 #   of the torch model beyond (eleventh round). Thirteenth round (prefill attention no longer re-prefetching the
 #   keys a chunk's first token read): a whole prompt in the engine's 256-token chunks, all native against native
-#   up to mean context 2,048 and the torch model beyond, one engine alternating (a /tmp script, docs/BENCHMARKS.md
-#   "Thirteenth round"): 4,096 tokens 4.76 / 5.23 s vs 7.05 / 8.19 s, 6,000 tokens 10.7 s vs 16.0 s, so on
+#   up to mean context 2,048 and the torch model beyond, one engine alternating (`python -m bench.deep_prefill`,
+#   results/deep_prefill_r13.json): 4,096 tokens 4.76-5.99 s vs 7.05-8.38 s, 6,000 tokens 10.7 s vs 16.0 s, so on
 #   avx512 the native step takes every chunk the kernel can (its 64 attention parts of 512 keys: a chunk of at most
 #   256 tokens with mean context <= 16,384 stays within them).
 NATIVE_PREFILL_BY_ISA = {"avx512": 16384, "avx2": 256, "generic": 256}

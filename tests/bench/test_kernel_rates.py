@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import qgemm_rate
+from bench import deep_prefill, qgemm_rate
 from bench.streams_direct import run_streams
+from engine import model_runner
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
@@ -31,3 +32,13 @@ def test_streams_run_every_request_to_its_length_and_refill_each_stream(make_tin
     assert out["output_tokens"] == 3 * 2 * 5  # 3 streams x 2 requests x 5 tokens: nothing lost, nothing extra
     assert out["output_tokens_per_s"] > 0 and out["steps"] >= 2 * 5
     assert not engine.has_unfinished()
+
+
+@pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native kernels not built")
+def test_deep_prefill_times_both_settings_and_restores_the_limit(make_tiny_model: Callable[..., Path]) -> None:
+    engine = LLMEngine(EngineConfig(model=str(make_tiny_model()), policy=load_policy(), block_size=4,
+                                    num_blocks_override=256, max_num_batched_tokens=16, num_threads=1, weights="q4"))
+    out = deep_prefill.measure(length=48, reps=2, limit=8, engine=engine)
+    assert set(out["runs"]) == {"native_every_chunk", "native_to_8_then_torch"}
+    assert all(len(r) == 2 and min(r) > 0 for r in out["runs"].values())
+    assert model_runner.NATIVE_PREFILL_MEAN_CONTEXT is None and not engine.has_unfinished()
