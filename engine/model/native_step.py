@@ -8,14 +8,16 @@ with prefill chunks, dense weights, CUDA and machines without the native library
 Threads: how many threads a step should use depends on what else runs on the machine. On a quiet
 2-core machine two threads are fastest; with one core busy (another process, the gateway's event loop
 under load) a second thread shares that core and every phase waits for it, so one thread is faster.
-`ThreadGovernor` measures instead of guessing: it keeps a moving average of the step time per thread
+`ThreadGovernor` measures instead of guessing: it keeps the median of the last few step times per thread
 count and batch size, uses the fastest, and re-tries the others now and then so that it notices when
 the machine changes.
 """
 from __future__ import annotations
 
 import ctypes
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,39 +44,55 @@ def _bucket(b: int, keys: int = 0) -> int:
 
 @dataclass
 class ThreadGovernor:
-    """Chooses the thread count of each step from measured step times (per bucket of batch size and context)."""
+    """Chooses the thread count of each step from measured step times (per bucket of batch size and context).
+
+    Each (bucket, thread count) keeps its last `window` step times and is judged by their median: one slow step
+    (a page fault, the VM stealing the core for a moment) does not move it, while a lasting change (a CPU hog on
+    the other core) does after window // 2 + 1 steps. A moving average did move on one outlier: on this VM a
+    2-thread batch-1 average pushed past the 1-thread one by a few slow steps kept the engine on one thread
+    (~5.2 ms a step against ~3.9 on two) until the next re-tries had pulled it back, 64 steps apart each."""
 
     max_threads: int
     explore_every: int = 64  # steps between re-tries of a thread count that is not the best
-    alpha: float = 0.2  # weight of a new measurement in the moving average
-    _avg: dict[tuple[int, int], float] = field(default_factory=dict)
+    window: int = 5  # step times kept per (bucket, thread count)
+    _recent: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
     _steps: dict[int, int] = field(default_factory=dict)
 
     @property
     def candidates(self) -> tuple[int, ...]:
         return (1,) if self.max_threads <= 1 else (1, self.max_threads)
 
+    def _estimate(self, key: tuple[int, int]) -> float:
+        return statistics.median(self._recent[key])
+
     def pick(self, batch: int, keys: int = 0) -> int:
         bucket = _bucket(batch, keys)
         n = self._steps.get(bucket, 0)
         self._steps[bucket] = n + 1
-        unmeasured = [c for c in self.candidates if (bucket, c) not in self._avg]
+        unmeasured = [c for c in self.candidates if (bucket, c) not in self._recent]
         if unmeasured:
             return unmeasured[0]
-        best = min(self.candidates, key=lambda c: self._avg[(bucket, c)])
+        best = min(self.candidates, key=lambda c: self._estimate((bucket, c)))
         others = [c for c in self.candidates if c != best]
-        if others and n % self.explore_every == self.explore_every - 1:  # now and then, measure another again
-            return others[(n // self.explore_every) % len(others)]
+        # now and then, measure another again; one with fewer than a majority of its window measured (its first
+        # sample may have been a cold step) every 8 steps until it has them
+        thin = [c for c in others if len(self._recent[(bucket, c)]) <= self.window // 2]
+        every = 8 if thin else self.explore_every
+        if others and n % every == every - 1:
+            pool = thin or others
+            return pool[(n // every) % len(pool)]
         return best
 
     def record(self, batch: int, threads: int, seconds: float, keys: int = 0) -> None:
         key = (_bucket(batch, keys), threads)
-        old = self._avg.get(key)
-        self._avg[key] = seconds if old is None else old + self.alpha * (seconds - old)
+        recent = self._recent.get(key)
+        if recent is None:
+            recent = self._recent[key] = deque(maxlen=self.window)
+        recent.append(seconds)
 
     def snapshot(self) -> dict[str, float]:
-        """Moving-average step ms per 'bucket/threads' (for logs and benchmarks)."""
-        return {f"{b}/{t}": round(v * 1e3, 3) for (b, t), v in sorted(self._avg.items())}
+        """Median step ms of the recent steps per 'bucket/threads' (for logs and benchmarks)."""
+        return {f"{b}/{t}": round(self._estimate((b, t)) * 1e3, 3) for (b, t) in sorted(self._recent)}
 
 
 class NativeDecoder:

@@ -132,6 +132,31 @@ def test_governor_measures_each_thread_count_then_keeps_the_faster() -> None:
     assert gov.pick(8) in (1, 2) and f"{_bucket(8)}/1" not in gov.snapshot()  # batch sizes are measured apart
 
 
+def test_governor_is_not_moved_by_one_slow_step_but_by_a_lasting_change() -> None:
+    gov = ThreadGovernor(2, explore_every=64)
+    for _ in range(5):
+        gov.record(1, 1, 0.0050)
+        gov.record(1, 2, 0.0038)
+    assert gov.pick(1) == 2
+    gov.record(1, 2, 0.030)  # one slow step on two threads (a moving average would now say 9.0 ms > 5.0)
+    assert gov.pick(1) == 2
+    gov.record(1, 2, 0.030)
+    gov.record(1, 2, 0.030)  # three of the last five: the machine did change
+    assert gov.pick(1) == 1
+    assert gov.snapshot() == {f"{_bucket(1)}/1": 5.0, f"{_bucket(1)}/2": 30.0}
+
+
+def test_governor_re_tries_a_thread_count_with_one_cold_sample_soon() -> None:
+    gov = ThreadGovernor(2, explore_every=64)
+    gov.record(1, 1, 0.005)
+    gov.record(1, 2, 0.020)  # two threads' first step was cold
+    picks = [gov.pick(1) for _ in range(24)]
+    assert picks.count(2) >= 2  # re-tried within 24 steps, not after 64
+    for t in picks:
+        gov.record(1, t, 0.005 if t == 1 else 0.0038)
+    assert gov.pick(1) == 2  # the warm two-thread steps now rule
+
+
 def test_governor_measures_deep_and_shallow_steps_apart() -> None:
     gov = ThreadGovernor(2, explore_every=8)
     for keys, fast in ((100, 2), (4096, 1)):  # at 100 keys two threads are faster, at 4,096 (say) one
