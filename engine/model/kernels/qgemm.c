@@ -242,32 +242,12 @@ static inline __attribute__((always_inline)) void tile8_avx2(int q4, const uint8
 #endif
 
 #if defined(QG_AVX512)
-#define DSX_MAX 128  // K blocks (K <= 4,096) up to which a tile precomputes d * sum(xq) per row and block
-
-// q4's min term scales by d * (float)sum(xq) per row and block: computed once per tile for all its blocks (16 lanes
-// at a time, the same two IEEE operations per value, so the same bits) instead of one scalar convert, multiply and
-// broadcast per row, block and group at every block end. Returns NULL (the block ends compute it) for int8 weights
-// or more than DSX_MAX blocks.
-static inline __attribute__((always_inline)) const float *scaled_sums(int q4, int KB, const float *xd,
-                                                                      const int32_t *xs, const int mt, float *dsx) {
-    if (!q4 || KB > DSX_MAX) return NULL;
-    for (int t = 0; t < mt; t++)
-        for (int b = 0; b < KB; b += 16) {
-            const __mmask16 k = KB - b >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (KB - b)) - 1);
-            const __m512 sx = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(k, xs + (int64_t)t * KB + b));
-            _mm512_mask_storeu_ps(dsx + t * DSX_MAX + b, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, xd + (int64_t)t * KB + b), sx));
-        }
-    return dsx;
-}
-#endif
-
-#if defined(QG_AVX512)
 // The end of a K block in the AVX-512 tiles: each row's integer sum of the block (int8 weights less 128 x sum(xq))
 // scaled into its float accumulator, fma(sum * wd, d, acc), then q4's fma(wm, d * sum(xq), acc): the float operations
 // of the scalar loops, per lane in the same order. One weight group, rows t < mt; the two-group tiles call it per group.
 static inline __attribute__((always_inline)) void block_end_avx512(int q4, int b, int KB, const uint16_t *wd,
                                                                    const uint16_t *wm, const float *xd,
-                                                                   const int32_t *xs, const float *dsx, const int mt,
+                                                                   const int32_t *xs, const int mt,
                                                                    const __m512i *isum, __m512 *facc) {
     const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + b * QR)));
     const __m512 wmv = q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wm + b * QR))) : _mm512_setzero_ps();
@@ -276,22 +256,21 @@ static inline __attribute__((always_inline)) void block_end_avx512(int q4, int b
         const int32_t sx = xs[(int64_t)t * KB + b];
         const __m512i si = q4 ? isum[t] : _mm512_sub_epi32(isum[t], _mm512_set1_epi32(128 * sx));
         facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(si), wdv), _mm512_set1_ps(d), facc[t]);
-        if (q4) facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(dsx ? dsx[t * DSX_MAX + b] : d * (float)sx), facc[t]);
+        if (q4) facc[t] = _mm512_fmadd_ps(wmv, _mm512_set1_ps(d * (float)sx), facc[t]);
     }
 }
 
 // A single-group tile's accumulators of a block (na per row) added into one sum per row, then block_end_avx512.
 static inline __attribute__((always_inline)) void block_end_rows_avx512(int q4, int b, int KB, const uint16_t *wd,
                                                                         const uint16_t *wm, const float *xd,
-                                                                        const int32_t *xs, const float *dsx,
-                                                                        const int mt, const int na,
+                                                                        const int32_t *xs, const int mt, const int na,
                                                                         __m512i iacc[][4], __m512 *facc) {
     __m512i isum[MT];
     for (int t = 0; t < mt; t++) {
         isum[t] = iacc[t][0];
         for (int a = 1; a < na; a++) isum[t] = _mm512_add_epi32(isum[t], iacc[t][a]);
     }
-    block_end_avx512(q4, b, KB, wd, wm, xd, xs, dsx, mt, isum, facc);
+    block_end_avx512(q4, b, KB, wd, wm, xd, xs, mt, isum, facc);
 }
 #endif
 
@@ -310,8 +289,6 @@ static inline __attribute__((always_inline)) void tile8_avx512(int q4, const uin
     __m512 facc[MT];
     for (int t = 0; t < mt; t++) facc[t] = _mm512_setzero_ps();
     const __m512i low = _mm512_set1_epi8(0x0f);
-    float dsx_buf[MT * DSX_MAX];
-    const float *dsx = scaled_sums(q4, KB, xd, xs, mt, dsx_buf);
     for (int b = 0; b < KB; b++) {
         const uint8_t *wt = w + (int64_t)b * tile_bytes;
         prefetch_ahead(pf, b, tile_bytes);
@@ -338,7 +315,7 @@ static inline __attribute__((always_inline)) void tile8_avx512(int q4, const uin
                 }
             }
         }
-        block_end_rows_avx512(q4, b, KB, wd, wm, xd, xs, dsx, mt, na, iacc, facc);
+        block_end_rows_avx512(q4, b, KB, wd, wm, xd, xs, mt, na, iacc, facc);
     }
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
 }
@@ -356,8 +333,6 @@ static inline __attribute__((always_inline)) void tile8x2_avx512(int q4, const u
     __m512 fa[MT], fb[MT];
     for (int t = 0; t < MT; t++) fa[t] = fb[t] = _mm512_setzero_ps();
     const __m512i low = _mm512_set1_epi8(0x0f);
-    float dsx_buf[MT * DSX_MAX];
-    const float *dsx = scaled_sums(q4, KB, xd, xs, MT, dsx_buf);
     for (int b = 0; b < KB; b++) {
         const uint8_t *ta = wa + (int64_t)b * tile_bytes, *tb = wb + (int64_t)b * tile_bytes;
         prefetch_ahead(pf, b, tile_bytes);
@@ -389,8 +364,8 @@ static inline __attribute__((always_inline)) void tile8x2_avx512(int q4, const u
                 }
             }
         }
-        block_end_avx512(q4, b, KB, wda, wma, xd, xs, dsx, MT, ia, fa);
-        block_end_avx512(q4, b, KB, wdb, wmb, xd, xs, dsx, MT, ib, fb);
+        block_end_avx512(q4, b, KB, wda, wma, xd, xs, MT, ia, fa);
+        block_end_avx512(q4, b, KB, wdb, wmb, xd, xs, MT, ib, fb);
     }
     for (int t = 0; t < MT; t++) _mm512_storeu_ps(outa[t], fa[t]), _mm512_storeu_ps(outb[t], fb[t]);
 }
@@ -566,8 +541,6 @@ static inline __attribute__((always_inline)) void tile16_avx512(int q4, const ui
     __m512 facc[MT];
     for (int t = 0; t < mt; t++) facc[t] = _mm512_setzero_ps();
     const __m512i even = _mm512_set1_epi32(0x00ff00ff), nib = _mm512_set1_epi16(0x000f);
-    float dsx_buf[MT * DSX_MAX];
-    const float *dsx = scaled_sums(q4, KB, xd, xs, mt, dsx_buf);
     for (int b = 0; b < KB; b++) {
         const uint8_t *wt = w + (int64_t)b * tile_bytes;
         prefetch_ahead(pf, b, tile_bytes);
@@ -600,7 +573,7 @@ static inline __attribute__((always_inline)) void tile16_avx512(int q4, const ui
                 }
             }
         }
-        block_end_rows_avx512(q4, b, KB, wd, wm, xd, xs, dsx, mt, na, iacc, facc);
+        block_end_rows_avx512(q4, b, KB, wd, wm, xd, xs, mt, na, iacc, facc);
     }
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
 }
@@ -617,8 +590,6 @@ static inline __attribute__((always_inline)) void tile16x2_avx512(int q4, const 
     __m512 fa[MT], fb[MT];
     for (int t = 0; t < MT; t++) fa[t] = fb[t] = _mm512_setzero_ps();
     const __m512i even = _mm512_set1_epi32(0x00ff00ff), nib = _mm512_set1_epi16(0x000f);
-    float dsx_buf[MT * DSX_MAX];
-    const float *dsx = scaled_sums(q4, KB, xd, xs, MT, dsx_buf);
     for (int b = 0; b < KB; b++) {
         const uint8_t *ta = wa + (int64_t)b * tile_bytes, *tb = wb + (int64_t)b * tile_bytes;
         prefetch_ahead(pf, b, tile_bytes);
@@ -648,8 +619,8 @@ static inline __attribute__((always_inline)) void tile16x2_avx512(int q4, const 
                 }
             }
         }
-        block_end_avx512(q4, b, KB, wda, wma, xd, xs, dsx, MT, ia, fa);
-        block_end_avx512(q4, b, KB, wdb, wmb, xd, xs, dsx, MT, ib, fb);
+        block_end_avx512(q4, b, KB, wda, wma, xd, xs, MT, ia, fa);
+        block_end_avx512(q4, b, KB, wdb, wmb, xd, xs, MT, ib, fb);
     }
     for (int t = 0; t < MT; t++) _mm512_storeu_ps(outa[t], fa[t]), _mm512_storeu_ps(outb[t], fb[t]);
 }
