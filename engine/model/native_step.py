@@ -56,23 +56,21 @@ class ThreadGovernor:
     explore_every: int = 64  # steps between re-tries of a thread count that is not the best
     window: int = 5  # step times kept per (bucket, thread count)
     _recent: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
+    _median: dict[tuple[int, int], float] = field(default_factory=dict)  # of _recent, updated by record()
     _steps: dict[int, int] = field(default_factory=dict)
 
     @property
     def candidates(self) -> tuple[int, ...]:
         return (1,) if self.max_threads <= 1 else (1, self.max_threads)
 
-    def _estimate(self, key: tuple[int, int]) -> float:
-        return statistics.median(self._recent[key])
-
     def pick(self, batch: int, keys: int = 0) -> int:
         bucket = _bucket(batch, keys)
         n = self._steps.get(bucket, 0)
         self._steps[bucket] = n + 1
-        unmeasured = [c for c in self.candidates if (bucket, c) not in self._recent]
+        unmeasured = [c for c in self.candidates if (bucket, c) not in self._median]
         if unmeasured:
             return unmeasured[0]
-        best = min(self.candidates, key=lambda c: self._estimate((bucket, c)))
+        best = min(self.candidates, key=lambda c: self._median[(bucket, c)])
         others = [c for c in self.candidates if c != best]
         # now and then, measure another again; one with fewer than a majority of its window measured (its first
         # sample may have been a cold step) every 8 steps until it has them
@@ -89,10 +87,11 @@ class ThreadGovernor:
         if recent is None:
             recent = self._recent[key] = deque(maxlen=self.window)
         recent.append(seconds)
+        self._median[key] = statistics.median(recent)  # once per step here, not per comparison in pick()
 
     def snapshot(self) -> dict[str, float]:
         """Median step ms of the recent steps per 'bucket/threads' (for logs and benchmarks)."""
-        return {f"{b}/{t}": round(self._estimate((b, t)) * 1e3, 3) for (b, t) in sorted(self._recent)}
+        return {f"{b}/{t}": round(v * 1e3, 3) for (b, t), v in sorted(self._median.items())}
 
 
 class NativeDecoder:
