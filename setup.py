@@ -1,7 +1,7 @@
 """Builds the native CPU kernels at install time (`pip install -e .`), once per ISA variant.
 
 Each variant is a plain shared library (loaded with ctypes, not imported): `generic` (no ISA
-flags, runs anywhere), `avx2` and `avx512`. engine/model/cpu_kernels.py asks the CPU (CPUID,
+flags, runs anywhere), `avx2`, `avx512` and `amx` (avx512 with AMX tiles for prefill). engine/model/cpu_kernels.py asks the CPU (CPUID,
 through the generic library) which one it can run, so a build shared between machines never
 executes instructions the CPU lacks. A variant the compiler cannot build (another architecture,
 an old compiler) is skipped; the engine then uses the next one down, or the torch paths.
@@ -34,6 +34,7 @@ _VARIANTS = {
     "avx2": ["-mavx2", "-mfma", "-mf16c"],
     "avx512": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"],
 }
+_VARIANTS["amx"] = _VARIANTS["avx512"] + ["-mamx-tile", "-mamx-int8"]  # avx512 plus AMX prefill tiles (qgemm.c)
 
 setup(
     cmdclass={"build_ext": _BuildPerVariant},

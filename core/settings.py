@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     kv_cache_dtype: KVDtypeName = "auto"
     weights: WeightsName = "auto"  # matmul weight format (EngineConfig.weights)
     native_kernels: bool = True  # false: torch paths only
-    kernel_isa: Literal["auto", "generic", "avx2", "avx512"] = "auto"  # force a kernel variant (tests, debugging)
+    kernel_isa: Literal["auto", "generic", "avx2", "avx512", "amx"] = "auto"  # force a kernel variant (tests, debugging)
     # every token through the native step's per-row arithmetic: bitwise-reproducible answers (ledger replay)
     batch_invariant: bool = False
     cuda_graphs: bool = True  # on CUDA: decode steps replayed from CUDA graphs (EngineConfig.cuda_graphs)

@@ -11,7 +11,8 @@ from policies import Policy
 WEIGHT_FORMATS = weight_choices()  # ("auto", "fp32", "bf16", "int8", "q4"): engine/model/formats.py
 KV_CACHE_DTYPES = kv_choices()  # ("auto", "fp32", "bf16", "fp16", "float32", ...): engine/kv_dtypes.py
 DTYPE_BYTES = dtype_bytes()
-AUTO_FP16_KV_ISAS = ("avx2", "avx512")  # the kernel variants under which auto picks an fp16 pool on CPU
+KERNEL_ISAS = ("generic", "avx2", "avx512", "amx")  # cpu_kernels.ISA_VARIANTS (this module does not import torch)
+AUTO_FP16_KV_ISAS = ("avx2", "avx512", "amx")  # the kernel variants under which auto picks an fp16 pool on CPU
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,8 @@ class EngineConfig:
         check_weights(self.weights)
         check_kv_dtype(self.kv_cache_dtype)
         check_prefill_weights(self.prefill_weights)
-        if self.kernel_isa not in ("auto", "generic", "avx2", "avx512"):
-            raise ValueError(f"kernel_isa must be auto, generic, avx2 or avx512, not {self.kernel_isa!r}")
+        if self.kernel_isa not in ("auto", *KERNEL_ISAS):
+            raise ValueError(f"kernel_isa must be auto or one of {', '.join(KERNEL_ISAS)}, not {self.kernel_isa!r}")
         if self.block_size <= 0 or self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
             raise ValueError("block_size, max_num_batched_tokens and max_num_seqs must be positive")
 

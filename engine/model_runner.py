@@ -43,7 +43,7 @@ log = structlog.get_logger(__name__)
 #   results/deep_prefill_r13.json): 4,096 tokens 4.76-5.99 s vs 7.05-8.38 s, 6,000 tokens 10.7 s vs 16.0 s, so on
 #   avx512 the native step takes every chunk the kernel can (its 64 attention parts of 512 keys: a chunk of at most
 #   256 tokens with mean context <= 16,384 stays within them).
-NATIVE_PREFILL_BY_ISA = {"avx512": 16384, "avx2": 256, "generic": 256}
+NATIVE_PREFILL_BY_ISA = {"amx": 16384, "avx512": 16384, "avx2": 256, "generic": 256}
 NATIVE_PREFILL_MEAN_CONTEXT: int | None = None  # an override of the ISA's limit (benchmarks force a path with it)
 
 

@@ -1,6 +1,7 @@
 """Native CPU kernels, built at install time (setup.py) once per ISA variant, chosen at run time.
 
-Variants: `generic` (no ISA flags), `avx2` (AVX2+FMA+F16C), `avx512` (AVX-512 F/BW/VL/VNNI).
+Variants: `generic` (no ISA flags), `avx2` (AVX2+FMA+F16C), `avx512` (AVX-512 F/BW/VL/VNNI), `amx` (avx512 plus
+AMX-TILE/INT8 for the 4-bit weights' prefill tiles, where the CPU has them and Linux grants the tile state).
 The generic library answers CPUID (`finserve_cpu_features`); the best variant this CPU can run is
 loaded. So a build shared between machines never runs an instruction the CPU lacks, and no request
 ever pays for a compile. `configure(isa=...)` (EngineConfig.kernel_isa, FINSERVE_KERNEL_ISA through
@@ -28,8 +29,8 @@ from engine.model.formats import KernelFormat
 
 log = structlog.get_logger(__name__)
 
-ISA_VARIANTS = ("generic", "avx2", "avx512")  # ascending: each runs wherever the next one does
-_FEATURE_BIT = {"generic": 0, "avx2": 1, "avx512": 2}
+ISA_VARIANTS = ("generic", "avx2", "avx512", "amx")  # ascending: each runs wherever the next one does
+_FEATURE_BIT = {"generic": 0, "avx2": 1, "avx512": 2, "amx": 4}
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 # K/V pool dtypes the decode kernel reads in place -> the kernel's kv_type codes (engine/kv_dtypes.py).
 KV_TYPES: dict[torch.dtype, int] = {getattr(torch, d.torch_name): d.kernel_code for d in KV_DTYPES.values()
@@ -135,7 +136,7 @@ def _library() -> ctypes.CDLL | None:
 
 
 def kernel_isa() -> str | None:
-    """The variant in use ("generic", "avx2", "avx512"), None when the torch paths are used."""
+    """The variant in use ("generic", "avx2", "avx512", "amx"), None when the torch paths are used."""
     lib = _library()
     return None if lib is None else ISA_VARIANTS[lib.finserve_kernel_isa()]
 

@@ -18,8 +18,9 @@ needs_kernels = pytest.mark.skipif(not VARIANTS, reason="native kernels not buil
 @pytest.mark.parametrize("act16", [True, False])
 # the last two: enough groups that a task takes several, so the pool pairs them (fs_qgemm_group2: a partial last
 # group, an odd one left over, a partial K block, row tiles of 4 and a remainder)
+# (on `amx`, rows past a multiple of 16 take the AVX-512 tiles: 70 and 130 rows mix both; 48 rows are all tiles)
 @pytest.mark.parametrize("m,n,k", [(1, 48, 64), (5, 37, 72), (70, 200, 96), (130, 17, 33), (70, 520, 96),
-                                   (9, 1030, 40)])
+                                   (9, 1030, 40), (48, 64, 576)])
 def test_pool_matmul_equals_the_openmp_kernel_on_every_variant(kind: str, act16: bool, m: int, n: int, k: int) -> None:
     g = torch.Generator().manual_seed(m + n + k)
     qw, x, b = quantize(torch.randn(n, k, generator=g), kind), torch.randn(m, k, generator=g), torch.randn(n, generator=g)

@@ -195,11 +195,11 @@ def test_auto_picks_fp16_where_the_simd_kernels_read_it_else_the_compute_dtype()
     if "generic" in VARIANTS:
         name, why = _auto(kernel_isa="generic").kv_dtype_choice
         assert name == "float32" and "generic" in why
-    for isa in ("avx2", "avx512"):
+    for isa in ("avx2", "avx512", "amx"):
         if isa in VARIANTS:
             name, why = _auto(kernel_isa=isa).kv_dtype_choice
             assert name == "float16" and isa in why
-    simd = [v for v in VARIANTS if v in ("avx2", "avx512")]
+    simd = [v for v in VARIANTS if v in ("avx2", "avx512", "amx")]
     assert _auto().resolved_kv_dtype == ("float16" if simd else "float32")
 
 

@@ -96,3 +96,25 @@ def test_forced_variant_is_used_and_an_unrunnable_one_refused() -> None:
     finally:
         cpu_kernels.configure()
     assert cpu_kernels.kernel_isa() == VARIANTS[-1]
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+@needs_kernels
+def test_amx_is_used_exactly_where_the_cpu_has_it() -> None:
+    """The `amx` variant (avx512 with AMX prefill tiles) is loaded by default on a CPU with AMX-TILE/INT8 and AVX-512,
+    and never offered on one without: its instructions would fault there."""
+    flags = _cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo to compare with")
+    has_amx = {"amx_tile", "amx_int8", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags
+    built = cpu_kernels._library_file("amx") is not None
+    assert ("amx" in VARIANTS) == (has_amx and built)
+    if "amx" in VARIANTS:
+        assert cpu_kernels.kernel_isa() == "amx"
