@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import deep_prefill, qgemm_rate
+from bench import deep_prefill, isa_prefill, qgemm_rate
 from bench.streams_direct import run_streams
 from engine import model_runner
 from engine.config import EngineConfig
@@ -42,3 +42,13 @@ def test_deep_prefill_times_both_settings_and_restores_the_limit(make_tiny_model
     assert set(out["runs"]) == {"native_every_chunk", "native_to_8_then_torch"}
     assert all(len(r) == 2 and min(r) > 0 for r in out["runs"].values())
     assert model_runner.NATIVE_PREFILL_MEAN_CONTEXT is None and not engine.has_unfinished()
+
+
+@pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native kernels not built")
+def test_isa_prefill_times_each_prefill_and_its_phases(make_tiny_model: Callable[..., Path]) -> None:
+    engine = LLMEngine(EngineConfig(model=str(make_tiny_model()), policy=load_policy(), block_size=4,
+                                    num_blocks_override=256, max_num_batched_tokens=64, num_threads=1, weights="q4"))
+    out = isa_prefill.one(engine, tokens=40, reps=2)
+    assert out["kernel_isa"] == cpu_kernels.kernel_isa() and out["prefill_ms"] > 0
+    assert set(out["phase_ms"]) == set(isa_prefill.PHASES) and out["phase_ms"]["qkv"] > 0
+    assert not engine.has_unfinished()
