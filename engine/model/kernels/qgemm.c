@@ -14,7 +14,7 @@
 //       (q in 0..15, the nibble order of GGUF Q4_1); wd, wm fp16 [G][KB][16]; value = wd q + wm
 // The unsigned weight is dotted with the signed activation; Q8 subtracts 128 * sum(xq) after.
 //
-// The same source is compiled once per ISA (generic, -mavx2, -mavx512*) at install time; the
+// The same source is compiled once per ISA (generic, -mavx2, -mavx512*, -mavx512* -mamx-*) at install time; the
 // Python side picks the library the CPU can run (CPUID). Every path does the same integer sums
 // and the same float operations per output lane, in the same order.
 #define _DEFAULT_SOURCE 1  // syscall() under -std=c11
@@ -36,7 +36,7 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define QG_AVX512 1
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
-#define QG_AMX 1  // the `amx` variant: the avx512 one, q4 x int16 prefill tiles on AMX (qgemm_amx below)
+#define QG_AMX 1  // the `amx` variant: the avx512 one, q4 x int16 prefill tiles on AMX (amx_group below)
 #endif
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define QG_AVX2 1
@@ -754,7 +754,6 @@ static void group_rows(int q4, int act16, const uint8_t *w, const uint16_t *wd, 
         memcpy(out + (int64_t)m0 * QR, tile, sizeof(float) * QR * (size_t)mt);
     }
 }
-
 
 #if defined(QG_AMX)
 // q4 weights x int16 activations on AMX (the `amx` variant), for prefill: 16 activation rows x one 16-row weight group
