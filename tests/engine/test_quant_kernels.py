@@ -98,6 +98,18 @@ def test_forced_variant_is_used_and_an_unrunnable_one_refused() -> None:
     assert cpu_kernels.kernel_isa() == VARIANTS[-1]
 
 
+def _tiles_granted() -> bool:
+    """Linux's permission for this process to use the AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA)."""
+    import ctypes
+    import ctypes.util
+    import platform
+
+    if platform.machine() != "x86_64":
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    return bool(libc.syscall(158, 0x1023, 18) == 0)  # SYS_arch_prctl on x86_64
+
+
 def _cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
@@ -113,7 +125,7 @@ def test_amx_is_used_exactly_where_the_cpu_has_it() -> None:
     flags = _cpu_flags()
     if not flags:
         pytest.skip("no /proc/cpuinfo to compare with")
-    has_amx = {"amx_tile", "amx_int8", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags
+    has_amx = {"amx_tile", "amx_int8", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags and _tiles_granted()
     built = cpu_kernels._library_file("amx") is not None
     assert ("amx" in VARIANTS) == (has_amx and built)
     if "amx" in VARIANTS:
