@@ -13,15 +13,14 @@ import json
 import random
 import statistics
 import sys
-import time
 from typing import Any
 
 from bench.configured import engine_config
 from bench.peer_bench import cpu_name
+from bench.prefill_path import prefill_ms
 from engine import model_runner
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
-from engine.request import EngineRequest, SamplingParams
 from stack.models import resolve_model
 
 
@@ -33,13 +32,7 @@ def measure(length: int = 4096, reps: int = 2, limit: int = 2048, threads: int =
     rng = random.Random(0)
 
     def prefill(n: int) -> float:
-        prompt = [rng.randrange(200, 40000) for _ in range(n)]
-        engine.add_request(EngineRequest(f"deep-{rng.random()}", prompt, SamplingParams(max_tokens=1, ignore_eos=True),
-                                         "bulk_extraction"))
-        t0 = time.perf_counter()
-        while engine.has_unfinished():
-            engine.step()
-        return time.perf_counter() - t0
+        return prefill_ms(engine, n, rng) / 1e3
 
     settings = {"native_every_chunk": 10**9, f"native_to_{limit}_then_torch": limit}
     runs: dict[str, list[float]] = {name: [] for name in settings}

@@ -10,23 +10,21 @@ figure is their median, with the kernel's phase timers over the same steps.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import random
 import statistics
 import subprocess
 import sys
-import time
 from typing import Any
 
 from bench.configured import engine_config
+from bench.native_phases import read_phases
 from bench.peer_bench import cpu_name
+from bench.prefill_path import prefill_ms
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
-from engine.request import EngineRequest, SamplingParams
 from stack.models import resolve_model
 
-PHASES = ("norm", "qkv", "rope_kv_write", "attend", "attend_merge", "quant", "o_proj", "gate_up_silu", "down", "head")
 REPS = 5
 
 
@@ -36,23 +34,11 @@ def one(engine: LLMEngine, tokens: int, reps: int = REPS) -> dict[str, Any]:
     if lib is None or engine.runner.native_step is None:
         raise SystemExit("the native step does not serve this engine (quantized weights and the kernels needed)")
     rng = random.Random(0)
-    times: list[float] = []
-    for r in range(reps + 1):
-        prompt = [rng.randrange(200, 40000) for _ in range(tokens)]
-        engine.add_request(EngineRequest(f"isa-prefill-{r}", prompt, SamplingParams(max_tokens=1, ignore_eos=True),
-                                         "bulk_extraction"))
-        if r == 1:
-            lib.fs_profile(1)
-        t0 = time.perf_counter()
-        while engine.has_unfinished():
-            engine.step()
-        if r:
-            times.append(time.perf_counter() - t0)
-    buf = (ctypes.c_double * len(PHASES))()
-    lib.fs_profile_read(buf, len(PHASES))
-    lib.fs_profile(0)
-    return {"kernel_isa": cpu_kernels.kernel_isa(), "prefill_ms": round(statistics.median(times) * 1e3, 2),
-            "phase_ms": {name: round(buf[i] / reps * 1e3, 2) for i, name in enumerate(PHASES)}}
+    prefill_ms(engine, tokens, rng)  # warm-up
+    lib.fs_profile(1)
+    times = [prefill_ms(engine, tokens, rng) for _ in range(reps)]
+    return {"kernel_isa": cpu_kernels.kernel_isa(), "prefill_ms": round(statistics.median(times), 2),
+            "phase_ms": read_phases(lib, reps, digits=2)}
 
 
 def measure(tokens: int = 256, pairs: int = 3, isas: tuple[str, ...] = ("avx512", "amx"),

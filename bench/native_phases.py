@@ -51,13 +51,18 @@ def measure(depth: int, threads: int, kv_dtype: str, new_tokens: int = 40, batch
             decoded[o.request_id] = decoded.get(o.request_id, 0) + len(o.new_token_ids)
     if first < 0:
         raise SystemExit("the requests finished before all of them decoded twice; ask for more tokens")
-    buf = (ctypes.c_double * len(PHASES))()
-    lib.fs_profile_read(buf, len(PHASES))
-    lib.fs_profile(0)
     k = len(steps) - first
     return {"cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(), "depth": depth, "batch": batch, "threads": threads,
             "kv_dtype": kv_dtype, "steps": k, "median_step_ms": round(statistics.median(steps[first:]) * 1e3, 3),
-            "phase_ms_per_step": {name: round(buf[i] / k * 1e3, 3) for i, name in enumerate(PHASES)}}
+            "phase_ms_per_step": read_phases(lib, k)}
+
+
+def read_phases(lib: ctypes.CDLL, per: int, digits: int = 3) -> dict[str, float]:
+    """The kernel's phase timers since fs_profile(1), in ms per one of `per` units (steps, prefills); stops them."""
+    buf = (ctypes.c_double * len(PHASES))()
+    lib.fs_profile_read(buf, len(PHASES))
+    lib.fs_profile(0)
+    return {name: round(buf[i] / per * 1e3, digits) for i, name in enumerate(PHASES)}
 
 
 if __name__ == "__main__":

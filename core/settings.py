@@ -34,6 +34,7 @@ from engine.config import EngineConfig
 from engine.factory import default_threads
 from engine.kv_dtypes import kv_choices
 from engine.model.formats import weight_choices
+from engine.model.isas import KERNEL_ISAS
 from policies import Policy
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"  # folder under $FINSERVE_HOME/models (see engine.model.prepare)
@@ -63,9 +64,10 @@ def one_of(choices: Callable[[], tuple[str, ...]]) -> AfterValidator:
     return AfterValidator(check)
 
 
-# Choices declared once, in the engine's registries (engine/kv_dtypes.py, engine/model/formats.py).
+# Choices declared once, in the engine's registries (engine/kv_dtypes.py, engine/model/formats.py, engine/model/isas.py).
 KVDtypeName = Annotated[str, one_of(kv_choices)]
 WeightsName = Annotated[str, one_of(weight_choices)]
+KernelIsaName = Annotated[str, one_of(lambda: ("auto", *KERNEL_ISAS))]
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()  # unknown names already warned about in this process
@@ -92,7 +94,7 @@ class Settings(BaseSettings):
     kv_cache_dtype: KVDtypeName = "auto"
     weights: WeightsName = "auto"  # matmul weight format (EngineConfig.weights)
     native_kernels: bool = True  # false: torch paths only
-    kernel_isa: Literal["auto", "generic", "avx2", "avx512", "amx"] = "auto"  # force a kernel variant (tests, debugging)
+    kernel_isa: KernelIsaName = "auto"  # force a kernel variant (tests, debugging)
     # every token through the native step's per-row arithmetic: bitwise-reproducible answers (ledger replay)
     batch_invariant: bool = False
     cuda_graphs: bool = True  # on CUDA: decode steps replayed from CUDA graphs (EngineConfig.cuda_graphs)

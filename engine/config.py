@@ -6,12 +6,12 @@ from functools import cached_property
 
 from engine.kv_dtypes import check_kv_dtype, dtype_bytes, kv_choices, torch_name
 from engine.model.formats import check_prefill_weights, check_weights, weight_choices
+from engine.model.isas import KERNEL_ISAS
 from policies import Policy
 
 WEIGHT_FORMATS = weight_choices()  # ("auto", "fp32", "bf16", "int8", "q4"): engine/model/formats.py
 KV_CACHE_DTYPES = kv_choices()  # ("auto", "fp32", "bf16", "fp16", "float32", ...): engine/kv_dtypes.py
 DTYPE_BYTES = dtype_bytes()
-KERNEL_ISAS = ("generic", "avx2", "avx512", "amx")  # cpu_kernels.ISA_VARIANTS (this module does not import torch)
 AUTO_FP16_KV_ISAS = ("avx2", "avx512", "amx")  # the kernel variants under which auto picks an fp16 pool on CPU
 
 

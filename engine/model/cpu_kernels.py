@@ -26,10 +26,11 @@ import torch
 
 from engine.kv_dtypes import KV_DTYPES
 from engine.model.formats import KernelFormat
+from engine.model.isas import KERNEL_ISAS
 
 log = structlog.get_logger(__name__)
 
-ISA_VARIANTS = ("generic", "avx2", "avx512", "amx")  # ascending: each runs wherever the next one does
+ISA_VARIANTS = KERNEL_ISAS  # ascending: each runs wherever the next one does
 _FEATURE_BIT = {"generic": 0, "avx2": 1, "avx512": 2, "amx": 4}
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 # K/V pool dtypes the decode kernel reads in place -> the kernel's kv_type codes (engine/kv_dtypes.py).
