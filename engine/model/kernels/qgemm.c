@@ -448,6 +448,25 @@ static inline void quantize_block16_avx2(const float *v, int16_t *q, float *xd, 
 }
 #endif
 
+#if defined(QG_AVX512)
+// quantize_block16_avx2's values 16 lanes at a time (the maximum and the sum are exact in any order; d and 1/d the same
+// scalar operations; one rounding of v * id to nearest even, saturated to int16 as packs does): half the instructions
+// per block, which were ~6% of a 256-token prefill.
+static inline void quantize_block16_avx512(const float *v, int16_t *q, float *xd, int32_t *xs) {
+    const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    const float d = amax / 32767.f, id = d > 0.f ? 1.f / d : 0.f;
+    const __m512 idv = _mm512_set1_ps(id);
+    const __m512i qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i qb = _mm512_cvt_roundps_epi32(_mm512_mul_ps(b, idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i quad = _mm512_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15);  // each quad (0, 2, 1, 3)
+    _mm256_storeu_si256((__m256i *)q, _mm512_cvtsepi32_epi16(_mm512_permutexvar_epi32(quad, qa)));
+    _mm256_storeu_si256((__m256i *)(q + 16), _mm512_cvtsepi32_epi16(_mm512_permutexvar_epi32(quad, qb)));
+    *xd = d;
+    *xs = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+}
+#endif
+
 static void quantize_rows16(const float *x, int M, int K, int ldx, int KB, int16_t *xq, float *xd, int32_t *xs) {
     static const int order[4] = {0, 2, 1, 3};
     for (int m = 0; m < M; m++) {
@@ -455,8 +474,13 @@ static void quantize_rows16(const float *x, int M, int K, int ldx, int KB, int16
         for (int b = 0; b < KB; b++) {
 #if defined(QG_AVX2) || defined(QG_AVX512)
             if ((b + 1) * QK <= K) {
+#if defined(QG_AVX512)
+                quantize_block16_avx512(xr + b * QK, xq + (int64_t)m * KB * QK + b * QK, xd + (int64_t)m * KB + b,
+                                        xs + (int64_t)m * KB + b);
+#else
                 quantize_block16_avx2(xr + b * QK, xq + (int64_t)m * KB * QK + b * QK, xd + (int64_t)m * KB + b,
                                       xs + (int64_t)m * KB + b);
+#endif
                 continue;
             }
 #endif
