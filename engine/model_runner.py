@@ -14,7 +14,7 @@ import torch
 
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
 from engine.kv_dtypes import KV_DTYPES
-from engine.model import cpu_kernels, prefill_weights
+from engine.model import cpu_kernels, hugepages, prefill_weights
 from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.config import ModelConfig
 from engine.model.cpu_kernels import native_decode_for
@@ -83,10 +83,10 @@ class ModelRunner:
         self.native_decode = native_decode_for(self.device, self.dtype, self.kv_dtype)
         # CUDA graphs replay decode steps padded to shape buckets; padding rows write one slot past the pool's
         self.scratch_slots = 1 if self.device.type == "cuda" and config.cuda_graphs else 0
-        self.kv_cache = torch.zeros(
-            (mc.num_layers, 2, slots + self.scratch_slots, mc.num_kv_heads, mc.head_dim), dtype=self.kv_dtype,
-            device=self.device
-        )
+        kv_shape = (mc.num_layers, 2, slots + self.scratch_slots, mc.num_kv_heads, mc.head_dim)
+        # on CPU the pool is on huge pages (engine/model/hugepages.py): decode attention reads it scattered by block
+        self.kv_cache = (hugepages.zeros(kv_shape, self.kv_dtype) if self.device.type == "cpu"
+                         else torch.zeros(kv_shape, dtype=self.kv_dtype, device=self.device))
         self.decode_graphs = (DecodeGraphs(self.model, self.kv_cache, scratch_slot=slots,
                                            max_keys=mc.max_position_embeddings) if self.scratch_slots else None)
         self.native_step = self._native_step()
@@ -109,8 +109,10 @@ class ModelRunner:
             lib = cpu_kernels._library()
             assert lib is not None  # native_decode implies a loaded library
             threads = self.config.num_threads or torch.get_num_threads()
-            log.info("native_decode_step", enabled=True, max_threads=threads, isa=cpu_kernels.kernel_isa())
-            return NativeDecoder(lib, self.model, threads)
+            step = NativeDecoder(lib, self.model, threads)
+            log.info("native_decode_step", enabled=True, max_threads=threads, isa=cpu_kernels.kernel_isa(),
+                     weights_on_huge_pages_mb=round(step.hugepage_bytes / 2**20, 1))
+            return step
         log.info("native_decode_step", enabled=False, reason=why)
         return None
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import structlog
 import torch
 
-from engine.model import cpu_kernels
+from engine.model import cpu_kernels, hugepages
 from engine.model.attention import AttentionMetadata
 from engine.model.cpu_kernels import KV_TYPES
 from engine.model.quant import QuantizedLinear
@@ -109,19 +109,20 @@ class NativeDecoder:
         assert isinstance(first, QuantizedLinear) and isinstance(model.lm_head, QuantizedLinear)
         layout = first.weight.kernel  # the weights' KernelFormat (the C side's q4 flags)
         head = model.lm_head
-        self._keep: list[torch.Tensor] = []  # every tensor whose pointer the kernel holds
-        ptrs: list[int] = []
+        read: list[torch.Tensor | None] = []  # what the kernel reads, in fs_model_new's order (None: absent)
         for layer in model.layers:
-            ptrs += [self._ptr(layer.input_norm), self._ptr(layer.post_norm)]
+            read += [layer.input_norm, layer.post_norm]
             for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down):
                 assert isinstance(lin, QuantizedLinear)
                 qw = lin.weight
-                ptrs += [self._ptr(qw.packed), self._ptr(qw.scales),
-                         0 if qw.mins is None else self._ptr(qw.mins),
-                         0 if lin.bias is None else self._ptr(lin.bias)]
+                read += [qw.packed, qw.scales, qw.mins, lin.bias]
         hw = head.weight
-        ptrs += [self._ptr(model.norm), self._ptr(hw.packed), self._ptr(hw.scales),
-                 0 if hw.mins is None else self._ptr(hw.mins), self._ptr(model.rope.cos), self._ptr(model.rope.sin)]
+        read += [model.norm, hw.packed, hw.scales, hw.mins, model.rope.cos, model.rope.sin]
+        # every weight a step streams, on huge pages (engine/model/hugepages.py); the torch model's tensors are moved,
+        # not copied, so the torch path and the embedding lookup read the same memory
+        self.hugepage_bytes = hugepages.move_to_arena([t for t in read if t is not None])
+        self._keep: list[torch.Tensor] = []  # every tensor whose pointer the kernel holds
+        ptrs = [0 if t is None else self._ptr(t) for t in read]
         dims = [cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                 cfg.intermediate_size, hw.n, int(layout), int(hw.kernel), int(first.act16)]
         self._dims = (_I32 * len(dims))(*dims)
