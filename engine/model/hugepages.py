@@ -91,6 +91,6 @@ def move_to_arena(tensors: Sequence[torch.Tensor]) -> int:
             nbytes = t.numel() * t.element_size()
             dst = arena[off : off + nbytes].view(t.dtype).view(t.shape)
             dst.copy_(t)
-            t.set_(dst)
+            t.set_(dst.untyped_storage(), dst.storage_offset(), dst.shape, dst.stride())
             off += size
     return advised

@@ -10,6 +10,7 @@ import torch
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels, hugepages
+from engine.model.quant import QuantizedLinear
 from policies import load_policy
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -60,9 +61,10 @@ def test_the_native_step_reads_its_weights_from_one_arena(tiny_model_dir: Path) 
     assert step is not None
     assert engine.runner.kv_cache.data_ptr() % hugepages.HUGE_PAGE == 0
     model = step.model
-    ptrs = [lin.weight.packed.data_ptr() for layer in model.layers
-            for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
-    ptrs.append(model.lm_head.weight.packed.data_ptr())
+    lins = [lin for layer in model.layers for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
+    lins.append(model.lm_head)
+    assert all(isinstance(lin, QuantizedLinear) for lin in lins)
+    ptrs = [lin.weight.packed.data_ptr() for lin in lins if isinstance(lin, QuantizedLinear)]
     arena_bytes = sum(t.nbytes for t in step._keep)
     assert max(ptrs) - min(ptrs) < arena_bytes + 64 * len(step._keep)
     if thp_offered():
