@@ -3,9 +3,8 @@ pages where Linux offers them.
 
 A decode step reads every weight once (~90 MB for SmolLM2 in q4) and each running request's K/V. On 4 KiB pages that
 is ~23,000 pages of weights per step, more than the data TLB covers, so the step pays page walks (two-level ones in
-a VM) throughout. With the same bytes on 2 MiB pages, a batch-1 step took ~8-10% less on the 2-vCPU AMX Xeon (glibc's
-`glibc.malloc.hugetlb=1` tunable as the first trial; this module does the same for the buffers that matter, without
-changing how the process is started). Linux backs an anonymous range with huge pages when it is `madvise`d with
+a VM) throughout. With the same bytes on 2 MiB pages a batch-1 step took 3% less on two threads and 4.5% less on one
+(the 2-vCPU AMX Xeon, two engines in one process alternating; docs/BENCHMARKS.md, fifteenth round). Linux backs an anonymous range with huge pages when it is `madvise`d with
 MADV_HUGEPAGE before its pages are first touched (transparent_hugepage `madvise` or `always`); elsewhere (`never`,
 other systems) nothing changes and the buffers stay ordinary memory.
 """
@@ -13,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import math
 import sys
 from collections.abc import Sequence
 
@@ -23,6 +24,7 @@ MADV_HUGEPAGE = 14
 _ALIGN = 64  # each tensor moved into an arena starts on a cache line
 
 
+@functools.cache
 def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     if not sys.platform.startswith("linux"):
         return None
@@ -54,10 +56,7 @@ def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
 
 
 def _advised(shape: Sequence[int], dtype: torch.dtype) -> tuple[torch.Tensor, int]:  # empty's tensor, bytes advised
-    numel = 1
-    for d in shape:
-        numel *= int(d)
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(int(d) for d in shape) * dtype.itemsize
     raw = torch.empty(nbytes + HUGE_PAGE, dtype=torch.uint8)
     off = -raw.data_ptr() % HUGE_PAGE
     out = raw[off : off + nbytes].view(dtype).view(tuple(shape))
@@ -80,7 +79,7 @@ def move_to_arena(tensors: Sequence[torch.Tensor]) -> int:
             continue
         seen.add(id(t))
         todo.append(t)
-    sizes = [(t.numel() * t.element_size() + _ALIGN - 1) // _ALIGN * _ALIGN for t in todo]
+    sizes = [(t.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN for t in todo]
     total = sum(sizes)
     if total == 0:
         return 0
@@ -88,8 +87,7 @@ def move_to_arena(tensors: Sequence[torch.Tensor]) -> int:
     off = 0
     with torch.no_grad():
         for t, size in zip(todo, sizes, strict=True):
-            nbytes = t.numel() * t.element_size()
-            dst = arena[off : off + nbytes].view(t.dtype).view(t.shape)
+            dst = arena[off : off + t.nbytes].view(t.dtype).view(t.shape)
             dst.copy_(t)
             t.set_(dst.untyped_storage(), dst.storage_offset(), dst.shape, dst.stride())
             off += size

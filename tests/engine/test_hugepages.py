@@ -67,5 +67,9 @@ def test_the_native_step_reads_its_weights_from_one_arena(tiny_model_dir: Path) 
     ptrs = [lin.weight.packed.data_ptr() for lin in lins if isinstance(lin, QuantizedLinear)]
     arena_bytes = sum(t.nbytes for t in step._keep)
     assert max(ptrs) - min(ptrs) < arena_bytes + 64 * len(step._keep)
+    # one arena: every tensor the kernel holds shares one storage, the model's own tensor objects among them
+    assert len({t.untyped_storage().data_ptr() for t in step._keep}) == 1
+    first = lins[0]
+    assert isinstance(first, QuantizedLinear) and any(t is first.weight.packed for t in step._keep)
     if thp_offered():
         assert step.hugepage_bytes > 0 or arena_bytes < 2 * hugepages.HUGE_PAGE

@@ -185,9 +185,12 @@ static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
 // prefill step) run as ~8 claims per thread of consecutive rows each: one claim per row cost about as much as the row
 // (a 256-token prefill's four light phases 22 -> 8 ms, the Xeon) and split neighbouring rows' scale and sum entries,
 // which share cache lines, between the threads. A row's task is the same call either way: the same bits.
-#ifndef ATT_CLAIMS
-#define ATT_CLAIMS 24
-#endif
+// Claims per thread of a phase: ~8 balance a slowed thread and amortise a claim (matmul groups, FFN blocks, row runs);
+// attention parts take 24 runs, handed out longest tokens first (a prefill chunk's token t reads t + 1 keys), so that
+// the last runs, the ones that decide when the phase ends, are the short ones (21.3-22.7 vs 23.1-23.7 ms a 256-token
+// prefill, the Xeon).
+#define FS_CLAIMS 8
+#define FS_ATT_CLAIMS 24
 typedef struct {
     task_fn fn;
     void *ctx;
@@ -211,7 +214,9 @@ static void parallel_rows_by(int nthreads, task_fn fn, void *ctx, int n, int cla
     parallel_for(nthreads, task_rows, &r, (n + per - 1) / per);
 }
 
-static void parallel_rows(int nthreads, task_fn fn, void *ctx, int n) { parallel_rows_by(nthreads, fn, ctx, n, 8, 0); }
+static void parallel_rows(int nthreads, task_fn fn, void *ctx, int n) {
+    parallel_rows_by(nthreads, fn, ctx, n, FS_CLAIMS, 0);
+}
 
 // A check of the pool itself (tests/engine/test_thread_pool.py): `generations` parallel_for calls of
 // alternating sizes (1..3 tasks, then 40), each task counting its own runs; returns how many calls came back
@@ -594,7 +599,8 @@ static inline void silu_mul(const float *gate, const float *up, int live, float 
             continue;
         }
         const __m512 g = _mm512_loadu_ps(gate + r);
-        const __m512 e = fs_exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_castps_si512(sign))));
+        const __m512i neg = _mm512_xor_si512(_mm512_castps_si512(g), _mm512_castps_si512(sign));  // -g, as fs_exp8's
+        const __m512 e = fs_exp16(_mm512_castsi512_ps(neg));
         _mm512_storeu_ps(a + r, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + r)));
     }
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -665,8 +671,7 @@ static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const fl
                          int ldy, int accumulate) {
     s->mat = w, s->xq = xq, s->xd = xd, s->xs = xs, s->y = y, s->ldy = ldy, s->accumulate = accumulate;
     s->ngroups = (w->n + FS_QR - 1) / FS_QR;
-    // ~8 tasks per thread: small enough to balance a slowed thread, large enough to amortise a claim
-    int per = s->ngroups / (s->nthreads * 8);
+    int per = s->ngroups / (s->nthreads * FS_CLAIMS);
     s->groups_per_task = per < 1 ? 1 : per;
     parallel_for(s->nthreads, task_matmul, s, (s->ngroups + s->groups_per_task - 1) / s->groups_per_task);
 }
@@ -691,7 +696,7 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
     }
     if (parts > FS_MAX_PARTS || m->H / m->KVH > 8) return -1;
     s.att_parts = parts;
-    const int mlp_per = kb_of(m->I) / (s.nthreads * 8);  // ~8 tasks per thread, as matmul_phase
+    const int mlp_per = kb_of(m->I) / (s.nthreads * FS_CLAIMS);
     s.mlp_blocks = mlp_per < 1 ? 1 : mlp_per;
     s.att = (float *)malloc(sizeof(float) * (size_t)B * m->KVH * parts * (size_t)(m->H / m->KVH) * (m->D + 2));
     if (!s.att) return -1;
@@ -704,7 +709,7 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
         TIMED(PH_NORM, parallel_rows(s.nthreads, task_norm, &s, B));
         TIMED(PH_QKV, matmul_phase(&s, &ly->qkv, m->xq, m->xd, m->xs, m->qkv, qkv_n, 0));
         TIMED(PH_ROPE, parallel_rows(s.nthreads, task_rope_store, &s, B * m->KVH));
-        TIMED(PH_ATTEND, parallel_rows_by(s.nthreads, task_attend_part, &s, B * m->KVH * parts, ATT_CLAIMS, 1));
+        TIMED(PH_ATTEND, parallel_rows_by(s.nthreads, task_attend_part, &s, B * m->KVH * parts, FS_ATT_CLAIMS, 1));
         TIMED(PH_COMBINE, parallel_rows(s.nthreads, task_attend_combine, &s, B * m->KVH));
         TIMED(PH_QUANT, parallel_rows(s.nthreads, task_quant_attn, &s, B));
         TIMED(PH_O, matmul_phase(&s, &ly->o, m->xq, m->xd, m->xs, m->x, m->hidden, 1));
@@ -797,7 +802,7 @@ int fs_qgemm(int q4, int act16, const float *x, int M, int K, int ldx, const uin
     nthreads = nthreads < 1 ? 1 : nthreads;
     parallel_for(nthreads, task_gemm_quant, &g, M);
     g.ngroups = (N + FS_QR - 1) / FS_QR;
-    const int per = g.ngroups / (nthreads * 8);
+    const int per = g.ngroups / (nthreads * FS_CLAIMS);
     g.groups_per_task = per < 1 ? 1 : per;
     parallel_for(nthreads, task_gemm_groups, &g, (g.ngroups + g.groups_per_task - 1) / g.groups_per_task);
     free(g.xq), free(g.xd), free(g.xs);
@@ -824,7 +829,7 @@ void fs_dequant(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm
                 int nthreads) {
     dequant_t d = {.q4 = q4, .N = N, .K = K, .w = w, .wd = wd, .wm = wm, .out = out, .ngroups = (N + FS_QR - 1) / FS_QR};
     nthreads = nthreads < 1 ? 1 : nthreads;
-    const int per = d.ngroups / (nthreads * 8);
+    const int per = d.ngroups / (nthreads * FS_CLAIMS);
     d.per = per < 1 ? 1 : per;
     parallel_for(nthreads, task_dequant, &d, (d.ngroups + d.per - 1) / d.per);
 }
