@@ -520,6 +520,7 @@ static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint
                                                               float out[MT][QR], const ahead_t *pf) {
     const int tile_bytes = q4 ? 256 : 512;
     const __m256i even = _mm256_set1_epi32(0x00ff00ff), nib = _mm256_set1_epi16(0x000f);
+    const __m256i nib16 = _mm256_set1_epi16(0x00f0), nib256 = _mm256_set1_epi16(0x0f00);
     for (int h = 0; h < 2; h++) {  // rows 8h..8h+7: 32 bytes of each 64-byte row-quad
         __m256 facc[MT];
         for (int t = 0; t < mt; t++) facc[t] = _mm256_setzero_ps();
@@ -530,7 +531,24 @@ static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint
             __m256i iacc[MT];
             for (int t = 0; t < mt; t++) iacc[t] = _mm256_setzero_si256();
             const int quads = q4 ? 4 : 8;
-            for (int j = 0; j < quads; j++) {
+            if (q4 && mt == 1) {  // a decode row: nibbles 1, 2 left in place (16, 256 x the weight), as tile16_avx512
+                __m256i s16 = _mm256_setzero_si256(), s256 = _mm256_setzero_si256();
+                for (int j = 0; j < 4; j++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(wt + j * 64));
+                    const int16_t *xb = xq + b * QK;
+                    iacc[0] = _mm256_add_epi32(iacc[0], _mm256_madd_epi16(_mm256_and_si256(v, nib),
+                                                                          _mm256_set1_epi32(load2x16(xb + 4 * j))));
+                    s256 = _mm256_add_epi32(s256, _mm256_madd_epi16(_mm256_and_si256(v, nib256),
+                                                                    _mm256_set1_epi32(load2x16(xb + 4 * j + 2))));
+                    s16 = _mm256_add_epi32(s16, _mm256_madd_epi16(_mm256_and_si256(v, nib16),
+                                                                  _mm256_set1_epi32(load2x16(xb + 16 + 4 * j))));
+                    const __m256i x3 = _mm256_set1_epi32(load2x16(xb + 18 + 4 * j));
+                    iacc[0] = _mm256_add_epi32(iacc[0], _mm256_madd_epi16(_mm256_srli_epi16(v, 12), x3));
+                }
+                s256 = _mm256_srai_epi32(s256, 8);
+                iacc[0] = _mm256_add_epi32(iacc[0], _mm256_add_epi32(s256, _mm256_srai_epi32(s16, 4)));
+            }
+            for (int j = 0; j < (q4 && mt == 1 ? 0 : quads); j++) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(wt + j * 64));
                 __m256i pa, pb, ha = _mm256_setzero_si256(), hb = _mm256_setzero_si256();
                 if (q4) {
@@ -689,7 +707,12 @@ static void group_tile16(int q4, const uint8_t *w, const uint16_t *wd, const uin
     if (q4) { const int q4 = 1; BY_HEIGHT(tile16_avx512); } else { const int q4 = 0; BY_HEIGHT(tile16_avx512); }
 #elif defined(QG_AVX2)
     (void)tile_bytes;
-    BY_HEIGHT(tile16_avx2);
+    if (q4 && mt == 1) {  // q4 a constant for decode rows only: for prefill tiles it made gcc's code slower
+        const int q4 = 1;
+        BY_HEIGHT(tile16_avx2);
+    } else {
+        BY_HEIGHT(tile16_avx2);
+    }
 #else
     (void)pf;
     static const int order[4] = {0, 2, 1, 3};
