@@ -9,8 +9,9 @@ loop's own call): a fresh random prompt per repetition so the prefix cache never
 the steps that do the work.
 
 Repetitions alternate the systems (finserve, then each GGUF type, and again) so that a change of the
-machine's load hits all of them; medians over repetitions, ratios of medians. With `--hog`, the whole
-comparison runs again with a one-core CPU hog beside it (a busy-looping process).
+machine's load hits all of them; medians over repetitions, ratios of medians. With `--hog`, every repetition also
+runs the whole comparison with a one-core CPU hog beside it (a busy-looping process), quiet and hog turns
+interleaved (measure()).
 """
 from __future__ import annotations
 
@@ -152,7 +153,13 @@ def cpu_hog(on: bool) -> Iterator[None]:
         proc.join(5)
 
 
-def measure(model: str, shape: PeerShape, tools: Tools, hog: bool, progress: Any = sys.stderr) -> dict[str, Any]:
+def measure(model: str, shape: PeerShape, tools: Tools, hogs: tuple[bool, ...] = (False,),
+            progress: Any = sys.stderr) -> dict[bool, dict[str, Any]]:
+    """Each repetition runs every system once per machine state in `hogs` (False: quiet, True: a one-core hog),
+    the states' order turning each repetition (quiet, hog; hog, quiet; ...): the VM's speed drifts over minutes here
+    (a one-thread step 4.4 -> 5.5 ms within an hour), so a quiet part and a hog part run one after the other put that
+    drift into their ratio. After each change of state an unmeasured 64-token decode lets finserve's thread governor
+    see the machine as it now is: the figures are the steady state under each, not the switch."""
     engines = {"finserve": _engine(model, shape.weights, shape.threads, shape.kv_dtype)}
     for w in shape.also_weights:
         engines[f"finserve {w}"] = _engine(model, w, shape.threads, shape.kv_dtype)
@@ -161,21 +168,25 @@ def measure(model: str, shape: PeerShape, tools: Tools, hog: bool, progress: Any
     for e in engines.values():
         finserve_rows(e, rng)  # warm-up: allocation, kernel selection, the thread governor's first samples
     ggufs = {t: gguf(tools, t) for t in shape.gguf_types}
-    runs: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in engines}
-    with cpu_hog(hog):
-        for rep in range(shape.reps):
-            load = os.getloadavg()[0]
-            for name, e in engines.items():
-                runs[name].append(finserve_rows(e, rng))
-            for t, path in ggufs.items():
-                runs.setdefault(f"llama.cpp {t}", []).append(peer_rows(tools, path, shape.threads))
+    runs: dict[bool, dict[str, list[list[dict[str, Any]]]]] = {h: {name: [] for name in engines} for h in hogs}
+    governor = getattr(engine.runner.native_step, "governor", None)
+    snapshots: dict[bool, Any] = {}
+    for rep in range(shape.reps):
+        for hog in hogs if rep % 2 == 0 else hogs[::-1]:
+            with cpu_hog(hog):
+                for e in engines.values():
+                    _decode_s(e, _prompt(rng, 4), 64)  # settle, unmeasured
+                load = os.getloadavg()[0]
+                for name, e in engines.items():
+                    runs[hog][name].append(finserve_rows(e, rng))
+                for t, path in ggufs.items():
+                    runs[hog].setdefault(f"llama.cpp {t}", []).append(peer_rows(tools, path, shape.threads))
+            snapshots[hog] = governor.snapshot() if governor is not None else None
             if progress is not None:
                 print(f"rep {rep} (hog={hog}, load {load:.2f}): "
                       + ", ".join(f"{name} tg128 {next(r['ms_per_token'] for r in rows[-1] if r['test'] == 'tg128'):.2f} ms"
-                                  for name, rows in runs.items()), file=progress, flush=True)
-    governor = getattr(engine.runner.native_step, "governor", None)
-    return {"medians": _medians(runs), "runs": runs,
-            "thread_governor_ms": governor.snapshot() if governor is not None else None}
+                                  for name, rows in runs[hog].items()), file=progress, flush=True)
+    return {h: {"medians": _medians(runs[h]), "runs": runs[h], "thread_governor_ms": snapshots.get(h)} for h in hogs}
 
 
 def _medians(runs: dict[str, list[list[dict[str, Any]]]]) -> dict[str, dict[str, float]]:
@@ -259,13 +270,16 @@ def run(json_path: str | None, *, model: str, shape: PeerShape, hog: bool = Fals
     }
     gate = quality_gate()
     out["quality_gate"] = gate  # which GGUF types answer as well as the shipped weights (llama-perplexity)
+    if hog:
+        out["definitions"]["hog"] = ("quiet and hog repetitions interleaved (quiet, hog; then hog, quiet; ...), each "
+                                     "after an unmeasured 64-token decode; hog: a busy-looping process")
+    parts = measure(model, shape, tools, (False, True) if hog else (False,))
     for label, with_hog in (("quiet", False), ("hog", True)) if hog else (("quiet", False),):
-        part = measure(model, shape, tools, with_hog)
+        part = parts[with_hog]
         part["ratios"] = ratios(part["medians"], None if gate is None else set(gate["within"]))
         part["table"] = table(part["medians"]).splitlines()
         out[label] = part
         print(f"{label}:\n" + "\n".join(part["table"]), file=sys.stderr)
-        write_json(json_path, out)  # after each part: a run stopped during the hog part keeps the quiet one
     if hog:
         q, h = out["quiet"]["medians"], out["hog"]["medians"]
         out["hog_slowdown_tg128"] = {n: q[n]["tg128"] / h[n]["tg128"] for n in q if n in h and "tg128" in q[n]}

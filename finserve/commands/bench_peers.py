@@ -133,7 +133,7 @@ def llamacpp_bench(
     extra = _weight_list(also_weights, "--also-weights")
     shape = PeerShape(reps=reps, threads=_threads(settings), gguf_types=types, weights=settings.weights,
                       kv_dtype=settings.kv_cache_dtype, also_weights=extra)
-    with status(f"bench llamacpp: {reps} repetitions{' (quiet, then with a CPU hog)' if hog else ''} ..."):
+    with status(f"bench llamacpp: {reps} repetitions{' (each quiet and with a CPU hog, interleaved)' if hog else ''} ..."):
         try:
             run(json_file, model=str(resolve_model(model, settings)), shape=shape, hog=hog, build=build)
         except RuntimeError as e:

@@ -154,3 +154,43 @@ def test_the_cli_refuses_an_unknown_flash_attention_setting_before_starting_anyt
     assert result.exit_code != 0
     assert "unknown llama-server flash attention setting(s) ['fast']" in result.output
     assert llamacpp.parse_flash_attn(" Off, auto ") == ["off", "auto"] and llamacpp.parse_flash_attn("") == ["auto"]
+
+
+def test_quiet_and_hog_repetitions_interleave_each_after_a_settling_decode(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from contextlib import contextmanager
+
+    from bench import peer_bench
+
+    events: list[str] = []
+    state = {"hog": False}
+
+    @contextmanager
+    def fake_hog(on: bool):  # type: ignore[no-untyped-def]
+        state["hog"] = on
+        events.append(f"hog={on}")
+        yield
+        state["hog"] = False
+
+    def rows(tag: str, ms: float) -> list[dict[str, Any]]:
+        events.append(tag)
+        return [{"test": "tg128", "tokens_per_s": 1e3 / ms, "ms_per_token": ms}]
+
+    class Engine:
+        runner = type("R", (), {"native_step": None})()
+
+    monkeypatch.setattr(peer_bench, "_engine", lambda *a: Engine())
+    monkeypatch.setattr(peer_bench, "cpu_hog", fake_hog)
+    monkeypatch.setattr(peer_bench, "gguf", lambda tools, t: Path(f"{t}.gguf"))
+    monkeypatch.setattr(peer_bench, "_decode_s", lambda *a: events.append("settle") or 0.0)
+    monkeypatch.setattr(peer_bench, "finserve_rows", lambda e, rng: rows("finserve", 6.0 if state["hog"] else 4.0))
+    monkeypatch.setattr(peer_bench, "peer_rows", lambda tools, path, threads: rows("peer", 90.0 if state["hog"] else 8.0))
+    shape = peer_bench.PeerShape(reps=3, gguf_types=("Q4_0",))
+    parts = peer_bench.measure("m", shape, llamacpp.Tools(Path("/nonexistent")), (False, True), progress=None)
+    turns = [e for e in events if e.startswith("hog=")]
+    assert turns == ["hog=False", "hog=True", "hog=True", "hog=False", "hog=False", "hog=True"]  # order turns
+    after = events[events.index("hog=False") :]
+    for i, e in enumerate(after):
+        if e.startswith("hog="):
+            assert after[i + 1 : i + 4] == ["settle", "finserve", "peer"]  # the governor settles before each turn
+    assert parts[False]["medians"]["finserve"]["tg128"] == 250.0 and parts[True]["medians"]["finserve"]["tg128"] == 1e3 / 6
+    assert len(parts[True]["runs"]["llama.cpp Q4_0"]) == 3
