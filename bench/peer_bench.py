@@ -158,7 +158,7 @@ def measure(model: str, shape: PeerShape, tools: Tools, hogs: tuple[bool, ...] =
     """Each repetition runs every system once per machine state in `hogs` (False: quiet, True: a one-core hog),
     the states' order turning each repetition (quiet, hog; hog, quiet; ...): the VM's speed drifts over minutes here
     (a one-thread step 4.4 -> 5.5 ms within an hour), so a quiet part and a hog part run one after the other put that
-    drift into their ratio. After each change of state an unmeasured 64-token decode lets finserve's thread governor
+    drift into their ratio. After each change of state an unmeasured 128-token decode lets finserve's thread governor
     see the machine as it now is: the figures are the steady state under each, not the switch."""
     engines = {"finserve": _engine(model, shape.weights, shape.threads, shape.kv_dtype)}
     for w in shape.also_weights:
@@ -175,7 +175,7 @@ def measure(model: str, shape: PeerShape, tools: Tools, hogs: tuple[bool, ...] =
         for hog in hogs if rep % 2 == 0 else hogs[::-1]:
             with cpu_hog(hog):
                 for e in engines.values():
-                    _decode_s(e, _prompt(rng, 4), 64)  # settle, unmeasured
+                    _decode_s(e, _prompt(rng, 4), 128)  # settle, unmeasured
                 load = os.getloadavg()[0]
                 for name, e in engines.items():
                     runs[hog][name].append(finserve_rows(e, rng))
@@ -272,7 +272,7 @@ def run(json_path: str | None, *, model: str, shape: PeerShape, hog: bool = Fals
     out["quality_gate"] = gate  # which GGUF types answer as well as the shipped weights (llama-perplexity)
     if hog:
         out["definitions"]["hog"] = ("quiet and hog repetitions interleaved (quiet, hog; then hog, quiet; ...), each "
-                                     "after an unmeasured 64-token decode; hog: a busy-looping process")
+                                     "after an unmeasured 128-token decode; hog: a busy-looping process")
     parts = measure(model, shape, tools, (False, True) if hog else (False,))
     for label, with_hog in (("quiet", False), ("hog", True)) if hog else (("quiet", False),):
         part = parts[with_hog]

@@ -72,9 +72,11 @@ class ThreadGovernor:
             return unmeasured[0]
         best = min(self.candidates, key=lambda c: self._median[(bucket, c)])
         others = [c for c in self.candidates if c != best]
-        # now and then, measure another again; one with fewer than a majority of its window measured (its first
-        # sample may have been a cold step) every 8 steps until it has them
-        thin = [c for c in others if len(self._recent[(bucket, c)]) <= self.window // 2]
+        # now and then, measure another again; every 8 steps one with fewer than a majority of its window measured
+        # (its first sample may have been a cold step), or whose last step beat the best's median (the load that
+        # made it slower may be gone: without this, two threads came back ~190 steps after a hog ended, not ~80)
+        thin = [c for c in others if len(self._recent[(bucket, c)]) <= self.window // 2
+                or self._recent[(bucket, c)][-1] < self._median[(bucket, best)]]
         every = 8 if thin else self.explore_every
         if others and n % every == every - 1:
             pool = thin or others

@@ -177,3 +177,20 @@ def test_a_single_thread_governor_never_asks_for_more() -> None:
             picks.add(t := gov.pick(b))
             gov.record(b, t, 0.01)
     assert picks == {1}
+
+
+def test_governor_returns_to_two_threads_soon_after_a_hog_ends() -> None:
+    gov = ThreadGovernor(2, explore_every=64)
+    for _ in range(5):
+        gov.record(1, 1, 0.0055)
+        gov.record(1, 2, 0.012)  # a hog: two threads slower, the engine on one
+    step = 0
+    while step < 200:  # the hog ends: two threads take 3.8 ms again
+        step += 1
+        t = gov.pick(1)
+        gov.record(1, t, 0.0055 if t == 1 else 0.0038)
+        medians = gov.snapshot()
+        if medians[f"{_bucket(1)}/2"] < medians[f"{_bucket(1)}/1"]:
+            break
+    assert step <= 64 + 3 * 8  # the first re-try (<= 64 steps), then two more 8 steps apart turn the median
+    assert gov.pick(1) == 2
