@@ -58,6 +58,7 @@ class ThreadGovernor:
     _recent: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
     _median: dict[tuple[int, int], float] = field(default_factory=dict)  # of _recent, updated by record()
     _steps: dict[int, int] = field(default_factory=dict)
+    _best: dict[int, int] = field(default_factory=dict)  # per bucket: its best thread count when last picked
 
     @property
     def candidates(self) -> tuple[int, ...]:
@@ -71,6 +72,9 @@ class ThreadGovernor:
         if unmeasured:
             return unmeasured[0]
         best = min(self.candidates, key=lambda c: self._median[(bucket, c)])
+        if self._best.setdefault(bucket, best) != best:
+            self._best[bucket] = best
+            self._machine_changed(bucket, best)
         others = [c for c in self.candidates if c != best]
         # now and then, measure another again; every 8 steps one with fewer than a majority of its window measured
         # (its first sample may have been a cold step), or whose last step beat the best's median (the load that
@@ -82,6 +86,15 @@ class ThreadGovernor:
             pool = thin or others
             return pool[(n // every) % len(pool)]
         return best
+
+    def _machine_changed(self, bucket: int, best: int) -> None:
+        """`best` just became the faster count in `bucket` (a load came or went): in the buckets that still prefer
+        another, its samples are from before the change, so they are dropped and it is measured afresh at their next
+        step (a prefill bucket, whose steps are rare, otherwise kept the old choice for its next ~80 steps)."""
+        for other, prev in self._best.items():
+            if other != bucket and prev != best:
+                self._recent.pop((other, best), None)
+                self._median.pop((other, best), None)
 
     def record(self, batch: int, threads: int, seconds: float, keys: int = 0) -> None:
         key = (_bucket(batch, keys), threads)

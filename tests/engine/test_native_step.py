@@ -194,3 +194,19 @@ def test_governor_returns_to_two_threads_soon_after_a_hog_ends() -> None:
             break
     assert step <= 64 + 3 * 8  # the first re-try (<= 64 steps), then two more 8 steps apart turn the median
     assert gov.pick(1) == 2
+
+
+def test_a_change_seen_by_one_bucket_has_the_others_measure_afresh() -> None:
+    gov = ThreadGovernor(2, explore_every=64)
+    deep = 4096  # keys of a rare bucket (its steps come seldom)
+    for _ in range(5):  # a hog: one thread faster in both buckets
+        for keys in (0, deep):
+            gov.record(1, 1, 0.0055, keys)
+            gov.record(1, 2, 0.012, keys)
+    assert gov.pick(1) == 1 and gov.pick(1, deep) == 1
+    for _ in range(3):  # the hog ends; the frequent bucket sees it on its re-tries
+        gov.record(1, 2, 0.0038)
+    assert gov.pick(1) == 2
+    assert gov.pick(1, deep) == 2  # the rare bucket's old two-thread samples are dropped: it measures two threads now
+    gov.record(1, 2, 0.0040, deep)
+    assert gov.pick(1, deep) == 2  # one fresh sample, faster than its one-thread steps: it switches at once
