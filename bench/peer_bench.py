@@ -273,9 +273,8 @@ def run(json_path: str | None, *, model: str, shape: PeerShape, hog: bool = Fals
     if hog:
         out["definitions"]["hog"] = ("quiet and hog repetitions interleaved (quiet, hog; then hog, quiet; ...), each "
                                      "after an unmeasured 128-token decode; hog: a busy-looping process")
-    parts = measure(model, shape, tools, (False, True) if hog else (False,))
-    for label, with_hog in (("quiet", False), ("hog", True)) if hog else (("quiet", False),):
-        part = parts[with_hog]
+    for with_hog, part in measure(model, shape, tools, (False, True) if hog else (False,)).items():
+        label = "hog" if with_hog else "quiet"
         part["ratios"] = ratios(part["medians"], None if gate is None else set(gate["within"]))
         part["table"] = table(part["medians"]).splitlines()
         out[label] = part

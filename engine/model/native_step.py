@@ -79,11 +79,11 @@ class ThreadGovernor:
         # now and then, measure another again; every 8 steps one with fewer than a majority of its window measured
         # (its first sample may have been a cold step), or whose last step beat the best's median (the load that
         # made it slower may be gone: without this, two threads came back ~190 steps after a hog ended, not ~80)
-        thin = [c for c in others if len(self._recent[(bucket, c)]) <= self.window // 2
+        soon = [c for c in others if len(self._recent[(bucket, c)]) <= self.window // 2
                 or self._recent[(bucket, c)][-1] < self._median[(bucket, best)]]
-        every = 8 if thin else self.explore_every
+        every = 8 if soon else self.explore_every
         if others and n % every == every - 1:
-            pool = thin or others
+            pool = soon or others
             return pool[(n // every) % len(pool)]
         return best
 

@@ -533,9 +533,9 @@ static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint
             const int quads = q4 ? 4 : 8;
             if (q4 && mt == 1) {  // a decode row: nibbles 1, 2 left in place (16, 256 x the weight), as tile16_avx512
                 __m256i s16 = _mm256_setzero_si256(), s256 = _mm256_setzero_si256();
+                const int16_t *xb = xq + b * QK;
                 for (int j = 0; j < 4; j++) {
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(wt + j * 64));
-                    const int16_t *xb = xq + b * QK;
                     iacc[0] = _mm256_add_epi32(iacc[0], _mm256_madd_epi16(_mm256_and_si256(v, nib),
                                                                           _mm256_set1_epi32(load2x16(xb + 4 * j))));
                     s256 = _mm256_add_epi32(s256, _mm256_madd_epi16(_mm256_and_si256(v, nib256),
@@ -547,8 +547,8 @@ static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint
                 }
                 s256 = _mm256_srai_epi32(s256, 8);
                 iacc[0] = _mm256_add_epi32(iacc[0], _mm256_add_epi32(s256, _mm256_srai_epi32(s16, 4)));
-            }
-            for (int j = 0; j < (q4 && mt == 1 ? 0 : quads); j++) {
+            } else  // prefill tiles, int8 weights: each nibble shifted down
+            for (int j = 0; j < quads; j++) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(wt + j * 64));
                 __m256i pa, pb, ha = _mm256_setzero_si256(), hb = _mm256_setzero_si256();
                 if (q4) {
