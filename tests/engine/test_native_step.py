@@ -210,3 +210,18 @@ def test_a_change_seen_by_one_bucket_has_the_others_measure_afresh() -> None:
     assert gov.pick(1, deep) == 2  # the rare bucket's old two-thread samples are dropped: it measures two threads now
     gov.record(1, 2, 0.0040, deep)
     assert gov.pick(1, deep) == 2  # one fresh sample, faster than its one-thread steps: it switches at once
+
+
+def test_a_bucket_missing_a_count_runs_what_the_measured_buckets_prefer() -> None:
+    gov = ThreadGovernor(2, explore_every=64)
+    for _ in range(5):  # the decode bucket: two threads faster
+        gov.record(1, 1, 0.0050)
+        gov.record(1, 2, 0.0038)
+    assert gov.pick(1) == 2
+    prefill = 256  # a rare, costly bucket, never measured: its first step runs two threads, not an exploration
+    assert gov.pick(prefill) == 2
+    gov.record(prefill, 2, 0.180)
+    picks = [gov.pick(prefill) for _ in range(8)]
+    assert picks[:6] == [2] * 6 and picks.count(1) == 1  # the other count measured at the bucket's 8th step
+    gov.record(prefill, 1, 0.270)
+    assert gov.pick(prefill) == 2
