@@ -51,11 +51,13 @@ enum { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2 };
 
 typedef void (*task_fn)(void *ctx, int task);
 
+// The two counters every task touches, each on its own cache line, apart from the fields a call writes once and the
+// workers only read: a claim or a finished task moves one line between cores, not the line the others poll.
 typedef struct {
-    pthread_t th[FS_MAX_THREADS];
+    _Alignas(64) _Atomic uint64_t ticket;  // generation << 32 | next task index
+    _Alignas(64) _Atomic int done;         // tasks finished in this generation
+    _Alignas(64) pthread_t th[FS_MAX_THREADS];
     int nworkers;                 // started workers (the caller's thread is not one of them)
-    _Atomic uint64_t ticket;      // generation << 32 | next task index
-    _Atomic int done;             // tasks finished in this generation
     _Atomic(task_fn) fn;
     _Atomic(void *) ctx;
     _Atomic int ntasks;
@@ -190,6 +192,10 @@ static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
 // the last runs, the ones that decide when the phase ends, are the short ones (21.3-22.7 vs 23.1-23.7 ms a 256-token
 // prefill, the Xeon).
 #define FS_CLAIMS 8
+// A decode step's matmul phases are short (a batch-1 QKV projection ~12 us on one thread): there each claim moved the
+// counters' cache lines between cores for a task of ~0.6 us, and 2 claims per thread made the whole batch-1 step ~10%
+// faster on two threads than 8 (the Xeon, bench.native_phases alternating); prefill chunks keep 8.
+static int mm_claims(int B) { return B < 32 ? 2 : FS_CLAIMS; }
 #define FS_ATT_CLAIMS 24
 typedef struct {
     task_fn fn;
@@ -215,6 +221,10 @@ static void parallel_rows_by(int nthreads, task_fn fn, void *ctx, int n, int cla
 }
 
 static void parallel_rows(int nthreads, task_fn fn, void *ctx, int n) {
+    if (n < 4 * nthreads) {  // a decode step's few light rows (RoPE of 3 KV heads: ~1 us in all) cost less than a handoff
+        for (int i = 0; i < n; i++) fn(ctx, i);
+        return;
+    }
     parallel_rows_by(nthreads, fn, ctx, n, FS_CLAIMS, 0);
 }
 
@@ -671,7 +681,7 @@ static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const fl
                          int ldy, int accumulate) {
     s->mat = w, s->xq = xq, s->xd = xd, s->xs = xs, s->y = y, s->ldy = ldy, s->accumulate = accumulate;
     s->ngroups = (w->n + FS_QR - 1) / FS_QR;
-    int per = s->ngroups / (s->nthreads * FS_CLAIMS);
+    int per = s->ngroups / (s->nthreads * mm_claims(s->B));
     s->groups_per_task = per < 1 ? 1 : per;
     parallel_for(s->nthreads, task_matmul, s, (s->ngroups + s->groups_per_task - 1) / s->groups_per_task);
 }
@@ -696,7 +706,7 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
     }
     if (parts > FS_MAX_PARTS || m->H / m->KVH > 8) return -1;
     s.att_parts = parts;
-    const int mlp_per = kb_of(m->I) / (s.nthreads * FS_CLAIMS);
+    const int mlp_per = kb_of(m->I) / (s.nthreads * mm_claims(B));
     s.mlp_blocks = mlp_per < 1 ? 1 : mlp_per;
     s.att = (float *)malloc(sizeof(float) * (size_t)B * m->KVH * parts * (size_t)(m->H / m->KVH) * (m->D + 2));
     if (!s.att) return -1;
