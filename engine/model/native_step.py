@@ -54,6 +54,7 @@ class ThreadGovernor:
 
     max_threads: int
     explore_every: int = 64  # steps between re-tries of a thread count that is not the best
+    soon_every: int = 8  # ... and of one that is unmeasured, thin or promising (below)
     window: int = 5  # step times kept per (bucket, thread count)
     _recent: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
     _median: dict[tuple[int, int], float] = field(default_factory=dict)  # of _recent, updated by record()
@@ -72,12 +73,14 @@ class ThreadGovernor:
         unmeasured = [c for c in self.candidates if (bucket, c) not in self._median]
         if unmeasured:
             # a bucket missing a count (new, or its samples dropped by _machine_changed) runs the count the freshest
-            # fully measured bucket prefers, and measures the other on its every-8th step: a rare prefill bucket's
+            # fully measured bucket prefers, and measures the other every soon_every steps: a rare prefill bucket's
             # exploration is a whole prompt (a 256-token prefill on one thread right after a hog ended: 936 input
             # tok/s against ~1,600 on two)
             guess = self._latest
-            if guess is None or guess in unmeasured or n % 8 == 7:
-                return guess if guess in unmeasured else unmeasured[0]
+            if guess in unmeasured:
+                return guess
+            if guess is None or n % self.soon_every == self.soon_every - 1:
+                return unmeasured[0]
             return guess
         best = min(self.candidates, key=lambda c: self._median[(bucket, c)])
         self._latest = best
@@ -90,7 +93,7 @@ class ThreadGovernor:
         # made it slower may be gone: without this, two threads came back ~190 steps after a hog ended, not ~80)
         soon = [c for c in others if len(self._recent[(bucket, c)]) <= self.window // 2
                 or self._recent[(bucket, c)][-1] < self._median[(bucket, best)]]
-        every = 8 if soon else self.explore_every
+        every = self.soon_every if soon else self.explore_every
         if others and n % every == every - 1:
             pool = soon or others
             return pool[(n // every) % len(pool)]
