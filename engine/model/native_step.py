@@ -149,6 +149,9 @@ class NativeDecoder:
         # not copied, so the torch path and the embedding lookup read the same memory
         self.hugepage_bytes = hugepages.move_to_arena([t for t in read if t is not None])
         self._keep: list[torch.Tensor] = []  # every tensor whose pointer the kernel holds
+        # the K/V pool of the last step: a helper thread late in a lent attention task (decode_step.c, "Lent phases")
+        # may still read it after the step returned, so it is not let go before the kernel says no helper is inside one
+        self._kv: torch.Tensor | None = None
         ptrs = [0 if t is None else self._ptr(t) for t in read]
         dims = [cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                 cfg.intermediate_size, hw.n, int(layout), int(hw.kernel), int(first.act16)]
@@ -253,6 +256,10 @@ class NativeDecoder:
             raise ValueError("logits rows must be increasing")
         logits = torch.empty((b if rows is None else int(rows.numel()), self.vocab), dtype=torch.float32)
         kv_type = KV_TYPES[kv_cache.dtype]
+        if self._kv is None or self._kv.data_ptr() != kv_cache.data_ptr():
+            if self._kv is not None:
+                self.lib.fs_quiesce()
+            self._kv = kv_cache
         keys = int(ctx.sum())  # the keys the batch's tokens attend to: the step's cost grows with them
         threads = self.governor.pick(b, keys)
         if before is not None:

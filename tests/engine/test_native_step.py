@@ -4,6 +4,7 @@ machine too), every weight format it takes, every K/V pool dtype, MHA/GQA/MQA; b
 whatever the thread count; and the thread governor's choices."""
 from __future__ import annotations
 
+import ctypes
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -225,3 +226,40 @@ def test_a_bucket_missing_a_count_runs_what_the_measured_buckets_prefer() -> Non
     assert picks[:6] == [2] * 6 and picks.count(1) == 1  # the other count measured at the bucket's 8th step
     gov.record(prefill, 1, 0.270)
     assert gov.pick(prefill) == 2
+
+
+@needs_kernels
+@pytest.mark.parametrize("mode", ["plain", "lent", "lent-helper-stalls"])
+def test_two_thread_steps_are_one_threads_bits_lent_or_not_and_with_a_helper_descheduled(
+        make_tiny_model: Callable[..., Path], mode: str) -> None:
+    """Lent phases (kernels/decode_step.c lend_for): a helper's tasks copied into place by the caller, or computed
+    again by it when the helper stops (here made to sleep 300 us after every 3rd claim, then finish into nothing
+    anybody reads, in a later phase or step): the logits of one thread, bit for bit."""
+    lib = cpu_kernels._library()
+    assert lib is not None
+    model = make_tiny_model(**SHAPES["gqa-ffn-1040"])
+    logits = {}
+    counts = (ctypes.c_int64 * 3)()
+    try:
+        for threads in (1, 2):
+            lib.fs_set_lend(int(mode != "plain"))
+            lib.fs_set_lend_stall(3 if mode == "lent-helper-stalls" and threads == 2 else 0)
+            engine = make_engine(model, "q4")
+            native = engine.runner.native_step
+            assert native is not None
+            native.governor = ThreadGovernor(threads)
+            native.governor.pick = lambda *a, t=threads, **k: t  # type: ignore[method-assign]
+            lib.fs_lend_counts(counts)
+            logits[threads] = [got for _, got in compare_steps(engine, steps=12)]
+            lib.fs_lend_counts(counts)
+        own, copied, again = counts
+        if mode == "plain":
+            assert own == copied == again == 0
+        else:
+            assert own > 0 and copied + again > 0  # the helper took tasks
+            if mode == "lent-helper-stalls":
+                assert again > 0  # ... and some of them the caller computed again
+    finally:
+        lib.fs_set_lend(1)
+        lib.fs_set_lend_stall(0)
+    assert all(torch.equal(a, b) for a, b in zip(logits[1], logits[2], strict=True))

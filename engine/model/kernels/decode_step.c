@@ -23,6 +23,7 @@
 // wake-up each. Tasks are claimed one at a time from a shared counter (dynamic), so a thread that
 // the OS slows down does fewer tasks instead of holding the others at the phase's end. How many threads
 // a step uses is the caller's choice per call (engine/model/native_step.py measures which is faster).
+#define _GNU_SOURCE 1  // sched_getcpu, sched_setaffinity, CPU_SET
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -50,6 +51,7 @@ enum { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2 };
 #define FS_MAX_PARTS 64  // attention parts per token: 64 x 512 = 32,768 keys
 
 typedef void (*task_fn)(void *ctx, int task);
+typedef int (*lent_fn)(void *desc, int task, int tid, uint32_t gen);  // a lent task (lend_for); 0: its phase ended
 
 // The two counters every task touches, each on its own cache line, apart from the fields a call writes once and the
 // workers only read: a claim or a finished task moves one line between cores, not the line the others poll.
@@ -59,12 +61,14 @@ typedef struct {
     _Alignas(64) pthread_t th[FS_MAX_THREADS];
     int nworkers;                 // started workers (the caller's thread is not one of them)
     _Atomic(task_fn) fn;
+    _Atomic(lent_fn) lfn;         // a lent generation's task (fn unused)
     _Atomic(void *) ctx;
     _Atomic int ntasks;
     _Atomic int active;           // workers 0..active-1 take part in this generation
     _Atomic int sleepers;
     _Atomic int stop;
     _Atomic int spin;             // idle polls before a worker parks
+    _Atomic int lend;             // this generation's tasks are lent (lend_for below): a claim can outlive it
     uint32_t gen;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -82,30 +86,121 @@ static worker_arg_t g_args[FS_MAX_THREADS];
 
 #define FS_CLOSED 0xFFFFFFFFu  // a ticket's task index once its generation is over: no task left to claim
 
-static void run_tasks(pool_t *p, uint32_t gen) {
+// ---------------------------------------------------------------------------------------------
+// Lent phases: a helper the caller never waits for when the OS has taken its core away.
+//
+// With one core busy (another process), a second thread shares that core: the OS runs it for a slice of a few ms,
+// then the other process for one. In a plain phase the caller waits at the phase's end for every claimed task, so a
+// helper descheduled in the middle of one holds the whole step for the rest of the other process's slice (two
+// threads beside a busy loop: half the steps ~3.2 ms, a tenth 10-11 ms). A lent phase (lend_for) runs the same tasks,
+// but a helper computes into its own buffer (helper_t.res) and marks the task finished; the caller copies finished
+// tasks' outputs into place itself, and a task whose helper has made no progress for FS_STALL_S it computes again on
+// its own thread. The helper, when it runs again, finishes into its own buffer, which nobody reads for that task any
+// more. So a lent phase takes the caller's own work plus at most one task, and a helper that runs helps.
+//
+// What that asks: a helper may still be inside a task after its phase (and step) ended, so it reads only what stays
+// put: the phase's description is copied from static memory under a check of the ticket (a seqlock: the caller
+// closes the ticket before it writes the next phase's description), and its pointers are the model's weights and
+// scratch, which are not freed or moved while a helper is inside a task (lend_quiesce). Its writes go to its own
+// buffer only. Outputs are bit for bit the same whoever computes a task: the same function on the same inputs.
+#define FS_LEND_MAX_TASKS 256
+#define FS_LEND_MAX_B 8       // decode batches up to this many tokens are lent (helper buffers sized for it)
+#define FS_STALL_S 30e-6      // a helper whose progress counter has not moved for this long is taken as descheduled
+
+typedef struct {
+    _Alignas(64) _Atomic uint64_t beat;  // bumped by the helper per weight group: it is running
+    _Atomic uint64_t cur;                // gen << 32 | task it is computing
+    _Atomic int busy;                    // inside run_tasks: may be reading the model's memory
+    _Atomic uint32_t fin[FS_LEND_MAX_TASKS];  // per task: the generation in which this helper finished it
+    float *res;                          // its outputs of lent tasks; written by it only, read by the caller
+    size_t res_floats;
+    unsigned lent;                       // lent tasks it has begun (for fs_set_lend_stall)
+} helper_t;
+
+static helper_t g_help[FS_MAX_THREADS];
+
+// Waits until no worker is inside run_tasks, after closing the ticket so that none enters it for this generation:
+// the caller may then free or move what a lent task reads. Called where memory changes (scratch grows, a model is
+// freed, helper buffers grow): rarely.
+static void lend_quiesce(pool_t *p) {
+    const uint64_t t = atomic_load(&p->ticket);
+    atomic_store(&p->ticket, (t & 0xFFFFFFFF00000000ull) | FS_CLOSED);
+    for (int i = 0; i < p->nworkers; i++)
+        for (int polls = 0; atomic_load(&g_help[i].busy); polls++) {
+            if (polls < 4096) CPU_RELAX();
+            else sched_yield();
+        }
+}
+
+static void run_tasks(pool_t *p, uint32_t gen, int tid) {
+    if (tid >= 0) atomic_store(&g_help[tid].busy, 1);
     uint64_t t = atomic_load(&p->ticket);
     for (;;) {
-        if ((uint32_t)(t >> 32) != gen) return;
-        if ((uint32_t)t >= (uint32_t)atomic_load(&p->ntasks)) return;
+        if ((uint32_t)(t >> 32) != gen) break;
+        if ((uint32_t)t >= (uint32_t)atomic_load(&p->ntasks)) break;
         if (atomic_compare_exchange_weak(&p->ticket, &t, t + 1)) {
-            // Claimed task (uint32_t)t of `gen`: the generation cannot end before it is done, so fn
-            // and ctx are still this generation's. The ntasks read above was this generation's too:
-            // the caller closes the ticket before it writes the next one's fields, and a close
-            // between that read and this exchange makes the exchange fail. (Without the close, a
-            // worker that read the next call's larger ntasks while the ticket was still this one's
-            // claimed a task past the end, ran the next call's fn on it and counted it done there:
-            // that call returned with one of its tasks still running.)
+            // Claimed task (uint32_t)t of `gen`. A plain generation cannot end before it is done, so fn and ctx
+            // are still this generation's, and so was the ntasks read above: the caller closes the ticket before
+            // it writes the next one's fields, and a close between that read and this exchange makes the exchange
+            // fail. (Without the close, a worker that read the next call's larger ntasks while the ticket was
+            // still this one's claimed a task past the end, ran the next call's fn on it and counted it done
+            // there: that call returned with one of its tasks still running.) A lent generation can end while a
+            // helper holds a claim: lent_run checks that it has not before it reads the phase.
             task_fn fn = atomic_load(&p->fn);
-            fn(atomic_load(&p->ctx), (int)(uint32_t)t);
-            atomic_fetch_add(&p->done, 1);
+            lent_fn lfn = atomic_load(&p->lfn);
+            void *ctx = atomic_load(&p->ctx);
+            if (atomic_load(&p->lend)) {  // lfn copies the phase's description and checks the ticket itself
+                if (tid < 0 || !lfn(ctx, (int)(uint32_t)t, tid, gen)) break;
+            } else {
+                // a claim of a lent generation that ended may have read a later plain one's fields: the caller
+                // closed the ticket before writing them, so the ticket read after them says so
+                atomic_thread_fence(memory_order_acquire);
+                const uint64_t now = atomic_load(&p->ticket);
+                if ((uint32_t)(now >> 32) != gen || (uint32_t)now == FS_CLOSED) break;
+                fn(ctx, (int)(uint32_t)t);
+                atomic_fetch_add(&p->done, 1);
+            }
             t = atomic_load(&p->ticket);
         }
     }
+    if (tid >= 0) atomic_store(&g_help[tid].busy, 0);
+}
+
+// Workers keep off the CPU the caller runs on (g_caller_cpu, noted at each native call's start): with another
+// process busy on one core of two, the OS otherwise put the caller and that process on one core about half the
+// time (three runnable threads on two cores), and the caller drives every phase. A worker re-pins itself (within the
+// CPUs it was allowed at its start) when the caller's CPU changes; fs_set_avoid(0) turns it off.
+static _Atomic int g_caller_cpu = -1;
+static _Atomic int g_avoid_on = 1;
+
+static void note_caller_cpu(void) {
+    if (atomic_load_explicit(&g_avoid_on, memory_order_relaxed))
+        atomic_store_explicit(&g_caller_cpu, sched_getcpu(), memory_order_relaxed);
+}
+
+void fs_set_avoid(int on) {
+    atomic_store(&g_avoid_on, on != 0);
+    atomic_store(&g_caller_cpu, -1);
+}
+
+// The worker's CPU mask: `allowed` less the caller's CPU while avoiding (`avoid`: the CPU it keeps off now, -1 none).
+static void keep_off_caller(const cpu_set_t *allowed, int *avoid) {
+    const int cpu = atomic_load_explicit(&g_avoid_on, memory_order_relaxed)
+                        ? atomic_load_explicit(&g_caller_cpu, memory_order_relaxed) : -1;
+    if (cpu == *avoid) return;
+    cpu_set_t cs = *allowed;
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_CLR(cpu, &cs);
+    if (CPU_COUNT(&cs) == 0) cs = *allowed;  // allowed one CPU only: nothing to keep off
+    sched_setaffinity(0, sizeof cs, &cs);
+    *avoid = cpu;
 }
 
 static void *worker_main(void *arg) {
     worker_arg_t *a = (worker_arg_t *)arg;
     pool_t *p = a->pool;
+    cpu_set_t allowed;
+    int avoid = -1;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) CPU_ZERO(&allowed);
     uint32_t seen = (uint32_t)(atomic_load(&p->ticket) >> 32);
     for (;;) {
         uint64_t t;
@@ -127,7 +222,8 @@ static void *worker_main(void *arg) {
             polls = 0;
         }
         seen = (uint32_t)(t >> 32);
-        if (a->tid < atomic_load(&p->active)) run_tasks(p, seen);
+        if (CPU_COUNT(&allowed) > 1) keep_off_caller(&allowed, &avoid);
+        if (a->tid < atomic_load(&p->active)) run_tasks(p, seen, a->tid);
     }
 }
 
@@ -163,6 +259,7 @@ static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
         return;
     }
     atomic_store(&p->ticket, (uint64_t)p->gen << 32 | FS_CLOSED);  // the last generation: nothing to claim
+    atomic_store(&p->lend, 0);
     atomic_store(&p->active, workers);
     atomic_store(&p->fn, fn);
     atomic_store(&p->ctx, ctx);
@@ -175,7 +272,7 @@ static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
-    run_tasks(p, gen);
+    run_tasks(p, gen, -1);
     for (int polls = 0; atomic_load(&p->done) < ntasks; polls++) {
         if (polls < 4096) CPU_RELAX();
         else sched_yield();  // a worker holding a task was descheduled: give its core back
@@ -316,6 +413,8 @@ typedef struct {
     qmat_t head;
     const float *cos, *sin;  // [max_pos, D]; sin carries rotate-half's signs (llama.py's RotaryEmbedding)
     int cap;                 // tokens the scratch below holds
+    int64_t *lend_slots, *lend_ctx;  // a lent step's copies of its tokens' key slots and key counts (lend_tables)
+    size_t lend_slots_cap, lend_ctx_cap;
     float *x, *h, *qkv, *attn, *act;
     uint8_t *xq, *aq;        // quantized activations: K <= max(hidden, H*D) and K = I
     float *xd, *ad;
@@ -376,16 +475,28 @@ static void free_scratch(model_t *m) {
     m->cap = 0;
 }
 
+// A helper late in a lent task may still read this model's weights and scratch: none is inside one once this returns.
+static void lend_quiesce_locked(void) {
+    pthread_mutex_lock(&g_pool_owner);
+    lend_quiesce(&g_pool);
+    pthread_mutex_unlock(&g_pool_owner);
+}
+
+void fs_quiesce(void) { lend_quiesce_locked(); }  // the caller frees or moves memory a late helper may read (its K/V pool)
+
 void fs_model_free(void *handle) {
     model_t *m = (model_t *)handle;
     if (!m) return;
+    lend_quiesce_locked();
     free_scratch(m);
+    free(m->lend_slots), free(m->lend_ctx);
     free(m->layers);
     free(m);
 }
 
 static int ensure_scratch(model_t *m, int B) {
     if (m->cap >= B) return 1;
+    lend_quiesce_locked();
     free_scratch(m);
     const int kx = m->hidden > m->H * m->D ? m->hidden : m->H * m->D;
     const size_t kbx = (size_t)kb_of(kx), kbi = (size_t)kb_of(m->I), b = (size_t)B;
@@ -426,6 +537,17 @@ typedef struct {
     int ldy, accumulate, groups_per_task, ngroups;
     int mlp_blocks;    // FFN channel blocks (of 32) per task of the mlp phase
     const float *norm_w;
+    // where the mlp phase writes (the model's buffers; a helper's own in a lent task)
+    float *act, *ad;
+    uint8_t *aq;
+    int32_t *as;
+    int lend;                 // the matmul and mlp phases are lent (lend_for), the light ones run on the caller
+    int raw;                  // a helper's copy: outputs stored as computed, no bias or accumulation (the caller's copy adds them)
+    _Atomic uint64_t *beat;   // a helper's copy: its progress counter
+    task_fn lent_task;        // the lent phase's task
+    size_t res_act, res_aq, res_ad, res_as;  // where in a helper's buffer the mlp outputs go (floats from its start)
+    size_t res_att;           // ... and the attention parts' outputs
+    int att_per;              // attention parts per task of a lent attention phase
 } step_t;
 
 static size_t kv_elem(int kv_type) { return kv_type == KV_F32 ? 4 : 2; }
@@ -477,7 +599,9 @@ static void store_group(step_t *s, const qmat_t *w, int g, const float *out) {  
     for (int t = 0; t < s->B; t++) {  // each case its own branch-free loop, which the compiler vectorizes (same bits)
         float *yr = s->y + (int64_t)t * s->ldy + g * FS_QR;
         const float *o = out + t * FS_QR;
-        if (bias && s->accumulate)
+        if (s->raw)
+            memcpy(yr, o, sizeof(float) * (size_t)rows);
+        else if (bias && s->accumulate)
             for (int r = 0; r < rows; r++) yr[r] = yr[r] + (o[r] + bias[r]);
         else if (bias)
             for (int r = 0; r < rows; r++) yr[r] = o[r] + bias[r];
@@ -488,6 +612,10 @@ static void store_group(step_t *s, const qmat_t *w, int g, const float *out) {  
         else
             memcpy(yr, o, sizeof(float) * (size_t)rows);
     }
+}
+
+static inline void bump(_Atomic uint64_t *beat) {  // the helper's own line: a plain load and store, no locked add
+    if (beat) atomic_store_explicit(beat, atomic_load_explicit(beat, memory_order_relaxed) + 1, memory_order_relaxed);
 }
 
 static void task_matmul(void *c, int task) {
@@ -507,6 +635,7 @@ static void task_matmul(void *c, int task) {
             fs_qgemm_group(w->q4, m->act16, w->w, w->wd, w->wm, KB, g, s->xq, s->xd, s->xs, s->B, out[0]);
             store_group(s, w, g, out[0]);
         }
+        bump(s->beat);
     }
 }
 
@@ -660,7 +789,8 @@ static void task_mlp(void *c, int task) {
         ffn_groups(s, 0, 2 * j, out[0], out[1]);
         for (int t = 0; t < s->B; t++)
             for (int h = 0; h < 2; h++)
-                memcpy(m->act + (int64_t)t * KBI * FS_QK + j * FS_QK + h * FS_QR, out[h] + t * FS_QR, sizeof(float) * FS_QR);
+                memcpy(s->act + (int64_t)t * KBI * FS_QK + j * FS_QK + h * FS_QR, out[h] + t * FS_QR, sizeof(float) * FS_QR);
+        bump(s->beat);
     }
     const size_t esz = m->act16 ? 2 : 1;
     for (int j = j0; j < j1; j++) {
@@ -669,12 +799,245 @@ static void task_mlp(void *c, int task) {
             float up[FS_QK];
             memcpy(up, out[0] + t * FS_QR, sizeof(float) * FS_QR);
             memcpy(up + FS_QR, out[1] + t * FS_QR, sizeof(float) * FS_QR);
-            float *a = m->act + (int64_t)t * KBI * FS_QK + j * FS_QK;  // holds gate: overwritten lane by lane
+            float *a = s->act + (int64_t)t * KBI * FS_QK + j * FS_QK;  // holds gate: overwritten lane by lane
             silu_mul(a, up, I - j * FS_QK, a);
             const int64_t blk = (int64_t)t * KBI + j;
-            fs_quantize_act(m->act16, a, 1, FS_QK, FS_QK, 1, m->aq + (size_t)blk * FS_QK * esz, m->ad + blk, m->as + blk);
+            fs_quantize_act(m->act16, a, 1, FS_QK, FS_QK, 1, s->aq + (size_t)blk * FS_QK * esz, s->ad + blk, s->as + blk);
+        }
+        bump(s->beat);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lending a step's matmul and mlp phases (see "Lent phases" at the pool)
+
+static int g_lend_on = 1;       // fs_set_lend: whether decode steps of up to FS_LEND_MAX_B tokens on 2+ threads lend
+static _Atomic int g_lend_stall = 0;  // fs_set_lend_stall: every n-th lent task a helper sleeps first (tests)
+static step_t g_lend_desc;      // the lent phase's description: static, so a helper late by a whole step reads mapped memory
+static pthread_mutex_t g_lend_grow = PTHREAD_MUTEX_INITIALIZER;
+
+static int64_t g_lend_counts[3];  // lent tasks: run by the caller as its own claims, taken from a helper, computed again
+
+void fs_set_lend(int on) { g_lend_on = on != 0; }
+
+// How lent tasks went since the last call (then zeroed): out[0] the caller's own, out[1] a helper's copied into
+// place, out[2] a stalled helper's computed again by the caller.
+void fs_lend_counts(int64_t *out) {
+    pthread_mutex_lock(&g_pool_owner);
+    for (int i = 0; i < 3; i++) out[i] = g_lend_counts[i], g_lend_counts[i] = 0;
+    pthread_mutex_unlock(&g_pool_owner);
+}
+
+// For tests: every n-th lent task (0: none), a helper sleeps 300 us after claiming it, as if the OS had taken its
+// core: the caller computes the task itself, and the helper finishes it later, into nothing anybody reads, possibly
+// in a later phase or step.
+void fs_set_lend_stall(int every) { atomic_store(&g_lend_stall, every < 0 ? 0 : every); }
+
+// A helper's lent task: the phase's description copied and checked against the ticket (closed before the caller
+// writes another), outputs redirected into the helper's buffer, then marked finished in this generation.
+static int lent_run(void *desc, int task, int tid, uint32_t gen) {
+    helper_t *h = &g_help[tid];
+    step_t c;
+    memcpy(&c, desc, sizeof c);
+    atomic_thread_fence(memory_order_acquire);
+    const uint64_t now = atomic_load(&g_pool.ticket);
+    if ((uint32_t)(now >> 32) != gen || (uint32_t)now == FS_CLOSED || task >= FS_LEND_MAX_TASKS) return 0;
+    atomic_store_explicit(&h->cur, (uint64_t)gen << 32 | (uint32_t)task, memory_order_relaxed);
+    const int stall = atomic_load_explicit(&g_lend_stall, memory_order_relaxed);
+    if (stall > 0 && ++h->lent % (unsigned)stall == 0) {
+        const struct timespec nap = {0, 300000};
+        nanosleep(&nap, NULL);
+    }
+    c.raw = 1, c.beat = &h->beat, c.y = h->res;
+    c.act = h->res + c.res_act, c.aq = (uint8_t *)(h->res + c.res_aq), c.ad = h->res + c.res_ad;
+    c.as = (int32_t *)(h->res + c.res_as), c.att = h->res + c.res_att;
+    c.lent_task(&c, task);
+    atomic_store_explicit(&h->fin[task], gen, memory_order_release);
+    return 1;
+}
+
+typedef void (*commit_fn)(step_t *s, const float *res, int task);
+
+// A helper's finished matmul task into place: its groups' rows, bias and accumulation as store_group does them.
+static void commit_matmul(step_t *s, const float *res, int task) {
+    const qmat_t *w = s->mat;
+    const int g0 = task * s->groups_per_task;
+    const int g1 = g0 + s->groups_per_task < s->ngroups ? g0 + s->groups_per_task : s->ngroups;
+    if (!w->bias && !s->accumulate) {
+        const int r0 = g0 * FS_QR, r1 = g1 * FS_QR < w->n ? g1 * FS_QR : w->n;
+        for (int t = 0; t < s->B; t++)
+            memcpy(s->y + (int64_t)t * s->ldy + r0, res + (int64_t)t * s->ldy + r0, sizeof(float) * (size_t)(r1 - r0));
+        return;
+    }
+    float out[FS_LEND_MAX_B * FS_QR];
+    for (int g = g0; g < g1; g++) {
+        const int rows = w->n - g * FS_QR < FS_QR ? w->n - g * FS_QR : FS_QR;
+        for (int t = 0; t < s->B; t++)
+            memcpy(out + t * FS_QR, res + (int64_t)t * s->ldy + g * FS_QR, sizeof(float) * (size_t)rows);
+        store_group(s, w, g, out);
+    }
+}
+
+// A helper's finished mlp task into place: its FFN blocks' quantized activations, scales and sums.
+static void commit_mlp(step_t *s, const float *res, int task) {
+    const model_t *m = s->m;
+    const int KBI = kb_of(m->I), j0 = task * s->mlp_blocks, j1 = j0 + s->mlp_blocks < KBI ? j0 + s->mlp_blocks : KBI;
+    const size_t esz = m->act16 ? 2 : 1, n = (size_t)(j1 - j0);
+    const uint8_t *aq = (const uint8_t *)(res + s->res_aq);
+    const float *ad = res + s->res_ad;
+    const int32_t *as = (const int32_t *)(res + s->res_as);
+    for (int t = 0; t < s->B; t++) {
+        const size_t blk = (size_t)t * KBI + j0;
+        memcpy(s->aq + blk * FS_QK * esz, aq + blk * FS_QK * esz, n * FS_QK * esz);
+        memcpy(s->ad + blk, ad + blk, n * sizeof(float));
+        memcpy(s->as + blk, as + blk, n * sizeof(int32_t));
+    }
+}
+
+// Helper buffers for lent phases of this model (decode batches up to FS_LEND_MAX_B tokens, `helpers` helpers), the
+// mlp outputs' places in them set in s; grows them (after lend_quiesce) when short. 0: no lending this call.
+static int lend_reserve(step_t *s, int helpers) {
+    const model_t *m = s->m;
+    const size_t B = FS_LEND_MAX_B, KBI = (size_t)kb_of(m->I);
+    size_t ld = (size_t)((m->H + 2 * m->KVH) * m->D);
+    ld = ld > (size_t)m->hidden ? ld : (size_t)m->hidden;
+    ld = ld > (size_t)m->V ? ld : (size_t)m->V;
+    s->res_act = B * ld, s->res_aq = s->res_act + B * KBI * FS_QK, s->res_ad = s->res_aq + B * KBI * FS_QK / 2;
+    s->res_as = s->res_ad + B * KBI;
+    s->res_att = s->res_as + B * KBI;
+    const size_t need = s->res_att + B * (size_t)m->KVH * FS_MAX_PARTS * (size_t)(m->H / m->KVH) * (size_t)(m->D + 2);
+    pool_t *p = &g_pool;
+    if (pool_ensure(p, helpers) < helpers) return 0;
+    int short_ = 0;
+    for (int i = 0; i < helpers; i++) short_ |= g_help[i].res_floats < need;
+    if (!short_) return 1;
+    if (pthread_mutex_trylock(&g_pool_owner) != 0) return 0;  // another engine's call is on the pool
+    pthread_mutex_lock(&g_lend_grow);
+    lend_quiesce(p);
+    int ok = 1;
+    for (int i = 0; i < helpers && ok; i++) {
+        if (g_help[i].res_floats >= need) continue;
+        free(g_help[i].res);
+        g_help[i].res = (float *)malloc(sizeof(float) * need);
+        g_help[i].res_floats = g_help[i].res ? need : 0;
+        ok = g_help[i].res != NULL;
+    }
+    pthread_mutex_unlock(&g_lend_grow);
+    pthread_mutex_unlock(&g_pool_owner);
+    return ok;
+}
+
+// parallel_for for a lent phase: the caller claims and runs tasks like any thread, then takes each task a helper
+// claimed: its outputs copied into place once the helper marks it finished, or the task computed here when the helper
+// has not moved for FS_STALL_S (descheduled). The same outputs either way.
+static void lend_for(step_t *s, task_fn fn, commit_fn commit, int ntasks) {
+    pool_t *p = &g_pool;
+    const int helpers = s->nthreads - 1 < p->nworkers ? s->nthreads - 1 : p->nworkers;
+    if (ntasks < 2 || ntasks > FS_LEND_MAX_TASKS || helpers < 1 || pthread_mutex_trylock(&g_pool_owner) != 0) {
+        for (int i = 0; i < ntasks; i++) fn(s, i);
+        return;
+    }
+    atomic_store(&p->ticket, (uint64_t)p->gen << 32 | FS_CLOSED);
+    atomic_thread_fence(memory_order_seq_cst);  // the close before the description's writes (the seqlock's odd count)
+    g_lend_desc = *s;
+    g_lend_desc.lent_task = fn;
+    atomic_store(&p->lend, 1);
+    atomic_store(&p->lfn, lent_run);
+    atomic_store(&p->ctx, (void *)&g_lend_desc);
+    atomic_store(&p->ntasks, ntasks);
+    atomic_store(&p->active, helpers);
+    const uint32_t gen = ++p->gen;
+    atomic_store(&p->ticket, (uint64_t)gen << 32);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    unsigned char mine[FS_LEND_MAX_TASKS];
+    memset(mine, 0, (size_t)ntasks);
+    for (uint64_t t = atomic_load(&p->ticket); (uint32_t)t < (uint32_t)ntasks;) {  // only this thread moves the gen
+        if (atomic_compare_exchange_weak(&p->ticket, &t, t + 1)) {
+            mine[(uint32_t)t] = 1;
+            g_lend_counts[0]++;
+            fn(s, (int)(uint32_t)t);
+            t = atomic_load(&p->ticket);
         }
     }
+    for (int task = 0; task < ntasks; task++) {
+        if (mine[task]) continue;
+        const uint64_t want = (uint64_t)gen << 32 | (uint32_t)task;
+        double since = now_s();
+        uint64_t last = 0;
+        int watched = -1;
+        for (;;) {
+            int got = -1, holder = -1;
+            for (int i = 0; i < helpers && got < 0; i++)
+                if (atomic_load_explicit(&g_help[i].fin[task], memory_order_acquire) == gen) got = i;
+            if (got >= 0) {
+                commit(s, g_help[got].res, task);
+                g_lend_counts[1]++;
+                break;
+            }
+            for (int i = 0; i < helpers && holder < 0; i++)
+                if (atomic_load_explicit(&g_help[i].cur, memory_order_relaxed) == want) holder = i;
+            const uint64_t beat = holder >= 0 ? atomic_load_explicit(&g_help[holder].beat, memory_order_relaxed) : 0;
+            const double now = now_s();
+            if (holder != watched || beat != last) {
+                since = now, last = beat, watched = holder;
+            } else if (now - since > FS_STALL_S) {  // descheduled (or never started): computed here
+                g_lend_counts[2]++;
+                fn(s, task);
+                break;
+            }
+            CPU_RELAX();
+        }
+    }
+    atomic_store(&p->ticket, (uint64_t)gen << 32 | FS_CLOSED);  // a late helper's claim and description check fail
+    atomic_thread_fence(memory_order_seq_cst);
+    pthread_mutex_unlock(&g_pool_owner);
+}
+
+// A lent attention phase's task: a run of att_per parts, the last runs first (as parallel_rows_by's last_first).
+static void task_attend_run(void *c, int task) {
+    step_t *s = (step_t *)c;
+    const int n = s->B * s->m->KVH * s->att_parts, per = s->att_per, runs = (n + per - 1) / per, r = runs - 1 - task;
+    const int i1 = (r + 1) * per < n ? (r + 1) * per : n;
+    for (int i = r * per; i < i1; i++) {
+        task_attend_part(s, i);
+        bump(s->beat);
+    }
+}
+
+static void commit_attend(step_t *s, const float *res, int task) {
+    const model_t *m = s->m;
+    const int n = s->B * m->KVH * s->att_parts, per = s->att_per, runs = (n + per - 1) / per, r = runs - 1 - task;
+    const int i1 = (r + 1) * per < n ? (r + 1) * per : n;
+    const size_t part = (size_t)(m->H / m->KVH) * (size_t)(m->D + 2);
+    memcpy(s->att + (size_t)r * per * part, res + s->res_att + (size_t)r * per * part, sizeof(float) * (size_t)(i1 - r * per) * part);
+}
+
+// A lent step's attention reads its tokens' key slots and key counts from copies the model owns (the caller's
+// arrays may be gone when a late helper reads them): row b holds token b's first ctx[b] slots. 0: no memory.
+static int lend_tables(model_t *m, step_t *s) {
+    int64_t L = 1;
+    for (int b = 0; b < s->B; b++) L = s->ctx[b] > L ? s->ctx[b] : L;
+    const size_t need = (size_t)s->B * (size_t)L;
+    if (m->lend_slots_cap < need || m->lend_ctx_cap < (size_t)s->B) {
+        lend_quiesce_locked();
+        free(m->lend_slots), free(m->lend_ctx);
+        m->lend_slots = (int64_t *)malloc(sizeof(int64_t) * need);
+        m->lend_ctx = (int64_t *)malloc(sizeof(int64_t) * FS_LEND_MAX_B);
+        m->lend_slots_cap = m->lend_slots ? need : 0;
+        m->lend_ctx_cap = m->lend_ctx ? FS_LEND_MAX_B : 0;
+        if (!m->lend_slots || !m->lend_ctx) return 0;
+    }
+    for (int b = 0; b < s->B; b++) {
+        const int64_t srow = s->slot_row ? s->slot_row[b] : b;
+        memcpy(m->lend_slots + (size_t)b * L, s->slots + srow * s->Lmax, sizeof(int64_t) * (size_t)s->ctx[b]);
+        m->lend_ctx[b] = s->ctx[b];
+    }
+    s->slots = m->lend_slots, s->ctx = m->lend_ctx, s->slot_row = NULL, s->Lmax = (int)L;
+    return 1;
 }
 
 static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const float *xd, const int32_t *xs, float *y,
@@ -683,7 +1046,11 @@ static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const fl
     s->ngroups = (w->n + FS_QR - 1) / FS_QR;
     int per = s->ngroups / (s->nthreads * mm_claims(s->B));
     s->groups_per_task = per < 1 ? 1 : per;
-    parallel_for(s->nthreads, task_matmul, s, (s->ngroups + s->groups_per_task - 1) / s->groups_per_task);
+    const int ntasks = (s->ngroups + s->groups_per_task - 1) / s->groups_per_task;
+    if (s->lend)
+        lend_for(s, task_matmul, commit_matmul, ntasks);
+    else
+        parallel_for(s->nthreads, task_matmul, s, ntasks);
 }
 
 // x_in [B, hidden] (embeddings) -> logits [N, V] of rows out_rows[0..N-1] (increasing; NULL with N = B: all rows).
@@ -698,7 +1065,13 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
     if (!m || B < 1 || B > FS_MAX_BATCH || m->D > 512 || !ensure_scratch(m, B)) return -1;
     if (N < 0 || N > B || (out_rows == NULL && N != 0 && N != B)) return -1;
     step_t s = {.m = m, .B = B, .Lmax = Lmax, .kv_type = kv_type, .nthreads = nthreads < 1 ? 1 : nthreads,
-                .pos = pos, .slot = slot, .slots = slots, .ctx = ctx, .slot_row = slot_row, .kv = (uint8_t *)kv, .S = S};
+                .pos = pos, .slot = slot, .slots = slots, .ctx = ctx, .slot_row = slot_row, .kv = (uint8_t *)kv, .S = S,
+                .act = m->act, .ad = m->ad, .aq = m->aq, .as = m->as};
+    // a decode batch on 2+ threads lends its matmul, mlp and attention phases; its light ones (norms, RoPE and the K/V
+    // write, the parts' merge: a few us each at this size) run on the caller, which a lent phase never leaves waiting
+    // for a descheduled helper
+    note_caller_cpu();
+    s.lend = g_lend_on && s.nthreads > 1 && B <= FS_LEND_MAX_B && lend_reserve(&s, s.nthreads - 1);
     int parts = 1;
     for (int b = 0; b < B; b++) {
         const int p = fs_attend_parts((int)ctx[b]);
@@ -710,23 +1083,34 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
     s.mlp_blocks = mlp_per < 1 ? 1 : mlp_per;
     s.att = (float *)malloc(sizeof(float) * (size_t)B * m->KVH * parts * (size_t)(m->H / m->KVH) * (m->D + 2));
     if (!s.att) return -1;
+    if (s.lend && !lend_tables(m, &s)) s.lend = 0;
+    const int light = s.lend ? 1 : s.nthreads;
+    const int att_n = B * m->KVH * parts, att_per = att_n / (s.nthreads * FS_ATT_CLAIMS);
+    s.att_per = att_per < 1 ? 1 : att_per;
     memcpy(m->x, x_in, sizeof(float) * (size_t)B * (size_t)m->hidden);
     const int qkv_n = (m->H + 2 * m->KVH) * m->D;
     for (int l = 0; l < m->L; l++) {
         const layer_t *ly = &m->layers[l];
         s.l = l;
         s.norm_w = ly->in_norm;
-        TIMED(PH_NORM, parallel_rows(s.nthreads, task_norm, &s, B));
+        TIMED(PH_NORM, parallel_rows(light, task_norm, &s, B));
         TIMED(PH_QKV, matmul_phase(&s, &ly->qkv, m->xq, m->xd, m->xs, m->qkv, qkv_n, 0));
-        TIMED(PH_ROPE, parallel_rows(s.nthreads, task_rope_store, &s, B * m->KVH));
-        TIMED(PH_ATTEND, parallel_rows_by(s.nthreads, task_attend_part, &s, B * m->KVH * parts, FS_ATT_CLAIMS, 1));
-        TIMED(PH_COMBINE, parallel_rows(s.nthreads, task_attend_combine, &s, B * m->KVH));
-        TIMED(PH_QUANT, parallel_rows(s.nthreads, task_quant_attn, &s, B));
+        TIMED(PH_ROPE, parallel_rows(light, task_rope_store, &s, B * m->KVH));
+        if (s.lend)
+            TIMED(PH_ATTEND, lend_for(&s, task_attend_run, commit_attend, (att_n + s.att_per - 1) / s.att_per));
+        else
+            TIMED(PH_ATTEND, parallel_rows_by(s.nthreads, task_attend_part, &s, att_n, FS_ATT_CLAIMS, 1));
+        TIMED(PH_COMBINE, parallel_rows(light, task_attend_combine, &s, B * m->KVH));
+        TIMED(PH_QUANT, parallel_rows(light, task_quant_attn, &s, B));
         TIMED(PH_O, matmul_phase(&s, &ly->o, m->xq, m->xd, m->xs, m->x, m->hidden, 1));
         s.norm_w = ly->post_norm;
-        TIMED(PH_NORM, parallel_rows(s.nthreads, task_norm, &s, B));
+        TIMED(PH_NORM, parallel_rows(light, task_norm, &s, B));
         s.mat = &ly->gu, s.xq = m->xq, s.xd = m->xd, s.xs = m->xs;
-        TIMED(PH_MLP, parallel_for(s.nthreads, task_mlp, &s, (kb_of(m->I) + s.mlp_blocks - 1) / s.mlp_blocks));
+        const int mlp_tasks = (kb_of(m->I) + s.mlp_blocks - 1) / s.mlp_blocks;
+        if (s.lend)
+            TIMED(PH_MLP, lend_for(&s, task_mlp, commit_mlp, mlp_tasks));
+        else
+            TIMED(PH_MLP, parallel_for(s.nthreads, task_mlp, &s, mlp_tasks));
         TIMED(PH_DOWN, matmul_phase(&s, &ly->down, m->aq, m->ad, m->as, m->x, m->hidden, 1));
     }
     free(s.att);
@@ -740,7 +1124,7 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
     }
     s.B = N;
     s.norm_w = m->norm;
-    TIMED(PH_NORM, parallel_rows(s.nthreads, task_norm, &s, N));
+    TIMED(PH_NORM, parallel_rows(light, task_norm, &s, N));
     TIMED(PH_HEAD, matmul_phase(&s, &m->head, m->xq, m->xd, m->xs, logits, m->V, 0));
     return 0;
 }
@@ -810,6 +1194,7 @@ int fs_qgemm(int q4, int act16, const float *x, int M, int K, int ldx, const uin
         return -1;
     }
     nthreads = nthreads < 1 ? 1 : nthreads;
+    note_caller_cpu();
     parallel_for(nthreads, task_gemm_quant, &g, M);
     g.ngroups = (N + FS_QR - 1) / FS_QR;
     const int per = g.ngroups / (nthreads * FS_CLAIMS);
@@ -839,6 +1224,7 @@ void fs_dequant(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm
                 int nthreads) {
     dequant_t d = {.q4 = q4, .N = N, .K = K, .w = w, .wd = wd, .wm = wm, .out = out, .ngroups = (N + FS_QR - 1) / FS_QR};
     nthreads = nthreads < 1 ? 1 : nthreads;
+    note_caller_cpu();
     const int per = d.ngroups / (nthreads * FS_CLAIMS);
     d.per = per < 1 ? 1 : per;
     parallel_for(nthreads, task_dequant, &d, (d.ngroups + d.per - 1) / d.per);
