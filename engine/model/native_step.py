@@ -7,7 +7,9 @@ with prefill chunks, dense weights, CUDA and machines without the native library
 
 Threads: how many threads a step should use depends on what else runs on the machine. On a quiet
 2-core machine two threads are fastest; with one core busy (another process, the gateway's event loop
-under load) a second thread shares that core and every phase waits for it, so one thread is faster.
+under load) a second thread shares that core. Decode calls of up to 8 tokens lend their tasks (the kernel's
+"Lent phases": the calling thread never waits for a descheduled helper), which keeps two threads ahead of
+one there; larger calls wait for every task, and one thread can then be faster.
 `ThreadGovernor` measures instead of guessing: it keeps the median of the last few step times per thread
 count and batch size, uses the fastest, and re-tries the others now and then so that it notices when
 the machine changes.

@@ -23,6 +23,8 @@
 // wake-up each. Tasks are claimed one at a time from a shared counter (dynamic), so a thread that
 // the OS slows down does fewer tasks instead of holding the others at the phase's end. How many threads
 // a step uses is the caller's choice per call (engine/model/native_step.py measures which is faster).
+// A decode call of up to FS_LEND_MAX_B tokens lends its heavy phases instead ("Lent phases" below): the caller
+// never waits for a helper the OS has descheduled.
 #define _GNU_SOURCE 1  // sched_getcpu, sched_setaffinity, CPU_SET
 #include <math.h>
 #include <pthread.h>
@@ -1022,12 +1024,13 @@ static int lend_tables(model_t *m, step_t *s) {
     int64_t L = 1;
     for (int b = 0; b < s->B; b++) L = s->ctx[b] > L ? s->ctx[b] : L;
     const size_t need = (size_t)s->B * (size_t)L;
-    if (m->lend_slots_cap < need || m->lend_ctx_cap < (size_t)s->B) {
+    if (m->lend_slots_cap < need || m->lend_ctx_cap < (size_t)s->B) {  // grown by half again: not at every new key
+        const size_t cap = need + need / 2;
         lend_quiesce_locked();
         free(m->lend_slots), free(m->lend_ctx);
-        m->lend_slots = (int64_t *)malloc(sizeof(int64_t) * need);
+        m->lend_slots = (int64_t *)malloc(sizeof(int64_t) * cap);
         m->lend_ctx = (int64_t *)malloc(sizeof(int64_t) * FS_LEND_MAX_B);
-        m->lend_slots_cap = m->lend_slots ? need : 0;
+        m->lend_slots_cap = m->lend_slots ? cap : 0;
         m->lend_ctx_cap = m->lend_ctx ? FS_LEND_MAX_B : 0;
         if (!m->lend_slots || !m->lend_ctx) return 0;
     }
