@@ -244,6 +244,18 @@ static int pool_ensure(pool_t *p, int workers) {
     return p->nworkers;
 }
 
+// Opens the next generation for claims (its fields written) and wakes parked workers; returns its number.
+static uint32_t open_generation(pool_t *p) {
+    const uint32_t gen = ++p->gen;
+    atomic_store(&p->ticket, (uint64_t)gen << 32);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    return gen;
+}
+
 // Runs fn(ctx, 0..ntasks-1) on the caller's thread and up to nthreads-1 pool workers; returns when
 // every task is done. The pool serves one caller at a time: a second thread calling meanwhile (two
 // engines in one process) runs its tasks on its own thread instead of waiting.
@@ -267,13 +279,7 @@ static void parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
     atomic_store(&p->ctx, ctx);
     atomic_store(&p->ntasks, ntasks);
     atomic_store(&p->done, 0);
-    const uint32_t gen = ++p->gen;
-    atomic_store(&p->ticket, (uint64_t)gen << 32);
-    if (atomic_load(&p->sleepers) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
+    const uint32_t gen = open_generation(p);
     run_tasks(p, gen, -1);
     for (int polls = 0; atomic_load(&p->done) < ntasks; polls++) {
         if (polls < 4096) CPU_RELAX();
@@ -948,13 +954,7 @@ static void lend_for(step_t *s, task_fn fn, commit_fn commit, int ntasks) {
     atomic_store(&p->ctx, (void *)&g_lend_desc);
     atomic_store(&p->ntasks, ntasks);
     atomic_store(&p->active, helpers);
-    const uint32_t gen = ++p->gen;
-    atomic_store(&p->ticket, (uint64_t)gen << 32);
-    if (atomic_load(&p->sleepers) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
+    const uint32_t gen = open_generation(p);
     unsigned char mine[FS_LEND_MAX_TASKS];
     memset(mine, 0, (size_t)ntasks);
     for (uint64_t t = atomic_load(&p->ticket); (uint32_t)t < (uint32_t)ntasks;) {  // only this thread moves the gen
