@@ -421,8 +421,8 @@ typedef struct {
     qmat_t head;
     const float *cos, *sin;  // [max_pos, D]; sin carries rotate-half's signs (llama.py's RotaryEmbedding)
     int cap;                 // tokens the scratch below holds
-    int64_t *lend_slots, *lend_ctx;  // a lent step's copies of its tokens' key slots and key counts (lend_tables)
-    size_t lend_slots_cap, lend_ctx_cap;
+    int64_t *lend_slots;     // a lent step's copy of its tokens' key slots (lend_tables); only ever valid slots
+    size_t lend_slots_cap;
     float *x, *h, *qkv, *attn, *act;
     uint8_t *xq, *aq;        // quantized activations: K <= max(hidden, H*D) and K = I
     float *xd, *ad;
@@ -497,7 +497,7 @@ void fs_model_free(void *handle) {
     if (!m) return;
     lend_quiesce_locked();
     free_scratch(m);
-    free(m->lend_slots), free(m->lend_ctx);
+    free(m->lend_slots);
     free(m->layers);
     free(m);
 }
@@ -556,6 +556,7 @@ typedef struct {
     size_t res_act, res_aq, res_ad, res_as;  // where in a helper's buffer the mlp outputs go (floats from its start)
     size_t res_att;           // ... and the attention parts' outputs
     int att_per;              // attention parts per task of a lent attention phase
+    int64_t lctx[FS_LEND_MAX_B];  // a lent step's key counts, inside the description: a late helper's copy keeps them
 } step_t;
 
 static size_t kv_elem(int kv_type) { return kv_type == KV_F32 ? 4 : 2; }
@@ -859,6 +860,7 @@ static int lent_run(void *desc, int task, int tid, uint32_t gen) {
     c.raw = 1, c.beat = &h->beat, c.y = h->res;
     c.act = h->res + c.res_act, c.aq = (uint8_t *)(h->res + c.res_aq), c.ad = h->res + c.res_ad;
     c.as = (int32_t *)(h->res + c.res_as), c.att = h->res + c.res_att;
+    c.ctx = c.lctx;  // its own copy of the key counts, which agree with its copy of Lmax
     c.lent_task(&c, task);
     atomic_store_explicit(&h->fin[task], gen, memory_order_release);
     return 1;
@@ -1018,28 +1020,28 @@ static void commit_attend(step_t *s, const float *res, int task) {
     memcpy(s->att + (size_t)r * per * part, res + s->res_att + (size_t)r * per * part, sizeof(float) * (size_t)(i1 - r * per) * part);
 }
 
-// A lent step's attention reads its tokens' key slots and key counts from copies the model owns (the caller's
-// arrays may be gone when a late helper reads them): row b holds token b's first ctx[b] slots. 0: no memory.
+// A lent step's attention reads its tokens' key slots from a copy the model owns (the caller's table may be gone when a
+// late helper reads it) and its key counts from the description (lctx): row b holds token b's first ctx[b] slots. The
+// copy is zeroed when made and only ever holds valid slots, so a helper late by a step or more, reading rows a later
+// step rewrote, reads slots inside the pool: garbage it computes into its own buffer, never out of bounds. 0: no memory.
 static int lend_tables(model_t *m, step_t *s) {
     int64_t L = 1;
     for (int b = 0; b < s->B; b++) L = s->ctx[b] > L ? s->ctx[b] : L;
     const size_t need = (size_t)s->B * (size_t)L;
-    if (m->lend_slots_cap < need || m->lend_ctx_cap < (size_t)s->B) {  // grown by half again: not at every new key
+    if (m->lend_slots_cap < need) {  // grown by half again: not at every new key
         const size_t cap = need + need / 2;
         lend_quiesce_locked();
-        free(m->lend_slots), free(m->lend_ctx);
-        m->lend_slots = (int64_t *)malloc(sizeof(int64_t) * cap);
-        m->lend_ctx = (int64_t *)malloc(sizeof(int64_t) * FS_LEND_MAX_B);
+        free(m->lend_slots);
+        m->lend_slots = (int64_t *)calloc(cap, sizeof(int64_t));
         m->lend_slots_cap = m->lend_slots ? cap : 0;
-        m->lend_ctx_cap = m->lend_ctx ? FS_LEND_MAX_B : 0;
-        if (!m->lend_slots || !m->lend_ctx) return 0;
+        if (!m->lend_slots) return 0;
     }
     for (int b = 0; b < s->B; b++) {
         const int64_t srow = s->slot_row ? s->slot_row[b] : b;
         memcpy(m->lend_slots + (size_t)b * L, s->slots + srow * s->Lmax, sizeof(int64_t) * (size_t)s->ctx[b]);
-        m->lend_ctx[b] = s->ctx[b];
+        s->lctx[b] = s->ctx[b];
     }
-    s->slots = m->lend_slots, s->ctx = m->lend_ctx, s->slot_row = NULL, s->Lmax = (int)L;
+    s->slots = m->lend_slots, s->ctx = s->lctx, s->slot_row = NULL, s->Lmax = (int)L;
     return 1;
 }
 
