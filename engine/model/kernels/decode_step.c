@@ -308,11 +308,19 @@ typedef struct {
     int n, per, last_first;
 } rows_t;
 
+// Items [*i0, *i1) of task `task` when n items are cut into runs of `per` (the last run shorter); last_first: the
+// runs handed out in reverse order (task 0 takes the last run).
+static inline void task_span(int task, int per, int n, int last_first, int *i0, int *i1) {
+    if (last_first) task = (n + per - 1) / per - 1 - task;
+    *i0 = task * per;
+    *i1 = *i0 + per < n ? *i0 + per : n;
+}
+
 static void task_rows(void *c, int task) {
     const rows_t *r = (const rows_t *)c;
-    if (r->last_first) task = (r->n + r->per - 1) / r->per - 1 - task;
-    const int i1 = (task + 1) * r->per < r->n ? (task + 1) * r->per : r->n;
-    for (int i = task * r->per; i < i1; i++) r->fn(r->ctx, i);
+    int i0, i1;
+    task_span(task, r->per, r->n, r->last_first, &i0, &i1);
+    for (int i = i0; i < i1; i++) r->fn(r->ctx, i);
 }
 
 static void parallel_rows_by(int nthreads, task_fn fn, void *ctx, int n, int claims, int last_first) {
@@ -633,8 +641,8 @@ static void task_matmul(void *c, int task) {
     const qmat_t *w = s->mat;
     const int KB = kb_of(w->k);
     float out[2][FS_MAX_BATCH * FS_QR];  // up to FS_MAX_BATCH tokens per call (the Python side splits larger batches)
-    const int g0 = task * s->groups_per_task;
-    const int g1 = g0 + s->groups_per_task < s->ngroups ? g0 + s->groups_per_task : s->ngroups;
+    int g0, g1;
+    task_span(task, s->groups_per_task, s->ngroups, 0, &g0, &g1);
     for (int g = g0; g < g1; g += 2) {
         if (g + 1 < g1) {  // two groups at once: prefill tiles share each activation load between them
             fs_qgemm_group2(w->q4, m->act16, w->w, w->wd, w->wm, KB, g, s->xq, s->xd, s->xs, s->B, out[0], out[1]);
@@ -792,7 +800,8 @@ static void task_mlp(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
     const int I = m->I, KBI = kb_of(I), up0 = I / FS_QR;
-    const int j0 = task * s->mlp_blocks, j1 = j0 + s->mlp_blocks < KBI ? j0 + s->mlp_blocks : KBI;
+    int j0, j1;
+    task_span(task, s->mlp_blocks, KBI, 0, &j0, &j1);
     float out[2][FS_MAX_BATCH * FS_QR];
     for (int j = j0; j < j1; j++) {  // gate groups 2j, 2j + 1 into act
         ffn_groups(s, 0, 2 * j, out[0], out[1]);
@@ -823,7 +832,6 @@ static void task_mlp(void *c, int task) {
 static int g_lend_on = 1;       // fs_set_lend: whether decode steps of up to FS_LEND_MAX_B tokens on 2+ threads lend
 static _Atomic int g_lend_stall = 0;  // fs_set_lend_stall: every n-th lent task a helper sleeps first (tests)
 static step_t g_lend_desc;      // the lent phase's description: static, so a helper late by a whole step reads mapped memory
-static pthread_mutex_t g_lend_grow = PTHREAD_MUTEX_INITIALIZER;
 
 static int64_t g_lend_counts[3];  // lent tasks: run by the caller as its own claims, taken from a helper, computed again
 
@@ -871,8 +879,8 @@ typedef void (*commit_fn)(step_t *s, const float *res, int task);
 // A helper's finished matmul task into place: its groups' rows, bias and accumulation as store_group does them.
 static void commit_matmul(step_t *s, const float *res, int task) {
     const qmat_t *w = s->mat;
-    const int g0 = task * s->groups_per_task;
-    const int g1 = g0 + s->groups_per_task < s->ngroups ? g0 + s->groups_per_task : s->ngroups;
+    int g0, g1;
+    task_span(task, s->groups_per_task, s->ngroups, 0, &g0, &g1);
     if (!w->bias && !s->accumulate) {
         const int r0 = g0 * FS_QR, r1 = g1 * FS_QR < w->n ? g1 * FS_QR : w->n;
         for (int t = 0; t < s->B; t++)
@@ -891,7 +899,9 @@ static void commit_matmul(step_t *s, const float *res, int task) {
 // A helper's finished mlp task into place: its FFN blocks' quantized activations, scales and sums.
 static void commit_mlp(step_t *s, const float *res, int task) {
     const model_t *m = s->m;
-    const int KBI = kb_of(m->I), j0 = task * s->mlp_blocks, j1 = j0 + s->mlp_blocks < KBI ? j0 + s->mlp_blocks : KBI;
+    const int KBI = kb_of(m->I);
+    int j0, j1;
+    task_span(task, s->mlp_blocks, KBI, 0, &j0, &j1);
     const size_t esz = m->act16 ? 2 : 1, n = (size_t)(j1 - j0);
     const uint8_t *aq = (const uint8_t *)(res + s->res_aq);
     const float *ad = res + s->res_ad;
@@ -922,7 +932,6 @@ static int lend_reserve(step_t *s, int helpers) {
     for (int i = 0; i < helpers; i++) short_ |= g_help[i].res_floats < need;
     if (!short_) return 1;
     if (pthread_mutex_trylock(&g_pool_owner) != 0) return 0;  // another engine's call is on the pool
-    pthread_mutex_lock(&g_lend_grow);
     lend_quiesce(p);
     int ok = 1;
     for (int i = 0; i < helpers && ok; i++) {
@@ -932,7 +941,6 @@ static int lend_reserve(step_t *s, int helpers) {
         g_help[i].res_floats = g_help[i].res ? need : 0;
         ok = g_help[i].res != NULL;
     }
-    pthread_mutex_unlock(&g_lend_grow);
     pthread_mutex_unlock(&g_pool_owner);
     return ok;
 }
@@ -1004,9 +1012,9 @@ static void lend_for(step_t *s, task_fn fn, commit_fn commit, int ntasks) {
 // A lent attention phase's task: a run of att_per parts, the last runs first (as parallel_rows_by's last_first).
 static void task_attend_run(void *c, int task) {
     step_t *s = (step_t *)c;
-    const int n = s->B * s->m->KVH * s->att_parts, per = s->att_per, runs = (n + per - 1) / per, r = runs - 1 - task;
-    const int i1 = (r + 1) * per < n ? (r + 1) * per : n;
-    for (int i = r * per; i < i1; i++) {
+    int i0, i1;
+    task_span(task, s->att_per, s->B * s->m->KVH * s->att_parts, 1, &i0, &i1);
+    for (int i = i0; i < i1; i++) {
         task_attend_part(s, i);
         bump(s->beat);
     }
@@ -1014,10 +1022,10 @@ static void task_attend_run(void *c, int task) {
 
 static void commit_attend(step_t *s, const float *res, int task) {
     const model_t *m = s->m;
-    const int n = s->B * m->KVH * s->att_parts, per = s->att_per, runs = (n + per - 1) / per, r = runs - 1 - task;
-    const int i1 = (r + 1) * per < n ? (r + 1) * per : n;
+    int i0, i1;
+    task_span(task, s->att_per, s->B * m->KVH * s->att_parts, 1, &i0, &i1);
     const size_t part = (size_t)(m->H / m->KVH) * (size_t)(m->D + 2);
-    memcpy(s->att + (size_t)r * per * part, res + s->res_att + (size_t)r * per * part, sizeof(float) * (size_t)(i1 - r * per) * part);
+    memcpy(s->att + (size_t)i0 * part, res + s->res_att + (size_t)i0 * part, sizeof(float) * (size_t)(i1 - i0) * part);
 }
 
 // A lent step's attention reads its tokens' key slots from a copy the model owns (the caller's table may be gone when a
@@ -1161,8 +1169,8 @@ static void task_gemm_groups(void *c, int task) {
     gemm_t *g = (gemm_t *)c;
     const size_t esz = g->act16 ? 2 : 1;
     float out[2][64 * FS_QR];
-    const int g0 = task * g->groups_per_task;
-    const int g1 = g0 + g->groups_per_task < g->ngroups ? g0 + g->groups_per_task : g->ngroups;
+    int g0, g1;
+    task_span(task, g->groups_per_task, g->ngroups, 0, &g0, &g1);
     for (int m0 = 0; m0 < g->M; m0 += 64) {  // 64 rows at a time: the group's weights stay in L1/L2
         const int mt = g->M - m0 < 64 ? g->M - m0 : 64;
         const uint8_t *xq = g->xq + (size_t)m0 * g->KB * FS_QK * esz;
@@ -1221,7 +1229,8 @@ typedef struct {
 
 static void task_dequant(void *c, int task) {
     dequant_t *d = (dequant_t *)c;
-    const int g0 = task * d->per, g1 = g0 + d->per < d->ngroups ? g0 + d->per : d->ngroups;
+    int g0, g1;
+    task_span(task, d->per, d->ngroups, 0, &g0, &g1);
     for (int g = g0; g < g1; g++) fs_dequant_group(d->q4, d->w, d->wd, d->wm, d->N, d->K, g, d->out);
 }
 
