@@ -20,7 +20,7 @@ from pathlib import Path
 
 from engine import kv_dtypes
 from engine.config import DTYPE_BYTES, KVCacheSpec
-from engine.model.config import ModelConfig
+from engine.model.families import read_config
 
 # Element types a plan can size (the engine's pool dtypes, engine/kv_dtypes.py, and the plan-only ones).
 KV_DTYPES = (*kv_dtypes.KV_DTYPES, *kv_dtypes.PLAN_ONLY_BYTES)
@@ -99,7 +99,7 @@ class ModelShape:
 def shape_from_folder(folder: str | Path) -> ModelShape:
     """Reads config.json, and counts parameters exactly from the safetensors headers when present."""
     folder = Path(folder)
-    cfg = ModelConfig.from_folder(folder)
+    cfg = read_config(folder)
     params, params_source = cfg.num_params, "config.json (Llama layout formula)"
     counted = count_safetensors_params(folder)
     if counted:
