@@ -13,6 +13,7 @@ from rich.table import Table
 
 from engine import kv_dtypes
 from engine.model import formats
+from engine.model.families import UnsupportedModel
 from engine.planner import (
     KV_DTYPES,
     WEIGHT_DTYPES,
@@ -85,6 +86,8 @@ def kv_plan(
         measured = _measure(folder, plan, device) if measure else None
     except FileNotFoundError as e:  # no model folder
         raise config_error(str(e)) from None
+    except UnsupportedModel as e:  # a config.json field or architecture finserve does not run
+        raise config_error(f"the model cannot be served: {e} (docs/MODELS.md lists what finserve runs)") from None
     except ValueError as e:
         raise CLIError(str(e)) from None
     if output is Output.json:

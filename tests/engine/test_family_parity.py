@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from engine.model import cpu_kernels
 from engine.request import EngineRequest, SamplingParams
 from tests.engine.family_models import hf_generate, write_family
 from tests.engine.test_engine_parity import make_engine, random_prompts
@@ -105,3 +106,24 @@ def test_windowed_decode_without_the_native_kernels(family_dir, case: str) -> No
     engine = make_engine(model_dir, max_num_batched_tokens=16, native_kernels=False)
     got = run(engine, {0: [req(f"r{i}", p) for i, p in enumerate(prompts)]})
     assert [got[f"r{i}"][0] for i in range(len(prompts))] == want
+
+
+@pytest.mark.parametrize("weights", ["int8", "q4"])
+@pytest.mark.parametrize("case", ["llama3-rope-untied", "qwen2-bias-window", "qwen3-qknorm-hd32", "gemma2", "gemma3",
+                                  "phi3-longrope-partial-window", "granite"])
+def test_quantized_formats_serve_every_family(family_dir, case: str, weights: str) -> None:
+    """The quantized Linear does not care what surrounds it: each family loads as int8 and q4 and serves (parity is
+    demanded of fp32 only); the fused native step takes only what it implements (native_unsupported)."""
+    from engine.model.families import native_unsupported
+    from engine.model.native_step import NativeDecoder
+
+    engine = make_engine(family_dir(case), weights=weights)
+    assert engine.runner.model.weight_format == weights
+    got = run(engine, {0: [req("a", random_prompts(5, [41])[0]), req("b", random_prompts(6, [9])[0])]})
+    assert all(len(tokens) == N and all(lp <= 0 for lp in logprobs) for tokens, logprobs in got.values())
+    why = native_unsupported(engine.model_config)
+    assert (why is None) == (case == "llama3-rope-untied")
+    if why is not None:
+        assert engine.runner.native_step is None and NativeDecoder.eligible(engine.runner.model) == why
+    elif cpu_kernels.kernel_isa() is not None:
+        assert engine.runner.native_step is not None  # Llama 3.x's RoPE is only another table
