@@ -119,6 +119,7 @@ class LLMEngine:
             allocated_bytes=self.runner.kv_cache_bytes,
             max_model_len=self.max_model_len,
             max_concurrency_at_max_len=self.num_blocks // blocks_per_req,
+            sliding_window_layers=self.model_config.sliding_layers,  # held over the whole context all the same
             dtype=self.config.resolved_kv_dtype,
             dtype_reason=self.config.kv_dtype_choice[1],
             tokens_by_kv_dtype=self.runner.tokens_by_kv_dtype(),

@@ -197,6 +197,12 @@ def _variants_table(plan: KVPlan) -> Table:
         ("  without block rounding", lambda v: _opt(v.max_concurrent_exact, lambda n: f"{n:,}")),
         (f"batch of {plan.inputs.batch} fits", lambda v: _opt(v.batch_fits, lambda b: "yes" if b else "NO")),
     ]
+    if plan.configured.request_bytes_windowed is not None:  # the model has sliding-window layers
+        rows += [
+            ("per request, sliding layers at their window", lambda v: _opt(v.request_bytes_windowed, format_bytes)),
+            ("  max concurrent if freed (engine: not yet)", lambda v: _opt(v.max_concurrent_windowed,
+                                                                           lambda n: f"{n:,}")),
+        ]
     for name, cell in rows:
         t.add_row(name, *(cell(v) for v in plan.variants))
     return t
