@@ -127,3 +127,9 @@ def test_quantized_formats_serve_every_family(family_dir, case: str, weights: st
         assert engine.runner.native_step is None and NativeDecoder.eligible(engine.runner.model) == why
     elif cpu_kernels.kernel_isa() is not None:
         assert engine.runner.native_step is not None  # Llama 3.x's RoPE is only another table
+
+
+def test_dynamic_rope_past_max_position_embeddings_is_refused(family_dir) -> None:
+    """transformers recomputes dynamic NTK's base per call past max_position_embeddings: no table can follow it."""
+    with pytest.raises(ValueError, match="'dynamic' past max_position_embeddings"):
+        make_engine(family_dir("llama-dynamic"), max_model_len=512)
