@@ -3,6 +3,7 @@ one line naming the field (the CLI's exit 3: tests/cli/test_errors.py), never a 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -33,6 +34,15 @@ def test_every_family_reads_transformers_own_config(config_class: str) -> None:
     want = [hf.sliding_window if t == "sliding_attention" or (t == "full_attention" and config_class in (
         "MistralConfig", "Phi3Config") and hf.sliding_window) else None for t in types]
     assert [cfg.window(i) for i in range(4)] == want
+
+
+@pytest.mark.parametrize("config_class", CONFIG_CLASSES)
+def test_a_field_left_out_takes_transformers_default(config_class: str) -> None:
+    hf = getattr(transformers, config_class)(**SHAPE)
+    full, minimal = parse_config(saved(config_class)), parse_config({"model_type": hf.model_type, **SHAPE})
+    # (token ids aside: the engine takes them from generation_config.json and the tokenizer too)
+    assert replace(minimal, bos_token_id=full.bos_token_id, eos_token_ids=full.eos_token_ids) == full
+    assert (minimal.max_position_embeddings, minimal.rms_norm_eps) == (hf.max_position_embeddings, hf.rms_norm_eps)
 
 
 def test_hub_style_configs_of_older_transformers_read_the_same_as_transformers() -> None:

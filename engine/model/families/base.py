@@ -81,6 +81,8 @@ class Family:
     tie_default: ClassVar[bool] = False  # transformers' default for tie_word_embeddings
     partial_rotary: ClassVar[bool] = False  # reads partial_rotary_factor
     default_head_dim: ClassVar[int | None] = None  # transformers' default head_dim (None: hidden / heads)
+    default_max_pos: ClassVar[int] = 2048  # transformers' defaults of fields a config.json may leave out
+    default_eps: ClassVar[float] = 1e-6
 
     @classmethod
     def parse(cls, cfg: dict[str, Any]) -> ModelConfig:
@@ -109,7 +111,7 @@ class Family:
         if act not in ACTIVATIONS:
             raise refuse(cls.act_field, f"activation {act!r} is not implemented (finserve runs {', '.join(ACTIVATIONS)})")
         eos = cfg.get("eos_token_id")
-        max_pos = int(cfg.get("max_position_embeddings") or 2048)
+        max_pos = int(cfg.get("max_position_embeddings") or cls.default_max_pos)
         rope = cls.read_rope(cfg, rope_dict(cfg), head_dim, max_pos, "rope_scaling")
         return ModelConfig(
             hidden_size=hidden,
@@ -118,7 +120,7 @@ class Family:
             num_heads=heads,
             num_kv_heads=kv_heads,
             head_dim=head_dim,
-            rms_norm_eps=float(cfg.get("rms_norm_eps") or 1e-6),
+            rms_norm_eps=float(cfg.get("rms_norm_eps") or cls.default_eps),
             rope_theta=rope.theta,
             vocab_size=int(need(cfg, "vocab_size")),
             max_position_embeddings=max_pos,

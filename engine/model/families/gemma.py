@@ -30,6 +30,7 @@ class Gemma2(Family):
     default_act = "gelu_pytorch_tanh"
     tie_default = True
     default_head_dim = 256
+    default_max_pos = 8192
     pattern: ClassVar[int] = 2  # every pattern-th layer is global, the others slide
     softcaps: ClassVar[tuple[float | None, float | None]] = (50.0, 30.0)  # attention, final: config defaults
 
@@ -62,6 +63,7 @@ class Gemma3(Gemma2):
                "their own RoPE base (rope_local_base_freq), the global ones with rope_scaling")
     pattern = 6
     softcaps = (None, None)
+    default_max_pos = 131072
 
     @classmethod
     def parse(cls, cfg: dict[str, Any]) -> ModelConfig:

@@ -12,6 +12,7 @@ class Mistral(Family):
     model_types = ("mistral",)
     architectures = ("MistralForCausalLM",)
     fields = frozenset({"head_dim", "sliding_window"})
+    default_max_pos = 4096 * 32
     summary = "sliding-window attention on every layer (`sliding_window`, when set)"
 
     @classmethod

@@ -18,6 +18,8 @@ class Phi3(Family):
     architectures = ("Phi3ForCausalLM",)
     fields = frozenset({"head_dim", "original_max_position_embeddings", "partial_rotary_factor", "sliding_window",
                         "resid_pdrop", "embd_pdrop", *_NEUTRAL})
+    default_max_pos = 4096
+    default_eps = 1e-5
     summary = ("fused qkv_proj / gate_up_proj, longrope (short and long factors), partial rotary (Phi-4-mini), "
                "sliding window")
     partial_rotary = True

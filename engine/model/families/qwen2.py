@@ -23,6 +23,7 @@ class Qwen2(Family):
     model_types = ("qwen2",)
     architectures = ("Qwen2ForCausalLM",)
     fields = _WINDOW_FIELDS | {"head_dim"}
+    default_max_pos = 32768
     summary = "biases on q/k/v; sliding windows only with `use_sliding_window`"
 
     @classmethod
@@ -36,6 +37,7 @@ class Qwen3(Family):
     fields = _WINDOW_FIELDS | {"head_dim", "attention_bias"}
     summary = "per-head RMSNorm on q and k before RoPE, an explicit `head_dim`; sliding windows as Qwen2"
     default_head_dim = 128
+    default_max_pos = 32768
 
     @classmethod
     def add(cls, cfg: dict[str, Any], base: ModelConfig) -> ModelConfig:
