@@ -174,6 +174,7 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
             if state.owns_engine and state.engine_client is not None:
                 await state.engine_client.aclose()
             await asyncio.to_thread(state.ledger.close)  # nothing is lost on a clean shutdown
+            await asyncio.to_thread(maintenance.record_stop, state)  # after the last rows: their heads
             state.ledger.engine.dispose()
             state.db.dispose()
 
