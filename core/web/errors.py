@@ -46,6 +46,7 @@ ERROR_CODES: dict[str, int] = {
     "file_not_found": 404,
     "batch_not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,
     "idempotency_conflict": 409,
     "job_item_not_running": 409,
     "request_too_large": 413,
