@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine, select
 
 from ledger.chain import EVENTS_PARTITION, HEADS, LEDGER, SUPERSEDED
 from ledger.checkpoints import CHECKPOINTS, Base, chain_base
-from ledger.events import append_events, read_events
+from ledger.events import EVENTS, append_events, read_events
 from ledger.problem import Db, Problem
 from ledger.readable import fits, readable
 from ledger.verify import read_head
@@ -44,14 +44,16 @@ def snapshot(db: Db) -> dict[str, Any]:
     return {"heads": heads, "checkpoints": dict(sorted(cps.items()))}
 
 
-def _records(db: Db) -> list[dict[str, Any]]:
-    """The events that record heads, oldest first (an edited one, which verify names, is skipped)."""
-    out = []
-    for e in read_events(db, kinds=RECORD_KINDS):
-        d = e["detail"]
-        if isinstance(d, dict) and isinstance(d.get("heads"), dict) and isinstance(d.get("checkpoints"), dict):
-            out.append(e)
-    return out
+def _is_record(e: dict[str, Any]) -> bool:
+    """An event that records heads (an edited one, which verify names, does not count)."""
+    d = e["detail"]
+    return isinstance(d, dict) and isinstance(d.get("heads"), dict) and isinstance(d.get("checkpoints"), dict)
+
+
+def _last_record(db: Db) -> dict[str, Any] | None:
+    stmt = select(EVENTS).where(EVENTS.c.kind.in_(RECORD_KINDS), readable(db, EVENTS)).order_by(EVENTS.c.seq.desc())
+    e = db.execute(stmt.limit(1)).mappings().first()
+    return dict(e) if e is not None and _is_record(dict(e)) else None
 
 
 def record_heads(conn: Connection, reason: str, hmac_key: bytes | None = None, *,
@@ -60,9 +62,8 @@ def record_heads(conn: Connection, reason: str, hmac_key: bytes | None = None, *
     only when a head or checkpoint differs from the last record's. Returns the events written."""
     detail = {"reason": reason, **snapshot(conn)}
     if only_if_moved:
-        last = _records(conn)[-1:]
-        if last and {k: last[0]["detail"][k] for k in ("heads", "checkpoints")} == \
-                {k: detail[k] for k in ("heads", "checkpoints")}:
+        last = _last_record(conn)
+        if last is not None and all(last["detail"][k] == detail[k] for k in ("heads", "checkpoints")):
             return []
     return append_events(conn, [(HEADS_KIND, None, detail)], hmac_key)
 
@@ -76,18 +77,22 @@ def record_heads_now(engine: Engine, reason: str, hmac_key: bytes | None = None)
 def check_anchors(db: Db, tenant: str | None = None) -> list[Problem]:
     """The tenants' heads and checkpoints against the last records of them, and the rows' `events_seq` against
     the event chain's head."""
-    records = _records(db)
-    latest: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    latest: dict[str, tuple[str, dict[str, Any]]] = {}  # tenant -> (the last record naming it, its entry)
     recorded_cp: dict[str, int] = {}
-    for e in records:
+    records = 0
+    for e in read_events(db, kinds=RECORD_KINDS):
+        if not _is_record(e):
+            continue
+        records += 1
+        said = _said(e)
         for t, h in e["detail"]["heads"].items():
-            latest[t] = (e, h)
+            latest[t] = (said, h)
         for t, seq in e["detail"]["checkpoints"].items():
             recorded_cp[t] = max(recorded_cp.get(t, 0), int(seq))
     out: list[Problem] = []
-    for t, (e, h) in sorted(latest.items()):
+    for t, (said, h) in sorted(latest.items()):
         if tenant is None or t == tenant:
-            out += _held_to(db, t, e, h)
+            out += _held_to(db, t, said, h)
     if records:
         out += _unrecorded_checkpoints(db, tenant, recorded_cp)
     return out + _events_named(db, tenant)
@@ -97,21 +102,21 @@ def _said(e: dict[str, Any]) -> str:
     return f"event {e['seq']} ({e['detail'].get('reason', e['kind'])} at {e['at'].isoformat()})"
 
 
-def _held_to(db: Db, t: str, e: dict[str, Any], h: dict[str, Any]) -> list[Problem]:
+def _held_to(db: Db, t: str, said: str, h: dict[str, Any]) -> list[Problem]:
     seq, digest = int(h["seq"]), h["hash"]
     head = read_head(db, t)
     if head is None:
         if db.scalar(select(HEADS.c.partition).where(HEADS.c.partition == t)) is not None:
             return []  # there, unreadable: verify names it
-        return [Problem("tenant_missing", t, seq, None, f"{_said(e)} recorded tenant {t}'s chain at position "
+        return [Problem("tenant_missing", t, seq, None, f"{said} recorded tenant {t}'s chain at position "
                         f"{seq}; it has no head now: its chain was deleted")]
     if head.seq < seq:
         return [Problem("head_moved_back", t, head.seq, head.request_id, f"the head names position {head.seq}, "
-                        f"but {_said(e)} recorded position {seq}: the last rows were deleted and the head moved "
+                        f"but {said} recorded position {seq}: the last rows were deleted and the head moved "
                         "back")]
     found = _hash_at(db, t, seq, chain_base(db, t))
     if seq > 0 and found is not None and found[0] != digest:
-        return [Problem("head_moved_back", t, seq, found[1], f"position {seq} holds another hash than {_said(e)} "
+        return [Problem("head_moved_back", t, seq, found[1], f"position {seq} holds another hash than {said} "
                         "recorded: the chain was cut back there and written again")]
     return []
 
