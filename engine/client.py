@@ -105,9 +105,8 @@ class LocalEngineClient:
 
         OpenMP (torch's intra-op pool and the native kernels) keeps a team of threads per calling
         thread: an engine loaded on one thread and stepped on another leaves two teams competing for
-        the cores, and a parallel region from the second thread ran ~3x slower than from the first
-        (1x576 @ 576x1536 GEMM, 2 threads: 114-128 us vs 37-40 us). Loading and stepping on one
-        thread keeps one team. Raises what the factory raised.
+        the cores, so a parallel region from the second thread runs slower than from the first.
+        Loading and stepping on one thread keeps one team. Raises what the factory raised.
         """
         ready: Future[LocalEngineClient] = Future()
 

@@ -36,7 +36,7 @@ class EngineConfig:
     # Batch invariance: every token (prefill chunk or decode, in any batch) runs the fused native step's
     # per-row arithmetic, so greedy/seeded answers and logprobs are bitwise reproducible (ledger replay)
     # whatever else was batched, however the prompt was chunked, cached prefix or not. Needs the native
-    # step (quantized weights, fp32 compute on CPU); its cost is measured in docs/BENCHMARKS.md.
+    # step (quantized weights, fp32 compute on CPU); its cost: `finserve bench invariance`.
     batch_invariant: bool = False
     # On CUDA: decode-only steps replay CUDA graphs captured per shape bucket (engine/model/cuda_graphs.py)
     cuda_graphs: bool = True
@@ -82,9 +82,9 @@ class EngineConfig:
     @cached_property
     def kv_dtype_choice(self) -> tuple[str, str]:
         """(the pool's torch dtype name, why). auto on CPU: fp16 where fp32 compute runs on the SIMD kernels
-        (avx2, avx512), whose attention reads a 16-bit pool in place at half fp32's bytes: at 4,096 tokens of
-        context the decode step is 1.4-1.6x faster (docs/BENCHMARKS.md, "Eighth round") with perplexity within
-        0.1% (`finserve bench quality --kv-dtypes`); the generic C build widens 16-bit values one by one, so
+        (avx2, avx512), whose attention reads a 16-bit pool in place at half fp32's bytes, so long-context decode
+        is faster (`finserve bench llamacpp`, tg32@d4096) with perplexity within 0.1% (`finserve bench quality
+        --kv-dtypes`); the generic C build widens 16-bit values one by one, so
         it and CUDA keep the compute dtype. Resolved once per config (it asks which kernels are built)."""
         if self.kv_cache_dtype != "auto":
             return torch_name(self.kv_cache_dtype), "asked for"

@@ -147,10 +147,10 @@ def _pick(row: torch.Tensor, r: SamplingRow, greedy: int) -> tuple[int, TokenLog
 def _argmax_no_nan(logits: torch.Tensor, scrub: list[bool]) -> list[int]:
     """Each row's argmax, NaN never winning: NaN -> -inf in the rows that `scrub` names (they sample or report
     logprobs, so every value counts); every other row's token is its first maximum among its non-NaN values
-    (what argmax gives once NaN is -inf), its logits left as they are: scrubbing all V logits every step cost
-    ~0.25 ms per decode step. On CPU the native kernel finds those maxima (cpu_kernels.argmax_rows): right after
-    a decode step has streamed ~90 MB of weights through the caches, torch's argmax of one row of 49,152 logits
-    and its NaN check took ~150 us, the kernel's call a tenth of that."""
+    (what argmax gives once NaN is -inf), its logits left as they are: scrubbing all V logits every step is a
+    visible share of a small model's decode step. On CPU the native kernel finds those maxima
+    (cpu_kernels.argmax_rows): right after a decode step has streamed the weights through the caches, each torch
+    call's code and data come back from memory, and one native call replaces torch's argmax and NaN check."""
     native = argmax_rows(logits)
     if native is not None:
         greedy = native

@@ -2,9 +2,9 @@
 meanwhile.
 
 FastAPI parses a route's JSON body and validates its model on the event loop before the route runs. For
-a chat request with 500 tools (200 kB) that measured 11-25 ms of json.loads and 68-75 ms of validation
-(pydantic, then the edge's depth and Unicode walks over every nested value, core/web/text.py), during
-which /healthz and every stream wait. A router built with `route_class=OffLoopJSONRoute` parses bodies
+a chat request with hundreds of tools, json.loads and validation (pydantic, then the edge's depth and Unicode
+walks over every nested value, core/web/text.py) hold the event loop long enough that /healthz and every stream
+wait. A router built with `route_class=OffLoopJSONRoute` parses bodies
 past INLINE_VALIDATE_BYTES in a worker thread (FastAPI's own handler runs with a Request whose `json()`
 does; FastAPI's "custom Request and APIRoute class" pattern). A route that declares its body with `as_parsed` gets the parsed JSON unvalidated (the OpenAPI
 schema is still the model's) and validates it with `validated(Model, data, size)`: inline when
