@@ -14,6 +14,8 @@ KV_CACHE_DTYPES = kv_choices()  # ("auto", "fp32", "bf16", "fp16", "float32", ..
 DTYPE_BYTES = dtype_bytes()
 AUTO_FP16_KV_ISAS = ("avx2", "avx512", "amx")  # the kernel variants under which auto picks an fp16 pool on CPU
 
+MAX_CONTEXT_CAP = 8192  # the default max_model_len's cap (and the positions the RoPE tables cover then)
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -46,7 +48,7 @@ class EngineConfig:
     num_blocks_override: int | None = None  # tests: exact number of blocks
     max_num_batched_tokens: int = 256  # token budget of one step: bounds a step (~0.5 s on 2 CPU cores)
     max_num_seqs: int = 64  # batch slots in total
-    max_model_len: int | None = None  # None: the model's max_position_embeddings, capped at 8192
+    max_model_len: int | None = None  # None: the model's max_position_embeddings, capped at MAX_CONTEXT_CAP
     enable_prefix_caching: bool = True
     scheduling: str = "class"  # "class" (policy-aware) or "fcfs" (comparison only)
     num_threads: int | None = None  # torch intra-op threads on CPU; None = all cores

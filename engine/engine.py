@@ -23,7 +23,7 @@ from pathlib import Path
 import structlog
 import torch
 
-from engine.config import EngineConfig
+from engine.config import MAX_CONTEXT_CAP, EngineConfig
 from engine.model_runner import ModelRunner
 from engine.outputs import (
     AdmissionError,
@@ -47,7 +47,7 @@ from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 log = structlog.get_logger(__name__)
 
-MAX_CONTEXT_CAP = 8192
+LONG_ROPE_SALT = "\x00longrope"  # appended to the cache salt of requests on longrope's long factors
 
 
 @dataclass
@@ -119,6 +119,7 @@ class LLMEngine:
             allocated_bytes=self.runner.kv_cache_bytes,
             max_model_len=self.max_model_len,
             max_concurrency_at_max_len=self.num_blocks // blocks_per_req,
+            sliding_window_layers=self.model_config.sliding_layers,  # held over the whole context all the same
             dtype=self.config.resolved_kv_dtype,
             dtype_reason=self.config.kv_dtype_choice[1],
             tokens_by_kv_dtype=self.runner.tokens_by_kv_dtype(),
@@ -139,6 +140,7 @@ class LLMEngine:
         if any(not 0 <= t < vocab for t in (*req.prompt_token_ids, *req.sampling.stop_token_ids, *biased)):
             raise AdmissionError("invalid_token", "prompt, stop or logit_bias token id outside the vocabulary")
         grammar = self._grammar(req.sampling)
+        self._long_rope(req)
         self.scheduler.add_request(req)  # sampling, class and size checks
         try:
             self._live[req.request_id] = self._new_live(req, grammar)
@@ -253,7 +255,19 @@ class LLMEngine:
                 outputs.append(self._on_token(update, ran.logprobs.get(update.request.request_id)))
             except Exception as e:
                 outputs.append(self._fail_alone(update.request, e, "on_token"))
+            if not update.finished and self._long_rope(update.request):
+                self.scheduler.recompute(update.request.request_id)
         return outputs
+
+    def _long_rope(self, req: EngineRequest) -> bool:
+        """longrope (engine/model/rope.py): True when `req` has just outgrown original_max_position_embeddings. Its
+        tokens rotate with the long factors from then on, all of them (as transformers' Phi3 drops its cache at that
+        point and recomputes), so its cached K is recomputed and its blocks are keyed apart from a short sequence's
+        with the same tokens (another cache salt)."""
+        if not self.runner.model.rope.long_prompt(req.num_tokens) or req.cache_salt.endswith(LONG_ROPE_SALT):
+            return False
+        req.cache_salt += LONG_ROPE_SALT
+        return True
 
     def _sampling_row(self, req: EngineRequest) -> SamplingRow:
         live = self._live[req.request_id]

@@ -64,7 +64,8 @@ class ModelRunner:
             torch.set_num_threads(config.num_threads)
         cpu_kernels.configure(enabled=config.native_kernels, isa=config.kernel_isa)  # before any weight is packed
         self.model, self.model_config = load_model(
-            config.model, self.device, self.dtype, config.weights, dtype_explicit=config.dtype != "auto"
+            config.model, self.device, self.dtype, config.weights, dtype_explicit=config.dtype != "auto",
+            max_positions=config.max_model_len,
         )
         mc: ModelConfig = self.model_config
         self.kv_spec = KVCacheSpec(
@@ -197,8 +198,16 @@ class ModelRunner:
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[str]]:
         """Flat-batch tensors, rows in `seqs` order (SchedulerOutput's: prefill chunks, then one-token seqs)."""
         if self.native_decode and all(s.num_new_tokens == 1 for s in seqs):
-            return self._prepare_native_decode(seqs)
-        return self._prepare_general(seqs)
+            prepared = self._prepare_native_decode(seqs)
+        else:
+            prepared = self._prepare_general(seqs)
+        if self.model.rope.long_from is not None:  # longrope: rows by each sequence's length (rope.py)
+            lens = torch.tensor([s.request.num_tokens for s in seqs], dtype=torch.long)
+            counts = torch.tensor([s.num_new_tokens for s in seqs], dtype=torch.long)
+            positions = prepared[1].cpu()
+            rows = self.model.rope.rows_for(positions, torch.repeat_interleave(lens, counts))
+            prepared[2].rope_rows = None if rows is None else rows.to(self.device)
+        return prepared
 
     def _prepare_general(
         self, seqs: list[ScheduledSeq]

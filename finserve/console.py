@@ -120,6 +120,7 @@ def explain(exc: BaseException) -> CLIError | None:
     from kombu.exceptions import OperationalError as BrokerError
     from redis.exceptions import ConnectionError as RedisConnectionError
 
+    from engine.model.families import UnsupportedModel
     from jobs.queue import QueueUnavailable
     from policies.errors import PolicyError
     from stack.models import ModelUnavailable
@@ -128,6 +129,8 @@ def explain(exc: BaseException) -> CLIError | None:
         return exc
     if isinstance(exc, ModelUnavailable):
         return config_error(str(exc))
+    if isinstance(exc, UnsupportedModel):  # a model loaded without stack.models.check_model
+        return config_error(f"the model cannot be served: {_first_line(exc)} (docs/MODELS.md lists what finserve runs)")
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
         return CLIError(f"cannot reach the gateway at {_base_url(exc)} (is `finserve serve` or `finserve up` "
                         "running? pass --url or set FINSERVE_GATEWAY_URL)", ExitCode.UNREACHABLE)

@@ -178,11 +178,15 @@ class NativeDecoder:
     @staticmethod
     def eligible(model: object) -> str | None:
         """Why the native step cannot serve this model (None when it can)."""
+        from engine.model.families import native_unsupported
         from engine.model.llama import LlamaModel
 
         assert isinstance(model, LlamaModel)
         cfg = model.cfg
         lins = [lin for layer in model.layers for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
+        unsupported = native_unsupported(cfg)  # a family feature the fused step does not implement
+        if unsupported is not None:
+            return unsupported
         if model.device.type != "cpu" or model.dtype != torch.float32:
             return "the native step runs fp32 compute on CPU"
         if not all(isinstance(lin, QuantizedLinear) and lin.lib is not None for lin in lins + [model.lm_head]):

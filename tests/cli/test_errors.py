@@ -1,6 +1,7 @@
 """Failures a user meets first: one line on stderr with cause and fix, an exit code a script can test."""
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -173,3 +174,28 @@ def test_bad_engine_option_of_generate_is_one_line_exit_1(cli: Cli, tmp_path: Pa
     res = cli("generate", "--prompt", "hi", "--model", str(tmp_path), flag, value)
     assert res.exit_code == ExitCode.USAGE, res.output
     assert one_line(res.stderr).startswith("error: ") and f"not '{value}'" in res.stderr
+
+
+@pytest.mark.parametrize("args", [("generate", "--prompt", "hi"), ("serve",), ("kv-plan",)])
+@pytest.mark.parametrize("config,named", [
+    ({"model_type": "llama", "quantization_config": {"quant_method": "gptq"}}, "'quantization_config'"),
+    ({"model_type": "mamba"}, "model_type 'mamba' is not supported"),
+])
+def test_a_model_finserve_does_not_run_is_one_line_exit_3(cli: Cli, tmp_path: Path, args: tuple[str, ...],
+                                                          config: dict[str, object], named: str) -> None:
+    shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "vocab_size": 100}
+    (tmp_path / "config.json").write_text(json.dumps({**shape, **config}))
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 8)
+    res = cli(*args, "--model", str(tmp_path))
+    assert res.exit_code == ExitCode.CONFIG == 3, res.output
+    line = one_line(res.stderr)
+    assert named in line and "cannot be served" in line and "unexpected" not in line, line
+
+
+def test_an_unsupported_model_met_while_loading_is_a_configuration_error() -> None:
+    """Loaded without stack.models.check_model (an engine built in code): still one line, exit 3."""
+    from engine.model.families import UnsupportedModel
+
+    err = explain(UnsupportedModel("config.json field 'num_experts': not implemented for model_type 'qwen2'"))
+    assert err is not None and err.code == ExitCode.CONFIG and "'num_experts'" in err.message
