@@ -2,8 +2,8 @@
 
 Rows of one batch can have different parameters, and the batch is treated at once: the penalties, bias, stop-id
 and grammar masks as one tensor operation per kind (engine/sampler_masks.py), the greedy rows' argmax in one native
-call, every sampled row's draw in one call of the native sampling kernel (engine/sampler_draw.py: no sort of the
-vocabulary). A seeded row's token depends on its logits, its parameters, its seed and how many tokens it has
+call, every sampled row's draw in one call of the native sampling kernel (engine/sampler_draw.py says what is
+drawn; kernels/sample.c draws it without a sort of the vocabulary). A seeded row's token depends on its logits, its parameters, its seed and how many tokens it has
 generated, never on the batch around it.
 
 Nothing a request asks for can raise out of here or spoil another row: the work is float32, temperature and
@@ -19,11 +19,13 @@ from typing import Protocol
 
 import torch
 
+from engine.model import sample_kernel
 from engine.model.cpu_kernels import argmax_rows
 from engine.outputs import LOGPROB_FLOOR, TokenLogprobs
 from engine.request import SamplingParams
-from engine.sampler_draw import Drawn, draw, kept_logits, spec, temperature, uniforms
+from engine.sampler_draw import Drawn, DrawSpec, kept_logits, spec, temperature, uniforms
 from engine.sampler_masks import apply_masks
+from engine.sampler_torch import draw_torch
 
 
 class TokenMask(Protocol):
@@ -82,6 +84,18 @@ def _greedy(logits: torch.Tensor, rows: list[int]) -> list[int]:
         if bad:
             best[j] = sub[j].masked_fill(torch.isnan(sub[j]), float("-inf")).argmax()
     return list(best.tolist())
+
+
+def draw(logits: torch.Tensor, specs: Sequence[DrawSpec]) -> list[Drawn]:
+    """One Drawn per spec (engine/sampler_draw.py): the native kernel on CPU, the torch path elsewhere or without
+    the kernels. logits: [N, V] float32; NaN counts as -inf; left unchanged."""
+    fn = sample_kernel.kernel() if logits.device.type == "cpu" and logits.stride(1) == 1 else None
+    if fn is None:
+        return draw_torch(logits, specs)
+    draws = (sample_kernel.Draw * len(specs))(*[
+        sample_kernel.Draw(s.row, s.top_k, s.u, s.temperature, s.top_p, s.log_min_p) for s in specs])
+    sample_kernel.draw_rows(fn, logits, draws)
+    return [Drawn(d.token, d.last_y, d.last_idx) for d in draws]
 
 
 def _draw_rows(logits: torch.Tensor, rows: list[SamplingRow], sampled: list[int],

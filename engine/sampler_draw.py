@@ -5,7 +5,7 @@ y < max(y) + log(min_p); top-k keeps y >= the k-th largest y, ties kept; top-p o
 token index ascending) and keeps the shortest prefix whose probability exceeds top_p; the token is drawn from what
 is kept in proportion to exp(y). On CPU the native kernel draws every row in one call (kernels/sample.c: two
 passes over a row, then candidates only, no sort of the vocabulary); elsewhere, or without the kernels, the same
-rule runs as batched torch operations (engine/sampler_torch.py).
+rule runs as batched torch operations (engine/sampler_torch.py); engine/sampler.py's `draw` picks.
 
 Uniforms: a seeded row's is a function of (seed, tokens generated so far) alone (splitmix64), so its tokens do not
 depend on the batch it is in, on the other rows, or on how many draws the engine made before; unseeded rows take
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.model import sample_kernel
 from engine.request import MIN_TEMPERATURE, SamplingParams
 
 _MASK64 = 2**64 - 1
@@ -95,19 +94,6 @@ def spec(row: int, p: SamplingParams, u: float) -> DrawSpec:
     """Row `row`'s draw; min_p <= 0, top_k <= 0 and top_p >= 1 (or NaN) are off."""
     top_p = p.top_p if p.top_p < 1.0 else 1.0
     return DrawSpec(row, temperature(p), p.top_k, top_p, math.log(p.min_p) if p.min_p > 0.0 else -math.inf, u)
-
-
-def draw(logits: torch.Tensor, specs: Sequence[DrawSpec]) -> list[Drawn]:
-    """One Drawn per spec. logits: [N, V] float32; NaN counts as -inf; left unchanged."""
-    fn = sample_kernel.kernel() if logits.device.type == "cpu" and logits.stride(1) == 1 else None
-    if fn is None:
-        from engine.sampler_torch import draw_torch
-
-        return draw_torch(logits, specs)
-    draws = (sample_kernel.Draw * len(specs))(*[
-        sample_kernel.Draw(s.row, s.top_k, s.u, s.temperature, s.top_p, s.log_min_p) for s in specs])
-    sample_kernel.draw_rows(fn, logits, draws)
-    return [Drawn(d.token, d.last_y, d.last_idx) for d in draws]
 
 
 def kept_logits(row: torch.Tensor, temperature: float, drawn: Drawn) -> torch.Tensor:

@@ -10,8 +10,8 @@ import torch
 
 from engine.model import cpu_kernels, sample_kernel
 from engine.request import SamplingParams
-from engine.sampler import SamplingRow, sample, token_logprobs
-from engine.sampler_draw import draw, seeded_uniform, spec
+from engine.sampler import SamplingRow, draw, sample, token_logprobs
+from engine.sampler_draw import seeded_uniform, spec
 from engine.sampler_masks import apply_masks
 from tests.engine.sampler_reference import final_logits, mask_row, real_logits
 

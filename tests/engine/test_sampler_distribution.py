@@ -21,8 +21,8 @@ import torch
 
 from engine.model import sample_kernel
 from engine.request import SamplingParams
-from engine.sampler import SamplingRow
-from engine.sampler_draw import Drawn, DrawSpec, draw, kept_logits, seeded_uniform, spec, temperature
+from engine.sampler import SamplingRow, draw
+from engine.sampler_draw import Drawn, DrawSpec, kept_logits, seeded_uniform, spec, temperature
 from engine.sampler_masks import apply_masks
 from engine.sampler_torch import draw_torch
 from tests.engine.sampler_reference import distribution, final_logits, real_logits
