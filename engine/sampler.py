@@ -101,6 +101,8 @@ def draw(logits: torch.Tensor, specs: Sequence[DrawSpec]) -> list[Drawn]:
 def _draw_rows(logits: torch.Tensor, rows: list[SamplingRow], sampled: list[int],
                out: SampledBatch) -> dict[int, Drawn]:
     """The draw of every row of `sampled`, in one call; a row that cannot be drawn is reported in out.errors."""
+    if not sampled:
+        return {}
     params = [rows[i].params for i in sampled]
     us, bad = uniforms(params, [rows[i].num_output_tokens for i in sampled], [rows[i].generator for i in sampled])
     out.errors.update({sampled[j]: e for j, e in bad.items()})

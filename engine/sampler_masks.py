@@ -35,6 +35,10 @@ class _Edits:
     bias: list[float] = field(default_factory=list)
     stop_ids: list[int] = field(default_factory=list)
 
+    @property
+    def empty(self) -> bool:
+        return not (self.rep_ids or self.pf_ids or self.bias_ids or self.stop_ids)
+
 
 def _distinct(ids: Sequence[int], vocab: int, what: str) -> tuple[np.ndarray, np.ndarray]:
     """The distinct ids of `ids`, ascending, and how often each occurs: int64 [U], int64 [U]."""
@@ -102,7 +106,8 @@ def apply_masks(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> dict[int, 
             _row_edits(edits, i * vocab, vocab, r)
         except Exception as e:
             errors[i] = f"{type(e).__name__}: {e}"
-    _apply(logits.view(-1), edits)
+    if not edits.empty:
+        _apply(logits.view(-1), edits)
     for i, r in enumerate(rows):
         if r.grammar is not None and i not in errors:
             try:
