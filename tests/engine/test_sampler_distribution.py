@@ -180,3 +180,46 @@ def test_seeded_draws_follow_the_references_distribution(spread_row: torch.Tenso
     assert int(counts[probs == 0].sum()) == 0  # nothing the reference could not draw
     stat, df = _chi_square(counts, probs)
     assert df >= 3 and stat < _critical(df), (name, stat, df, _critical(df))
+
+
+def _hazard_row(trial: int, vocab: int) -> torch.Tensor:
+    """Noise of some scale, small integers (ties everywhere), or half the row -inf; now and then a NaN."""
+    g = torch.Generator().manual_seed(trial)
+    kind = trial % 3
+    if kind == 0:
+        row = torch.randn(vocab, generator=g) * (0.1, 1.0, 5.0, 30.0)[trial % 4]
+    elif kind == 1:
+        row = torch.randint(-3, 3, (vocab,), generator=g).float()
+    else:
+        row = torch.randn(vocab, generator=g) * 3
+        row[torch.rand(vocab, generator=g) < 0.5] = float("-inf")
+    if trial % 7 == 0:
+        row[trial % vocab] = float("nan")
+    return row
+
+
+@pytest.mark.parametrize("backend", [pytest.param("native", marks=needs_native), "torch"])
+def test_odd_widths_ties_and_hazards_keep_the_references_nucleus(backend: str) -> None:
+    """Widths around the kernel's 16 lanes and 256-token blocks, rows of ties, -inf and NaN: the same kept set as
+    the reference (NaN counts as -inf), or the greedy fallback exactly where the reference had no distribution."""
+    for trial in range(300):
+        vocab = (1, 2, 3, 15, 16, 17, 255, 256, 257, 1000)[trial % 10]
+        row = _hazard_row(trial, vocab)
+        kw: dict[str, float] = {"temperature": (0.05, 0.5, 1.0, 2.0)[trial % 4]}
+        if trial % 2:
+            kw["top_p"] = (1e-6, 0.1, 0.5, 0.9, 0.99)[trial % 5]
+        if trial % 5 < 2:
+            kw["top_k"] = (1, 2, 5, 40, vocab, vocab + 3)[trial % 6]
+        if trial % 3 == 0:
+            kw["min_p"] = (0.01, 0.3, 1.0)[trial % 9 // 3]
+        p = SamplingParams(**kw)  # type: ignore[arg-type]
+        clean = row.masked_fill(torch.isnan(row), float("-inf"))
+        ref = final_logits(clean.clone(), p)
+        d = draw_torch(row[None], [spec(0, p, 0.37)])[0] if backend == "torch" else draw(row[None], [spec(0, p, 0.37)])[0]
+        if not torch.isfinite(ref).any():
+            assert d.token == -1, (trial, kw)  # no distribution: the caller takes the greedy token
+            continue
+        settled = ~_edge(clean, p)
+        kept = torch.isfinite(kept_logits(clean, temperature(p), d))
+        assert torch.equal(kept[settled], torch.isfinite(ref)[settled]), (trial, vocab, kw)
+        assert ref.softmax(-1)[d.token] > 0 or not settled[d.token], (trial, vocab, kw)
