@@ -82,6 +82,7 @@ NUCLEUS_SETTINGS = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_what_a_draw_can_pick_is_the_references_nucleus(logits: torch.Tensor) -> None:
     rows = list(range(0, logits.shape[0], 4))
     backends = {name: fn for name, fn in BACKENDS.items() if name == "torch" or sample_kernel.kernel() is not None}
@@ -162,6 +163,7 @@ def _draws(backend: str, logits: torch.Tensor, specs: list[DrawSpec]) -> list[in
     return [d.token for i in range(0, len(specs), 2500) for d in draw_torch(logits, specs[i : i + 2500])]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(DISTRIBUTION_SETTINGS))
 @pytest.mark.parametrize("backend", [pytest.param("native", marks=needs_native), "torch"])
 def test_seeded_draws_follow_the_references_distribution(spread_row: torch.Tensor, name: str, backend: str) -> None:
