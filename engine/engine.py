@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
-import torch
 
 from engine.config import MAX_CONTEXT_CAP, EngineConfig
 from engine.model_runner import ModelRunner
@@ -56,7 +55,6 @@ class _Live:
 
     req: EngineRequest
     detok: IncrementalDetokenizer
-    generator: torch.Generator | None
     grammar: GrammarState | None
     text: str = ""
     emitted: int = 0  # characters of `text` already sent to the caller
@@ -148,11 +146,7 @@ class LLMEngine:
             self._pending.append(self._fail_alone(req, e, "add_request"))
 
     def _new_live(self, req: EngineRequest, grammar: GrammarState | None) -> _Live:
-        p = req.sampling
-        gen = None
-        if p.seed is not None and not p.greedy:
-            gen = torch.Generator(device=self.runner.device).manual_seed(p.seed)
-        return _Live(req, self.tokenizer.incremental(), gen, grammar)
+        return _Live(req, self.tokenizer.incremental(), grammar)
 
     def _grammar(self, p: SamplingParams) -> GrammarState | None:
         if not p.constrained:
@@ -275,7 +269,8 @@ class LLMEngine:
         history = req.all_token_ids if p.repetition_penalty != 1.0 else ()
         output_ids = req.output_token_ids if p.presence_penalty or p.frequency_penalty else ()
         stop_ids = self.scheduler.stop_token_ids(req)
-        return SamplingRow(p, len(req.output_token_ids), stop_ids, live.generator, live.grammar, history, output_ids)
+        return SamplingRow(p, len(req.output_token_ids), stop_ids, grammar=live.grammar, history=history,
+                           output_ids=output_ids)  # a seeded row's uniforms come from its seed and token count
 
     def _on_token(self, update: TokenUpdate, logprobs: TokenLogprobs | None) -> RequestOutput:
         """Detokenizes the token the scheduler took in; finishes on a stop string or a completed grammar."""

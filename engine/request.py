@@ -15,7 +15,7 @@ MIN_TEMPERATURE = 1e-2
 # A repetition penalty divides (or multiplies) a seen token's logit by p. Beyond 100x either way
 # the token is already certain or impossible, and values such as 1e-300 overflow the logits.
 MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 1e-2, 1e2
-SEED_LIMIT = 2**64  # torch generators take an unsigned 64-bit seed
+SEED_LIMIT = 2**64  # the sampler's seeded stream (engine/sampler_draw.py) takes an unsigned 64-bit seed
 # OpenAI's bounds: presence/frequency penalties in [-2, 2], a logit bias in [-100, 100] (a bias
 # of +-100 already bans or forces a token; larger values only risk overflow in float16 logits).
 MAX_PENALTY = 2.0
@@ -30,7 +30,7 @@ class SamplingParams:
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # <= 0 disables
     top_p: float = 1.0
-    seed: int | None = None  # per-request generator; None = engine's global RNG
+    seed: int | None = None  # the draws' stream: a function of (seed, tokens generated); None = torch's global RNG
     stop: tuple[str, ...] = ()  # stop strings, never emitted
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
