@@ -28,7 +28,7 @@ class _BuildPerVariant(build_ext):
 
 _SOURCES = sorted(str(p) for p in Path("engine/model/kernels").glob("*.c"))
 _HEADERS = sorted(str(p) for p in Path("engine/model/kernels").glob("*.h"))  # a changed header rebuilds
-_COMMON = ["-O3", "-fopenmp", "-std=c11", "-fno-math-errno"]
+_COMMON = ["-O3", "-fopenmp", "-std=c11", "-fno-math-errno", "-fvisibility=hidden", "-DFS_TEST_HOOKS"]
 _VARIANTS = {
     "generic": [],
     "avx2": ["-mavx2", "-mfma", "-mf16c"],

@@ -72,8 +72,6 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.fs_profile_read.restype = _I
     lib.fs_profile_read.argtypes = [_P, _I]
     lib.fs_forward.argtypes = [_P, _I, _P, _P, _P, _P, _P, _P, _I, _P, ctypes.c_int64, _I, _I, _I, _P, _P]
-    lib.fs_set_spin.restype = None
-    lib.fs_set_spin.argtypes = [_I]
     lib.fs_set_lend.restype = None
     lib.fs_set_lend.argtypes = [_I]
     lib.fs_set_lend_stall.restype = None
@@ -82,9 +80,6 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.fs_lend_counts.argtypes = [_P]
     lib.fs_quiesce.restype = None
     lib.fs_quiesce.argtypes = []
-    lib.fs_set_avoid.restype = None
-    lib.fs_set_avoid.argtypes = [_I]
-    lib.fs_pool_threads.restype = _I
     lib.fs_max_batch.restype = _I
     lib.fs_pool_check.restype = _I
     lib.fs_pool_check.argtypes = [_I, _I]

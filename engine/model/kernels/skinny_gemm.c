@@ -6,6 +6,8 @@
 // each weight row is read once and dotted with all M inputs while it is in L1.
 #include <stdint.h>
 
+#include "fs.h"
+
 void skinny_gemm_f32(const float *x, const float *w, const float *bias, float *y, int M, int N, int K,
                      int nthreads) {
 #pragma omp parallel for schedule(static) num_threads(nthreads)

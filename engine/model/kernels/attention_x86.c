@@ -1,165 +1,16 @@
-// Paged-attention decode on CPU: one query token per sequence attends to its cached keys,
-// read in place from the block pool (no gather copy, no padding). Queries and outputs are fp32;
-// the K/V pool is fp32, bf16 or fp16 (kv_type), and 16-bit rows are widened in registers as they
-// are read (bf16: a 16-bit shift; fp16: F16C / AVX-512 cvtph), so a 16-bit pool costs half the
-// memory traffic of an fp32 one and no fp32 copy of it is ever made.
-//
-// q    [B, H, D]          query of each decode sequence
-// kc   [S, KVH, D]        one layer's K pool (S = num_blocks * block_size slots)
-// vc   [S, KVH, D]        one layer's V pool
-// slots[B, Lmax] int64    slot of key t of sequence b (only t < ctx[b] is read)
-// ctx  [B] int64          number of keys of sequence b (including the new token)
-// out  [B, H, D]
-// Query head h uses KV head h / (H / KVH), as in HF's repeat_kv.
+// The SIMD attention parts (AVX2, and AVX-512 where built): keys in blocks of 8 widened to fp32 once for the query
+// heads that share them, the softmax 8 lanes at a time (simd_exp.h), the values' weighted sum in registers.
 #include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-#include "half.h"
+
+#include "attention.h"
 #include "simd_exp.h"
-#include "step_parts.h"
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define PD_AVX512 1
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define PD_AVX2 1
-#endif
-
-enum { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2 };
-
-static inline float dot_f32(const float *a, const float *b, int d) {
-    float s = 0.f;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < d; i++) s += a[i] * b[i];
-    return s;
-}
-
-static inline void axpy_f32(float *o, float p, const float *v, int d) {
-#pragma omp simd
-    for (int i = 0; i < d; i++) o[i] += p * v[i];
-}
-
-#if defined(PD_AVX512)
-// 16 values of a 16-bit row from index i (mask m: the lanes that exist), widened to fp32.
-static inline __m512 load16(const uint16_t *row, int kv_type, int i, __mmask16 m) {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, row + i);
-    if (kv_type == KV_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return _mm512_cvtph_ps(h);
-}
-
-static inline __mmask16 lanes(int i, int d) { return d - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - i)) - 1); }
-
-static float dot_16(const float *q, const uint16_t *k, int kv_type, int d) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int i = 0; i < d; i += 16) {
-        const __mmask16 m = lanes(i, d);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load16(k, kv_type, i, m), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
-static void axpy_16(float *o, float p, const uint16_t *v, int kv_type, int d) {
-    const __m512 pv = _mm512_set1_ps(p);
-    for (int i = 0; i < d; i += 16) {
-        const __mmask16 m = lanes(i, d);
-        _mm512_mask_storeu_ps(o + i, m, _mm512_fmadd_ps(pv, load16(v, kv_type, i, m), _mm512_maskz_loadu_ps(m, o + i)));
-    }
-}
-#elif defined(PD_AVX2)
-static inline __m256 load8(const uint16_t *row, int kv_type, int i) {
-    const __m128i h = _mm_loadu_si128((const __m128i *)(row + i));
-    if (kv_type == KV_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    return _mm256_cvtph_ps(h);
-}
-
-static inline float widen(uint16_t h, int kv_type) { return kv_type == KV_BF16 ? bf16_to_float(h) : half_to_float(h); }
-
-static float dot_16(const float *q, const uint16_t *k, int kv_type, int d) {
-    __m256 acc = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= d; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k, kv_type, i), acc);
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    float s = _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
-    for (; i < d; i++) s += q[i] * widen(k[i], kv_type);  // head dims that are not a multiple of 8
-    return s;
-}
-
-static void axpy_16(float *o, float p, const uint16_t *v, int kv_type, int d) {
-    const __m256 pv = _mm256_set1_ps(p);
-    int i = 0;
-    for (; i + 8 <= d; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(pv, load8(v, kv_type, i), _mm256_loadu_ps(o + i)));
-    for (; i < d; i++) o[i] += p * widen(v[i], kv_type);
-}
-#else
-static float dot_16(const float *q, const uint16_t *k, int kv_type, int d) {
-    float s = 0.f;
-    if (kv_type == KV_BF16) {
-#pragma omp simd reduction(+ : s)
-        for (int i = 0; i < d; i++) s += q[i] * bf16_to_float(k[i]);
-    } else {
-        for (int i = 0; i < d; i++) s += q[i] * half_to_float(k[i]);
-    }
-    return s;
-}
-
-static void axpy_16(float *o, float p, const uint16_t *v, int kv_type, int d) {
-    if (kv_type == KV_BF16) {
-#pragma omp simd
-        for (int i = 0; i < d; i++) o[i] += p * bf16_to_float(v[i]);
-    } else {
-        for (int i = 0; i < d; i++) o[i] += p * half_to_float(v[i]);
-    }
-}
-#endif
-
-// Row `slot` of head kh in a pool of rows of D elements of kv_type.
-static inline const void *row_at(const void *pool, int kv_type, int64_t slot, int KVH, int kh, int D) {
-    const int64_t idx = (slot * KVH + kh) * D;
-    return kv_type == KV_F32 ? (const void *)((const float *)pool + idx) : (const void *)((const uint16_t *)pool + idx);
-}
-
-static inline float dot_kv(const float *q, const void *k, int kv_type, int d) {
-    return kv_type == KV_F32 ? dot_f32(q, (const float *)k, d) : dot_16(q, (const uint16_t *)k, kv_type, d);
-}
-
-static inline void axpy_kv(float *o, float p, const void *v, int kv_type, int d) {
-    if (kv_type == KV_F32) axpy_f32(o, p, (const float *)v, d);
-    else axpy_16(o, p, (const uint16_t *)v, kv_type, d);
-}
-
-// Attention of one query's G heads over keys [t0, t1) of its L keys: scores, their maximum m[g], the
-// sum of exp(score - m) s[g] and the unnormalized sum of exp(score - m) * value o[g*D..]. A query's
-// keys are cut into parts of FS_ATT_PART keys from key 0 (a layout that depends on L alone), the parts
-// are independent (threads may take them in any order) and fs_attend_combine merges them in part order.
-static void part_portable(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                          int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
-    const int n = t1 - t0;
-    for (int t = 0; t < n; t++) {
-        const void *k = row_at(kc, kv_type, sl[t0 + t], KVH, kh, D);
-        for (int g = 0; g < G; g++) scores[g * n + t] = dot_kv(qb + g * D, k, kv_type, D) * scale;
-    }
-    for (int g = 0; g < G; g++) {
-        float *sc = scores + g * n, mx = -INFINITY, sum = 0.f;
-        for (int t = 0; t < n; t++) mx = sc[t] > mx ? sc[t] : mx;
-        for (int t = 0; t < n; t++) { sc[t] = expf(sc[t] - mx); sum += sc[t]; }
-        m[g] = mx, s[g] = sum;
-    }
-    for (int i = 0; i < G * D; i++) o[i] = 0.f;
-    for (int t = 0; t < n; t++) {
-        const void *v = row_at(vc, kv_type, sl[t0 + t], KVH, kh, D);
-        for (int g = 0; g < G; g++) axpy_kv(o + g * D, scores[g * n + t], v, kv_type, D);
-    }
-}
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 // 8 values of a K/V row from index i, widened to fp32.
 static inline __m256 kv_load8(const void *row, int kv_type, int i) {
-    if (kv_type == KV_F32) return _mm256_loadu_ps((const float *)row + i);
+    if (kv_type == FS_KV_F32) return _mm256_loadu_ps((const float *)row + i);
     const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
-    if (kv_type == KV_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    if (kv_type == FS_KV_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     return _mm256_cvtph_ps(h);
 }
 
@@ -256,9 +107,9 @@ static inline __attribute__((always_inline)) void pv_tile(const int G, const int
 #if defined(PD_AVX512)
 // 16 values of a K/V row from index i, widened to fp32.
 static inline __m512 kv_load16(const void *row, int kv_type, int i) {
-    if (kv_type == KV_F32) return _mm512_loadu_ps((const float *)row + i);
+    if (kv_type == FS_KV_F32) return _mm512_loadu_ps((const float *)row + i);
     const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i));
-    if (kv_type == KV_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    if (kv_type == FS_KV_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     return _mm512_cvtph_ps(h);
 }
 
@@ -370,7 +221,7 @@ static void pv16(const void *vc, const int64_t *sl, int t0, int n, int KVH, int 
 static void part_avx512(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
                         int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
                         int prefetch) {
-    const int n = t1 - t0, esz = kv_type == KV_F32 ? 4 : 2, row = D * esz;
+    const int n = t1 - t0, esz = kv_type == FS_KV_F32 ? 4 : 2, row = D * esz;
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int b0 = 0; b0 < n; b0 += 8) {
         const char *k[8];
@@ -391,7 +242,7 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
                     int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
                     int prefetch) {
     if (D % 8 != 0 || D > 512) {  // head dims that are not a multiple of 8, or past the widened-key buffer
-        part_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
+        fs_attend_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
         return;
     }
 #if defined(PD_AVX512)
@@ -400,7 +251,7 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
         return;
     }
 #endif
-    const int n = t1 - t0, esz = kv_type == KV_F32 ? 4 : 2;
+    const int n = t1 - t0, esz = kv_type == FS_KV_F32 ? 4 : 2;
     const __m256 vscale = _mm256_set1_ps(scale);
     float kf[8 * 512];  // a block's 8 keys widened to fp32 once, for all G heads (the widening is exact)
     for (int b0 = 0; b0 < n; b0 += 8) {
@@ -408,7 +259,7 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
         if (prefetch) prefetch_ahead(kc, vc, sl, t0, b0, n, KVH, kh, D * esz);
         for (int j = 0; j < 8; j++) {  // past the part's last key: its first key again (valid memory, unused)
             const char *row = (const char *)kc + ((b0 + j < n ? sl[t0 + b0 + j] : sl[t0]) * KVH + kh) * (int64_t)D * esz;
-            if (kv_type == KV_F32) {
+            if (kv_type == FS_KV_F32) {
                 k[j] = (const float *)row;
             } else {
                 for (int i = 0; i < D; i += 8) _mm256_storeu_ps(kf + j * D + i, kv_load8(row, kv_type, i));
@@ -459,81 +310,4 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
         }
     }
 }
-#else
-void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
-                    int prefetch) {
-    (void)prefetch;
-    part_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
-}
 #endif
-
-// ob[g*D..] = the softmax-weighted values over all parts: parts merged in part order, each rescaled from
-// its own maximum to the overall one. o_parts [P][G*D], m_parts / s_parts [P][G].
-void fs_attend_combine(int P, int G, int D, const float *parts, float *ob) {
-    const int64_t stride = (int64_t)G * (D + 2);  // one part: o [G * D], then m [G], then s [G]
-    if (P == 1) {  // the loop below with w = 1: (0 + 1 * o) * (1 / (0 + 1 * s)) is o * (1 / s), the same values
-                   // (but for a -0 staying -0, which the next step's quantization maps to 0 as it does +0)
-        for (int g = 0; g < G; g++) {
-            const float inv = 1.f / parts[G * D + G + g], *op = parts + g * D;
-            float *out = ob + g * D;
-            for (int i = 0; i < D; i++) out[i] = op[i] * inv;
-        }
-        return;
-    }
-    for (int g = 0; g < G; g++) {
-        float mx = -INFINITY;
-        for (int p = 0; p < P; p++) {
-            const float mp = parts[p * stride + G * D + g];
-            mx = mp > mx ? mp : mx;
-        }
-        float sum = 0.f;
-        float *out = ob + g * D;
-        for (int i = 0; i < D; i++) out[i] = 0.f;
-        for (int p = 0; p < P; p++) {
-            const float *part = parts + p * stride;
-            const float w = P == 1 ? 1.f : expf(part[G * D + g] - mx);
-            sum += w * part[G * D + G + g];
-            const float *op = part + g * D;
-            for (int i = 0; i < D; i++) out[i] += w * op[i];
-        }
-        const float inv = 1.f / sum;
-        for (int i = 0; i < D; i++) out[i] *= inv;
-    }
-}
-
-int fs_attend_parts(int L) { return L <= 0 ? 1 : (L + FS_ATT_PART - 1) / FS_ATT_PART; }
-
-void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
-               int G, float scale, int kv_type, float *scores, float *ob) {
-    // scores: G * FS_ATT_PART floats of scratch (or G * L when L is shorter)
-    const int P = fs_attend_parts(L);
-    float stack[16384];  // 64 KB: P * G * (D + 2) floats for up to 8,192 keys of 8 heads of 64
-    const size_t need = (size_t)P * (size_t)G * (size_t)(D + 2);
-    float *buf = need <= sizeof(stack) / sizeof(float) ? stack : (float *)malloc(sizeof(float) * need);
-    if (!buf) return;
-    for (int p = 0; p < P; p++) {
-        const int t0 = p * FS_ATT_PART, t1 = t0 + FS_ATT_PART < L ? t0 + FS_ATT_PART : L;
-        float *part = buf + (size_t)p * G * (D + 2);
-        fs_attend_part(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, part, part + G * D,
-                       part + G * D + G, 1);
-    }
-    fs_attend_combine(P, G, D, buf, ob);
-    if (buf != stack) free(buf);
-}
-
-void paged_decode(const float *q, const void *kc, const void *vc, const int64_t *slots, const int64_t *ctx,
-                  float *out, int B, int H, int KVH, int D, int Lmax, float scale, int nthreads, int kv_type) {
-    const int G = H / KVH;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
-    for (int b = 0; b < B; b++) {
-        for (int kh = 0; kh < KVH; kh++) {
-            const int L = (int)ctx[b];
-            const int part = L < FS_ATT_PART ? (L > 0 ? L : 1) : FS_ATT_PART;
-            float *scores = (float *)malloc(sizeof(float) * (size_t)G * (size_t)part);
-            fs_attend(q + ((int64_t)b * H + (int64_t)kh * G) * D, kc, vc, slots + (int64_t)b * Lmax, L, KVH, kh, D, G,
-                      scale, kv_type, scores, out + ((int64_t)b * H + (int64_t)kh * G) * D);
-            free(scores);
-        }
-    }
-}

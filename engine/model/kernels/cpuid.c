@@ -1,0 +1,44 @@
+// Which variant this library is and which ones the CPU runs: the Python side asks the generic library (CPUID)
+// before it loads another, so a build shared between machines never runs an instruction the CPU lacks.
+#define _DEFAULT_SOURCE 1  // syscall() under -std=c11
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#include "fs.h"
+#include "isa.h"
+
+int finserve_kernel_isa(void) {  // 0 generic, 1 avx2, 2 avx512, 3 amx
+#if defined(FS_AMX)
+    return 3;
+#elif defined(FS_AVX512)
+    return 2;
+#elif defined(FS_AVX2)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+// Bit 0: AVX2+FMA+F16C; bit 1: AVX-512 F/BW/VL/VNNI; bit 2: those and AMX-TILE/INT8 (CPUID leaf 7 EDX bits 24, 25)
+// with Linux's permission to use the tile data, asked here once per process (arch_prctl ARCH_REQ_XCOMP_PERM).
+int finserve_cpu_features(void) {
+    int f = 0;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= 1;
+    if ((f & 1) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        f |= 2;
+#if defined(__linux__) && defined(__x86_64__)
+    unsigned a, b, c, d;
+    if ((f & 2) && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1) &&
+        syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0)
+        f |= 4;
+#endif
+#endif
+    return f;
+}

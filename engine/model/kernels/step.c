@@ -1,0 +1,134 @@
+// The fused step: every layer of a Llama-family model for a batch of tokens (decode tokens and prefill chunks) in
+// one native call, with no Python or torch dispatch between the ops. Per layer, phases over the pool:
+//   norm     per token: RMSNorm, activations quantized per block of 32 (quant_act.c)
+//   qkv      per weight group: the fused QKV projection (+ bias)
+//   rope     per (token, KV head): RoPE of the query heads and the key, the K/V write into the paged pool
+//   attend   per (token, KV head, part of 512 keys): attention over the token's cached keys; then the parts merged
+//   quant    per token: attention output quantized
+//   o        per weight group: output projection added into the residual
+//   norm     per token (post-attention norm)
+//   mlp      per run of 32-channel FFN blocks: gate groups, up groups, silu(gate) * up, quantized in place
+//   down     per weight group: down projection added into the residual
+// then the final norm and the LM head. The matmuls are gemm.c's tiles, attention is attention.c's parts: the torch
+// model (engine/model/llama.py) stays the reference the tests compare against. The thread count is the caller's per
+// call; a decode call of up to FS_LEND_MAX_B tokens lends its heavy phases (lend.c).
+#include <stdlib.h>
+#include <string.h>
+
+#include "step.h"
+
+// Phase timers (fs_profile(1), then fs_profile_read): wall time per kind of phase, summed over calls; read by
+// bench.native_phases to find where a step's time goes. Off: one predictable branch per phase.
+enum { PH_NORM, PH_QKV, PH_ROPE, PH_ATTEND, PH_COMBINE, PH_QUANT, PH_O, PH_MLP, PH_DOWN, PH_HEAD, PH_COUNT };
+static int g_profile = 0;
+static double g_phase_s[PH_COUNT];
+
+void fs_profile(int on) {
+    g_profile = on;
+    for (int i = 0; i < PH_COUNT; i++) g_phase_s[i] = 0.0;
+}
+
+int fs_profile_read(double *out, int n) {
+    for (int i = 0; i < n && i < PH_COUNT; i++) out[i] = g_phase_s[i];
+    return PH_COUNT;
+}
+
+#define TIMED(ph, stmt)                                    \
+    do {                                                   \
+        const double t_ = g_profile ? fs_now_s() : 0.0;    \
+        stmt;                                              \
+        if (g_profile) g_phase_s[ph] += fs_now_s() - t_;   \
+    } while (0)
+
+int fs_max_batch(void) { return FS_MAX_BATCH; }
+
+static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const float *xd, const int32_t *xs, float *y,
+                         int ldy, int accumulate) {
+    s->mat = w, s->xq = xq, s->xd = xd, s->xs = xs, s->y = y, s->ldy = ldy, s->accumulate = accumulate;
+    s->ngroups = (w->n + FS_QR - 1) / FS_QR;
+    int per = s->ngroups / (s->nthreads * fs_mm_claims(s->B));
+    s->groups_per_task = per < 1 ? 1 : per;
+    const int ntasks = (s->ngroups + s->groups_per_task - 1) / s->groups_per_task;
+    if (s->lend)
+        fs_step_lend(s, task_matmul, commit_matmul, ntasks);
+    else
+        fs_parallel_for(s->nthreads, task_matmul, s, ntasks);
+}
+
+// x_in [B, hidden] (embeddings) -> logits [N, V] of rows out_rows[0..N-1] (increasing; NULL with N = B: all rows).
+// pos, slot, ctx [B]; slots [R, Lmax], token b reading row slot_row[b] (NULL: row b); kv the whole pool.
+// Rows may be decode tokens or a prefill chunk's tokens (ctx = position + 1); a chunk's tokens are in
+// position order, and a sequence split over several calls has its earlier tokens in the earlier call.
+// Returns 0 on success, -1 when B is out of range or scratch memory could not be had.
+int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const int64_t *slot, const int64_t *slots,
+               const int64_t *slot_row, const int64_t *ctx, int Lmax, void *kv, int64_t S, int kv_type, int nthreads,
+               int N, const int64_t *out_rows, float *logits) {
+    model_t *m = (model_t *)handle;
+    if (!m || B < 1 || B > FS_MAX_BATCH || m->D > 512 || !fs_ensure_scratch(m, B)) return -1;
+    if (N < 0 || N > B || (out_rows == NULL && N != 0 && N != B)) return -1;
+    step_t s = {.m = m, .B = B, .Lmax = Lmax, .kv_type = kv_type, .nthreads = nthreads < 1 ? 1 : nthreads,
+                .pos = pos, .slot = slot, .slots = slots, .ctx = ctx, .slot_row = slot_row, .kv = (uint8_t *)kv, .S = S,
+                .act = m->act, .ad = m->ad, .aq = m->aq, .as = m->as};
+    // a decode batch on 2+ threads lends its matmul, mlp and attention phases; its light ones (norms, RoPE and the K/V
+    // write, the parts' merge: a few us each at this size) run on the caller, which a lent phase never leaves waiting
+    // for a descheduled helper
+    fs_note_caller_cpu();
+    s.lend = FS_LEND_ON && s.nthreads > 1 && B <= FS_LEND_MAX_B && fs_step_lend_reserve(&s, s.nthreads - 1);
+    int parts = 1;
+    for (int b = 0; b < B; b++) {
+        const int p = fs_attend_parts((int)ctx[b]);
+        parts = p > parts ? p : parts;
+    }
+    if (parts > FS_MAX_PARTS || m->H / m->KVH > 8) return -1;
+    s.att_parts = parts;
+    const int mlp_per = fs_kb(m->I) / (s.nthreads * fs_mm_claims(B));
+    s.mlp_blocks = mlp_per < 1 ? 1 : mlp_per;
+    s.att = (float *)malloc(sizeof(float) * (size_t)B * m->KVH * parts * (size_t)(m->H / m->KVH) * (m->D + 2));
+    if (!s.att) return -1;
+    if (s.lend && !fs_step_lend_tables(m, &s)) s.lend = 0;
+    const int light = s.lend ? 1 : s.nthreads;
+    const int att_n = B * m->KVH * parts, att_per = att_n / (s.nthreads * FS_ATT_CLAIMS);
+    s.att_per = att_per < 1 ? 1 : att_per;
+    memcpy(m->x, x_in, sizeof(float) * (size_t)B * (size_t)m->hidden);
+    const int qkv_n = (m->H + 2 * m->KVH) * m->D;
+    for (int l = 0; l < m->L; l++) {
+        const layer_t *ly = &m->layers[l];
+        s.l = l;
+        s.norm_w = ly->in_norm;
+        TIMED(PH_NORM, fs_parallel_rows(light, task_norm, &s, B));
+        TIMED(PH_QKV, matmul_phase(&s, &ly->qkv, m->xq, m->xd, m->xs, m->qkv, qkv_n, 0));
+        TIMED(PH_ROPE, fs_parallel_rows(light, task_rope_store, &s, B * m->KVH));
+        if (s.lend)
+            TIMED(PH_ATTEND, fs_step_lend(&s, task_attend_run, commit_attend, (att_n + s.att_per - 1) / s.att_per));
+        else
+            TIMED(PH_ATTEND, fs_parallel_rows_by(s.nthreads, task_attend_part, &s, att_n, FS_ATT_CLAIMS, 1));
+        TIMED(PH_COMBINE, fs_parallel_rows(light, task_attend_combine, &s, B * m->KVH));
+        TIMED(PH_QUANT, fs_parallel_rows(light, task_quant_attn, &s, B));
+        TIMED(PH_O, matmul_phase(&s, &ly->o, m->xq, m->xd, m->xs, m->x, m->hidden, 1));
+        s.norm_w = ly->post_norm;
+        TIMED(PH_NORM, fs_parallel_rows(light, task_norm, &s, B));
+        s.mat = &ly->gu, s.xq = m->xq, s.xd = m->xd, s.xs = m->xs;
+        const int mlp_tasks = (fs_kb(m->I) + s.mlp_blocks - 1) / s.mlp_blocks;
+        if (s.lend)
+            TIMED(PH_MLP, fs_step_lend(&s, task_mlp, commit_mlp, mlp_tasks));
+        else
+            TIMED(PH_MLP, fs_parallel_for(s.nthreads, task_mlp, &s, mlp_tasks));
+        TIMED(PH_DOWN, matmul_phase(&s, &ly->down, m->aq, m->ad, m->as, m->x, m->hidden, 1));
+    }
+    free(s.att);
+    if (N == 0) return 0;
+    if (out_rows != NULL && N < B) {  // the rows whose logits are wanted, moved to the front (increasing: in place)
+        for (int i = 0; i < N; i++) {
+            const int64_t r = out_rows[i];
+            if (r < i || r >= B || (i > 0 && r <= out_rows[i - 1])) return -1;
+            if (r != i) memcpy(m->x + (int64_t)i * m->hidden, m->x + r * m->hidden, sizeof(float) * (size_t)m->hidden);
+        }
+    }
+    s.B = N;
+    s.norm_w = m->norm;
+    TIMED(PH_NORM, fs_parallel_rows(light, task_norm, &s, N));
+    TIMED(PH_HEAD, matmul_phase(&s, &m->head, m->xq, m->xd, m->xs, logits, m->V, 0));
+    return 0;
+}
+
+
