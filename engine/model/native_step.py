@@ -26,15 +26,13 @@ from dataclasses import dataclass, field
 import structlog
 import torch
 
-from engine.model import cpu_kernels, hugepages
+from engine.model import cpu_kernels, hugepages, kernel_abi
 from engine.model.attention import AttentionMetadata
 from engine.model.cpu_kernels import KV_TYPES
+from engine.model.kernel_abi import Batch, Layer, ModelDesc, QMat
 from engine.model.quant import QuantizedLinear
 
 log = structlog.get_logger(__name__)
-
-_I32 = ctypes.c_int32
-
 
 def _bucket(b: int, keys: int = 0) -> int:
     """Steps of alike cost: by batch size and by the keys a token attends to on average (a step at 4,096 keys
@@ -136,34 +134,46 @@ class NativeDecoder:
         self.governor = ThreadGovernor(max(1, threads))
         first = model.layers[0].qkv
         assert isinstance(first, QuantizedLinear) and isinstance(model.lm_head, QuantizedLinear)
-        layout = first.weight.kernel  # the weights' KernelFormat (the C side's q4 flags)
         head = model.lm_head
-        read: list[torch.Tensor | None] = []  # what the kernel reads, in fs_model_new's order (None: absent)
-        for layer in model.layers:
+        lins = [[layer.qkv, layer.o_proj, layer.gate_up, layer.down] for layer in model.layers]
+        read: list[torch.Tensor | None] = []  # what the kernel reads, layer by layer, then the head and RoPE tables
+        for layer, mats in zip(model.layers, lins, strict=True):
             read += [layer.input_norm, layer.post_norm]
-            for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down):
+            for lin in mats:
                 assert isinstance(lin, QuantizedLinear)
-                qw = lin.weight
-                read += [qw.packed, qw.scales, qw.mins, lin.bias]
+                read += [lin.weight.packed, lin.weight.scales, lin.weight.mins, lin.bias]
         hw = head.weight
         read += [model.norm, hw.packed, hw.scales, hw.mins, model.rope.cos, model.rope.sin]
         # every weight a step streams, on huge pages (engine/model/hugepages.py); the torch model's tensors are moved,
         # not copied, so the torch path and the embedding lookup read the same memory
         self.hugepage_bytes = hugepages.move_to_arena([t for t in read if t is not None])
         self._keep: list[torch.Tensor] = []  # every tensor whose pointer the kernel holds
-        # the K/V pool of the last step: a helper thread late in a lent attention task (decode_step.c, "Lent phases")
-        # may still read it after the step returned, so it is not let go before the kernel says no helper is inside one
+        # the K/V pool of the last step: a helper late in a lent attention task (kernels/lend.c) may still read it
+        # after the step returned, so it is not let go before the kernel says no helper is inside one
         self._kv: torch.Tensor | None = None
-        ptrs = [0 if t is None else self._ptr(t) for t in read]
-        dims = [cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                cfg.intermediate_size, hw.n, int(layout), int(hw.kernel), int(first.act16)]
-        self._dims = (_I32 * len(dims))(*dims)
-        self._ptrs = (ctypes.c_int64 * len(ptrs))(*ptrs)
+        self._layers = (Layer * cfg.num_layers)()
+        for i, (layer, mats) in enumerate(zip(model.layers, lins, strict=True)):
+            qkv, o, gate_up, down = (self._mat(lin) for lin in mats)
+            self._layers[i] = Layer(attn_norm=self._ptr(layer.input_norm), ffn_norm=self._ptr(layer.post_norm),
+                                    qkv=qkv, o=o, gate_up=gate_up, down=down)
+        self._desc = ModelDesc(
+            n_layers=cfg.num_layers, hidden=cfg.hidden_size, n_heads=cfg.num_heads, n_kv_heads=cfg.num_kv_heads,
+            head_dim=cfg.head_dim, ffn=cfg.intermediate_size, vocab=hw.n, act16=int(first.act16),
+            eps=cfg.rms_norm_eps, **kernel_abi.llama_scalars(cfg.head_dim),
+            layers=ctypes.cast(self._layers, ctypes.POINTER(Layer)), final_norm=self._ptr(model.norm),
+            head=self._mat(head), rope_cos=self._ptr(model.rope.cos), rope_sin=self._ptr(model.rope.sin),
+            rope_rows=int(model.rope.cos.shape[0]))
         self.vocab = hw.n
         self.max_batch = int(lib.fs_max_batch())  # tokens per native call (the kernel's tile buffers); more are split
-        self.handle = lib.fs_model_new(self._dims, ctypes.c_float(cfg.rms_norm_eps), self._ptrs)
-        if not self.handle:
-            raise MemoryError("the native decode step could not allocate its model")
+        handle = ctypes.c_void_p()
+        kernel_abi.raise_for(lib.fs_model_new(ctypes.byref(self._desc), ctypes.byref(handle)), "the native step's model")
+        self.handle = handle.value
+
+    def _mat(self, lin: object) -> QMat:
+        assert isinstance(lin, QuantizedLinear)
+        qw = lin.weight
+        return QMat(w=self._ptr(qw.packed), wd=self._ptr(qw.scales), wm=None if qw.mins is None else self._ptr(qw.mins),
+                    bias=None if lin.bias is None else self._ptr(lin.bias), n=qw.n, k=qw.k, format=int(qw.kernel))
 
     def _ptr(self, t: torch.Tensor) -> int:
         assert t.dtype in (torch.float32, torch.float16, torch.uint8) and t.is_contiguous() and t.device.type == "cpu"
@@ -268,6 +278,8 @@ class NativeDecoder:
             before()
         t0 = time.perf_counter()
         done = 0  # logits rows written so far
+        call = Batch(kv_type=kv_type, kv=kv_cache.data_ptr(), kv_slots=int(kv_cache.shape[2]), threads=threads,
+                     slots_stride=int(slots.shape[1]), logits=logits.data_ptr())
         for s in range(0, b, self.max_batch):
             e = min(b, s + self.max_batch)
             if rows is None:
@@ -276,15 +288,13 @@ class NativeDecoder:
                 mine = rows[(rows >= s) & (rows < e)] - s
                 n, out_rows = int(mine.numel()), mine.contiguous()
                 out_ptr = logits[done].data_ptr() if n else logits.data_ptr()
-            rc = self.lib.fs_forward(
-                self.handle, e - s, x[s].data_ptr(), pos[s].data_ptr(), slot[s].data_ptr(),
-                slots[s].data_ptr() if slot_row is None else slots.data_ptr(),  # slot_row indexes the whole table
-                None if slot_row is None else slot_row[s].data_ptr(), ctx[s].data_ptr(), int(slots.shape[1]),
-                kv_cache.data_ptr(), int(kv_cache.shape[2]), kv_type, threads, n,
-                None if out_rows is None else out_rows.data_ptr(), out_ptr,
-            )
-            if rc != 0:
-                raise MemoryError("the native step could not allocate its scratch buffers")
+            call.n_tokens, call.n_logits, call.x, call.pos = e - s, n, x[s].data_ptr(), pos[s].data_ptr()
+            call.slot, call.ctx = slot[s].data_ptr(), ctx[s].data_ptr()
+            call.slots = slots[s].data_ptr() if slot_row is None else slots.data_ptr()  # slot_row indexes the table
+            call.slot_row = None if slot_row is None else slot_row[s].data_ptr()
+            call.logit_rows = None if out_rows is None else out_rows.data_ptr()
+            call.logits = out_ptr
+            kernel_abi.raise_for(self.lib.fs_forward(self.handle, ctypes.byref(call)), "the native step")
             done += n
         self.governor.record(b, threads, time.perf_counter() - t0, keys)
         return logits

@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.model import cpu_kernels
-from engine.model.formats import KernelFormat, quantized_format
+from engine.model.formats import quantized_format
+from engine.model.kernel_abi import KernelFormat
 
 QK = 32  # values per block
 QR = 16  # rows per interleaved group

@@ -126,9 +126,9 @@ def test_a_step_past_the_kernels_call_size_is_split_with_the_same_bits(make_tiny
         def __getattr__(self, name: str) -> object:
             return getattr(self.lib, name)
 
-        def fs_forward(self, handle: object, rows: int, *rest: object) -> int:
-            call_rows.append(rows)
-            return int(self.lib.fs_forward(handle, rows, *rest))  # type: ignore[attr-defined]
+        def fs_forward(self, handle: object, call: object) -> int:  # call: byref(kernel_abi.Batch)
+            call_rows.append(call._obj.n_tokens)  # type: ignore[attr-defined]
+            return int(self.lib.fs_forward(handle, call))  # type: ignore[attr-defined]
 
     for budget in (64, max_batch + 40):  # the second: the whole prompt in one step, over two native calls
         engine = make_engine(model, "q4", batch_invariant=True, max_num_batched_tokens=budget)

@@ -6,6 +6,7 @@ tests/engine/test_native_step.py). About 10 of 2,000,000 calls showed it on a 2-
 checks run enough calls to catch it most times on such a machine, and must find none."""
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from engine.model import cpu_kernels
-from engine.model.formats import KernelFormat
+from engine.model.kernel_abi import KernelFormat
 
 VARIANTS = cpu_kernels.supported_variants()
 
@@ -53,12 +54,13 @@ def test_the_pools_workers_keep_off_the_calling_threads_cpu() -> None:
     packed = torch.zeros(n * k, dtype=torch.uint8)
     scales = torch.zeros(n * k // 32, dtype=torch.float16)
     out = torch.empty(n, k)
+    w = cpu_kernels.qmat(KernelFormat.INT8, packed, scales, None, n, k)
     target = min(allowed)
     os.sched_setaffinity(0, {target})  # this thread only: the CPU the next calls note is known
     masks: list[set[int]] = []
     try:
         for _ in range(200):  # the worker re-pins when it wakes for a call's tasks, which may be after the call returned
-            lib.fs_dequant(int(KernelFormat.INT8), packed.data_ptr(), scales.data_ptr(), 0, n, k, out.data_ptr(), 2)
+            lib.fs_dequant(ctypes.byref(w), out.data_ptr(), 2)
             masks = [_allowed_cpus(Path(f"/proc/self/task/{tid}/status").read_text())
                      for tid in os.listdir("/proc/self/task")]
             if allowed - {target} in masks:

@@ -205,8 +205,8 @@ void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *s
     if (buf != stack) free(buf);
 }
 
-void paged_decode(const float *q, const void *kc, const void *vc, const int64_t *slots, const int64_t *ctx,
-                  float *out, int B, int H, int KVH, int D, int Lmax, float scale, int nthreads, int kv_type) {
+void fs_paged_decode(const float *q, const void *kc, const void *vc, const int64_t *slots, const int64_t *ctx,
+                     float *out, int B, int H, int KVH, int D, int Lmax, float scale, int nthreads, int kv_type) {
     const int G = H / KVH;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
     for (int b = 0; b < B; b++) {

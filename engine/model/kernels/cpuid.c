@@ -11,7 +11,7 @@
 #include "fs.h"
 #include "isa.h"
 
-int finserve_kernel_isa(void) {  // 0 generic, 1 avx2, 2 avx512, 3 amx
+int fs_kernel_isa(void) {
 #if defined(FS_AMX)
     return 3;
 #elif defined(FS_AVX512)
@@ -25,7 +25,7 @@ int finserve_kernel_isa(void) {  // 0 generic, 1 avx2, 2 avx512, 3 amx
 
 // Bit 0: AVX2+FMA+F16C; bit 1: AVX-512 F/BW/VL/VNNI; bit 2: those and AMX-TILE/INT8 (CPUID leaf 7 EDX bits 24, 25)
 // with Linux's permission to use the tile data, asked here once per process (arch_prctl ARCH_REQ_XCOMP_PERM).
-int finserve_cpu_features(void) {
+int fs_cpu_features(void) {
     int f = 0;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();

@@ -86,12 +86,11 @@ void fs_dequant_group(int q4, const uint8_t *w, const uint16_t *wd, const uint16
 
 // Stored rows ids[0..n-1] (each < N) as dense fp32 into out [n, K]: a tied LM head read as the embedding
 // table, one row per token of a step, without a dense copy of the table.
-void fs_dequant_rows(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int K, int n,
-                     const int64_t *ids, float *out) {
-    for (int i = 0; i < n; i++)
-        dequant_one_row(q4, w, wd, wm, K, (int)(ids[i] / QR), (int)(ids[i] % QR), out + (int64_t)i * K);
+void fs_dequant_rows(const fs_qmat *w, int count, const int64_t *ids, float *out) {
+    const int q4 = w->format == FS_W_Q4;
+    for (int i = 0; i < count; i++)
+        dequant_one_row(q4, w->w, w->wd, w->wm, w->k, (int)(ids[i] / QR), (int)(ids[i] % QR), out + (int64_t)i * w->k);
 }
-
 
 // The stored weights as dense fp32, out [N, K], on the pool: groups of 16 rows claimed dynamically.
 typedef struct {
@@ -108,9 +107,9 @@ static void task_dequant(void *c, int task) {
     for (int g = g0; g < g1; g++) fs_dequant_group(d->q4, d->w, d->wd, d->wm, d->N, d->K, g, d->out);
 }
 
-void fs_dequant(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int N, int K, float *out,
-                int nthreads) {
-    dequant_t d = {.q4 = q4, .N = N, .K = K, .w = w, .wd = wd, .wm = wm, .out = out, .ngroups = (N + FS_QR - 1) / FS_QR};
+void fs_dequant(const fs_qmat *w, float *out, int nthreads) {
+    dequant_t d = {.q4 = w->format == FS_W_Q4, .N = w->n, .K = w->k, .w = w->w, .wd = w->wd, .wm = w->wm, .out = out,
+                   .ngroups = (w->n + FS_QR - 1) / FS_QR};
     nthreads = nthreads < 1 ? 1 : nthreads;
     fs_note_caller_cpu();
     const int per = d.ngroups / (nthreads * FS_CLAIMS);

@@ -106,64 +106,69 @@ static void task_gemm_groups(void *c, int task) {
     }
 }
 
-// Returns 0, or -1 when the activation buffers could not be allocated.
-int fs_qgemm(int q4, int act16, const float *x, int M, int K, int ldx, const uint8_t *w, const uint16_t *wd,
-             const uint16_t *wm, int N, const float *bias, float *y, int ldy, int nthreads) {
-    gemm_t g = {.q4 = q4, .act16 = act16, .M = M, .K = K, .ldx = ldx, .N = N, .ldy = ldy, .KB = fs_kb(K),
-                .x = x, .bias = bias, .w = w, .wd = wd, .wm = wm, .y = y};
-    g.xq = (uint8_t *)malloc((size_t)M * g.KB * FS_QK * (act16 ? 2 : 1));
-    g.xd = (float *)malloc(sizeof(float) * (size_t)M * g.KB);
-    g.xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)M * g.KB);
-    if (!g.xq || !g.xd || !g.xs) {
-        free(g.xq), free(g.xd), free(g.xs);
-        return -1;
-    }
+// The activations' buffers for M rows of K; 0 when they could not be had (nothing left allocated).
+static int gemm_buffers(gemm_t *g) {
+    g->xq = (uint8_t *)malloc((size_t)g->M * g->KB * FS_QK * (g->act16 ? 2 : 1));
+    g->xd = (float *)malloc(sizeof(float) * (size_t)g->M * g->KB);
+    g->xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)g->M * g->KB);
+    if (g->xq && g->xd && g->xs) return 1;
+    free(g->xq), free(g->xd), free(g->xs);
+    return 0;
+}
+
+static gemm_t gemm_of(const fs_qmat *w, int act16, const float *x, int M, int ldx, float *y, int ldy) {
+    const gemm_t g = {.q4 = w->format == FS_W_Q4, .act16 = act16, .M = M, .K = w->k, .ldx = ldx, .N = w->n,
+                      .ldy = ldy, .KB = fs_kb(w->k), .x = x, .bias = w->bias, .w = w->w, .wd = w->wd, .wm = w->wm,
+                      .y = y};
+    return g;
+}
+
+int fs_qgemm(const fs_qmat *w, int act16, const float *x, int M, int ldx, float *y, int ldy, int nthreads) {
+    gemm_t g = gemm_of(w, act16, x, M, ldx, y, ldy);
+    if (!gemm_buffers(&g)) return FS_ERR_NOMEM;
     nthreads = nthreads < 1 ? 1 : nthreads;
     fs_note_caller_cpu();
     fs_parallel_for(nthreads, task_gemm_quant, &g, M);
-    g.ngroups = (N + FS_QR - 1) / FS_QR;
+    g.ngroups = (g.N + FS_QR - 1) / FS_QR;
     const int per = g.ngroups / (nthreads * FS_CLAIMS);
     g.groups_per_task = per < 1 ? 1 : per;
     fs_parallel_for(nthreads, task_gemm_groups, &g, (g.ngroups + g.groups_per_task - 1) / g.groups_per_task);
     free(g.xq), free(g.xd), free(g.xs);
-    return 0;
+    return FS_OK;
 }
 
-// y[M, N] (row stride ldy) = x[M, K] @ W^T (+ bias). q4 = 0: Q8 weights, 1: Q4 weights (wm used);
-// act16 = 1: int16 activations (precise), 0: int8 activations (fastest, llama.cpp's Q8_0 precision).
-void qgemm_f32(int q4, int act16, const float *x, int M, int K, int ldx, const uint8_t *w, const uint16_t *wd,
-               const uint16_t *wm, int N, const float *bias, float *y, int ldy, int nthreads) {
-    const int KB = (K + QK - 1) / QK, G = (N + QR - 1) / QR;
+// One group of W per task, each through the variant's single-group tiles (no pairs, no AMX, no prefetch): the
+// reference fs_qgemm and the fused step must match bit for bit.
+int fs_qgemm_ref(const fs_qmat *w, int act16, const float *x, int M, int ldx, float *y, int ldy, int nthreads) {
+    gemm_t g = gemm_of(w, act16, x, M, ldx, y, ldy);
+    if (!gemm_buffers(&g)) return FS_ERR_NOMEM;
+    fs_quantize_act(act16, x, M, g.K, ldx, g.KB, g.xq, g.xd, g.xs);
+    const int q4 = g.q4, KB = g.KB, G = (g.N + QR - 1) / QR, N = g.N;
     const int64_t tile_bytes = q4 ? 256 : 512;
-    void *xq = malloc((size_t)M * KB * QK * (act16 ? 2 : 1));
-    float *xd = (float *)malloc(sizeof(float) * (size_t)M * KB);
-    int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)M * KB);
-    if (act16)
-        fs_quantize_act(1, x, M, K, ldx, KB, xq, xd, xs);
-    else
-        fs_quantize_act(0, x, M, K, ldx, KB, xq, xd, xs);
+    const uint8_t *xq = g.xq;
+    const float *xd = g.xd, *bias = g.bias;
+    const int32_t *xs = g.xs;
 #pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int g = 0; g < G; g++) {
+    for (int gi = 0; gi < G; gi++) {
         float out[MT][QR];
-        const uint8_t *wg = w + (int64_t)g * KB * tile_bytes;
-        const uint16_t *wdg = wd + (int64_t)g * KB * QR, *wmg = wm ? wm + (int64_t)g * KB * QR : NULL;
-        const int rows = N - g * QR < QR ? N - g * QR : QR;
+        const uint8_t *wg = g.w + (int64_t)gi * KB * tile_bytes;
+        const uint16_t *wdg = g.wd + (int64_t)gi * KB * QR, *wmg = g.wm ? g.wm + (int64_t)gi * KB * QR : NULL;
+        const int rows = N - gi * QR < QR ? N - gi * QR : QR;
         for (int m0 = 0; m0 < M; m0 += MT) {
             const int mt = M - m0 < MT ? M - m0 : MT;
             const int64_t xo = (int64_t)m0 * KB * QK;
             if (act16)
-                fs_tile16(q4, wg, wdg, wmg, KB, (const int16_t *)xq + xo, xd + (int64_t)m0 * KB,
-                             xs + (int64_t)m0 * KB, mt, out, NULL);
+                fs_tile16(q4, wg, wdg, wmg, KB, (const int16_t *)xq + xo, xd + (int64_t)m0 * KB, xs + (int64_t)m0 * KB,
+                          mt, out, NULL);
             else
-                fs_tile8(q4, wg, wdg, wmg, KB, (const int8_t *)xq + xo, xd + (int64_t)m0 * KB,
-                           xs + (int64_t)m0 * KB, mt, out, NULL);
+                fs_tile8(q4, wg, wdg, wmg, KB, (const int8_t *)xq + xo, xd + (int64_t)m0 * KB, xs + (int64_t)m0 * KB,
+                         mt, out, NULL);
             for (int t = 0; t < mt; t++) {
-                float *yr = y + (int64_t)(m0 + t) * ldy + g * QR;
-                for (int r = 0; r < rows; r++) yr[r] = bias ? out[t][r] + bias[g * QR + r] : out[t][r];
+                float *yr = y + (int64_t)(m0 + t) * ldy + gi * QR;
+                for (int r = 0; r < rows; r++) yr[r] = bias ? out[t][r] + bias[gi * QR + r] : out[t][r];
             }
         }
     }
-    free(xq);
-    free(xd);
-    free(xs);
+    free(g.xq), free(g.xd), free(g.xs);
+    return FS_OK;
 }

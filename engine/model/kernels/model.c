@@ -1,49 +1,75 @@
 // The fused step's model: its weights (pointers into the caller's tensors, which it keeps alive) and its scratch.
-#include <math.h>
+// fs_model_new takes the description fs.h declares and refuses what the step does not compute.
 #include <stdlib.h>
 
 #include "step.h"
 
-static qmat_t make_mat(const int64_t *p, int n, int k, int q4) {
-    qmat_t m = {(const uint8_t *)(intptr_t)p[0], (const uint16_t *)(intptr_t)p[1], (const uint16_t *)(intptr_t)p[2],
-                (const float *)(intptr_t)p[3], n, k, q4};
-    return m;
+// W [n, k] as the step reads it; 0 when the matrix is not one (shape, format, missing pointers).
+static int take_mat(const fs_qmat *q, int n, int k, int bias_ok, qmat_t *out) {
+    if (q->n != n || q->k != k || !q->w || !q->wd || (q->format != FS_W_INT8 && q->format != FS_W_Q4)) return 0;
+    if ((q->format == FS_W_Q4) != (q->wm != NULL) || (q->bias && !bias_ok)) return 0;
+    const qmat_t m = {q->w, q->wd, q->wm, q->bias, n, k, q->format == FS_W_Q4};
+    *out = m;
+    return 1;
 }
 
-// dims: L, hidden, H, KVH, D, I, V, q4 (layer matrices), q4_head, act16.
-// ptrs: per layer [in_norm, post_norm, then (w, wd, wm, bias) for qkv, o, gate_up, down] (18 each),
-//       then final norm, head (w, wd, wm), cos, sin.
-void *fs_model_new(const int32_t *dims, float eps, const int64_t *ptrs) {
+// The per-family extensions this step does not compute yet, each left at its Llama default; 0 when one is not.
+static int llama_defaults(const fs_model_desc *d) {
+    if (d->attn_softcap != 0.f || d->final_softcap != 0.f || d->residual_scale != 1.f || d->logits_scale != 1.f ||
+        d->activation != FS_ACT_SILU || d->rotary_dims != d->head_dim)
+        return 0;
+    for (int l = 0; l < d->n_layers; l++) {
+        const fs_layer *ly = &d->layers[l];
+        if (ly->q_norm || ly->k_norm || ly->post_attn_norm || ly->post_ffn_norm || ly->window != 0) return 0;
+    }
+    return 1;
+}
+
+// Shapes the step computes: head dims even (RoPE's halves) up to 512, at most 8 query heads per KV head, an FFN
+// width that is a multiple of 16 (silu_mul's live lanes come in whole vectors).
+static int shape_ok(const fs_model_desc *d) {
+    return d->n_layers > 0 && d->hidden > 0 && d->n_heads > 0 && d->n_kv_heads > 0 && d->head_dim > 0 &&
+           d->ffn > 0 && d->vocab > 0 && d->head_dim % 2 == 0 && d->head_dim <= 512 &&
+           d->n_heads % d->n_kv_heads == 0 && d->n_heads / d->n_kv_heads <= 8 && d->ffn % 16 == 0 && d->layers &&
+           d->final_norm && d->rope_cos && d->rope_sin && d->rope_rows > 0 && d->attn_scale > 0.f;
+}
+
+int fs_model_new(const fs_model_desc *d, void **out) {
+    *out = NULL;
+    if (!shape_ok(d)) return FS_ERR_ARG;
+    if (!llama_defaults(d)) return FS_ERR_UNSUPPORTED;
     model_t *m = (model_t *)calloc(1, sizeof(model_t));
-    if (!m) return NULL;
-    m->L = dims[0], m->hidden = dims[1], m->H = dims[2], m->KVH = dims[3], m->D = dims[4], m->I = dims[5];
-    m->V = dims[6], m->act16 = dims[9];
-    const int q4 = dims[7], q4_head = dims[8];
-    m->eps = eps;
-    m->scale = 1.f / sqrtf((float)m->D);
+    if (!m) return FS_ERR_NOMEM;
+    m->L = d->n_layers, m->hidden = d->hidden, m->H = d->n_heads, m->KVH = d->n_kv_heads, m->D = d->head_dim;
+    m->I = d->ffn, m->V = d->vocab, m->act16 = d->act16 != 0;
+    m->eps = d->eps;
+    m->scale = d->attn_scale;
     m->layers = (layer_t *)calloc((size_t)m->L, sizeof(layer_t));
     if (!m->layers) {
         free(m);
-        return NULL;
+        return FS_ERR_NOMEM;
     }
     const int qkv_n = (m->H + 2 * m->KVH) * m->D;
-    for (int l = 0; l < m->L; l++) {
-        const int64_t *p = ptrs + (int64_t)l * 18;
+    int ok = take_mat(&d->head, m->V, m->hidden, 0, &m->head);
+    for (int l = 0; l < m->L && ok; l++) {
+        const fs_layer *src = &d->layers[l];
         layer_t *ly = &m->layers[l];
-        ly->in_norm = (const float *)(intptr_t)p[0];
-        ly->post_norm = (const float *)(intptr_t)p[1];
-        ly->qkv = make_mat(p + 2, qkv_n, m->hidden, q4);
-        ly->o = make_mat(p + 6, m->hidden, m->H * m->D, q4);
-        ly->gu = make_mat(p + 10, 2 * m->I, m->hidden, q4);
-        ly->down = make_mat(p + 14, m->hidden, m->I, q4);
+        ly->in_norm = src->attn_norm;
+        ly->post_norm = src->ffn_norm;
+        ok = ly->in_norm && ly->post_norm && take_mat(&src->qkv, qkv_n, m->hidden, 1, &ly->qkv) &&
+             take_mat(&src->o, m->hidden, m->H * m->D, 1, &ly->o) &&
+             take_mat(&src->gate_up, 2 * m->I, m->hidden, 1, &ly->gu) &&
+             take_mat(&src->down, m->hidden, m->I, 1, &ly->down);
     }
-    const int64_t *t = ptrs + (int64_t)m->L * 18;
-    m->norm = (const float *)(intptr_t)t[0];
-    const int64_t head[4] = {t[1], t[2], t[3], 0};
-    m->head = make_mat(head, m->V, m->hidden, q4_head);
-    m->cos = (const float *)(intptr_t)t[4];
-    m->sin = (const float *)(intptr_t)t[5];
-    return m;
+    if (!ok) {
+        free(m->layers);
+        free(m);
+        return FS_ERR_ARG;
+    }
+    m->norm = d->final_norm;
+    m->cos = d->rope_cos, m->sin = d->rope_sin, m->rope_rows = d->rope_rows;
+    *out = m;
+    return FS_OK;
 }
 
 static void free_scratch(model_t *m) {

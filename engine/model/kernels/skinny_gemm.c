@@ -8,8 +8,8 @@
 
 #include "fs.h"
 
-void skinny_gemm_f32(const float *x, const float *w, const float *bias, float *y, int M, int N, int K,
-                     int nthreads) {
+void fs_skinny_gemm(const float *x, const float *w, const float *bias, float *y, int M, int N, int K,
+                    int nthreads) {
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int n = 0; n < N; n++) {
         const float *wr = w + (int64_t)n * K;

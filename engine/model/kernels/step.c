@@ -40,8 +40,6 @@ int fs_profile_read(double *out, int n) {
         if (g_profile) g_phase_s[ph] += fs_now_s() - t_;   \
     } while (0)
 
-int fs_max_batch(void) { return FS_MAX_BATCH; }
-
 static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const float *xd, const int32_t *xs, float *y,
                          int ldy, int accumulate) {
     s->mat = w, s->xq = xq, s->xd = xd, s->xs = xs, s->y = y, s->ldy = ldy, s->accumulate = accumulate;
@@ -55,41 +53,49 @@ static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const fl
         fs_parallel_for(s->nthreads, task_matmul, s, ntasks);
 }
 
-// x_in [B, hidden] (embeddings) -> logits [N, V] of rows out_rows[0..N-1] (increasing; NULL with N = B: all rows).
-// pos, slot, ctx [B]; slots [R, Lmax], token b reading row slot_row[b] (NULL: row b); kv the whole pool.
-// Rows may be decode tokens or a prefill chunk's tokens (ctx = position + 1); a chunk's tokens are in
-// position order, and a sequence split over several calls has its earlier tokens in the earlier call.
-// Returns 0 on success, -1 when B is out of range or scratch memory could not be had.
-int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const int64_t *slot, const int64_t *slots,
-               const int64_t *slot_row, const int64_t *ctx, int Lmax, void *kv, int64_t S, int kv_type, int nthreads,
-               int N, const int64_t *out_rows, float *logits) {
-    model_t *m = (model_t *)handle;
-    if (!m || B < 1 || B > FS_MAX_BATCH || m->D > 512 || !fs_ensure_scratch(m, B)) return -1;
-    if (N < 0 || N > B || (out_rows == NULL && N != 0 && N != B)) return -1;
-    step_t s = {.m = m, .B = B, .Lmax = Lmax, .kv_type = kv_type, .nthreads = nthreads < 1 ? 1 : nthreads,
-                .pos = pos, .slot = slot, .slots = slots, .ctx = ctx, .slot_row = slot_row, .kv = (uint8_t *)kv, .S = S,
-                .act = m->act, .ad = m->ad, .aq = m->aq, .as = m->as};
-    // a decode batch on 2+ threads lends its matmul, mlp and attention phases; its light ones (norms, RoPE and the K/V
-    // write, the parts' merge: a few us each at this size) run on the caller, which a lent phase never leaves waiting
-    // for a descheduled helper
-    fs_note_caller_cpu();
-    s.lend = FS_LEND_ON && s.nthreads > 1 && B <= FS_LEND_MAX_B && fs_step_lend_reserve(&s, s.nthreads - 1);
+// What the step needs of a call: B in range, the logits rows increasing, known K/V type, positions the RoPE tables
+// hold, at most FS_MAX_PARTS attention parts per token. Returns the parts, or 0.
+static int check_batch(const model_t *m, const fs_batch *c) {
+    const int B = c->n_tokens, N = c->n_logits;
+    if (B < 1 || B > FS_MAX_BATCH || N < 0 || N > B || (c->logit_rows == NULL && N != 0 && N != B)) return 0;
+    if (c->kv_type != FS_KV_F32 && c->kv_type != FS_KV_BF16 && c->kv_type != FS_KV_F16) return 0;
+    for (int i = 0; c->logit_rows && i < N; i++) {
+        const int64_t r = c->logit_rows[i];
+        if (r < i || r >= B || (i > 0 && r <= c->logit_rows[i - 1])) return 0;
+    }
     int parts = 1;
     for (int b = 0; b < B; b++) {
-        const int p = fs_attend_parts((int)ctx[b]);
+        if (c->pos[b] < 0 || c->pos[b] >= m->rope_rows) return 0;
+        const int p = fs_attend_parts((int)c->ctx[b]);
         parts = p > parts ? p : parts;
     }
-    if (parts > FS_MAX_PARTS || m->H / m->KVH > 8) return -1;
+    return parts > FS_MAX_PARTS ? 0 : parts;
+}
+
+int fs_forward(void *handle, const fs_batch *c) {
+    model_t *m = (model_t *)handle;
+    const int parts = m ? check_batch(m, c) : 0;
+    if (!parts) return FS_ERR_ARG;
+    const int B = c->n_tokens, N = c->n_logits;
+    if (!fs_ensure_scratch(m, B)) return FS_ERR_NOMEM;
+    step_t s = {.m = m, .B = B, .Lmax = c->slots_stride, .kv_type = c->kv_type,
+                .nthreads = c->threads < 1 ? 1 : c->threads, .pos = c->pos, .slot = c->slot, .slots = c->slots,
+                .ctx = c->ctx, .slot_row = c->slot_row, .kv = (uint8_t *)c->kv, .S = c->kv_slots, .act = m->act,
+                .ad = m->ad, .aq = m->aq, .as = m->as};
+    // a decode batch on 2+ threads lends its matmul, mlp and attention phases; its light ones (norms, RoPE and the K/V
+    // write, the parts' merge) run on the caller, which a lent phase never leaves waiting for a descheduled helper
+    fs_note_caller_cpu();
+    s.lend = FS_LEND_ON && s.nthreads > 1 && B <= FS_LEND_MAX_B && fs_step_lend_reserve(&s, s.nthreads - 1);
     s.att_parts = parts;
     const int mlp_per = fs_kb(m->I) / (s.nthreads * fs_mm_claims(B));
     s.mlp_blocks = mlp_per < 1 ? 1 : mlp_per;
     s.att = (float *)malloc(sizeof(float) * (size_t)B * m->KVH * parts * (size_t)(m->H / m->KVH) * (m->D + 2));
-    if (!s.att) return -1;
+    if (!s.att) return FS_ERR_NOMEM;
     if (s.lend && !fs_step_lend_tables(m, &s)) s.lend = 0;
     const int light = s.lend ? 1 : s.nthreads;
     const int att_n = B * m->KVH * parts, att_per = att_n / (s.nthreads * FS_ATT_CLAIMS);
     s.att_per = att_per < 1 ? 1 : att_per;
-    memcpy(m->x, x_in, sizeof(float) * (size_t)B * (size_t)m->hidden);
+    memcpy(m->x, c->x, sizeof(float) * (size_t)B * (size_t)m->hidden);
     const int qkv_n = (m->H + 2 * m->KVH) * m->D;
     for (int l = 0; l < m->L; l++) {
         const layer_t *ly = &m->layers[l];
@@ -116,19 +122,18 @@ int fs_forward(void *handle, int B, const float *x_in, const int64_t *pos, const
         TIMED(PH_DOWN, matmul_phase(&s, &ly->down, m->aq, m->ad, m->as, m->x, m->hidden, 1));
     }
     free(s.att);
-    if (N == 0) return 0;
-    if (out_rows != NULL && N < B) {  // the rows whose logits are wanted, moved to the front (increasing: in place)
+    if (N == 0) return FS_OK;
+    if (c->logit_rows != NULL && N < B) {  // the rows whose logits are wanted, moved to the front (increasing: in place)
         for (int i = 0; i < N; i++) {
-            const int64_t r = out_rows[i];
-            if (r < i || r >= B || (i > 0 && r <= out_rows[i - 1])) return -1;
+            const int64_t r = c->logit_rows[i];
             if (r != i) memcpy(m->x + (int64_t)i * m->hidden, m->x + r * m->hidden, sizeof(float) * (size_t)m->hidden);
         }
     }
     s.B = N;
     s.norm_w = m->norm;
     TIMED(PH_NORM, fs_parallel_rows(light, task_norm, &s, N));
-    TIMED(PH_HEAD, matmul_phase(&s, &m->head, m->xq, m->xd, m->xs, logits, m->V, 0));
-    return 0;
+    TIMED(PH_HEAD, matmul_phase(&s, &m->head, m->xq, m->xd, m->xs, c->logits, m->V, 0));
+    return FS_OK;
 }
 
 

@@ -28,7 +28,8 @@ typedef struct {
     layer_t *layers;
     const float *norm;
     qmat_t head;
-    const float *cos, *sin;  // [max_pos, D]; sin carries rotate-half's signs (llama.py's RotaryEmbedding)
+    const float *cos, *sin;  // [rope_rows, D]; sin carries rotate-half's signs (llama.py's RotaryEmbedding)
+    int64_t rope_rows;
     int cap;                 // tokens the scratch below holds
     int64_t *lend_slots;     // a lent step's copy of its tokens' key slots (lend_tables): only valid slots
     size_t lend_slots_cap;
