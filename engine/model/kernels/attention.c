@@ -16,6 +16,7 @@
 
 #include "attention.h"
 #include "half.h"
+#include "pool.h"
 
 static inline float dot_f32(const float *a, const float *b, int d) {
     float s = 0.f;
@@ -201,22 +202,37 @@ void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *s
         fs_attend_part(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, part, part + G * D,
                        part + G * D + G, 1);
     }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // the parts are written by fs_attend_part, another file
     fs_attend_combine(P, G, D, buf, ob);
+#pragma GCC diagnostic pop
     if (buf != stack) free(buf);
+}
+
+typedef struct {
+    const float *q;
+    const void *kc, *vc;
+    const int64_t *slots, *ctx;
+    float *out;
+    int H, KVH, D, Lmax, kv_type;
+    float scale;
+} paged_t;
+
+static void task_paged(void *c, int task) {  // one (sequence, KV head)
+    const paged_t *p = (const paged_t *)c;
+    const int b = task / p->KVH, kh = task % p->KVH, G = p->H / p->KVH, D = p->D;
+    const int L = (int)p->ctx[b];
+    const int part = L < FS_ATT_PART ? (L > 0 ? L : 1) : FS_ATT_PART;
+    float *scores = (float *)malloc(sizeof(float) * (size_t)G * (size_t)part);
+    fs_attend(p->q + ((int64_t)b * p->H + (int64_t)kh * G) * D, p->kc, p->vc, p->slots + (int64_t)b * p->Lmax, L,
+              p->KVH, kh, D, G, p->scale, p->kv_type, scores, p->out + ((int64_t)b * p->H + (int64_t)kh * G) * D);
+    free(scores);
 }
 
 void fs_paged_decode(const float *q, const void *kc, const void *vc, const int64_t *slots, const int64_t *ctx,
                      float *out, int B, int H, int KVH, int D, int Lmax, float scale, int nthreads, int kv_type) {
-    const int G = H / KVH;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
-    for (int b = 0; b < B; b++) {
-        for (int kh = 0; kh < KVH; kh++) {
-            const int L = (int)ctx[b];
-            const int part = L < FS_ATT_PART ? (L > 0 ? L : 1) : FS_ATT_PART;
-            float *scores = (float *)malloc(sizeof(float) * (size_t)G * (size_t)part);
-            fs_attend(q + ((int64_t)b * H + (int64_t)kh * G) * D, kc, vc, slots + (int64_t)b * Lmax, L, KVH, kh, D, G,
-                      scale, kv_type, scores, out + ((int64_t)b * H + (int64_t)kh * G) * D);
-            free(scores);
-        }
-    }
+    paged_t p = {.q = q, .kc = kc, .vc = vc, .slots = slots, .ctx = ctx, .out = out, .H = H, .KVH = KVH, .D = D,
+                 .Lmax = Lmax, .kv_type = kv_type, .scale = scale};
+    fs_note_caller_cpu();
+    fs_parallel_for(nthreads, task_paged, &p, B * KVH);
 }

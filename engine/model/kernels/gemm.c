@@ -137,38 +137,46 @@ int fs_qgemm(const fs_qmat *w, int act16, const float *x, int M, int ldx, float 
     return FS_OK;
 }
 
-// One group of W per task, each through the variant's single-group tiles (no pairs, no AMX, no prefetch): the
-// reference fs_qgemm and the fused step must match bit for bit.
-int fs_qgemm_ref(const fs_qmat *w, int act16, const float *x, int M, int ldx, float *y, int ldy, int nthreads) {
-    gemm_t g = gemm_of(w, act16, x, M, ldx, y, ldy);
-    if (!gemm_buffers(&g)) return FS_ERR_NOMEM;
-    fs_quantize_act(act16, x, M, g.K, ldx, g.KB, g.xq, g.xd, g.xs);
-    const int q4 = g.q4, KB = g.KB, G = (g.N + QR - 1) / QR, N = g.N;
+// One group of W at a time through the variant's single-group tiles (no pairs, no AMX, no prefetch): the reference
+// fs_qgemm and the fused step must match bit for bit.
+static void task_gemm_ref(void *c, int task) {
+    const gemm_t *g = (const gemm_t *)c;
+    const int q4 = g->q4, KB = g->KB, M = g->M;
     const int64_t tile_bytes = q4 ? 256 : 512;
-    const uint8_t *xq = g.xq;
-    const float *xd = g.xd, *bias = g.bias;
-    const int32_t *xs = g.xs;
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int gi = 0; gi < G; gi++) {
+    int g0, g1;
+    task_span(task, g->groups_per_task, g->ngroups, 0, &g0, &g1);
+    for (int gi = g0; gi < g1; gi++) {
         float out[MT][QR];
-        const uint8_t *wg = g.w + (int64_t)gi * KB * tile_bytes;
-        const uint16_t *wdg = g.wd + (int64_t)gi * KB * QR, *wmg = g.wm ? g.wm + (int64_t)gi * KB * QR : NULL;
-        const int rows = N - gi * QR < QR ? N - gi * QR : QR;
+        const uint8_t *wg = g->w + (int64_t)gi * KB * tile_bytes;
+        const uint16_t *wdg = g->wd + (int64_t)gi * KB * QR, *wmg = g->wm ? g->wm + (int64_t)gi * KB * QR : NULL;
+        const int rows = g->N - gi * QR < QR ? g->N - gi * QR : QR;
         for (int m0 = 0; m0 < M; m0 += MT) {
             const int mt = M - m0 < MT ? M - m0 : MT;
             const int64_t xo = (int64_t)m0 * KB * QK;
-            if (act16)
-                fs_tile16(q4, wg, wdg, wmg, KB, (const int16_t *)xq + xo, xd + (int64_t)m0 * KB, xs + (int64_t)m0 * KB,
-                          mt, out, NULL);
+            const float *xd = g->xd + (int64_t)m0 * KB;
+            const int32_t *xs = g->xs + (int64_t)m0 * KB;
+            if (g->act16)
+                fs_tile16(q4, wg, wdg, wmg, KB, (const int16_t *)g->xq + xo, xd, xs, mt, out, NULL);
             else
-                fs_tile8(q4, wg, wdg, wmg, KB, (const int8_t *)xq + xo, xd + (int64_t)m0 * KB, xs + (int64_t)m0 * KB,
-                         mt, out, NULL);
+                fs_tile8(q4, wg, wdg, wmg, KB, (const int8_t *)g->xq + xo, xd, xs, mt, out, NULL);
             for (int t = 0; t < mt; t++) {
-                float *yr = y + (int64_t)(m0 + t) * ldy + gi * QR;
-                for (int r = 0; r < rows; r++) yr[r] = bias ? out[t][r] + bias[gi * QR + r] : out[t][r];
+                float *yr = g->y + (int64_t)(m0 + t) * g->ldy + gi * QR;
+                for (int r = 0; r < rows; r++) yr[r] = g->bias ? out[t][r] + g->bias[gi * QR + r] : out[t][r];
             }
         }
     }
+}
+
+int fs_qgemm_ref(const fs_qmat *w, int act16, const float *x, int M, int ldx, float *y, int ldy, int nthreads) {
+    gemm_t g = gemm_of(w, act16, x, M, ldx, y, ldy);
+    if (!gemm_buffers(&g)) return FS_ERR_NOMEM;
+    nthreads = nthreads < 1 ? 1 : nthreads;
+    fs_note_caller_cpu();
+    fs_quantize_act(act16, x, M, g.K, ldx, g.KB, g.xq, g.xd, g.xs);
+    g.ngroups = (g.N + QR - 1) / QR;
+    const int per = g.ngroups / (nthreads * FS_CLAIMS);
+    g.groups_per_task = per < 1 ? 1 : per;
+    fs_parallel_for(nthreads, task_gemm_ref, &g, (g.ngroups + g.groups_per_task - 1) / g.groups_per_task);
     free(g.xq), free(g.xd), free(g.xs);
     return FS_OK;
 }
