@@ -76,6 +76,14 @@ def load_variant(isa: str) -> ctypes.CDLL | None:
     return None if path is None else _open(path)
 
 
+@cache
+def test_library() -> ctypes.CDLL | None:
+    """The `test` library (setup.py): the generic code plus the test hooks fs.h lists (lending switches and counters,
+    the pool check), which the production variants do not export. Tests only; None when it was not built."""
+    path = _library_file("test")
+    return None if path is None else _open(path)
+
+
 _choice: dict[str, object] = {"enabled": True, "isa": None}  # set by configure(); one per process
 
 

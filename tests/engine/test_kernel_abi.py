@@ -98,3 +98,17 @@ def test_the_model_description_refuses_what_the_step_does_not_compute(change: di
 def test_the_default_attention_scale_is_the_fp32_one_over_sqrt_the_c_side_computed() -> None:
     for d in range(2, 514, 2):  # 1.f / sqrtf((float)D), in numpy's fp32 operations
         assert kernel_abi.llama_scalars(d)["attn_scale"] == float(np.float32(1.0) / np.sqrt(np.float32(d))), d
+
+
+HOOKS = ("fs_set_lend", "fs_set_lend_stall", "fs_lend_counts", "fs_pool_check")
+
+
+@needs_kernels
+def test_only_the_test_library_exports_the_test_hooks() -> None:
+    for isa in VARIANTS:
+        lib = cpu_kernels.load_variant(isa)
+        assert lib is not None
+        assert [h for h in HOOKS if kernel_abi.has_symbol(lib, h)] == [], isa
+    test_lib = cpu_kernels.test_library()
+    assert test_lib is not None
+    assert all(kernel_abi.has_symbol(test_lib, h) for h in HOOKS)

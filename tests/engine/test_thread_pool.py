@@ -1,4 +1,4 @@
-"""The kernels' own thread pool (kernels/decode_step.c, parallel_for): every call returns with each of its
+"""The kernels' own thread pool (kernels/pool.c, fs_parallel_for): every call returns with each of its
 tasks run exactly once and finished. A worker that read the next call's task count while the ticket was
 still the last call's used to claim a task past the end and count it done in the next call, which then
 returned with a task still running (the native decode step's logits were garbage about once per CI run,
@@ -17,17 +17,15 @@ import torch
 from engine.model import cpu_kernels
 from engine.model.kernel_abi import KernelFormat
 
-VARIANTS = cpu_kernels.supported_variants()
+TEST_LIB = cpu_kernels.test_library()  # the pool check is a test hook: the test library exports it
 
 
-@pytest.mark.skipif(not VARIANTS, reason="native kernels not built")
-@pytest.mark.parametrize("isa", VARIANTS)
+@pytest.mark.skipif(TEST_LIB is None, reason="native kernels not built")
 @pytest.mark.parametrize("threads", [2, 3])
-def test_every_pool_call_returns_with_each_task_run_exactly_once(isa: str, threads: int) -> None:
-    lib = cpu_kernels.load_variant(isa)
-    assert lib is not None
+def test_every_pool_call_returns_with_each_task_run_exactly_once(threads: int) -> None:
+    assert TEST_LIB is not None
     calls = 400_000
-    assert lib.fs_pool_check(calls, threads) == 0
+    assert TEST_LIB.fs_pool_check(calls, threads) == 0
 
 
 
@@ -41,12 +39,12 @@ def _allowed_cpus(status: str) -> set[int]:
     return cpus
 
 
-@pytest.mark.skipif(not VARIANTS or len(os.sched_getaffinity(0)) < 2, reason="native kernels or a second CPU missing")
+@pytest.mark.skipif(TEST_LIB is None or len(os.sched_getaffinity(0)) < 2, reason="native kernels or a second CPU missing")
 def test_the_pools_workers_keep_off_the_calling_threads_cpu() -> None:
     """With one core busy, the OS put the thread that drives every phase on the busy core about half the time (three
-    runnable threads on two cores); the pool's workers now leave the caller's CPU to it (decode_step.c
+    runnable threads on two cores); the pool's workers now leave the caller's CPU to it (pool.c
     keep_off_caller): after a call from a thread on CPU c, a worker may run on every CPU it was allowed but c."""
-    lib = cpu_kernels.load_variant(VARIANTS[0])
+    lib = TEST_LIB
     assert lib is not None
     allowed = os.sched_getaffinity(0)
     assert lib.fs_pool_check(10, 2) == 0  # the worker exists, started with every CPU allowed
