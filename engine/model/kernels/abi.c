@@ -1,5 +1,4 @@
-// The ABI's own description (fs.h): its version and every struct's layout, which engine/model/kernel_abi.py compares
-// with its ctypes mirror when it loads the library: a library built from other headers fails loudly at load.
+// The ABI's own description: version and struct layouts, compared with kernel_abi.py's mirror at load.
 #include <stddef.h>
 
 #include "fs.h"

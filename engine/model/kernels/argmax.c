@@ -4,7 +4,8 @@
 #include "fs.h"
 #include "isa.h"
 
-// NaN (0 when every value is NaN): torch.argmax of the row with NaN replaced by -inf.
+// out[i] = the first maximum's index in row i of x [n, V] (row stride ld) among non-NaN values (0 when all are NaN):
+// torch.argmax with NaN as -inf.
 void fs_argmax_rows(const float *x, int n, int V, int64_t ld, int64_t *out) {
     for (int i = 0; i < n; i++) {
         const float *row = x + (int64_t)i * ld;

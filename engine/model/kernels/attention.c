@@ -1,16 +1,6 @@
-// Paged-attention decode on CPU: one query token per sequence attends to its cached keys,
-// read in place from the block pool (no gather copy, no padding). Queries and outputs are fp32;
-// the K/V pool is fp32, bf16 or fp16 (kv_type), and 16-bit rows are widened in registers as they
-// are read (bf16: a 16-bit shift; fp16: F16C / AVX-512 cvtph), so a 16-bit pool costs half the
-// memory traffic of an fp32 one and no fp32 copy of it is ever made.
-//
-// q    [B, H, D]          query of each decode sequence
-// kc   [S, KVH, D]        one layer's K pool (S = num_blocks * block_size slots)
-// vc   [S, KVH, D]        one layer's V pool
-// slots[B, Lmax] int64    slot of key t of sequence b (only t < ctx[b] is read)
-// ctx  [B] int64          number of keys of sequence b (including the new token)
-// out  [B, H, D]
-// Query head h uses KV head h / (H / KVH), as in HF's repeat_kv.
+// Attention over a paged K/V pool, read in place (no gather, no padding); 16-bit rows widened in registers.
+// q, out [B, H, D]; kc, vc [S, KVH, D] one layer's pool of kv_type; slots [B, Lmax] (t < ctx[b] read); ctx [B].
+// Query head h reads KV head h / (H / KVH), as HF's repeat_kv.
 #include <math.h>
 #include <stdlib.h>
 
@@ -31,7 +21,7 @@ static inline void axpy_f32(float *o, float p, const float *v, int d) {
 }
 
 #if defined(PD_AVX512)
-// 16 values of a 16-bit row from index i (mask m: the lanes that exist), widened to fp32.
+// row[i..i+16) as fp32, lanes past d masked off
 static inline __m512 load16(const uint16_t *row, int kv_type, int i, __mmask16 m) {
     const __m256i h = _mm256_maskz_loadu_epi16(m, row + i);
     if (kv_type == FS_KV_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -72,7 +62,7 @@ static float dot_16(const float *q, const uint16_t *k, int kv_type, int d) {
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     float s = _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
-    for (; i < d; i++) s += q[i] * widen(k[i], kv_type);  // head dims that are not a multiple of 8
+    for (; i < d; i++) s += q[i] * widen(k[i], kv_type);
     return s;
 }
 
@@ -104,7 +94,6 @@ static void axpy_16(float *o, float p, const uint16_t *v, int kv_type, int d) {
 }
 #endif
 
-// Row `slot` of head kh in a pool of rows of D elements of kv_type.
 static inline const void *row_at(const void *pool, int kv_type, int64_t slot, int KVH, int kh, int D) {
     const int64_t idx = (slot * KVH + kh) * D;
     return kv_type == FS_KV_F32 ? (const void *)((const float *)pool + idx) : (const void *)((const uint16_t *)pool + idx);
@@ -119,10 +108,8 @@ static inline void axpy_kv(float *o, float p, const void *v, int kv_type, int d)
     else axpy_16(o, p, (const uint16_t *)v, kv_type, d);
 }
 
-// Attention of one query's G heads over keys [t0, t1) of its L keys: scores, their maximum m[g], the
-// sum of exp(score - m) s[g] and the unnormalized sum of exp(score - m) * value o[g*D..]. A query's
-// keys are cut into parts of FS_ATT_PART keys from key 0 (a layout that depends on L alone), the parts
-// are independent (threads may take them in any order) and fs_attend_combine merges them in part order.
+// One query's G heads over keys [t0, t1): scores, m[g] = max, s[g] = sum exp(score - m), o[g] = sum exp(score - m) v.
+// Keys are cut into parts of FS_ATT_PART from key 0 (depends on L only); fs_attend_combine merges parts in order.
 void fs_attend_portable(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
                         int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
     const int n = t1 - t0;
@@ -152,12 +139,10 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
 }
 #endif
 
-// ob[g*D..] = the softmax-weighted values over all parts: parts merged in part order, each rescaled from
-// its own maximum to the overall one. o_parts [P][G*D], m_parts / s_parts [P][G].
+// ob [G, D] = parts merged in order, each rescaled from its max to the overall one; part p: o [G D], m [G], s [G].
 void fs_attend_combine(int P, int G, int D, const float *parts, float *ob) {
-    const int64_t stride = (int64_t)G * (D + 2);  // one part: o [G * D], then m [G], then s [G]
-    if (P == 1) {  // the loop below with w = 1: (0 + 1 * o) * (1 / (0 + 1 * s)) is o * (1 / s), the same values
-                   // (but for a -0 staying -0, which the next step's quantization maps to 0 as it does +0)
+    const int64_t stride = (int64_t)G * (D + 2);
+    if (P == 1) {  // w = 1: the loop's values (-0 stays -0; quantization maps it to 0)
         for (int g = 0; g < G; g++) {
             const float inv = 1.f / parts[G * D + G + g], *op = parts + g * D;
             float *out = ob + g * D;
@@ -190,9 +175,9 @@ int fs_attend_parts(int L) { return L <= 0 ? 1 : (L + FS_ATT_PART - 1) / FS_ATT_
 
 void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
                int G, float scale, int kv_type, float *scores, float *ob) {
-    // scores: G * FS_ATT_PART floats of scratch (or G * L when L is shorter)
+    // scores: G * min(L, FS_ATT_PART) floats
     const int P = fs_attend_parts(L);
-    float stack[16384];  // 64 KB: P * G * (D + 2) floats for up to 8,192 keys of 8 heads of 64
+    float stack[16384];  // P * G * (D + 2) floats: 8,192 keys of 8 heads of 64
     const size_t need = (size_t)P * (size_t)G * (size_t)(D + 2);
     float *buf = need <= sizeof(stack) / sizeof(float) ? stack : (float *)malloc(sizeof(float) * need);
     if (!buf) return;
@@ -203,7 +188,7 @@ void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *s
                        part + G * D + G, 1);
     }
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // the parts are written by fs_attend_part, another file
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // fs_attend_part (another file) writes the parts
     fs_attend_combine(P, G, D, buf, ob);
 #pragma GCC diagnostic pop
     if (buf != stack) free(buf);

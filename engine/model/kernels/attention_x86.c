@@ -1,12 +1,11 @@
-// The SIMD attention parts (AVX2, and AVX-512 where built): keys in blocks of 8 widened to fp32 once for the query
-// heads that share them, the softmax 8 lanes at a time (simd_exp.h), the values' weighted sum in registers.
+// SIMD attention parts: keys in blocks of 8, widened to fp32 once for the heads sharing them; softmax 8 lanes at a
+// time; P.V in registers.
 #include <math.h>
 
 #include "attention.h"
 #include "simd_exp.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-// 8 values of a K/V row from index i, widened to fp32.
 static inline __m256 kv_load8(const void *row, int kv_type, int i) {
     if (kv_type == FS_KV_F32) return _mm256_loadu_ps((const float *)row + i);
     const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
@@ -17,9 +16,8 @@ static inline __m256 kv_load8(const void *row, int kv_type, int i) {
 #ifndef PD_AHEAD
 #define PD_AHEAD 16
 #endif
-// A head's K/V rows are 1 in KVH of the pool's, a stride the hardware prefetchers follow late: the rows of the
-// block of 8 keys PD_AHEAD keys past b0 are asked for, the keys into L1 and the values into L2 for the pass
-// over them after the softmax.
+// Prefetch the K (L1) and V (L2) rows of keys b0 + PD_AHEAD .. +8: a head's rows are 1 in KVH, a stride the prefetchers
+// follow late.
 static inline void prefetch_ahead(const void *kc, const void *vc, const int64_t *sl, int t0, int b0, int n, int KVH,
                                   int kh, int row) {
     for (int j = b0 + PD_AHEAD; j < b0 + PD_AHEAD + 8 && j < n; j++) {
@@ -31,7 +29,7 @@ static inline void prefetch_ahead(const void *kc, const void *vc, const int64_t 
     }
 }
 
-// The sums of 8 vectors' lanes, as one vector: lane j = the sum of a[j]'s 8 lanes.
+// lane j = sum of a[j]
 static inline __m256 hsum8x8(const __m256 *a) {
     const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
     const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
@@ -45,13 +43,12 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
 }
 
-// Each head's scores of the part -> exp(score - max) in place, with the maximum m[g] and the sum s[g].
+// scores -> exp(score - m) in place; m[g] = max, s[g] = sum
 static void softmax_part(float *scores, int n, int G, float *m, float *s) {
     for (int g = 0; g < G; g++) {
         float *sc = scores + (int64_t)g * n, mx = -INFINITY;
         int t0 = 0;
-        if (n >= 8) {  // the maximum 8 lanes at a time (a maximum is exact in any order: the scalar loop's value;
-                       // maxps returns its second operand when one is NaN, so a NaN score is skipped as there)
+        if (n >= 8) {  // max is exact in any order; maxps keeps the old max on NaN
             __m256 vmx = _mm256_set1_ps(-INFINITY);
             for (; t0 + 8 <= n; t0 += 8) vmx = _mm256_max_ps(_mm256_loadu_ps(sc + t0), vmx);
             float lanes[8];
@@ -81,9 +78,7 @@ static void softmax_part(float *scores, int n, int G, float *m, float *s) {
     }
 }
 
-// The values' weighted sum o[g] = sum over t of scores[g][t] * v[t], dims in chunks of 8 CH, the G x CH
-// accumulators in registers (G and CH compile-time constants): each output lane is the same chain of FMAs
-// in key order as the plain loop's, which kept o in memory and re-read it per value row.
+// o[g] = sum_t p[g][t] v[t]: G x CH accumulators of 8 dims in registers, per lane one FMA chain in key order
 static inline __attribute__((always_inline)) void pv_tile(const int G, const int CH, const void *vc, const int64_t *sl,
                                                           int t0, int n, int KVH, int kh, int D, int esz, int kv_type,
                                                           const float *scores, float *o) {
@@ -105,7 +100,6 @@ static inline __attribute__((always_inline)) void pv_tile(const int G, const int
 }
 
 #if defined(PD_AVX512)
-// 16 values of a K/V row from index i, widened to fp32.
 static inline __m512 kv_load16(const void *row, int kv_type, int i) {
     if (kv_type == FS_KV_F32) return _mm512_loadu_ps((const float *)row + i);
     const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i));
@@ -113,9 +107,7 @@ static inline __m512 kv_load16(const void *row, int kv_type, int i) {
     return _mm512_cvtph_ps(h);
 }
 
-// The lane sums of 8 vectors as one: lane j of the result = the sum of a[j]'s 16 lanes. Halves are
-// added pairwise (256-bit halves, then 128-bit quarters, then pairs, then neighbours), so after four
-// levels key j's sum sits at float 4j (j < 4) or 4(j - 4) + 2, which the last permute gathers.
+// lane j = sum of a[j]'s 16 lanes (pairwise halves: sum j lands at float 4j or 4(j-4)+2)
 static inline __m256 hsum8x16(const __m512 *a) {
     __m512 b[4], c[2];
     for (int i = 0; i < 4; i++)
@@ -131,8 +123,7 @@ static inline __m256 hsum8x16(const __m512 *a) {
     return _mm512_castps512_ps256(_mm512_permutexvar_ps(at, f));
 }
 
-// Scores of GH query heads (GH <= 3, compile-time) against 8 keys: each key's row is widened once per 16
-// dims and feeds the GH heads; the GH x 8 accumulators (24 at most) stay in registers.
+// scores of GH <= 3 heads x 8 keys: GH x 8 accumulators in registers
 static inline __attribute__((always_inline)) void qk_tile16(const int GH, const float *q, const char *const *k,
                                                             int kv_type, int D, __m256 scale, __m256 *out) {
     __m512 acc[3][8];
@@ -149,7 +140,7 @@ static inline __attribute__((always_inline)) void qk_tile16(const int GH, const 
     for (int g = 0; g < GH; g++) out[g] = _mm256_mul_ps(hsum8x16(acc[g]), scale);
 }
 
-// As pv_tile, 16 lanes: G x CH accumulators of 16 dims in registers, values widened once per key.
+// pv_tile on 16 lanes
 static inline __attribute__((always_inline)) void pv_tile16(const int G, const int CH, const void *vc,
                                                             const int64_t *sl, int t0, int n, int KVH, int kh, int D,
                                                             int esz, int kv_type, const float *scores, float *o) {
@@ -171,8 +162,7 @@ static inline __attribute__((always_inline)) void pv_tile16(const int G, const i
     }
 }
 
-// One block of 8 keys (rows k) against a KV head's G query heads qb [G, D], in groups of up to 3 heads:
-// scores [G][n] from key b0 on (the part's last block stores only the keys that exist).
+// 8 keys x G heads, 3 at a time: scores[g][b0..b0+8), only keys < n
 static void qk_block16(const float *qb, const char *const *k, int kv_type, int D, int G, __m256 vscale, float *scores,
                        int n, int b0) {
     for (int g0 = 0; g0 < G; g0 += 3) {
@@ -195,8 +185,7 @@ static void qk_block16(const float *qb, const char *const *k, int kv_type, int D
     }
 }
 
-// The values' weighted sum of one KV head through the widest register tile the head dim allows (G x CH
-// <= 16 accumulators).
+// P.V through the widest tile D allows (G x CH <= 16 accumulators)
 static void pv16(const void *vc, const int64_t *sl, int t0, int n, int KVH, int kh, int D, int G, int esz,
                  int kv_type, const float *scores, float *o) {
     const int chunks = D / 16;
@@ -215,9 +204,7 @@ static void pv16(const void *vc, const int64_t *sl, int t0, int n, int KVH, int 
     }
 }
 
-// The AVX-512 part (D a multiple of 16, G <= 8): keys in blocks of 8 (qk_block16), the softmax as the
-// AVX2 part's, the values' sum in registers (pv16), the rows ahead prefetched (with both, 2.2x faster
-// over 4,096 fp16 keys than the AVX2 part on a Zen 5).
+// AVX-512 part: D % 16 == 0, G <= 8.
 static void part_avx512(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
                         int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
                         int prefetch) {
@@ -225,7 +212,7 @@ static void part_avx512(const float *qb, const void *kc, const void *vc, const i
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int b0 = 0; b0 < n; b0 += 8) {
         const char *k[8];
-        for (int j = 0; j < 8; j++)  // past the part's last key: its first key again (valid memory, unused)
+        for (int j = 0; j < 8; j++)  // past the end: the first key again (valid, unused)
             k[j] = (const char *)kc + ((b0 + j < n ? sl[t0 + b0 + j] : sl[t0]) * KVH + kh) * (int64_t)row;
         if (prefetch) prefetch_ahead(kc, vc, sl, t0, b0, n, KVH, kh, row);
         qk_block16(qb, k, kv_type, D, G, vscale, scores, n, b0);
@@ -235,13 +222,11 @@ static void part_avx512(const float *qb, const void *kc, const void *vc, const i
 }
 #endif
 
-// AVX2 (also in the AVX-512 build): keys in blocks of 8 (widened to fp32 once for the G heads), each block's
-// 8 dot products per query head as 8 independent FMA chains reduced together; exp 8 lanes at a time; the
-// values' weighted sum in registers (pv_tile).
+// AVX2 part (AVX-512 builds too, other shapes): 8 independent FMA chains per head and block of keys.
 void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
                     int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
                     int prefetch) {
-    if (D % 8 != 0 || D > 512) {  // head dims that are not a multiple of 8, or past the widened-key buffer
+    if (D % 8 != 0 || D > 512) {  // portable part
         fs_attend_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
         return;
     }
@@ -253,11 +238,11 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
 #endif
     const int n = t1 - t0, esz = kv_type == FS_KV_F32 ? 4 : 2;
     const __m256 vscale = _mm256_set1_ps(scale);
-    float kf[8 * 512];  // a block's 8 keys widened to fp32 once, for all G heads (the widening is exact)
+    float kf[8 * 512];  // 8 keys widened once for all G heads (exact)
     for (int b0 = 0; b0 < n; b0 += 8) {
         const float *k[8];
         if (prefetch) prefetch_ahead(kc, vc, sl, t0, b0, n, KVH, kh, D * esz);
-        for (int j = 0; j < 8; j++) {  // past the part's last key: its first key again (valid memory, unused)
+        for (int j = 0; j < 8; j++) {  // past the end: the first key again
             const char *row = (const char *)kc + ((b0 + j < n ? sl[t0 + b0 + j] : sl[t0]) * KVH + kh) * (int64_t)D * esz;
             if (kv_type == FS_KV_F32) {
                 k[j] = (const float *)row;
@@ -285,7 +270,7 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
         }
     }
     softmax_part(scores, n, G, m, s);
-    switch (G) {  // the register-resident tile where the shape allows it, else the loop below (same sums)
+    switch (G) {  // register tile where the shape allows; same sums
 #define PV_CASE(GC, CH)                                                                      \
     case GC:                                                                                 \
         if (D % (8 * CH) == 0) {                                                             \

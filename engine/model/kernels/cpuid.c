@@ -1,5 +1,4 @@
-// Which variant this library is and which ones the CPU runs: the Python side asks the generic library (CPUID)
-// before it loads another, so a build shared between machines never runs an instruction the CPU lacks.
+// Which variant this library is, and which the CPU runs (asked of the generic library before another is loaded).
 #define _DEFAULT_SOURCE 1  // syscall() under -std=c11
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -23,8 +22,8 @@ int fs_kernel_isa(void) {
 #endif
 }
 
-// Bit 0: AVX2+FMA+F16C; bit 1: AVX-512 F/BW/VL/VNNI; bit 2: those and AMX-TILE/INT8 (CPUID leaf 7 EDX bits 24, 25)
-// with Linux's permission to use the tile data, asked here once per process (arch_prctl ARCH_REQ_XCOMP_PERM).
+// bit 0 AVX2+FMA+F16C; bit 1 AVX-512 F/BW/VL/VNNI; bit 2 AMX-TILE/INT8 (CPUID 7 EDX 24, 25) and Linux's permission for
+// the tile data (arch_prctl, once per process).
 int fs_cpu_features(void) {
     int f = 0;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)

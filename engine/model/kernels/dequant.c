@@ -1,12 +1,11 @@
-// Dequantization: stored weights (tiles.h's layout) back to dense fp32, the values dequantize() in
-// engine/model/quant.py gives: w = d q (int8) or d q + m (q4). For prefill-sized batches (a dense GEMM on them) and
-// a tied LM head read as the embedding table.
+// Dequantization (tiles.h's layout) to dense fp32: w = d q (int8) or d q + m (q4), dequantize()'s values in
+// engine/model/quant.py. For prefill-sized batches (a dense GEMM on them) and a tied LM head read as the embedding
+// table.
 #include "half.h"
 #include "pool.h"
 #include "tiles.h"
 
-// One row's 32 values of one tile (16 rows x 32 values): its bytes gathered into k order, widened in
-// 16-lane loops the compiler vectorizes (the same float operations as dequantize() in quant.py).
+// row r's 32 values of a tile: bytes gathered into k order, widened (mul, then add: no FMA)
 static inline void dequant_row(int q4, const uint8_t *tile, int r, float d, float m, float *v) {
     uint8_t bytes[QK];
     const int C = q4 ? 4 : 8;
@@ -20,8 +19,7 @@ static inline void dequant_row(int q4, const uint8_t *tile, int r, float d, floa
 }
 
 #if defined(__AVX2__)
-// dequant_row for a whole block of 32, 8 lanes at a time: the same products and sums (mul, then add: no FMA),
-// so the same values bit for bit.
+// dequant_row 8 lanes at a time: the same products and sums
 static inline void dequant_row_avx2(int q4, const uint8_t *tile, int r, float d, float m, float *v) {
     const __m256 dv = _mm256_set1_ps(d);
     if (q4) {
@@ -38,7 +36,7 @@ static inline void dequant_row_avx2(int q4, const uint8_t *tile, int r, float d,
         }
     } else {
         const __m128i flip = _mm_set1_epi8((char)0x80);
-        for (int h = 0; h < 2; h++) {  // bytes 16h..16h+15: chunks j = 4h..4h+3
+        for (int h = 0; h < 2; h++) {  // bytes 16h..16h+15: quads 4h..4h+3
             const __m128i b = _mm_xor_si128(
                 _mm_setr_epi32(load4((const int8_t *)tile + ((4 * h) * QR + r) * 4),
                                load4((const int8_t *)tile + ((4 * h + 1) * QR + r) * 4),
@@ -53,7 +51,7 @@ static inline void dequant_row_avx2(int q4, const uint8_t *tile, int r, float d,
 }
 #endif
 
-// Row r of group g (stored row 16g + r) as dense fp32 into row [K].
+// stored row 16g + r -> row [K]
 static void dequant_one_row(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int K, int g, int r,
                             float *row) {
     const int KB = (K + QK - 1) / QK, C = q4 ? 4 : 8;
@@ -75,24 +73,18 @@ static void dequant_one_row(int q4, const uint8_t *w, const uint16_t *wd, const 
     }
 }
 
-// Rows 16g..16g+15 (those below N) of the stored weights as dense fp32 into out [N, K] (row stride K): w = d q
-// (int8) or d q + m (q4), the values dequantize() in engine/model/quant.py gives. For prefill-sized batches,
-// where a dense GEMM (MKL) on these beats the integer kernel; decode_step.c's fs_dequant runs the groups on
-// its pool.
 void fs_dequant_group(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int N, int K, int g,
                       float *out) {
     for (int r = 0; r < QR && g * QR + r < N; r++) dequant_one_row(q4, w, wd, wm, K, g, r, out + (int64_t)(g * QR + r) * K);
 }
 
-// Stored rows ids[0..n-1] (each < N) as dense fp32 into out [n, K]: a tied LM head read as the embedding
-// table, one row per token of a step, without a dense copy of the table.
 void fs_dequant_rows(const fs_qmat *w, int count, const int64_t *ids, float *out) {
     const int q4 = w->format == FS_W_Q4;
     for (int i = 0; i < count; i++)
         dequant_one_row(q4, w->w, w->wd, w->wm, w->k, (int)(ids[i] / QR), (int)(ids[i] % QR), out + (int64_t)i * w->k);
 }
 
-// The stored weights as dense fp32, out [N, K], on the pool: groups of 16 rows claimed dynamically.
+// groups of 16 rows claimed from the pool
 typedef struct {
     int q4, N, K, per, ngroups;
     const uint8_t *w;

@@ -1,6 +1,6 @@
-// The kernel library's ABI, mirrored once in Python by engine/model/kernel_abi.py (ctypes structures). The loader
-// compares fs_abi_version() and fs_abi_layout() with the mirror and refuses a library that disagrees. A change to
-// any struct or enum here bumps FS_ABI_VERSION and the mirror with it. Everything not declared here is hidden.
+// The kernel library's ABI, mirrored once by engine/model/kernel_abi.py (ctypes). The loader compares fs_abi_version()
+// and fs_abi_layout() with the mirror and refuses a library that disagrees: a change here bumps FS_ABI_VERSION and the
+// mirror. Nothing else is exported.
 #ifndef FS_H
 #define FS_H
 #include <stdint.h>
@@ -13,7 +13,7 @@ typedef enum { FS_W_INT8 = 0, FS_W_Q4 = 1 } fs_weight_format;                 //
 typedef enum { FS_ACT_SILU = 0, FS_ACT_GELU_TANH = 1 } fs_activation;         // FFN gate activation
 typedef enum { FS_OK = 0, FS_ERR_NOMEM = -1, FS_ERR_ARG = -2, FS_ERR_UNSUPPORTED = -3 } fs_status;
 
-// A quantized matrix W [n, k] in the tiles' layout (tiles.h): groups of 16 rows x blocks of 32 values.
+// W [n, k] quantized in tiles.h's layout: groups of 16 rows x blocks of 32 values.
 typedef struct {
     const uint8_t *w;      // int8: [G][KB][8][16][4]; q4: [G][KB][4][16][4]
     const uint16_t *wd;    // fp16 scales [G][KB][16]
@@ -24,8 +24,8 @@ typedef struct {
     int32_t reserved;
 } fs_qmat;
 
-// One decoder layer. The fields after `down` are per-family extensions; fs_model_new refuses (FS_ERR_UNSUPPORTED)
-// any value but the Llama default written next to it.
+// A decoder layer. After `down`: per-family extensions; fs_model_new refuses (FS_ERR_UNSUPPORTED) all but the Llama
+// value noted.
 typedef struct {
     const float *attn_norm;       // [hidden] RMSNorm weight before attention
     const float *ffn_norm;        // [hidden] RMSNorm weight before the FFN
@@ -35,18 +35,18 @@ typedef struct {
     fs_qmat down;                 // [hidden, I]
     const float *q_norm;          // [D] per-head RMSNorm of q; NULL
     const float *k_norm;          // [D] per-head RMSNorm of k; NULL
-    const float *post_attn_norm;  // [hidden] norm of the attention output before the residual add; NULL
-    const float *post_ffn_norm;   // [hidden] norm of the FFN output before the residual add; NULL
+    const float *post_attn_norm;  // [hidden] norm of the attention output before the residual; NULL
+    const float *post_ffn_norm;  // [hidden] norm of the FFN output before the residual; NULL
     int32_t window;               // sliding-window keys; 0: full causal attention
     int32_t reserved;
 } fs_layer;
 
-// The model. Weights stay the caller's: fs_model_new keeps the pointers, the caller keeps the memory alive.
+// The model. fs_model_new keeps the weight pointers; the caller keeps the memory alive.
 typedef struct {
     int32_t n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab;
-    int32_t act16;                // activations quantized to int16 (1) or int8 (0) per block of 32
+    int32_t act16;  // activations int16 (1) or int8 (0) per block of 32
     float eps;                    // RMSNorm epsilon
-    float attn_scale;             // q.k multiplier: 1/sqrt(head_dim) in fp32 (query_pre_attn_scalar, Granite: other)
+    float attn_scale;  // q.k multiplier: 1/sqrt(head_dim) in fp32 (Gemma's query_pre_attn_scalar, Granite's: others)
     float attn_softcap;           // tanh soft-cap of attention logits; 0: off
     float final_softcap;          // tanh soft-cap of the output logits; 0: off
     float residual_scale;         // multiplier of each block's output added to the residual; 1
@@ -57,11 +57,11 @@ typedef struct {
     const float *final_norm;      // [hidden]
     fs_qmat head;                 // [vocab, hidden], no bias
     const float *rope_cos;        // [rope_rows, head_dim]
-    const float *rope_sin;        // [rope_rows, head_dim]: rotate-half's signs folded in (llama.py's RotaryEmbedding)
+    const float *rope_sin;  // [rope_rows, head_dim], rotate-half's signs folded in
     int64_t rope_rows;            // positions the tables hold
 } fs_model_desc;
 
-// One call of the fused step: B tokens (decode tokens and prefill chunks' tokens, a chunk's in position order).
+// One fs_forward call: B tokens (decode tokens, prefill chunks' tokens in position order).
 typedef struct {
     int32_t n_tokens;             // B, 1..fs_max_batch()
     int32_t n_logits;             // N, 0..B
@@ -75,15 +75,15 @@ typedef struct {
     int32_t kv_type;              // fs_kv_type
     void *kv;                     // [layers, 2, kv_slots, KVH, D] of kv_type
     int64_t kv_slots;             // S
-    int32_t threads;              // the caller's thread and threads - 1 pool workers
+    int32_t threads;  // the caller and threads - 1 pool workers
     int32_t reserved;
     const int64_t *logit_rows;    // [N] increasing rows whose logits are wanted; NULL with N == B: every row
     float *logits;                // [N, vocab] out
 } fs_batch;
 
 FS_API int fs_abi_version(void);
-// sizeof and offsetof of every field of fs_qmat, fs_layer, fs_model_desc, fs_batch, in declaration order, into
-// out[0..cap); returns how many values the layout has.
+// sizeof and offsetof of every field of fs_qmat, fs_layer, fs_model_desc, fs_batch in order -> out[0..cap); returns the
+// count
 FS_API int fs_abi_layout(int64_t *out, int cap);
 FS_API int fs_kernel_isa(void);   // 0 generic, 1 avx2, 2 avx512, 3 amx
 FS_API int fs_cpu_features(void); // bit 0 avx2, 1 avx512, 2 amx (cpuid.c)
@@ -93,26 +93,26 @@ FS_API int fs_max_batch(void);
 FS_API int fs_model_new(const fs_model_desc *desc, void **out);
 FS_API void fs_model_free(void *model);
 FS_API int fs_forward(void *model, const fs_batch *batch);
-FS_API void fs_quiesce(void);     // before the caller frees memory a late lent helper may read (its K/V pool)
+FS_API void fs_quiesce(void);  // before the caller frees memory a late lent helper may read
 FS_API void fs_profile(int on);   // phase timers on (and zeroed) or off
 FS_API int fs_profile_read(double *out, int n);
 
-// Matmuls on the pool (gemm.c): y[M, N] (row stride ldy) = x[M, K] (row stride ldx) @ W^T (+ bias).
-// fs_qgemm pairs weight groups (AMX where built); fs_qgemm_ref takes one group at a time (the tests' reference).
+// Matmuls (gemm.c): y[M, N] (row stride ldy) = x[M, K] (stride ldx) @ W^T (+ bias). fs_qgemm pairs groups (AMX where
+// built); fs_qgemm_ref one group at a time (the tests' reference).
 FS_API int fs_qgemm(const fs_qmat *w, int act16, const float *x, int M, int ldx, float *y, int ldy, int threads);
 FS_API int fs_qgemm_ref(const fs_qmat *w, int act16, const float *x, int M, int ldx, float *y, int ldy, int threads);
 FS_API void fs_skinny_gemm(const float *x, const float *w, const float *bias, float *y, int M, int N, int K,
                            int threads);
-// Dequantization (dequant.c): W as dense fp32 out [n, k]; stored rows ids[0..count) into out [count, k].
+// Dequantization (dequant.c): W -> out [n, k] fp32; stored rows ids[0..count) -> out [count, k].
 FS_API void fs_dequant(const fs_qmat *w, float *out, int threads);
 FS_API void fs_dequant_rows(const fs_qmat *w, int count, const int64_t *ids, float *out);
 FS_API void fs_argmax_rows(const float *x, int n, int V, int64_t ld, int64_t *out);
-// Paged decode attention (attention.c): q, out [B, H, D]; kc, vc [S, KVH, D] of kv_type; slots [B, Lmax]; ctx [B].
+// Paged decode attention (attention.c): q, out [B, H, D]; kc, vc [S, KVH, D]; slots [B, Lmax]; ctx [B].
 FS_API void fs_paged_decode(const float *q, const void *kc, const void *vc, const int64_t *slots, const int64_t *ctx,
                             float *out, int B, int H, int KVH, int D, int Lmax, float scale, int threads,
                             int kv_type);
 
-// Test hooks: exported by the test library only (hooks.c, -DFS_TEST_HOOKS).
+// Test hooks: the test library only (hooks.c).
 FS_API void fs_set_lend(int on);
 FS_API void fs_set_lend_stall(int every);
 FS_API void fs_lend_counts(int64_t *out);

@@ -1,16 +1,15 @@
-// The quantized matmul drivers: y[M, N] (row stride ldy) = x[M, K] @ W^T (+ bias) for int8 and q4 weights (tiles.h's
-// layout). Activations are quantized per block (quant_act.c), then weight groups of 16 rows go through the variant's
-// tiles. fs_qgemm pairs groups (and uses AMX where built); qgemm_f32 takes one group at a time: the reference the
-// tests hold the paired and AMX paths to, bit for bit.
+// Quantized matmul drivers: y[M, N] (row stride ldy) = x[M, K] @ W^T (+ bias), W in tiles.h's layout. Activations
+// quantized per block (quant_act.c), then groups of 16 weight rows through the variant's tiles. fs_qgemm pairs groups
+// (AMX where built); fs_qgemm_ref takes one group at a time: the reference the tests hold the paired and AMX paths to,
+// bit for bit.
 #include <stdlib.h>
 
 #include "pool.h"
 #include "tiles.h"
 
-// Group g's rows; `ahead`: its first row tile prefetches the group two past it (fs_qgemm_group2 calls it for groups g
-// and g + 1, so that the pair after them arrives while they are computed).
+// ahead: the first row tile prefetches groups g + 2.. (the pair after a pair)
 void fs_group_rows(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g,
-                       const void *xq, const float *xd, const int32_t *xs, int M, float *out, int ahead) {
+                   const void *xq, const float *xd, const int32_t *xs, int M, float *out, int ahead) {
     const int64_t tile_bytes = q4 ? 256 : 512;
     const uint8_t *wg = w + (int64_t)g * KB * tile_bytes;
     const uint16_t *wdg = wd + (int64_t)g * KB * QR, *wmg = wm ? wm + (int64_t)g * KB * QR : NULL;
@@ -22,10 +21,10 @@ void fs_group_rows(int q4, int act16, const uint8_t *w, const uint16_t *wd, cons
         const ahead_t *pf = ahead && m0 == 0 ? &next : NULL;
         if (act16)
             fs_tile16(q4, wg, wdg, wmg, KB, (const int16_t *)xq + xo, xd + (int64_t)m0 * KB, xs + (int64_t)m0 * KB,
-                         mt, tile, pf);
+                      mt, tile, pf);
         else
             fs_tile8(q4, wg, wdg, wmg, KB, (const int8_t *)xq + xo, xd + (int64_t)m0 * KB, xs + (int64_t)m0 * KB,
-                       mt, tile, pf);
+                     mt, tile, pf);
         memcpy(out + (int64_t)m0 * QR, tile, sizeof(float) * QR * (size_t)mt);
     }
 }
@@ -45,7 +44,7 @@ void fs_qgemm_group2(int q4, int act16, const uint8_t *w, const uint16_t *wd, co
     if (fs_amx_groups(q4, act16, w, wd, wm, KB, g, 2, xq, xd, xs, M, outs)) return;
 #endif
 #if defined(FS_AVX512)
-    if (M >= MT) {  // the two-group tiles over whole row tiles, the rest of the rows one group at a time
+    if (M >= MT) {  // two-group tiles over whole row tiles, the rest one group at a time
         const int full = fs_tile_pairs(q4, act16, w, wd, wm, KB, g, xq, xd, xs, M, out_g, out_g1);
         if (full == M) return;
         const int64_t xo = (int64_t)full * (act16 ? 2 : 1) * KB * QK;
@@ -83,7 +82,7 @@ static void task_gemm_groups(void *c, int task) {
     float out[2][64 * FS_QR];
     int g0, g1;
     task_span(task, g->groups_per_task, g->ngroups, 0, &g0, &g1);
-    for (int m0 = 0; m0 < g->M; m0 += 64) {  // 64 rows at a time: the group's weights stay in L1/L2
+    for (int m0 = 0; m0 < g->M; m0 += 64) {  // 64 rows at a time: the group's weights stay in cache
         const int mt = g->M - m0 < 64 ? g->M - m0 : 64;
         const uint8_t *xq = g->xq + (size_t)m0 * g->KB * FS_QK * esz;
         const float *xd = g->xd + (int64_t)m0 * g->KB;
@@ -106,7 +105,6 @@ static void task_gemm_groups(void *c, int task) {
     }
 }
 
-// The activations' buffers for M rows of K; 0 when they could not be had (nothing left allocated).
 static int gemm_buffers(gemm_t *g) {
     g->xq = (uint8_t *)malloc((size_t)g->M * g->KB * FS_QK * (g->act16 ? 2 : 1));
     g->xd = (float *)malloc(sizeof(float) * (size_t)g->M * g->KB);
@@ -137,8 +135,7 @@ int fs_qgemm(const fs_qmat *w, int act16, const float *x, int M, int ldx, float 
     return FS_OK;
 }
 
-// One group of W at a time through the variant's single-group tiles (no pairs, no AMX, no prefetch): the reference
-// fs_qgemm and the fused step must match bit for bit.
+// Reference: the variant's single-group tiles only (no pairs, no AMX, no prefetch).
 static void task_gemm_ref(void *c, int task) {
     const gemm_t *g = (const gemm_t *)c;
     const int q4 = g->q4, KB = g->KB, M = g->M;

@@ -1,29 +1,24 @@
-// Test hooks, compiled into the test library only (setup.py's `test` variant, -DFS_TEST_HOOKS): switches and
-// counters the production variants neither export nor pay for.
+// Test hooks, in the test library only (setup.py's `test` variant, -DFS_TEST_HOOKS).
 #include "pool.h"
 
 #if defined(FS_TEST_HOOKS)
-int g_lend_on = 1;              // fs_set_lend: whether calls of up to FS_LEND_MAX_B tokens on 2+ threads lend
-_Atomic int g_lend_stall = 0;   // fs_set_lend_stall: every n-th lent task a helper sleeps first
-int64_t g_lend_counts[3];       // lent tasks: the caller's own claims, a helper's committed, a stalled one's redone
+int g_lend_on = 1;  // fs_set_lend
+_Atomic int g_lend_stall = 0;  // fs_set_lend_stall
+int64_t g_lend_counts[3];  // the caller's claims, helpers' committed, stalled ones redone
 
 FS_API void fs_set_lend(int on) { g_lend_on = on != 0; }
 
-// Every n-th lent task (0: none), a helper sleeps 300 us after claiming it, as if the OS had taken its core: the
-// caller computes the task itself, and the helper finishes it later into nothing anybody reads.
+// every n-th lent task (0: none) a helper sleeps 300 us after its claim, as if descheduled
 FS_API void fs_set_lend_stall(int every) { atomic_store(&g_lend_stall, every < 0 ? 0 : every); }
 
-// How lent tasks went since the last call (then zeroed): out[0] the caller's own, out[1] a helper's committed,
-// out[2] a stalled helper's computed again by the caller.
+// lent tasks since the last call, then zeroed: the caller's own, a helper's committed, a stalled one's redone
 FS_API void fs_lend_counts(int64_t *out) {
     pthread_mutex_lock(&g_pool_owner);
     for (int i = 0; i < 3; i++) out[i] = g_lend_counts[i], g_lend_counts[i] = 0;
     pthread_mutex_unlock(&g_pool_owner);
 }
 
-// A check of the pool (tests/engine/test_thread_pool.py): `generations` fs_parallel_for calls of alternating sizes
-// (1..3 tasks, then 40), each task counting its runs; returns how many calls came back with a task not run exactly
-// once (run twice, or still running: the caller returned early).
+// `generations` calls of 1..3 then 40 tasks, each counting its runs; returns the calls with a task not run exactly once
 typedef struct {
     _Atomic int runs[64];
 } pool_check_t;

@@ -1,18 +1,13 @@
-// Lent phases: a helper the caller never waits for when the OS has taken its core away.
+// Lent phases: a helper the caller never waits for when the OS has taken its core. In a plain phase the caller waits
+// for every claimed task, so a helper descheduled inside one (one core busy with another process) holds the step for
+// the rest of the OS slice. In a lent phase a helper computes into its own buffer (helper_t.res) and marks the task
+// finished; the caller commits finished tasks itself and recomputes a task whose helper made no progress for
+// FS_STALL_S. A phase costs the caller's work plus at most one task.
 //
-// With one core busy (another process), a second thread shares that core and the OS runs it in slices of a few ms.
-// In a plain phase the caller waits at the phase's end for every claimed task, so a helper descheduled inside one
-// holds the whole step for the rest of the other process's slice. A lent phase runs the same tasks, but a helper
-// computes into its own buffer (helper_t.res) and marks the task finished; the caller copies finished tasks'
-// outputs into place itself, and a task whose helper has made no progress for FS_STALL_S it computes again on its
-// own thread. The helper, when it runs again, finishes into its own buffer, which nobody reads for that task any
-// more. So a lent phase takes the caller's own work plus at most one task, and a helper that runs helps.
-//
-// What that asks: a helper may still be inside a task after its phase (and step) ended, so it reads only what stays
-// put: the phase's description is copied from static memory under a check of the ticket (a seqlock: the caller
-// closes the ticket before it writes the next description), and its pointers are the model's weights and scratch,
-// which are not freed or moved while a helper is inside a task (fs_lend_quiesce_locked). Its writes go to its own
-// buffer only. Outputs are bit for bit the same whoever computes a task: the same function on the same inputs.
+// A helper may still be in a task after its phase ended, so it reads only what stays put: the description, copied from
+// static memory and checked against the ticket (a seqlock: the caller closes the ticket before writing the next), and
+// the model's memory, not freed or moved while a helper is inside (fs_lend_quiesce_locked). It writes its own buffer
+// only. Same function, same inputs: the same bits whoever computes a task.
 #define _GNU_SOURCE 1
 #include <sched.h>
 #include <stdlib.h>
@@ -21,9 +16,9 @@
 
 #include "pool.h"
 
-#define FS_STALL_S 30e-6  // a helper whose progress counter has not moved for this long is taken as descheduled
+#define FS_STALL_S 30e-6  // no progress this long: descheduled
 
-// The lent phase's description: static, so a helper late by a whole step still reads mapped memory.
+// static: a helper late by a step still reads mapped memory
 typedef struct {
     lent_run_fn run;
     size_t size;
@@ -32,7 +27,7 @@ typedef struct {
 
 static lend_desc_t g_lend;
 
-// No worker inside run_tasks once this returns (the ticket closed first, so none enters it for this generation).
+// ticket closed, then wait until no worker is in run_tasks
 static void lend_quiesce(pool_t *p) {
     const uint64_t t = atomic_load(&p->ticket);
     atomic_store(&p->ticket, (t & 0xFFFFFFFF00000000ull) | FS_CLOSED);
@@ -49,8 +44,7 @@ void fs_lend_quiesce_locked(void) {
     pthread_mutex_unlock(&g_pool_owner);
 }
 
-// A helper's lent task: the description copied, then checked against the ticket (closed before the caller writes
-// another), then run into the helper's buffer and marked finished in this generation.
+// copy, check the ticket, run into the helper's buffer, mark finished
 static int lent_run(void *d, int task, int tid, uint32_t gen) {
     const lend_desc_t *ld = (const lend_desc_t *)d;
     helper_t *h = &g_help[tid];
@@ -64,7 +58,7 @@ static int lent_run(void *d, int task, int tid, uint32_t gen) {
     atomic_store_explicit(&h->cur, (uint64_t)gen << 32 | (uint32_t)task, memory_order_relaxed);
 #if defined(FS_TEST_HOOKS)
     const int stall = atomic_load_explicit(&g_lend_stall, memory_order_relaxed);
-    if (stall > 0 && ++h->lent % (unsigned)stall == 0) {  // as if the OS took its core after the claim
+    if (stall > 0 && ++h->lent % (unsigned)stall == 0) {  // as if the OS took its core
         const struct timespec nap = {0, 300000};
         nanosleep(&nap, NULL);
     }
@@ -93,9 +87,8 @@ int fs_lend_reserve(int helpers, size_t floats) {
     return ok;
 }
 
-// fs_parallel_for for a lent phase: the caller claims and runs tasks like any thread, then takes each task a helper
-// claimed: committed once the helper marks it finished, or computed here when the helper has not moved for
-// FS_STALL_S. The same outputs either way.
+// The caller claims and runs tasks like any thread, then per helper-claimed task: commit once finished, or compute it
+// here after FS_STALL_S without progress.
 void fs_lend_for(int nthreads, const void *desc, size_t size, lent_run_fn run, task_fn fn, void *ctx, commit_fn commit,
                  int ntasks) {
     pool_t *p = &g_pool;
@@ -106,7 +99,7 @@ void fs_lend_for(int nthreads, const void *desc, size_t size, lent_run_fn run, t
         return;
     }
     atomic_store(&p->ticket, (uint64_t)p->gen << 32 | FS_CLOSED);
-    atomic_thread_fence(memory_order_seq_cst);  // the close before the description's writes (the seqlock's odd count)
+    atomic_thread_fence(memory_order_seq_cst);  // the close before the writes (seqlock)
     g_lend.run = run;
     g_lend.size = size;
     memcpy(g_lend.desc, desc, size);
@@ -147,7 +140,7 @@ void fs_lend_for(int nthreads, const void *desc, size_t size, lent_run_fn run, t
             const double now = fs_now_s();
             if (holder != watched || beat != last) {
                 since = now, last = beat, watched = holder;
-            } else if (now - since > FS_STALL_S) {  // descheduled (or never started): computed here
+            } else if (now - since > FS_STALL_S) {  // descheduled or never started
                 FS_HOOK(g_lend_counts[2]++);
                 fn(ctx, task);
                 break;
@@ -155,7 +148,7 @@ void fs_lend_for(int nthreads, const void *desc, size_t size, lent_run_fn run, t
             CPU_RELAX();
         }
     }
-    atomic_store(&p->ticket, (uint64_t)gen << 32 | FS_CLOSED);  // a late helper's claim and description check fail
+    atomic_store(&p->ticket, (uint64_t)gen << 32 | FS_CLOSED);  // a late helper's claim and check fail
     atomic_thread_fence(memory_order_seq_cst);
     pthread_mutex_unlock(&g_pool_owner);
 }

@@ -1,10 +1,10 @@
-// The fused step's model: its weights (pointers into the caller's tensors, which it keeps alive) and its scratch.
-// fs_model_new takes the description fs.h declares and refuses what the step does not compute.
+// The fused step's model: the caller's weights (pointers; the caller keeps them alive) and scratch. fs_model_new
+// refuses what the step does not compute.
 #include <stdlib.h>
 
 #include "step.h"
 
-// W [n, k] as the step reads it; 0 when the matrix is not one (shape, format, missing pointers).
+// W [n, k] as the step reads it; 0: shape, format or pointers wrong
 static int take_mat(const fs_qmat *q, int n, int k, int bias_ok, qmat_t *out) {
     if (q->n != n || q->k != k || !q->w || !q->wd || (q->format != FS_W_INT8 && q->format != FS_W_Q4)) return 0;
     if ((q->format == FS_W_Q4) != (q->wm != NULL) || (q->bias && !bias_ok)) return 0;
@@ -13,7 +13,7 @@ static int take_mat(const fs_qmat *q, int n, int k, int bias_ok, qmat_t *out) {
     return 1;
 }
 
-// The per-family extensions this step does not compute yet, each left at its Llama default; 0 when one is not.
+// per-family extensions at their Llama defaults; 0: one is not
 static int llama_defaults(const fs_model_desc *d) {
     if (d->attn_softcap != 0.f || d->final_softcap != 0.f || d->residual_scale != 1.f || d->logits_scale != 1.f ||
         d->activation != FS_ACT_SILU || d->rotary_dims != d->head_dim)
@@ -25,8 +25,7 @@ static int llama_defaults(const fs_model_desc *d) {
     return 1;
 }
 
-// Shapes the step computes: head dims even (RoPE's halves) up to 512, at most 8 query heads per KV head, an FFN
-// width that is a multiple of 16 (silu_mul's live lanes come in whole vectors).
+// even head dims (RoPE halves) <= 512, <= 8 query heads per KV head, FFN width % 16 (silu_mul's whole vectors)
 static int shape_ok(const fs_model_desc *d) {
     return d->n_layers > 0 && d->hidden > 0 && d->n_heads > 0 && d->n_kv_heads > 0 && d->head_dim > 0 &&
            d->ffn > 0 && d->vocab > 0 && d->head_dim % 2 == 0 && d->head_dim <= 512 &&
@@ -82,7 +81,7 @@ static void free_scratch(model_t *m) {
     m->cap = 0;
 }
 
-// The caller frees or moves memory a late helper may read (its K/V pool).
+// before the caller frees memory a late helper may read (its K/V pool)
 void fs_quiesce(void) { fs_lend_quiesce_locked(); }
 
 void fs_model_free(void *handle) {

@@ -1,17 +1,13 @@
-// The thread pool: the library's only thread runtime. Every parallel entry point (the fused step, the GEMM and
-// dequantization drivers, paged attention, the skinny GEMM) runs its tasks here.
-//
-// Workers spin briefly (bounded) for the next generation of tasks, then park on a condition variable: an idle
-// engine costs no CPU, and a step's back-to-back phases do not pay a wake-up each. Tasks are claimed one at a time
-// from a shared ticket (dynamic), so a thread the OS slows down does fewer tasks instead of holding the others at
-// the phase's end. One caller at a time: a second caller (two engines in one process) runs its tasks alone.
+// The thread pool: the library's only thread runtime. Workers spin (bounded) for the next generation of tasks, then
+// park on a condition variable: an idle engine costs no CPU, back-to-back phases no wake-up. Tasks are claimed one at a
+// time from a ticket, so a thread the OS slows down does fewer. One caller at a time; a second runs its tasks alone.
 #define _GNU_SOURCE 1  // sched_getcpu, sched_setaffinity, CPU_SET
 #include <sched.h>
 #include <time.h>
 
 #include "pool.h"
 
-#define FS_SPIN_POLLS 20000  // idle polls before a worker parks
+#define FS_SPIN_POLLS 20000  // idle polls before parking
 
 typedef struct {
     int tid;
@@ -29,7 +25,7 @@ double fs_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// Claims and runs tasks of generation `gen` until none is left; tid -1: the caller.
+// claims and runs tasks of `gen` until none is left; tid -1: the caller
 static void run_tasks(pool_t *p, uint32_t gen, int tid) {
     if (tid >= 0) atomic_store(&g_help[tid].busy, 1);
     uint64_t t = atomic_load(&p->ticket);
@@ -37,17 +33,16 @@ static void run_tasks(pool_t *p, uint32_t gen, int tid) {
         if ((uint32_t)(t >> 32) != gen) break;
         if ((uint32_t)t >= (uint32_t)atomic_load(&p->ntasks)) break;
         if (atomic_compare_exchange_weak(&p->ticket, &t, t + 1)) {
-            // Claimed task (uint32_t)t of `gen`. A plain generation cannot end before its tasks are done, so fn, ctx
-            // and the ntasks read above are its own: the caller closes the ticket before it writes the next
-            // generation's fields, and a close between that read and this exchange fails the exchange. A lent
-            // generation can end while a helper holds a claim: lfn checks the ticket before it reads the phase.
+            // A plain generation cannot end before its tasks are done, so fn, ctx, ntasks are its own: the caller
+            // closes the ticket before it writes the next generation's fields, and a close after the ntasks read fails
+            // the exchange. A lent generation can end under a claim: lfn checks the ticket before it reads the phase.
             task_fn fn = atomic_load(&p->fn);
             lent_fn lfn = atomic_load(&p->lfn);
             void *ctx = atomic_load(&p->ctx);
             if (atomic_load(&p->lend)) {
                 if (tid < 0 || !lfn(ctx, (int)(uint32_t)t, tid, gen)) break;
             } else {
-                // a claim of an ended lent generation may have read a later plain one's fields: the ticket says so
+                // an ended lent generation's claim may have read a later plain one's fields: the ticket says so
                 atomic_thread_fence(memory_order_acquire);
                 const uint64_t now = atomic_load(&p->ticket);
                 if ((uint32_t)(now >> 32) != gen || (uint32_t)now == FS_CLOSED) break;
@@ -60,19 +55,19 @@ static void run_tasks(pool_t *p, uint32_t gen, int tid) {
     if (tid >= 0) atomic_store(&g_help[tid].busy, 0);
 }
 
-// Workers keep off the CPU the caller runs on (noted at each entry point's start): with another process busy on
-// one core of two, the OS otherwise put the caller, which drives every phase, on the busy core about half the time.
+// Workers keep off the caller's CPU (noted per entry point): with another process busy on one of two cores, the OS
+// otherwise put the caller, which drives every phase, on the busy core half the time.
 static _Atomic int g_caller_cpu = -1;
 
 void fs_note_caller_cpu(void) { atomic_store_explicit(&g_caller_cpu, sched_getcpu(), memory_order_relaxed); }
 
-// The worker's CPU mask: `allowed` less the caller's CPU (`avoid`: the CPU it keeps off now, -1 none).
+// `allowed` less the caller's CPU; avoid: the CPU kept off now
 static void keep_off_caller(const cpu_set_t *allowed, int *avoid) {
     const int cpu = atomic_load_explicit(&g_caller_cpu, memory_order_relaxed);
     if (cpu == *avoid) return;
     cpu_set_t cs = *allowed;
     if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_CLR(cpu, &cs);
-    if (CPU_COUNT(&cs) == 0) cs = *allowed;  // allowed one CPU only: nothing to keep off
+    if (CPU_COUNT(&cs) == 0) cs = *allowed;  // one CPU allowed: nothing to keep off
     sched_setaffinity(0, sizeof cs, &cs);
     *avoid = cpu;
 }
@@ -149,7 +144,7 @@ void fs_parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
         for (int i = 0; i < ntasks; i++) fn(ctx, i);
         return;
     }
-    atomic_store(&p->ticket, (uint64_t)p->gen << 32 | FS_CLOSED);  // the last generation: nothing to claim
+    atomic_store(&p->ticket, (uint64_t)p->gen << 32 | FS_CLOSED);  // close the last generation
     atomic_store(&p->lend, 0);
     atomic_store(&p->active, workers);
     atomic_store(&p->fn, fn);
@@ -160,13 +155,12 @@ void fs_parallel_for(int nthreads, task_fn fn, void *ctx, int ntasks) {
     run_tasks(p, gen, -1);
     for (int polls = 0; atomic_load(&p->done) < ntasks; polls++) {
         if (polls < 4096) CPU_RELAX();
-        else sched_yield();  // a worker holding a task was descheduled: give its core back
+        else sched_yield();  // a descheduled worker holds a task: yield
     }
     pthread_mutex_unlock(&g_pool_owner);
 }
 
-// Light rows (norms, RoPE + K/V writes, merges, quantization) run as runs of consecutive rows: one claim per row
-// cost about as much as the row, and split neighbouring rows' scale entries (one cache line) between threads.
+// Light rows in runs of consecutive rows: a claim per row cost as much as the row and split neighbours' cache lines.
 typedef struct {
     task_fn fn;
     void *ctx;

@@ -1,6 +1,6 @@
-// Activation quantization: per block of 32 values, int8 (xd = amax / 127, as llama.cpp's Q8_0) or int16
-// (xd = amax / 32767: within fp32 rounding of the dequantized weights x fp32 activations), so that every matmul's
-// inner product is an integer dot. xs = the block's sum of quantized values (q4's min term, int8 weights' offset).
+// Activation quantization per block of 32: int8 (xd = amax / 127, llama.cpp's Q8_0) or int16 (xd = amax / 32767: within
+// fp32 rounding of the dequantized weights x fp32 activations). xs = the block's sum of q (q4's min term, int8 weights'
+// offset).
 #include <math.h>
 
 #include "isa.h"
@@ -9,10 +9,8 @@
 #define QK FS_QK
 
 #if defined(FS_AVX2) || defined(FS_AVX512)
-// One full block of 32 values rounded to integers of at most `top` in magnitude (127 for int8, 32767 for int16),
-// vectorized: the values of the scalar loops in quantize_rows / quantize_rows16 (the maximum is exact, d and 1/d the
-// same scalar operations, v * id one rounding, then round-to-nearest-even as nearbyintf in the default rounding mode).
-// qi: the 32 integers in order, 8 per vector; *xd = d, *xs = their sum.
+// A full block rounded to |q| <= top (127 or 32767) as the scalar loop: exact max, the same d and 1/d, one rounding of
+// v * id, nearest even. qi: the 32 values in order, 8 per vector.
 static inline void round_block_avx2(const float *v, float top, __m256i qi[4], float *xd, int32_t *xs) {
     const __m256 sign = _mm256_set1_ps(-0.f);
     __m256 vv[4], amax8 = _mm256_setzero_ps();
@@ -28,7 +26,7 @@ static inline void round_block_avx2(const float *v, float top, __m256i qi[4], fl
     __m256i sum = _mm256_setzero_si256();
     for (int i = 0; i < 4; i++) {
         const __m256 r = _mm256_round_ps(_mm256_mul_ps(vv[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        qi[i] = _mm256_cvtps_epi32(r);  // already integral: exact
+        qi[i] = _mm256_cvtps_epi32(r);  // integral: exact
         sum = _mm256_add_epi32(sum, qi[i]);
     }
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
@@ -38,19 +36,17 @@ static inline void round_block_avx2(const float *v, float top, __m256i qi[4], fl
     *xs = _mm_cvtsi128_si32(s4);
 }
 
-// One full block of 32 values to int8 (|q| <= 127: the packs never saturate), in order.
 static inline void quantize_block8_avx2(const float *v, int8_t *q, float *xd, int32_t *xs) {
     __m256i qi[4];
     round_block_avx2(v, 127.f, qi, xd, xs);
-    // packs work within 128-bit halves: (0 lo, 1 lo, 0 hi, 1 hi) then bytes (01 lo, 23 lo, 01 hi, 23 hi): one
-    // permute of 32-bit lanes puts the 32 values back in order
+    // packs work per 128-bit half: one permute restores the order
     const __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
     const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
     _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 #endif
 
-// x [M, K] (row stride ldx) -> xq int8 [M, KB*32] (zero padded), xd [M, KB], xs [M, KB] = sum(xq).
+// x [M, K] (row stride ldx) -> xq int8 [M, KB*32] (zero padded), xd, xs [M, KB]
 static void quantize_rows(const float *x, int M, int K, int ldx, int KB, int8_t *xq, float *xd, int32_t *xs) {
     for (int m = 0; m < M; m++) {
         const float *xr = x + (int64_t)m * ldx;
@@ -81,19 +77,14 @@ static void quantize_rows(const float *x, int M, int K, int ldx, int KB, int8_t 
     }
 }
 
-// Precise activations: int16 per block of 32 (xd = amax / 32767), 256x finer than int8, so the
-// result is within fp32 rounding of the dequantized weights times fp32 activations. Each quad of
-// values k..k+3 is stored as (x[k], x[k+2], x[k+1], x[k+3]): a weight lane's bytes (w0 w1 w2 w3)
-// split into int16 pairs (w0, w2) = lane & 0x00ff00ff and (w1, w3) = lane >> 8, each dotted with
-// one broadcast 32-bit activation pair (VNNI vpdpwssd / AVX2 pmaddwd).
+// int16: each quad k..k+3 stored (x[k], x[k+2], x[k+1], x[k+3]), so a weight lane's bytes split into pairs (w0, w2) =
+// lane & 0x00ff00ff, (w1, w3) = lane >> 8 meet one broadcast activation pair (vpdpwssd / pmaddwd).
 #if defined(FS_AVX2) || defined(FS_AVX512)
-// One full block of 32 values to int16 (round_block_avx2: the scalar loop's values), each quad stored in (0, 2, 1, 3)
-// order.
 static inline void quantize_block16_avx2(const float *v, int16_t *q, float *xd, int32_t *xs) {
     __m256i qi[4];
     round_block_avx2(v, 32767.f, qi, xd, xs);
-    for (int i = 0; i < 4; i++) qi[i] = _mm256_shuffle_epi32(qi[i], _MM_SHUFFLE(3, 1, 2, 0));  // each quad (0, 2, 1, 3)
-    for (int i = 0; i < 4; i += 2) {  // packs interleaves 128-bit halves: put them back in order
+    for (int i = 0; i < 4; i++) qi[i] = _mm256_shuffle_epi32(qi[i], _MM_SHUFFLE(3, 1, 2, 0));  // quads (0, 2, 1, 3)
+    for (int i = 0; i < 4; i += 2) {  // packs interleaves 128-bit halves: restore the order
         const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[i], qi[i + 1]), _MM_SHUFFLE(3, 1, 2, 0));
         _mm256_storeu_si256((__m256i *)(q + 8 * i), p);
     }
@@ -101,9 +92,7 @@ static inline void quantize_block16_avx2(const float *v, int16_t *q, float *xd, 
 #endif
 
 #if defined(FS_AVX512)
-// quantize_block16_avx2's values 16 lanes at a time (the maximum and the sum are exact in any order; d and 1/d the same
-// scalar operations; one rounding of v * id to nearest even, saturated to int16 as packs does): half the instructions
-// per block, which were ~6% of a 256-token prefill.
+// quantize_block16_avx2's values 16 lanes at a time (saturated to int16 as packs does)
 static inline void quantize_block16_avx512(const float *v, int16_t *q, float *xd, int32_t *xs) {
     const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
@@ -111,7 +100,7 @@ static inline void quantize_block16_avx512(const float *v, int16_t *q, float *xd
     const __m512 idv = _mm512_set1_ps(id);
     const __m512i qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512i qb = _mm512_cvt_roundps_epi32(_mm512_mul_ps(b, idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512i quad = _mm512_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15);  // each quad (0, 2, 1, 3)
+    const __m512i quad = _mm512_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15);  // quads (0, 2, 1, 3)
     _mm256_storeu_si256((__m256i *)q, _mm512_cvtsepi32_epi16(_mm512_permutexvar_epi32(quad, qa)));
     _mm256_storeu_si256((__m256i *)(q + 16), _mm512_cvtsepi32_epi16(_mm512_permutexvar_epi32(quad, qb)));
     *xd = d;

@@ -1,8 +1,5 @@
-// y[M, N] = x[M, K] @ w[N, K]^T (+ bias) for a small M (a decode batch through the torch path), fp32.
-//
-// Decode reads every weight once per step, which is the whole cost at small batch; a dense GEMM for M = 2..8 does
-// not share the weight stream across rows. Here each weight row is read once and dotted with all M inputs while it
-// is in L1. Runs of rows are claimed from the pool; each output is one row's sum, whoever computes it.
+// y[M, N] = x[M, K] @ w[N, K]^T (+ bias), fp32, small M (decode through the torch path): each weight row read once for
+// all M rows while in L1 (a dense GEMM streams W per row). Runs of rows from the pool.
 #include <stdint.h>
 
 #include "fs.h"

@@ -1,24 +1,17 @@
-// The fused step: every layer of a Llama-family model for a batch of tokens (decode tokens and prefill chunks) in
-// one native call, with no Python or torch dispatch between the ops. Per layer, phases over the pool:
-//   norm     per token: RMSNorm, activations quantized per block of 32 (quant_act.c)
-//   qkv      per weight group: the fused QKV projection (+ bias)
-//   rope     per (token, KV head): RoPE of the query heads and the key, the K/V write into the paged pool
-//   attend   per (token, KV head, part of 512 keys): attention over the token's cached keys; then the parts merged
-//   quant    per token: attention output quantized
-//   o        per weight group: output projection added into the residual
-//   norm     per token (post-attention norm)
-//   mlp      per run of 32-channel FFN blocks: gate groups, up groups, silu(gate) * up, quantized in place
-//   down     per weight group: down projection added into the residual
-// then the final norm and the LM head. The matmuls are gemm.c's tiles, attention is attention.c's parts: the torch
-// model (engine/model/llama.py) stays the reference the tests compare against. The thread count is the caller's per
-// call; a decode call of up to FS_LEND_MAX_B tokens lends its heavy phases (lend.c).
+// The fused step: every layer of a Llama-family model for a batch of tokens (decode tokens, prefill chunks) in one
+// native call. Per layer, phases over the pool:
+// norm (per token: RMSNorm, quantized), qkv (per weight group), rope (per token and KV head: RoPE, K/V write), attend
+// (per token, KV head and part of 512 keys; then merged), quant, o (+ residual), norm, mlp (per run of FFN blocks:
+// gate, up, silu(gate) * up, quantized), down (+ residual); then the final norm and the LM head.
+// The torch model (engine/model/llama.py) is the reference the tests compare against. A call of up to FS_LEND_MAX_B
+// tokens lends its heavy phases (lend.c).
 #include <stdlib.h>
 #include <string.h>
 
 #include "step.h"
 
-// Phase timers (fs_profile(1), then fs_profile_read): wall time per kind of phase, summed over calls; read by
-// bench.native_phases to find where a step's time goes. Off: one predictable branch per phase.
+// Phase timers for bench.native_phases (fs_profile(1), fs_profile_read): wall time per kind of phase, summed. Off: one
+// branch per phase.
 enum { PH_NORM, PH_QKV, PH_ROPE, PH_ATTEND, PH_COMBINE, PH_QUANT, PH_O, PH_MLP, PH_DOWN, PH_HEAD, PH_COUNT };
 static int g_profile = 0;
 static double g_phase_s[PH_COUNT];
@@ -53,8 +46,8 @@ static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const fl
         fs_parallel_for(s->nthreads, task_matmul, s, ntasks);
 }
 
-// What the step needs of a call: B in range, the logits rows increasing, known K/V type, positions the RoPE tables
-// hold, at most FS_MAX_PARTS attention parts per token. Returns the parts, or 0.
+// B in range, logits rows increasing, known kv_type, positions within the RoPE tables, <= FS_MAX_PARTS parts. Returns
+// the parts, or 0.
 static int check_batch(const model_t *m, const fs_batch *c) {
     const int B = c->n_tokens, N = c->n_logits;
     if (B < 1 || B > FS_MAX_BATCH || N < 0 || N > B || (c->logit_rows == NULL && N != 0 && N != B)) return 0;
@@ -82,8 +75,7 @@ int fs_forward(void *handle, const fs_batch *c) {
                 .nthreads = c->threads < 1 ? 1 : c->threads, .pos = c->pos, .slot = c->slot, .slots = c->slots,
                 .ctx = c->ctx, .slot_row = c->slot_row, .kv = (uint8_t *)c->kv, .S = c->kv_slots, .act = m->act,
                 .ad = m->ad, .aq = m->aq, .as = m->as};
-    // a decode batch on 2+ threads lends its matmul, mlp and attention phases; its light ones (norms, RoPE and the K/V
-    // write, the parts' merge) run on the caller, which a lent phase never leaves waiting for a descheduled helper
+    // a decode batch on 2+ threads lends its matmul, mlp and attention phases; its light phases run on the caller
     fs_note_caller_cpu();
     s.lend = FS_LEND_ON && s.nthreads > 1 && B <= FS_LEND_MAX_B && fs_step_lend_reserve(&s, s.nthreads - 1);
     s.att_parts = parts;
@@ -123,7 +115,7 @@ int fs_forward(void *handle, const fs_batch *c) {
     }
     free(s.att);
     if (N == 0) return FS_OK;
-    if (c->logit_rows != NULL && N < B) {  // the rows whose logits are wanted, moved to the front (increasing: in place)
+    if (c->logit_rows != NULL && N < B) {  // wanted rows to the front (increasing: in place)
         for (int i = 0; i < N; i++) {
             const int64_t r = c->logit_rows[i];
             if (r != i) memcpy(m->x + (int64_t)i * m->hidden, m->x + r * m->hidden, sizeof(float) * (size_t)m->hidden);

@@ -1,5 +1,4 @@
-// The fused step's model and per-call description, shared by its files (model.c, step.c, step_rows.c,
-// step_matmul.c, step_lend.c). Internal.
+// The fused step's model and per-call description (model.c, step.c, step_rows.c, step_matmul.c, step_lend.c). Internal.
 #ifndef FS_STEP_H
 #define FS_STEP_H
 #include <stddef.h>
@@ -8,18 +7,18 @@
 #include "parts.h"
 #include "pool.h"
 
-#define FS_LEND_MAX_B 8  // calls of up to this many tokens lend their heavy phases (helper buffers sized for it)
+#define FS_LEND_MAX_B 8  // calls of up to this many tokens lend (helper buffers sized for it)
 
 typedef struct {
     const uint8_t *w;
     const uint16_t *wd, *wm;  // wm: q4 only
-    const float *bias;        // NULL: none
-    int n, k, q4;             // W [n, k]
+    const float *bias;  // NULL: none
+    int n, k, q4;  // W [n, k]
 } qmat_t;
 
 typedef struct {
     const float *in_norm, *post_norm;  // [hidden]
-    qmat_t qkv, o, gu, down;           // gu: gate rows [0, I), up rows [I, 2I)
+    qmat_t qkv, o, gu, down;  // gu: gate rows [0, I), up rows [I, 2I)
 } layer_t;
 
 typedef struct {
@@ -28,54 +27,54 @@ typedef struct {
     layer_t *layers;
     const float *norm;
     qmat_t head;
-    const float *cos, *sin;  // [rope_rows, D]; sin carries rotate-half's signs (llama.py's RotaryEmbedding)
+    const float *cos, *sin;  // [rope_rows, D]; sin carries rotate-half's signs
     int64_t rope_rows;
-    int cap;                 // tokens the scratch below holds
-    int64_t *lend_slots;     // a lent step's copy of its tokens' key slots (lend_tables): only valid slots
+    int cap;  // tokens the scratch holds
+    int64_t *lend_slots;  // a lent step's key slots (only valid ones)
     size_t lend_slots_cap;
-    float *x, *h, *qkv, *attn, *act;  // [cap, hidden], [cap, max(hidden, H D)], [cap, (H+2KVH) D], [cap, H D], [cap, I]
-    uint8_t *xq, *aq;        // quantized activations of K <= max(hidden, H D) and of K = I
+    float *x, *h, *qkv, *attn, *act;  // [cap, hidden], [cap, max(hidden, H D)], [cap, (H + 2 KVH) D], [cap, H D], [cap, I]
+    uint8_t *xq, *aq;  // quantized activations, K <= max(hidden, H D) / K = I
     float *xd, *ad;
     int32_t *xs, *as;
 } model_t;
 
 int fs_ensure_scratch(model_t *m, int B);  // 0: no memory
 
-// One call's description, shared by the phase tasks (and copied by a helper in a lent phase).
+// One call, shared by the phase tasks (a helper in a lent phase copies it).
 typedef struct {
     model_t *m;
     int B, Lmax, kv_type, nthreads, l;
-    const int64_t *pos, *slot, *slots, *ctx, *slot_row;  // slot_row: the slots row of each token (NULL: its own)
-    int att_parts;     // attention parts per (token, KV head): the most any token of the call has
-    float *att;        // [B, KVH, att_parts, G (D + 2)] the parts' outputs, maxima and sums
-    uint8_t *kv;       // [L, 2, S, KVH, D] of kv_type
+    const int64_t *pos, *slot, *slots, *ctx, *slot_row;  // slot_row: each token's row of slots (NULL: its own)
+    int att_parts;  // parts per (token, KV head): the call's most
+    float *att;  // [B, KVH, att_parts, G (D + 2)]: o, m, s per part
+    uint8_t *kv;  // [L, 2, S, KVH, D] of kv_type
     int64_t S;
     // the current matmul phase
     const qmat_t *mat;
     const uint8_t *xq;
     const float *xd;
     const int32_t *xs;
-    float *y;          // [B, ldy]
+    float *y;  // [B, ldy]
     int ldy, accumulate, groups_per_task, ngroups;
-    int mlp_blocks;    // FFN blocks (of 32 channels) per task of the mlp phase
+    int mlp_blocks;  // FFN blocks of 32 per mlp task
     const float *norm_w;
-    // where the mlp phase writes (the model's buffers; a helper's own in a lent task)
+    // the mlp phase's outputs (a helper's buffer in a lent task)
     float *act, *ad;
     uint8_t *aq;
     int32_t *as;
-    int lend;                 // the heavy phases are lent (fs_lend_for), the light ones run on the caller
-    int raw;                  // a helper's copy: outputs as computed, no bias or accumulation (the commit adds them)
-    _Atomic uint64_t *beat;   // a helper's copy: its progress counter
-    task_fn lent_task;        // the lent phase's task
-    size_t res_act, res_aq, res_ad, res_as;  // where the mlp outputs go in a helper's buffer (floats from its start)
-    size_t res_att;           // ... and the attention parts' outputs
-    int att_per;              // attention parts per task of a lent attention phase
-    int64_t lctx[FS_LEND_MAX_B];  // a lent step's key counts, inside the description: a late helper keeps them
+    int lend;  // heavy phases lent, light ones on the caller
+    int raw;  // a helper's copy: outputs raw (the commit adds bias, accumulates)
+    _Atomic uint64_t *beat;  // a helper's progress counter
+    task_fn lent_task;  // the lent phase's task
+    size_t res_act, res_aq, res_ad, res_as;  // mlp outputs' offsets in a helper's buffer (floats)
+    size_t res_att;  // attention parts' offset
+    int att_per;  // parts per lent attention task
+    int64_t lctx[FS_LEND_MAX_B];  // a lent step's key counts, in the description: a late helper keeps them
 } step_t;
 
 static inline size_t fs_kv_elem(int kv_type) { return kv_type == FS_KV_F32 ? 4 : 2; }
 
-// Phase tasks: task(s, index). step_rows.c: per token or (token, KV head) rows; step_matmul.c: weight groups.
+// Phase tasks: step_rows.c per token or (token, KV head); step_matmul.c per weight group.
 void task_norm(void *c, int b);
 void task_quant_attn(void *c, int b);
 void task_rope_store(void *c, int task);

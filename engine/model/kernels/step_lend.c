@@ -1,5 +1,5 @@
-// The fused step's side of lent phases (lend.c): where a helper's copy of the step writes (its own buffer), how the
-// caller commits a finished task into place, and the memory a late helper may still read.
+// The fused step's side of lent phases (lend.c): where a helper's copy writes, how the caller commits a finished task,
+// the memory a late helper may read.
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,14 +7,14 @@
 
 _Static_assert(sizeof(step_t) <= FS_LEND_DESC_MAX, "a lent phase's description must fit lend.c's copy");
 
-// A helper's lent task on its copy of the step: outputs redirected into its buffer (res), stored raw.
+// a helper's task on its copy: outputs raw into res
 static void step_lent_run(void *desc, int task, float *res, _Atomic uint64_t *beat) {
     step_t c;
     memcpy(&c, desc, sizeof c);
     c.raw = 1, c.beat = beat, c.y = res;
     c.act = res + c.res_act, c.aq = (uint8_t *)(res + c.res_aq), c.ad = res + c.res_ad;
     c.as = (int32_t *)(res + c.res_as), c.att = res + c.res_att;
-    c.ctx = c.lctx;  // its own copy of the key counts, which agree with its copy of Lmax
+    c.ctx = c.lctx;  // its key counts, agreeing with its Lmax
     c.lent_task(&c, task);
 }
 
@@ -23,7 +23,7 @@ void fs_step_lend(step_t *s, task_fn fn, commit_fn commit, int ntasks) {
     fs_lend_for(s->nthreads, s, sizeof *s, step_lent_run, fn, s, commit, ntasks);
 }
 
-// A helper's finished matmul task into place: its groups' rows, bias and accumulation as fs_store_group does them.
+// a finished matmul task: rows, bias and accumulation as fs_store_group
 void commit_matmul(void *c, const float *res, int task) {
     step_t *s = (step_t *)c;
     const qmat_t *w = s->mat;
@@ -44,7 +44,7 @@ void commit_matmul(void *c, const float *res, int task) {
     }
 }
 
-// A helper's finished mlp task into place: its FFN blocks' quantized activations, scales and sums.
+// a finished mlp task: its blocks' quantized activations, scales, sums
 void commit_mlp(void *c, const float *res, int task) {
     step_t *s = (step_t *)c;
     const model_t *m = s->m;
@@ -63,7 +63,7 @@ void commit_mlp(void *c, const float *res, int task) {
     }
 }
 
-// A lent attention phase's task: a run of att_per parts, the last runs first (as fs_parallel_rows_by's last_first).
+// a lent attention task: att_per parts, the last runs first
 void task_attend_run(void *c, int task) {
     step_t *s = (step_t *)c;
     int i0, i1;
@@ -83,8 +83,7 @@ void commit_attend(void *c, const float *res, int task) {
     memcpy(s->att + (size_t)i0 * part, res + s->res_att + (size_t)i0 * part, sizeof(float) * (size_t)(i1 - i0) * part);
 }
 
-// Helper buffers for this model's lent phases (FS_LEND_MAX_B tokens, `helpers` helpers), the mlp and attention
-// outputs' places in them set in s. 0: no lending this call.
+// Helper buffers for FS_LEND_MAX_B tokens; the mlp and attention outputs' offsets set in s. 0: no lending this call.
 int fs_step_lend_reserve(step_t *s, int helpers) {
     const model_t *m = s->m;
     const size_t B = FS_LEND_MAX_B, KBI = (size_t)fs_kb(m->I);
@@ -98,15 +97,14 @@ int fs_step_lend_reserve(step_t *s, int helpers) {
     return fs_lend_reserve(helpers, need);
 }
 
-// A lent step's attention reads its key slots from a copy the model owns (the caller's table may be gone when a late
-// helper reads it) and its key counts from the description (lctx): row b holds token b's first ctx[b] slots. The
-// copy is zeroed when made and only ever holds valid slots, so a helper late by a step or more reads slots inside the
-// pool: garbage it computes into its own buffer, never out of bounds. 0: no memory.
+// A lent step's attention reads key slots from a copy the model owns (the caller's table may be gone when a late helper
+// reads) and key counts from the description (lctx). The copy is zeroed when made and holds only valid slots: a late
+// helper reads inside the pool, never out of bounds. 0: no memory.
 int fs_step_lend_tables(model_t *m, step_t *s) {
     int64_t L = 1;
     for (int b = 0; b < s->B; b++) L = s->ctx[b] > L ? s->ctx[b] : L;
     const size_t need = (size_t)s->B * (size_t)L;
-    if (m->lend_slots_cap < need) {  // grown by half again: not at every new key
+    if (m->lend_slots_cap < need) {  // grown by half again
         const size_t cap = need + need / 2;
         fs_lend_quiesce_locked();
         free(m->lend_slots);

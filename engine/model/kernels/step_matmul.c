@@ -1,6 +1,5 @@
-// The fused step's matmul phases: weight groups of a projection (QKV, O, down, the LM head) and the FFN's gate and up
-// groups with silu(gate) * up and its quantization. The tiles are the GEMM's (fs_qgemm_group, same integer sums and
-// float order), so a row's outputs are those of the torch path's quantized matmuls.
+// The fused step's matmul phases: a projection's weight groups (QKV, O, down, LM head) and the FFN's gate and up groups
+// with silu(gate) * up, quantized. The GEMM's tiles: a row's outputs are the torch path's quantized matmuls'.
 #include <math.h>
 #include <string.h>
 
@@ -11,7 +10,7 @@
 void fs_store_group(step_t *s, const qmat_t *w, int g, const float *out) {  // out [B][16] into y (+ bias)
     const int rows = w->n - g * FS_QR < FS_QR ? w->n - g * FS_QR : FS_QR;
     const float *bias = w->bias ? w->bias + g * FS_QR : NULL;
-    for (int t = 0; t < s->B; t++) {  // each case its own branch-free loop, which the compiler vectorizes (same bits)
+    for (int t = 0; t < s->B; t++) {  // a branch-free loop per case (vectorised, same bits)
         float *yr = s->y + (int64_t)t * s->ldy + g * FS_QR;
         const float *o = out + t * FS_QR;
         if (s->raw)
@@ -22,7 +21,7 @@ void fs_store_group(step_t *s, const qmat_t *w, int g, const float *out) {  // o
             for (int r = 0; r < rows; r++) yr[r] = o[r] + bias[r];
         else if (s->accumulate)
             for (int r = 0; r < rows; r++) yr[r] = yr[r] + o[r];
-        else if (rows == FS_QR)  // a constant size: one vector move, not a call to memcpy per row
+        else if (rows == FS_QR)  // a constant size: one vector move
             memcpy(yr, o, sizeof(float) * FS_QR);
         else
             memcpy(yr, o, sizeof(float) * (size_t)rows);
@@ -35,11 +34,11 @@ void task_matmul(void *c, int task) {
     model_t *m = s->m;
     const qmat_t *w = s->mat;
     const int KB = fs_kb(w->k);
-    float out[2][FS_MAX_BATCH * FS_QR];  // up to FS_MAX_BATCH tokens per call (the Python side splits larger batches)
+    float out[2][FS_MAX_BATCH * FS_QR];  // FS_MAX_BATCH tokens per call at most
     int g0, g1;
     task_span(task, s->groups_per_task, s->ngroups, 0, &g0, &g1);
     for (int g = g0; g < g1; g += 2) {
-        if (g + 1 < g1) {  // two groups at once: prefill tiles share each activation load between them
+        if (g + 1 < g1) {  // two groups share each activation load
             fs_qgemm_group2(w->q4, m->act16, w->w, w->wd, w->wm, KB, g, s->xq, s->xd, s->xs, s->B, out[0], out[1]);
             fs_store_group(s, w, g, out[0]);
             fs_store_group(s, w, g + 1, out[1]);
@@ -51,12 +50,12 @@ void task_matmul(void *c, int task) {
     }
 }
 
-// a[r] = silu(gate[r]) * up[r] = gate / (1 + e^-gate) * up for the r < live of 32 channels, else 0. The FFN
-// width is a multiple of 16 (NativeDecoder.eligible), so 8-lane chunks are all live or all not.
+// a[r] = silu(gate[r]) * up[r] = gate / (1 + e^-gate) * up for r < live, else 0. The FFN width is a multiple of 16, so
+// vector chunks are all live or all not.
 static inline void silu_mul(const float *gate, const float *up, int live, float *a) {
 #if defined(__AVX512F__)
     const __m512 one = _mm512_set1_ps(1.f), sign = _mm512_set1_ps(-0.f);
-    for (int r = 0; r < FS_QK; r += 16) {  // 16-lane chunks are all live or all not either (live: a multiple of 16)
+    for (int r = 0; r < FS_QK; r += 16) {
         if (r + 16 > live) {
             _mm512_storeu_ps(a + r, _mm512_setzero_ps());
             continue;
@@ -82,8 +81,7 @@ static inline void silu_mul(const float *gate, const float *up, int live, float 
 #endif
 }
 
-// FFN channels 16g..16g+31 of the gate (base 0) or up (base I/16) half of gate_up: out_g, out_g1 [B][16], zeros for
-// channels at or past I.
+// channels 16g..16g+31 of the gate (base 0) or up (base I/16) half -> out_g, out_g1 [B][16]; 0 at or past I
 static void ffn_groups(step_t *s, int base, int g, float *out_g, float *out_g1) {
     const qmat_t *w = s->mat;
     model_t *m = s->m;
@@ -99,10 +97,9 @@ static void ffn_groups(step_t *s, int base, int g, float *out_g, float *out_g1) 
     memset(out_g1, 0, sizeof(float) * FS_QR * (size_t)s->B);
 }
 
-// FFN channel blocks j0..j1-1 (32 channels each; `mlp_blocks` per task): first every gate group of the range
-// (groups 2j0..2j1-1, contiguous in the fused gate_up matrix, which keeps gate rows first) into act, then per
-// block its two up groups (I/16 + 2j, I/16 + 2j + 1), silu(gate) * up in place, quantized as block j of the down
-// input: each half of the range is read as one run of weights.
+// FFN blocks j0..j1-1 (32 channels each): every gate group of the range (contiguous in gate_up) into act, then per
+// block its up groups, silu(gate) * up in place, quantized as block j of the down input. Each half is one run of
+// weights.
 void task_mlp(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
@@ -110,7 +107,7 @@ void task_mlp(void *c, int task) {
     int j0, j1;
     task_span(task, s->mlp_blocks, KBI, 0, &j0, &j1);
     float out[2][FS_MAX_BATCH * FS_QR];
-    for (int j = j0; j < j1; j++) {  // gate groups 2j, 2j + 1 into act
+    for (int j = j0; j < j1; j++) {  // gate groups 2j, 2j + 1
         ffn_groups(s, 0, 2 * j, out[0], out[1]);
         for (int t = 0; t < s->B; t++)
             for (int h = 0; h < 2; h++)
@@ -124,7 +121,7 @@ void task_mlp(void *c, int task) {
             float up[FS_QK];
             memcpy(up, out[0] + t * FS_QR, sizeof(float) * FS_QR);
             memcpy(up + FS_QR, out[1] + t * FS_QR, sizeof(float) * FS_QR);
-            float *a = s->act + (int64_t)t * KBI * FS_QK + j * FS_QK;  // holds gate: overwritten lane by lane
+            float *a = s->act + (int64_t)t * KBI * FS_QK + j * FS_QK;  // gate, overwritten lane by lane
             silu_mul(a, up, I - j * FS_QK, a);
             const int64_t blk = (int64_t)t * KBI + j;
             fs_quantize_act(m->act16, a, 1, FS_QK, FS_QK, 1, s->aq + (size_t)blk * FS_QK * esz, s->ad + blk, s->as + blk);

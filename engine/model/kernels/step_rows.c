@@ -1,6 +1,6 @@
-// The fused step's row phases: per token (norms, quantization) or per (token, KV head) (RoPE and the K/V write,
-// attention parts and their merge). What a row computes depends on its own inputs only, never on the other rows of
-// the call or on which thread took it: a token gives the same bits alone, in any batch, chunk, or decoded.
+// The fused step's row phases: per token (norms, quantization) or per (token, KV head) (RoPE and K/V write, attention
+// parts, their merge). A row's result depends on its own inputs only: a token gives the same bits alone, in any batch
+// or chunk, or decoded.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +9,8 @@
 #include "isa.h"
 #include "step.h"
 
-// x . x as 8 interleaved partial sums (value i into sum i % 8, in order), added pairwise in a fixed order: the same
-// bits from the generic build's scalar loop and the 8-lane vector loop, with a dependency chain an eighth as long as
-// one running sum's (which made the norms ~4% of a prefill step).
+// x . x as 8 interleaved partial sums (value i into sum i % 8), added pairwise: the same bits scalar or 8 lanes, a
+// chain an eighth as long
 static float sum_squares(const float *x, int K) {
     float p[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     int i = 0;
@@ -27,7 +26,7 @@ static float sum_squares(const float *x, int K) {
     return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 
-void task_norm(void *c, int b) {  // h = rmsnorm(x[b]) * w, quantized into xq
+void task_norm(void *c, int b) {  // h = rmsnorm(x[b]) * w, quantized
     step_t *s = (step_t *)c;
     model_t *m = s->m;
     const int K = m->hidden, KB = fs_kb(K);
@@ -51,11 +50,11 @@ void task_quant_attn(void *c, int b) {
 }
 
 
-static void rope(float *v, const float *cs, const float *sn, int D) {  // v*cos + roll(v, D/2)*sin
+static void rope(float *v, const float *cs, const float *sn, int D) {  // v cos + roll(v, D/2) sin
     float tmp[512];
     const int half = D / 2;
 #if defined(__AVX2__)
-    if (half % 8 == 0) {  // 8 lanes of each half at a time: the same products and sum per value (no FMA), same bits
+    if (half % 8 == 0) {  // 8 lanes per half: the same products and sums (no FMA)
         for (int i = 0; i < half; i += 8) {
             const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + half + i);
             _mm256_storeu_ps(tmp + i, _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(cs + i)),
@@ -78,7 +77,7 @@ static void store_row(uint8_t *dst, int kv_type, const float *src, int D) {
         uint16_t *d16 = (uint16_t *)dst;
         int i = 0;
 #if defined(__F16C__) && defined(__AVX__)
-        if (kv_type == FS_KV_F16)  // float_to_half's own instruction (round to nearest even), 8 values at a time
+        if (kv_type == FS_KV_F16)  // float_to_half's rounding, 8 at a time
             for (; i + 8 <= D; i += 8)
                 _mm_storeu_si128((__m128i *)(d16 + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
@@ -86,8 +85,8 @@ static void store_row(uint8_t *dst, int kv_type, const float *src, int D) {
     }
 }
 
-// Per (token, KV head): RoPE of the query heads and the key, then the K/V write into the paged pool.
-// A phase of its own, before any attention: a prefill chunk's tokens attend to each other's keys.
+// Per (token, KV head): RoPE of the query heads and key, the K/V write. Before any attention: a chunk's tokens read
+// each other's keys.
 void task_rope_store(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
@@ -104,11 +103,8 @@ void task_rope_store(void *c, int task) {
     store_row(vc + at, s->kv_type, v, D);
 }
 
-// Per (token, KV head, part): attention over one part of the token's ctx[b] keys (FS_ATT_PART keys, cut
-// from key 0), read from the pool in position order; then per (token, KV head) the parts merged in order.
-// What a token computes depends on its own query, its keys and their number only, never on the other
-// rows of the call or on which thread took which part: the same token gives the same bits alone, in
-// any batch, in any chunk of its prompt, or decoded.
+// Per (token, KV head, part): attention over part p of the token's ctx[b] keys, in position order; the parts merged in
+// order after.
 void task_attend_part(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
@@ -122,9 +118,9 @@ void task_attend_part(void *c, int task) {
     const int t0 = p * FS_ATT_PART, t1 = t0 + FS_ATT_PART < L ? t0 + FS_ATT_PART : L;
     float stack_scores[8 * FS_ATT_PART];
     float *scores = G <= 8 ? stack_scores : (float *)malloc(sizeof(float) * (size_t)G * FS_ATT_PART);
-    if (!scores) return;  // cannot happen in practice
+    if (!scores) return;
     float *part = s->att + ((size_t)bk * P + p) * (size_t)G * (D + 2);
-    // a chunk's tokens after its first read the keys that token read (in position order, the same row of slots)
+    // a chunk's later tokens re-read its first token's keys: no prefetch
     const int follows = s->slot_row && b > 0 && s->slot_row[b - 1] == srow;
     fs_attend_part(q, kc, vc, s->slots + srow * s->Lmax, t0, t1, m->KVH, kh, D, G, m->scale, s->kv_type, scores, part,
                    part + G * D, part + G * D + G, !follows);
@@ -139,4 +135,3 @@ void task_attend_combine(void *c, int bk) {
                       m->attn + (int64_t)b * m->H * D + (int64_t)kh * G * D);
 }
 
-// a[r] = silu(gate[r]) * up[r] = gate / (1 + e^-gate) * up for the r < live of 32 channels, else 0. The FFN

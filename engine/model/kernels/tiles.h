@@ -1,10 +1,9 @@
-// The matmul tiles' shared pieces. One (group, block) tile of the weights holds 16 rows x 32 values, row r's values
-// k..k+3 adjacent, so one 512-bit load is 16 rows x 4 values:
-//   int8: w u8 [G][KB][8][16][4], value q + 128 (q in -127..127); wd fp16 [G][KB][16]
-//   q4:   w u8 [G][KB][4][16][4], low nibble = q at k = 4j+i, high nibble = q at k = 16+4j+i (GGUF Q4_1's order);
-//         wd, wm fp16 [G][KB][16]; value = wd q + wm
-// Every variant does the same integer sums and the same float operations per output lane, in the same order: the
-// same bits on every ISA. Internal.
+// Matmul tiles' shared pieces. A (group, block) tile is 16 rows x 32 values, row r's k..k+3 adjacent (one 512-bit load
+// = 16 rows x 4 values):
+// int8: w u8 [G][KB][8][16][4] = q + 128, q in -127..127; wd fp16 [G][KB][16]
+// q4:   w u8 [G][KB][4][16][4], lo nibble q(k = 4j+i), hi nibble q(k = 16+4j+i) (GGUF Q4_1); wd, wm fp16 [G][KB][16]; w
+// = wd q + wm
+// Every variant: the same integer sums and float operations per output lane, in order: the same bits. Internal.
 #ifndef FS_TILES_H
 #define FS_TILES_H
 #include <stdint.h>
@@ -17,8 +16,7 @@
 #define QR FS_QR
 #define MT 4  // activation rows per register tile
 
-// While a tile works on its group(s) it asks for the bytes of the groups after them into L2 (weights, scales, mins;
-// `n` groups per block), so the next tile's loads overlap this one's arithmetic. NULL: nothing asked. A hint only.
+// Prefetch hint: the next `n` groups' weights, scales, mins per block into L2 while this tile computes. NULL: none.
 typedef struct {
     const uint8_t *w;
     const uint16_t *wd, *wm;
@@ -33,7 +31,6 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const ahead_t *
     if (pf->wm) __builtin_prefetch(pf->wm + b * pf->n * QR, 0, 2);
 }
 
-// The groups `ahead` groups past group g of a [G groups][KB blocks] weight: what g's first tile prefetches.
 static inline ahead_t ahead_of(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g, int ahead,
                         int n) {
     const int64_t tile_bytes = q4 ? 256 : 512, at = (int64_t)(g + ahead) * KB;
@@ -41,9 +38,8 @@ static inline ahead_t ahead_of(int q4, const uint8_t *w, const uint16_t *wd, con
     return a;
 }
 
-// Full tiles at the compile-time height MT, the rest of the rows one at a time at height 1 (each tile function's
-// height a constant, so its accumulators stay in registers); the callers' q4, w, ..., mt, out and pf in scope (pf
-// passed to the first tile only).
+// Whole tiles at height MT, the rest one row at a time (the height a constant: accumulators in registers); pf to the
+// first tile only.
 #define BY_HEIGHT(tile_fn)                                                                                             \
     do {                                                                                                               \
         if (mt == MT) {                                                                                                \
@@ -71,22 +67,22 @@ static inline int32_t load2x16(const int16_t *p) {
     return v;
 }
 
-// One group's tile for the variant (tiles_generic.c, tiles_avx2.c or tiles_avx512.c): rows t < mt <= MT of the
-// activations against the group's 16 rows, all K blocks, into out[t][r]; int8 (tile8) or int16 (tile16) activations.
+// The variant's tile (tiles_generic.c, tiles_avx2.c, tiles_avx512.c): activation rows t < mt <= MT x the group's 16
+// rows, all K blocks -> out[t][r].
 void fs_tile8(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int8_t *xq,
               const float *xd, const int32_t *xs, int mt, float out[MT][QR], const ahead_t *pf);
 void fs_tile16(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int16_t *xq,
                const float *xd, const int32_t *xs, int mt, float out[MT][QR], const ahead_t *pf);
-// Group g's rows [0, M) through fs_tile8/16; ahead: its first row tile prefetches the groups two past it.
+// group g, rows [0, M); ahead: the first row tile prefetches groups g + 2..
 void fs_group_rows(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g,
                    const void *xq, const float *xd, const int32_t *xs, int M, float *out, int ahead);
 #if defined(FS_AVX512)
-// Groups g, g + 1 over rows [0, M - M % MT) on the two-group tiles; returns the rows done.
+// groups g, g + 1 over rows [0, M - M % MT) on the two-group tiles; returns the rows done
 int fs_tile_pairs(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g,
                   const void *xq, const float *xd, const int32_t *xs, int M, float *out_g, float *out_g1);
 #endif
 #if defined(FS_AMX)
-// Groups g .. g + n - 1 of q4 weights x int16 activations on AMX; 0 when it did nothing (the caller's path then).
+// q4 x int16 on AMX, groups g .. g + n - 1; 0: not taken (the caller's path)
 int fs_amx_groups(int q4, int act16, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, int g, int n,
                   const void *xq, const float *xd, const int32_t *xs, int M, float **outs);
 #endif

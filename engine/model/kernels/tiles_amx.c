@@ -1,21 +1,15 @@
-// q4 weights x int16 activations on AMX tiles (the `amx` variant), for prefill rows: the integer sums exact, so the
-// same bits as every other variant.
+// q4 weights x int16 activations on AMX (amx), prefill rows: 16 rows x one 16-row group per tile product.
 #include <stdlib.h>
 
 #include "tiles.h"
 
 #if defined(FS_AMX)
-// q4 weights x int16 activations on AMX (the `amx` variant), for prefill: 16 activation rows x one 16-row weight group
-// per tile product, the integer sums exact, so the same bits as every other variant. Each stored activation value
-// (int16, in quad order 0, 2, 1, 3) is its low byte (unsigned) plus 256 x its high byte (signed); a tile row of 64 bytes
-// is one block's 32 values as stored (A). The weight tiles interleave each 4-bit weight with a zero byte: B_lo[kk][4n +
-// (0, 1, 2, 3)] = (q(n, p), 0, q(n, p + 1), 0) for stored positions p = 2kk (the words the AVX-512 tile's nibble masks
-// make), B_hi the same one byte on. A x B_lo, unsigned x unsigned, sums the low bytes' products; A x B_hi, signed x
-// unsigned, the high bytes' (the other bytes meet the zeros). Then sum = 256 hi + lo, and block_end_avx512's float
-// operations per lane, in block order. A tile product costs the same at any depth, and the float work per row and block
-// (6 vector operations) is what bounds it: each block's products are issued before the previous block's float work
-// (two sets of result tiles), so that the tile unit runs beside it.
-// Tiles (16 rows x 64 bytes): 0, 1 low and high sums (even blocks), 2 A (even), 3 B_lo, 4 B_hi, 5, 6 sums (odd), 7 A (odd).
+// A: a tile row = one block's 32 stored int16 values (quads 0, 2, 1, 3) = lo byte (unsigned) + 256 hi byte (signed).
+// B_lo[kk][4n + (0, 1, 2, 3)] = (q(n, 2kk), 0, q(n, 2kk + 1), 0); B_hi the same one byte on. dpbuud(A, B_lo) sums the
+// lo bytes' products, dpbsud(A, B_hi) the hi bytes'; sum = 256 hi + lo, exact, then block_end_avx512's float operations
+// in block order: the same bits.
+// Block b + 1's products are issued before block b's float work (two sets of result tiles), which bounds the loop.
+// Tiles: 0, 1 lo/hi sums (even blocks), 2 A (even), 3 B_lo, 4 B_hi, 5, 6 sums (odd), 7 A (odd).
 #define AMX_ROWS 16
 typedef struct __attribute__((aligned(64))) {
     uint8_t palette, start_row, reserved[14];
@@ -23,7 +17,7 @@ typedef struct __attribute__((aligned(64))) {
     uint8_t rows[16];
 } amx_cfg_t;
 
-static __thread uint8_t *amx_buf;  // per thread: a group's weight tiles (2 KB per block), then the rows' d * sum(xq)
+static __thread uint8_t *amx_buf;  // per thread: weight tiles (2 KB per block), then the rows' d * sum(xq)
 static __thread size_t amx_cap;
 
 __attribute__((target("amx-tile"))) static void amx_configure(void) {
@@ -34,7 +28,7 @@ __attribute__((target("amx-tile"))) static void amx_configure(void) {
     _tile_loadconfig(&c);
 }
 
-// One block's weight tiles of one group: B_lo at bt, B_hi at bt + 1024 (16 rows of 64 bytes each).
+// one block's weight tiles of a group: B_lo at bt, B_hi at bt + 1024
 static inline void amx_weight_tiles(const uint8_t *wt, uint8_t *bt) {
     const __m512i nib = _mm512_set1_epi16(0x000f);
     for (int j = 0; j < 4; j++) {
@@ -49,7 +43,7 @@ static inline void amx_weight_tiles(const uint8_t *wt, uint8_t *bt) {
     }
 }
 
-// Block b's two products for the row tile at a (one block of 16 rows, `stride` bytes apart) into tiles cl, ch.
+// block b's two products for the row tile at a into tiles cl, ch
 #define AMX_ISSUE(bt, b, a, stride, cl, ch, at)                                                                        \
     do {                                                                                                               \
         _tile_loadd(3, (bt) + (int64_t)(b) * 2048, 64);                                                                \
@@ -61,7 +55,7 @@ static inline void amx_weight_tiles(const uint8_t *wt, uint8_t *bt) {
         _tile_dpbsud(ch, at, 4);                                                                                       \
     } while (0)
 
-// Rows [0, M) of group g (M a multiple of 16) into out [M][16]; bt: KB x 2 KB for the weight tiles, dsx: 16 x KB floats.
+// rows [0, M) (M % 16 == 0) of group g -> out [M][16]; bt: KB x 2 KB, dsx: 16 x KB floats
 __attribute__((target("amx-tile,amx-int8"))) static void amx_group(const uint8_t *w, const uint16_t *wd,
                                                                   const uint16_t *wm, int KB, int g,
                                                                   const int16_t *xq, const float *xd,
@@ -69,12 +63,12 @@ __attribute__((target("amx-tile,amx-int8"))) static void amx_group(const uint8_t
                                                                   float *dsx) {
     const uint8_t *wg = w + (int64_t)g * KB * 256;
     const uint16_t *wdg = wd + (int64_t)g * KB * QR, *wmg = wm + (int64_t)g * KB * QR;
-    const int64_t stride = (int64_t)KB * QK * 2;  // bytes from one activation row to the next
+    const int64_t stride = (int64_t)KB * QK * 2;
     int32_t lo[AMX_ROWS][QR] __attribute__((aligned(64))), hi[AMX_ROWS][QR] __attribute__((aligned(64)));
     for (int b = 0; b < KB; b++) amx_weight_tiles(wg + (int64_t)b * 256, bt + (int64_t)b * 2048);
     for (int m0 = 0; m0 < M; m0 += AMX_ROWS) {
         const uint8_t *a = (const uint8_t *)(xq + (int64_t)m0 * KB * QK);
-        for (int t = 0; t < AMX_ROWS; t++) {  // the scalar loops' d * (float)sx, once per row and block
+        for (int t = 0; t < AMX_ROWS; t++) {  // d * (float)sx per row and block, once
             const float *d = xd + (int64_t)(m0 + t) * KB;
             const int32_t *sx = xs + (int64_t)(m0 + t) * KB;
             int b = 0;
@@ -99,9 +93,8 @@ __attribute__((target("amx-tile,amx-int8"))) static void amx_group(const uint8_t
             }
             const __m512 wdv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wdg + b * QR)));
             const __m512 wmv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wmg + b * QR)));
-            // block_end_avx512's operations, with d * (float)sx taken from dsx: calling it per 4 rows (its scalar
-            // product and broadcast per row and block) made a 256-token prefill 193-204 -> 211-217 ms (3 pairs)
-#pragma GCC unroll 16  // the accumulators stay in registers
+            // block_end_avx512's operations, d * sx from dsx
+#pragma GCC unroll 16  // accumulators in registers
             for (int t = 0; t < AMX_ROWS; t++) {
                 const __m512i si = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512((const void *)hi[t]), 8),
                                                     _mm512_load_si512((const void *)lo[t]));
@@ -115,12 +108,11 @@ __attribute__((target("amx-tile,amx-int8"))) static void amx_group(const uint8_t
     }
 }
 
-// Groups g .. g + n - 1 of q4 weights against int16 activations, rows [0, M) when M >= 16: the first M - M % 16 rows
-// on the tiles, the rest on the AVX-512 tiles (the same bits). Returns 0 when it did nothing (other formats, fewer rows,
-// no buffer), and the caller takes the AVX-512 path.
+// Groups g .. g + n - 1, M >= 16: rows below M - M % 16 on AMX, the rest on the AVX-512 tiles. 0: not taken (format,
+// rows, no buffer).
 __attribute__((target("amx-tile"))) int fs_amx_groups(int q4, int act16, const uint8_t *w, const uint16_t *wd,
-                                                         const uint16_t *wm, int KB, int g, int n, const void *xq,
-                                                         const float *xd, const int32_t *xs, int M, float **outs) {
+                                                      const uint16_t *wm, int KB, int g, int n, const void *xq,
+                                                      const float *xd, const int32_t *xs, int M, float **outs) {
     if (!q4 || !act16 || M < AMX_ROWS) return 0;
     const size_t need = (size_t)KB * 2048 + sizeof(float) * AMX_ROWS * (size_t)KB;
     if (need > amx_cap) {
@@ -130,7 +122,7 @@ __attribute__((target("amx-tile"))) int fs_amx_groups(int q4, int act16, const u
         if (!amx_buf) return 0;
     }
     const int full = M / AMX_ROWS * AMX_ROWS;
-    amx_configure();  // per call: the tile state is the thread's, and other code on this thread may change it
+    amx_configure();  // per call: the tile state is the thread's
     for (int i = 0; i < n; i++)
         amx_group(w, wd, wm, KB, g + i, (const int16_t *)xq, xd, xs, full, outs[i], amx_buf,
                   (float *)(amx_buf + (size_t)KB * 2048));
@@ -138,7 +130,7 @@ __attribute__((target("amx-tile"))) int fs_amx_groups(int q4, int act16, const u
     if (full < M)
         for (int i = 0; i < n; i++)
             fs_group_rows(q4, act16, w, wd, wm, KB, g + i, (const int16_t *)xq + (int64_t)full * KB * QK,
-                       xd + (int64_t)full * KB, xs + (int64_t)full * KB, M - full, outs[i] + (int64_t)full * QR, 0);
+                          xd + (int64_t)full * KB, xs + (int64_t)full * KB, M - full, outs[i] + (int64_t)full * QR, 0);
     return 1;
 }
 #endif

@@ -1,16 +1,15 @@
-// The AVX2 tiles (the `avx2` variant): 8 rows per vector, rows 8h..8h+7 of a group in half h. No VNNI: int8 weights
-// go through maddubs (u8 x s8 pairs, |q| <= 127 so no int16 overflow), int16 activations through madd.
+// AVX2 tiles (avx2): 8 rows per vector, rows 8h..8h+7 in half h. No VNNI: int8 weights via maddubs (|q| <= 127: no
+// int16 overflow), int16 activations via madd.
 #include "tiles.h"
 
 #if defined(FS_AVX2)
-// int8 activations on AVX2, the tile height a compile-time constant (as tile16_avx2 below).
 static inline __attribute__((always_inline)) void tile8_avx2(int q4, const uint8_t *w, const uint16_t *wd,
                                                              const uint16_t *wm, int KB, const int8_t *xq,
                                                              const float *xd, const int32_t *xs, const int mt,
                                                              float out[MT][QR], const ahead_t *pf) {
     const int tile_bytes = q4 ? 256 : 512;
     const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-    for (int h = 0; h < 2; h++) {  // rows 8h..8h+7: 32 bytes of each 64-byte row-quad
+    for (int h = 0; h < 2; h++) {  // rows 8h..8h+7: 32 bytes of each 64-byte quad
         __m256 facc[MT];
         for (int t = 0; t < mt; t++) facc[t] = _mm256_setzero_ps();
         for (int b = 0; b < KB; b++) {
@@ -25,7 +24,7 @@ static inline __attribute__((always_inline)) void tile8_avx2(int q4, const uint8
                     const __m256i lo = _mm256_and_si256(wv, low), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low);
                     for (int t = 0; t < mt; t++) {
                         const int8_t *xb = xq + (int64_t)t * KB * QK + b * QK;
-                        // u4 x s8 pairs stay far below the int16 limit: 2 * 15 * 127 * 2 < 32767
+                        // u4 x s8 pairs: 2 * 15 * 127 * 2 < 32767
                         const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(load4(xb + 4 * j))),
                                                            _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load4(xb + 16 + 4 * j))));
                         iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(p, ones));
@@ -40,7 +39,7 @@ static inline __attribute__((always_inline)) void tile8_avx2(int q4, const uint8
                 }
             } else {
                 for (int j = 0; j < 8; j++) {
-                    // maddubs needs u8 x s8 without int16 overflow: |q| x sign-adjusted x, |q| <= 127.
+                    // maddubs: |q| x sign-adjusted x
                     const __m256i ws = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wt + j * 64)), flip);
                     const __m256i aw = _mm256_abs_epi8(ws);
                     for (int t = 0; t < mt; t++) {
@@ -59,9 +58,7 @@ static inline __attribute__((always_inline)) void tile8_avx2(int q4, const uint8
     }
 }
 
-// The AVX2 tile with its height a compile-time constant (1 for decode rows, MT for prefill tiles), so
-// that every accumulator lives in a register. Each row's operations are the same in both: a row gives
-// the same bits in a tile of 1 or of MT.
+// int16 activations; a row's operations are the same at height 1 or MT.
 static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint8_t *w, const uint16_t *wd,
                                                               const uint16_t *wm, int KB, const int16_t *xq,
                                                               const float *xd, const int32_t *xs, const int mt,
@@ -69,7 +66,7 @@ static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint
     const int tile_bytes = q4 ? 256 : 512;
     const __m256i even = _mm256_set1_epi32(0x00ff00ff), nib = _mm256_set1_epi16(0x000f);
     const __m256i nib16 = _mm256_set1_epi16(0x00f0), nib256 = _mm256_set1_epi16(0x0f00);
-    for (int h = 0; h < 2; h++) {  // rows 8h..8h+7: 32 bytes of each 64-byte row-quad
+    for (int h = 0; h < 2; h++) {  // rows 8h..8h+7: 32 bytes of each 64-byte quad
         __m256 facc[MT];
         for (int t = 0; t < mt; t++) facc[t] = _mm256_setzero_ps();
         for (int b = 0; b < KB; b++) {
@@ -79,7 +76,7 @@ static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint
             __m256i iacc[MT];
             for (int t = 0; t < mt; t++) iacc[t] = _mm256_setzero_si256();
             const int quads = q4 ? 4 : 8;
-            if (q4 && mt == 1) {  // a decode row: nibbles 1, 2 left in place (16, 256 x the weight), as tile16_avx512
+            if (q4 && mt == 1) {  // one row: nibbles 1, 2 in place (x16, x256), as tile16_avx512
                 __m256i s16 = _mm256_setzero_si256(), s256 = _mm256_setzero_si256();
                 const int16_t *xb = xq + b * QK;
                 for (int j = 0; j < 4; j++) {
@@ -95,7 +92,7 @@ static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint
                 }
                 s256 = _mm256_srai_epi32(s256, 8);
                 iacc[0] = _mm256_add_epi32(iacc[0], _mm256_add_epi32(s256, _mm256_srai_epi32(s16, 4)));
-            } else  // prefill tiles, int8 weights: each nibble shifted down
+            } else  // each nibble shifted down
             for (int j = 0; j < quads; j++) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(wt + j * 64));
                 __m256i pa, pb, ha = _mm256_setzero_si256(), hb = _mm256_setzero_si256();
@@ -133,7 +130,6 @@ static inline __attribute__((always_inline)) void tile16_avx2(int q4, const uint
     }
 }
 
-// BY_HEIGHT: full tiles at the constant height MT, the rest of the rows at height 1 (accumulators in registers).
 void fs_tile8(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int8_t *xq,
               const float *xd, const int32_t *xs, int mt, float out[MT][QR], const ahead_t *pf) {
     BY_HEIGHT(tile8_avx2);
@@ -141,7 +137,7 @@ void fs_tile8(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, 
 
 void fs_tile16(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int16_t *xq,
                const float *xd, const int32_t *xs, int mt, float out[MT][QR], const ahead_t *pf) {
-    if (q4 && mt == 1) {  // q4 a constant for decode rows only: for prefill tiles it made gcc's code slower
+    if (q4 && mt == 1) {  // q4 constant for height 1 only (gcc's prefill tiles were slower with it)
         const int q4 = 1;
         BY_HEIGHT(tile16_avx2);
     } else {

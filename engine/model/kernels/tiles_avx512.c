@@ -1,13 +1,11 @@
-// The AVX-512 tiles (the `avx512` and `amx` variants): 16 rows per vector, one dpbusd (int8 activations) or dpwssd
-// (int16) per 4 values of 16 rows against the broadcast activations. Each tile's height is a compile-time constant
-// (1 for decode rows, MT for prefill tiles) so every accumulator lives in a register; a row's integer dot of a block
-// may be split over independent accumulators (exact in any order), its float operations are group_tile's.
+// AVX-512 tiles (avx512, amx): 16 rows per vector; dpbusd (int8 x) or dpwssd (int16 x) per 4 values x 16 rows vs
+// broadcast activations. Height 1 (decode) or MT (prefill) is a constant: accumulators in registers. A block's dot may
+// be split over accumulators (exact in any order).
 #include "tiles.h"
 
 #if defined(FS_AVX512)
-// The end of a K block in the AVX-512 tiles: each row's integer sum of the block (int8 weights less 128 x sum(xq))
-// scaled into its float accumulator, fma(sum * wd, d, acc), then q4's fma(wm, d * sum(xq), acc): the float operations
-// of the scalar loops, per lane in the same order. One weight group, rows t < mt; the two-group tiles call it per group.
+// Block end: per row sum (int8 weights: less 128 sum(xq)) -> acc = fma(sum * wd, d, acc); q4: acc = fma(wm, d *
+// sum(xq), acc).
 static inline __attribute__((always_inline)) void block_end_avx512(int q4, int b, int KB, const uint16_t *wd,
                                                                    const uint16_t *wm, const float *xd,
                                                                    const int32_t *xs, const int mt,
@@ -23,7 +21,7 @@ static inline __attribute__((always_inline)) void block_end_avx512(int q4, int b
     }
 }
 
-// A single-group tile's accumulators of a block (na per row) added into one sum per row, then block_end_avx512.
+// na accumulators per row summed, then block_end_avx512
 static inline __attribute__((always_inline)) void block_end_rows_avx512(int q4, int b, int KB, const uint16_t *wd,
                                                                         const uint16_t *wm, const float *xd,
                                                                         const int32_t *xs, const int mt, const int na,
@@ -36,11 +34,7 @@ static inline __attribute__((always_inline)) void block_end_rows_avx512(int q4, 
     block_end_avx512(q4, b, KB, wd, wm, xd, xs, mt, isum, facc);
 }
 
-// int8 activations on AVX-512 VNNI: one dpbusd (u8 weight x s8 activation, 4 products per 32-bit lane) per 4 values
-// of 16 rows, twice the multiply-adds per instruction of the int16 tiles' dpwssd; the tile height a compile-time
-// constant (1 for decode rows, MT for prefill tiles) so that every accumulator lives in a register, each row's dot of
-// a block split over NA independent accumulators (integer sums are exact in any order: the bits of every other ISA
-// variant). Per lane the float operations of group_tile's scalar loop, in the same order.
+// int8 activations: dpbusd u8 w x s8 x, 4 products per lane; na = 4 (one row) or 2 accumulators per row.
 static inline __attribute__((always_inline)) void tile8_avx512(int q4, const uint8_t *w, const uint16_t *wd,
                                                                const uint16_t *wm, int KB, const int8_t *xq,
                                                                const float *xd, const int32_t *xs, const int mt,
@@ -57,7 +51,7 @@ static inline __attribute__((always_inline)) void tile8_avx512(int q4, const uin
         for (int t = 0; t < mt; t++)
             for (int a = 0; a < na; a++) iacc[t][a] = _mm512_setzero_si512();
         if (q4) {
-            for (int j = 0; j < 4; j++) {  // low nibbles: k 4j..4j+3, high nibbles: k 16+4j..
+            for (int j = 0; j < 4; j++) {  // lo: k 4j.., hi: k 16+4j..
                 const __m512i v = _mm512_loadu_si512((const void *)(wt + j * 64));
                 const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
                 const int a0 = (2 * j) % na, a1 = (2 * j + 1) % na;
@@ -81,9 +75,7 @@ static inline __attribute__((always_inline)) void tile8_avx512(int q4, const uin
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
 }
 
-// Two groups (32 rows) x MT activation rows with int8 activations, for prefill tiles and decode batches of MT or
-// more: each broadcast activation quad feeds both groups' dots. Per row and lane the same integer sums and float
-// operations, in the same order, as tile8_avx512: the same bits.
+// Two groups x MT rows, int8 activations: each broadcast quad feeds both groups. tile8_avx512's sums and order.
 static inline __attribute__((always_inline)) void tile8x2_avx512(int q4, const uint8_t *wa, const uint16_t *wda,
                                                                  const uint16_t *wma, const uint8_t *wb,
                                                                  const uint16_t *wdb, const uint16_t *wmb, int KB,
@@ -131,12 +123,8 @@ static inline __attribute__((always_inline)) void tile8x2_avx512(int q4, const u
     for (int t = 0; t < MT; t++) _mm512_storeu_ps(outa[t], fa[t]), _mm512_storeu_ps(outb[t], fb[t]);
 }
 
-// The AVX-512 tile, its height a compile-time constant (1 for decode rows, MT for prefill tiles) so that every
-// accumulator lives in a register. Each row's integer dot of a block is split over NA independent accumulators
-// (4 for one row, 2 per row for MT) instead of one chain of a block's 16 dependent vpdpwssd: no faster for one row
-// with the weights in cache, faster when they stream from memory (more loads in flight). Integer sums are exact in
-// any order, so the bits are those of the
-// other ISA variants; the float operations per lane are unchanged and in the same order.
+// int16 activations (quads stored 0, 2, 1, 3): (w0, w2) = lane & 0x00ff00ff, (w1, w3) = lane >> 8, dpwssd with a
+// broadcast pair. na accumulators per row: more loads in flight when weights stream from memory.
 static inline __attribute__((always_inline)) void tile16_avx512(int q4, const uint8_t *w, const uint16_t *wd,
                                                                 const uint16_t *wm, int KB, const int16_t *xq,
                                                                 const float *xd, const int32_t *xs, const int mt,
@@ -157,12 +145,12 @@ static inline __attribute__((always_inline)) void tile16_avx512(int q4, const ui
         for (int j = 0; j < quads; j++) {
             const __m512i v = _mm512_loadu_si512((const void *)(wt + j * 64));
             __m512i pa, pb, ha = _mm512_setzero_si512(), hb = _mm512_setzero_si512();
-            if (q4 && mt == 1) {  // nibbles 1, 2 left in place (16, 256 x the weight, scaled back below)
+            if (q4 && mt == 1) {  // nibbles 1, 2 in place (x16, x256), scaled back below
                 pa = _mm512_and_si512(v, nib);
                 pb = _mm512_and_si512(v, nib256);
                 ha = _mm512_and_si512(v, nib16);
                 hb = _mm512_srli_epi16(v, 12);
-            } else if (q4) {  // nibbles: low = k 4j.., high = k 16+4j..
+            } else if (q4) {  // lo: k 4j.., hi: k 16+4j..
                 pa = _mm512_and_si512(v, nib);
                 pb = _mm512_and_si512(_mm512_srli_epi16(v, 8), nib);
                 ha = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
@@ -173,8 +161,7 @@ static inline __attribute__((always_inline)) void tile16_avx512(int q4, const ui
             }
             for (int t = 0; t < mt; t++) {
                 const int16_t *xb = xq + (int64_t)t * KB * QK + b * QK;
-                // accumulator for each product: q4 a quad's 4 products go to 4 (or 2) different ones; int8
-                // weights' 2 products per quad alternate by quad parity over 4 (or 2)
+                // q4: a quad's products spread over the accumulators; int8: alternate by quad parity
                 const int a0 = q4 ? 0 : (2 * j) % na, a1 = q4 ? 1 % na : (2 * j + 1) % na;
                 iacc[t][a0] = _mm512_dpwssd_epi32(iacc[t][a0], pa, _mm512_set1_epi32(load2x16(xb + 4 * j)));
                 iacc[t][a1] = _mm512_dpwssd_epi32(iacc[t][a1], pb, _mm512_set1_epi32(load2x16(xb + 4 * j + 2)));
@@ -184,7 +171,7 @@ static inline __attribute__((always_inline)) void tile16_avx512(int q4, const ui
                 }
             }
         }
-        if (q4 && mt == 1) {  // exact: 256 (16) x the sum, which fits: 8 products per lane of |x| <= 32767, <= 3840
+        if (q4 && mt == 1) {  // exact: 8 products per lane, |x| <= 32767, fits
             iacc[0][1] = _mm512_srai_epi32(iacc[0][1], 8);
             iacc[0][2] = _mm512_srai_epi32(iacc[0][2], 4);
         }
@@ -193,12 +180,13 @@ static inline __attribute__((always_inline)) void tile16_avx512(int q4, const ui
     for (int t = 0; t < mt; t++) _mm512_storeu_ps(out[t], facc[t]);
 }
 
-// Two groups (32 rows) x MT activation rows at once, for prefill tiles: each broadcast activation pair feeds
-// both groups' dots (the one-group tile spends a broadcast per dot). Per row and lane the same integer sums
-// and float operations, in the same order, as tile16_avx512: the same bits.
-static inline __attribute__((always_inline)) void tile16x2_avx512(int q4, const uint8_t *wa, const uint16_t *wda, const uint16_t *wma, const uint8_t *wb,
-                            const uint16_t *wdb, const uint16_t *wmb, int KB, const int16_t *xq, const float *xd,
-                            const int32_t *xs, float outa[MT][QR], float outb[MT][QR], const ahead_t *pf) {
+// Two groups x MT rows, int16 activations: each broadcast pair feeds both groups. tile16_avx512's sums and order.
+static inline __attribute__((always_inline)) void tile16x2_avx512(int q4, const uint8_t *wa, const uint16_t *wda,
+                                                                  const uint16_t *wma, const uint8_t *wb,
+                                                                  const uint16_t *wdb, const uint16_t *wmb, int KB,
+                                                                  const int16_t *xq, const float *xd,
+                                                                  const int32_t *xs, float outa[MT][QR],
+                                                                  float outb[MT][QR], const ahead_t *pf) {
     const int tile_bytes = q4 ? 256 : 512, quads = q4 ? 4 : 8;
     __m512 fa[MT], fb[MT];
     for (int t = 0; t < MT; t++) fa[t] = fb[t] = _mm512_setzero_ps();
@@ -214,8 +202,8 @@ static inline __attribute__((always_inline)) void tile16x2_avx512(int q4, const 
             const int parts = q4 ? 4 : 2;
             for (int part = 0; part < parts; part++) {
                 __m512i pa, pb;
-                int xo;  // the activation pair this part of the quad is dotted with
-                if (q4) {  // nibbles: low = k 4j.., high = k 16+4j..; (0, 2) and (1, 3) of each quad
+                int xo;  // the activation pair this part meets
+                if (q4) {  // (0, 2), (1, 3) of each quad; lo: k 4j.., hi: k 16+4j..
                     const int shift = (part & 1) * 8 + (part >> 1) * 4;
                     pa = shift == 12 ? _mm512_srli_epi16(va, 12) : _mm512_and_si512(_mm512_srli_epi16(va, shift), nib);
                     pb = shift == 12 ? _mm512_srli_epi16(vb, 12) : _mm512_and_si512(_mm512_srli_epi16(vb, shift), nib);
@@ -245,7 +233,7 @@ void fs_tile8(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, 
 
 void fs_tile16(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int16_t *xq,
                const float *xd, const int32_t *xs, int mt, float out[MT][QR], const ahead_t *pf) {
-    // q4 a compile-time constant in each copy: no branch in the block loop, the sums kept in registers
+    // q4 a constant per copy: no branch in the block loop
     if (q4) { const int q4 = 1; BY_HEIGHT(tile16_avx512); } else { const int q4 = 0; BY_HEIGHT(tile16_avx512); }
 }
 
@@ -262,7 +250,7 @@ int fs_tile_pairs(int q4, int act16, const uint8_t *w, const uint16_t *wd, const
         const float *d = xd + (int64_t)m0 * KB;
         const int32_t *s = xs + (int64_t)m0 * KB;
         float(*oa)[QR] = (float(*)[QR])(out_g + (int64_t)m0 * QR), (*ob)[QR] = (float(*)[QR])(out_g1 + (int64_t)m0 * QR);
-        // the format a constant in each call: the inlined tile has no branch on it
+        // formats constant per call: no branch in the inlined tile
         if (act16) {
             const int16_t *x = (const int16_t *)xq + (int64_t)m0 * KB * QK;
             if (q4)

@@ -1,6 +1,5 @@
-// The portable tiles (the `generic` variant): one output at a time, the integer dot of each block exact, then per
-// block fma(sum * wd, d, acc) and, for q4, fma(wm, d * sum(xq), acc): the float operations every SIMD tile repeats
-// per lane, in this order.
+// Portable tiles (generic): per output, each block's integer dot, then acc = fma(sum * wd, d, acc) and, q4, acc =
+// fma(wm, d * sum(xq), acc): the float operations every SIMD tile repeats per lane, in this order.
 #include <math.h>
 
 #include "half.h"
@@ -37,7 +36,7 @@ void fs_tile8(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, 
     }
 }
 
-// int16 activations, each quad stored (0, 2, 1, 3) (quant_act.c); int8 weights' unsigned bytes less 128 x sum(xq).
+// int16 quads stored (0, 2, 1, 3); int8 weights' bytes less 128 sum(xq)
 void fs_tile16(int q4, const uint8_t *w, const uint16_t *wd, const uint16_t *wm, int KB, const int16_t *xq,
                const float *xd, const int32_t *xs, int mt, float out[MT][QR], const ahead_t *pf) {
     const int tile_bytes = q4 ? 256 : 512;
