@@ -219,8 +219,8 @@ class ModelRunner:
         self, seqs: list[ScheduledSeq]
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[str]]:
         """_prepare for a batch of one-token seqs on the native decode path: the same tensors, from the kept slot
-        rows (engine/slot_rows.py) and plain lists (the torch calls of the general path cost ~0.45 ms a step at
-        batch 1)."""
+        rows (engine/slot_rows.py) and plain lists (the general path's torch calls cost more than the step's
+        arithmetic at batch 1)."""
         slots, ctx, last = self.slot_rows.table(seqs)
         meta = AttentionMetadata(
             slot_mapping=torch.tensor(last, dtype=torch.int64),

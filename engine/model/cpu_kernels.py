@@ -1,18 +1,16 @@
-"""Native CPU kernels, built at install time (setup.py) once per ISA variant, chosen at run time.
+"""Native CPU kernels (engine/model/kernels/), built at install time (setup.py) once per ISA variant, chosen at run
+time, and torch wrappers for them.
 
 Variants: `generic` (no ISA flags), `avx2` (AVX2+FMA+F16C), `avx512` (AVX-512 F/BW/VL/VNNI), `amx` (avx512 plus
-AMX-TILE/INT8 for the 4-bit weights' prefill tiles, where the CPU has them and Linux grants the tile state).
-The generic library answers CPUID (`finserve_cpu_features`); the best variant this CPU can run is
-loaded. So a build shared between machines never runs an instruction the CPU lacks, and no request
-ever pays for a compile. `configure(isa=...)` (EngineConfig.kernel_isa, FINSERVE_KERNEL_ISA through
-Settings) forces a lower variant (tests cover the AVX2 path on an AVX-512 machine);
-`configure(enabled=False)` (FINSERVE_NATIVE_KERNELS=false) disables them all. When no
-library was built (no compiler at install time) the engine logs it and uses the torch paths:
-same results, slower.
+AMX-TILE/INT8 prefill tiles, where the CPU has them and Linux grants the tile state). The generic library answers
+CPUID (`fs_cpu_features`) and the best variant this CPU runs is loaded: a build shared between machines never runs
+an instruction the CPU lacks. Every library is checked against the ABI mirror (kernel_abi.py) when loaded.
+`configure(isa=...)` (EngineConfig.kernel_isa) forces a lower variant (the tests run AVX2 on AVX-512 machines);
+`configure(enabled=False)` (FINSERVE_NATIVE_KERNELS=false) turns them off. Without a built library the engine
+logs it and uses the torch paths: the same results, slower. `test_library()` is the tests' library with the hooks.
 
-Kernels: paged decode attention (K/V read in place from the block pool, fp32, bf16 or fp16), an fp32 skinny GEMM,
-the fused decode step and its thread pool (kernels/decode_step.c), and
-the quantized GEMM of engine/model/quant.py (int8 and 4-bit weights).
+Kernels: the fused step (native_step.py), quantized matmuls and dequantization (quant.py), paged decode attention
+over an fp32, bf16 or fp16 pool, an fp32 skinny GEMM and the greedy argmax, all on the library's thread pool.
 """
 from __future__ import annotations
 

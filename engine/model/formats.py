@@ -57,7 +57,7 @@ class DenseFormat(WeightFormat):
 
 @dataclass(frozen=True)
 class QuantizedFormat(WeightFormat):
-    """Blocks of 32 along K packed for the kernels of kernels/qgemm.c (engine/model/quant.py)."""
+    """Blocks of 32 along K packed for the native kernels (engine/model/quant.py, kernels/tiles.h)."""
 
     kernel: KernelFormat = KernelFormat.INT8
     # Bits the kernels quantize activations to, per block of 32, for the integer dot: 16 (default: within fp32
