@@ -61,9 +61,10 @@ class _Live:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, *, native_prefill_context: int | None = None):
+        """`native_prefill_context`: benchmarks force the prefill path with it (engine/execution_path.py)."""
         self.config = config
-        self.runner = ModelRunner(config)
+        self.runner = ModelRunner(config, native_prefill_context=native_prefill_context)
         self.model_config = self.runner.model_config
         self.kv_spec = self.runner.kv_spec
         self.num_blocks = self.runner.num_blocks

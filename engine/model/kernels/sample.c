@@ -1,5 +1,5 @@
 // Token sampling for rows of logits: temperature, min-p, top-k, top-p, and one draw by inverse CDF from a
-// uniform the caller gives (engine/sampler.py, through engine/model/sample_kernel.py). Self-contained: no other
+// uniform the caller gives (engine/sampler.py; fs_draw in fs.h). Self-contained: no other
 // kernel file is used. Each draw reads its row and its fs_draw only, so a token never depends on the batch.
 //
 // The distribution is engine/sampler.py's: y = logit / T; min-p drops y < max(y) + log(min_p); top-k keeps
@@ -18,23 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs.h"
+
 #pragma GCC optimize("no-trapping-math")  // lets the selects in the passes vectorise; no code here reads FP flags
 
 #define LANES 16
 #define BLOCK 256  // block maxima and sums let passes skip whole blocks and the draw find its block first
 
-// One draw. Mirrored by engine/model/sample_kernel.py's Draw (ctypes.Structure): keep the two in step.
-typedef struct {
-    int64_t row;        // logits row the draw reads
-    int64_t top_k;      // <= 0 or >= V: off
-    double u;           // uniform in [0, 1)
-    float temperature;  // > 0 (the caller clamps it)
-    float top_p;        // >= 1: off
-    float log_min_p;    // log(min_p); -inf: off
-    int64_t token;      // out: the token; -1 when the row has no usable probability (the caller takes greedy)
-    int64_t last_idx;   // out: the kept set's last token in the order above, and its y: the kept set is every
-    float last_y;       //      token with y > last_y, and those with y == last_y and index <= last_idx
-} fs_draw;
 
 typedef struct {
     float y, e;
@@ -363,7 +353,7 @@ static void draw_one(const float *x, int64_t V, fs_draw *d, const scratch *s) {
 
 // draws[n]: each reads row draws[i].row of logits [*, ld] (V columns, unit stride) and writes its outputs.
 // Returns 0, or -1 when the scratch could not be allocated (no draw written).
-int fs_sample_rows(const float *logits, int64_t ld, int64_t V, int64_t n, fs_draw *draws) {
+FS_API int fs_sample_rows(const float *logits, int64_t ld, int64_t V, int64_t n, fs_draw *draws) {
     const int64_t blocks = (V + BLOCK - 1) / BLOCK;
     const size_t floats = (size_t)(2 * V + 2 * blocks) * sizeof(float);
     char *mem = malloc(floats + (size_t)V * sizeof(cand));
