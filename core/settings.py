@@ -47,6 +47,7 @@ ENV_PREFIX = "FINSERVE_"
 # FINSERVE_* names read on purpose by something other than Settings: not typos.
 NOT_SETTINGS = frozenset({
     "FINSERVE_TEST_CACHE", "FINSERVE_TEST_PEER_PYTHON", "FINSERVE_SKIP_PG", "FINSERVE_PG_BIN",  # the test suite
+    "FINSERVE_FUZZ_EXAMPLES",  # `make fuzz`: tests/gateway/test_grammar_fuzz.py
     "FINSERVE_REPORT_SCREENSHOT",  # tests/ledger/test_report_browser.py
     "FINSERVE_WORKER_KEY", "FINSERVE_ENGINE_THREADS",  # deploy/compose.yaml's own substitutions
 })

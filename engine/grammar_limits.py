@@ -15,7 +15,7 @@ What is bounded, per request:
   (`schema_alternatives_too_deep`); the properties of every object together (`schema_too_many_properties`);
 - every regex (a schema's `pattern`, `patternProperties` keys, `guided_regex`): its size in UTF-8 bytes
   (`pattern_too_long`) and how deeply its groups nest (`pattern_too_deep`);
-- the choices of `guided_choice` (`too_many_choices`: llguidance's parser takes at most 2,000 in one row)
+- the choices of `guided_choice` (`too_many_choices`: llguidance's parser takes 1,999 in its row of 2,000)
   and the tools of one chat request (`too_many_tools`: OpenAI's own limit is 128).
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ class GrammarLimits:
     max_properties: int = 2048  # properties of every object of the schema together
     max_pattern_bytes: int = 4096  # one regex, in UTF-8 bytes
     max_group_depth: int = 32  # a regex's groups nested in one another
-    max_choices: int = 2000  # guided_choice strings (llguidance's row limit)
+    max_choices: int = 1999  # guided_choice strings: llguidance's parser row holds 2,000 items, its rule one of them
     max_tools: int = 128  # tools of one chat request (OpenAI's limit)
 
 

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +137,9 @@ class GrammarPool:
 
     def __init__(self, config: GrammarPoolConfig) -> None:
         self.config = config
+        # Children are started from this one thread: a child gets SIGKILL when the thread that started it ends
+        # (PR_SET_PDEATHSIG, engine/grammar_child.py), and callers' threads come and go (an app's executor).
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finserve-grammar-spawn")
         self._idle: queue.LifoQueue[_Proc | None] = queue.LifoQueue()
         for _ in range(config.workers):
             self._idle.put(None)  # started on first use
@@ -181,9 +185,10 @@ class GrammarPool:
             try:
                 proc = self._idle.get_nowait()
             except queue.Empty:
-                return
+                break
             if proc is not None:
                 proc.kill()
+        self._spawner.shutdown(wait=False)
 
     def _take(self) -> _Proc:
         proc = self._idle.get()
@@ -193,7 +198,7 @@ class GrammarPool:
             proc.kill()
             self.replaced += 1
         try:
-            return _Proc(self.config)
+            return self._spawn()
         except BaseException:
             self._idle.put(None)
             raise
@@ -203,10 +208,13 @@ class GrammarPool:
         how = proc.kill()
         self.replaced += 1
         try:
-            self._idle.put(_Proc(self.config))
+            self._idle.put(self._spawn())
         except OSError:
             self._idle.put(None)  # started again on next use
         return how
+
+    def _spawn(self) -> _Proc:
+        return self._spawner.submit(_Proc, self.config).result()
 
 
 _pool: GrammarPool | None = None
