@@ -159,10 +159,11 @@ class LLMEngine:
     def _grammar(self, p: SamplingParams) -> GrammarState | None:
         if not p.constrained:
             return None
-        from engine.structured import compile_choice, compile_json_schema, compile_regex
+        from engine.structured import compile_choice, compile_json_schema, compile_regex, ready
 
         try:
-            check_sampling(p, self.config.grammar_limits)  # before anything native reads it
+            if not ready(self.tokenizer, p):  # compiled before (the gateway's admission): bounded before
+                check_sampling(p, self.config.grammar_limits)  # before anything native reads it
             if p.regex is not None:
                 return compile_regex(self.tokenizer, p.regex).new_state()
             if p.choice is not None:

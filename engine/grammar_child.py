@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
+import resource
 import signal
-import struct
 import sys
 import threading
 from typing import IO, Any
@@ -29,28 +28,9 @@ from typing import IO, Any
 import llguidance
 
 from engine import grammar_check
+from engine.grammar_pool import read_frame, write_frame
 
-FRAME_HEADER = struct.Struct(">I")  # frame length in bytes, then that many bytes of UTF-8 JSON
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def write_frame(stream: IO[bytes], message: dict[str, Any]) -> None:
-    data = json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    stream.write(FRAME_HEADER.pack(len(data)) + data)
-    stream.flush()
-
-
-def read_frame(stream: IO[bytes]) -> dict[str, Any] | None:
-    """The next frame, or None at end of input (the parent closed the pipe or died)."""
-    header = stream.read(FRAME_HEADER.size)
-    if len(header) < FRAME_HEADER.size:
-        return None
-    (size,) = FRAME_HEADER.unpack(header)
-    data = stream.read(size)
-    if len(data) < size:
-        return None
-    message: dict[str, Any] = json.loads(data.decode("utf-8", "surrogatepass"))
-    return message
+PR_SET_PDEATHSIG = 1  # linux/prctl.h (core/parent_death.py has the same: engine imports nothing of core)
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -106,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stack-bytes", type=int, required=True)
     args = parser.parse_args(argv)
     die_with_parent()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash here is expected now and then: no core files
     threading.stack_size(args.stack_bytes)
     serve(sys.stdin.buffer, sys.stdout.buffer)
 

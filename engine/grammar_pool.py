@@ -21,15 +21,35 @@ import os
 import queue
 import select
 import signal
+import struct
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
-from engine.grammar_child import FRAME_HEADER, write_frame
+FRAME_HEADER = struct.Struct(">I")  # frame length in bytes, then that many bytes of UTF-8 JSON
+
+
+def write_frame(stream: IO[bytes], message: dict[str, Any]) -> None:
+    data = json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    stream.write(FRAME_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def read_frame(stream: IO[bytes]) -> dict[str, Any] | None:
+    """The next frame, or None at end of input (the parent closed the pipe or died)."""
+    header = stream.read(FRAME_HEADER.size)
+    if len(header) < FRAME_HEADER.size:
+        return None
+    (size,) = FRAME_HEADER.unpack(header)
+    data = stream.read(size)
+    if len(data) < size:
+        return None
+    message: dict[str, Any] = json.loads(data.decode("utf-8", "surrogatepass"))
+    return message
 
 
 @dataclass(frozen=True)
