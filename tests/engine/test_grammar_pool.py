@@ -31,6 +31,7 @@ def pool() -> Iterator[GrammarPool]:
     p.close()
 
 
+@pytest.mark.slow  # seconds of a native stack overflow; `make test` runs it, test-fast does not
 def test_a_crashing_schema_costs_its_compile_and_the_child_is_replaced(pool: GrammarPool) -> None:
     ok = pool.compile("json_schema", '{"type": "integer"}', None)
     assert ok.error is None and ok.grammar
@@ -89,6 +90,7 @@ def test_invalid_constraints_are_answered_not_crashed(pool: GrammarPool, tokeniz
     assert pool.replaced == 0
 
 
+@pytest.mark.slow
 def test_the_process_wide_compile_caches_outcomes_crashes_included(tokenizer: tokenizers.Tokenizer) -> None:
     shared = grammar_pool.pool()
     with pytest.raises(GrammarCompilerFailed):
