@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 FINSERVE := $(VENV)/bin/finserve
 
-.PHONY: install model run serve lint test test-fast bench clean
+.PHONY: install model run serve lint test test-fast fuzz bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -38,6 +38,12 @@ test: lint
 test-fast: install
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -x -m "not slow" -p no:cacheprovider tests/test_layers.py tests/test_settings.py tests/policies tests/engine
+
+# The grammar path's fuzz target at length (a few examples from a fixed seed run in `make test`): random schemas,
+# regexes and choice lists against the grammar limits, the compiler pool and the app; never a 5xx or a dead process.
+FUZZ_EXAMPLES ?= 500
+fuzz: install
+	FINSERVE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -x -p no:cacheprovider tests/gateway/test_grammar_fuzz.py
 
 clean:
 	rm -rf $(VENV) .finserve

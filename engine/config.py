@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from engine.grammar_limits import GrammarLimits
+from engine.grammar_pool import GrammarPoolConfig
 from engine.kv_dtypes import check_kv_dtype, dtype_bytes, kv_choices, torch_name
 from engine.model.formats import check_prefill_weights, check_weights, weight_choices
 from engine.model.isas import KERNEL_ISAS
@@ -57,6 +59,10 @@ class EngineConfig:
     # value) are appended without sampling and computed in one step. False: one step per token.
     fast_forward: bool = True
     seed: int = 0
+    # Bounds on a request's output constraint, checked before it is compiled (engine/grammar_limits.py), and
+    # the child processes that compile it (engine/grammar_pool.py).
+    grammar_limits: GrammarLimits = GrammarLimits()
+    grammar_pool: GrammarPoolConfig = GrammarPoolConfig()
 
     def __post_init__(self) -> None:
         if self.scheduling not in ("class", "fcfs"):

@@ -22,7 +22,10 @@ from pathlib import Path
 
 import structlog
 
+from engine import grammar_pool
 from engine.config import MAX_CONTEXT_CAP, EngineConfig
+from engine.grammar_limits import GrammarLimitExceeded, check_sampling
+from engine.grammar_pool import GrammarCompilerFailed
 from engine.model_runner import ModelRunner
 from engine.outputs import (
     AdmissionError,
@@ -69,6 +72,7 @@ class LLMEngine:
         self.kv_spec = self.runner.kv_spec
         self.num_blocks = self.runner.num_blocks
         self.tokenizer = Tokenizer.from_folder(config.model)
+        grammar_pool.configure(config.grammar_pool)  # this process's grammar children (engine/grammar_pool.py)
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, MAX_CONTEXT_CAP)
         self.eos_ids = self._eos_ids(Path(config.model))
         self.scheduler = self._new_scheduler()
@@ -152,15 +156,19 @@ class LLMEngine:
     def _grammar(self, p: SamplingParams) -> GrammarState | None:
         if not p.constrained:
             return None
-        from engine.structured import compile_choice, compile_json_schema, compile_regex
+        from engine.structured import compile_choice, compile_json_schema, compile_regex, ready
 
         try:
+            if not ready(self.tokenizer, p):  # compiled before (the gateway's admission): bounded before
+                check_sampling(p, self.config.grammar_limits)  # before anything native reads it
             if p.regex is not None:
                 return compile_regex(self.tokenizer, p.regex).new_state()
             if p.choice is not None:
                 return compile_choice(self.tokenizer, p.choice).new_state()
             assert p.json_schema is not None  # p.constrained
             return compile_json_schema(self.tokenizer, p.json_schema).new_state()
+        except (GrammarLimitExceeded, GrammarCompilerFailed) as e:  # the bound or the failure is the reason
+            raise AdmissionError(e.code, f"output constraint is not usable: {e}") from e
         except ValueError as e:
             raise AdmissionError("invalid_schema", f"output constraint is not usable: {e}") from e
 

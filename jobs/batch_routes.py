@@ -75,10 +75,12 @@ async def _read_upload(request: Request) -> tuple[str, str, bytes]:
 async def create_file(request: Request, key: TenantDep, state: StateDep) -> FilePublic:
     """Upload a batch input file (multipart: `file`, `purpose=batch`). The whole file is checked here:
     JSONL of `{custom_id, method: POST, url, body}` with unique custom_ids and at most
-    FINSERVE_JOBS_MAX_ITEMS lines; anything else is 400 and nothing is stored."""
+    FINSERVE_JOBS_MAX_ITEMS lines, each body's output constraints within the grammar limits (the limit's code);
+    anything else is 400 and nothing is stored."""
     purpose, filename, content = await _read_upload(request)
     try:
-        lines = await run_in_threadpool(batch.parse_file, content, max_lines=state.settings.jobs_max_items)
+        lines = await run_in_threadpool(batch.parse_file, content, max_lines=state.settings.jobs_max_items,
+                                        limits=state.settings.grammar_limits)
     except IngestError as exc:
         raise _refused(exc) from None
     row = StoredFile(id=batch.new_file_id(), tenant=key.tenant, purpose=purpose, filename=filename,
@@ -178,7 +180,8 @@ async def create_batch(
         raise APIError("file_not_found", f"no uploaded file {body.input_file_id!r}", param="input_file_id")
     content = stored.stored.content
     try:
-        lines = await run_in_threadpool(batch.parse_file, content, max_lines=state.settings.jobs_max_items)
+        lines = await run_in_threadpool(batch.parse_file, content, max_lines=state.settings.jobs_max_items,
+                                        limits=state.settings.grammar_limits)
         spec = batch.batch_spec(lines, body.endpoint, cls.name)
     except IngestError as exc:
         raise _refused(exc) from None

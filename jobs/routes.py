@@ -87,7 +87,8 @@ async def create_extraction_job(
     try:
         cls = extraction_class(state.policy, key)
         options, items = await _parse(request)
-        spec = ingest.build_spec(options, items, state.settings, cls)
+        # In a worker thread: the schema is compiled (in a grammar child) while the event loop serves others.
+        spec = await run_in_threadpool(ingest.build_spec, options, items, state.settings, cls)
     except ingest.IngestError as exc:
         raise APIError(exc.code, exc.message, status=exc.status) from None
 

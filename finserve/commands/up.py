@@ -9,6 +9,9 @@ SIGTERM uvicorn drains the gateway, then the worker gets SIGTERM (Celery's warm 
 in flight finish or, unacknowledged, go back to the queue; SQL keeps them pending either way),
 then Redis stops.
 
+Its children die with it, however it dies (kill -9, a crash): Redis, the worker and engine replicas get
+SIGTERM from the kernel when `up` is gone (core/parent_death.py), so a new `up` can take the same ports.
+
 It owns its processes: the HTTP port and a given --redis-port are checked before anything starts or
 the banner prints (a taken port is one line and exit 3), and the Redis it talks to is the one it
 started (jobs/redis_server.py). While it serves, a worker or Redis that dies is started again with
@@ -166,4 +169,5 @@ def register(app: typer.Typer) -> None:
             for e in engines:
                 stop_engine(e)
             redis.stop()
+            supervisor.close()
             typer.echo("finserve stopped", err=True)

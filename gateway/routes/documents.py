@@ -178,8 +178,9 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
     doc = await _load(state, key, document_id)
     candidates = None
     if body.quotes:  # sentences the model can write (a quote is forced token by token); none: a plain answer
-        writes = functools.partial(writable, service.tokenizer)
-        candidates = relevant_sentences(doc.text, body.question, quotable=writes) or None
+        writes = functools.partial(writable, service.tokenizer)  # encodes every candidate: on the grammar executor
+        candidates = await service.state.grammar.run(key.tenant, relevant_sentences, doc.text, body.question,
+                                                     quotable=writes) or None
     schema = json.dumps(quoted_answer_schema(candidates, body.question), ensure_ascii=False) \
         if candidates is not None else None
     adm = await service.prepare(ctx, key, InferenceInput(
