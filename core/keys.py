@@ -17,12 +17,16 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.db.base import utcnow
 from core.db.models import ApiKey, Tenant
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -177,3 +181,15 @@ def ensure_dev_key(session: Session, path: Path) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(raw + "\n")
     return raw
+
+
+def client_api_key(settings: Settings) -> str:
+    """The key a client of the gateway sends: FINSERVE_API_KEY, else the development key `finserve up` wrote
+    under FINSERVE_HOME. RuntimeError when there is neither (the CLI says so; a worker cannot start)."""
+    if settings.api_key:
+        return settings.api_key
+    path = settings.dev_key_path
+    if not path.exists():
+        raise RuntimeError(f"no FINSERVE_API_KEY set and no development key at {path}; start `finserve up` "
+                           "or create a key with `finserve keys create` and export FINSERVE_API_KEY")
+    return path.read_text().strip()

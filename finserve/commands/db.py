@@ -1,10 +1,8 @@
-"""`finserve db upgrade`, `finserve keys create|list|revoke`, `finserve report`."""
+"""`finserve db upgrade`, `finserve keys create|list|revoke` (and the helpers `finserve report` shares)."""
 from __future__ import annotations
 
 import re
-import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -33,17 +31,23 @@ def parse_time(text: str, now: datetime) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-def _session() -> Session:
+def db_session(*, create: bool = False) -> Session:
+    """A session on the stack's database: created and migrated when `create` (a first `keys create` on a
+    fresh install just works), else only an existing, migrated one (finserve/database.py)."""
     from core.db.base import make_engine, make_session_factory
     from core.db.migrate import upgrade
     from core.settings import Settings
+    from finserve.database import existing_database
 
-    url = Settings().resolved_database_url
-    upgrade(url)  # idempotent and quick: a first `keys create` on a fresh install just works
+    if create:
+        url = Settings().resolved_database_url
+        upgrade(url)  # idempotent and quick
+    else:
+        url = existing_database()
     return make_session_factory(make_engine(url))()
 
 
-def _check_classes(names: list[str]) -> None:
+def check_classes(names: list[str]) -> None:
     """Refuse class names the policy in use (FINSERVE_POLICY) does not define, as the API does."""
     from core.settings import Settings
     from policies import load_policy
@@ -63,6 +67,7 @@ def register(app: typer.Typer) -> None:
     @db_app.command("upgrade")
     def db_upgrade(
         url: Annotated[str | None, typer.Option(help="Database URL (default: FINSERVE_DATABASE_URL)")] = None,
+        output: OutputOpt = Output.table,
     ) -> None:
         """Create or upgrade the schema to the latest revision."""
         from core.db.base import redact_url
@@ -71,7 +76,10 @@ def register(app: typer.Typer) -> None:
 
         url = url or Settings().resolved_database_url
         rev = upgrade(url)
-        typer.echo(f"database at revision {rev} ({redact_url(url)})")
+        if output is Output.json:
+            print_json({"revision": rev, "database": redact_url(url)})
+        else:
+            typer.echo(f"database at revision {rev} ({redact_url(url)})")
 
     @keys_app.command("create")
     def keys_create(
@@ -89,8 +97,8 @@ def register(app: typer.Typer) -> None:
 
         class_list = [c.strip() for c in classes.split(",") if c.strip()] if classes else None
         if class_list or default_class:
-            _check_classes((class_list or []) + ([default_class] if default_class else []))
-        with _session() as session:
+            check_classes((class_list or []) + ([default_class] if default_class else []))
+        with db_session(create=True) as session:
             try:
                 raw = create_key(session, tenant, class_list, admin=admin, rate_limit_rps=rate_limit,
                                  default_class=default_class, worker=worker)
@@ -109,7 +117,7 @@ def register(app: typer.Typer) -> None:
         """List keys (prefix only, never the key)."""
         from core.keys import list_keys
 
-        with _session() as session:
+        with db_session() as session:
             rows = [_key_row(k) for k in list_keys(session, tenant)]
         if output is Output.json:
             print_json(rows)
@@ -117,50 +125,18 @@ def register(app: typer.Typer) -> None:
             _print_keys(rows)
 
     @keys_app.command("revoke")
-    def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (see `finserve keys list`).")]) -> None:
+    def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (see `finserve keys list`).")],
+                    output: OutputOpt = Output.table) -> None:
         """Revoke a key by its id (see `finserve keys list`)."""
         from core.keys import revoke_key
 
-        with _session() as session:
+        with db_session() as session:
             if not revoke_key(session, key_id):
                 raise CLIError(f"no active key {key_id} (see `finserve keys list`)")
-        typer.echo(f"revoked {key_id}")
-
-    @app.command("report")
-    def report(
-        window: Annotated[str | None, typer.Option(metavar="DURATION", help="Rolling window before --until: 24h, 7d, 28d (default 28d)")] = None,
-        since: Annotated[str | None, typer.Option(metavar="TIME", help="Window start instead of --window: ISO 8601 or a duration ago")] = None,
-        until: Annotated[str, typer.Option(metavar="TIME", help="Window end (exclusive): ISO 8601 or 'now'")] = "now",
-        workload_class: Annotated[str | None, typer.Option("--class", metavar="CLASS", help="Only this class")] = None,
-        tenant: Annotated[str | None, typer.Option(help="Only this tenant (default: all, with a per-tenant table)")] = None,
-        fmt: Annotated[str, typer.Option("--format", help="json, csv or html (the report's document format)")] = "json",
-        out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
-    ) -> None:
-        """SLO report per workload class from the request ledger: attainment, error budget, burn rates, alerts."""
-        from ledger.reports import DEFAULT_WINDOW, FORMATS, build_report, parse_duration, render_report
-
-        if fmt not in FORMATS:
-            raise CLIError(f"--format must be one of {', '.join(FORMATS)}")
-        if since is not None and window is not None:
-            raise CLIError("give --since or --window, not both")
-        if workload_class is not None:
-            _check_classes([workload_class])
-        now = datetime.now(UTC)
-        t1 = parse_time(until, now)
-        try:
-            t0 = parse_time(since, now) if since is not None else t1 - (parse_duration(window) if window else DEFAULT_WINDOW)
-        except ValueError as exc:
-            raise CLIError(f"--window: {exc}") from None
-        if t1 <= t0:
-            raise CLIError("--until must be after --since")
-        with _session() as session:
-            text = render_report(build_report(session, t0, t1, workload_class, tenant), fmt)
-        if out is None:
-            sys.stdout.write(text)
+        if output is Output.json:
+            print_json({"key_id": key_id, "state": "revoked"})
         else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text)
-            typer.echo(f"wrote {out}", err=True)
+            typer.echo(f"revoked {key_id}")
 
 
 def _key_row(k: Any) -> dict[str, Any]:
