@@ -79,10 +79,14 @@ def _watch(client: httpx.Client, job_id: str, interval_s: float) -> dict[str, An
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[detail]}"), TimeElapsedColumn())
     console = stderr()
+    warned = False
     with Progress(*columns, console=console, disable=not console.is_terminal) as bar:
         task = bar.add_task(job_id, total=None, detail="")
         while True:
             job = _check(client.get(f"/v1/extraction-jobs/{job_id}"))
+            if job.get("warning") and not warned:  # e.g. no worker consumes the queue (jobs/presence.py)
+                console.print(f"warning: {job['warning']['message']}", markup=False, highlight=False)
+                warned = True
             c = job["counts"]
             rate = f"{job['items_per_minute']:.1f}/min" if job["items_per_minute"] else "-"
             eta = f"eta {job['eta_s']:.0f}s" if job["eta_s"] is not None else ""
@@ -140,6 +144,8 @@ def submit(
         job = _check(client.post("/v1/extraction-jobs", json=body, headers=headers))
         if output is Output.table:
             typer.echo(f"job {job['id']}: {job['num_items']} items")
+        if job.get("warning") and not wait:  # with --wait, _watch says it
+            typer.echo(f"warning: {job['warning']['message']}", err=True)
         if wait:
             job = _watch(client, job["id"], 0.5)
     if output is Output.json:
