@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -90,20 +91,32 @@ def register(app: typer.Typer) -> None:
                                              "the job's owner (X-Finserve-Job-Item)")] = False,
         rate_limit: Annotated[float, typer.Option("--rate-limit", help="Requests per second")] = 50.0,
         default_class: Annotated[str | None, typer.Option(help="Class used when a request names none")] = None,
+        file: Annotated[Path | None, typer.Option("--file", metavar="PATH", help="Write the key to this file (mode "
+                                                  "0600; a process reads it with FINSERVE_API_KEY_FILE) instead of "
+                                                  "printing it; a file that already holds an active key of the "
+                                                  "tenant is kept, so an init step may run on every start")] = None,
         output: OutputOpt = Output.table,
     ) -> None:
-        """Create an API key. The key is printed once and stored only as a hash."""
-        from core.keys import create_key
+        """Create an API key. The key is printed once (or written to --file) and stored only as a hash."""
+        from core.keys import create_key, verify_key, write_key_file
 
         class_list = [c.strip() for c in classes.split(",") if c.strip()] if classes else None
         if class_list or default_class:
             check_classes((class_list or []) + ([default_class] if default_class else []))
         with db_session(create=True) as session:
+            kept = verify_key(session, file.read_text().strip()) if file is not None and file.is_file() else None
+            if kept is not None and kept.tenant == tenant:
+                typer.echo(f"kept the active key of tenant {tenant} in {file} ({kept.key_id})", err=True)
+                return
             try:
                 raw = create_key(session, tenant, class_list, admin=admin, rate_limit_rps=rate_limit,
                                  default_class=default_class, worker=worker)
             except ValueError as exc:
                 raise CLIError(str(exc)) from None
+        if file is not None:
+            write_key_file(file, raw)
+            typer.echo(f"wrote a new key of tenant {tenant} to {file}", err=True)
+            return
         if output is Output.json:  # for scripts: the key with what it may do, one document on stdout
             print_json({"key": raw, "tenant": tenant, "classes": class_list, "admin": admin, "worker": worker,
                         "rate_limit_rps": rate_limit, "default_class": default_class})
