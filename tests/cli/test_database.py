@@ -47,12 +47,17 @@ def test_a_reader_run_elsewhere_refuses_and_creates_nothing(elsewhere: Path, arg
 
 
 def test_a_reader_names_the_database_it_read(elsewhere: Path) -> None:
+    """On a terminal (TTY_COMPATIBLE=1 makes rich take stderr for one): one line naming the database. Piped,
+    nothing: a script's failure stays one line on stderr."""
     home = elsewhere / "stack"
     assert CliRunner().invoke(app, ["db", "upgrade"], env={"FINSERVE_HOME": str(home)}).exit_code == 0
-    res = CliRunner().invoke(app, ["ledger", "verify"], env={"FINSERVE_HOME": str(home)})
+    res = CliRunner().invoke(app, ["ledger", "verify"], env={"FINSERVE_HOME": str(home), "TTY_COMPATIBLE": "1"})
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines()[0] == f"database: sqlite:///{home / 'finserve.db'}"
     assert res.stdout.splitlines()[-1] == "ledger verified: yes (0 rows in 0 tenant chains)"
+    piped = CliRunner().invoke(app, ["jobs", "list", "--output", "json"], env={"FINSERVE_HOME": str(home),
+                                                                                "TTY_COMPATIBLE": "0"})
+    assert piped.exit_code == 0 and piped.stderr == "" and piped.stdout.strip() == "[]"
 
 
 def test_a_database_without_tables_or_behind_the_code_is_refused(elsewhere: Path) -> None:
