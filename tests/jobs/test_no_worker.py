@@ -30,6 +30,14 @@ def test_a_job_and_a_batch_say_no_worker_until_one_starts(stack: Stack) -> None:
                                   completion_window="24h")
     assert batch.status == "in_progress" and (batch.model_extra or {})["warning"]["code"] == "no_worker"
 
+    items_file, schema_file = stack.home / "items.ndjson", stack.home / "schema.json"
+    items_file.write_text("".join(json.dumps(i) + "\n" for i in items))
+    schema_file.write_text(json.dumps(SCHEMA))
+    submitted = stack.cli("jobs", "submit", str(items_file), "--schema", str(schema_file), "--no-wait",
+                          "--key", stack.api_key)
+    assert submitted.returncode == 0, submitted.stderr
+    assert f"warning: {MESSAGES['no_worker']}" in submitted.stderr  # the CLI says it too
+
     stack.start_worker("w1")
     with stack.http() as http:
         done = wait_until(lambda: (j := http.get(f"/v1/extraction-jobs/{job['id']}").json())["status"] == "completed"
