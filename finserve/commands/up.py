@@ -90,6 +90,7 @@ def register(app: typer.Typer) -> None:
         from finserve.console import CLIError, ExitCode
         from jobs.celery_app import use_broker
         from jobs.redis_server import PortInUse, RedisServer, port_in_use
+        from stack.announce import announce_when_ready
         from stack.processes import (
             EngineProcess,
             start_engines,
@@ -155,7 +156,9 @@ def register(app: typer.Typer) -> None:
                        f"re-enqueued {resumed} unfinished items")
             typer.echo(_examples(url, dev_key))
             supervisor.start()
+            ready = announce_when_ready(url, dev_key)  # one human line on stderr once /readyz answers
             run_server(settings)  # blocks; uvicorn handles SIGINT/SIGTERM and drains
+            ready.set()
         except (KeyboardInterrupt, _Stop):
             pass
         finally:

@@ -68,7 +68,8 @@ def test_bad_policy_file_is_bad_configuration(cli: Cli, tmp_path: Path) -> None:
     assert one_line(res.stderr).startswith("error: bad policy: ") and "not valid TOML" in res.stderr
 
 
-def test_unmigrated_database_says_upgrade(cli: Cli) -> None:
+def test_unmigrated_database_says_upgrade(cli: Cli, cli_env: dict[str, str]) -> None:
+    Path(cli_env["FINSERVE_DATABASE_URL"].removeprefix("sqlite:///")).touch()  # a database without tables
     res = cli("jobs", "list")
     assert res.exit_code == ExitCode.CONFIG and "run `finserve db upgrade`" in one_line(res.stderr)
 
@@ -79,6 +80,27 @@ def test_usage_errors_exit_1(cli: Cli, args: tuple[str, ...]) -> None:
     res = cli(*args)
     assert res.exit_code == ExitCode.USAGE == 1, res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("args,line", [
+    (("jobs", "list", "--bogus"), "error: No such option: --bogus (see `finserve jobs list --help`)\n"),
+    (("jobs", "submit"), "error: Missing argument 'file' (see `finserve jobs submit --help`)\n"),
+    (("nosuchcommand",), "error: No such command 'nosuchcommand' (see `finserve --help`)\n"),
+])
+def test_usage_errors_are_one_line_with_the_help_to_read(args: tuple[str, ...], line: str) -> None:
+    """The README promises one line per failure; click printed the usage, a hint and a boxed message."""
+    from typer.testing import CliRunner
+
+    from finserve.cli import app
+
+    res = CliRunner().invoke(app, list(args), prog_name="finserve")
+    assert res.exit_code == ExitCode.USAGE and res.stdout == ""
+    assert one_line(res.stderr) == line
+
+
+def test_a_group_without_a_command_still_shows_its_help(cli: Cli) -> None:
+    res = cli("ledger")
+    assert "verify" in res.output and "error:" not in res.output
 
 
 def test_locked_sqlite_database() -> None:
