@@ -26,17 +26,17 @@ from typing import Any
 
 import httpx
 
-from bench.common import alternate, environment, percentile, summary, write_json
-from bench.configured import engine_config, threads_of
-from bench.job_stack import LocalJobStack
 from core.logging import configure_logging
 from core.settings import get_settings
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
+from evals.common import alternate, environment, percentile, summary, write_json
+from evals.configured import engine_config, threads_of
 from jobs import service
 from jobs.extraction import finish_item, plan_item
 from jobs.field_schema import InvalidOutput, normalize_schema
 from jobs.worker import RETRY_TEMPERATURE
+from stack.job_stack import LocalJobStack
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RISK_EVENT = {"event": {"event_type": "wire_transfer", "amount": 950000, "currency": "USD",

@@ -16,12 +16,12 @@ import statistics
 import sys
 from typing import Any
 
-from bench.configured import engine_config
 from bench.peer_bench import cpu_name
 from bench.prefill_path import prefill_ms
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
+from evals.configured import engine_config
 from stack.models import resolve_model
 
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from bench.common import alternate, environment, measure_bandwidth_gbs, measured, summary, write_json
-from bench.configured import engine_config, threads_of
 from engine.engine import LLMEngine
 from engine.model.loader import weight_bytes
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
+from evals.common import alternate, environment, measure_bandwidth_gbs, measured, summary, write_json
+from evals.configured import engine_config, threads_of
 
 
 def _req(ids: list[int], n: int, cls: str = "bulk_extraction", tenant: str = "") -> EngineRequest:

@@ -24,19 +24,19 @@ from typing import Any
 import torch
 
 from bench import formats_rss
-from bench.common import (
-    environment,
-    measure_bandwidth_gbs,
-    measured,
-    summary,
-    write_json,
-)
 from bench.peer_server import PEER_SCRIPT, peer_gguf, peer_version
 from engine.engine import LLMEngine
 from engine.factory import engine_config
 from engine.model.cpu_kernels import kernel_isa
 from engine.model.loader import weight_bytes
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
+from evals.common import (
+    environment,
+    measure_bandwidth_gbs,
+    measured,
+    summary,
+    write_json,
+)
 
 
 def _finserve_once(engine: LLMEngine, prompt: list[int], new_tokens: int) -> tuple[float, float]:

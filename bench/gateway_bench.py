@@ -30,12 +30,12 @@ import torch
 import uvicorn
 from fastapi import FastAPI
 
-from bench.common import environment, measured, summary, write_json
-from bench.configured import engine_config
 from engine.client import EngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
+from evals.common import environment, measured, summary, write_json
+from evals.configured import engine_config
 from ledger.reports.percentiles import nearest_rank
 
 PROMPT = "Rate the counterparty risk of an overnight repo with a BBB-rated bank as low, medium or high."

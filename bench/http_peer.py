@@ -34,12 +34,12 @@ from typing import IO, Any
 
 import httpx
 
-from bench.common import summary, write_json
 from bench.loadgen import SSEDecoder, StreamRecorder
 from bench.peer_server import Server, parse_gguf_types, peer_gguf, peer_unavailable, start_finserve, start_llamacpp
+from evals.common import summary, write_json
 from ledger.reports.percentiles import nearest_rank
 
-TEXT = Path(__file__).with_name("data") / "regulatory_text.txt"
+TEXT = Path(__file__).parents[1] / "evals" / "data" / "regulatory_text.txt"
 FINSERVE = "finserve"
 TARGET_OUTPUT_RATIO_C8 = 2.0  # issue 10: output tokens/s at 8 streams >= 2x llama.cpp's best format
 TARGET_TPOT_RATIO_C1 = 1.0  # ... and TPOT at 1 stream <= llama.cpp's

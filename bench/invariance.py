@@ -17,12 +17,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import alternate, environment, summary, write_json
-from bench.configured import engine_config
 from bench.peer_bench import cpu_name
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
 from engine.request import EngineRequest, SamplingParams
+from evals.common import alternate, environment, summary, write_json
+from evals.configured import engine_config
 
 SYSTEMS = ("default", "invariant")
 

@@ -17,12 +17,12 @@ import subprocess
 import sys
 from typing import Any
 
-from bench.configured import engine_config
 from bench.native_phases import read_phases
 from bench.peer_bench import cpu_name
 from bench.prefill_path import prefill_ms
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
+from evals.configured import engine_config
 from stack.models import resolve_model
 
 REPS = 5

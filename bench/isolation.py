@@ -26,12 +26,12 @@ import time
 import uuid
 from typing import Any
 
-from bench.common import environment, measured, percentile, write_json
-from bench.configured import engine_config, threads_of
 from engine.client import EngineClient
 from engine.engine import LLMEngine
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
+from evals.common import environment, measured, percentile, write_json
+from evals.configured import engine_config, threads_of
 from policies import Policy, load_policy
 
 RISK_PROMPT_TOKENS = 160

@@ -16,11 +16,11 @@ import sys
 import time
 from typing import Any
 
-from bench.configured import engine_config
 from bench.peer_bench import cpu_name
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
 from engine.request import EngineRequest, SamplingParams
+from evals.configured import engine_config
 from stack.models import resolve_model
 
 PHASES = ("norm", "qkv", "rope_kv_write", "attend", "attend_merge", "quant", "o_proj", "gate_up_silu", "down", "head")

@@ -12,13 +12,13 @@ import statistics
 import sys
 from typing import Any
 
-from bench.common import write_json
-from bench.configured import engine_config
 from bench.peer_bench import cpu_name
 from bench.prefill_path import prefill_ms
 from engine.engine import LLMEngine
 from engine.execution_path import NATIVE_PREFILL_BY_ISA
 from engine.model import cpu_kernels
+from evals.common import write_json
+from evals.configured import engine_config
 from stack.models import resolve_model
 
 PATHS = {"native": 10**9, "torch": -1}  # the native_prefill_context that forces each path

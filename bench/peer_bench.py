@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import write_json
 from bench.llamacpp import GGUF_TYPES, Tools, ensure_built, find_built, gguf, llama_bench
+from evals.common import write_json
 
 TESTS = ("pp256", "pp2048", "tg128", "tg32@d4096")
 
@@ -46,8 +46,8 @@ class PeerShape:
 
 
 def _engine(model: str, weights: str, threads: int, kv_dtype: str) -> Any:
-    from bench.configured import engine_config
     from engine.engine import LLMEngine
+    from evals.configured import engine_config
 
     return LLMEngine(engine_config(model, weights=weights, num_threads=threads, kv_cache_memory_bytes=640 << 20,
                                    kv_cache_dtype=kv_dtype))

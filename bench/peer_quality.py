@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from bench.llamacpp import CLEAN_ENV, SHIPPED, Tools, ensure_built, find_built, gguf
-from bench.quality import TEXT_PATH, fresh_context_logits, kernel_path, native_linears, text_ids
 from engine.model.llama import LlamaModel
+from evals.quality import TEXT_PATH, fresh_context_logits, kernel_path, native_linears, text_ids
 
 GATE = 0.01  # perplexity rise over the shipped weights a format may have (issue 21)
 _FINAL = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
@@ -62,10 +62,10 @@ def perplexity_second_halves(model: LlamaModel, ids: list[int], ctx: int) -> tup
 
 def run(json_path: str | None, *, model: str, gguf_types: tuple[str, ...], formats: tuple[str, ...], ctx: int,
         threads: int, build: bool = False) -> dict[str, Any]:
-    from bench.common import environment, write_json
-    from bench.configured import engine_config
     from bench.peer_bench import cpu_name
     from engine.engine import LLMEngine
+    from evals.common import environment, write_json
+    from evals.configured import engine_config
 
     tools = ensure_built() if build else find_built()
     if tools is None:

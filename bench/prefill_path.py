@@ -17,12 +17,12 @@ import time
 import uuid
 from typing import Any
 
-from bench.configured import engine_config
 from bench.peer_bench import cpu_name
-from bench.quality import kernel_path, native_linears
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
 from engine.request import EngineRequest, SamplingParams
+from evals.configured import engine_config
+from evals.quality import kernel_path, native_linears
 
 
 def prefill_ms(engine: LLMEngine, n: int, rng: random.Random) -> float:

@@ -16,12 +16,12 @@ import statistics
 import sys
 from typing import Any
 
-from bench.common import write_json
-from bench.configured import engine_config
 from bench.peer_bench import cpu_name
 from bench.prefill_path import prefill_ms
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
+from evals.common import write_json
+from evals.configured import engine_config
 
 MODES = ("dequantize", "cached")
 

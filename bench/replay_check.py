@@ -14,13 +14,13 @@ import sys
 import time
 from typing import Any
 
-from bench.configured import engine_config
 from bench.peer_bench import cpu_name
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
 from engine.outputs import AdmissionError
 from engine.replay import Recorded, compare, replay
 from engine.request import EngineRequest, SamplingParams
+from evals.configured import engine_config
 from stack.models import resolve_model
 
 CLASSES = ("realtime_risk", "document_qa", "bulk_extraction")

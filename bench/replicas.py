@@ -34,9 +34,9 @@ from typing import IO, Any
 import httpx
 
 from bench import replicas_failover, replicas_overhead
-from bench.common import environment, write_json
 from bench.gateway_bench import _logs_to
 from core.settings import Settings
+from evals.common import environment, write_json
 from ledger.reports.percentiles import nearest_rank
 from stack.processes import EngineProcess, GatewayThread
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import measured, summary
+from evals.common import measured, summary
 from ledger.reports.percentiles import nearest_rank
 
 PROMPT = "Rate the counterparty risk of an overnight repo with a BBB-rated bank as low, medium or high."

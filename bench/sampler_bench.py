@@ -20,12 +20,12 @@ from typing import Any
 import torch
 
 from bench.peer_bench import cpu_name
-from bench.quality import fresh_context_logits, text_ids
 from engine.model import cpu_kernels, sample_kernel
 from engine.model.loader import load_model
 from engine.request import SamplingParams
 from engine.sampler import SamplingRow, sample
 from engine.tokenizer import Tokenizer
+from evals.quality import fresh_context_logits, text_ids
 from stack.models import resolve_model
 
 POSITIONS = 64

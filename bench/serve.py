@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from bench.common import write_json
 from bench.loadgen import CLASSES, Arrival, RequestResult, parse_mix, poisson_schedule, run_open_loop, send
 from bench.serve_report import class_report, error_counts, lateness_ms, ttft_agreement, ttft_pairs
 from bench.serve_workload import Workload, WorkloadShape, register_documents, risk_route_streams
+from evals.common import write_json
 from policies import Policy, load_policy
 
 DEFAULT_MIX = "realtime_risk=0.5,document_qa=0.3,bulk_extraction=0.2"

@@ -27,10 +27,10 @@ from typing import Any
 
 import httpx
 
-from bench.common import write_json
 from bench.http_peer import stream_once
 from bench.peer_bench import cpu_name
 from bench.peer_server import Server, start_finserve
+from evals.common import write_json
 
 TARGET_RATIO = 1.10  # issue 21: serve within 10% of direct
 
@@ -141,8 +141,8 @@ def run(json_path: str | None, *, model: str, shape: DirectShape, log_path: Path
         baseline: Path | None = None) -> dict[str, Any]:
     """`baseline`: another checkout of finserve (its native kernels built) served beside this one, as its own
     sides (`PYTHONPATH` set to it), alternating request by request with the others."""
-    from bench.configured import engine_config
     from engine.engine import LLMEngine
+    from evals.configured import engine_config
 
     rng = random.Random(0)
     engine = LLMEngine(engine_config(model, weights=shape.weights, num_threads=shape.threads))

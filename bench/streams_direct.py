@@ -19,10 +19,10 @@ import time
 import uuid
 from typing import Any
 
-from bench.configured import engine_config
 from bench.peer_bench import cpu_name
 from engine.engine import LLMEngine
 from engine.request import EngineRequest, SamplingParams
+from evals.configured import engine_config
 from stack.models import resolve_model
 
 PROMPT_TOKENS, OUTPUT_TOKENS, ROUNDS = 256, 64, 2

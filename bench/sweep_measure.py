@@ -21,10 +21,10 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bench.common import measured
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
 from engine.model.families import read_config
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
+from evals.common import measured
 from policies import ClassificationRules, ClassPolicy, Policy, SLOTargets
 
 if TYPE_CHECKING:  # for the annotations only: the sweep (bench/sweep.py) builds the engines

@@ -221,7 +221,7 @@ def quality_bench(
     from stack.models import resolve_model
 
     if kv_pools is not None:
-        from bench.kv_quality import run as run_kv
+        from evals.kv_quality import run as run_kv
 
         for name in kv_pools.split(","):
             if name == kv_dtypes.AUTO or name not in kv_dtypes.kv_choices():
@@ -229,7 +229,7 @@ def quality_bench(
         with status(f"bench quality --kv-dtypes {kv_pools} ..."):
             run_kv(resolve_model(model), dtypes=kv_pools, out=json_file or "results/kv_quality.json")
         return
-    from bench.quality import run
+    from evals.quality import run
 
     with status(f"bench quality: {formats} ..."):
         run(resolve_model(model), formats=formats, out=json_file or "results/quality.json")

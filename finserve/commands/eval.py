@@ -66,8 +66,9 @@ def extraction(
     """Per-field accuracy, exact match per item, items without a record, our own name returned, invalid-output
     rate and items/min of the extraction pipeline, per contract set and per schema (one job each), through
     extraction jobs (default) or straight into the engine (--direct)."""
-    from bench.contracts_gen import generate
-    from bench.extraction_eval import (
+    from engine.engine import LLMEngine
+    from evals.contracts_gen import generate
+    from evals.extraction import (
         OWN_NAMES,
         JobFailed,
         Report,
@@ -77,7 +78,6 @@ def extraction(
         run_job,
         summary_json,
     )
-    from engine.engine import LLMEngine
     from jobs.field_schema import normalize_schema
 
     if direct and gateway:
@@ -142,7 +142,7 @@ def extraction(
     else:
         import tempfile
 
-        from bench.job_stack import LocalJobStack
+        from stack.job_stack import LocalJobStack
 
         meta.update(path="job", workers=workers, in_flight=in_flight)
         with tempfile.TemporaryDirectory(prefix="finserve-eval-") as tmp:
@@ -192,13 +192,13 @@ def verdict(
     with --quality, how well the verdicts rank and classify hand-labelled events."""
     from dataclasses import replace
 
-    from bench.verdict_eval import run
     from engine.engine import LLMEngine
+    from evals.verdict import run
 
     settings = _settings(model, threads, 256 << 20 if not under_load or document_tokens <= 4000 else 1 << 30)
     if quality:
-        from bench.verdict_eval import EVENT_SET
-        from bench.verdict_eval import quality as measure_quality
+        from evals.verdict import EVENT_SET
+        from evals.verdict import quality as measure_quality
 
         engine = LLMEngine(_engine_config(model, settings))
         policy = engine.config.policy
@@ -210,7 +210,7 @@ def verdict(
         _emit(report, json_path)
         return
     if under_load:
-        from bench.verdict_eval import isolation
+        from evals.verdict import isolation
 
         loaded = _engine_config(model, settings, fast_forward=fast_forward)
         _emit(isolation(lambda: LLMEngine(loaded), n_risk=under_load, doc_tokens=document_tokens), json_path)
@@ -266,8 +266,8 @@ def quotes(
     threads: int = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """Quoted document answers: answer holds the labelled figure, a quote cites the clause and supports it."""
-    from bench.quotes_eval import DEFAULT_SET, run
     from engine.engine import LLMEngine
+    from evals.quotes import DEFAULT_SET, run
 
     engine = LLMEngine(_engine_config(model, _settings(model, threads, 512 << 20)))
     _emit(run(engine, path=questions or DEFAULT_SET, max_tokens=max_tokens), json_path)

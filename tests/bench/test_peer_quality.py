@@ -45,9 +45,9 @@ def test_a_failed_llama_perplexity_is_an_error_not_a_figure(tmp_path: Path) -> N
 
 
 def test_second_half_scoring_is_llama_perplexitys(tiny_model_dir: Path) -> None:
-    from bench.configured import engine_config
     from engine.engine import LLMEngine
     from engine.model.attention import AttentionMetadata, PrefillMeta
+    from evals.configured import engine_config
 
     engine = LLMEngine(engine_config(str(tiny_model_dir), weights="fp32", num_threads=1))
     model = engine.runner.model

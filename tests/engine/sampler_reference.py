@@ -90,9 +90,9 @@ def distribution(row: torch.Tensor, r: SamplingRow) -> torch.Tensor:
 def real_logits(model_dir: Path, positions: int = 64) -> torch.Tensor:
     """SmolLM2's next-token logits [positions, V] at the first `positions` tokens of bench/data's regulatory text:
     the rows the sampler sees in service (peaked, long-tailed), not noise."""
-    from bench.quality import fresh_context_logits, text_ids
     from engine.model.loader import load_model
     from engine.tokenizer import Tokenizer
+    from evals.quality import fresh_context_logits, text_ids
 
     model, _ = load_model(model_dir, torch.device("cpu"), torch.float32)
     ids = text_ids(Tokenizer.from_folder(str(model_dir)).encode, positions)

@@ -212,8 +212,8 @@ def test_an_auto_engine_allocates_the_pool_auto_names(tiny_model_dir: Path) -> N
 def test_pooled_perplexity_reads_the_pool_and_matches_the_one_chunk_perplexity(tiny_model_dir: Path) -> None:
     """bench quality --kv-dtypes: chunks that read every key back from an fp32 pool give the one-chunk
     perplexity (same model, same windows); a 16-bit pool moves it, a little."""
-    from bench.kv_quality import pooled_perplexity
-    from bench.quality import perplexity
+    from evals.kv_quality import pooled_perplexity
+    from evals.quality import perplexity
 
     model = _engine(tiny_model_dir, "fp32", native=False).runner.model
     ids = torch.randint(100, 40000, (90,), generator=torch.Generator().manual_seed(3)).tolist()

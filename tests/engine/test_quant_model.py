@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from bench.quality import (
-    agreement,
-    greedy_outputs,
-    perplexity,
-    prompts_from_text,
-    text_ids,
-)
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.execution_path import choose
 from engine.model import cpu_kernels
 from engine.model.quant import QuantizedLinear
 from engine.tokenizer import Tokenizer
+from evals.quality import (
+    agreement,
+    greedy_outputs,
+    perplexity,
+    prompts_from_text,
+    text_ids,
+)
 from policies import load_policy
 
 needs_kernels = pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native kernels not built")
@@ -116,7 +116,7 @@ def test_the_kernel_path_scores_int8_activations_and_leaves_the_model_as_it_was(
 ) -> None:
     """bench quality's kernel-path perplexity: q4a8 differs from q4 only there (prefill of 128+ rows is the same
     dequantized GEMM for both); the flags it sets are put back; a dense model has no kernel path."""
-    from bench.quality import kernel_path_perplexity
+    from evals.quality import kernel_path_perplexity
 
     folder = make_tiny_model(num_heads=4, num_kv_heads=2, head_dim=16)
     ids = [(i * 7919) % 3000 + 100 for i in range(300)]  # 300 tokens: windows of 150 rows take the dense path

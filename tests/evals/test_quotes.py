@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from bench.quotes_eval import Question, clause_sentences, load_set, run, score
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
+from evals.quotes import Question, clause_sentences, load_set, run, score
 from policies import load_policy
 from textspans import sentence_spans
 
@@ -53,10 +53,10 @@ def test_run_answers_every_question_with_grounded_quotes(tiny_model_dir: Path, t
 
 
 def test_the_independent_sets_are_consistent_with_their_documents() -> None:
-    from bench.quotes_eval import ROOT, load_sets
+    from evals.quotes import ROOT, load_sets
 
     for name, least in (("document_questions_independent.json", 30), ("document_questions_heldout.json", 15)):
-        docs = load_sets(ROOT / "bench" / "data" / name)
+        docs = load_sets(ROOT / "evals" / "data" / name)
         assert len(docs) >= 3 and sum(len(d.questions) for d in docs) >= least
         for d in docs:
             assert 1_000 <= len(d.text.split()) <= 2_000, d.name

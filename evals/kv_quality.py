@@ -19,12 +19,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.quality import TEXT_PATH, agreement, greedy_outputs, prompts_from_text, text_ids, windows
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.kv_dtypes import kv_dtype
 from engine.model.attention import AttentionMetadata, PrefillMeta
 from engine.model.llama import LlamaModel
+from evals.quality import TEXT_PATH, agreement, greedy_outputs, prompts_from_text, text_ids, windows
 
 MAX_PERPLEXITY_RISE = 0.01
 WINDOW, CHUNK = 1024, 64  # tokens per perplexity window, tokens per chunk fed into it
@@ -74,9 +74,9 @@ def evaluate(base: EngineConfig, dtypes: list[str], ids: list[int], prompts: lis
 
 def run(model_dir: str | None = None, dtypes: str = "fp32,fp16,bf16", prompts: int = 20, prompt_tokens: int = 1024,
         new_tokens: int = 64, out: str = "results/kv_quality.json") -> dict[str, Any]:
-    from bench.common import environment, write_json
-    from bench.configured import engine_config
     from engine.tokenizer import Tokenizer
+    from evals.common import environment, write_json
+    from evals.configured import engine_config
 
     base = engine_config(model_dir)
     ids = text_ids(Tokenizer.from_folder(base.model).encode)

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import torch
 
-from bench.verdict_eval import EVENTS, run
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
+from evals.verdict import EVENTS, run
 from policies import load_policy
 
 SMALL = '{"type":"object","properties":{"level":{"enum":["low","high"]}},"required":["level"],"additionalProperties":false}'
@@ -35,7 +35,7 @@ def test_fast_forward_is_compared_on_the_same_answers(tiny_model_dir: Path) -> N
 
 
 def test_verdicts_under_load_are_measured_against_idle(tiny_model_dir: Path) -> None:
-    from bench.verdict_eval import isolation
+    from evals.verdict import isolation
 
     torch.set_num_threads(1)
     out = isolation(lambda: LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), num_threads=1,
@@ -46,7 +46,7 @@ def test_verdicts_under_load_are_measured_against_idle(tiny_model_dir: Path) -> 
 
 
 def test_spearman_handles_ties_and_order() -> None:
-    from bench.verdict_eval import spearman
+    from evals.verdict import spearman
 
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
@@ -55,7 +55,7 @@ def test_spearman_handles_ties_and_order() -> None:
 
 
 def test_quality_measures_the_labelled_events_in_both_enum_orders(tiny_model_dir: Path) -> None:
-    from bench.verdict_eval import load_events, quality
+    from evals.verdict import load_events, quality
 
     torch.set_num_threads(1)
     policy = load_policy()

@@ -27,10 +27,10 @@ from typing import Any
 
 import httpx
 
-from bench.contracts_gen import Contract
 from engine.engine import LLMEngine
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
+from evals.contracts_gen import Contract
 from jobs.extraction import ItemPlan, finish_item, plan_item
 from jobs.field_schema import InvalidOutput
 from jobs.names import OwnNames

@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 import re
 
-from bench.contracts_gen import COMPANY, TYPES, generate
+from evals.contracts_gen import COMPANY, TYPES, generate
 from jobs.amounts import amount_spans, parse_amount
 from jobs.dates import date_spans, duration_spans, parse_date, parse_duration
 

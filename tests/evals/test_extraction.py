@@ -8,7 +8,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from bench.extraction_eval import Outcome, Report, field_matches
+from evals.extraction import Outcome, Report, field_matches
 from finserve.cli import app
 
 
@@ -70,8 +70,8 @@ def test_eval_command_refuses_direct_with_a_gateway() -> None:
 
 def test_job_path_scores_the_jobs_results(monkeypatch) -> None:
     """run_job reads the job's results back and scores each against its contract's truth."""
-    from bench import extraction_eval
-    from bench.contracts_gen import generate
+    from evals import extraction as extraction_eval
+    from evals.contracts_gen import generate
 
     contracts = generate(3, 0)
     calls: list[str] = []

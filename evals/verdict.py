@@ -19,11 +19,11 @@ from typing import Any
 
 import jsonschema
 
-from bench.common import percentile
 from engine.client import EngineClient
 from engine.engine import LLMEngine
 from engine.outputs import TokenLogprobs
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
+from evals.common import percentile
 from gateway.prompts import judgement_messages, risk_messages, verdict_messages
 from gateway.schemas.risk import DEFAULT_QUESTION, RiskEvent
 from gateway.verdict import combine, judgement_sampling, level_probabilities, rules_of, severity

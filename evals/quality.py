@@ -163,9 +163,9 @@ def evaluate(base: EngineConfig, formats: list[str], ids: list[int], prompts: li
 
 def run(model_dir: str | None = None, formats: str = "fp32,bf16,int8,q4", threads: int | None = None,
         prompts: int = 20, new_tokens: int = 64, out: str = "results/quality.json") -> dict[str, Any]:
-    from bench.common import environment, write_json
-    from bench.configured import engine_config
     from engine.tokenizer import Tokenizer
+    from evals.common import environment, write_json
+    from evals.configured import engine_config
 
     base = engine_config(model_dir, num_threads=threads) if threads else engine_config(model_dir)
     tok = Tokenizer.from_folder(base.model)
