@@ -290,9 +290,9 @@ def sweep(
     output: OutputOpt = Output.table,
 ) -> None:
     """Measure TTFT, TPOT, E2E, input/output tokens/s and peak KV memory as one workload dimension grows."""
-    from bench.sweep import DEFAULT_VALUES, SweepSpec, parse_values
-    from bench.sweep import run as run_sweep
     from core.logging import configure_logging
+    from evals.sweep import DEFAULT_VALUES, SweepSpec, parse_values
+    from evals.sweep import run as run_sweep
     from finserve.config import command_defaults, command_settings, engine_config
     from stack.models import resolve_model
 

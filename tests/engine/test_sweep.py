@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench.sweep import METRICS, SweepSpec, parse_values, points, run
+from evals.sweep import METRICS, SweepSpec, parse_values, points, run
 from finserve.cli import app
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

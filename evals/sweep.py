@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bench.sweep_measure import RunFigures, Shape, blocks_per_request, check_dtypes, run_shape, sweep_engine_config
 from evals.common import environment, measure_bandwidth_gbs, summary
+from evals.sweep_measure import RunFigures, Shape, blocks_per_request, check_dtypes, run_shape, sweep_engine_config
 
 if TYPE_CHECKING:
     from engine.engine import LLMEngine
@@ -97,10 +97,10 @@ def points(spec: SweepSpec) -> list[Point]:
 
 def run(spec: SweepSpec) -> dict[str, Any]:
     """Runs the sweep; writes sweep.json, sweep.md and one PNG per metric into spec.out_dir."""
-    from bench.sweep_report import write_markdown, write_plots
     from engine.engine import LLMEngine
     from engine.model.loader import weight_bytes
     from evals.configured import engine_config, threads_of
+    from evals.sweep_report import write_markdown, write_plots
 
     pts = points(spec)
     overrides: dict[str, object] = {"max_num_batched_tokens": spec.max_batched_tokens, "seed": spec.seed,
