@@ -23,40 +23,22 @@ import asyncio
 import dataclasses
 import random
 import time
-import uuid
 from typing import Any
 
 from engine.client import EngineClient
 from engine.engine import LLMEngine
 from engine.outputs import AdmissionError
-from engine.request import EngineRequest, RequestMetrics, SamplingParams
+from engine.request import EngineRequest, RequestMetrics
 from evals.common import environment, measured, percentile, write_json
 from evals.configured import engine_config, threads_of
+from evals.load import BULK_OUTPUT_TOKENS, BULK_PROMPT_TOKENS, DOC_TOKENS, bulk_pump, complete, random_request
 from policies import Policy, load_policy
 
 RISK_PROMPT_TOKENS = 160
 RISK_OUTPUT_TOKENS = 16
-BULK_PROMPT_TOKENS = 300
-BULK_OUTPUT_TOKENS = 96
-DOC_TOKENS = 4000
 LONG_DOC_TOKENS = 6000
 BURST_IN_FLIGHT = 120  # issue 23: one tenant's 120 concurrent realtime requests
 PARTS = ("classes", "tenants", "long_document")
-
-
-def _ids(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(200, 40000) for _ in range(n)]
-
-
-async def _one(client: EngineClient, req: EngineRequest) -> EngineRequest:
-    async for _ in client.generate(req):
-        pass
-    return req
-
-
-def _new(rng: random.Random, n_in: int, n_out: int, cls: str, tenant: str = "") -> EngineRequest:
-    return EngineRequest(uuid.uuid4().hex, _ids(rng, n_in), SamplingParams(max_tokens=n_out, ignore_eos=True), cls,
-                         tenant=tenant)
 
 
 async def _risk_stream(client: EngineClient, rng: random.Random, count: int, gap_s: float,
@@ -65,19 +47,10 @@ async def _risk_stream(client: EngineClient, rng: random.Random, count: int, gap
     `refused`: under fcfs the class's queue overflows behind the document)."""
     tasks: list[asyncio.Task[EngineRequest | None]] = []
     for _ in range(count):
-        req = _new(rng, RISK_PROMPT_TOKENS, RISK_OUTPUT_TOKENS, "realtime_risk")
+        req = random_request(rng, RISK_PROMPT_TOKENS, RISK_OUTPUT_TOKENS, "realtime_risk")
         tasks.append(asyncio.create_task(_attempt(client, req, refused)))
         await asyncio.sleep(gap_s * rng.uniform(0.5, 1.5))
     return [r for r in await asyncio.gather(*tasks) if r is not None]
-
-
-async def _bulk_pump(client: EngineClient, rng: random.Random, in_flight: int, stop: asyncio.Event,
-                     done: list[EngineRequest]) -> None:
-    async def worker() -> None:
-        while not stop.is_set():
-            done.append(await _one(client, _new(rng, BULK_PROMPT_TOKENS, BULK_OUTPUT_TOKENS, "bulk_extraction")))
-
-    await asyncio.gather(*(worker() for _ in range(in_flight)))
 
 
 def _bulk_tps(done: list[EngineRequest], t0: float, t1: float) -> float:
@@ -108,15 +81,15 @@ async def _situation(scheduling: str, load: bool, n_risk: int, gap_s: float, bul
     client = EngineClient.launch(lambda: LLMEngine(engine_config(model, scheduling=scheduling)))
     rng = random.Random(seed)
     try:
-        await _one(client, _new(rng, 64, 4, "realtime_risk"))  # warm-up
+        await complete(client, random_request(rng, 64, 4, "realtime_risk"))  # warm-up
         stop = asyncio.Event()
         bulk_done: list[EngineRequest] = []
         doc: asyncio.Task[EngineRequest] | None = None
         pump = None
         if load:
-            pump = asyncio.create_task(_bulk_pump(client, rng, bulk_in_flight, stop, bulk_done))
+            pump = asyncio.create_task(bulk_pump(client, rng, bulk_in_flight, stop, bulk_done))
             await asyncio.sleep(3.0)  # let bulk saturate the batch
-            doc = asyncio.create_task(_one(client, _new(rng, DOC_TOKENS, 16, "document_qa")))
+            doc = asyncio.create_task(complete(client, random_request(rng, DOC_TOKENS, 16, "document_qa")))
             await asyncio.sleep(0.5)
         t0 = time.time()
         refused: dict[tuple[str, str], int] = {}
@@ -176,7 +149,7 @@ async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model: str
     try:
         stop = asyncio.Event()
         done: list[EngineRequest] = []
-        pump = asyncio.create_task(_bulk_pump(client, rng, bulk_in_flight, stop, done))
+        pump = asyncio.create_task(bulk_pump(client, rng, bulk_in_flight, stop, done))
         await asyncio.sleep(3.0)
         t0 = time.time()
         await asyncio.sleep(seconds)
@@ -191,7 +164,7 @@ async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model: str
 async def _attempt(client: EngineClient, req: EngineRequest, refused: dict[tuple[str, str], int]) -> EngineRequest | None:
     """The request run to its end, or None when refused for a full queue (counted by tenant and reason)."""
     try:
-        return await _one(client, req)
+        return await complete(client, req)
     except AdmissionError as exc:
         if exc.reason not in ("queue_full", "tenant_queue_full"):
             raise
@@ -226,7 +199,7 @@ async def _tenants(share: float | None, n_risk: int, gap_s: float, burst: int, s
     stop = asyncio.Event()
 
     async def attempt(tenant: str) -> EngineRequest | None:
-        req = _new(rng, RISK_PROMPT_TOKENS, RISK_OUTPUT_TOKENS, "realtime_risk", tenant)
+        req = random_request(rng, RISK_PROMPT_TOKENS, RISK_OUTPUT_TOKENS, "realtime_risk", tenant)
         return await _attempt(client, req, refused)
 
     async def bursting(done: list[EngineRequest]) -> None:
@@ -239,7 +212,7 @@ async def _tenants(share: float | None, n_risk: int, gap_s: float, burst: int, s
                 done.append(req)
 
     try:
-        await _one(client, _new(rng, 64, 4, "realtime_risk"))  # warm-up
+        await complete(client, random_request(rng, 64, 4, "realtime_risk"))  # warm-up
         burst_done: list[EngineRequest] = []
         pumps = [asyncio.create_task(bursting(burst_done)) for _ in range(burst)]
         await asyncio.sleep(2.0)  # the burst fills the slots and the queue
@@ -274,15 +247,15 @@ async def _long_document(n_risk: int, gap_s: float, seed: int, model: str | None
     client = EngineClient.launch(lambda: LLMEngine(config))
     rng = random.Random(seed)
     try:
-        await _one(client, _new(rng, 64, 4, "realtime_risk"))  # warm-up
-        doc = asyncio.create_task(_one(client, _new(rng, doc_tokens, 4, "document_qa", "docs")))
+        await complete(client, random_request(rng, 64, 4, "realtime_risk"))  # warm-up
+        doc = asyncio.create_task(complete(client, random_request(rng, doc_tokens, 4, "document_qa", "docs")))
         await asyncio.sleep(0.5)
         tasks: list[asyncio.Task[EngineRequest | None]] = []  # risk events until the document's prefill is over (its late chunks are the costly ones)
         refused: dict[tuple[str, str], int] = {}
         while not doc.done() or len(tasks) < n_risk:
             # One-token events (issue 23's probe): what is measured is the wait for a step and the prefill,
             # and the class is never saturated by its own decodes (which would starve the document instead).
-            req = _new(rng, RISK_PROMPT_TOKENS, 1, "realtime_risk", "risk")
+            req = random_request(rng, RISK_PROMPT_TOKENS, 1, "realtime_risk", "risk")
             tasks.append(asyncio.create_task(_attempt(client, req, refused)))
             await asyncio.sleep(gap_s * rng.uniform(0.5, 1.5))
         risk = [r for r in await asyncio.gather(*tasks) if r is not None]

@@ -110,7 +110,7 @@ def isolation(factory: Callable[[], LLMEngine], *, n_risk: int = 20, gap_s: floa
     """`finserve bench isolation` with real verdicts: the risk requests are the route's requests for
     EVENTS (with risk rules: the model's judgement; without: the policy schema's verdict); the load is the same bulk pump and
     4,000-token document. Idle first, then loaded, each on a fresh engine from `factory`."""
-    from bench.isolation import DOC_TOKENS, _bulk_pump, _new, _one
+    from evals.load import DOC_TOKENS, bulk_pump, complete, random_request
 
     doc_tokens = doc_tokens or DOC_TOKENS
     async def situation(load: bool) -> dict[str, Any]:
@@ -130,17 +130,17 @@ def isolation(factory: Callable[[], LLMEngine], *, n_risk: int = 20, gap_s: floa
             return EngineRequest(uuid.uuid4().hex, tok.encode_chat(msgs),
                                  SamplingParams(max_tokens=cls.max_output_tokens, json_schema=schema_json), cls.name)
         try:
-            await _one(client, verdict_req(0))  # warm-up: grammar compiled, instructions cached
+            await complete(client, verdict_req(0))  # warm-up: grammar compiled, instructions cached
             stop, bulk_done = asyncio.Event(), []  # type: ignore[var-annotated]
             pump = doc = None
             if load:
-                pump = asyncio.create_task(_bulk_pump(client, rng, bulk_in_flight, stop, bulk_done))
+                pump = asyncio.create_task(bulk_pump(client, rng, bulk_in_flight, stop, bulk_done))
                 await asyncio.sleep(3.0)
-                doc = asyncio.create_task(_one(client, _new(rng, doc_tokens, 16, "document_qa")))
+                doc = asyncio.create_task(complete(client, random_request(rng, doc_tokens, 16, "document_qa")))
                 await asyncio.sleep(0.5)
             tasks = []
             for i in range(n_risk):
-                tasks.append(asyncio.create_task(_one(client, verdict_req(i))))
+                tasks.append(asyncio.create_task(complete(client, verdict_req(i))))
                 await asyncio.sleep(gap_s * rng.uniform(0.5, 1.5))
             done = await asyncio.gather(*tasks)
             stop.set()
