@@ -1,5 +1,5 @@
-"""Imports flow one way: policies <- engine <- core <- (ledger, migrations) <- (gateway, jobs) <- stack <- bench
-<- finserve; textspans (text and schema helpers) imports nothing and sits below gateway and jobs.
+"""Imports flow one way: policies <- engine <- core <- (ledger, migrations) <- (gateway, jobs) <- stack <- evals
+<- bench <- finserve; textspans (text and schema helpers) imports nothing and sits below gateway and jobs.
 
 Read from the source with `ast` (nothing is imported), so the test also sees imports inside
 functions. A package may import itself and any package below it, never a sibling or one above; and no
@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ("policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack", "finserve",
-           "bench")
+           "evals", "bench")
 # What each package may import from the project (besides itself).
 ALLOWED: dict[str, set[str]] = {
     "policies": set(),
@@ -32,8 +32,12 @@ ALLOWED: dict[str, set[str]] = {
     # Process wiring the CLI and the benchmarks share: the app with the jobs routes, starting workers/engines/the
     # gateway in a thread, supervising `finserve up`, resolving the model folder.
     "stack": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs"},
-    "bench": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "stack"},
-    "finserve": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack", "bench"},
+    # The evaluations and measurements the shipped commands run (`finserve eval`, `bench quality`, `sweep`).
+    "evals": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "stack"},
+    # The developer benchmarks: a checkout only, not in the wheel (`finserve bench` says so when it is missing).
+    "bench": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "stack", "evals"},
+    "finserve": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack", "evals",
+                 "bench"},
 }
 # Inside the engine, the scheduler and the KV cache stay free of torch (unit-tested without it).
 TORCH_FREE = ("engine/scheduler.py", "engine/preemption.py", "engine/allowance.py", "engine/step_plan.py",
