@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 
 from engine import kv_dtypes
-from finserve.commands.bench_base import JsonFileOpt, ModelOpt, OldJsonOpt, ThreadsOpt, _threads, bench_app
+from finserve.commands.bench_base import (
+    JsonFileOpt,
+    ModelOpt,
+    OldJsonOpt,
+    ThreadsOpt,
+    _threads,
+    bench_app,
+    need_checkout,
+)
 from finserve.config import command_settings
 from finserve.console import CLIError, config_error, status
 
@@ -40,6 +48,7 @@ def engine_bench(
     old_json: OldJsonOpt = None,
 ) -> None:
     """Engine vs HF transformers generate(): batch-1 TPOT, mixed-batch output tokens/s, prefix reuse TTFT."""
+    need_checkout("engine")
     from bench.engine_bench import run
     from stack.models import resolve_model
 
@@ -76,6 +85,7 @@ def isolation_bench(
     old_json: OldJsonOpt = None,
 ) -> None:
     """Realtime-risk TTFT idle vs under bulk + document load, class policy vs fcfs; tenants; long documents."""
+    need_checkout("isolation")
     from bench.isolation import PARTS, run_parts
     from stack.models import resolve_model
 
@@ -101,6 +111,7 @@ def gateway_bench(
     old_json: OldJsonOpt = None,
 ) -> None:
     """Latency a 1-token completion gains through HTTP vs calling the EngineClient directly."""
+    need_checkout("gateway")
     from bench.gateway_bench import run
     from stack.models import resolve_model
 
@@ -129,6 +140,7 @@ def serve_direct_bench(
     """Batch-1 TPOT through `finserve serve` (streamed and not) beside the same engine stepped directly."""
     from pathlib import Path
 
+    need_checkout("serve-direct")
     from bench.serve_direct import DirectShape, run
     from stack.models import resolve_model
 
@@ -159,6 +171,7 @@ def serve_bench(
     old_json: OldJsonOpt = None,
 ) -> None:
     """Open-loop Poisson load mixing the three classes, measured from the client; compared with the ledger."""
+    need_checkout("serve")
     from bench.serve import run
 
     path = _json_path(json_file, old_json)
@@ -196,6 +209,7 @@ def formats_bench(
     model: ModelOpt = None,
 ) -> None:
     """Batch-1 TPOT, 256- and 2,048-token prefill and RSS per weight format, with roofline fractions (and llama.cpp)."""
+    need_checkout("formats")
     from bench.formats_bench import run
     from stack.models import resolve_model
 
@@ -250,6 +264,7 @@ def bulk_bench(
     old_json: OldJsonOpt = None,
 ) -> None:
     """A contract job end to end through the gateway and Celery vs the same items sent straight to the engine."""
+    need_checkout("bulk")
     from bench.bulk import run
     from stack.models import resolve_model
 
@@ -281,6 +296,7 @@ def replicas_bench(
 ) -> None:
     """Routing (affinity vs round robin), remote-vs-embedded overhead (batch 1 and 8 clients), and failover
     (kill -9 of a replica under mixed load: ledger, error shapes, rejoin) over engine replicas."""
+    need_checkout("replicas")
     from bench.replicas import PARTS, run
     from stack.models import resolve_model
 
@@ -307,6 +323,7 @@ def invariance_bench(
     model: ModelOpt = None,
 ) -> None:
     """What FINSERVE_BATCH_INVARIANT costs: decode TPOT, prefill tokens/s, mixed output tokens/s, side by side."""
+    need_checkout("invariance")
     from bench.invariance import run
     from stack.models import resolve_model
 

@@ -7,7 +7,7 @@ import typer
 
 from engine import kv_dtypes
 from engine.model import formats
-from finserve.commands.bench_base import JsonFileOpt, ModelOpt, ThreadsOpt, _threads, bench_app
+from finserve.commands.bench_base import JsonFileOpt, ModelOpt, ThreadsOpt, _threads, bench_app, need_checkout
 from finserve.config import command_settings
 from finserve.console import CLIError, status
 
@@ -76,6 +76,7 @@ def http_peer_bench(
     """finserve serve vs llama.cpp's llama-server -np 8 over HTTP, one streaming client: output tok/s, TTFT, ITL."""
     from pathlib import Path
 
+    need_checkout("http-peer")
     from bench.http_peer import Shape, run
     from bench.llamacpp import parse_flash_attn
     from stack.models import resolve_model
@@ -125,6 +126,7 @@ def llamacpp_bench(
     model: ModelOpt = None,
 ) -> None:
     """finserve's engine vs llama.cpp's own llama-bench: pp256, pp2048, tg128, tg32 at depth 4,096 (tokens/s)."""
+    need_checkout("llamacpp")
     from bench.peer_bench import PeerShape, run
     from stack.models import resolve_model
 
@@ -154,6 +156,7 @@ def peer_quality_bench(
     model: ModelOpt = None,
 ) -> None:
     """Perplexity of each llama.cpp GGUF type (llama-perplexity) and of finserve's formats, scored alike."""
+    need_checkout("peer-quality")
     from bench.peer_quality import run
     from stack.models import resolve_model
 

@@ -221,3 +221,17 @@ def test_an_unsupported_model_met_while_loading_is_a_configuration_error() -> No
 
     err = explain(UnsupportedModel("config.json field 'num_experts': not implemented for model_type 'qwen2'"))
     assert err is not None and err.code == ExitCode.CONFIG and "'num_experts'" in err.message
+
+
+@pytest.mark.parametrize("command", ["engine", "isolation", "llamacpp"])
+def test_a_benchmark_outside_a_checkout_says_how_to_run_it(cli: Cli, monkeypatch: pytest.MonkeyPatch,
+                                                           command: str) -> None:
+    """bench/ is not in the wheel: with it unimportable (None in sys.modules, as in an installed finserve) a
+    benchmark is refused with where to run it, not a ModuleNotFoundError."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "bench", None)
+    res = cli("bench", command)
+    assert res.exit_code == ExitCode.USAGE
+    assert f"`finserve bench {command}` runs a developer benchmark from bench/" in one_line(res.stderr)
+    assert "run it from a checkout" in res.stderr
