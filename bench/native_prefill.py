@@ -14,6 +14,7 @@ from typing import Any
 
 from bench.peer_bench import cpu_name
 from bench.prefill_path import prefill_ms
+from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.execution_path import NATIVE_PREFILL_BY_ISA
 from engine.model import cpu_kernels
@@ -24,8 +25,10 @@ from stack.models import resolve_model
 PATHS = {"native": 10**9, "torch": -1}  # the native_prefill_context that forces each path
 
 
-def run(lengths: list[int], reps: int, threads: int = 2) -> dict[str, Any]:
-    config = engine_config(str(resolve_model(None)), num_threads=threads, max_num_batched_tokens=max(lengths))
+def run(lengths: list[int], reps: int, threads: int = 2, config: EngineConfig | None = None) -> dict[str, Any]:
+    """`config`: the engines to measure (default: the served model with `threads`, whole prompts in one step)."""
+    if config is None:
+        config = engine_config(str(resolve_model(None)), num_threads=threads, max_num_batched_tokens=max(lengths))
     engines = {path: LLMEngine(config, native_prefill_context=limit) for path, limit in PATHS.items()}
     if not engines["native"].runner.path.native:
         raise SystemExit("the native step does not serve this engine (quantized weights and the kernels needed)")

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from bench.peer_bench import cpu_name
+from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
 from engine.outputs import AdmissionError
@@ -26,8 +27,11 @@ from stack.models import resolve_model
 CLASSES = ("realtime_risk", "document_qa", "bulk_extraction")
 
 
-def _engine(chunk: int) -> LLMEngine:
-    return LLMEngine(engine_config(str(resolve_model(None)), batch_invariant=True, max_num_batched_tokens=chunk))
+def _engine(chunk: int, config: EngineConfig | None) -> LLMEngine:
+    """A batch-invariant engine with `chunk`-token steps: of `config`, else of the served model."""
+    if config is None:
+        return LLMEngine(engine_config(str(resolve_model(None)), batch_invariant=True, max_num_batched_tokens=chunk))
+    return LLMEngine(dataclasses.replace(config, batch_invariant=True, max_num_batched_tokens=chunk))
 
 
 def _run_together(engine: LLMEngine, reqs: list[tuple[str, Recorded]]) -> dict[str, tuple[list[int], list[float]]]:
@@ -52,7 +56,7 @@ def _run_together(engine: LLMEngine, reqs: list[tuple[str, Recorded]]) -> dict[s
     return out
 
 
-def main(n: int) -> dict[str, Any]:
+def main(n: int, config: EngineConfig | None = None) -> dict[str, Any]:
     rng = random.Random(25)
     shared = [[rng.randrange(200, 40000) for _ in range(96)] for _ in range(4)]  # documents / instructions
     reqs: list[tuple[str, Recorded]] = []
@@ -62,17 +66,17 @@ def main(n: int) -> dict[str, Any]:
                   SamplingParams(max_tokens=8, ignore_eos=True, temperature=0.8, top_p=0.95, seed=i, logprobs=0))
         reqs.append((f"r{i}", Recorded(prompt, params, CLASSES[i % 3], [], None)))
     t0 = time.perf_counter()
-    recorded_out = _run_together(_engine(64), reqs)
+    recorded_out = _run_together(_engine(64, config), reqs)
     recorded = [(rid, dataclasses.replace(rec, output_token_ids=recorded_out[rid][0],
                                           output_logprobs=recorded_out[rid][1])) for rid, rec in reqs]
     t_record = time.perf_counter() - t0
-    alone_engine = _engine(256)
+    alone_engine = _engine(256, config)
     t0 = time.perf_counter()
     alone = [replay(alone_engine, rec) for _, rec in recorded]
     t_alone = time.perf_counter() - t0
     mixed_order = recorded[::-1]
     t0 = time.perf_counter()
-    again = _run_together(_engine(40), mixed_order)
+    again = _run_together(_engine(40, config), mixed_order)
     t_again = time.perf_counter() - t0
     mixed = [compare(rec, *again[rid]) for rid, rec in recorded]
     return {"cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(), "requests": n,
