@@ -39,11 +39,11 @@ from engine.outputs import (
     UnwritableOutput,
     is_unwritable,
 )
-from engine.prefill_cost import attention_tokens
 from engine.repetition import REPETITION, repeated_tail
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, SamplingParams, StepEvent
 from engine.sampler import SamplingRow
-from engine.scheduler import Scheduler
+from engine.sched.prefill_cost import attention_tokens
+from engine.sched.scheduler import Scheduler
 from engine.structured import GrammarState
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from engine.config import EngineConfig
 from engine.outputs import SchedulerOutput, StepResult
 from engine.request import EngineRequest, SamplingParams
-from engine.scheduler import Scheduler
+from engine.sched.scheduler import Scheduler
 from policies.model import ClassificationRules, ClassPolicy, Policy, SLOTargets
 
 _SLO = SLOTargets(ttft_ms=None, tpot_ms=None, e2e_ms=None, percentile=99.0, attainment_goal=0.99)

@@ -114,7 +114,7 @@ def test_the_registries_load_no_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys, engine.config, engine.scheduler, engine.planner; print('torch' in sys.modules)"
+    code = "import sys, engine.config, engine.sched.scheduler, engine.planner; print('torch' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})

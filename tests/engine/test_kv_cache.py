@@ -30,7 +30,7 @@ def prefill(kv: KVCacheManager, r: EngineRequest, *, cache: bool = True) -> list
 
 
 def test_scheduler_and_kv_cache_import_no_torch():
-    code = "import sys, engine.scheduler, engine.kv_cache; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, engine.sched.scheduler, engine.kv_cache; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from engine.prefill_cost import attention_tokens, chunk_cost, tokens_within
+from engine.sched.prefill_cost import attention_tokens, chunk_cost, tokens_within
 from tests.engine.sched_sim import BATCH, DOCS, URGENT, Sim, make_policy, make_scheduler, scheduled, variant
 
 A = 32.0  # a toy model whose attention equals its linear layers at 32 tokens of context

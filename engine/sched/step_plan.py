@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from engine.outputs import ScheduledSeq, SchedulerOutput
 from engine.request import EngineRequest
-from engine.token_budget import StepTokenBudget
+from engine.sched.token_budget import StepTokenBudget
 
 
 @dataclass

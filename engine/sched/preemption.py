@@ -26,8 +26,8 @@ from collections.abc import Mapping
 
 from engine.kv_cache import AllocStatus, KVBlock, KVCacheManager
 from engine.request import EngineRequest, RequestStatus
-from engine.request_queue import ClassRules, RequestQueue
-from engine.step_plan import StepPlan
+from engine.sched.request_queue import ClassRules, RequestQueue
+from engine.sched.step_plan import StepPlan
 
 
 class Preemptor:

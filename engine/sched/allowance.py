@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from engine.prefill_cost import chunk_cost, tokens_within
 from engine.request import EngineRequest
-from engine.request_queue import ClassRules, RequestQueue
-from engine.step_plan import StepPlan
+from engine.sched.prefill_cost import chunk_cost, tokens_within
+from engine.sched.request_queue import ClassRules, RequestQueue
+from engine.sched.step_plan import StepPlan
 
 
 class StepAllowance:

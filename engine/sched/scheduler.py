@@ -53,17 +53,17 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from engine.admission import Admission
-from engine.allowance import StepAllowance
 from engine.config import EngineConfig
 from engine.kv_cache import ClassKVBudget, ClassShare, KVCacheManager
 from engine.outputs import ClassStats, EngineStats, SchedulerOutput, StepResult, TokenUpdate
-from engine.preemption import Preemptor
 from engine.request import EngineRequest, RequestStatus
-from engine.request_queue import Rank, SchedulingMode, create_request_queue, resolve_class_rules
-from engine.step_plan import StepPlan
-from engine.stop_check import finish_status, stop_token_ids
-from engine.token_budget import StepTokenBudget, class_reserves
+from engine.sched.admission import Admission
+from engine.sched.allowance import StepAllowance
+from engine.sched.preemption import Preemptor
+from engine.sched.request_queue import Rank, SchedulingMode, create_request_queue, resolve_class_rules
+from engine.sched.step_plan import StepPlan
+from engine.sched.stop_check import finish_status, stop_token_ids
+from engine.sched.token_budget import StepTokenBudget, class_reserves
 
 DEFAULT_STARVATION_STEPS = 256  # ~ tens of seconds at CPU step times: far beyond any interactive SLO
 _FINISHED_KEPT = 1024  # finished requests remembered so finish_request stays idempotent
