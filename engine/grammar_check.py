@@ -23,8 +23,8 @@ import jsonschema
 import llguidance
 import numpy as np
 
-from engine.jsondepth import MAX_SCHEMA_DEPTH, json_depth
 from engine.outputs import UnwritableOutput
+from util.jsondepth import MAX_SCHEMA_DEPTH, json_depth
 
 # Defaults for llguidance's JSON compiler; a schema may still override them via "x-guidance".
 JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}

@@ -16,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import make_url
 
 from core.db.base import make_engine
-from engine.filelock import exclusive_lock
+from util.filelock import exclusive_lock
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 

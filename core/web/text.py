@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from engine.jsondepth import MAX_BODY_DEPTH, json_depth
+from util.jsondepth import MAX_BODY_DEPTH, json_depth
 
 NO_NUL_PATTERN = "^[^\\u0000]*$"  # JSON Schema (ECMA-262) spelling, for /openapi.json only
 _DEPTH_CHECKED: ContextVar[bool] = ContextVar("finserve_depth_checked", default=False)

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.filelock import exclusive_lock
+from util.filelock import exclusive_lock
 
 if TYPE_CHECKING:  # the converter (gguf, numpy) is imported only when a conversion runs
     from engine.model.gguf_import import ProgressFn
