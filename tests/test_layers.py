@@ -1,5 +1,5 @@
-"""Imports flow one way: policies <- engine <- core <- (ledger, migrations) <- (gateway, jobs) <- stack <- evals
-<- bench <- finserve; textspans (text and schema helpers) imports nothing and sits below gateway and jobs.
+"""Imports flow one way: util <- policies <- engine <- core <- (ledger, migrations) <- (gateway, jobs) <- stack <- evals
+<- bench <- finserve; textspans (text and schema helpers) imports only util and sits below gateway and jobs.
 
 Read from the source with `ast` (nothing is imported), so the test also sees imports inside
 functions. A package may import itself and any package below it, never a sibling or one above; and no
@@ -14,30 +14,32 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack", "finserve",
+PROJECT = ("util", "policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack", "finserve",
            "evals", "bench")
 # What each package may import from the project (besides itself).
 ALLOWED: dict[str, set[str]] = {
-    "policies": set(),
-    "engine": {"policies"},
+    # Generic helpers (a file lock, a JSON depth check): the standard library only; every package may use them.
+    "util": set(),
+    "policies": {"util"},
+    "engine": {"util", "policies"},
     # core runs the Alembic chain from the migrations/ folder by path (core/db/migrate.py), importing none of it.
-    "core": {"policies", "engine"},
-    "migrations": {"core", "engine", "policies"},
+    "core": {"util", "policies", "engine"},
+    "migrations": {"util", "core", "engine", "policies"},
     # The request ledger (rows, chain, writer, verify, reports): below gateway and jobs, above core.
-    "ledger": {"policies", "engine", "core"},
+    "ledger": {"util", "policies", "engine", "core"},
     # Spans, sentences, grounded schemas: plain text and schema code that gateway and jobs both use.
-    "textspans": set(),
-    "gateway": {"policies", "engine", "core", "ledger", "textspans"},
-    "jobs": {"policies", "engine", "core", "ledger", "textspans"},
+    "textspans": {"util"},
+    "gateway": {"util", "policies", "engine", "core", "ledger", "textspans"},
+    "jobs": {"util", "policies", "engine", "core", "ledger", "textspans"},
     # Process wiring the CLI and the benchmarks share: the app with the jobs routes, starting workers/engines/the
     # gateway in a thread, supervising `finserve up`, resolving the model folder.
-    "stack": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs"},
+    "stack": {"util", "policies", "engine", "core", "ledger", "textspans", "gateway", "jobs"},
     # The evaluations and measurements the shipped commands run (`finserve eval`, `bench quality`, `sweep`).
-    "evals": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "stack"},
+    "evals": {"util", "policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "stack"},
     # The developer benchmarks: a checkout only, not in the wheel (`finserve bench` says so when it is missing).
-    "bench": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "stack", "evals"},
-    "finserve": {"policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack", "evals",
-                 "bench"},
+    "bench": {"util", "policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "stack", "evals"},
+    "finserve": {"util", "policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack",
+                 "evals", "bench"},
 }
 # Inside the engine, the scheduler and the KV cache stay free of torch (unit-tested without it).
 TORCH_FREE = ("engine/sched", "engine/kv_cache", "policies")
@@ -228,7 +230,7 @@ def test_only_the_settings_object_reads_the_environment() -> None:
     environments (engine/__init__.py once set OpenMP's wait policy for the whole process: no longer)."""
     allowed = {"core/settings.py", "stack/processes.py"}
     bad = []
-    for package in ("policies", "engine", "core", "ledger", "gateway", "jobs", "stack", "finserve"):
+    for package in ("util", "policies", "engine", "core", "ledger", "gateway", "jobs", "stack", "finserve"):
         for path in files_of(package):
             rel = str(path.relative_to(ROOT))
             text = path.read_text()
