@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from contracts.field_schema import InvalidOutput, normalize_schema
 from core.logging import configure_logging
 from core.settings import get_settings
 from engine.outputs import AdmissionError
@@ -34,7 +35,6 @@ from evals.common import alternate, environment, percentile, summary, write_json
 from evals.configured import engine_config, threads_of
 from jobs import service
 from jobs.extraction import finish_item, plan_item
-from jobs.field_schema import InvalidOutput, normalize_schema
 from jobs.worker import RETRY_TEMPERATURE
 from stack.job_stack import LocalJobStack
 

@@ -27,13 +27,13 @@ from typing import Any
 
 import httpx
 
+from contracts.field_schema import InvalidOutput
+from contracts.names import OwnNames
 from engine.engine import LLMEngine
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, SamplingParams
 from evals.contracts_gen import Contract
 from jobs.extraction import ItemPlan, finish_item, plan_item
-from jobs.field_schema import InvalidOutput
-from jobs.names import OwnNames
 
 CLASS = "bulk_extraction"
 HANDWRITTEN = Path(__file__).resolve().parent / "data" / "contracts_handwritten.txt"

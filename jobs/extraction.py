@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from jobs import amounts, dates
-from jobs.candidates import (
+from contracts import amounts, dates
+from contracts.candidates import (
     SPANS,
     Writable,
     boolean_value,
@@ -26,8 +26,17 @@ from jobs.candidates import (
     value_options,
     writable_only,
 )
-from jobs.field_schema import EXAMPLE, EXCLUDE, OWN_NAMES, InvalidOutput, base_type, nullable, parse_answer, plain_field
-from jobs.names import OwnNames
+from contracts.field_schema import (
+    EXAMPLE,
+    EXCLUDE,
+    OWN_NAMES,
+    InvalidOutput,
+    base_type,
+    nullable,
+    parse_answer,
+    plain_field,
+)
+from contracts.names import OwnNames
 from textspans import GROUNDED, describe_fields, is_grounded
 
 SYSTEM_PROMPT = (

@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from contracts.field_schema import normalize_schema
 from core.settings import Settings
 from engine.grammar_limits import GrammarLimitExceeded
 from engine.grammar_pool import GrammarCompilerFailed
-from jobs.field_schema import normalize_schema
 from jobs.schemas import ContractItem, JobCreate, JobOptions
 from jobs.service import JobSpec
 from policies import ClassPolicy

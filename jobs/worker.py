@@ -19,15 +19,15 @@ from typing import Literal
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
+from contracts.candidates import Writable, model_writable
+from contracts.field_schema import InvalidOutput
 from core import tracing
 from core.db.base import make_engine, make_session_factory
 from core.db.jobs_models import JOB_BATCH
 from core.keys import client_api_key
 from core.settings import Settings, get_settings
 from jobs import batch, service
-from jobs.candidates import Writable, model_writable
 from jobs.extraction import finish_item, plan_item
-from jobs.field_schema import InvalidOutput
 from jobs.gateway_client import ClaimLost, GatewayClient, GatewayLost, Refused, Saturated
 from jobs.service import Claim, ClaimOutcome
 

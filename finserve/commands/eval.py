@@ -66,6 +66,7 @@ def extraction(
     """Per-field accuracy, exact match per item, items without a record, our own name returned, invalid-output
     rate and items/min of the extraction pipeline, per contract set and per schema (one job each), through
     extraction jobs (default) or straight into the engine (--direct)."""
+    from contracts.field_schema import normalize_schema
     from engine.engine import LLMEngine
     from evals.contracts_gen import generate
     from evals.extraction import (
@@ -78,7 +79,6 @@ def extraction(
         run_job,
         summary_json,
     )
-    from jobs.field_schema import normalize_schema
 
     if direct and gateway:
         raise typer.BadParameter("--direct runs the engine in this process; --gateway needs the job path",

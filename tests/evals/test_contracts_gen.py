@@ -4,9 +4,9 @@ from __future__ import annotations
 import collections
 import re
 
+from contracts.amounts import amount_spans, parse_amount
+from contracts.dates import date_spans, duration_spans, parse_date, parse_duration
 from evals.contracts_gen import COMPANY, TYPES, generate
-from jobs.amounts import amount_spans, parse_amount
-from jobs.dates import date_spans, duration_spans, parse_date, parse_duration
 
 SET = generate(300, seed=0)
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import jsonschema
 
+from contracts.names import OwnNames
 from evals.contracts_gen import VALUE_PHRASES
 from evals.extraction import OWN_NAMES, load_handwritten, plain_schema
-from jobs.names import OwnNames
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "examples" / "contract_schema.json").read_text())
 SET = load_handwritten()

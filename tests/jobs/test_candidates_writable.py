@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from contracts.candidates import model_writable, writable_only
+from contracts.field_schema import InvalidOutput, normalize_schema
 from engine.request import EngineRequest, SamplingParams
 from engine.structured import check_constraint, writable
 from engine.tokenizer import Tokenizer
-from jobs.candidates import model_writable, writable_only
 from jobs.extraction import finish_item, plan_item
-from jobs.field_schema import InvalidOutput, normalize_schema
 from tests.jobs.stack import Stack, wait_until
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "examples" / "contract_schema.json").read_text())

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from jobs.amounts import amount_spans, parse_amount
-from jobs.candidates import grounded_candidates
-from jobs.dates import date_spans, duration_spans, parse_date, parse_duration
+from contracts.amounts import amount_spans, parse_amount
+from contracts.candidates import grounded_candidates
+from contracts.dates import date_spans, duration_spans, parse_date, parse_duration
+from contracts.field_schema import EXAMPLE, InvalidOutput, normalize_schema
+from contracts.normalize import cue_value, not_near
 from jobs.extraction import finish_item, plan_item
-from jobs.field_schema import EXAMPLE, InvalidOutput, normalize_schema
-from jobs.normalize import cue_value, not_near
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "examples" / "contract_schema.json").read_text())
 TEXT = ('SUPPLY AGREEMENT\n\nThis Supply Agreement is made on February 12, 2025 between Finserve Holdings Ltd. '

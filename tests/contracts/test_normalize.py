@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from jobs.amounts import amount_spans, currency_of, parse_amount
-from jobs.dates import date_spans, months_between, parse_date, parse_duration, term_spans
+from contracts.amounts import amount_spans, currency_of, parse_amount
+from contracts.dates import date_spans, months_between, parse_date, parse_duration, term_spans
+from contracts.field_schema import InvalidOutput, normalize_schema
+from contracts.names import OwnNames, candidates
+from contracts.normalize import AMOUNT_CUES, rank_by_context, renewal_value
 from jobs.extraction import finish_item, plan_item
-from jobs.field_schema import InvalidOutput, normalize_schema
-from jobs.names import OwnNames, candidates
-from jobs.normalize import AMOUNT_CUES, rank_by_context, renewal_value
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "examples" / "contract_schema.json").read_text())
 PLAIN = {"type": "object", "required": list(SCHEMA["required"]), "additionalProperties": False,

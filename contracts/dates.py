@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from jobs.amounts import NUMBER_WORD, NUMBER_WORDS, unique_spans
+from contracts.amounts import NUMBER_WORD, NUMBER_WORDS, unique_spans
 
 # ---- dates --------------------------------------------------------------------------------------
 _MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",

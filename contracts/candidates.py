@@ -13,10 +13,10 @@ from typing import Any
 
 import tokenizers
 
+from contracts import amounts, dates, names, normalize
+from contracts.field_schema import AVOID, CUE, EXCLUDE, SYNONYMS, base_type, plain_field
+from contracts.names import OwnNames
 from engine.structured import writable
-from jobs import amounts, dates, names, normalize
-from jobs.field_schema import AVOID, CUE, EXCLUDE, SYNONYMS, base_type, plain_field
-from jobs.names import OwnNames
 from textspans import text_spans
 
 # True when the model can write the text as a JSON string's content (engine.structured.writable with its tokenizer).
