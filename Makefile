@@ -35,7 +35,7 @@ image:
 # Import direction is checked twice: ruff's per-package banned imports and tests/test_layers.py.
 lint: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy --strict util policies core engine ledger textspans gateway jobs stack finserve evals bench
+	$(VENV)/bin/mypy --strict util policies core engine ledger textspans contracts gateway jobs stack finserve evals bench
 
 test: lint
 	$(PY) -m pytest -q tests

@@ -1,5 +1,6 @@
 """Imports flow one way: util <- policies <- engine <- core <- (ledger, migrations) <- (gateway, jobs) <- stack <- evals
-<- bench <- finserve; textspans (text and schema helpers) imports only util and sits below gateway and jobs.
+<- bench <- finserve; textspans (text and schema helpers) imports only util and sits below gateway and jobs;
+contracts (the contract text finders) imports textspans and the engine's schema checks and sits below jobs.
 
 Read from the source with `ast` (nothing is imported), so the test also sees imports inside
 functions. A package may import itself and any package below it, never a sibling or one above; and no
@@ -14,8 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("util", "policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack", "finserve",
-           "evals", "bench")
+PROJECT = ("util", "policies", "engine", "core", "ledger", "textspans", "contracts", "gateway", "jobs", "migrations",
+           "stack", "finserve", "evals", "bench")
 # What each package may import from the project (besides itself).
 ALLOWED: dict[str, set[str]] = {
     # Generic helpers (a file lock, a JSON depth check): the standard library only; every package may use them.
@@ -29,17 +30,21 @@ ALLOWED: dict[str, set[str]] = {
     "ledger": {"util", "policies", "engine", "core"},
     # Spans, sentences, grounded schemas: plain text and schema code that gateway and jobs both use.
     "textspans": {"util"},
+    # What a contract says (amounts, dates, names, candidates) and the job schema's x-* keywords: plain text code
+    # on the engine's schema checks, no web, queue or database.
+    "contracts": {"util", "policies", "engine", "textspans"},
     "gateway": {"util", "policies", "engine", "core", "ledger", "textspans"},
-    "jobs": {"util", "policies", "engine", "core", "ledger", "textspans"},
+    "jobs": {"util", "policies", "engine", "core", "ledger", "textspans", "contracts"},
     # Process wiring the CLI and the benchmarks share: the app with the jobs routes, starting workers/engines/the
     # gateway in a thread, supervising `finserve up`, resolving the model folder.
-    "stack": {"util", "policies", "engine", "core", "ledger", "textspans", "gateway", "jobs"},
+    "stack": {"util", "policies", "engine", "core", "ledger", "textspans", "contracts", "gateway", "jobs"},
     # The evaluations and measurements the shipped commands run (`finserve eval`, `bench quality`, `sweep`).
-    "evals": {"util", "policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "stack"},
+    "evals": {"util", "policies", "engine", "core", "ledger", "textspans", "contracts", "gateway", "jobs", "stack"},
     # The developer benchmarks: a checkout only, not in the wheel (`finserve bench` says so when it is missing).
-    "bench": {"util", "policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "stack", "evals"},
-    "finserve": {"util", "policies", "engine", "core", "ledger", "textspans", "gateway", "jobs", "migrations", "stack",
-                 "evals", "bench"},
+    "bench": {"util", "policies", "engine", "core", "ledger", "textspans", "contracts", "gateway", "jobs", "stack",
+              "evals"},
+    "finserve": {"util", "policies", "engine", "core", "ledger", "textspans", "contracts", "gateway", "jobs",
+                 "migrations", "stack", "evals", "bench"},
 }
 # Inside the engine, the scheduler and the KV cache stay free of torch (unit-tested without it).
 TORCH_FREE = ("engine/sched", "engine/kv_cache", "policies")
@@ -205,8 +210,9 @@ def test_the_cycle_checker_finds_a_planted_cycle(tmp_path: Path) -> None:
     assert graph["pkg.hinted"] == {"pkg.typed"} and graph["pkg.typed"] == set()
 
 
-def test_engine_imports_no_web_database_or_queue_library() -> None:
-    bad = [f"{p.relative_to(ROOT)} imports {r}" for p in files_of("engine") for r in imported_roots(p) & WEB_DB_QUEUE]
+@pytest.mark.parametrize("package", ["util", "policies", "engine", "textspans", "contracts"])
+def test_the_lower_packages_import_no_web_database_or_queue_library(package: str) -> None:
+    bad = [f"{p.relative_to(ROOT)} imports {r}" for p in files_of(package) for r in imported_roots(p) & WEB_DB_QUEUE]
     assert not bad, "\n".join(bad)
 
 
