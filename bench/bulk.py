@@ -35,7 +35,7 @@ from evals.common import alternate, environment, percentile, summary, write_json
 from evals.configured import engine_config, threads_of
 from jobs import service
 from jobs.extraction import finish_item, plan_item
-from jobs.worker import RETRY_TEMPERATURE
+from jobs.runtime.worker import RETRY_TEMPERATURE
 from stack.job_stack import LocalJobStack
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

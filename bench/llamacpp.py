@@ -218,7 +218,7 @@ def start_server(tools: Tools, model: Path, gguf_type: str, *, threads: int, par
     its -fa setting (FLASH_ATTN)."""
     if flash_attn not in FLASH_ATTN:
         raise ValueError(f"unknown flash attention setting {flash_attn!r}; known: {list(FLASH_ATTN)}")
-    from jobs.redis_server import free_port
+    from jobs.runtime.redis_server import free_port
 
     port = free_port()
     argv = [str(tools.path("llama-server")), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),

@@ -138,7 +138,7 @@ def start_finserve(model: str, *, threads: int, weights: str, log: IO[bytes] | N
     from core.db.migrate import upgrade
     from core.keys import create_key
     from core.settings import Settings
-    from jobs.redis_server import free_port
+    from jobs.runtime.redis_server import free_port
     from stack.processes import FINSERVE, worker_env
 
     home = tempfile.TemporaryDirectory(prefix="finserve-bench-http-peer-")
@@ -165,7 +165,7 @@ def start_finserve(model: str, *, threads: int, weights: str, log: IO[bytes] | N
 def start_llamacpp(python: str, gguf: Path, gguf_type: str, *, threads: int, n_ctx: int, log: IO[bytes] | None,
                    timeout_s: float = 120.0) -> Server:
     """llama_cpp.server on a free 127.0.0.1 port; requests are served one at a time (its lock)."""
-    from jobs.redis_server import free_port
+    from jobs.runtime.redis_server import free_port
 
     port = free_port()
     argv = [python, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),

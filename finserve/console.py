@@ -121,7 +121,7 @@ def explain(exc: BaseException) -> CLIError | None:
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     from engine.model.families import UnsupportedModel
-    from jobs.queue import QueueUnavailable
+    from jobs.runtime.queue import QueueUnavailable
     from policies.errors import PolicyError
     from stack.models import ModelUnavailable
 

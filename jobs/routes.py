@@ -28,10 +28,10 @@ from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, ErrorBody, request_body
 from core.web.state import CoreState
 from jobs import ingest, service
-from jobs.celery_app import celery_app
 from jobs.classes import extraction_class
-from jobs.presence import MESSAGES, queue_state
-from jobs.queue import QueueUnavailable, enqueue_items
+from jobs.runtime.celery_app import celery_app
+from jobs.runtime.presence import MESSAGES, queue_state
+from jobs.runtime.queue import QueueUnavailable, enqueue_items
 from jobs.schemas import ContractItem, ItemResult, JobCreate, JobOptions, JobPublic, QueueWarning, ResultsPage
 
 router = APIRouter(tags=["extraction jobs"])

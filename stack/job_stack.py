@@ -17,8 +17,8 @@ from core.settings import Settings
 from engine.client import EngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from jobs.celery_app import use_broker
-from jobs.redis_server import RedisServer
+from jobs.runtime.celery_app import use_broker
+from jobs.runtime.redis_server import RedisServer
 from stack.processes import GatewayThread, start_worker, stop_worker
 
 UNLIMITED_RPS = 1e9  # the stack's own keys must not be what limits throughput

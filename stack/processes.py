@@ -30,8 +30,8 @@ from core.parent_death import with_parent_death
 from core.processes import stop_process
 from core.settings import Settings
 from engine.client import EngineClient
-from jobs.celery_app import QUEUE
-from jobs.redis_server import free_port
+from jobs.runtime.celery_app import QUEUE
+from jobs.runtime.redis_server import free_port
 from stack.app import create_app
 
 FINSERVE = str(Path(sys.executable).parent / "finserve")

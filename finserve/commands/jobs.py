@@ -271,7 +271,7 @@ def resume_unfinished(settings: Settings | None = None) -> int:
     """Re-enqueue every item SQL says is unfinished (pending, or running past its lease)."""
     from core.db.base import make_engine, make_session_factory
     from core.settings import Settings
-    from jobs.queue import enqueue_items
+    from jobs.runtime.queue import enqueue_items
     from jobs.service import resumable_item_ids
 
     engine = make_engine((settings or Settings()).resolved_database_url)
@@ -312,8 +312,8 @@ def register(app: typer.Typer) -> None:
         """Run a Celery worker for extraction items."""
         from core.logging import configure_logging
         from core.settings import get_settings
-        from jobs.celery_app import celery_app, run_celery
-        from jobs.watchdog import crashed_on_its_own, restart_after_crash
+        from jobs.runtime.celery_app import celery_app, run_celery
+        from jobs.runtime.watchdog import crashed_on_its_own, restart_after_crash
         from stack.processes import worker_argv
 
         settings = get_settings()  # the Celery app module's settings: one object in this process

@@ -88,8 +88,8 @@ def register(app: typer.Typer) -> None:
         from finserve.commands.serve import run_server
         from finserve.config import command_settings, settings_model
         from finserve.console import CLIError, ExitCode
-        from jobs.celery_app import use_broker
-        from jobs.redis_server import PortInUse, RedisServer, port_in_use
+        from jobs.runtime.celery_app import use_broker
+        from jobs.runtime.redis_server import PortInUse, RedisServer, port_in_use
         from stack.announce import announce_when_ready
         from stack.processes import (
             EngineProcess,

@@ -113,7 +113,7 @@ def test_locked_sqlite_database() -> None:
 def test_redis_down() -> None:
     import redis.exceptions
 
-    from jobs.queue import QueueUnavailable
+    from jobs.runtime.queue import QueueUnavailable
 
     for exc in (redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6390. Connection refused."),
                 QueueUnavailable("could not enqueue item ids (0 published): [Errno 111] Connection refused")):

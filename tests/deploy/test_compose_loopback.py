@@ -22,7 +22,7 @@ from sqlalchemy import select
 from core.db.base import make_engine, make_session_factory
 from core.db.models import RequestLedger
 from core.keys import create_key
-from jobs.redis_server import free_port
+from jobs.runtime.redis_server import free_port
 from stack.processes import FINSERVE, EngineProcess, stop_engine, wait_engines_ready
 from tests.deploy.manifests import compose, interpolate, option, with_option
 

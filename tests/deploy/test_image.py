@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jobs.redis_server import free_port
+from jobs.runtime.redis_server import free_port
 from tests.deploy.manifests import DEPLOY_DOC, DOCKERFILE, ROOT, compose, k8s_objects
 
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

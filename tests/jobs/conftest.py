@@ -14,7 +14,7 @@ from core.keys import create_key
 from engine.client import EngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from jobs.redis_server import RedisServer
+from jobs.runtime.redis_server import RedisServer
 from policies import load_policy
 from tests.jobs.stack import Stack, start_stack
 

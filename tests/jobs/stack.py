@@ -18,8 +18,8 @@ import redis
 
 from core.settings import Settings
 from engine.client import EngineClient
-from jobs.celery_app import QUEUE, use_broker
-from jobs.redis_server import RedisServer
+from jobs.runtime.celery_app import QUEUE, use_broker
+from jobs.runtime.redis_server import RedisServer
 from stack.processes import FINSERVE, GatewayThread, start_worker, worker_env
 
 # Short leases so that a lost worker's items come back within seconds, not minutes.

@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from core.db.jobs_models import Batch, ExtractionItem, ExtractionJob, StoredFile
 from core.settings import Settings
 from jobs import batch, service
-from jobs.celery_app import QUEUE, use_broker
 from jobs.ingest import IngestError
+from jobs.runtime.celery_app import QUEUE, use_broker
 from stack.app import create_app
 from tests.engine.test_grammar_limits import ref_chain
 

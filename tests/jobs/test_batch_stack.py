@@ -125,7 +125,7 @@ def test_lines_whose_messages_redis_lost_are_found_and_the_batch_completes(stack
     """A batch's lines are job items: the workers' reconciler finds one whose message is gone (jobs/reconcile.py)."""
     import redis
 
-    from jobs.celery_app import QUEUE
+    from jobs.runtime.celery_app import QUEUE
 
     client = sdk(stack)
     batch_id = run_batch(client, [chat_line(i) for i in range(10)])

@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from core.db.jobs_models import ExtractionItem, ExtractionJob
 from core.db.models import RequestLedger
 from core.keys import create_key, verify_key
-from jobs.celery_app import QUEUE
+from jobs.runtime.celery_app import QUEUE
 from tests.jobs.conftest import SCHEMA
 from tests.jobs.stack import Stack, wait_until
 

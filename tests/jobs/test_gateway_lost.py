@@ -28,9 +28,9 @@ from core.db.migrate import upgrade
 from core.keys import create_key, verify_key
 from core.settings import Settings
 from jobs import batch, service
-from jobs.gateway_client import GatewayClient
-from jobs.redis_server import free_port
-from jobs.worker import GATEWAY_LOST, Step, WorkerRuntime, process_item
+from jobs.runtime.gateway_client import GatewayClient
+from jobs.runtime.redis_server import free_port
+from jobs.runtime.worker import GATEWAY_LOST, Step, WorkerRuntime, process_item
 from stack.processes import FINSERVE
 from tests.jobs.stack import wait_until
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from openai import OpenAI
 
-from jobs.presence import MESSAGES, live_workers
+from jobs.runtime.presence import MESSAGES, live_workers
 from tests.jobs.conftest import SCHEMA
 from tests.jobs.stack import Stack, wait_until
 

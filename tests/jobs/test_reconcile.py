@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import redis
 
 from jobs import service
-from jobs.celery_app import QUEUE, use_broker
-from jobs.queue import EXTRACT_TASK, enqueue_items
-from jobs.reconcile import (
+from jobs.runtime.celery_app import QUEUE, use_broker
+from jobs.runtime.queue import EXTRACT_TASK, enqueue_items
+from jobs.runtime.reconcile import (
     SUSPECTS_KEY,
     UNACKED_INDEX_KEY,
     UNACKED_KEY,
@@ -85,7 +85,7 @@ def test_one_pass_per_interval_whichever_worker_asks(sessions, tenant_keys, redi
 
 def test_a_backlog_too_long_to_read_enqueues_nothing(sessions, tenant_keys, redis_server, monkeypatch):
     """Past MAX_SCAN queued messages a pass cannot tell what is missing: it must not guess (duplicates)."""
-    from jobs import reconcile
+    from jobs.runtime import reconcile
 
     use_broker(redis_server.url)
     r = redis.Redis.from_url(redis_server.url)
@@ -176,7 +176,7 @@ def test_an_item_whose_lease_ran_out_is_enqueued_again_at_once(sessions, tenant_
 
 def test_a_heartbeat_keeps_an_items_lease_and_stops_when_the_item_is_done(sessions, tenant_keys):
     from core.settings import Settings
-    from jobs.worker import Heartbeat
+    from jobs.runtime.worker import Heartbeat
 
     with sessions() as s:
         job, _ = create(s, "acme", spec(1), None)

@@ -16,7 +16,7 @@ import redis
 from sqlalchemy import func, select
 
 from core.db.jobs_models import ExtractionItem
-from jobs.reconcile import EPOCH_KEY
+from jobs.runtime.reconcile import EPOCH_KEY
 from tests.jobs.stack import Stack, wait_until
 from tests.jobs.test_faults import assert_one_valid_result_per_contract, counts, submit, wait_completed
 

@@ -13,8 +13,8 @@ from core.keys import JOB_ITEM_HEADER, revoke_key, verify_key
 from core.settings import Settings
 from gateway.app import create_app as create_gateway_app
 from jobs import service
-from jobs.celery_app import QUEUE, use_broker
 from jobs.routes import router as jobs_router
+from jobs.runtime.celery_app import QUEUE, use_broker
 from policies import load_policy
 from stack.app import create_app
 from tests.jobs.conftest import SCHEMA

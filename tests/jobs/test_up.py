@@ -16,7 +16,7 @@ import httpx
 import pytest
 import redis
 
-from jobs.redis_server import RedisServer, free_port
+from jobs.runtime.redis_server import RedisServer, free_port
 from stack.processes import FINSERVE
 from tests.jobs.stack import wait_until
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.celery_app import QUEUE, celery_app
-from jobs.watchdog import (
+from jobs.runtime.celery_app import QUEUE, celery_app
+from jobs.runtime.watchdog import (
     CRASH_QUIET_S,
     ConsumerWatchdog,
     StallDetector,
@@ -56,7 +56,7 @@ def test_a_crash_nobody_asked_for_restarts_a_requested_shutdown_does_not(monkeyp
 BROKEN_WORKER = """
 import sys
 from celery import Celery, bootsteps
-from jobs.celery_app import run_celery
+from jobs.runtime.celery_app import run_celery
 
 class Broken(bootsteps.StartStopStep):
     requires = {"celery.worker.components:Pool"}

@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 from core.db.base import make_engine, make_session_factory
 from core.db.models import RequestLedger
 from core.keys import create_key
-from jobs.redis_server import free_port
+from jobs.runtime.redis_server import free_port
 from stack.processes import FINSERVE
 from tests.ledger.conftest import database_down
 

@@ -16,7 +16,7 @@ from engine.client import LocalEngineClient
 from engine.request import EngineRequest, SamplingParams
 from gateway.replicas.replica_set import ReplicaSet
 from gateway.replicas.server import create_engine_app
-from jobs.redis_server import free_port
+from jobs.runtime.redis_server import free_port
 from policies import load_policy
 from tests.gateway.conftest import KV_BYTES, make_client
 

@@ -13,7 +13,7 @@ import pytest
 from core.settings import Settings
 from gateway.document_cache import document_prefix
 from gateway.replicas.server import create_engine_app
-from jobs.redis_server import free_port
+from jobs.runtime.redis_server import free_port
 from policies import load_policy
 from stack.processes import GatewayThread
 from tests.gateway.conftest import Keys, auth, make_client

@@ -21,12 +21,12 @@ from kombu.utils.url import maybe_sanitize_url
 from core import tracing
 from core.logging import configure_logging
 from core.settings import get_settings
-from jobs.celery_app import EXTRACT_TASK, QUEUE, celery_app
-from jobs.presence import PRESENCE_INTERVAL_S, WorkerPresence
-from jobs.queue import enqueue_items
-from jobs.reconcile import Reconciler
-from jobs.watchdog import ConsumerWatchdog
-from jobs.worker import claim_lease_s, worker_runtime
+from jobs.runtime.celery_app import EXTRACT_TASK, QUEUE, celery_app
+from jobs.runtime.presence import PRESENCE_INTERVAL_S, WorkerPresence
+from jobs.runtime.queue import enqueue_items
+from jobs.runtime.reconcile import Reconciler
+from jobs.runtime.watchdog import ConsumerWatchdog
+from jobs.runtime.worker import claim_lease_s, worker_runtime
 
 
 def _worker_logging(loglevel: int | str | None = None, **_: Any) -> None:

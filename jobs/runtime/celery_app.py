@@ -1,7 +1,7 @@
 """The Celery app: Redis is only the queue (no result backend; results live in SQL).
 
 The app is built by a function (`celery_app()`, once per process, from that process's settings), never at
-import: importing this module (for `QUEUE`, say) costs nothing and binds nothing. `celery -A jobs.celery_app
+import: importing this module (for `QUEUE`, say) costs nothing and binds nothing. `celery -A jobs.runtime.celery_app
 worker` still finds `app` (a module attribute built on first access) and `finserve worker` calls
 `celery_app()`. Reliability settings, following Celery's own guidance for idempotent tasks:
 - acks_late + reject_on_worker_lost: a message is acknowledged only after its task returns, so
@@ -11,7 +11,7 @@ worker` still finds `app` (a module attribute built on first access) and `finser
 - prefetch multiplier 1: a worker reserves no more items than it has slots, so a crash strands
   few and a busy worker never hoards items an idle one could run.
 
-A worker imports `jobs.tasks` (the task) and `jobs.worker_signals` (logging, tracing, the reconciler) through
+A worker imports `jobs.runtime.tasks` (the task) and `jobs.runtime.worker_signals` (logging, tracing, the reconciler) through
 the app's `include` list, before it configures logging or starts.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ _lock = threading.Lock()
 
 
 def make_celery(settings: Settings) -> Celery:
-    app = Celery("finserve", broker=settings.broker_url, include=["jobs.tasks", "jobs.worker_signals"])
+    app = Celery("finserve", broker=settings.broker_url, include=["jobs.runtime.tasks", "jobs.runtime.worker_signals"])
     app.conf.update(
         task_ignore_result=True,
         task_acks_late=True,
@@ -96,7 +96,7 @@ def use_broker(url: str) -> None:
 
 
 def __getattr__(name: str) -> Celery:
-    """`jobs.celery_app.app` (what `celery -A jobs.celery_app` looks up): the app, built on first access."""
+    """`jobs.runtime.celery_app.app` (what `celery -A jobs.runtime.celery_app` looks up): the app, built on first access."""
     if name == "app":
         return celery_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,7 +28,7 @@ from core.keys import client_api_key
 from core.settings import Settings, get_settings
 from jobs import batch, service
 from jobs.extraction import finish_item, plan_item
-from jobs.gateway_client import ClaimLost, GatewayClient, GatewayLost, Refused, Saturated
+from jobs.runtime.gateway_client import ClaimLost, GatewayClient, GatewayLost, Refused, Saturated
 from jobs.service import Claim, ClaimOutcome
 
 log = structlog.get_logger("finserve.jobs")

@@ -1,4 +1,4 @@
-"""Celery tasks. Thin: ids in, the work is jobs.worker.process_item, retries are Celery's.
+"""Celery tasks. Thin: ids in, the work is jobs.runtime.worker.process_item, retries are Celery's.
 
 Each delivery is one `finserve.jobs.item` span (CONSUMER), continuing the trace whose W3C context the
 message carries in its headers (jobs/queue.py); a retry is re-published with the same headers, so every
@@ -14,8 +14,8 @@ from opentelemetry.trace import SpanKind
 from sqlalchemy.exc import OperationalError
 
 from core import tracing
-from jobs.celery_app import EXTRACT_TASK
-from jobs.worker import Step, backoff_s, process_item, worker_runtime
+from jobs.runtime.celery_app import EXTRACT_TASK
+from jobs.runtime.worker import Step, backoff_s, process_item, worker_runtime
 
 log = structlog.get_logger("finserve.jobs")
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from opentelemetry.trace import SpanKind
 
 from core import tracing
-from jobs.celery_app import EXTRACT_TASK, QUEUE, celery_app
+from jobs.runtime.celery_app import EXTRACT_TASK, QUEUE, celery_app
 
 __all__ = ["EXTRACT_TASK", "QueueUnavailable", "enqueue_items"]
 
