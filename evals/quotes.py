@@ -26,7 +26,7 @@ from typing import Any
 from engine.engine import LLMEngine
 from engine.repetition import REPETITION
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
-from gateway.prompts import document_messages, parse_quoted_answer, quoted_answer_schema, relevant_sentences
+from gateway.domain.prompts import document_messages, parse_quoted_answer, quoted_answer_schema, relevant_sentences
 from textspans import sentence_spans
 
 CLASS = "document_qa"

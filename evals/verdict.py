@@ -24,9 +24,9 @@ from engine.engine import LLMEngine
 from engine.outputs import TokenLogprobs
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from evals.common import percentile
-from gateway.prompts import judgement_messages, risk_messages, verdict_messages
-from gateway.schemas.risk import DEFAULT_QUESTION, RiskEvent
-from gateway.verdict import combine, judgement_sampling, level_probabilities, rules_of, severity
+from gateway.domain.prompts import judgement_messages, risk_messages, verdict_messages
+from gateway.domain.risk_schemas import DEFAULT_QUESTION, RiskEvent
+from gateway.domain.verdict import combine, judgement_sampling, level_probabilities, rules_of, severity
 from policies.model import ClassPolicy, RiskRules
 from policies.risk import evaluate, verdict
 

@@ -34,12 +34,14 @@ from engine import grammar_pool
 from engine.protocol import EngineClient
 from gateway import ledger_maintenance as maintenance
 from gateway.docs_ui import mount_docs
+from gateway.domain import documents, risk
 from gateway.grammar_executor import GrammarExecutor
 from gateway.inference.inputs import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
 from gateway.metrics import GatewayMetrics
+from gateway.openai import routes as openai
 from gateway.ratelimit import RateLimiter
 from gateway.replicas.replica_set import build_replica_set
-from gateway.routes import documents, health, openai, reports, requests, risk, utility
+from gateway.routes import health, reports, requests, utility
 from gateway.schemas.common import BOUND_KEY
 from gateway.service import served_model_name
 from gateway.state import GatewayState

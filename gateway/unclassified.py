@@ -21,8 +21,8 @@ from core.web.context import STATE_KEY, RequestContext
 from core.web.deps import raw_api_key
 from core.web.middleware import route_template
 from core.web.state import STATE_ATTR
+from gateway.domain import documents, risk
 from gateway.metrics import UNCLASSIFIED
-from gateway.routes import documents, risk
 from gateway.state import GatewayState
 from policies import PolicyError, classify
 

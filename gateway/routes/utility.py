@@ -18,8 +18,8 @@ from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, parse_body, request_body
 from core.web.text import EdgeModel
 from gateway.deps import ServiceDep, StateDep, TenantDep
+from gateway.openai.schemas import ModelCard
 from gateway.schemas.common import TokenId
-from gateway.schemas.openai import ModelCard
 from gateway.service import InferenceService
 
 router = APIRouter(tags=["utility"])  # mounted at the root, where vLLM has these

@@ -44,8 +44,8 @@ def engines(default_model_dir: Path) -> dict[bool, LLMEngine]:
 
 
 def _verdict_prompt(engine: LLMEngine) -> list[int]:
-    from gateway.prompts import verdict_messages
-    from gateway.schemas.risk import DEFAULT_QUESTION, RiskEvent
+    from gateway.domain.prompts import verdict_messages
+    from gateway.domain.risk_schemas import DEFAULT_QUESTION, RiskEvent
 
     event = RiskEvent(event_type="wire_transfer", entity="ACME-7781", amount=950_000, currency="USD",
                       attributes={"country": "KY", "new_beneficiary": True})

@@ -17,7 +17,7 @@ import pytest
 
 from core.settings import Settings
 from engine.client import LocalEngineClient
-from gateway.document_cache import document_prefix
+from gateway.domain.document_cache import document_prefix
 from policies import load_policy
 from stack.app import create_app
 from tests.gateway.conftest import Keys, auth, make_client, wait_for

@@ -6,7 +6,7 @@ import re
 
 import httpx
 
-from gateway.prompts import (
+from gateway.domain.prompts import (
     answer_leads,
     document_messages,
     parse_quoted_answer,

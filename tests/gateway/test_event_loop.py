@@ -126,8 +126,8 @@ async def test_a_chat_with_500_tools_is_validated_and_templated_off_the_event_lo
     import types
 
     import core.web.text
-    import gateway.body
-    import gateway.routes.openai
+    import gateway.openai.body
+    import gateway.openai.routes
 
     on_loop: dict[str, list[bool]] = {"parse": [], "validate": [], "tools": [], "template": []}
 
@@ -137,10 +137,10 @@ async def test_a_chat_with_500_tools_is_validated_and_templated_off_the_event_lo
             return fn(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(gateway.body, "json", types.SimpleNamespace(loads=recorded("parse", json.loads)))
+    monkeypatch.setattr(gateway.openai.body, "json", types.SimpleNamespace(loads=recorded("parse", json.loads)))
     # the body model's first check (core/web/text.py): it runs where the whole body is validated
     monkeypatch.setattr(core.web.text, "json_depth", recorded("validate", core.web.text.json_depth))
-    monkeypatch.setattr(gateway.routes.openai, "describe_tools", recorded("tools", gateway.routes.openai.describe_tools))
+    monkeypatch.setattr(gateway.openai.routes, "describe_tools", recorded("tools", gateway.openai.routes.describe_tools))
     monkeypatch.setattr(Tokenizer, "encode_chat", recorded("template", Tokenizer.encode_chat))
     body = json.dumps({"messages": [{"role": "user", "content": "Find record 7."}], "tools": _tools(500),
                        "max_tokens": 1}).encode()

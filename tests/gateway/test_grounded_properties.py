@@ -18,7 +18,7 @@ from engine.request import SamplingParams
 from engine.sampler import SamplingRow, sample
 from engine.structured import check_constraint, compile_json_schema, writable
 from engine.tokenizer import Tokenizer
-from gateway.prompts import quoted_answer_schema, relevant_sentences
+from gateway.domain.prompts import quoted_answer_schema, relevant_sentences
 from textspans import grounded_schema, is_grounded
 
 MAX_STEPS = 400

@@ -11,7 +11,7 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import Mount, Route
 
-from gateway.routes import openai as openai_routes
+from gateway.openai import routes as openai_routes
 from gateway.routes import utility
 from tests.gateway.conftest import Keys, LiveServer, auth
 from tests.gateway.test_auth_and_errors import ERRORS_DOC

@@ -19,9 +19,9 @@ from bench.loadgen import (
 )
 from bench.serve_report import class_report, slo_met, ttft_agreement
 from bench.serve_workload import Workload, WorkloadShape
-from gateway.schemas.documents import QuestionCreate
-from gateway.schemas.openai import ChatCompletionRequest
-from gateway.schemas.risk import RiskAssessRequest
+from gateway.domain.document_schemas import QuestionCreate
+from gateway.domain.risk_schemas import RiskAssessRequest
+from gateway.openai.schemas import ChatCompletionRequest
 from policies import SLOTargets
 from tests.gateway.conftest import Keys, LiveServer
 

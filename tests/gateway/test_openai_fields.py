@@ -10,8 +10,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.schemas.openai import ChatCompletionRequest, CompletionRequest
-from gateway.schemas.openai_fields import CHAT_NOT_USED, COMPLETION_NOT_USED
+from gateway.openai.fields import CHAT_NOT_USED, COMPLETION_NOT_USED
+from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
 from tests.gateway.conftest import Keys, auth
 
 OPENAI_CHAT = [

@@ -15,8 +15,8 @@ from core.settings import Settings
 from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from gateway.schemas.openai import ChatCompletionRequest
-from gateway.tools import HermesParser, Llama3JsonParser, SmolLM2Parser, ToolStream, answer, parser_for
+from gateway.openai.schemas import ChatCompletionRequest
+from gateway.openai.tools import HermesParser, Llama3JsonParser, SmolLM2Parser, ToolStream, answer, parser_for
 from policies import load_policy
 from stack.processes import GatewayThread
 from tests.gateway.conftest import Keys

@@ -22,7 +22,7 @@ from engine.request import SamplingParams
 from engine.sampler import SamplingRow, sample
 from engine.structured import compile_json_schema, writable
 from engine.tokenizer import Tokenizer
-from gateway.prompts import quoted_answer_schema, relevant_sentences
+from gateway.domain.prompts import quoted_answer_schema, relevant_sentences
 from tests.gateway.conftest import Keys, auth
 from tests.gateway.test_grounded_properties import _tokenizer
 from textspans import sentence_spans

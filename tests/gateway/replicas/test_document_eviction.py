@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from core.settings import Settings
-from gateway.document_cache import document_prefix
+from gateway.domain.document_cache import document_prefix
 from gateway.replicas.server import create_engine_app
 from jobs.runtime.redis_server import free_port
 from policies import load_policy

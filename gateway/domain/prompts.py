@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.repetition import repeated_tail
-from gateway.schemas.risk import RiskEvent
+from gateway.domain.risk_schemas import RiskEvent
 from textspans import describe_fields, sentence_spans
 
 RISK_SYSTEM = (

@@ -40,19 +40,10 @@ from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.request import SamplingParams
 from engine.structured import writable
-from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
-from gateway.document_cache import evict_document, shared_prefix_tokens
-from gateway.inference.inputs import InferenceInput, Prompt
-from gateway.prompts import (
-    document_messages,
-    parse_quoted_answer,
-    quoted_answer_schema,
-    relevant_sentences,
-    trim_repetition,
-)
-from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
-from gateway.schemas.documents import (
+from gateway.domain.answer_stream import answer_events
+from gateway.domain.document_cache import evict_document, shared_prefix_tokens
+from gateway.domain.document_schemas import (
     Answer,
     DocumentCreate,
     DocumentDeleted,
@@ -60,6 +51,15 @@ from gateway.schemas.documents import (
     DocumentPublic,
     QuestionCreate,
 )
+from gateway.domain.prompts import (
+    document_messages,
+    parse_quoted_answer,
+    quoted_answer_schema,
+    relevant_sentences,
+    trim_repetition,
+)
+from gateway.inference.inputs import InferenceInput, Prompt
+from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.streaming import EventStreamResponse, cancel_on_disconnect
 
 router = APIRouter(tags=["documents"])

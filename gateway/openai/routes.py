@@ -21,8 +21,11 @@ from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.outputs import RequestOutput
 from engine.tokenizer import Tokenizer
-from gateway.body import OffLoopJSONRoute, as_parsed, validated
-from gateway.choices import (
+from gateway.deps import ServiceDep, TenantDep
+from gateway.inference.errors import raise_if_failed
+from gateway.inference.inputs import InferenceInput, Prompt
+from gateway.openai.body import OffLoopJSONRoute, as_parsed, validated
+from gateway.openai.choices import (
     Choice,
     chat_logprobs,
     collect_all,
@@ -31,12 +34,8 @@ from gateway.choices import (
     prepare_choices,
     usage,
 )
-from gateway.deps import ServiceDep, TenantDep
-from gateway.inference.errors import raise_if_failed
-from gateway.inference.inputs import InferenceInput, Prompt
-from gateway.sampling import explicit_class, sampling_params
-from gateway.schemas.common import Timings, WorkloadClassHeader
-from gateway.schemas.openai import (
+from gateway.openai.sampling import explicit_class, sampling_params
+from gateway.openai.schemas import (
     AssistantMessage,
     ChatChoice,
     ChatCompletionRequest,
@@ -48,9 +47,10 @@ from gateway.schemas.openai import (
     ModelList,
     SamplingFields,
 )
+from gateway.openai.tools import ToolParser, ToolStream, answer, describe_tools, parser_for, render_turn, tool_schema
+from gateway.schemas.common import Timings, WorkloadClassHeader
 from gateway.service import InferenceService
 from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
-from gateway.tools import ToolParser, ToolStream, answer, describe_tools, parser_for, render_turn, tool_schema
 
 router = APIRouter(tags=["openai"], route_class=OffLoopJSONRoute)  # large bodies parsed off the event loop
 ChatBody = Annotated[Any, PlainValidator(as_parsed, json_schema_input_type=ChatCompletionRequest), Body()]

@@ -26,17 +26,11 @@ from core.web.errors import APIError
 from core.web.responses import STREAMING_RESPONSES
 from engine.outputs import RequestOutput, TokenLogprobs
 from engine.request import SamplingParams
-from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, TenantDep
-from gateway.inference.errors import raise_if_failed
-from gateway.inference.inputs import Classified, InferenceInput, Prompt
-from gateway.prompts import judgement_messages, risk_messages, verdict_messages
-from gateway.sampling import schema_text
-from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
-from gateway.schemas.risk import RiskAssessment, RiskAssessRequest
-from gateway.service import InferenceService
-from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
-from gateway.verdict import (
+from gateway.domain.answer_stream import answer_events
+from gateway.domain.prompts import judgement_messages, risk_messages, verdict_messages
+from gateway.domain.risk_schemas import RiskAssessment, RiskAssessRequest
+from gateway.domain.verdict import (
     JUDGEMENT_MAX_TOKENS,
     combine,
     judgement_choice,
@@ -44,6 +38,12 @@ from gateway.verdict import (
     rules_of,
     verdict_text,
 )
+from gateway.inference.errors import raise_if_failed
+from gateway.inference.inputs import Classified, InferenceInput, Prompt
+from gateway.openai.sampling import schema_text
+from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
+from gateway.service import InferenceService
+from gateway.streaming import DONE, EventStreamResponse, cancel_on_disconnect, sse
 
 router = APIRouter(tags=["risk"])
 ROUTE = "risk"  # policy route name

@@ -23,8 +23,8 @@ from engine.request import SEED_LIMIT, EngineRequest, RequestMetrics
 from engine.tokenizer import Tokenizer
 from gateway.inference.errors import raise_if_failed
 from gateway.inference.inputs import Admitted, InferenceInput
+from gateway.openai.schemas import ChatLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob
 from gateway.schemas.common import PromptTokensDetails, Usage
-from gateway.schemas.openai import ChatLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob
 from gateway.service import InferenceService
 
 T = TypeVar("T")

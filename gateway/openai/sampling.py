@@ -10,7 +10,7 @@ import jsonschema
 from core.web.errors import APIError
 from engine.request import SamplingParams
 from gateway.inference.inputs import SamplingChoice
-from gateway.schemas.openai import ResponseFormat, SamplingFields
+from gateway.openai.schemas import ResponseFormat, SamplingFields
 from util.jsondepth import MAX_SCHEMA_DEPTH, json_depth
 
 OPENAI_DEFAULT_TEMPERATURE = 1.0  # OpenAI's documented default; the domain routes default to greedy

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from core.web.errors import APIError
-from gateway.schemas.openai import ChatCompletionRequest, NamedToolChoice, ToolCall, ToolCallFunction, ToolDef
+from gateway.openai.schemas import ChatCompletionRequest, NamedToolChoice, ToolCall, ToolCallFunction, ToolDef
 
 _OBJECT: dict[str, Any] = {"type": "object"}
 _DECODER = json.JSONDecoder()

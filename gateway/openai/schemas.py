@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.web.text import EdgeModel
 from engine.request import MAX_LOGIT_BIAS, MAX_LOGPROBS
+from gateway.openai.fields import CHAT_NOT_USED, COMPLETION_NOT_USED, unsupported_extra
 from gateway.schemas.common import (
     ClassName,
     MaxTokens,
@@ -30,7 +31,6 @@ from gateway.schemas.common import (
     TopP,
     Usage,
 )
-from gateway.schemas.openai_fields import CHAT_NOT_USED, COMPLETION_NOT_USED, unsupported_extra
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
 # Request lists stop at their first bad item (fail_fast): a 1.5 MB body of 500,000 `{}` prompts made pydantic

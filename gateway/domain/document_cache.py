@@ -17,7 +17,7 @@ import structlog
 from engine.outputs import PrefixEvicted, PrefixEviction
 from engine.protocol import EngineClient
 from engine.tokenizer import Tokenizer
-from gateway.prompts import document_messages
+from gateway.domain.prompts import document_messages
 
 log = structlog.get_logger("finserve.documents")
 
