@@ -95,7 +95,7 @@ class _Bench:
         self.schema = json.loads((EXAMPLES / "contract_schema.json").read_text())
         self.schema_json = normalize_schema(self.schema, max_fields=64)
         self.invalid_attempts = get_settings().jobs_invalid_output_attempts
-        kw: dict[str, object] = {"num_threads": threads} if threads else {}
+        kw: dict[str, object] = {"threads": threads} if threads else {}
         self.config = engine_config(model, **kw)
         self.stack = LocalJobStack(home, self.config, workers=workers, in_flight=in_flight, tenant="bench")
         self.engine, self.sessions, self.url = self.stack.engine, self.stack.sessions, self.stack.url

@@ -125,7 +125,7 @@ def parity(tokenizer_dir: Path, work: Path, device: str, lengths: tuple[int, ...
     for label, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         name = "float32" if dtype == torch.float32 else "bfloat16"
         engine = make_engine(model, device, dtype=name, weights="auto", kv_cache_dtype=name, block_size=16,
-                             num_blocks_override=256, max_num_batched_tokens=64)
+                             kv_cache_num_blocks=256, max_num_batched_tokens=64)
         got = engine_greedy(engine, prompts, n)
         ref = hf_greedy(hf_model(model, device, dtype), prompts, n, device)
         agree = [agreeing_prefix(g, r) for g, r in zip(got, ref, strict=True)]

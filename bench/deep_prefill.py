@@ -29,7 +29,7 @@ def measure(length: int = 4096, reps: int = 2, limit: int = 2048, threads: int =
             config: EngineConfig | None = None) -> dict[str, Any]:
     """`config`: the engines to measure (default: SmolLM2 q4 as served, with `threads`)."""
     if config is None:
-        config = engine_config(str(resolve_model(None)), weights="q4", num_threads=threads)
+        config = engine_config(str(resolve_model(None)), weights="q4", threads=threads)
     rng = random.Random(0)
     settings = {"native_every_chunk": 10**9, f"native_to_{limit}_then_torch": limit}
     engines = {name: LLMEngine(config, native_prefill_context=lim) for name, lim in settings.items()}

@@ -145,7 +145,7 @@ def run(json_path: str | None, reps: int = 3, mixed_requests: int = 64, threads:
     overrides: dict[str, object] = {"kv_cache_memory_bytes": 2 << 30, "max_num_batched_tokens": 1024, "max_num_seqs": 64,
                  "scheduling": "fcfs"}
     if threads:
-        overrides["num_threads"] = threads
+        overrides["threads"] = threads
     engine = LLMEngine(engine_config(model, **overrides))
     threads = threads_of(engine.config)
     torch.set_num_threads(threads)

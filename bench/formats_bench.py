@@ -77,7 +77,7 @@ def run(json_path: str | None = "results/formats.json", formats: str = "fp32,bf1
     prompts = {n: [random.Random(n).randrange(200, 40000) for _ in range(n)] for n in (prompt_len, *long_prompts)}
     prompt = prompts[prompt_len]
     # one step per prompt (the whole prompt in one chunk), and room for the longest prompt's KV in fp32
-    engines = {f: LLMEngine(engine_config(model, weights=f, num_threads=threads, max_num_batched_tokens=longest,
+    engines = {f: LLMEngine(engine_config(model, weights=f, threads=threads, max_num_batched_tokens=longest,
                                           kv_cache_dtype=kv_dtype, kv_cache_memory_bytes=(longest + new_tokens) * 96 << 10))
                for f in formats.split(",")}
     peers = peer_ggufs(peer_python, Path(".finserve/peer")) if peer_python else {}

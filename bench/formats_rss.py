@@ -39,7 +39,7 @@ def _child(fmt: str, model: str, threads: int) -> dict[str, object]:
 
     torch.set_num_threads(threads)
     base = rss_bytes()
-    engine = LLMEngine(engine_config(model, weights=fmt, num_threads=threads, kv_cache_memory_bytes=KV_BYTES,
+    engine = LLMEngine(engine_config(model, weights=fmt, threads=threads, kv_cache_memory_bytes=KV_BYTES,
                                      max_num_batched_tokens=256))
     loaded = rss_bytes()
     engine.add_request(EngineRequest("rss", list(range(300, 428)), SamplingParams(max_tokens=2, ignore_eos=True),

@@ -159,7 +159,7 @@ def run(json_path: str | None = None, *, n: int = 100, blocks: int = 5, warmup: 
 
     if n < 1 or blocks < 1 or warmup < 0:
         raise ValueError("n and blocks must be >= 1, warmup >= 0")
-    overrides: dict[str, object] = {"num_threads": threads} if threads else {}
+    overrides: dict[str, object] = {"threads": threads} if threads else {}
     if kv_memory:
         overrides["kv_cache_memory_bytes"] = kv_memory
     config = engine_config(model, **overrides)
@@ -194,7 +194,7 @@ def _report(runs: dict[str, list[list[Sample]]], config: EngineConfig, *, prompt
     added_p50 = http["p50_ms"]["median"] - direct["p50_ms"]["median"]
     return {
         "benchmark": "gateway",
-        "environment": environment(config.num_threads or torch.get_num_threads(), config.resolved_dtype,
+        "environment": environment(config.threads or torch.get_num_threads(), config.resolved_dtype,
                                    config.model),
         "config": {
             "prompt_tokens": prompt_tokens, "max_tokens": 1, "temperature": 0.0, "workload_class": WORKLOAD_CLASS,

@@ -79,7 +79,7 @@ def run(json_path: str | None, model: str, reps: int = 3) -> dict[str, Any]:
     for part, fn in parts.items():
         figures[part] = alternate({name: functools.partial(fn, name) for name in SYSTEMS}, reps)
     cfg = engines["default"].config
-    env = {**environment(cfg.num_threads or 0, cfg.resolved_dtype, model), "cpu_name": cpu_name(),
+    env = {**environment(cfg.threads or 0, cfg.resolved_dtype, model), "cpu_name": cpu_name(),
            "kernel_isa": cpu_kernels.kernel_isa(), "weights": engines["default"].runner.model.weight_format}
     result: dict[str, Any] = {"environment": env, "reps": reps, "mixed_prompt_tokens": mixed_prompt_tokens,
                               "mixed_output_tokens": sum(n for _, n in mixed)}

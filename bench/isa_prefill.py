@@ -58,7 +58,7 @@ if __name__ == "__main__":
     a = sys.argv[1:]
     if a[:1] == ["--one"]:
         isa, tokens, threads = a[1], int(a[2]), int(a[3])
-        engine = LLMEngine(engine_config(str(resolve_model(None)), weights="q4", num_threads=threads, kernel_isa=isa,
+        engine = LLMEngine(engine_config(str(resolve_model(None)), weights="q4", threads=threads, kernel_isa=isa,
                                          max_num_batched_tokens=max(512, tokens)))
         print(json.dumps(one(engine, tokens)))
     else:

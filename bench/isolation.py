@@ -243,7 +243,7 @@ async def _long_document(n_risk: int, gap_s: float, seed: int, model: str | None
                          doc_tokens: int = LONG_DOC_TOKENS) -> dict[str, Any]:
     """The risk stream while one LONG_DOC_TOKENS-token document prefills (no other load)."""
     policy = load_policy() if chunk_shield else _without_chunk_shield(load_policy())
-    config = dataclasses.replace(engine_config(model, num_threads=threads), policy=policy)
+    config = dataclasses.replace(engine_config(model, threads=threads), policy=policy)
     client = EngineClient.launch(lambda: LLMEngine(config))
     rng = random.Random(seed)
     try:

@@ -27,7 +27,7 @@ PHASES = ("norm", "qkv", "rope_kv_write", "attend", "attend_merge", "quant", "o_
 
 
 def measure(depth: int, threads: int, kv_dtype: str, new_tokens: int = 40, batch: int = 1) -> dict[str, Any]:
-    engine = LLMEngine(engine_config(str(resolve_model(None)), num_threads=threads, kv_cache_dtype=kv_dtype,
+    engine = LLMEngine(engine_config(str(resolve_model(None)), threads=threads, kv_cache_dtype=kv_dtype,
                                      max_num_batched_tokens=512))
     lib = cpu_kernels._library()
     if lib is None or engine.runner.native_step is None:

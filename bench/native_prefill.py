@@ -28,7 +28,7 @@ PATHS = {"native": 10**9, "torch": -1}  # the native_prefill_context that forces
 def run(lengths: list[int], reps: int, threads: int = 2, config: EngineConfig | None = None) -> dict[str, Any]:
     """`config`: the engines to measure (default: the served model with `threads`, whole prompts in one step)."""
     if config is None:
-        config = engine_config(str(resolve_model(None)), num_threads=threads, max_num_batched_tokens=max(lengths))
+        config = engine_config(str(resolve_model(None)), threads=threads, max_num_batched_tokens=max(lengths))
     engines = {path: LLMEngine(config, native_prefill_context=limit) for path, limit in PATHS.items()}
     if not engines["native"].runner.path.native:
         raise SystemExit("the native step does not serve this engine (quantized weights and the kernels needed)")

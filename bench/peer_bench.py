@@ -49,7 +49,7 @@ def _engine(model: str, weights: str, threads: int, kv_dtype: str) -> Any:
     from engine.engine import LLMEngine
     from evals.configured import engine_config
 
-    return LLMEngine(engine_config(model, weights=weights, num_threads=threads, kv_cache_memory_bytes=640 << 20,
+    return LLMEngine(engine_config(model, weights=weights, threads=threads, kv_cache_memory_bytes=640 << 20,
                                    kv_cache_dtype=kv_dtype))
 
 

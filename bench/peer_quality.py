@@ -76,7 +76,7 @@ def run(json_path: str | None, *, model: str, gguf_types: tuple[str, ...], forma
     ours: dict[str, Any] = {}
     tokens = 0
     for fmt in formats:
-        engine = LLMEngine(engine_config(model, weights=fmt, num_threads=threads))
+        engine = LLMEngine(engine_config(model, weights=fmt, threads=threads))
         ids = text_ids(engine.tokenizer.encode)
         tokens = len(ids)
         lm = engine.runner.model

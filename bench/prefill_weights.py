@@ -44,7 +44,7 @@ def measure(sizes: list[int], reps: int) -> dict[str, Any]:
                        "dequantize_over_cached": round(med["dequantize"] / med["cached"], 3),
                        "runs": {m: [round(x, 1) for x in v] for m, v in runs.items()}}
     first = engines["cached"].runner.prefill_weights
-    return {"cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(), "threads": base.num_threads,
+    return {"cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(), "threads": base.threads,
             "weights": base.weights, "cached_mb": round(first.cached_bytes / 2**20, 1), "reps": reps, "sizes": out}
 
 

@@ -145,7 +145,7 @@ def run(json_path: str | None, *, model: str, shape: DirectShape, log_path: Path
     from evals.configured import engine_config
 
     rng = random.Random(0)
-    engine = LLMEngine(engine_config(model, weights=shape.weights, num_threads=shape.threads))
+    engine = LLMEngine(engine_config(model, weights=shape.weights, threads=shape.threads))
     log = log_path.open("ab") if log_path else None
     servers = {"serve": start_finserve(model, threads=shape.threads, weights=shape.weights, log=log)}
     reps: list[dict[str, Any]] = []

@@ -58,7 +58,7 @@ def run_streams(engine: LLMEngine, streams: int, rng: random.Random, rounds: int
 
 def measure(formats: list[str], streams: int = 8, reps: int = 3, threads: int = 2) -> dict[str, Any]:
     model = str(resolve_model(None))
-    engines = {w: LLMEngine(engine_config(model, weights=w, num_threads=threads)) for w in formats}
+    engines = {w: LLMEngine(engine_config(model, weights=w, threads=threads)) for w in formats}
     rng = random.Random(0)
     for e in engines.values():
         run_streams(e, min(streams, 2), rng, rounds=1)  # warm-up: allocation, the thread governor's first samples

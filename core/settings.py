@@ -261,13 +261,13 @@ class Settings(BaseSettings):
             prefill_weights=self.prefill_weights,
             block_size=self.block_size,
             kv_cache_memory_bytes=self.kv_cache_memory_bytes,
-            num_blocks_override=self.kv_cache_num_blocks,
+            kv_cache_num_blocks=self.kv_cache_num_blocks,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
             max_model_len=self.max_model_len,
             enable_prefix_caching=self.enable_prefix_caching,
             scheduling=self.scheduling,
-            num_threads=self.threads or default_threads(),  # resolved here: every command runs the same count
+            threads=self.threads or default_threads(),  # resolved here: every command runs the same count
             starvation_steps=self.starvation_steps,
             fast_forward=self.fast_forward,
             seed=self.seed,

@@ -47,13 +47,13 @@ class EngineConfig:
     prefill_weights: str = "auto"
     block_size: int = 16
     kv_cache_memory_bytes: int = 1 << 30  # KV block pool budget
-    num_blocks_override: int | None = None  # tests: exact number of blocks
+    kv_cache_num_blocks: int | None = None  # tests: exact number of blocks
     max_num_batched_tokens: int = 256  # token budget of one step: bounds a step (~0.5 s on 2 CPU cores)
     max_num_seqs: int = 64  # batch slots in total
     max_model_len: int | None = None  # None: the model's max_position_embeddings, capped at MAX_CONTEXT_CAP
     enable_prefix_caching: bool = True
     scheduling: str = "class"  # "class" (policy-aware) or "fcfs" (comparison only)
-    num_threads: int | None = None  # torch intra-op threads on CPU; None = all cores
+    threads: int | None = None  # torch intra-op threads on CPU; None = all cores
     starvation_steps: int = 256  # a request unscheduled this many steps is promoted (<= 0 disables)
     # Jump-forward decoding: tokens a grammar forces (JSON keys, punctuation, the rest of an enum
     # value) are appended without sampling and computed in one step. False: one step per token.

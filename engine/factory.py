@@ -14,5 +14,5 @@ def default_threads() -> int:
 
 def engine_config(model: str, *, policy_path: str | None = None, **overrides: object) -> EngineConfig:
     """The config for `model` (an HF-format folder) with the policy at `policy_path` (default: packaged)."""
-    overrides.setdefault("num_threads", default_threads())
+    overrides.setdefault("threads", default_threads())
     return EngineConfig(model=model, policy=load_policy(policy_path), **overrides)  # type: ignore[arg-type]

@@ -37,8 +37,8 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.dtype = TORCH_DTYPES[config.resolved_dtype]
         self.kv_dtype = TORCH_DTYPES[config.resolved_kv_dtype]
-        if self.device.type == "cpu" and config.num_threads:
-            torch.set_num_threads(config.num_threads)
+        if self.device.type == "cpu" and config.threads:
+            torch.set_num_threads(config.threads)
         cpu_kernels.configure(enabled=config.native_kernels, isa=config.kernel_isa)  # before any weight is packed
         self.model, self.model_config = load_model(
             config.model, self.device, self.dtype, config.weights, dtype_explicit=config.dtype != "auto",
@@ -52,7 +52,7 @@ class ModelRunner:
             dtype_bytes=DTYPE_BYTES[config.resolved_kv_dtype],
             block_size=config.block_size,
         )
-        self.num_blocks = config.num_blocks_override or self.kv_spec.num_blocks_for(config.kv_cache_memory_bytes)
+        self.num_blocks = config.kv_cache_num_blocks or self.kv_spec.num_blocks_for(config.kv_cache_memory_bytes)
         if self.num_blocks < 1:
             raise ValueError(f"KV budget {config.kv_cache_memory_bytes} B holds no block of {self.kv_spec.bytes_per_block} B")
         slots = self.num_blocks * config.block_size
@@ -90,7 +90,7 @@ class ModelRunner:
             return None, why
         lib = cpu_kernels._library()
         assert lib is not None  # native_decode implies a loaded library
-        threads = self.config.num_threads or torch.get_num_threads()
+        threads = self.config.threads or torch.get_num_threads()
         step = NativeDecoder(lib, self.model, threads)
         log.info("native_decode_step", max_threads=threads, isa=cpu_kernels.kernel_isa(),
                  weights_on_huge_pages_mb=round(step.hugepage_bytes / 2**20, 1))
@@ -104,7 +104,7 @@ class ModelRunner:
 
     def tokens_by_kv_dtype(self) -> dict[str, int]:
         """KV tokens this budget holds per pool precision (the start-up log shows what --kv-dtype buys)."""
-        if self.config.num_blocks_override:
+        if self.config.kv_cache_num_blocks:
             return {}
         out: dict[str, int] = {}
         for name in KV_DTYPES:

@@ -86,7 +86,7 @@ def measure_kv(folder: str | Path, plan: KVPlan, *, device: str = "cpu", num_thr
         dtype=inputs.weights_dtype, kv_cache_dtype=inputs.kv_dtype, block_size=inputs.block_size,
         kv_cache_memory_bytes=v.kv_budget_bytes, max_num_batched_tokens=n * ctx, max_num_seqs=n,
         max_model_len=ctx + _PROBE_OUTPUT_TOKENS, enable_prefix_caching=False, scheduling="fcfs",
-        num_threads=num_threads, seed=seed,
+        threads=num_threads, seed=seed,
     )
     for name in (config.resolved_dtype, config.resolved_kv_dtype):
         if name not in TORCH_DTYPES:

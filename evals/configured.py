@@ -25,4 +25,4 @@ def threads_of(config: EngineConfig) -> int:
     """The engine's thread count (Settings resolve it; None in a hand-built config means all cores)."""
     import torch
 
-    return config.num_threads or torch.get_num_threads()
+    return config.threads or torch.get_num_threads()

@@ -81,7 +81,7 @@ def run(model_dir: str | None = None, dtypes: str = "fp32,fp16,bf16", prompts: i
     base = engine_config(model_dir)
     ids = text_ids(Tokenizer.from_folder(base.model).encode)
     rows = evaluate(base, dtypes.split(","), ids, prompts_from_text(ids, prompts, prompt_tokens), new_tokens)
-    env = environment(base.num_threads or torch.get_num_threads(), "float32 activations", base.model)
+    env = environment(base.threads or torch.get_num_threads(), "float32 activations", base.model)
     report = {"bench": "kv_quality", "environment": env, "text": TEXT_PATH.name, "text_tokens": len(ids),
               "window": WINDOW, "chunk": CHUNK, "prompts": prompts, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
               "max_perplexity_rise": MAX_PERPLEXITY_RISE, "kv_dtypes": rows}

@@ -167,7 +167,7 @@ def run(model_dir: str | None = None, formats: str = "fp32,bf16,int8,q4", thread
     from evals.common import environment, write_json
     from evals.configured import engine_config
 
-    base = engine_config(model_dir, num_threads=threads) if threads else engine_config(model_dir)
+    base = engine_config(model_dir, threads=threads) if threads else engine_config(model_dir)
     tok = Tokenizer.from_folder(base.model)
     ids = text_ids(tok.encode)
     results = evaluate(base, formats.split(","), ids, prompts_from_text(ids, prompts, 48), new_tokens)
@@ -188,7 +188,7 @@ def run(model_dir: str | None = None, formats: str = "fp32,bf16,int8,q4", thread
             "meets_target": None if target is None else (
                 gated <= target[0] and (target[1] is None or r.agreement >= target[1])),
         })
-    env = environment(base.num_threads or torch.get_num_threads(), "float32 activations", base.model)
+    env = environment(base.threads or torch.get_num_threads(), "float32 activations", base.model)
     report = {"bench": "quality", "environment": env, "text": TEXT_PATH.name, "text_tokens": len(ids),
               "window": 512, "prompts": prompts, "new_tokens": new_tokens, "targets": TARGETS, "formats": rows}
     write_json(out, report)

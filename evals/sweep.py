@@ -106,7 +106,7 @@ def run(spec: SweepSpec) -> dict[str, Any]:
     overrides: dict[str, object] = {"max_num_batched_tokens": spec.max_batched_tokens, "seed": spec.seed,
                                     "weights": spec.weights}
     if spec.threads:
-        overrides["num_threads"] = spec.threads
+        overrides["threads"] = spec.threads
     base = engine_config(spec.model, **overrides)
     engines: dict[str, LLMEngine] = {}
     actual: dict[str, dict[str, str]] = {}

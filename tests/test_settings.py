@@ -26,13 +26,13 @@ CHANGED = {
     "prefill_weights": ("prefill_weights", "dequantize", "dequantize"),
     "block_size": ("block_size", 32, 32),
     "kv_cache_memory_bytes": ("kv_cache_memory_bytes", 123 << 20, 123 << 20),
-    "num_blocks_override": ("kv_cache_num_blocks", 77, 77),
+    "kv_cache_num_blocks": ("kv_cache_num_blocks", 77, 77),
     "max_num_batched_tokens": ("max_num_batched_tokens", 512, 512),
     "max_num_seqs": ("max_num_seqs", 8, 8),
     "max_model_len": ("max_model_len", 1024, 1024),
     "enable_prefix_caching": ("enable_prefix_caching", False, False),
     "scheduling": ("scheduling", "fcfs", "fcfs"),
-    "num_threads": ("threads", 3, 3),
+    "threads": ("threads", 3, 3),
     "starvation_steps": ("starvation_steps", 9, 9),
     "fast_forward": ("fast_forward", False, False),
     "seed": ("seed", 5, 5),
@@ -95,8 +95,8 @@ def test_auto_weights_keep_a_dense_checkpoint_and_say_why() -> None:
 def test_threads_resolve_in_the_settings_so_every_command_runs_the_same_count() -> None:
     from engine.factory import default_threads
 
-    assert Settings(_env_file=None).engine_config(load_policy()).num_threads == default_threads()
-    assert Settings(_env_file=None, threads=1).engine_config(load_policy()).num_threads == 1
+    assert Settings(_env_file=None).engine_config(load_policy()).threads == default_threads()
+    assert Settings(_env_file=None, threads=1).engine_config(load_policy()).threads == 1
 
 
 def test_the_served_model_name_is_the_setting_else_the_folder_name(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from policies import load_policy
 
 
 def test_the_mixed_batch_is_admitted_and_served_whole(tiny_model_dir):
-    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), num_threads=2))
+    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), threads=2))
     work = [(ids[:40], 3) for ids, _ in mixed_workload(64)]  # the bench's 64 prompts, shortened for a tiny model
     reqs = submit_mixed(engine, work)
     while engine.has_unfinished():

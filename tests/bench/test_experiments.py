@@ -16,8 +16,8 @@ native = pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native
 
 
 def _q4(model: Path, chunk: int) -> EngineConfig:
-    return EngineConfig(model=str(model), policy=load_policy(), block_size=4, num_blocks_override=512,
-                        max_num_batched_tokens=chunk, num_threads=1, weights="q4")
+    return EngineConfig(model=str(model), policy=load_policy(), block_size=4, kv_cache_num_blocks=512,
+                        max_num_batched_tokens=chunk, threads=1, weights="q4")
 
 
 @native

@@ -26,7 +26,7 @@ def test_qgemm_rate_times_both_activation_widths_for_every_row_count() -> None:
 
 def test_streams_run_every_request_to_its_length_and_refill_each_stream(make_tiny_model: Callable[..., Path]) -> None:
     engine = LLMEngine(EngineConfig(model=str(make_tiny_model()), policy=load_policy(), block_size=4,
-                                    num_blocks_override=256, max_num_batched_tokens=64, num_threads=1, weights="fp32"))
+                                    kv_cache_num_blocks=256, max_num_batched_tokens=64, threads=1, weights="fp32"))
     out = run_streams(engine, 3, random.Random(0), rounds=2, prompt_tokens=20, output_tokens=5)
     assert out["output_tokens"] == 3 * 2 * 5  # 3 streams x 2 requests x 5 tokens: nothing lost, nothing extra
     assert out["output_tokens_per_s"] > 0 and out["steps"] >= 2 * 5
@@ -35,8 +35,8 @@ def test_streams_run_every_request_to_its_length_and_refill_each_stream(make_tin
 
 @pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native kernels not built")
 def test_deep_prefill_times_both_settings_on_an_engine_each(make_tiny_model: Callable[..., Path]) -> None:
-    config = EngineConfig(model=str(make_tiny_model()), policy=load_policy(), block_size=4, num_blocks_override=256,
-                          max_num_batched_tokens=16, num_threads=1, weights="q4")
+    config = EngineConfig(model=str(make_tiny_model()), policy=load_policy(), block_size=4, kv_cache_num_blocks=256,
+                          max_num_batched_tokens=16, threads=1, weights="q4")
     out = deep_prefill.measure(length=48, reps=2, limit=8, config=config)
     assert set(out["runs"]) == {"native_every_chunk", "native_to_8_then_torch"}
     assert all(len(r) == 2 and min(r) > 0 for r in out["runs"].values())
@@ -45,7 +45,7 @@ def test_deep_prefill_times_both_settings_on_an_engine_each(make_tiny_model: Cal
 @pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native kernels not built")
 def test_isa_prefill_times_each_prefill_and_its_phases(make_tiny_model: Callable[..., Path]) -> None:
     engine = LLMEngine(EngineConfig(model=str(make_tiny_model()), policy=load_policy(), block_size=4,
-                                    num_blocks_override=256, max_num_batched_tokens=64, num_threads=1, weights="q4"))
+                                    kv_cache_num_blocks=256, max_num_batched_tokens=64, threads=1, weights="q4"))
     out = isa_prefill.one(engine, tokens=40, reps=2)
     assert out["kernel_isa"] == cpu_kernels.kernel_isa() and out["prefill_ms"] > 0
     assert set(out["phase_ms"]) == set(native_phases.PHASES) and out["phase_ms"]["qkv"] > 0

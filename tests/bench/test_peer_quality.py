@@ -49,7 +49,7 @@ def test_second_half_scoring_is_llama_perplexitys(tiny_model_dir: Path) -> None:
     from engine.model.attention import AttentionMetadata, PrefillMeta
     from evals.configured import engine_config
 
-    engine = LLMEngine(engine_config(str(tiny_model_dir), weights="fp32", num_threads=1))
+    engine = LLMEngine(engine_config(str(tiny_model_dir), weights="fp32", threads=1))
     model = engine.runner.model
     ids = [(7 * i + 3) % 400 + 10 for i in range(2 * 32 + 11)]  # two chunks of 32; the 11 left over are not scored
     ppl, chunks = peer_quality.perplexity_second_halves(model, ids, 32)

@@ -84,7 +84,7 @@ def test_every_variable_an_option_names_is_a_setting() -> None:
 ENV = {"FINSERVE_WEIGHTS": "fp32", "FINSERVE_KV_CACHE_DTYPE": "bf16", "FINSERVE_THREADS": "1"}
 # What makes the answers and the speed per token: the same in every command. Pool size, batch limits and
 # scheduling are a benchmark's own shape (bench engine measures fcfs batches in a 2 GiB pool).
-COMPARED = ("model", "weights", "kv_cache_dtype", "num_threads", "device", "dtype", "native_kernels", "kernel_isa",
+COMPARED = ("model", "weights", "kv_cache_dtype", "threads", "device", "dtype", "native_kernels", "kernel_isa",
             "block_size", "seed", "policy")
 
 
@@ -145,7 +145,7 @@ def build(args: list[str], built: list[EngineConfig], *extra: str) -> EngineConf
 def test_every_command_builds_the_engine_serve_builds(engine_env: list[EngineConfig], tiny_model_dir: Path) -> None:
     configs = {name: build(args, engine_env) for name, args in COMMANDS.items()}
     want = configs["serve"]
-    assert (want.model, want.weights, want.kv_cache_dtype, want.num_threads) == (str(tiny_model_dir), "fp32", "bf16", 1)
+    assert (want.model, want.weights, want.kv_cache_dtype, want.threads) == (str(tiny_model_dir), "fp32", "bf16", 1)
     for name, config in configs.items():
         differ = {f: (getattr(config, f), getattr(want, f)) for f in COMPARED if getattr(config, f) != getattr(want, f)}
         assert not differ, f"{name} builds another engine than serve: {differ}"
@@ -153,7 +153,7 @@ def test_every_command_builds_the_engine_serve_builds(engine_env: list[EngineCon
 
 def test_a_flag_overrides_only_when_it_is_given(engine_env: list[EngineConfig], tmp_path: Path) -> None:
     flagged = build(COMMANDS["generate"], engine_env, "--weights", "bf16", "--threads", "2")
-    assert (flagged.weights, flagged.num_threads, flagged.kv_cache_dtype) == ("bf16", 2, "bf16")
+    assert (flagged.weights, flagged.threads, flagged.kv_cache_dtype) == ("bf16", 2, "bf16")
     served = build(COMMANDS["serve"], engine_env, "--kv-dtype", "fp16")
     assert (served.weights, served.kv_cache_dtype) == ("fp32", "fp16")
 
@@ -266,5 +266,5 @@ def test_bench_formats_varies_only_the_weight_format(engine_env: list[EngineConf
     """It compares formats on purpose; model, threads and KV precision still come from the settings."""
     config = build(["bench", "formats", "--formats", "int8", "--reps", "1", "--no-rss", "--long-prompts", ""],
                    engine_env)
-    assert (config.model, config.weights, config.num_threads, config.kv_cache_dtype) == \
+    assert (config.model, config.weights, config.threads, config.kv_cache_dtype) == \
         (str(tiny_model_dir), "int8", 1, "bf16")

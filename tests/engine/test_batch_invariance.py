@@ -31,7 +31,7 @@ def _lp(lp: TokenLogprobs) -> tuple[int, float, tuple[tuple[int, float], ...]]:
 
 def make_engine(model_dir: Path, **kw: object) -> LLMEngine:
     cfg: dict[str, object] = {"model": str(model_dir), "policy": load_policy(), "weights": "q4",
-                              "batch_invariant": True, "num_threads": 2, "num_blocks_override": 512}
+                              "batch_invariant": True, "threads": 2, "kv_cache_num_blocks": 512}
     cfg.update(kw)
     return LLMEngine(EngineConfig(**cfg))  # type: ignore[arg-type]
 
@@ -97,7 +97,7 @@ def test_prefill_through_the_native_step_matches_the_torch_model(make_tiny_model
     """The invariant path computes prefill chunks with the same numbers as the torch model (int16
     activations on both: within fp32 rounding), including chunks after a cached prefix."""
     engine = make_engine(make_tiny_model(num_heads=4, num_kv_heads=2, head_dim=16), block_size=4,
-                         num_blocks_override=512, max_num_batched_tokens=32)
+                         kv_cache_num_blocks=512, max_num_batched_tokens=32)
     runner = engine.runner
     native = runner.native_step
     assert native is not None

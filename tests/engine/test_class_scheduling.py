@@ -16,8 +16,8 @@ from policies import load_policy
 
 
 def _engine(model_dir, **kw) -> LLMEngine:
-    cfg = dict(model=str(model_dir), policy=load_policy(), block_size=4, num_blocks_override=96,
-               max_num_seqs=4, max_num_batched_tokens=32, num_threads=1)
+    cfg = dict(model=str(model_dir), policy=load_policy(), block_size=4, kv_cache_num_blocks=96,
+               max_num_seqs=4, max_num_batched_tokens=32, threads=1)
     cfg.update(kw)
     return LLMEngine(EngineConfig(**cfg))
 

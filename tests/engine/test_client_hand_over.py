@@ -24,7 +24,7 @@ def engine(request, tiny_model_dir) -> LLMEngine:  # type: ignore[no-untyped-def
     if request.param == "q4" and not cpu_kernels.supported_variants():
         pytest.skip("native kernels not built")
     return LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), block_size=4,
-                                  num_blocks_override=64, max_num_batched_tokens=32, num_threads=1,
+                                  kv_cache_num_blocks=64, max_num_batched_tokens=32, threads=1,
                                   weights=request.param))
 
 

@@ -19,7 +19,7 @@ from policies import load_policy
 def engine(tiny_model_dir) -> LLMEngine:
     torch.set_num_threads(1)
     return LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), block_size=4,
-                                  num_blocks_override=64, max_num_batched_tokens=32, num_threads=1))
+                                  kv_cache_num_blocks=64, max_num_batched_tokens=32, threads=1))
 
 
 def _req(rid: str, max_tokens: int = 4) -> EngineRequest:
@@ -109,7 +109,7 @@ async def test_launch_builds_the_engine_on_the_loop_thread(tiny_model_dir):
     def factory() -> LLMEngine:
         built_on.append(threading.current_thread().name)
         return LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), block_size=4,
-                                      num_blocks_override=64, max_num_batched_tokens=32, num_threads=1))
+                                      kv_cache_num_blocks=64, max_num_batched_tokens=32, threads=1))
 
     gc.unfreeze()  # an earlier launch in this process froze its heap
     client = LocalEngineClient.launch(factory)

@@ -34,8 +34,8 @@ def hf_greedy(model_dir, prompts: list[list[int]], n: int) -> list[list[int]]:
 def make_engine(model_dir, **kw) -> LLMEngine:
     # fp32 weights and an fp32 K/V pool: the exact-parity reference (quantized formats:
     # tests/engine/test_quant_model.py; 16-bit pools: tests/engine/test_kv_dtype.py)
-    cfg = dict(model=str(model_dir), policy=load_policy(), block_size=4, num_blocks_override=256,
-               max_num_batched_tokens=64, num_threads=1, weights="fp32", kv_cache_dtype="fp32")
+    cfg = dict(model=str(model_dir), policy=load_policy(), block_size=4, kv_cache_num_blocks=256,
+               max_num_batched_tokens=64, threads=1, weights="fp32", kv_cache_dtype="fp32")
     cfg.update(kw)
     return LLMEngine(EngineConfig(**cfg))
 
@@ -98,7 +98,7 @@ def test_prefix_cache_hit_gives_identical_tokens(make_tiny_model):
 
 
 def test_abort_and_finish_return_every_block(make_tiny_model):
-    engine = make_engine(make_tiny_model(), num_blocks_override=64)
+    engine = make_engine(make_tiny_model(), kv_cache_num_blocks=64)
     prompts = random_prompts(3, [30, 17, 50, 8, 33])
     reqs = [req(f"a{i}", p, 20) for i, p in enumerate(prompts)]
     for r in reqs:
@@ -118,7 +118,7 @@ def test_abort_and_finish_return_every_block(make_tiny_model):
 
 @pytest.mark.slow  # loads SmolLM2 twice (ours and transformers'); the tiny-model parity tests above stay fast
 def test_smollm2_greedy_matches_hf_and_answers_paris(default_model_dir):
-    engine = make_engine(default_model_dir, block_size=16, num_blocks_override=64, max_num_batched_tokens=256)
+    engine = make_engine(default_model_dir, block_size=16, kv_cache_num_blocks=64, max_num_batched_tokens=256)
     ids = engine.tokenizer.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
     model = transformers.LlamaForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
     with torch.inference_mode():  # both stop at the chat model's end-of-turn token

@@ -39,7 +39,7 @@ def engines(default_model_dir: Path) -> dict[bool, LLMEngine]:
     torch.set_num_threads(2)
     policy = load_policy()
     return {ff: LLMEngine(EngineConfig(model=str(default_model_dir), policy=policy, fast_forward=ff,
-                                       num_blocks_override=256, max_num_batched_tokens=128))
+                                       kv_cache_num_blocks=256, max_num_batched_tokens=128))
             for ff in (False, True)}
 
 

@@ -20,8 +20,8 @@ from policies import load_policy
 
 
 def config(model: str, **kw: object) -> EngineConfig:
-    fields: dict[str, object] = {"model": model, "policy": load_policy(), "block_size": 4, "num_blocks_override": 64,
-                                 "max_num_batched_tokens": 32, "num_threads": 1}
+    fields: dict[str, object] = {"model": model, "policy": load_policy(), "block_size": 4, "kv_cache_num_blocks": 64,
+                                 "max_num_batched_tokens": 32, "threads": 1}
     fields.update(kw)
     return EngineConfig(**fields)  # type: ignore[arg-type]
 

@@ -56,7 +56,7 @@ def test_advise_asks_for_whole_huge_pages_only() -> None:
 @pytest.mark.skipif(not cpu_kernels.supported_variants(), reason="native kernels not built")
 def test_the_native_step_reads_its_weights_from_one_arena(tiny_model_dir: Path) -> None:
     engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), block_size=4,
-                                    num_blocks_override=64, num_threads=2, weights="q4"))
+                                    kv_cache_num_blocks=64, threads=2, weights="q4"))
     step = engine.runner.native_step
     assert step is not None
     assert engine.runner.kv_cache.data_ptr() % hugepages.HUGE_PAGE == 0

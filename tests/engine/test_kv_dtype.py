@@ -100,8 +100,8 @@ def test_avx2_variant_is_forced_on_an_avx512_machine() -> None:
 
 
 def _engine(model_dir: Path, kv: str, native: bool) -> LLMEngine:
-    return LLMEngine(EngineConfig(model=str(model_dir), policy=load_policy(), block_size=4, num_blocks_override=128,
-                                  max_num_batched_tokens=32, num_threads=1, weights="fp32", kv_cache_dtype=kv,
+    return LLMEngine(EngineConfig(model=str(model_dir), policy=load_policy(), block_size=4, kv_cache_num_blocks=128,
+                                  max_num_batched_tokens=32, threads=1, weights="fp32", kv_cache_dtype=kv,
                                   native_kernels=native))
 
 
@@ -152,7 +152,7 @@ def test_16bit_kv_decodes_like_fp32_kv(make_tiny_model: Callable[..., Path], sha
 def test_same_budget_holds_twice_the_tokens_in_16_bits(tiny_model_dir: Path) -> None:
     pools = {}
     for kv in ("fp32", "bf16", "fp16"):
-        engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), num_threads=1,
+        engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), threads=1,
                                         kv_cache_dtype=kv, kv_cache_memory_bytes=8 << 20))
         pools[kv] = engine.runner
     assert pools["bf16"].num_blocks == pools["fp16"].num_blocks == 2 * pools["fp32"].num_blocks
@@ -204,8 +204,8 @@ def test_auto_picks_fp16_where_the_simd_kernels_read_it_else_the_compute_dtype()
 
 
 def test_an_auto_engine_allocates_the_pool_auto_names(tiny_model_dir: Path) -> None:
-    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), num_threads=1,
-                                    num_blocks_override=16))
+    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), threads=1,
+                                    kv_cache_num_blocks=16))
     assert str(engine.runner.kv_cache.dtype) == f"torch.{engine.config.resolved_kv_dtype}"
 
 

@@ -21,7 +21,7 @@ ONE_ANSWER = {"type": "object", "properties": {"status": {"const": "approved by 
 
 def _run(model: Path, params: SamplingParams) -> EngineRequest:
     torch.set_num_threads(1)
-    engine = LLMEngine(EngineConfig(model=str(model), policy=load_policy(), num_blocks_override=64, num_threads=1))
+    engine = LLMEngine(EngineConfig(model=str(model), policy=load_policy(), kv_cache_num_blocks=64, threads=1))
     req = EngineRequest("r", engine.tokenizer.encode("Loan 7781:"), params, "bulk_extraction")
     engine.add_request(req)
     while engine.has_unfinished():

@@ -165,7 +165,7 @@ def test_a_deep_prompt_gives_the_same_bits_in_any_chunking(make_tiny_model: Call
     prompt = [random.Random(2).randrange(100, 40000) for _ in range(1100)]
     got = {}
     for budget in (1, 7, 300):
-        engine = make_engine(model, "q4", batch_invariant=True, max_num_batched_tokens=budget, num_blocks_override=1024)
+        engine = make_engine(model, "q4", batch_invariant=True, max_num_batched_tokens=budget, kv_cache_num_blocks=1024)
         assert engine.runner.native_step is not None
         got[budget] = _three_tokens(engine, prompt)
     assert got[1] == got[7] == got[300] and len(got[1][0]) == 3

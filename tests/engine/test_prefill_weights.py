@@ -61,7 +61,7 @@ def test_the_kept_copy_gives_the_scratch_paths_values(kind: str) -> None:
 def test_an_engine_with_kept_weights_answers_as_one_that_dequantizes_each_step(tiny_model_dir: Path) -> None:
     def engine(mode: str) -> LLMEngine:
         return LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), weights="q4", block_size=4,
-                                      num_blocks_override=256, max_num_batched_tokens=256, num_threads=2,
+                                      kv_cache_num_blocks=256, max_num_batched_tokens=256, threads=2,
                                       prefill_weights=mode))
 
     kept, per_step = engine("cached"), engine("dequantize")

@@ -27,7 +27,7 @@ needs_kernels = pytest.mark.skipif(not cpu_kernels.supported_variants(), reason=
 
 def make_engine(model_dir: Path, weights: str, **kw: object) -> LLMEngine:
     cfg: dict[str, object] = {"model": str(model_dir), "policy": load_policy(), "block_size": 4,
-                              "num_blocks_override": 512, "max_num_batched_tokens": 64, "num_threads": 1,
+                              "kv_cache_num_blocks": 512, "max_num_batched_tokens": 64, "threads": 1,
                               "weights": weights}
     cfg.update(kw)
     return LLMEngine(EngineConfig(**cfg))  # type: ignore[arg-type]

@@ -44,7 +44,7 @@ def _run(engine: LLMEngine, sampling: SamplingParams) -> tuple[str, EngineReques
 def test_the_engine_stops_a_looping_request_when_asked(tiny_model_dir: Path) -> None:
     torch.set_num_threads(1)
     engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=4 << 20,
-                                    num_threads=1))
+                                    threads=1))
     loop = "(ab ){40}"  # a grammar that forces a loop, whatever the random model prefers
     text, req = _run(engine, SamplingParams(max_tokens=200, regex=loop, stop_repetition=True))
     assert text.strip() == "ab" and req.status.finish_reason == "stop" and req.stop_reason == REPETITION

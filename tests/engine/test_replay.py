@@ -21,7 +21,7 @@ CLASSES = ("realtime_risk", "document_qa", "bulk_extraction")
 
 def make_engine(model_dir: Path, **kw: object) -> LLMEngine:
     cfg: dict[str, object] = {"model": str(model_dir), "policy": load_policy(), "weights": "q4",
-                              "batch_invariant": True, "num_threads": 2, "num_blocks_override": 768,
+                              "batch_invariant": True, "threads": 2, "kv_cache_num_blocks": 768,
                               "max_num_batched_tokens": 64}
     cfg.update(kw)
     return LLMEngine(EngineConfig(**cfg))  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ PROMPT = [1500, 1600, 1700, 1800, 1900]
 def engine(tiny_model_dir) -> LLMEngine:
     torch.set_num_threads(1)
     return LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), block_size=4,
-                                  num_blocks_override=64, max_num_batched_tokens=32, num_threads=1))
+                                  kv_cache_num_blocks=64, max_num_batched_tokens=32, threads=1))
 
 
 def _req(rid: str, **params) -> EngineRequest:

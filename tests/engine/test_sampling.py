@@ -12,7 +12,7 @@ from policies import load_policy
 
 def _engine(model_dir) -> LLMEngine:
     return LLMEngine(EngineConfig(model=str(model_dir), policy=load_policy(), block_size=4,
-                                  num_blocks_override=128, num_threads=1))
+                                  kv_cache_num_blocks=128, threads=1))
 
 
 def _run(engine: LLMEngine, prompt: list[int], **params) -> tuple[EngineRequest, str]:

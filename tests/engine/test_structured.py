@@ -141,7 +141,7 @@ def test_engine_output_under_a_schema_is_valid_json_even_from_a_random_model(tin
 
     torch.set_num_threads(1)
     engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), block_size=4,
-                                    num_blocks_override=256, max_num_batched_tokens=64, num_threads=1))
+                                    kv_cache_num_blocks=256, max_num_batched_tokens=64, threads=1))
     schema_text = json.dumps(CONTRACT_SCHEMA)
     prompt = engine.tokenizer.encode("Extract the fields of this contract.")
     requests = [

@@ -45,7 +45,7 @@ def test_run_answers_every_question_with_grounded_quotes(tiny_model_dir: Path, t
                 "questions": [{"question": Q.question, "clause": Q.clause, "expect": list(Q.expect)}] * 2}
     (tmp_path / "set.json").write_text(json.dumps(labelled))
     engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=8 << 20,
-                                    num_threads=1))
+                                    threads=1))
     out = run(engine, path=tmp_path / "set.json", max_tokens=48)
     assert out["questions"] == 2 and len(out["rows"]) == 2
     for row in out["rows"]:  # a random model's answer may run out of budget; a complete one quotes the document

@@ -16,7 +16,7 @@ SMALL = '{"type":"object","properties":{"level":{"enum":["low","high"]}},"requir
 def test_verdict_and_text_are_measured_side_by_side(tiny_model_dir: Path) -> None:
     torch.set_num_threads(1)
     engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=4 << 20,
-                                    num_threads=1))
+                                    threads=1))
     out = run(engine, SMALL, "realtime_risk", reps=1, max_tokens=8)
     assert out["verdict"]["requests"] == out["text"]["requests"] == len(EVENTS)
     assert out["verdict"]["valid_rate"] == 1.0  # a two-value enum always completes within 8 tokens
@@ -26,7 +26,7 @@ def test_verdict_and_text_are_measured_side_by_side(tiny_model_dir: Path) -> Non
 def test_fast_forward_is_compared_on_the_same_answers(tiny_model_dir: Path) -> None:
     torch.set_num_threads(1)
     engines = [LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=4 << 20,
-                                      num_threads=1, fast_forward=ff)) for ff in (True, False)]
+                                      threads=1, fast_forward=ff)) for ff in (True, False)]
     out = run(engines[0], SMALL, "realtime_risk", reps=1, max_tokens=16, engine_no_ff=engines[1])
     assert out["verdict_no_ff"]["same_answers"] is True
     # '{"level":"' is forced after the first token: fewer model steps for the same output tokens
@@ -38,7 +38,7 @@ def test_verdicts_under_load_are_measured_against_idle(tiny_model_dir: Path) -> 
     from evals.verdict import isolation
 
     torch.set_num_threads(1)
-    out = isolation(lambda: LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), num_threads=1,
+    out = isolation(lambda: LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), threads=1,
                                                    kv_cache_memory_bytes=64 << 20)),
                     n_risk=3, gap_s=0.05, bulk_in_flight=2, doc_tokens=500)
     assert out["idle"]["bulk_requests_done"] == 0 and out["loaded"]["bulk_requests_done"] > 0
@@ -60,7 +60,7 @@ def test_quality_measures_the_labelled_events_in_both_enum_orders(tiny_model_dir
     torch.set_num_threads(1)
     policy = load_policy()
     engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=policy, kv_cache_memory_bytes=4 << 20,
-                                    num_threads=1))
+                                    threads=1))
     out = quality(engine, policy.get("realtime_risk"), model_only=False)
     assert out["events"] == len(load_events()) >= 60
     assert out["permutation_invariant"] is True and out["same_verdicts_reversed_order"] == out["events"]

@@ -31,7 +31,7 @@ KV_BYTES = 4 << 20  # 512 blocks of 16 tokens for the tiny model (512 B of KV pe
 
 def make_client(model_dir: Path, policy: Policy, **overrides: Any) -> LocalEngineClient:
     torch.set_num_threads(1)
-    config = EngineConfig(model=str(model_dir), policy=policy, kv_cache_memory_bytes=KV_BYTES, num_threads=1,
+    config = EngineConfig(model=str(model_dir), policy=policy, kv_cache_memory_bytes=KV_BYTES, threads=1,
                           max_num_batched_tokens=256, **overrides)
     return LocalEngineClient(LLMEngine(config)).start()
 

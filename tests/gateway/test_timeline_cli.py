@@ -129,8 +129,8 @@ def test_real_engine_request_shows_its_prefill_chunks(ledger, tiny_model_dir: Pa
     from policies import load_policy
 
     torch.set_num_threads(1)
-    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), num_threads=1,
-                                    max_num_batched_tokens=16, num_blocks_override=32, scheduling="fcfs"))
+    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), threads=1,
+                                    max_num_batched_tokens=16, kv_cache_num_blocks=32, scheduling="fcfs"))
     req = EngineRequest("real-1", list(range(300, 340)), SamplingParams(max_tokens=5, ignore_eos=True),
                         workload_class="realtime_risk")
     engine.add_request(req)

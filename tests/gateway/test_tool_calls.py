@@ -100,7 +100,7 @@ def test_parser_is_chosen_per_model(tmp_path: Path) -> None:
 def smollm2(default_model_dir: Path) -> Iterator[LocalEngineClient]:
     torch.set_num_threads(2)
     config = EngineConfig(model=str(default_model_dir), policy=load_policy(), kv_cache_memory_bytes=256 << 20,
-                          num_threads=2)
+                          threads=2)
     client = LocalEngineClient(LLMEngine(config)).start()
     yield client
     client.shutdown()

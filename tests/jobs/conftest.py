@@ -61,7 +61,7 @@ def jobs_engine(tiny_model_dir: Path) -> Iterator[EngineClient]:
     """The real engine on a tiny random model, shared by the stack tests (the gateway runs in this process)."""
     torch.set_num_threads(1)
     config = EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=4 << 20,
-                          num_threads=1, max_num_batched_tokens=512)
+                          threads=1, max_num_batched_tokens=512)
     client = EngineClient(LLMEngine(config)).start()
     yield client
     client.shutdown()

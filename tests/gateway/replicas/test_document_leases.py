@@ -35,7 +35,7 @@ def gateway(request: pytest.FixtureRequest, settings: Settings, tiny_model_dir: 
     data["classes"]["bulk_extraction"]["kv_max_share"] = 1.0
     path = tmp_path / "policy.toml"
     path.write_text(dump_toml(data))
-    client = make_client(tiny_model_dir, load_policy(path), num_blocks_override=POOL_BLOCKS)
+    client = make_client(tiny_model_dir, load_policy(path), kv_cache_num_blocks=POOL_BLOCKS)
     server = ServerThread(create_engine_app(engine_settings(tiny_model_dir, tmp_path), engine_client=client)).start()
     gw = GatewayThread(settings.model_copy(update={"model": tiny_model_dir, "engines": server.url, "policy": path}),
                        None).start()
