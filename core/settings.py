@@ -31,12 +31,12 @@ from pydantic import AfterValidator, Field, SecretStr, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from engine.config import EngineConfig
+from engine.config import SCHEDULING_MODES, EngineConfig
 from engine.factory import default_threads
 from engine.grammar_limits import GrammarLimits
 from engine.grammar_pool import GrammarPoolConfig
 from engine.kv_dtypes import kv_choices
-from engine.model.formats import weight_choices
+from engine.model.formats import PREFILL_WEIGHTS, weight_choices
 from engine.model.isas import KERNEL_ISAS
 from policies import Policy
 
@@ -51,8 +51,6 @@ NOT_SETTINGS = frozenset({
     "FINSERVE_REPORT_SCREENSHOT",  # tests/ledger/test_report_browser.py
     "FINSERVE_ENGINE_THREADS",  # deploy/compose.yaml's own substitution
 })
-# Flags whose names differ from their setting's, as FINSERVE_<flag> is a likely mistake.
-FLAG_NAMES = {"KV_DTYPE": "KV_CACHE_DTYPE", "KV_MEMORY": "KV_CACHE_MEMORY_BYTES"}
 
 
 
@@ -68,10 +66,13 @@ def one_of(choices: Callable[[], tuple[str, ...]]) -> AfterValidator:
     return AfterValidator(check)
 
 
-# Choices declared once, in the engine's registries (engine/kv_dtypes.py, engine/model/formats.py, engine/model/isas.py).
+# Choices declared once, in the engine's registries (engine/kv_dtypes.py, engine/model/formats.py, engine/model/isas.py,
+# engine/config.py).
 KVDtypeName = Annotated[str, one_of(kv_choices)]
 WeightsName = Annotated[str, one_of(weight_choices)]
 KernelIsaName = Annotated[str, one_of(lambda: ("auto", *KERNEL_ISAS))]
+PrefillWeightsName = Annotated[str, one_of(lambda: PREFILL_WEIGHTS)]
+SchedulingName = Annotated[str, one_of(lambda: SCHEDULING_MODES)]
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()  # unknown names already warned about in this process
@@ -89,33 +90,31 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"  # loopback by default: exposing the gateway is a deliberate choice
     port: int = Field(8000, ge=1, le=65535)
 
-    # --- engine (each field maps to the EngineConfig field of the same meaning) ---
+    # --- engine: each setting is the EngineConfig field of its name (engine/config.py documents it and holds its
+    # default); Settings adds the bounds and choices an environment variable is checked against ---
     model: Path | None = None  # HF-format folder; None: $FINSERVE_HOME/models/SmolLM2-135M-Instruct
     served_model_name: str | None = None  # the `model` id clients use; None: the folder name
-    device: str = "cpu"
-    dtype: str = "auto"
-    # K/V pool precision (EngineConfig.kv_cache_dtype): bf16/fp16 hold twice fp32's tokens; auto: fp16 on CPU with the avx2/avx512 kernels, else as dtype
-    kv_cache_dtype: KVDtypeName = "auto"
-    weights: WeightsName = "auto"  # matmul weight format (EngineConfig.weights)
-    native_kernels: bool = True  # false: torch paths only
-    kernel_isa: KernelIsaName = "auto"  # force a kernel variant (tests, debugging)
-    # every token through the native step's per-row arithmetic: bitwise-reproducible answers (ledger replay)
-    batch_invariant: bool = False
-    cuda_graphs: bool = True  # on CUDA: decode steps replayed from CUDA graphs (EngineConfig.cuda_graphs)
-    # prefill matmuls' fp32 weights (EngineConfig.prefill_weights): cached copy (faster, more memory) or per step
-    prefill_weights: Literal["auto", "cached", "dequantize"] = "auto"
-    block_size: int = Field(16, gt=0)
-    kv_cache_memory_bytes: int = Field(1 << 30, gt=0)
-    kv_cache_num_blocks: int | None = Field(None, gt=0)  # an exact block count; overrides the byte budget
-    max_num_batched_tokens: int = Field(256, gt=0)
-    max_num_seqs: int = Field(64, gt=0)
-    max_model_len: int | None = Field(None, gt=0)
-    enable_prefix_caching: bool = True
-    scheduling: Literal["class", "fcfs"] = "class"
-    threads: int | None = Field(None, gt=0)  # torch intra-op threads on CPU; None = one per usable core
-    starvation_steps: int = 256  # a request unscheduled this many steps is promoted (<= 0 disables)
-    fast_forward: bool = True  # grammar-forced tokens appended without sampling (EngineConfig.fast_forward)
-    seed: int = 0
+    device: str = EngineConfig.device
+    dtype: str = EngineConfig.dtype
+    kv_cache_dtype: KVDtypeName = EngineConfig.kv_cache_dtype
+    weights: WeightsName = EngineConfig.weights
+    native_kernels: bool = EngineConfig.native_kernels
+    kernel_isa: KernelIsaName = EngineConfig.kernel_isa
+    batch_invariant: bool = EngineConfig.batch_invariant
+    cuda_graphs: bool = EngineConfig.cuda_graphs
+    prefill_weights: PrefillWeightsName = EngineConfig.prefill_weights
+    block_size: int = Field(EngineConfig.block_size, gt=0)
+    kv_cache_memory_bytes: int = Field(EngineConfig.kv_cache_memory_bytes, gt=0)
+    kv_cache_num_blocks: int | None = Field(EngineConfig.kv_cache_num_blocks, gt=0)  # overrides the byte budget
+    max_num_batched_tokens: int = Field(EngineConfig.max_num_batched_tokens, gt=0)
+    max_num_seqs: int = Field(EngineConfig.max_num_seqs, gt=0)
+    max_model_len: int | None = Field(EngineConfig.max_model_len, gt=0)
+    enable_prefix_caching: bool = EngineConfig.enable_prefix_caching
+    scheduling: SchedulingName = EngineConfig.scheduling
+    threads: int | None = Field(EngineConfig.threads, gt=0)  # None: one per usable core (resolved in engine_config)
+    starvation_steps: int = EngineConfig.starvation_steps
+    fast_forward: bool = EngineConfig.fast_forward
+    seed: int = EngineConfig.seed
 
     # --- output grammars (docs/ERRORS.md, "Grammar limits"): bounds checked before a constraint is compiled ---
     grammar_max_ref_chain: int = Field(GrammarLimits.max_ref_chain, gt=0)  # $refs resolved one inside another
@@ -242,40 +241,19 @@ class Settings(BaseSettings):
 
     @property
     def grammar_pool(self) -> GrammarPoolConfig:
-        return GrammarPoolConfig(workers=self.grammar_workers, stack_bytes=self.grammar_stack_bytes,
-                                 timeout_s=self.grammar_timeout_s)
+        """GrammarPoolConfig from the grammar_* settings (each field's setting is grammar_<field>)."""
+        return GrammarPoolConfig(**{f.name: getattr(self, f"grammar_{f.name}")
+                                    for f in dataclasses.fields(GrammarPoolConfig)})
 
     def engine_config(self, policy: Policy, **overrides: object) -> EngineConfig:
-        """The engine's configuration, field by field (tests check every EngineConfig field is reachable)."""
-        fields: dict[str, object] = dict(
-            model=str(self.model_path),
-            policy=policy,
-            device=self.device,
-            dtype=self.dtype,
-            kv_cache_dtype=self.kv_cache_dtype,
-            weights=self.weights,
-            native_kernels=self.native_kernels,
-            kernel_isa=self.kernel_isa,
-            batch_invariant=self.batch_invariant,
-            cuda_graphs=self.cuda_graphs,
-            prefill_weights=self.prefill_weights,
-            block_size=self.block_size,
-            kv_cache_memory_bytes=self.kv_cache_memory_bytes,
-            kv_cache_num_blocks=self.kv_cache_num_blocks,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_num_seqs=self.max_num_seqs,
-            max_model_len=self.max_model_len,
-            enable_prefix_caching=self.enable_prefix_caching,
-            scheduling=self.scheduling,
-            threads=self.threads or default_threads(),  # resolved here: every command runs the same count
-            starvation_steps=self.starvation_steps,
-            fast_forward=self.fast_forward,
-            seed=self.seed,
-            grammar_limits=self.grammar_limits,
-            grammar_pool=self.grammar_pool,
-        )
-        fields.update(overrides)
-        return EngineConfig(**fields)  # type: ignore[arg-type]
+        """The engine's configuration: each EngineConfig field from the setting (or the grammar property) of its
+        name, nano-vllm's way; the model folder and the thread count resolved; then the caller's `overrides`.
+        tests/test_settings.py checks that every field is reachable."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(EngineConfig) if hasattr(self, f.name)}
+        values.update(model=str(self.model_path), policy=policy,
+                      threads=self.threads or default_threads())  # resolved here: every command runs the same count
+        values.update(overrides)
+        return EngineConfig(**values)
 
 
 def setting_names() -> list[str]:
@@ -291,10 +269,25 @@ def unknown_variables(names: Iterable[str]) -> list[tuple[str, str | None]]:
     for name in dict.fromkeys(n.upper() for n in names):
         if name.startswith(ENV_PREFIX) and name not in known:
             short = name[len(ENV_PREFIX):]  # compared without the shared prefix, which makes any two names alike
-            close = [FLAG_NAMES[short]] if short in FLAG_NAMES else \
-                difflib.get_close_matches(short, [v[len(ENV_PREFIX):] for v in valid], n=1)
-            out.append((name, ENV_PREFIX + close[0] if close else None))
+            close = closest_setting(short, [v[len(ENV_PREFIX):] for v in valid])
+            out.append((name, ENV_PREFIX + close if close else None))
     return out
+
+
+def closest_setting(short: str, names: list[str]) -> str | None:
+    """The setting `short` most likely means: the shortest whose words hold all of its words in order (a flag's
+    shorter name: KV_DTYPE for --kv-dtype is KV_CACHE_DTYPE), else the closest spelling (a typo), else None."""
+    words = short.split("_")
+
+    def holds(name: str) -> bool:
+        rest = iter(name.split("_"))
+        return all(word in rest for word in words)
+
+    holding = sorted((n for n in names if holds(n)), key=len)
+    if holding:
+        return holding[0]
+    close = difflib.get_close_matches(short, names, n=1)
+    return close[0] if close else None
 
 
 def warn_unknown_variables(names: Iterable[str]) -> None:

@@ -16,6 +16,7 @@ KV_CACHE_DTYPES = kv_choices()  # ("auto", "fp32", "bf16", "fp16", "float32", ..
 DTYPE_BYTES = dtype_bytes()
 AUTO_FP16_KV_ISAS = ("avx2", "avx512", "amx")  # the kernel variants under which auto picks an fp16 pool on CPU
 
+SCHEDULING_MODES = ("class", "fcfs")  # policy-aware, or class-blind first-come-first-served (comparisons only)
 MAX_CONTEXT_CAP = 8192  # the default max_model_len's cap (and the positions the RoPE tables cover then)
 
 
@@ -47,13 +48,13 @@ class EngineConfig:
     prefill_weights: str = "auto"
     block_size: int = 16
     kv_cache_memory_bytes: int = 1 << 30  # KV block pool budget
-    kv_cache_num_blocks: int | None = None  # tests: exact number of blocks
+    kv_cache_num_blocks: int | None = None  # an exact number of blocks: overrides kv_cache_memory_bytes
     max_num_batched_tokens: int = 256  # token budget of one step: bounds a step (~0.5 s on 2 CPU cores)
     max_num_seqs: int = 64  # batch slots in total
     max_model_len: int | None = None  # None: the model's max_position_embeddings, capped at MAX_CONTEXT_CAP
     enable_prefix_caching: bool = True
     scheduling: str = "class"  # "class" (policy-aware) or "fcfs" (comparison only)
-    threads: int | None = None  # torch intra-op threads on CPU; None = all cores
+    threads: int | None = None  # torch intra-op threads on CPU; None = all cores (Settings: one per usable core)
     starvation_steps: int = 256  # a request unscheduled this many steps is promoted (<= 0 disables)
     # Jump-forward decoding: tokens a grammar forces (JSON keys, punctuation, the rest of an enum
     # value) are appended without sampling and computed in one step. False: one step per token.
@@ -65,7 +66,7 @@ class EngineConfig:
     grammar_pool: GrammarPoolConfig = GrammarPoolConfig()
 
     def __post_init__(self) -> None:
-        if self.scheduling not in ("class", "fcfs"):
+        if self.scheduling not in SCHEDULING_MODES:
             raise ValueError(f"scheduling must be 'class' or 'fcfs', not {self.scheduling!r}")
         check_weights(self.weights)
         check_kv_dtype(self.kv_cache_dtype)
