@@ -21,9 +21,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ENV_MODEL", "check_model", "command_defaults", "command_settings", "engine_config", "model_source",
            "settings_model"]
-# The flag of a setting, where it is not --<field> (for errors about a value given on the command line).
-FLAGS = {"kv_cache_dtype": "--kv-dtype", "kv_cache_memory_bytes": "--kv-memory", "gateway_url": "--url",
-         "api_key": "--key", "worker_concurrency": "--concurrency", "max_num_batched_tokens": "--max-batched-tokens"}
 
 
 def command_settings(**given: object) -> Settings:
@@ -46,7 +43,15 @@ def command_settings(**given: object) -> Settings:
 
 
 def _flag(field: str) -> str:
-    return FLAGS.get(field, "--" + field.replace("_", "-"))
+    """The running command's option for setting `field`: a command names the parameter of an option that mirrors
+    a setting as the setting (its flag may be shorter: `kv_cache_dtype` is --kv-dtype)."""
+    from typer._click.globals import get_current_context  # typer's own click (as finserve/console.py uses it)
+
+    ctx = get_current_context(silent=True)
+    for param in ctx.command.params if ctx else ():
+        if param.name == field and param.opts:
+            return param.opts[0]
+    return "--" + field.replace("_", "-")
 
 
 def command_defaults(settings: Settings, **defaults: object) -> Settings:

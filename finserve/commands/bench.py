@@ -154,9 +154,9 @@ def serve_direct_bench(
 
 @bench_app.command("serve")
 def serve_bench(
-    url: Annotated[str | None, typer.Option(
+    gateway_url: Annotated[str | None, typer.Option(
         "--url", metavar="URL", help="A running finserve gateway, loopback only (default: FINSERVE_GATEWAY_URL).")] = None,
-    key: Annotated[str | None, typer.Option(
+    api_key: Annotated[str | None, typer.Option(
         "--key", metavar="KEY", help="API key, one with a high rate limit (default: FINSERVE_API_KEY).")] = None,
     json_file: JsonFileOpt = None,
     requests: Annotated[int, typer.Option("--requests", min=1, help="Requests to send in all.")] = 200,
@@ -175,7 +175,7 @@ def serve_bench(
     from bench.serve import run
 
     path = _json_path(json_file, old_json)
-    settings = command_settings(gateway_url=url, api_key=key)
+    settings = command_settings(gateway_url=gateway_url, api_key=api_key)
     if not settings.api_key:
         raise config_error("no API key: pass --key or set FINSERVE_API_KEY (one with a high rate limit)")
     policy = settings.policy  # the policy the gateway under test was started with (FINSERVE_POLICY)
@@ -201,7 +201,7 @@ def formats_bench(
     long_prompts: Annotated[str, typer.Option(
         "--long-prompts", help="Comma-separated longer prompt lengths whose prefill is timed too (empty: none).")]
     = "2048",
-    kv_dtype: Annotated[str | None, typer.Option(
+    kv_cache_dtype: Annotated[str | None, typer.Option(
         "--kv-dtype", help=f"KV cache precision of every engine: {kv_dtypes.AUTO_HELP}, {kv_dtypes.help_text()} "
                            "(default: FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
     rss: Annotated[bool, typer.Option(
@@ -213,7 +213,7 @@ def formats_bench(
     from bench.formats_bench import run
     from stack.models import resolve_model
 
-    settings = command_settings(threads=threads, kv_cache_dtype=kv_dtype)
+    settings = command_settings(threads=threads, kv_cache_dtype=kv_cache_dtype)
     folder = resolve_model(model, settings)
     with status(f"bench formats: {formats}, {reps} repetitions ..."):
         run(json_file or "results/formats.json", formats=formats, reps=reps, threads=_threads(settings),

@@ -117,7 +117,7 @@ def llamacpp_bench(
     also_weights: Annotated[str, typer.Option(
         "--also-weights", help="More finserve weight formats, comma-separated, each measured as its own system "
                                "alternating with the others (e.g. q4a8).")] = "",
-    kv_dtype: Annotated[str | None, typer.Option(
+    kv_cache_dtype: Annotated[str | None, typer.Option(
         "--kv-dtype", help=f"finserve's KV cache dtype: auto, {kv_dtypes.help_text()} (default: FINSERVE_KV_CACHE_DTYPE, "
                            "else auto).")] = None,
     hog: Annotated[bool, typer.Option("--hog", help="Also run everything with a one-core CPU hog beside it.")] = False,
@@ -130,7 +130,7 @@ def llamacpp_bench(
     from bench.peer_bench import PeerShape, run
     from stack.models import resolve_model
 
-    settings = command_settings(threads=threads, weights=weights, kv_cache_dtype=kv_dtype)
+    settings = command_settings(threads=threads, weights=weights, kv_cache_dtype=kv_cache_dtype)
     types = _gguf_types(gguf_types)
     extra = _weight_list(also_weights, "--also-weights")
     shape = PeerShape(reps=reps, threads=_threads(settings), gguf_types=types, weights=settings.weights,

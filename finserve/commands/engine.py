@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
             help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")] = None,
         threads: Annotated[int | None, typer.Option(
             help="Torch CPU threads (default: FINSERVE_THREADS, else one per usable core).")] = None,
-        kv_memory: Annotated[int | None, typer.Option(
+        kv_cache_memory_bytes: Annotated[int | None, typer.Option(
             "--kv-memory", help="KV cache bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
         policy: Annotated[Path | None, typer.Option(
             help="Policy TOML file (default: FINSERVE_POLICY, else the bundled default.toml).")] = None,
@@ -39,6 +39,6 @@ def register(app: typer.Typer) -> None:
         from finserve.config import command_settings, settings_model
 
         settings = command_settings(host=host, port=port, model=model, threads=threads,
-                                    kv_cache_memory_bytes=kv_memory, policy=policy)
+                                    kv_cache_memory_bytes=kv_cache_memory_bytes, policy=policy)
         settings_model(settings, flag_given=model is not None)
         run_engine_server(settings)

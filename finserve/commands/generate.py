@@ -34,7 +34,7 @@ def generate(
     weights: Annotated[str | None, typer.Option(
         "--weights", help=f"Matmul weight format: {formats.help_text()} (default: FINSERVE_WEIGHTS, else auto: "
                           "q4 for 4-bit weights, else the checkpoint's precision; see docs/BENCHMARKS.md).")] = None,
-    kv_dtype: Annotated[str | None, typer.Option(
+    kv_cache_dtype: Annotated[str | None, typer.Option(
         "--kv-dtype", help=f"KV cache precision: {kv_dtypes.AUTO_HELP}, {kv_dtypes.help_text()} (default: "
                            "FINSERVE_KV_CACHE_DTYPE, else auto).")] = None,
     threads: Annotated[int | None, typer.Option(
@@ -51,7 +51,7 @@ def generate(
     from policies import classify
     from stack.models import resolve_model
 
-    settings = command_settings(model=model, device=device, dtype=dtype, weights=weights, kv_cache_dtype=kv_dtype,
+    settings = command_settings(model=model, device=device, dtype=dtype, weights=weights, kv_cache_dtype=kv_cache_dtype,
                                 threads=threads)
     # One prompt needs a small pool: 256 MiB unless FINSERVE_KV_CACHE_MEMORY_BYTES says otherwise.
     settings = command_defaults(settings, kv_cache_memory_bytes=256 << 20)

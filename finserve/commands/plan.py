@@ -281,8 +281,8 @@ def sweep(
     weights: Annotated[str | None, typer.Option(help=f"matmul weight format: {formats.help_text()} (auto: the "
                                                         "serving default; default: FINSERVE_WEIGHTS, else auto)")]
     = None,
-    max_batched_tokens: Annotated[int | None, typer.Option(
-        min=1, help="engine step token budget (prefill chunk; default: FINSERVE_MAX_NUM_BATCHED_TOKENS, else 512)")]
+    max_num_batched_tokens: Annotated[int | None, typer.Option(
+        "--max-batched-tokens", min=1, help="engine step token budget (prefill chunk; default: FINSERVE_MAX_NUM_BATCHED_TOKENS, else 512)")]
     = None,
     seed: Annotated[int, typer.Option(help="seed of the random prompts")] = 0,
     bandwidth_gib: Annotated[float, typer.Option(
@@ -297,7 +297,7 @@ def sweep(
     from stack.models import resolve_model
 
     settings = command_defaults(command_settings(model=model, threads=threads, dtype=dtype, weights=weights,
-                                                 max_num_batched_tokens=max_batched_tokens),
+                                                 max_num_batched_tokens=max_num_batched_tokens),
                                 max_num_batched_tokens=512)  # whole 512-token prompts in one step
     folder = resolve_model(str(model) if model else None, settings)
     try:

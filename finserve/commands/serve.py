@@ -38,11 +38,11 @@ def register(app: typer.Typer) -> None:
         weights: Annotated[str | None, typer.Option(
             help=f"Matmul weight format: {formats.help_text()}; auto: q4 for 4-bit weights, else the checkpoint's "
                  "precision (default: FINSERVE_WEIGHTS, else auto).")] = None,
-        kv_dtype: Annotated[str | None, typer.Option(
+        kv_cache_dtype: Annotated[str | None, typer.Option(
             "--kv-dtype", help=f"KV cache precision: {kv_dtypes.AUTO_HELP}, {kv_dtypes.help_text()}; 16 bits "
                                "hold twice "
                                "the tokens (default: FINSERVE_KV_CACHE_DTYPE).")] = None,
-        kv_memory: Annotated[int | None, typer.Option("--kv-memory", help="KV cache size in bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
+        kv_cache_memory_bytes: Annotated[int | None, typer.Option("--kv-memory", help="KV cache size in bytes (default: FINSERVE_KV_CACHE_MEMORY_BYTES).")] = None,
         threads: Annotated[int | None, typer.Option(help="Torch CPU threads (default: FINSERVE_THREADS, else one per usable core).")] = None,
         policy: Annotated[Path | None, typer.Option(help="Workload policy TOML (default: FINSERVE_POLICY, else the bundled default.toml).")] = None,
         database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the database (default: FINSERVE_DATABASE_URL, else SQLite under FINSERVE_HOME).")] = None,
@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         from finserve.config import command_settings, settings_model
 
         settings = command_settings(host=host, port=port, model=model, device=device, dtype=dtype, weights=weights,
-                                    kv_cache_dtype=kv_dtype, kv_cache_memory_bytes=kv_memory, threads=threads,
+                                    kv_cache_dtype=kv_cache_dtype, kv_cache_memory_bytes=kv_cache_memory_bytes, threads=threads,
                                     policy=policy, database_url=database_url)
         settings_model(settings, flag_given=model is not None)  # exit 3 with the fix before anything starts
         run_server(settings)

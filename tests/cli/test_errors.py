@@ -235,3 +235,12 @@ def test_a_benchmark_outside_a_checkout_says_how_to_run_it(cli: Cli, monkeypatch
     assert res.exit_code == ExitCode.USAGE
     assert f"`finserve bench {command}` runs a developer benchmark from bench/" in one_line(res.stderr)
     assert "run it from a checkout" in res.stderr
+
+
+@pytest.mark.parametrize("args,flag", [(("generate", "--prompt", "hi", "--kv-dtype", "fp8"), "--kv-dtype"),
+                                       (("serve", "--kv-memory", "-1"), "--kv-memory")])
+def test_a_bad_flag_value_names_the_flag_as_typed(cli: Cli, args: tuple[str, ...], flag: str) -> None:
+    """The error names the flag the user gave, which may be shorter than its setting (kv_cache_dtype: --kv-dtype)."""
+    res = cli(*args)
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert one_line(res.stderr).startswith(f"error: {flag}: not ")
