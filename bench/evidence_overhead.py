@@ -27,7 +27,7 @@ from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.keys import create_key
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.outputs import RequestOutput
@@ -58,7 +58,7 @@ async def _end_to_end(model: Path, n: int, home: Path) -> dict[str, Any]:
     with make_session_factory(engine)() as s:
         key = create_key(s, "acme")
     engine.dispose()
-    engines = {on: EngineClient(LLMEngine(EngineConfig(model=str(model), policy=_policy(on), threads=1,
+    engines = {on: LocalEngineClient(LLMEngine(EngineConfig(model=str(model), policy=_policy(on), threads=1,
                                                        kv_cache_memory_bytes=64 << 20))).start() for on in (True, False)}
     times: dict[bool, list[float]] = {True: [], False: []}
     try:

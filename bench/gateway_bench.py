@@ -30,7 +30,7 @@ import torch
 import uvicorn
 from fastapi import FastAPI
 
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
@@ -86,7 +86,7 @@ def _http_once(http: httpx.Client) -> Sample:
     return ms, data["timings"]["e2e_ms"]
 
 
-async def _direct_once(client: EngineClient) -> Sample:
+async def _direct_once(client: LocalEngineClient) -> Sample:
     t0 = time.perf_counter()
     ids = client.tokenizer.encode(PROMPT, add_special_tokens=True)  # as /v1/completions tokenizes a string
     req = EngineRequest(uuid.uuid4().hex, ids, SamplingParams(max_tokens=1, temperature=0.0), WORKLOAD_CLASS,
@@ -114,7 +114,7 @@ def _system_report(blocks: list[list[Sample]]) -> dict[str, Any]:
     }
 
 
-def _measure(client: EngineClient, http: httpx.Client, flush: Callable[[], object], *, n: int, blocks: int,
+def _measure(client: LocalEngineClient, http: httpx.Client, flush: Callable[[], object], *, n: int, blocks: int,
              warmup: int) -> dict[str, list[list[Sample]]]:
     loop = asyncio.new_event_loop()
     try:
@@ -169,7 +169,7 @@ def run(json_path: str | None = None, *, n: int = 100, blocks: int = 5, warmup: 
         upgrade(db_url)
         key = _make_key(db_url)
         configure_logging(json=True, level=log_level)
-        client = EngineClient.launch(lambda: LLMEngine(config))
+        client = LocalEngineClient.launch(lambda: LLMEngine(config))
         app = create_app(Settings(home=home, database_url=db_url, log_json=True, log_level=log_level),
                          engine_client=client)
         with _logs_to(home / "gateway.log"):

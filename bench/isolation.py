@@ -25,7 +25,7 @@ import random
 import time
 from typing import Any
 
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.engine import LLMEngine
 from engine.outputs import AdmissionError
 from engine.request import EngineRequest, RequestMetrics
@@ -41,7 +41,7 @@ BURST_IN_FLIGHT = 120  # issue 23: one tenant's 120 concurrent realtime requests
 PARTS = ("classes", "tenants", "long_document")
 
 
-async def _risk_stream(client: EngineClient, rng: random.Random, count: int, gap_s: float,
+async def _risk_stream(client: LocalEngineClient, rng: random.Random, count: int, gap_s: float,
                        refused: dict[tuple[str, str], int]) -> list[EngineRequest]:
     """`count` risk requests at ~`gap_s` gaps; the answered ones (a refusal for a full queue is counted in
     `refused`: under fcfs the class's queue overflows behind the document)."""
@@ -78,7 +78,7 @@ def _processed_tps(reqs: list[EngineRequest], t0: float, t1: float) -> dict[str,
 
 async def _situation(scheduling: str, load: bool, n_risk: int, gap_s: float, bulk_in_flight: int, seed: int,
                      model: str | None) -> dict[str, Any]:
-    client = EngineClient.launch(lambda: LLMEngine(engine_config(model, scheduling=scheduling)))
+    client = LocalEngineClient.launch(lambda: LLMEngine(engine_config(model, scheduling=scheduling)))
     rng = random.Random(seed)
     try:
         await complete(client, random_request(rng, 64, 4, "realtime_risk"))  # warm-up
@@ -144,7 +144,7 @@ def _report(metrics: list[RequestMetrics], bulk_done: list[EngineRequest], t0: f
 
 
 async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model: str | None) -> dict[str, Any]:
-    client = EngineClient.launch(lambda: LLMEngine(engine_config(model)))
+    client = LocalEngineClient.launch(lambda: LLMEngine(engine_config(model)))
     rng = random.Random(seed)
     try:
         stop = asyncio.Event()
@@ -161,7 +161,7 @@ async def _bulk_alone(seconds: float, bulk_in_flight: int, seed: int, model: str
         client.shutdown()
 
 
-async def _attempt(client: EngineClient, req: EngineRequest, refused: dict[tuple[str, str], int]) -> EngineRequest | None:
+async def _attempt(client: LocalEngineClient, req: EngineRequest, refused: dict[tuple[str, str], int]) -> EngineRequest | None:
     """The request run to its end, or None when refused for a full queue (counted by tenant and reason)."""
     try:
         return await complete(client, req)
@@ -193,7 +193,7 @@ async def _tenants(share: float | None, n_risk: int, gap_s: float, burst: int, s
     """Tenant "burst" keeps `burst` realtime requests in flight; tenant "steady" sends the usual stream."""
     policy = load_policy() if share is None else _with_tenant_share(load_policy(), share)
     config = dataclasses.replace(engine_config(model), policy=policy)
-    client = EngineClient.launch(lambda: LLMEngine(config))
+    client = LocalEngineClient.launch(lambda: LLMEngine(config))
     rng = random.Random(seed)
     refused = {(t, r): 0 for t in ("burst", "steady") for r in ("queue_full", "tenant_queue_full")}
     stop = asyncio.Event()
@@ -244,7 +244,7 @@ async def _long_document(n_risk: int, gap_s: float, seed: int, model: str | None
     """The risk stream while one LONG_DOC_TOKENS-token document prefills (no other load)."""
     policy = load_policy() if chunk_shield else _without_chunk_shield(load_policy())
     config = dataclasses.replace(engine_config(model, threads=threads), policy=policy)
-    client = EngineClient.launch(lambda: LLMEngine(config))
+    client = LocalEngineClient.launch(lambda: LLMEngine(config))
     rng = random.Random(seed)
     try:
         await complete(client, random_request(rng, 64, 4, "realtime_risk"))  # warm-up

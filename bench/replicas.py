@@ -165,12 +165,12 @@ def _routing(settings: Settings, urls: str, keys: dict[str, str], **ask: Any) ->
 
 def _overhead(settings: Settings, engine: EngineProcess, key: str, *, n: int, blocks: int, warmup: int
               ) -> dict[str, Any]:
-    from engine.client import EngineClient
+    from engine.client import LocalEngineClient
     from engine.engine import LLMEngine
     from policies import load_policy
 
     policy = load_policy(settings.policy)
-    embedded_client = EngineClient.launch(lambda: LLMEngine(settings.engine_config(policy)))
+    embedded_client = LocalEngineClient.launch(lambda: LLMEngine(settings.engine_config(policy)))
     embedded = GatewayThread(settings, embedded_client).start()
     try:
         with _gateway(settings, engines=engine.url) as remote:

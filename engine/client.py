@@ -376,11 +376,6 @@ class LocalEngineClient:
             self._deliver([RequestOutput(rid, [], "", True, "abort", RequestMetrics.of(sub.request), reason)])
 
 
-# The concrete class under its former name, for callers outside the gateway and engine (finserve/, bench/,
-# tests/jobs) that build it; the interface callers hold is engine.protocol.EngineClient.
-EngineClient = LocalEngineClient
-
-
 def _unavailable(reason: str | None) -> AdmissionError:
     message = f"the engine is not serving ({reason})" if reason else "the engine is not serving"
     return AdmissionError("engine_unavailable", message, retryable=True, retry_after_s=5.0)

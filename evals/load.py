@@ -6,7 +6,7 @@ import asyncio
 import random
 import uuid
 
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.request import EngineRequest, SamplingParams
 
 BULK_PROMPT_TOKENS = 300
@@ -18,7 +18,7 @@ def random_ids(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(200, 40000) for _ in range(n)]
 
 
-async def complete(client: EngineClient, req: EngineRequest) -> EngineRequest:
+async def complete(client: LocalEngineClient, req: EngineRequest) -> EngineRequest:
     """`req` run to its end (its outputs are read off the request itself)."""
     async for _ in client.generate(req):
         pass
@@ -31,7 +31,7 @@ def random_request(rng: random.Random, n_in: int, n_out: int, cls: str, tenant: 
                          cls, tenant=tenant)
 
 
-async def bulk_pump(client: EngineClient, rng: random.Random, in_flight: int, stop: asyncio.Event,
+async def bulk_pump(client: LocalEngineClient, rng: random.Random, in_flight: int, stop: asyncio.Event,
                     done: list[EngineRequest]) -> None:
     """Keeps `in_flight` bulk requests running until `stop` is set; each finished one is appended to `done`."""
     async def worker() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import jsonschema
 
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.engine import LLMEngine
 from engine.outputs import TokenLogprobs
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
@@ -114,7 +114,7 @@ def isolation(factory: Callable[[], LLMEngine], *, n_risk: int = 20, gap_s: floa
 
     doc_tokens = doc_tokens or DOC_TOKENS
     async def situation(load: bool) -> dict[str, Any]:
-        client = EngineClient.launch(factory)
+        client = LocalEngineClient.launch(factory)
         rng = random.Random(seed)
         policy = client.policy
         cls = policy.get(policy.classification.routes["risk"])

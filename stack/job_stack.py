@@ -14,7 +14,7 @@ from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.keys import create_key
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from jobs.runtime.celery_app import use_broker
@@ -36,7 +36,7 @@ class LocalJobStack:
             self.client_key = create_key(s, tenant, rate_limit_rps=UNLIMITED_RPS)
             self.risk_key = create_key(s, f"{tenant}-risk", rate_limit_rps=UNLIMITED_RPS)
             self.worker_key = create_key(s, f"{tenant}-workers", worker=True, rate_limit_rps=UNLIMITED_RPS)
-        self.engine = EngineClient.launch(lambda: LLMEngine(config))
+        self.engine = LocalEngineClient.launch(lambda: LLMEngine(config))
         self.redis: RedisServer | None = None
         self.gateway: GatewayThread | None = None
         self.workers: list[Any] = []

@@ -29,7 +29,7 @@ import uvicorn
 from core.parent_death import with_parent_death
 from core.processes import stop_process
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from jobs.runtime.celery_app import QUEUE
 from jobs.runtime.redis_server import free_port
 from stack.app import create_app
@@ -127,7 +127,7 @@ def stop_engine(engine: EngineProcess, timeout_s: float = 15.0) -> None:
 class GatewayThread:
     """The finserve app behind a real uvicorn server on 127.0.0.1 (workers reach it over HTTP)."""
 
-    def __init__(self, settings: Settings, engine_client: EngineClient | None) -> None:
+    def __init__(self, settings: Settings, engine_client: LocalEngineClient | None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(settings, engine_client=engine_client)

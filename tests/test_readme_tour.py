@@ -28,7 +28,7 @@ import torch
 from core.db.base import make_engine, make_session_factory
 from core.keys import create_key
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.engine import LLMEngine
 from policies import load_policy
 from stack.processes import FINSERVE
@@ -101,7 +101,7 @@ def tour_stack(tmp_path: Path, default_model_dir: Path) -> Iterator[tuple[Stack,
         dev_key, worker_key = create_key(s, "dev", admin=True), create_key(s, "ops", worker=True)
     engine.dispose()
     settings = Settings(model=default_model_dir, threads=2, kv_cache_memory_bytes=256 << 20)
-    client = EngineClient(LLMEngine(settings.engine_config(load_policy()))).start()
+    client = LocalEngineClient(LLMEngine(settings.engine_config(load_policy()))).start()
     stack = start_stack(tmp_path, db_url, dev_key, worker_key, client)
     # `finserve up`'s leases and timeouts, not the fault tests' seconds: the default model's items take longer
     stack.start_worker("tour", concurrency=4, env={"FINSERVE_JOBS_LEASE_S": "600",

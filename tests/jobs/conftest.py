@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core.db.base import make_engine, make_session_factory
 from core.db.migrate import upgrade
 from core.keys import create_key
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from jobs.runtime.redis_server import RedisServer
@@ -57,18 +57,18 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="session")
-def jobs_engine(tiny_model_dir: Path) -> Iterator[EngineClient]:
+def jobs_engine(tiny_model_dir: Path) -> Iterator[LocalEngineClient]:
     """The real engine on a tiny random model, shared by the stack tests (the gateway runs in this process)."""
     torch.set_num_threads(1)
     config = EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=4 << 20,
                           threads=1, max_num_batched_tokens=512)
-    client = EngineClient(LLMEngine(config)).start()
+    client = LocalEngineClient(LLMEngine(config)).start()
     yield client
     client.shutdown()
 
 
 @pytest.fixture()
-def stack(tmp_path: Path, db_url: str, jobs_engine: EngineClient) -> Iterator[Stack]:
+def stack(tmp_path: Path, db_url: str, jobs_engine: LocalEngineClient) -> Iterator[Stack]:
     """Redis + gateway (uvicorn thread) on 127.0.0.1; workers are started by the test with stack.start_worker.
 
     Jobs are submitted with a plain key of tenant "acme"; workers call the gateway with a worker

@@ -17,7 +17,7 @@ import httpx
 import redis
 
 from core.settings import Settings
-from engine.client import EngineClient
+from engine.client import LocalEngineClient
 from jobs.runtime.celery_app import QUEUE, use_broker
 from jobs.runtime.redis_server import RedisServer
 from stack.processes import FINSERVE, GatewayThread, start_worker, worker_env
@@ -111,7 +111,7 @@ class Stack:
         self.redis.stop()
 
 
-def start_stack(home: Path, db_url: str, api_key: str, worker_key: str, engine_client: EngineClient) -> Stack:
+def start_stack(home: Path, db_url: str, api_key: str, worker_key: str, engine_client: LocalEngineClient) -> Stack:
     redis = RedisServer(workdir=home / "redis").start()
     use_broker(redis.url)  # the gateway (this process) enqueues to the test's Redis
     try:
