@@ -4,7 +4,7 @@ The speed comparison (`finserve bench llamacpp`) runs llama.cpp on the shipped Q
 re-quantized from it. A re-quantization is a different model: its speed is only comparable with finserve's
 if its answers are as good. This measures each type's perplexity with llama.cpp's own `llama-perplexity`
 (built from the same source as llama-bench, run in the same clean environment) on the text that
-`finserve bench quality` scores (bench/data/regulatory_text.txt), and finserve's formats on the same text
+`finserve bench quality` scores (evals/data/regulatory_text.txt), and finserve's formats on the same text
 scored the same way (with prefill's numerics, dequantized weights x fp32 activations, and with decode's,
 every matmul through the integer kernel), so that the two harnesses can be checked against each other: the
 shipped Q4_1 in llama.cpp and finserve's q4 (the same weights) must give the same figure.

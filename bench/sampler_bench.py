@@ -2,7 +2,7 @@
 
     python -m bench.sampler_bench [REPS] [THREADS] [MODEL]   -> JSON (median and minimum microseconds per call)
 
-The logits are the model's next-token rows over the first 64 tokens of bench/data's regulatory text (peaked and
+The logits are the model's next-token rows over the first 64 tokens of evals/data's regulatory text (peaked and
 long-tailed as in service; random noise would make top-p's nucleus unrealistically wide). Each repetition calls
 every (batch, setting) once, settings alternating, on a fresh copy of the rows (the sampler masks in place; the copy
 is outside the timed call); rows without a seed, as a client that sends none. `vs_greedy` is each setting's median

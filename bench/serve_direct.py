@@ -1,7 +1,7 @@
 """`finserve bench serve-direct`: batch-1 TPOT through `finserve serve` beside the same engine stepped directly.
 
 Issue 21 asks that serving cost little over the engine itself: TPOT through `finserve serve` within 10% of the
-engine driven directly. Both sides here run the same engine (bench/configured.py: the same FINSERVE_* settings,
+engine driven directly. Both sides here run the same engine (evals/configured.py: the same FINSERVE_* settings,
 weights and thread count), the same prompts (token ids, so both tokenize nothing) and the same greedy output
 length (`ignore_eos`); they alternate request by request (each side first in turn), one request at a time, after
 a repetition's worth of warm-up a side:

@@ -1,9 +1,9 @@
-"""Amounts of money as contracts write them -> numbers, done by code rather than the model (see jobs/normalize.py).
+"""Amounts of money as contracts write them -> numbers, done by code rather than the model (see contracts/normalize.py).
 
 Any grouping and decimal convention (`CHF 1'200'000`, `EUR 875.000,00`, `1 200 000 EUR`), with multipliers
 (`$1.2M`, `EUR 2.3 Mio.`, `GBP 750k`) or in words ("three million euros"), always with a currency (a code, a
 symbol or a currency word: `ACN 123 456 789` or `NSW 2000` is an identifier, not an amount). Numbers written
-as words (`NUMBER_WORDS`, `words_to_number`) serve the terms in jobs/dates.py too.
+as words (`NUMBER_WORDS`, `words_to_number`) serve the terms in contracts/dates.py too.
 """
 from __future__ import annotations
 

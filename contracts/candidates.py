@@ -1,7 +1,7 @@
 """What code offers a field of one contract: the candidate spans, names and values the grammar lets the model
 choose from, best first, and how a chosen span converts to the schema's value (jobs/extraction.py plans with
-them). Numbers, dates and terms come from jobs/amounts.py and jobs/dates.py, names from jobs/names.py, the
-choice between candidates and yes/no facts from jobs/normalize.py.
+them). Numbers, dates and terms come from contracts/amounts.py and contracts/dates.py, names from contracts/names.py, the
+choice between candidates and yes/no facts from contracts/normalize.py.
 """
 from __future__ import annotations
 

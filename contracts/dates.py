@@ -1,4 +1,4 @@
-"""Dates and terms as contracts write them -> ISO dates and month/year counts (see jobs/normalize.py).
+"""Dates and terms as contracts write them -> ISO dates and month/year counts (see contracts/normalize.py).
 
 Dates in ISO, numeric day-first and written forms; terms as durations ("24-month", "two years") or as end
 dates ("until 31 December 2027", converted against the start date).

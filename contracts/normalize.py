@@ -1,7 +1,7 @@
 """Values as contracts write them -> values as a schema wants them, done by code rather than the model.
 
 This module holds the choice between candidates (context cues) and the yes/no facts (renewal clauses,
-cue stems); the candidates themselves are found in jobs/amounts.py (money) and jobs/dates.py (dates, terms).
+cue stems); the candidates themselves are found in contracts/amounts.py (money) and contracts/dates.py (dates, terms).
 
 A small model copies text far better than it converts it: asked for a number it wrote `1` for
 `USD 250,000`; asked to pick the span `USD 250,000` it is right most of the time. So for number,

@@ -194,11 +194,11 @@ class Settings(BaseSettings):
     jobs_backoff_max_s: float = Field(30.0, gt=0)
     jobs_restore_interval_s: float = Field(10.0, gt=0)  # how often workers look for unacked messages
     jobs_reconcile_interval_s: float = Field(10.0, ge=0)  # unfinished items with no message re-enqueued; 0: off
-    # A worker renews the leases of the items it holds this often, each to 3 beats ahead (jobs/worker.py), so
+    # A worker renews the leases of the items it holds this often, each to 3 beats ahead (jobs/runtime/worker.py), so
     # a dead worker's items are free ~30 s after its last beat, not after jobs_lease_s; 0: no heartbeat.
     jobs_heartbeat_s: float = Field(10.0, ge=0)
     # A worker idle this long while its queue holds messages has a stalled consumer and restarts in place
-    # (jobs/watchdog.py); 0: off.
+    # (jobs/runtime/watchdog.py); 0: off.
     jobs_stall_s: float = Field(60.0, ge=0)
     worker_concurrency: int = Field(4, gt=0)  # items in flight per worker process
 

@@ -138,8 +138,8 @@ class EngineRequest:
     sampling: SamplingParams
     workload_class: str  # resolved by the caller (policies.classify); an unknown name is refused
     cache_salt: str = ""  # per tenant: prefix-cache blocks are never shared across salts
-    # Who the request is for: per-tenant queue slots and fair queueing within a class (engine/admission.py,
-    # engine/request_queue.py). "": one anonymous tenant (benchmarks, tests, the engine server's own callers).
+    # Who the request is for: per-tenant queue slots and fair queueing within a class (engine/sched/admission.py,
+    # engine/sched/request_queue.py). "": one anonymous tenant (benchmarks, tests, the engine server's own callers).
     tenant: str = ""
     arrival_time: float = field(default_factory=time.time)  # wall clock, seconds
     # Seconds the prompt's cached KV blocks stay leased to the class after the request finishes

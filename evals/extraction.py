@@ -1,5 +1,5 @@
-"""Extraction accuracy on labelled contracts: generated (bench/contracts_gen.py) and hand-written
-(bench/data/contracts_handwritten.txt, `load_handwritten`), with the shipped schema or its plain twin.
+"""Extraction accuracy on labelled contracts: generated (evals/contracts_gen.py) and hand-written
+(evals/data/contracts_handwritten.txt, `load_handwritten`), with the shipped schema or its plain twin.
 
 Two ways in, scored the same way:
 - `run_job`: the job path a back office uses: one extraction job over HTTP (POST /v1/extraction-jobs),

@@ -1,7 +1,7 @@
 """`finserve bench quality --kv-dtypes`: what a 16-bit K/V pool costs in quality against an fp32 pool, the
 weights and everything else the same.
 
-1. Perplexity on the shipped regulatory text (bench/data/regulatory_text.txt), in windows of `window` tokens,
+1. Perplexity on the shipped regulatory text (evals/data/regulatory_text.txt), in windows of `window` tokens,
    each fed in chunks of `chunk` tokens whose attention reads every key, its own chunk's included, back from
    the pool: every score and every weighted value sees the stored precision, as a decode step does.
 2. Greedy agreement: `prompts` slices of `prompt_tokens` tokens of that text x `new_tokens` greedy tokens

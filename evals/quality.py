@@ -1,6 +1,6 @@
 """`finserve bench quality`: what each weight format costs in quality, against fp32 on the same model.
 
-1. Perplexity on a fixed text shipped with the project (bench/data/regulatory_text.txt, ~3,100
+1. Perplexity on a fixed text shipped with the project (evals/data/regulatory_text.txt, ~3,100
    SmolLM2 tokens of regulatory prose written for finserve), scored in windows of `window` tokens.
 2. Greedy agreement: 20 prompts (slices of that text) x 64 greedy tokens per format; the score of a
    prompt is the fraction of its 64 tokens produced before the first token that differs from fp32.

@@ -27,7 +27,7 @@ from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from evals.common import measured
 from policies import ClassificationRules, ClassPolicy, Policy, SLOTargets
 
-if TYPE_CHECKING:  # for the annotations only: the sweep (bench/sweep.py) builds the engines
+if TYPE_CHECKING:  # for the annotations only: the sweep (evals/sweep.py) builds the engines
     from engine.engine import LLMEngine
 
 SWEEP_CLASS = "sweep"

@@ -1,4 +1,4 @@
-"""Renders a sweep result (bench/sweep.py's dict) as a markdown table and one PNG per metric."""
+"""Renders a sweep result (evals/sweep.py's dict) as a markdown table and one PNG per metric."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -15,7 +15,7 @@ Routes build an InferenceInput and call prepare() then generate() or collect(); 
 is tokenized here, and they never reach into the engine client. Three routes read the tokenizer
 (`service.tokenizer`) for what is not a prompt: the OpenAI routes decode logprobs' tokens and echo a
 token-id prompt as text, /tokenize and /detokenize (routes/utility.py) are the tokenizer, and the risk
-route reads its judgement's token texts (gateway/verdict.py). Two routes classify before preparing,
+route reads its judgement's token texts (gateway/domain/verdict.py). Two routes classify before preparing,
 through `classify()`: risk, whose class picks the prompt (the class is passed on, not decided again),
 and document registration, which runs no inference but checks the class its questions will take.
 Spans (gateway/spans.py): admission around prepare(), each ledger write until durable, and the engine's

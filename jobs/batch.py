@@ -4,7 +4,7 @@ A batch is an ordinary job (jobs/service.py): its items are committed with it, l
 and finished by conditional UPDATEs, re-enqueued by the reconciler, so a batch line has the same
 exactly-once guarantees as a contract. Each item's text is the line's `{"url", "body"}`; a worker
 sends the body to that route of the gateway as the batch's owner, in the batch's class, and stores
-the answer (jobs/worker.py). This module is what is specific to batches: the file format (checked
+the answer (jobs/runtime/worker.py). This module is what is specific to batches: the file format (checked
 whole at upload, nothing stored otherwise), the batch object's status and counts, and the output
 and error files, which are rendered from the items in input order rather than stored twice.
 

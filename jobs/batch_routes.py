@@ -164,7 +164,7 @@ async def _batch(state: CoreState, key: KeyInfo, batch_id: str) -> batch.BatchVi
 
 
 async def _answer(view: batch.BatchView) -> BatchPublic:
-    """The batch, with a `warning` while it is unfinished and no worker consumes the queue (jobs/presence.py)."""
+    """The batch, with a `warning` while it is unfinished and no worker consumes the queue (jobs/runtime/presence.py)."""
     public = BatchPublic.model_validate(view.public())
     if public.status in ("in_progress", "cancelling"):
         public.warning = await queue_warning()

@@ -1,8 +1,8 @@
 """What one item becomes: the plan it is decoded under (messages, the decoding schema, how to read the answer)
 and the stored record made from the model's answer.
 
-The job's field schema and the check of an answer are in jobs/field_schema.py; the candidates code offers
-each field (spans, names, enum values) in jobs/candidates.py.
+The job's field schema and the check of an answer are in contracts/field_schema.py; the candidates code offers
+each field (spans, names, enum values) in contracts/candidates.py.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The job and its items are committed to SQL before a single id is put on the queue; a job that
 could not be enqueued (Redis down) still exists, answers 503 queue_unavailable, and is enqueued
 by an idempotent resubmit or `finserve jobs resume`. An unfinished job that no worker consumes says so in
-its `warning` (jobs/presence.py). Jobs are tenant-scoped: another tenant's
+its `warning` (jobs/runtime/presence.py). Jobs are tenant-scoped: another tenant's
 job id answers 404 like a missing one. A job records its submitting key and the class the
 policy routes extraction to; its items run as that key, in that class (docs/JOBS.md).
 """
@@ -79,7 +79,7 @@ async def _public(state: CoreState, job: ExtractionJob) -> JobPublic:
 
 async def queue_warning() -> QueueWarning | None:
     """Why an unfinished job cannot move now (no live worker, or Redis not answering), or None
-    (jobs/presence.py); shared by extraction jobs and batches."""
+    (jobs/runtime/presence.py); shared by extraction jobs and batches."""
     state_now = await run_in_threadpool(queue_state, str(celery_app().conf.broker_url))
     return None if state_now == "ok" else QueueWarning(code=state_now, message=MESSAGES[state_now])
 

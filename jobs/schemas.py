@@ -43,7 +43,7 @@ class JobCounts(BaseModel):
 
 
 class QueueWarning(BaseModel):
-    """Why an unfinished job or batch is not moving, said while it lasts (jobs/presence.py, docs/JOBS.md)."""
+    """Why an unfinished job or batch is not moving, said while it lasts (jobs/runtime/presence.py, docs/JOBS.md)."""
 
     code: Literal["no_worker", "queue_unavailable"]
     message: str

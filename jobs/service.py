@@ -273,7 +273,7 @@ def resumable_item_ids(session: Session, now: datetime | None = None) -> list[in
 
 
 def expired_item_ids(session: Session, now: datetime | None = None) -> list[int]:
-    """Items running past their lease: the worker holding them stopped renewing it (jobs/worker.py Heartbeat)."""
+    """Items running past their lease: the worker holding them stopped renewing it (jobs/runtime/worker.py Heartbeat)."""
     now = now or utcnow()
     return list(session.scalars(select(ExtractionItem.id).where(
         ExtractionItem.status == ITEM_RUNNING, ExtractionItem.lease_until < now)))

@@ -61,7 +61,7 @@ def _check_kv_min(policy: Policy, c: ClassPolicy, num_blocks: int) -> None:
 
 
 def _check_kv_fits_one_request(policy: Policy, c: ClassPolicy, num_blocks: int, block_size: int) -> None:
-    # The last sampled token is never fed back, so its KV is never written (as engine/admission.py counts).
+    # The last sampled token is never fed back, so its KV is never written (as engine/sched/admission.py counts).
     need = math.ceil((c.max_input_tokens + c.max_output_tokens - 1) / block_size)
     may_hold = min(int(c.kv_max_share * num_blocks), num_blocks)
     why = f"kv_max_share {c.kv_max_share} of {num_blocks} blocks"

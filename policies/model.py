@@ -137,7 +137,7 @@ class ClassPolicy:
         "while the class has running requests, lower-priority classes' prefill tokens per step (-1: no cap)",
         ge=-1))
     # Prefill shield, phase "always": in every step, lower-priority classes share at most this much
-    # prefill, counted in token-equivalents at zero context (engine/prefill_cost.py: a token deep in a
+    # prefill, counted in token-equivalents at zero context (engine/sched/prefill_cost.py: a token deep in a
     # long document costs more), so a request of this class arriving at any moment waits behind one
     # short step, not a long document's full chunk. -1: no cap.
     shield_chunk_tokens: int = field(default=-1, metadata=knob(

@@ -6,7 +6,7 @@
 - No NUL where text is stored: PostgreSQL's text type cannot hold U+0000 (SQLite can), so a
   stored field (`StoredStr`) refuses it up front rather than failing the insert as an "outage".
 Both answer 400 `invalid_request` naming the field (core.web.errors turns the ValueError into it).
-- Bounded nesting: a body nested deeper than MAX_BODY_DEPTH (engine/jsondepth.py) is refused with
+- Bounded nesting: a body nested deeper than MAX_BODY_DEPTH (util/jsondepth.py) is refused with
   400 `nested_too_deeply` before any field is looked at, so the recursive checks above (and
   jsonschema, llguidance) never meet a value deep enough to exhaust Python's stack.
 """

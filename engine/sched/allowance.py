@@ -1,10 +1,10 @@
 """How many tokens a request may take in one step: the class reserves and the prefill shields.
 
-Reserves (engine/token_budget.py): each class with work has `step_token_share` of the step held for it;
+Reserves (engine/sched/token_budget.py): each class with work has `step_token_share` of the step held for it;
 another class takes only what leaves every unmet reserve intact. Promoted requests ignore the reserves, and
 so does an isolating class's prefill (it pauses lower classes' prefill, so their reserves could not be used).
 
-Shields, from the classes' rules (engine/request_queue.py), cap the prefill of lower-priority classes:
+Shields, from the classes' rules (engine/sched/request_queue.py), cap the prefill of lower-priority classes:
   shield_chunk_tokens    in every step, lower-priority classes share at most this much prefill (-1: no cap),
                          so a request of the class arriving at any moment waits behind one short step,
                          however deep into a long document that step's chunk is; with shield_active_s >= 0
@@ -14,7 +14,7 @@ Shields, from the classes' rules (engine/request_queue.py), cap the prefill of l
   prefill_isolation      while the class prefills, lower-priority classes get no prefill tokens in that step,
                          so the step, and the class's TTFT, stay short
 A step's shields combine into one (`StepPlan.shield`: the highest priority, the smallest cap). They count
-token-equivalents at zero context (engine/prefill_cost.py: a chunk deep in a long prompt costs more
+token-equivalents at zero context (engine/sched/prefill_cost.py: a chunk deep in a long prompt costs more
 attention), given the model's `attention_tokens`; without it, tokens. Decodes (forced tokens included) of
 every class always run, and promoted requests are never shielded.
 """

@@ -4,7 +4,7 @@ A waiting request that cannot get a slot or blocks preempts running preemptible 
 classes (lowest priority first, newest first), only if that makes enough room; if it still cannot start, the
 step admits nothing ranked below it (`StepPlan.admission_closed`: a higher class never waits behind a lower one
 for slots or blocks). A running request that needs a block preempts lower-ranked ones, or itself when it is the
-lowest. Who may preempt whom (`may_preempt`), from the classes' rules (engine/request_queue.py):
+lowest. Who may preempt whom (`may_preempt`), from the classes' rules (engine/sched/request_queue.py):
   - a running request may preempt a lower-ranked one of its own class (within a class the newest goes first);
   - another class's request only if that class is preemptible and keeps its kv_min_share without the
     victim's blocks, and is of lower priority, or of equal priority and lower rank when the requester runs;

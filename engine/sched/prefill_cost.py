@@ -7,7 +7,7 @@ where A (`attention_tokens`) is the context length at which one token's attentio
 linear layers: A = (matmul weights per layer) / (2 x query heads x head_dim) (QK^T and PV are 2 x heads
 x head_dim multiply-adds per context token; the linear layers one per weight). SmolLM2-135M: A = 3,072,
 so a 256-token chunk at position 5,800 costs ~740 tokens at zero context, ~3x the step budget it uses.
-The scheduler's prefill shields count in these units (engine/scheduler.py), so a shield of N bounds a
+The scheduler's prefill shields count in these units (engine/sched/scheduler.py), so a shield of N bounds a
 step's time, not merely its token count, however deep into a long document the chunk is.
 """
 from __future__ import annotations

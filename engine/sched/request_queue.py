@@ -99,7 +99,7 @@ class RequestQueue:
     rank = (not promoted, *mode key, fair tag, arrival, admission sequence). A request keeps its
     fair tag and admission sequence for life, so a preempted request re-enters at its original
     place: in front of every request of its class that arrived after it. A promoted request
-    (starvation guarantee, see engine/scheduler.py) ranks ahead of everything else.
+    (starvation guarantee, see engine/sched/scheduler.py) ranks ahead of everything else.
     """
 
     def __init__(self, mode_key: Callable[[EngineRequest], tuple[float, ...]], fair: FairQueue | None = None):

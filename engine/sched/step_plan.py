@@ -19,7 +19,7 @@ class StepPlan:
     admission_closed: bool = False  # a request could not get a shared resource: admit nothing ranked below
     token_limited: bool = False  # something was skipped for want of tokens
     shield_priority: int | None = None  # classes below this priority get at most shield_tokens of prefill
-    shield_tokens: float = 0  # in token-equivalents at zero context (engine/prefill_cost.py)
+    shield_tokens: float = 0  # in token-equivalents at zero context (engine/sched/prefill_cost.py)
 
     def shield(self, priority: int, tokens: float) -> None:
         if self.shield_priority is None:

@@ -30,8 +30,8 @@ def extraction(
     seed: int = typer.Option(0, "--seed", help="Generator seed: the same seed gives the same contracts."),
     schema: Path = typer.Option(DEFAULT_SCHEMA, "--schema", help="The job schema (default: examples/)."),
     sets: str = typer.Option("generated,handwritten", "--sets",
-                             help="Comma-separated contract sets: generated (bench/contracts_gen.py) and/or "
-                                  "handwritten (bench/data/contracts_handwritten.txt); each is reported apart."),
+                             help="Comma-separated contract sets: generated (evals/contracts_gen.py) and/or "
+                                  "handwritten (evals/data/contracts_handwritten.txt); each is reported apart."),
     schemas: str = typer.Option("shipped,plain", "--schemas",
                                 help="Comma-separated: shipped (--schema as written) and/or plain (its fields, "
                                      "types, enums and descriptions without x-* keywords or pattern)."),
@@ -184,7 +184,7 @@ def verdict(
                                  help="Instead: verdict quality on the labelled events (Spearman of score with the "
                                       "label, level and action accuracy, enum-order invariance, latency)."),
     events: Path = typer.Option(None, "--events", help="With --quality: the labelled event set "
-                                                       "(default: bench/data/risk_events.json)."),
+                                                       "(default: evals/data/risk_events.json)."),
     model_only: bool = typer.Option(True, "--model-only/--no-model-only",
                                     help="With --quality: also measure the model-decoded verdict without rules."),
 ) -> None:

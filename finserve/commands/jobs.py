@@ -84,7 +84,7 @@ def _watch(client: httpx.Client, job_id: str, interval_s: float) -> dict[str, An
         task = bar.add_task(job_id, total=None, detail="")
         while True:
             job = _check(client.get(f"/v1/extraction-jobs/{job_id}"))
-            if job.get("warning") and not warned:  # e.g. no worker consumes the queue (jobs/presence.py)
+            if job.get("warning") and not warned:  # e.g. no worker consumes the queue (jobs/runtime/presence.py)
                 console.print(f"warning: {job['warning']['message']}", markup=False, highlight=False)
                 warned = True
             c = job["counts"]
@@ -308,7 +308,7 @@ def register(app: typer.Typer) -> None:
                loglevel: Annotated[str | None, typer.Option(
                    help="DEBUG, INFO, WARNING or ERROR (default: FINSERVE_LOG_LEVEL, else INFO).")] = None,
                crash_history: Annotated[str | None, typer.Option(
-                   hidden=True, help="Set by a restart in place after a crash (jobs/watchdog.py).")] = None) -> None:
+                   hidden=True, help="Set by a restart in place after a crash (jobs/runtime/watchdog.py).")] = None) -> None:
         """Run a Celery worker for extraction items."""
         from core.logging import configure_logging
         from core.settings import get_settings

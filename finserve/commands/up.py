@@ -14,7 +14,7 @@ SIGTERM from the kernel when `up` is gone (core/parent_death.py), so a new `up` 
 
 It owns its processes: the HTTP port and a given --redis-port are checked before anything starts or
 the banner prints (a taken port is one line and exit 3), and the Redis it talks to is the one it
-started (jobs/redis_server.py). While it serves, a worker or Redis that dies is started again with
+started (jobs/runtime/redis_server.py). While it serves, a worker or Redis that dies is started again with
 backoff (1 s doubling to 30 s), one `process_restarted` log line each (stack.processes.Supervisor); a
 new Redis starts empty, so the unfinished items are re-enqueued from SQL at once, as on start.
 """

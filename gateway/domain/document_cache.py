@@ -1,6 +1,6 @@
 """A deleted document's KV: its prompt prefix found, and evicted from the engine's prefix cache early.
 
-Every question on a document starts with the same tokens (gateway/prompts.py `document_messages`: the
+Every question on a document starts with the same tokens (gateway/domain/prompts.py `document_messages`: the
 document first, the question last), salted with the tenant, and leases them for the class's
 `kv_lease_s`. Deleting the document asks the engine (every replica, with several) to end those leases
 and free the blocks, and those of every question asked after them, now rather than when the lease runs

@@ -6,7 +6,7 @@ time; `"format": "text"` (or a class without a schema) answers in free text.
 
 When the class's policy has risk rules (`risk_rules`, policies/risk.py) and the answer is the class's
 own schema, the verdict is built by code: the rules' points plus the model's judgement (a choice of
-low/medium/high read from its token probabilities, gateway/verdict.py), with the rules that fired
+low/medium/high read from its token probabilities, gateway/domain/verdict.py), with the rules that fired
 in `reasons` and the make-up of the score in `scoring`.
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ async def assess_risk(body: RiskAssessRequest, request: Request, key: TenantDep,
 
 async def _rule_scored(body: RiskAssessRequest, request: Request, key: KeyInfo, service: InferenceService,
                        classified: Classified) -> RiskAssessment | Response:
-    """The verdict from the class's risk rules and the model's judgement (gateway/verdict.py)."""
+    """The verdict from the class's risk rules and the model's judgement (gateway/domain/verdict.py)."""
     ctx = get_context(request)
     adm = await service.prepare(ctx, key, InferenceInput(
         route=ROUTE, prompt=Prompt(messages=judgement_messages(body.event, body.question)),

@@ -36,7 +36,7 @@ UNWRITABLE_OUTPUT = "unwritable_output"
 # Output constraint kind -> the error code of a grammar llguidance cannot use.
 GRAMMAR_CODES = {"json_schema": "invalid_json_schema", "regex": "invalid_regex", "choice": "invalid_choice"}
 
-# Routes that answer a prompt that does not fit as OpenAI does: 400 context_length_exceeded (gateway/routes/openai.py).
+# Routes that answer a prompt that does not fit as OpenAI does: 400 context_length_exceeded (gateway/openai/routes.py).
 OPENAI_ROUTES = {"completions": "prompt", "chat": "messages"}
 _CONTEXT_CODES = frozenset({"prompt_too_long", "context_overflow"})
 

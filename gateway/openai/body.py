@@ -11,7 +11,7 @@ schema is still the model's) and validates it with `validated(Model, data, size)
 small (a thread hop costs more than it saves), in a worker thread past INLINE_VALIDATE_BYTES. Refusals
 are FastAPI's own RequestValidationError (CappedValidationError: only the first few problems are turned into
 dicts, in that thread), so the error shape and codes are the same as before. The request lists stop at their
-first bad item (fail_fast, gateway/schemas/openai.py), so a body of 500,000 bad items is one problem, not
+first bad item (fail_fast, gateway/openai/schemas.py), so a body of 500,000 bad items is one problem, not
 500,000 built while everything waits on the GIL.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The OpenAI and vLLM request fields finserve does not implement, and the values that mean "not used".
 
 No silent ignores: a request field is either implemented (declared on the request models in
-gateway/schemas/openai.py) or listed here. A listed field sent with one of its "not used" values
+gateway/openai/schemas.py) or listed here. A listed field sent with one of its "not used" values
 (its default: null, false, the vLLM default) is accepted, since it changes nothing; any other value
 is refused with 400 `unsupported_parameter` naming the field. A field in neither place (not part
 of OpenAI's or vLLM's request schemas) is refused the same way: finserve cannot honour what it

@@ -3,7 +3,7 @@
 The response `id` is the finserve request id (X-Finserve-Request-Id, and X-Request-Id unless the
 client sent its own), so a client can look the request up at /v1/requests/{id}. Responses add
 `timings` and `workload_class` to OpenAI's shapes; clients that do not know them ignore them.
-`n` choices and prompt lists fan out into one engine request per choice (gateway/choices.py).
+`n` choices and prompt lists fan out into one engine request per choice (gateway/openai/choices.py).
 """
 from __future__ import annotations
 
@@ -183,7 +183,7 @@ async def create_chat_completion(raw: ChatBody, request: Request, key: TenantDep
                                  service: ServiceDep, x_workload_class: WorkloadClassHeader = None,
                                  ) -> ChatCompletionResponse | Response:
     ctx = get_context(request)
-    # Validated here, in a worker thread when large (gateway/body.py): 500 tools' schemas are tens of ms of
+    # Validated here, in a worker thread when large (gateway/openai/body.py): 500 tools' schemas are tens of ms of
     # pydantic and edge checks, which FastAPI would run on the event loop before the route.
     body = await validated(ChatCompletionRequest, raw, len(await request.body()))
     _check_model(body, service)

@@ -92,7 +92,7 @@ def sampling_params(body: SamplingFields, *, logprobs: int | None = None, tool_s
                     ) -> SamplingChoice:
     """Every SamplingParams field but max_tokens, which admission resolves once the class is known.
 
-    `tool_schema`: the JSON Schema (text) a tool call must follow (gateway/tools.py), if any."""
+    `tool_schema`: the JSON Schema (text) a tool call must follow (gateway/openai/tools.py), if any."""
     problem = body.unsupported()
     if problem:
         param, message = problem

@@ -1,7 +1,7 @@
 """OpenAI-compatible request/response models (/v1/completions, /v1/chat/completions, /v1/models).
 
 No silent ignores: every field a model declares here is implemented; every other field of
-OpenAI's or vLLM's request schemas is listed in gateway/schemas/openai_fields.py and accepted
+OpenAI's or vLLM's request schemas is listed in gateway/openai/fields.py and accepted
 only with a value that changes nothing, else refused with 400 `unsupported_parameter` naming
 it (`param`); a field of neither is refused the same way. A known field of the wrong type is
 `invalid_request`. /openapi.json says the same: the request schemas list the not-used fields with the
@@ -52,7 +52,7 @@ def _closed(schema: dict[str, Any], model: type[BaseModel]) -> None:
     props = schema.setdefault("properties", {})
     for name, values in getattr(model, "_not_used", {}).items():
         props.setdefault(name, {"enum": list(values), "description": "not implemented by finserve: accepted "
-                                "only with a value that changes nothing (gateway/schemas/openai_fields.py)"})
+                                "only with a value that changes nothing (gateway/openai/fields.py)"})
     schema["additionalProperties"] = False
 
 
@@ -239,7 +239,7 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: MaxTokens | None = None  # newer OpenAI name of max_tokens
     logprobs: bool = False
     top_logprobs: Logprobs | None = None  # alternatives per token; needs logprobs: true (OpenAI's rule)
-    tools: Annotated[list[ToolDef], Field(fail_fast=True)] | None = None  # see gateway/tools.py for what each tool_choice does
+    tools: Annotated[list[ToolDef], Field(fail_fast=True)] | None = None  # see gateway/openai/tools.py for what each tool_choice does
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
 
     @property

@@ -24,7 +24,7 @@ Parsers (the call formats of the models `FINSERVE_MODEL` users bring), chosen pe
 - `llama3_json`: `{"name": ..., "parameters": {...}}` as the whole answer, optionally after
   `<|python_tag|>`, several separated by `;` (Llama 3.1/3.2 JSON tool calls; vLLM's `llama3_json`).
   Chat templates that mention `<|python_tag|>` or folders named *llama-3*.
-Streaming (gateway/routes/openai.py, `ToolStream`): text is streamed as `content` until it may be the
+Streaming (gateway/openai/routes.py, `ToolStream`): text is streamed as `content` until it may be the
 start of a call; a call is sent, once complete, as OpenAI's `delta.tool_calls` chunks (id, type and
 name first, then the arguments).
 """

@@ -1,7 +1,7 @@
 """Putting item ids on the queue. Called only after the items are committed to SQL.
 
 Each message carries the W3C trace context of the enqueue span in its Celery headers (`traceparent`),
-so the worker's item span continues the trace of the submission that queued it (jobs/tasks.py).
+so the worker's item span continues the trace of the submission that queued it (jobs/runtime/tasks.py).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ BRPOP and its unacked record, between a submission's commit and its publish) nev
 A duplicate message would be harmless anyway: every claim is a conditional UPDATE (jobs/service.py).
 
 Two cases skip that second look, because something else already proves the item is abandoned:
-- its lease ran out (a worker renews its items' leases on a heartbeat, jobs/worker.py): the worker died,
+- its lease ran out (a worker renews its items' leases on a heartbeat, jobs/runtime/worker.py): the worker died,
   and the message it holds unacknowledged would come back only after the broker's visibility timeout
   (jobs_lease_s, 600 s). It is re-enqueued at once unless a message for it is waiting in the queue;
 - Redis lost its data (restarted empty, flushed): the pass finds the marker key it left in Redis gone

@@ -1,7 +1,7 @@
 """Celery tasks. Thin: ids in, the work is jobs.runtime.worker.process_item, retries are Celery's.
 
 Each delivery is one `finserve.jobs.item` span (CONSUMER), continuing the trace whose W3C context the
-message carries in its headers (jobs/queue.py); a retry is re-published with the same headers, so every
+message carries in its headers (jobs/runtime/queue.py); a retry is re-published with the same headers, so every
 attempt of an item is a child of the submission that queued it. The item's ids are bound to the logs.
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ def extract_item(self: Task, item_id: int) -> str:
     return step.kind
 
 
-# shared_task: registered with the app when the worker builds it (jobs/celery_app.py), not bound at import.
+# shared_task: registered with the app when the worker builds it (jobs/runtime/celery_app.py), not bound at import.
 # Applied by call (Celery ships no types: as a decorator it would make `extract_item` untyped for mypy).
 extract_item_task: Task = shared_task(name=EXTRACT_TASK, bind=True, max_retries=None, acks_late=True,
                                       reject_on_worker_lost=True)(extract_item)

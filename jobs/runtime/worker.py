@@ -62,7 +62,7 @@ class Heartbeat:
     """Renews, every `jobs_heartbeat_s`, the leases of the items this worker process is working on.
 
     A worker that dies (kill -9, OOM, a lost machine) stops renewing: its items' leases run out
-    HEARTBEAT_BEATS beats later, and the reconciler (jobs/reconcile.py) re-enqueues them on its next pass,
+    HEARTBEAT_BEATS beats later, and the reconciler (jobs/runtime/reconcile.py) re-enqueues them on its next pass,
     so they wait ~a minute at most, not the whole jobs_lease_s (the broker's visibility timeout, after
     which Redis would redeliver the dead worker's unacknowledged messages on its own). An item is renewed
     for at most jobs_lease_s after its claim: a worker stuck on one item lets it go as before.

@@ -1,7 +1,7 @@
 """What a Celery worker process does around its tasks: logging, tracing, the queue reconciler, the watchdog,
-its presence key (jobs/presence.py).
+its presence key (jobs/runtime/presence.py).
 
-Imported by the worker through the app's `include` list (jobs/celery_app.py), so these handlers are
+Imported by the worker through the app's `include` list (jobs/runtime/celery_app.py), so these handlers are
 connected before the worker configures logging. A worker process logs like the gateway: Celery's logging
 setup is replaced by core.logging's structlog JSON (Celery's own records included, at their own levels), the
 text banner by one `worker_started` line. It traces as `finserve-worker` (core/tracing.py), flushing its
@@ -66,7 +66,7 @@ def _redis_broker(interval_s: float) -> str | None:
 
 
 def _start_reconciler(**_: Any) -> None:
-    """Every worker runs the queue reconciler (jobs/reconcile.py); a Redis lock makes one pass at a time."""
+    """Every worker runs the queue reconciler (jobs/runtime/reconcile.py); a Redis lock makes one pass at a time."""
     global _reconciler
     settings = get_settings()
     if (broker := _redis_broker(settings.jobs_reconcile_interval_s)) is None:
@@ -78,7 +78,7 @@ def _start_reconciler(**_: Any) -> None:
 
 
 def _start_watchdog(**_: Any) -> None:
-    """The consumer watchdog (jobs/watchdog.py): restarts this worker in place if its consumer stalls."""
+    """The consumer watchdog (jobs/runtime/watchdog.py): restarts this worker in place if its consumer stalls."""
     global _watchdog
     settings = get_settings()
     if (broker := _redis_broker(settings.jobs_stall_s)) is None:
@@ -92,7 +92,7 @@ _presence: WorkerPresence | None = None
 
 
 def _start_presence(sender: Any = None, **_: Any) -> None:
-    """This worker's key in Redis (jobs/presence.py): the gateway tells a submitter when no worker is alive."""
+    """This worker's key in Redis (jobs/runtime/presence.py): the gateway tells a submitter when no worker is alive."""
     global _presence
     if (broker := _redis_broker(PRESENCE_INTERVAL_S)) is None:
         return

@@ -88,7 +88,7 @@ def distribution(row: torch.Tensor, r: SamplingRow) -> torch.Tensor:
 
 @functools.cache
 def real_logits(model_dir: Path, positions: int = 64) -> torch.Tensor:
-    """SmolLM2's next-token logits [positions, V] at the first `positions` tokens of bench/data's regulatory text:
+    """SmolLM2's next-token logits [positions, V] at the first `positions` tokens of evals/data's regulatory text:
     the rows the sampler sees in service (peaked, long-tailed), not noise."""
     from engine.model.loader import load_model
     from engine.tokenizer import Tokenizer

@@ -1,4 +1,4 @@
-"""Deleting a document frees its KV at once (gateway/document_cache.py -> EngineClient.evict_prefix): its
+"""Deleting a document frees its KV at once (gateway/domain/document_cache.py -> EngineClient.evict_prefix): its
 leases end, its cached blocks and its questions' leave the prefix cache (the free block count comes back, the
 same text asked again is a cache miss), and a question still running on it finishes with the answer it would
 have given, its blocks freed only when it is done. Only the leading blocks every document prompt of the tenant

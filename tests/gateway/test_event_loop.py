@@ -3,7 +3,7 @@
 
 Tokenizing a long document runs in a worker thread; a prompt too long in bytes for any token count
 its class accepts is refused before tokenizing; a chat request with 500 tools is validated, its tools
-rendered and its template applied in worker threads (gateway/body.py, routes/openai.py). Each is checked
+rendered and its template applied in worker threads (gateway/openai/body.py, routes/openai.py). Each is checked
 structurally (which thread did the work) and from outside, by a concurrent /healthz probe over a real socket.
 """
 from __future__ import annotations

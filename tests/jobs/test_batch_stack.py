@@ -122,7 +122,7 @@ def test_worker_killed_mid_batch_every_line_is_in_the_output_file_once(stack: St
 
 
 def test_lines_whose_messages_redis_lost_are_found_and_the_batch_completes(stack: Stack, sessions):
-    """A batch's lines are job items: the workers' reconciler finds one whose message is gone (jobs/reconcile.py)."""
+    """A batch's lines are job items: the workers' reconciler finds one whose message is gone (jobs/runtime/reconcile.py)."""
     import redis
 
     from jobs.runtime.celery_app import QUEUE

@@ -1,4 +1,4 @@
-"""The consumer watchdog (jobs/watchdog.py): a worker whose consumer stopped taking messages restarts in place.
+"""The consumer watchdog (jobs/runtime/watchdog.py): a worker whose consumer stopped taking messages restarts in place.
 
 Celery's own bug (a consumer that reconnects to Redis and never consumes again) cannot be produced on demand,
 so the real-stack test stops the consumer the way an operator could (`celery control cancel_consumer`): to the
