@@ -1,0 +1,1 @@
+"""The OpenAI-compatible API: routes, request and response schemas, choices and logprobs, tool calls, sampling."""
