@@ -70,3 +70,57 @@ def test_engine_on_the_gguf_matches_transformers_on_the_source(imported, case: s
     assert [got[f"r{i}"][0] for i in range(len(prompts))] == want_tokens
     for i, want in enumerate(want_logprobs):
         assert got[f"r{i}"][1] == pytest.approx(want, abs=2e-4), f"r{i}"
+
+
+_SAMPLES = [
+    "Hello world", "naïve café, Ünïcödé", "日本語のテキストと中文字符", "한국어 문장", "Ελληνικά και русский текст",
+    "🦙🚀 😶\u200d🌫️ ✅", "1234567890", "3.14159 and 2.71828", "1,000,000.00 USD", "-42 + 17 = -25", "2024-01-31T12:00Z",
+    "$1.5bn in Q3'24", "a  b   c    d", "   leading", "trailing   ", "\t\ttabs\tinside", "\n\nnewlines\n", " \n \n\n \t",
+    "def f(x):\n    return x ** 2\n", "if (a && b) { c(); } else { d[i++] = 0; }", '{"key": [1, 2.5, null, "v"]}',
+    "<html><body class=\"x\">text</body></html>", "I've been 'told he's there, 'RE you sure? 'M not sure I'll",
+    "SELECT id, SUM(amount) FROM trades WHERE ccy = 'EUR' GROUP BY id;", "____----====****", "...!!!???",
+    "ﬁ ligature, Å vs Å (NFC/NFD), \u00a0nbsp, zero\u200bwidth", "x" * 40, "3333333 33333333", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math",
+]
+STYLE_CASE = {"smollm": "granite", "llama3": "llama3", "qwen2": "qwen2", "spm-llama": "mistral", "spm-phi3": "phi3",
+              "spm-gemma": "gemma2"}
+
+
+def _texts() -> list[str]:
+    """A few hundred strings: the samples, lines of the project's docs, and seeded mixes of both."""
+    lines = [ln for p in sorted(Path(__file__).resolve().parents[2].glob("docs/*.md"))
+             for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    rng = random.Random(3)
+    mixes = ["".join(rng.choice([*_SAMPLES, *lines[:200], " ", "  ", "\n", "\t", "0", "42"]) for _ in range(4))
+             for _ in range(150)]
+    return [*_SAMPLES, *rng.sample(lines, 120), *mixes]
+
+
+@pytest.mark.parametrize("style", STYLE_CASE)
+def test_tokenizer_encodes_as_the_source_models(imported, style: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+
+    source, folder = imported(STYLE_CASE[style])
+    theirs = transformers.AutoTokenizer.from_pretrained(source)
+    ours = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    texts = _texts()
+    if style.startswith("spm-"):
+        # SentencePiece itself is the reference: transformers' Metaspace adds no "▁" to a text that starts with a
+        # space ("  id" -> ▁▁ id, where SentencePiece and llama.cpp give ▁▁ ▁id)
+        import sentencepiece
+
+        reference = sentencepiece.SentencePieceProcessor(model_file=str(source / "tokenizer.model")).encode
+    else:
+        specials = [t for t in theirs.all_special_tokens if ours.token_to_id(t) is not None]
+        texts += [f"{s}user\nHi {t}{s} there" for s in specials for t in specials[:2]]
+
+        def reference(text: str) -> list[int]:
+            return list(theirs.encode(text, add_special_tokens=False))
+    mismatched = [t for t in texts if ours.encode(t, add_special_tokens=False).ids != reference(t)]
+    assert not mismatched, f"{len(mismatched)} of {len(texts)} differ, e.g. {mismatched[:3]!r}"
+    for text in texts[:60]:
+        assert ours.decode(ours.encode(text, add_special_tokens=False).ids, skip_special_tokens=False) == text
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    bos = ours.token_to_id(config["bos_token"]) if config.get("bos_token") else None
+    first = ours.encode("Hello", add_special_tokens=True).ids[0]
+    assert (first == bos) == config["add_bos_token"] == (style in ("llama3",) or style.startswith("spm-"))
