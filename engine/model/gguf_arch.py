@@ -269,7 +269,7 @@ class Phi3(GgufArch):
         cfg.update(
             partial_rotary_factor=rotary / head_dim if rotary != head_dim else 1.0,
             original_max_position_embeddings=original, sliding_window=window or None,
-            rope_scaling=None if short is None else longrope(
+            rope_scaling=None if short is None or long is None else longrope(
                 short, long, self.key("rope.scaling.attn_factor"), cfg["max_position_embeddings"], original),
         )
         if math.isclose(cfg["partial_rotary_factor"], 1.0):

@@ -97,11 +97,11 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: ProgressF
     report: ProgressFn = progress or (lambda _desc, _done, _total: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    report("reading GGUF", 0, 1)
     reader = GGUFReader(str(gguf_path))
     meta = read_metadata(reader)
     arch_class = arch_of(meta)
     _check_types(reader)
+    report("reading GGUF", 0, 1)
     by_name = {t.name: t for t in reader.tensors}
     if "token_embd.weight" not in by_name:
         raise UnsupportedGguf("GGUF has no token_embd.weight tensor")

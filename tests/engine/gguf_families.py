@@ -28,7 +28,7 @@ CASES: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64})),
     "mistral": ("MistralConfig", "llama", None, dict(head_dim=16, sliding_window=None)),
-    "qwen2": ("Qwen2Config", "qwen2", "qwen2", dict()),
+    "qwen2": ("Qwen2Config", "qwen2", "qwen2", {}),
     "qwen3": ("Qwen3Config", "qwen2", "qwen2", dict(head_dim=32, tie_word_embeddings=True)),
     "gemma2": ("Gemma2Config", "gemma", None, dict(head_dim=16, num_hidden_layers=4, sliding_window=W,
                                                   query_pre_attn_scalar=16, attn_logit_softcapping=2.0,
@@ -61,7 +61,7 @@ def make_source(root: Path, case: str, tokenizers: Path, smollm2_dir: Path) -> P
     cls, style, _, overrides = CASES[case]
     tok = make_tokenizer(tokenizers / style, style, smollm2_dir)
     meta = json.loads((tok / "tokenizer_config.json").read_text())
-    ids = {k: None for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    ids = dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id"))
     vocab = json.loads((tok / "config.json").read_text())["vocab_size"]
     (tok / "config.json").write_text(json.dumps({"vocab_size": vocab, **ids, **_special_ids(tok, meta)}))
     out = write_family(root / case, cls, tok, **overrides)
@@ -91,13 +91,14 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()[:24]
 
 
-def gguf_of(source: Path, case: str) -> Path:
-    """The GGUF llama.cpp's converter writes for `source` (f32), cached by the folder's digest."""
+def gguf_of(source: Path, case: str, pre: str | None = None) -> Path:
+    """The GGUF llama.cpp's converter writes for `source` (f32), cached by the folder's digest; `pre`: the BPE
+    pre-tokenizer's name when the converter cannot tell it (a CASES case's own by default)."""
     cache = Path(os.environ.get("FINSERVE_TEST_CACHE", Path.home() / ".cache" / "finserve-test")) / "gguf"
     cache.mkdir(parents=True, exist_ok=True)
     out = cache / f"{case}-{_digest(source)}.gguf"
     if not out.is_file():
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        convert_to_gguf(source, tmp, pre=CASES[case][2])
+        convert_to_gguf(source, tmp, pre=pre or (CASES[case][2] if case in CASES else None))
         tmp.rename(out)
     return out
