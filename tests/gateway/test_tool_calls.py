@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from core.settings import Settings
+from core.web.errors import APIError
 from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from gateway.schemas.openai import ChatCompletionRequest
-from core.web.errors import APIError
 from gateway.tools import (
     GraniteParser,
     HermesParser,
