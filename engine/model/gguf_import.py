@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 from safetensors.numpy import save_file
 
 from engine.model.gguf_arch import ARCHES, UnsupportedGguf, arch_of, unpermute_rope_rows
+from engine.model.gguf_file import GgufFile, GgufTensor
 from engine.model.gguf_tokenizer import build_tokenizer, tokenizer_config
 
-__all__ = ["ARCHES", "SUPPORTED_TYPES", "UnsupportedGguf", "convert_gguf", "read_metadata", "unpermute_rope_rows"]
+__all__ = ["ARCHES", "SUPPORTED_TYPES", "GgufFile", "UnsupportedGguf", "convert_gguf", "unpermute_rope_rows"]
 
 # progress(description, completed, total): called as work advances; the CLI draws it with rich.
 ProgressFn = Callable[[str, int, int], None]
@@ -33,21 +34,16 @@ SUPPORTED_TYPES = frozenset(GGMLQuantizationType[n] for n in (
 SHARD_BYTES = 2 << 30
 
 
-def read_metadata(reader: GGUFReader) -> dict[str, Any]:
-    """All key/value metadata as Python values (strings decoded, arrays as lists)."""
-    return {key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
-
-
-def _array(tensor: Any) -> np.ndarray:
-    """A reader tensor as numpy in HF order ([out, in]: GGUF shapes list ne0 = in first)."""
-    shape = tuple(int(n) for n in reversed(tensor.shape))
+def _array(tensor: GgufTensor) -> np.ndarray:
+    """A tensor as numpy in HF order ([out, in]: GGUF shapes list ne0 = in first)."""
+    shape = tuple(reversed(tensor.shape))
     kind = tensor.tensor_type
     if kind in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-        return np.asarray(tensor.data).reshape(shape)
+        return tensor.data.reshape(shape)
     return np.asarray(dequantize(tensor.data, kind), dtype=np.float32).reshape(shape)
 
 
-def _check_types(reader: GGUFReader) -> None:
+def _check_types(reader: GgufFile) -> None:
     for tensor in reader.tensors:
         if tensor.tensor_type not in SUPPORTED_TYPES:
             raise UnsupportedGguf(
@@ -66,7 +62,7 @@ def _shards(sizes: list[int]) -> list[int]:
     return out
 
 
-def _write_weights(reader: GGUFReader, arch: Any, cfg: dict[str, Any], out: Path, report: ProgressFn) -> None:
+def _write_weights(reader: GgufFile, arch: Any, cfg: dict[str, Any], out: Path, report: ProgressFn) -> None:
     weights = [t for t in reader.tensors if t.name not in arch.config_tensors]
     names = [arch.hf_name(t.name) for t in weights]  # every name checked before anything is written
     itemsize = [2 if t.tensor_type == GGMLQuantizationType.F16 else 4 for t in weights]
@@ -97,8 +93,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: ProgressF
     report: ProgressFn = progress or (lambda _desc, _done, _total: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    reader = GGUFReader(str(gguf_path))
-    meta = read_metadata(reader)
+    reader = GgufFile(gguf_path)
+    meta = reader.metadata
     arch_class = arch_of(meta)
     _check_types(reader)
     report("reading GGUF", 0, 1)
@@ -107,7 +103,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: ProgressF
         raise UnsupportedGguf("GGUF has no token_embd.weight tensor")
     extra = {n: _array(by_name[n]).astype(np.float32) for n in arch_class.config_tensors if n in by_name}
     arch = arch_class(meta, {**extra, **{n: np.empty(0) for n in by_name if n not in extra}},
-                      vocab_size=int(by_name["token_embd.weight"].shape[1]))
+                      vocab_size=by_name["token_embd.weight"].shape[1])
     cfg = arch.config()
     parse_config(cfg)  # the family reads it as it will at load: a field it refuses is refused here
     report("reading GGUF", 1, 1)

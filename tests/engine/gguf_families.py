@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.engine.family_models import write_family
-from tests.engine.llama_cpp_converter import convert_to_gguf
+from tests.engine.llama_cpp_converter import convert_to_gguf, template
 from tests.engine.tokenizer_sources import bpe_tokenizer, spm_tokenizer
 
 W = 8
-# case: (transformers config class, tokenizer style, BPE pre-tokenizer name for the converter, config overrides)
+# case: (transformers config class, tokenizer style, BPE pre-tokenizer name for the converter, config overrides);
+# 2,048 positions: the domain routes' prompts under the families' chat templates (tests/gateway/test_family_routes.py)
 CASES: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
     "llama3": ("LlamaConfig", "llama3", "llama-bpe", dict(head_dim=32, tie_word_embeddings=False, rope_scaling={
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -38,13 +39,19 @@ CASES: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
                          "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}})),
     "phi3": ("Phi3Config", "phi3", None, dict(
-        max_position_embeddings=128, original_max_position_embeddings=32, partial_rotary_factor=0.5,
+        original_max_position_embeddings=32, partial_rotary_factor=0.5,
         rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0], "long_factor": [1.0, 2.5, 5.0, 10.0]},
         sliding_window=12)),
     "granite": ("GraniteConfig", "smollm", None, dict(embedding_multiplier=12.0, attention_multiplier=0.1,
                                                       residual_multiplier=0.3, logits_scaling=4.0)),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+# Each family's released chat template (llama.cpp's models/templates/), written into the source's
+# tokenizer_config.json: the converter carries it into the GGUF as tokenizer.chat_template.
+TEMPLATES = {"llama3": "meta-llama-Llama-3.1-8B-Instruct", "mistral": "mistralai-Mistral-Nemo-Instruct-2407",
+             "qwen2": "Qwen-Qwen2.5-7B-Instruct", "qwen3": "Qwen-Qwen3-0.6B", "gemma2": "google-gemma-2-2b-it",
+             "gemma3": "google-gemma-2-2b-it", "phi3": "microsoft-Phi-3.5-mini-instruct",
+             "granite": "ibm-granite-granite-3.3-2B-Instruct"}
 
 
 def make_tokenizer(out: Path, style: str, smollm2_dir: Path) -> Path:
@@ -64,11 +71,25 @@ def make_source(root: Path, case: str, tokenizers: Path, smollm2_dir: Path) -> P
     ids = dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id"))
     vocab = json.loads((tok / "config.json").read_text())["vocab_size"]
     (tok / "config.json").write_text(json.dumps({"vocab_size": vocab, **ids, **_special_ids(tok, meta)}))
-    out = write_family(root / case, cls, tok, **overrides)
+    out = write_family(root / case, cls, tok, **{"max_position_embeddings": 2048, **overrides})
     for name in TOKENIZER_FILES:
         if (tok / name).is_file():
             shutil.copyfile(tok / name, out / name)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config["chat_template"] = template(TEMPLATES[case])
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
     return out
+
+
+def imported_model(root: Path, case: str, smollm2_dir: Path) -> tuple[Path, Path]:
+    """(the case's source HF folder, the folder finserve imports from its GGUF), built under `root`."""
+    from engine.model.gguf_import import convert_gguf
+
+    source, folder = root / "src" / case, root / "imported" / case
+    if not (folder / "config.json").is_file():
+        make_source(root / "src", case, root / "tokenizers", smollm2_dir)
+        convert_gguf(gguf_of(source, case), folder)
+    return source, folder
 
 
 def _special_ids(tok: Path, meta: dict[str, Any]) -> dict[str, int]:

@@ -15,9 +15,8 @@ import pytest
 from safetensors.numpy import load_file
 
 from engine.model.families import read_config
-from engine.model.gguf_import import convert_gguf
 from tests.engine.family_models import hf_generate
-from tests.engine.gguf_families import CASES, gguf_of, make_source
+from tests.engine.gguf_families import CASES
 from tests.engine.test_engine_parity import make_engine
 from tests.engine.test_family_parity import req, run
 
@@ -25,19 +24,8 @@ N = 12
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path):
-    """case -> (source HF folder, folder imported from its GGUF), built once per module."""
-    root = tmp_path_factory.mktemp("gguf_families")
-    made: dict[str, tuple[Path, Path]] = {}
-
-    def make(case: str) -> tuple[Path, Path]:
-        if case not in made:
-            source = make_source(root / "src", case, root / "tokenizers", default_model_dir)
-            convert_gguf(gguf_of(source, case), root / "imported" / case)
-            made[case] = source, root / "imported" / case
-        return made[case]
-
-    return make
+def imported(gguf_family):
+    return gguf_family
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 
 from engine.model.gguf_arch import ARCHES, GgufArch, UnsupportedGguf
-from engine.model.gguf_import import SUPPORTED_TYPES, convert_gguf, unpermute_rope_rows
+from engine.model.gguf_import import SUPPORTED_TYPES, GgufFile, convert_gguf, unpermute_rope_rows
 from engine.model.gguf_rope import _llama3_table, llama3_from_rope_freqs
 from engine.model.prepare import (
     DEFAULT_GGUF_FILE,
@@ -179,3 +179,17 @@ def test_logits_match_transformers_gguf_loader(default_model_dir: Path) -> None:
         actual = ours(ids).logits
     assert expected.shape == actual.shape == (1, ids.shape[1], 49152)
     torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_gguf_file_reads_what_the_gguf_package_reads() -> None:
+    """engine/model/gguf_file.py against gguf's GGUFReader on the shipped Q4_1 file: every key and value, every
+    tensor's name, shape, type and bytes."""
+    import gguf
+
+    path = default_gguf_path()
+    ours, theirs = GgufFile(path), gguf.GGUFReader(str(path))
+    assert ours.metadata == {k: f.contents() for k, f in theirs.fields.items() if not k.startswith("GGUF.")}
+    assert len(ours.tensors) == len(theirs.tensors)
+    for a, b in zip(ours.tensors, theirs.tensors, strict=True):
+        assert (a.name, a.shape, a.tensor_type) == (b.name, tuple(int(n) for n in b.shape), b.tensor_type)
+        assert np.array_equal(a.data.reshape(-1).view(np.uint8), np.asarray(b.data).reshape(-1).view(np.uint8))
