@@ -112,14 +112,14 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()[:24]
 
 
-def gguf_of(source: Path, case: str, pre: str | None = None) -> Path:
-    """The GGUF llama.cpp's converter writes for `source` (f32), cached by the folder's digest; `pre`: the BPE
-    pre-tokenizer's name when the converter cannot tell it (a CASES case's own by default)."""
+def gguf_of(source: Path, case: str, pre: str | None = None, outtype: str = "f32") -> Path:
+    """The GGUF llama.cpp's converter writes for `source` (`outtype`: f32, f16, bf16, q8_0), cached by the folder's
+    digest; `pre`: the BPE pre-tokenizer's name when the converter cannot tell it (a CASES case's own by default)."""
     cache = Path(os.environ.get("FINSERVE_TEST_CACHE", Path.home() / ".cache" / "finserve-test")) / "gguf"
     cache.mkdir(parents=True, exist_ok=True)
-    out = cache / f"{case}-{_digest(source)}.gguf"
+    out = cache / f"{case}-{_digest(source)}{'' if outtype == 'f32' else '.' + outtype}.gguf"
     if not out.is_file():
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        convert_to_gguf(source, tmp, pre=pre or (CASES[case][2] if case in CASES else None))
+        convert_to_gguf(source, tmp, pre=pre or (CASES[case][2] if case in CASES else None), outtype=outtype)
         tmp.rename(out)
     return out

@@ -36,6 +36,8 @@ CONVERSATIONS: dict[str, list[dict[str, Any]]] = {
                      {"role": "tool", "tool_call_id": "call9abcd", "content": '{"temp": 21}'}],
 }
 BOS, EOS = "<s>", "</s>"
+# llama.cpp's sdist is downloaded once (77 MB) and every family converted once: `make test` runs these, not test-fast
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,8 @@ from tests.engine.test_engine_parity import make_engine
 from tests.engine.test_family_parity import req, run
 
 N = 12
+# llama.cpp's sdist is downloaded once (77 MB) and every family converted once: `make test` runs these, not test-fast
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +114,29 @@ def test_tokenizer_encodes_as_the_source_models(imported, style: str) -> None:
     bos = ours.token_to_id(config["bos_token"]) if config.get("bos_token") else None
     first = ours.encode("Hello", add_special_tokens=True).ids[0]
     assert (first == bos) == config["add_bos_token"] == (style in ("llama3",) or style.startswith("spm-"))
+
+
+@pytest.mark.parametrize("case", ["llama3", "phi3"])
+def test_q8_0_gguf_imports_within_its_rounding_and_serves(imported, tmp_path: Path, case: str) -> None:
+    """The converter's own Q8_0 (--outtype q8_0): each imported matrix is the source's to within half a block step
+    (layout, un-permutation and block order end to end; llama3's q/k are permuted, phi3's qkv fused), vectors exact."""
+    from engine.model.gguf_import import convert_gguf
+    from tests.engine.gguf_families import gguf_of
+
+    source, _ = imported(case)
+    folder = tmp_path / "q8"
+    convert_gguf(gguf_of(source, case, outtype="q8_0"), folder)
+    src, out = load_file(source / "model.safetensors"), load_file(folder / "model.safetensors")
+    assert src.keys() == out.keys()
+    for name, weight in src.items():
+        if weight.ndim == 1:
+            np.testing.assert_array_equal(out[name], weight, err_msg=name)
+            continue
+        blocks = weight.reshape(weight.shape[0], -1, 32)
+        step = np.abs(blocks).max(axis=-1, keepdims=True) / 127  # Q8_0: d = max |w| / 127 per 32 values
+        # half a step, plus 127 q times d's own fp16 rounding (2^-11 relative)
+        assert (np.abs(out[name].reshape(blocks.shape) - blocks) <= step * (0.5 + 127 * 2**-11)).all(), name
+    engine = make_engine(folder, max_num_batched_tokens=16)
+    got = run(engine, {0: [replace(req("a", list(range(10, 40))), sampling=replace(req("x", [1]).sampling,
+                                                                                    max_tokens=4))]})
+    assert len(got["a"][0]) == 4
