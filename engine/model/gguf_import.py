@@ -21,7 +21,7 @@ from safetensors.numpy import save_file
 
 from engine.model.gguf_arch import ARCHES, UnsupportedGguf, arch_of, unpermute_rope_rows
 from engine.model.gguf_file import GgufFile, GgufTensor
-from engine.model.gguf_tokenizer import build_tokenizer, tokenizer_config
+from engine.model.gguf_tokenizer import build_tokenizer, tokenizer_config, with_token_defaults
 
 __all__ = ["ARCHES", "SUPPORTED_TYPES", "GgufFile", "UnsupportedGguf", "convert_gguf", "unpermute_rope_rows"]
 
@@ -94,7 +94,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: ProgressF
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     reader = GgufFile(gguf_path)
-    meta = reader.metadata
+    meta = with_token_defaults(reader.metadata)
     arch_class = arch_of(meta)
     _check_types(reader)
     report("reading GGUF", 0, 1)

@@ -130,6 +130,15 @@ def adds(meta: dict[str, Any], key: str) -> bool:
     return key == "bos" and (spm or meta.get("tokenizer.ggml.pre") in _IGNORE_MERGES)
 
 
+def with_token_defaults(meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta` with llama.cpp's default special ids where the GGUF names none (src/llama-vocab.cpp load: a
+    SentencePiece vocabulary has <unk> 0, <s> 1, </s> 2; a BPE one has no defaults)."""
+    if meta.get("tokenizer.ggml.model") != "llama":
+        return meta
+    defaults = {"tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2}
+    return {**defaults, **meta}
+
+
 def tokenizer_config(meta: dict[str, Any]) -> dict[str, Any]:
     """tokenizer_config.json: special token strings, BOS/EOS flags and the chat template."""
     tokens: list[str] = meta["tokenizer.ggml.tokens"]

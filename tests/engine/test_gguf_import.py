@@ -193,3 +193,24 @@ def test_gguf_file_reads_what_the_gguf_package_reads() -> None:
     for a, b in zip(ours.tensors, theirs.tensors, strict=True):
         assert (a.name, a.shape, a.tensor_type) == (b.name, tuple(int(n) for n in b.shape), b.tensor_type)
         assert np.array_equal(a.data.reshape(-1).view(np.uint8), np.asarray(b.data).reshape(-1).view(np.uint8))
+
+
+def test_sentencepiece_vocabulary_without_special_ids_gets_llama_cpp_defaults() -> None:
+    """A "llama" vocabulary: "▁" prefix and spaces, merges by piece score, byte fallback, BOS added by default,
+    and <unk> <s> </s> at 0 1 2 when the GGUF names no special ids (as llama.cpp assumes)."""
+    from engine.model.gguf_tokenizer import build_tokenizer, tokenizer_config, with_token_defaults
+
+    pieces = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), "\u2581", "a", "b", "\u2581a", "ab",
+              "\u2581ab"]
+    types = [2, 3, 3, *[6] * 256, 1, 1, 1, 1, 1, 1]
+    scores = [0.0, 0.0, 0.0, *[0.0] * 256, -5.0, -1.0, -2.0, -3.0, -4.0, -0.5]
+    meta = with_token_defaults({"general.architecture": "llama", "tokenizer.ggml.model": "llama",
+                                "tokenizer.ggml.tokens": pieces, "tokenizer.ggml.scores": scores,
+                                "tokenizer.ggml.token_type": types})
+    tok = build_tokenizer(meta)
+    ids = tok.encode("ab ab é", add_special_tokens=True).ids
+    assert [tok.id_to_token(i) for i in ids] == ["<s>", "\u2581ab", "\u2581ab", "\u2581", "<0xC3>", "<0xA9>"]
+    assert tok.decode(ids) == "ab ab é"
+    config = tokenizer_config(meta)
+    assert (config["bos_token"], config["eos_token"], config["unk_token"], config["add_bos_token"]) == \
+        ("<s>", "</s>", "<unk>", True)
