@@ -185,6 +185,11 @@ class Qwen2(GgufArch):
     biases = frozenset({"attn_q", "attn_k", "attn_v"})
     permuted_qk = False  # NEOX RoPE: rows as HF wrote them
 
+    def add(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        if "blk.0.attn_q.bias" not in self.tensors:
+            raise UnsupportedGguf("GGUF 'qwen2' has no q/k/v biases (blk.0.attn_q.bias): finserve's Qwen2 has them")
+        return super().add(cfg)
+
 
 class Qwen3(GgufArch):
     name, model_type, hf_architecture = "qwen3", "qwen3", "Qwen3ForCausalLM"
