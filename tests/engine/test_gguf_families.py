@@ -140,3 +140,28 @@ def test_q8_0_gguf_imports_within_its_rounding_and_serves(imported, tmp_path: Pa
     got = run(engine, {0: [replace(req("a", list(range(10, 40))), sampling=replace(req("x", [1]).sampling,
                                                                                     max_tokens=4))]})
     assert len(got["a"][0]) == 4
+
+
+def test_large_models_are_written_in_shards_the_engine_loads(imported, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards of at most SHARD_BYTES (a tensor larger than that alone) and their index: the same tensors as one file,
+    and the engine's greedy tokens from them are the single file's."""
+    import engine.model.gguf_import as gguf_import
+    from tests.engine.gguf_families import gguf_of
+
+    source, single = imported("qwen3")
+    monkeypatch.setattr(gguf_import, "SHARD_BYTES", 1 << 20)  # the 49k x 64 embedding alone is 12 MB
+    gguf_import.convert_gguf(gguf_of(source, "qwen3"), tmp_path / "sharded")
+    index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) >= 2 and not (tmp_path / "sharded" / "model.safetensors").exists()
+    merged = {k: v for f in shards for k, v in load_file(tmp_path / "sharded" / f).items()}
+    whole = load_file(single / "model.safetensors")
+    assert merged.keys() == whole.keys() == index["weight_map"].keys()
+    assert all(np.array_equal(merged[k], whole[k]) for k in whole)
+    prompt = list(range(100, 130))
+    outputs = []
+    for folder in (single, tmp_path / "sharded"):
+        r = replace(req("a", prompt), sampling=replace(req("x", [1]).sampling, max_tokens=6))
+        outputs.append(run(make_engine(folder), {0: [r]})["a"][0])
+    assert outputs[0] == outputs[1]
