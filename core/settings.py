@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535)
 
     # --- engine (each field maps to the EngineConfig field of the same meaning) ---
-    model: Path | None = None  # HF-format folder; None: $FINSERVE_HOME/models/SmolLM2-135M-Instruct
+    model: Path | None = None  # HF-format folder or installed model name; None: $FINSERVE_HOME/models/SmolLM2-135M-Instruct
     served_model_name: str | None = None  # the `model` id clients use; None: the folder name
     device: str = "cpu"
     dtype: str = "auto"
@@ -211,7 +211,12 @@ class Settings(BaseSettings):
 
     @property
     def model_path(self) -> Path:
-        return self.model if self.model is not None else self.home / "models" / DEFAULT_MODEL_NAME
+        """The model folder: `model` (a path, or the name of a model `finserve model add` installed under
+        $FINSERVE_HOME/models), else the default model's folder there."""
+        from engine.model.installed import resolve_model
+
+        return resolve_model(self.model, self.home) if self.model is not None else \
+            self.home / "models" / DEFAULT_MODEL_NAME
 
     def model_id(self, folder: str | Path | None = None) -> str:
         """The `model` id clients use, metrics are labelled with and the ledger records: `served_model_name`,
