@@ -33,6 +33,7 @@ CHANGED = {
     "num_threads": ("threads", 3, 3),
     "starvation_steps": ("starvation_steps", 9, 9),
     "fast_forward": ("fast_forward", False, False),
+    "speculative": ("speculative", "off", "off"),
     "seed": ("seed", 5, 5),
 }
 
