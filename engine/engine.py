@@ -22,7 +22,7 @@ from pathlib import Path
 import structlog
 import torch
 
-from engine.config import MAX_CONTEXT_CAP, EngineConfig
+from engine.config import MAX_CONTEXT_CAP, SPECULATIVE_MODES, EngineConfig
 from engine.live import Live
 from engine.model_runner import ModelRunner
 from engine.outputs import (
@@ -61,6 +61,7 @@ class LLMEngine:
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, MAX_CONTEXT_CAP)
         self.eos_ids = self._eos_ids(Path(config.model))
         self.scheduler = self._new_scheduler()
+        self.speculative = config.speculative  # auto | off; benchmarks compare both on one engine (set_speculative)
         self._live: dict[str, Live] = {}
         self._pending: list[RequestOutput] = []  # finished outside a step (abort, failed add): sent next step
         self.steps = 0
@@ -142,7 +143,7 @@ class LLMEngine:
             gen = torch.Generator(device=self.runner.device).manual_seed(p.seed)
         drafter = (Drafter(spec, max_model_len=self.max_model_len, fast_forward=self.config.fast_forward)
                    if drafts_for(p, spec := self.config.policy.get(req.workload_class).speculative,
-                                 self.config.speculative) else None)
+                                 self.speculative) else None)
         return Live(req, self.tokenizer.incremental(), gen, grammar, drafter)
 
     def _grammar(self, p: SamplingParams) -> GrammarState | None:
@@ -159,6 +160,13 @@ class LLMEngine:
             return compile_json_schema(self.tokenizer, p.json_schema).new_state()
         except ValueError as e:
             raise AdmissionError("invalid_schema", f"output constraint is not usable: {e}") from e
+
+    def set_speculative(self, mode: str) -> None:
+        """Speculative decoding "auto" (by the class policy) or "off" from the next step on; a request added while
+        it was off never drafts."""
+        if mode not in SPECULATIVE_MODES:
+            raise ValueError(f"speculative must be one of {', '.join(SPECULATIVE_MODES)}, not {mode!r}")
+        self.speculative = mode
 
     def abort_request(self, request_id: str) -> None:
         live = self._live.pop(request_id, None)
@@ -210,8 +218,7 @@ class LLMEngine:
         loop hands the previous step's outputs to the event loop there: see engine/client.py); not called when
         nothing is scheduled. It must not raise."""
         outputs, self._pending = self._pending, []
-        if self.config.speculative != "off":
-            self._draft()
+        self._draft()
         out = self.scheduler.schedule()
         if out.empty:
             return outputs
@@ -228,7 +235,7 @@ class LLMEngine:
         running = self.scheduler.running
         for rid, req in running.items():
             live, req.draft = self._live.get(rid), None
-            if live is None or live.drafter is None:
+            if live is None or live.drafter is None or self.speculative == "off":
                 continue
             try:
                 req.draft = live.drafter.draft(req, live.grammar, len(running))
