@@ -17,6 +17,7 @@ import torch
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from engine.model import cpu_kernels
+from engine.replay import Recorded, replay
 from engine.request import EngineRequest, RequestStatus, SamplingParams
 from policies import load_policy
 from policies.model import Policy, Speculation
@@ -151,6 +152,13 @@ def test_batch_invariant_speculation_gives_the_same_bits(default_model_dir: Path
     on, on_reqs = _run(engine, "auto", requests)
     assert on == off  # tokens, text, finish reasons and every chosen token's logprob, bit for bit
     assert sum(r.num_accepted_tokens for r in on_reqs.values()) > 0
+    # a request served among the others with drafts replays alone to the same bits (engine/replay.py)
+    rid = max(on_reqs, key=lambda r: on_reqs[r].num_accepted_tokens)
+    req = on_reqs[rid]
+    rec = Recorded(prompt_token_ids=req.prompt_token_ids, sampling=req.sampling, workload_class=req.workload_class,
+                   output_token_ids=req.output_token_ids, output_logprobs=[lp for _, lp in on[rid][3]])
+    result = replay(engine, rec)
+    assert result.identical and result.logprobs_identical, result
 
 
 def test_torch_path_greedy_is_the_same_and_large_batches_do_not_draft(make_tiny_model) -> None:  # type: ignore[no-untyped-def]
