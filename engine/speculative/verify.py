@@ -61,28 +61,61 @@ class Verified:
 def verify(logits: torch.Tensor, draft: Draft, row: SamplingRow) -> Verified:
     """logits: [len(draft) + 1, V], the rows of the chunk from the last known token on. `row` is the request's
     sampling row at its first draft position, as the engine builds it for a decode step."""
-    grammar = None if row.grammar is None else cast(DraftGrammar, row.grammar).fork()
-    want_lp = row.params.logprobs
+    grammars = _grammar_states(row, draft)
+    draft = draft.head(len(grammars) - 1)
+    k, want_lp = len(draft), row.params.logprobs
+    # greedy rows do not depend on one another's picks: one sampler call for all of them
+    picks = _greedy_picks(logits[:k + 1], draft, row, grammars) if row.params.greedy else None
     lps: list[TokenLogprobs] = []
     for i, d in enumerate(draft.token_ids):
         if draft.forced[i]:
             lps.append(TokenLogprobs(d, 0.0, ((d, 0.0),) if want_lp else ()))
         else:
-            token, lp, error = _pick(logits[i], _row_at(row, draft, i, grammar), d)
+            token, lp, error = picks[i] if picks else _pick(logits[i], _row_at(row, draft, i, grammars[i]), d)
             if error is not None:  # past the first row: stop before it (the next step meets it as a decode)
                 return Verified(i - 1, draft.token_ids[i - 1], _lp(lps, want_lp)) if i else Verified(0, None, None, error)
             if token != d:
                 return Verified(i, token, _lp([*lps, lp], want_lp))
             lps.append(lp)  # type: ignore[arg-type]  # set whenever the request asks
-        if grammar is not None:
-            grammar.accept(d)
-            if grammar.is_terminated():  # the document is complete: nothing may follow it
-                return Verified(i, d, _lp(lps, want_lp))
-    k = len(draft)
-    sampled = sample(logits[k:k + 1], [_row_at(row, draft, k, grammar)])
-    if 0 in sampled.errors:
+        state = grammars[i + 1]
+        if state is not None and state.is_terminated():  # the document is complete: nothing may follow it
+            return Verified(i, d, _lp(lps, want_lp))
+    if picks is None:
+        sampled = sample(logits[k:k + 1], [_row_at(row, draft, k, grammars[k])])
+        bonus = sampled.tokens[0]
+        picks = [(-1, None, None)] * k + [(-1 if bonus is None else bonus, sampled.logprobs.get(0),
+                                           sampled.errors.get(0))]
+    token, lp, error = picks[k]
+    if error is not None:
         return Verified(k - 1, draft.token_ids[-1], _lp(lps, want_lp))
-    return Verified(k, sampled.tokens[0], _lp([*lps, sampled.logprobs.get(0)], want_lp))
+    return Verified(k, token, _lp([*lps, lp], want_lp))
+
+
+def _grammar_states(row: SamplingRow, draft: Draft) -> list[DraftGrammar | None]:
+    """The request's grammar state at each position 0..len(draft) (copies: the request's own is the engine's to
+    advance), fewer where it refuses a draft token (the drafter checked each: not expected); Nones without one."""
+    if row.grammar is None:
+        return [None] * (len(draft) + 1)
+    state = cast(DraftGrammar, row.grammar).fork()
+    states: list[DraftGrammar | None] = [state]
+    for d in draft.token_ids:
+        state = state.fork()
+        try:
+            state.accept(d)
+        except ValueError:
+            break
+        states.append(state)
+    return states
+
+
+Pick = tuple[int, TokenLogprobs | None, str | None]  # (token, its logprobs when asked, or the row's error)
+
+
+def _greedy_picks(logits: torch.Tensor, draft: Draft, row: SamplingRow,
+                  grammars: list[DraftGrammar | None]) -> list[Pick]:
+    """The sampler's greedy pick of every row [k + 1, V], each processed at its own position."""
+    out = sample(logits, [_row_at(row, draft, i, grammars[i]) for i in range(len(draft) + 1)])
+    return [(-1 if t is None else t, out.logprobs.get(i), out.errors.get(i)) for i, t in enumerate(out.tokens)]
 
 
 def verify_rows(logits: torch.Tensor, row_ids: list[str], drafts: Mapping[str, Draft],
@@ -127,12 +160,9 @@ def _row_at(row: SamplingRow, draft: Draft, i: int, grammar: DraftGrammar | None
         output_ids=[*row.output_ids, *prefix] if p.presence_penalty or p.frequency_penalty else row.output_ids)
 
 
-def _pick(logits: torch.Tensor, row: SamplingRow, d: int) -> tuple[int, TokenLogprobs | None, str | None]:
-    """(the row's token given draft token d, its logprobs when asked, or an error). logits: [V]."""
-    if row.params.greedy:
-        out = sample(logits[None, :], [row])
-        token = out.tokens[0]
-        return (-1, None, out.errors[0]) if token is None else (token, out.logprobs.get(0), None)
+def _pick(logits: torch.Tensor, row: SamplingRow, d: int) -> Pick:
+    """A random row's token given draft token d (rejection sampling), its logprobs when asked, or an error.
+    logits: [V]."""
     try:
         masked, final = _processed(logits, row)  # [V], [V]
     except Exception as e:
