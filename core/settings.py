@@ -115,6 +115,8 @@ class Settings(BaseSettings):
     threads: int | None = Field(None, gt=0)  # torch intra-op threads on CPU; None = one per usable core
     starvation_steps: int = 256  # a request unscheduled this many steps is promoted (<= 0 disables)
     fast_forward: bool = True  # grammar-forced tokens appended without sampling (EngineConfig.fast_forward)
+    # prompt-lookup speculative decoding (EngineConfig.speculative): auto = where the class's policy turns it on
+    speculative: Literal["auto", "off"] = "auto"
     seed: int = 0
 
     # --- output grammars (docs/ERRORS.md, "Grammar limits"): bounds checked before a constraint is compiled ---
@@ -275,6 +277,7 @@ class Settings(BaseSettings):
             num_threads=self.threads or default_threads(),  # resolved here: every command runs the same count
             starvation_steps=self.starvation_steps,
             fast_forward=self.fast_forward,
+            speculative=self.speculative,
             seed=self.seed,
             grammar_limits=self.grammar_limits,
             grammar_pool=self.grammar_pool,

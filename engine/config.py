@@ -16,6 +16,7 @@ KV_CACHE_DTYPES = kv_choices()  # ("auto", "fp32", "bf16", "fp16", "float32", ..
 DTYPE_BYTES = dtype_bytes()
 AUTO_FP16_KV_ISAS = ("avx2", "avx512", "amx")  # the kernel variants under which auto picks an fp16 pool on CPU
 
+SPECULATIVE_MODES = ("auto", "off")  # EngineConfig.speculative
 MAX_CONTEXT_CAP = 8192  # the default max_model_len's cap (and the positions the RoPE tables cover then)
 
 
@@ -58,6 +59,9 @@ class EngineConfig:
     # Jump-forward decoding: tokens a grammar forces (JSON keys, punctuation, the rest of an enum
     # value) are appended without sampling and computed in one step. False: one step per token.
     fast_forward: bool = True
+    # Prompt-lookup speculative decoding (engine/speculative/): "auto" drafts where the class's policy turns it on
+    # (`speculative` in policies/default.toml), "off" never drafts.
+    speculative: str = "auto"
     seed: int = 0
     # Bounds on a request's output constraint, checked before it is compiled (engine/grammar_limits.py), and
     # the child processes that compile it (engine/grammar_pool.py).
@@ -67,6 +71,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.scheduling not in ("class", "fcfs"):
             raise ValueError(f"scheduling must be 'class' or 'fcfs', not {self.scheduling!r}")
+        if self.speculative not in SPECULATIVE_MODES:
+            raise ValueError(f"speculative must be 'auto' or 'off', not {self.speculative!r}")
         check_weights(self.weights)
         check_kv_dtype(self.kv_cache_dtype)
         check_prefill_weights(self.prefill_weights)

@@ -99,6 +99,24 @@ class RiskRules:
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Speculation:
+    """Prompt-lookup speculative decoding for a class (engine/speculative/): each decode step drafts up to
+    `max_draft` tokens by finding the request's last n tokens (n from ngram_max down to ngram_min) earlier in its
+    prompt or output and copying what followed, and verifies them in the same step. Greedy output is unchanged
+    token for token, random sampling keeps its distribution; it pays where outputs copy their input (quotes,
+    extracted values) and costs a verification chunk per step where they do not."""
+
+    enabled: bool = field(default=False, metadata=knob("draft and verify the class's decodes"))
+    max_draft: int = field(default=8, metadata=knob(
+        "most tokens drafted per request and step (each request's length adapts below it)", ge=1, le=64))
+    ngram_min: int = field(default=1, metadata=knob("shortest tail matched against the prompt and output", ge=1,
+                                                    le=16, at_most="ngram_max"))
+    ngram_max: int = field(default=3, metadata=knob("longest tail matched (tried first)", ge=1, le=16))
+    max_batch: int = field(default=4, metadata=knob(
+        "no drafts in a step whose running batch is larger: verifying costs more than it saves there", ge=1))
+
+
 class RoutingStrategy(str, enum.Enum):
     """How a gateway picks an engine replica for a request of a class (gateway/replicas/router.py)."""
 
@@ -189,6 +207,10 @@ class ClassPolicy:
     evidence_retention_days: float = field(default=183.0, metadata=knob(
         "days the class's evidence is kept before `finserve ledger prune` deletes it", gt=0, unit="days",
         optional=True))
+
+    # Prompt-lookup speculative decoding (engine/speculative/; FINSERVE_SPECULATIVE=off turns it off everywhere).
+    speculative: Speculation = field(default_factory=Speculation, metadata=knob(
+        "prompt-lookup speculative decoding of the class's decodes (absent: off)", optional=True))
 
     # Risk rules as data (policies/risk.py): the verdict's score combines them with the model's judgement.
     risk_rules: RiskRules = field(default_factory=RiskRules, metadata=knob(

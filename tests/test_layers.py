@@ -38,7 +38,8 @@ ALLOWED: dict[str, set[str]] = {
 # Inside the engine, the scheduler and the KV cache stay free of torch (unit-tested without it).
 TORCH_FREE = ("engine/scheduler.py", "engine/preemption.py", "engine/allowance.py", "engine/step_plan.py",
               "engine/kv_cache", "engine/request_queue.py", "engine/token_budget.py", "engine/admission.py",
-              "policies")
+              "engine/scheduler_stats.py", "engine/speculative/draft.py", "engine/speculative/ngram.py",
+              "engine/speculative/proposer.py", "policies")
 # ... and no tracing library: the gateway makes the engine's spans from its timestamps (gateway/spans.py).
 WEB_DB_QUEUE = {"fastapi", "starlette", "sqlalchemy", "celery", "redis", "alembic", "httpx", "uvicorn", "opentelemetry"}
 

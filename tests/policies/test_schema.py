@@ -22,7 +22,7 @@ from policies import (
     load_policy,
     policy_from_dict,
 )
-from policies.model import RiskRules
+from policies.model import RiskRules, Speculation
 from policies.schema import knob, knob_of
 
 from .conftest import default_policy_dict
@@ -146,8 +146,8 @@ def test_default_toml_gives_a_reason_for_every_knob() -> None:
                 undocumented.append(f"[{section}] {key}")
         previous = line
     assert not undocumented
-    tables = ("routes", "slo", "risk_rules")  # written as [sections], not key lines
-    expected = {f.name for cls in (ClassPolicy, SLOTargets, ClassificationRules, RoutingPolicy, RiskRules)
+    tables = ("routes", "slo", "risk_rules", "speculative")  # written as [sections], not key lines
+    expected = {f.name for cls in (ClassPolicy, SLOTargets, ClassificationRules, RoutingPolicy, RiskRules, Speculation)
                 for f in dataclasses.fields(cls)
                 if knob_of(f, cls).in_file and not knob_of(f, cls).from_key and f.name not in tables}
     assert seen == expected
