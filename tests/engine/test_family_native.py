@@ -18,7 +18,7 @@ from engine.model import cpu_kernels
 from engine.model.families import native_unsupported
 from tests.engine.family_models import write_family
 from tests.engine.test_engine_parity import make_engine, random_prompts
-from tests.engine.test_family_parity import CASES, req, run
+from tests.engine.test_family_parity import CASES, N, req, run
 
 VARIANTS = cpu_kernels.supported_variants()
 pytestmark = pytest.mark.skipif(not VARIANTS, reason="native kernels not built")
@@ -118,3 +118,15 @@ def test_every_kernel_variant_computes_the_families(family_dir, case: str, isa: 
     run(engine, arrivals(prompts())[1])
     assert len(diffs) > 20 and max(diffs) < 2e-4, (max(diffs), diffs)
 
+
+def test_a_feature_the_step_lacks_runs_on_the_torch_model(tmp_path: Path, default_model_dir: Path) -> None:
+    """A gate the fused step does not compute (the exact, erf GELU) is never approximated by its tanh form: the
+    engine loads on the torch model, says why in its execution path, and serves."""
+    model_dir = write_family(tmp_path / "gelu", "LlamaConfig", default_model_dir, head_dim=16, hidden_act="gelu")
+    engine = make_engine(model_dir, weights="q4", max_num_batched_tokens=16)
+    why = native_unsupported(engine.model_config)
+    assert why is not None and "gelu activation" in why
+    assert engine.runner.native_step is None and not engine.runner.path.native
+    assert why in engine.runner.path.reason
+    got = run(engine, {0: [req("a", random_prompts(5, [41])[0]), req("b", random_prompts(6, [9])[0])]})
+    assert all(len(tokens) == N for tokens, _ in got.values())
