@@ -16,6 +16,7 @@ import torch
 from engine.execution_path import ExecutionPath
 from engine.model import cpu_kernels
 from engine.model.families import native_unsupported
+from engine.request import EngineRequest
 from tests.engine.family_models import write_family
 from tests.engine.test_engine_parity import make_engine, random_prompts
 from tests.engine.test_family_parity import CASES, N, req, run
@@ -130,3 +131,21 @@ def test_a_feature_the_step_lacks_runs_on_the_torch_model(tmp_path: Path, defaul
     assert why in engine.runner.path.reason
     got = run(engine, {0: [req("a", random_prompts(5, [41])[0]), req("b", random_prompts(6, [9])[0])]})
     assert all(len(tokens) == N for tokens, _ in got.values())
+
+
+@pytest.mark.parametrize("case", ["gemma2", "gemma3", "phi3-longrope-partial-window", "granite"])
+def test_batch_invariance_holds_for_the_families(family_dir, case: str) -> None:
+    """Batch invariance (every step native, tests/engine/test_batch_invariance.py) with what the families add: a
+    41-token request (past every window, past Phi-3's original length: its long rows) gives the same tokens and
+    logprob bits alone in one chunk, among the other requests of `prompts` (mixed batches, prefix hits), and in
+    8-token chunks."""
+    model_dir, target = family_dir(case), prompts()[2]
+
+    def answer(schedule: dict[int, list[EngineRequest]], **kw: object) -> tuple[list[int], list[float]]:
+        engine = make_engine(model_dir, weights="q4", batch_invariant=True, num_threads=2, **kw)
+        return run(engine, schedule)["r2"]
+
+    alone = answer({0: [req("r2", target)]})
+    assert len(alone[0]) == N
+    assert answer(arrivals(prompts())[1], max_num_batched_tokens=16) == alone
+    assert answer({0: [req("r2", target)]}, max_num_batched_tokens=8) == alone
