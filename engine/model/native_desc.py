@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
 from engine.model import kernel_abi
 from engine.model.config import ModelConfig
 from engine.model.kernel_abi import Activation
-from engine.model.rope import RotaryEmbedding
 
-if TYPE_CHECKING:  # engine.model.llama is not imported at run time here: families/__init__ imports this module
+if TYPE_CHECKING:  # no torch at run time: families/__init__ imports this module, and the planner imports it
+    import torch
+
     from engine.model.llama import LlamaModel
+    from engine.model.rope import RotaryEmbedding
 
 ACTIVATIONS = {"silu": Activation.SILU, "gelu_pytorch_tanh": Activation.GELU_TANH}  # the gates the step computes
 
