@@ -1,6 +1,7 @@
 """Convert a Llama-architecture GGUF file into an HF-format model folder (docs/INTERFACES.md "Model folder").
 
-Weights are dequantized with the `gguf` package and stored as float32: a Q4_1 value is
+Weights are dequantized with the `gguf` package, a chunk of rows at a time, and streamed into safetensors shards
+(engine/model/safetensors_writer.py) as float32: a Q4_1 value is
 fp16(d) * q + fp16(m) and a Q8_0 value is fp16(d) * q, products that need more mantissa bits
 than bf16 or fp16 have, so float32 is the narrowest lossless dtype. The engine casts on load.
 
@@ -12,16 +13,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader
+import torch
+from gguf import GGUFReader, ReaderTensor
 from gguf.quants import dequantize
-from safetensors.numpy import save_file
 
 from engine.model.gguf_tokenizer import build_tokenizer, tokenizer_config
+from engine.model.safetensors_writer import numel, write_safetensors
 
 # progress(description, completed, total): called as work advances; the CLI draws it with rich.
 ProgressFn = Callable[[str, int, int], None]
@@ -42,6 +44,7 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+CHUNK_VALUES = 1 << 24  # values dequantized at once (64 MiB in fp32)
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
 
 
@@ -115,22 +118,41 @@ def llama_config(meta: dict[str, Any], *, vocab_size: int, tie_word_embeddings: 
     }
 
 
-def _convert_tensors(reader: GGUFReader, config: dict[str, Any], progress: ProgressFn) -> dict[str, np.ndarray]:
-    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    out: dict[str, np.ndarray] = {}
-    total = len(reader.tensors)
-    for done, tensor in enumerate(reader.tensors, start=1):
-        name = hf_tensor_name(tensor.name)
-        # GGUF shapes are [ne0 = in, ne1 = out]; numpy (and HF) order is [out, in].
-        expected = tuple(int(n) for n in reversed(tensor.shape))
-        weight = np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32).reshape(expected)
-        if name.endswith("q_proj.weight"):
-            weight = unpermute_rope_rows(weight, heads)
-        elif name.endswith("k_proj.weight"):
-            weight = unpermute_rope_rows(weight, kv_heads)
-        out[name] = np.ascontiguousarray(weight)
-        progress("dequantizing tensors", done, total)
-    return out
+def _hf_shapes(reader: GGUFReader) -> dict[str, tuple[int, ...]]:
+    """HF name -> shape of every GGUF tensor, in the file's order (GGUF shapes are [ne0 = in, ne1 = out]; numpy's
+    and HF's are [out, in])."""
+    return {hf_tensor_name(t.name): tuple(int(n) for n in reversed(t.shape)) for t in reader.tensors}
+
+
+def _dequantized_chunks(tensor: ReaderTensor, shape: tuple[int, ...],
+                        unpermute_heads: int | None) -> Iterator[torch.Tensor]:
+    """The tensor's values as fp32, a chunk of rows at a time (an 8B model's embedding is 2 GB in fp32); q/k rows
+    are un-permuted per head, the whole matrix at once (one layer's q_proj)."""
+    if unpermute_heads is not None:
+        weight = np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32).reshape(shape)
+        yield torch.from_numpy(unpermute_rope_rows(weight, unpermute_heads))
+        return
+    rows = shape[0] if len(shape) > 1 else 1
+    data = tensor.data.reshape(rows, -1)  # one row per output feature (its bytes, when quantized)
+    step = max(1, CHUNK_VALUES // (numel(shape) // rows))
+    for r in range(0, rows, step):
+        chunk = np.asarray(dequantize(data[r : r + step], tensor.tensor_type), dtype=np.float32)
+        yield torch.from_numpy(np.ascontiguousarray(chunk))
+
+
+def _write_tensors(reader: GGUFReader, config: dict[str, Any], out: Path, progress: ProgressFn) -> None:
+    """Every tensor dequantized to fp32 and written to safetensors shards in `out`, one chunk at a time."""
+    heads = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}  # rows un-permuted
+    shapes = _hf_shapes(reader)
+    by_name = {hf_tensor_name(t.name): t for t in reader.tensors}
+    done: list[str] = []
+
+    def chunks(name: str) -> Iterator[torch.Tensor]:
+        yield from _dequantized_chunks(by_name[name], shapes[name], heads.get(name.split(".")[-2]))
+        done.append(name)
+        progress("dequantizing tensors", len(done), len(shapes))
+
+    write_safetensors(out, shapes, torch.float32, chunks)
 
 
 def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: ProgressFn | None = None) -> None:
@@ -147,10 +169,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: ProgressF
     config = llama_config(meta, vocab_size=vocab_size, tie_word_embeddings="output.weight" not in names)
     report("reading GGUF", 1, 1)
 
-    tensors = _convert_tensors(reader, config, report)
-    report("writing model.safetensors", 0, 1)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    report("writing model.safetensors", 1, 1)
+    _write_tensors(reader, config, out, report)
 
     report("building tokenizer", 0, 1)
     tokenizer = build_tokenizer(meta)

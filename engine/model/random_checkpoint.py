@@ -1,98 +1,74 @@
 """Random Llama checkpoints at real models' sizes (an 8B model's is 16 GB in bf16), written streaming.
 
-The files are what transformers' `save_pretrained` writes: config.json, generation_config.json and safetensors
-shards (`model-0000i-of-0000n.safetensors` with model.safetensors.index.json, or one model.safetensors), in any
-float dtype. Each tensor is generated and written a chunk of rows at a time, so writing takes a few chunks of
-memory however big the model; the values follow random_model.py's initialisation (init_scale), which keeps
-activations finite at any depth and width as a real model's init does. The tokenizer is the caller's.
+The folder is what transformers' `save_pretrained` writes (config.json, generation_config.json and safetensors
+shards, engine/model/safetensors_writer.py), in any float dtype. Each tensor is generated and written a chunk of
+rows at a time, so writing takes a few chunks of memory however big the model; the values follow random_model.py's
+initialisation (init_scale), which keeps activations finite at any depth and width as a real model's init does.
+`SHAPES` names real models' shapes (`finserve bench make-model`). The tokenizer is the caller's.
 """
 from __future__ import annotations
 
-import json
-import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from engine.model.checkpoint import INDEX
-from engine.model.random_model import init_scale, tensor_shapes, write_config
+from engine.model.random_model import init_scale, llama_config, tensor_shapes, write_config
+from engine.model.safetensors_writer import SHARD_BYTES, numel, write_safetensors
 
-SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
-SHARD_BYTES = 5 * 10**9  # transformers' default max_shard_size
 CHUNK_VALUES = 1 << 24  # values generated at once (64 MiB in fp32)
 
-
-def shard_plan(shapes: dict[str, tuple[int, ...]], itemsize: int, shard_bytes: int) -> list[list[str]]:
-    """Tensor names per shard, in order, each shard at most `shard_bytes` (a bigger tensor gets one of its own)."""
-    shards: list[list[str]] = [[]]
-    size = 0
-    for name, shape in shapes.items():
-        nbytes = itemsize * _numel(shape)
-        if shards[-1] and size + nbytes > shard_bytes:
-            shards.append([])
-            size = 0
-        shards[-1].append(name)
-        size += nbytes
-    return shards
+def _llama3_rope(factor: float) -> dict[str, Any]:
+    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+_LLAMA3: dict[str, Any] = dict(num_heads=32, num_kv_heads=8, vocab_size=128256, rope_theta=500000.0,
+                               rms_norm_eps=1e-5, max_position_embeddings=131072)
+# Named shapes: Llama-3.2-1B's and Llama-3.1-8B's config.json, and a tiny one for functional checks.
+SHAPES: dict[str, dict[str, Any]] = {
+    "llama-1b": {**_LLAMA3, "num_layers": 16, "hidden_size": 2048, "intermediate_size": 8192, "head_dim": 64,
+                 "tie_word_embeddings": True, "rope_scaling": _llama3_rope(32.0)},
+    "llama-8b": {**_LLAMA3, "num_layers": 32, "hidden_size": 4096, "intermediate_size": 14336, "head_dim": 128,
+                 "tie_word_embeddings": False, "rope_scaling": _llama3_rope(8.0)},
+    "tiny": {**_LLAMA3, "num_layers": 2, "hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "num_heads": 4,
+             "num_kv_heads": 2, "tie_word_embeddings": False, "rope_scaling": _llama3_rope(8.0)},
+}
 
 
-def _header(names: list[str], shapes: dict[str, tuple[int, ...]], dtype: torch.dtype) -> bytes:
-    """The safetensors header: 8-byte little-endian length, then JSON padded with spaces to 8 bytes."""
-    meta: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for name in names:
-        end = offset + dtype.itemsize * _numel(shapes[name])
-        meta[name] = {"dtype": SAFETENSORS_DTYPES[dtype], "shape": list(shapes[name]), "data_offsets": [offset, end]}
-        offset = end
-    text = json.dumps(meta, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text
+def shape_config(shape: str, *, vocab_size: int | None = None, bos_token_id: int | None = None,
+                 eos_token_id: int | list[int] | None = None) -> dict[str, Any]:
+    """config.json of a named shape (SHAPES); `vocab_size` overrides the shape's (at least the tokenizer's)."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    kwargs = {**SHAPES[shape], **({} if vocab_size is None else {"vocab_size": vocab_size})}
+    return llama_config(**kwargs, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
 
 
-def _write_tensor(f: Any, shape: tuple[int, ...], dtype: torch.dtype, mean: float, std: float,
-                  gen: torch.Generator) -> None:
+def _random_chunks(shape: tuple[int, ...], dtype: torch.dtype, mean: float, std: float,
+                   gen: torch.Generator) -> Iterator[torch.Tensor]:
     cols = shape[-1]
-    rows = _numel(shape) // cols
+    rows = numel(shape) // cols
     step = max(1, CHUNK_VALUES // cols)
     for r in range(0, rows, step):
-        chunk = torch.randn((min(step, rows - r), cols), generator=gen) * std + mean
-        f.write(chunk.to(dtype).view(torch.uint8).numpy())
+        yield (torch.randn((min(step, rows - r), cols), generator=gen) * std + mean).to(dtype)
 
 
 def write_random_checkpoint(path: str | Path, config: dict[str, Any], *, dtype: torch.dtype = torch.bfloat16,
                             seed: int = 0, shard_bytes: int = SHARD_BYTES) -> Path:
     """Random weights for the Llama `config` (random_model.llama_config) in `dtype`, sharded at `shard_bytes`;
-    deterministic by seed. Returns the folder (created if needed); the tokenizer files are the caller's to add."""
-    if dtype not in SAFETENSORS_DTYPES:
-        raise ValueError(f"dtype must be one of {list(SAFETENSORS_DTYPES)}, not {dtype}")
+    deterministic by seed (each tensor its own generator). Returns the folder (created if needed); the tokenizer
+    files are the caller's to add."""
     out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
     shapes = tensor_shapes(config)
-    shards = shard_plan(shapes, dtype.itemsize, shard_bytes)
-    files = (["model.safetensors"] if len(shards) == 1 else
-             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
     hidden = int(config["hidden_size"])
     index = {name: i for i, name in enumerate(shapes)}
-    for filename, names in zip(files, shards, strict=True):
-        tmp = out / (filename + ".part")
-        with tmp.open("wb") as f:
-            f.write(_header(names, shapes, dtype))
-            for name in names:
-                gen = torch.Generator().manual_seed(seed * 1_000_003 + index[name])
-                _write_tensor(f, shapes[name], dtype, *init_scale(name, hidden), gen)
-        tmp.rename(out / filename)  # a write cut short never leaves a shard that looks finished
-    if len(files) > 1:
-        weight_map = {name: filename for filename, names in zip(files, shards, strict=True) for name in names}
-        total = sum(dtype.itemsize * _numel(s) for s in shapes.values())
-        (out / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
-                                            indent=2) + "\n")
+
+    def chunks(name: str) -> Iterator[torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + index[name])
+        return _random_chunks(shapes[name], dtype, *init_scale(name, hidden), gen)
+
+    write_safetensors(out, shapes, dtype, chunks, shard_bytes)
     write_config(out, {**config, "torch_dtype": str(dtype).removeprefix("torch.")})
     return out
