@@ -136,8 +136,8 @@ def _dequantized_chunks(tensor: ReaderTensor, shape: tuple[int, ...],
     data = tensor.data.reshape(rows, -1)  # one row per output feature (its bytes, when quantized)
     step = max(1, CHUNK_VALUES // (numel(shape) // rows))
     for r in range(0, rows, step):
-        chunk = np.asarray(dequantize(data[r : r + step], tensor.tensor_type), dtype=np.float32)
-        yield torch.from_numpy(np.ascontiguousarray(chunk))
+        chunk = dequantize(data[r : r + step], tensor.tensor_type)  # F32 data: a read-only view of the file
+        yield torch.from_numpy(np.array(chunk, dtype=np.float32, order="C", copy=True))
 
 
 def _write_tensors(reader: GGUFReader, config: dict[str, Any], out: Path, progress: ProgressFn) -> None:
