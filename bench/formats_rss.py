@@ -6,7 +6,8 @@ small KV pool, reads RSS again (and the peak so far: getrusage's ru_maxrss, the 
 fp32 prefill copy (reported apart as `prefill_copy_bytes`: EngineConfig.prefill_weights, cached by default where
 it fits): what the weights (and anything the load left behind) cost the process. `load_peak_over_held_bytes` is
 the load's peak over the baseline minus what the loaded engine holds (its weights, resident_bytes, and the KV
-pool, and the prefill copy): what loading needed beyond its result (a load that copied the checkpoint shows here).
+pool, and the prefill copy): what loading needed beyond its result (a load that copied the checkpoint shows here);
+`serve_peak_over_held_bytes` the same after the prefill (load and serving together).
 
     python -m bench.formats_rss FORMAT MODEL THREADS [KV_BYTES [PREFILL_WEIGHTS]]   -> one JSON line
 """
@@ -64,7 +65,8 @@ def _child(fmt: str, model: str, threads: int, kv_bytes: int = KV_BYTES, prefill
             "prefill_weights_reason": engine.runner.prefill_weights.reason,
             "kv_pool_bytes": engine.runner.kv_cache_bytes, "load_peak_bytes": peak,
             "resident_weight_bytes": resident_bytes(engine.runner.model),
-            "load_peak_over_held_bytes": peak - base - held, "after_load_over_held_bytes": loaded - base - held}
+            "load_peak_over_held_bytes": peak - base - held, "after_load_over_held_bytes": loaded - base - held,
+            "serve_peak_over_held_bytes": peak_rss_bytes() - base - held}
 
 
 def load_rss(fmt: str, model: str, threads: int, kv_bytes: int = KV_BYTES, prefill: str = "auto") -> dict[str, Any]:
