@@ -32,7 +32,7 @@ def test_a_tensor_is_dequantized_in_bounded_chunks_that_join_to_the_one_pass_val
         shape = shapes[gguf_import.hf_tensor_name(gguf_name)]
         chunks = list(gguf_import._dequantized_chunks(tensor, shape, None))
         assert max(c.numel() for c in chunks) <= max(1 << 16, shape[-1]), gguf_name
-        whole = np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32).reshape(shape)
+        whole = np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32).reshape(shape)  # a copy
         joined = torch.cat([c.reshape(-1) for c in chunks]).reshape(shape)
         assert joined.dtype == torch.float32 and torch.equal(joined, torch.from_numpy(whole)), gguf_name
         counts[gguf_name] = len(chunks)
@@ -43,7 +43,7 @@ def test_q_and_k_rows_are_unpermuted_per_head(reader: GGUFReader) -> None:
     tensor = next(t for t in reader.tensors if t.name == "blk.0.attn_k.weight")
     shape = gguf_import._hf_shapes(reader)["model.layers.0.self_attn.k_proj.weight"]
     (chunk,) = gguf_import._dequantized_chunks(tensor, shape, 3)
-    whole = np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32).reshape(shape)
+    whole = np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32).reshape(shape)  # a copy
     assert torch.equal(chunk, torch.from_numpy(gguf_import.unpermute_rope_rows(whole, 3)))
 
 
