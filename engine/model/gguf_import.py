@@ -1,37 +1,38 @@
 """Convert a GGUF file (an architecture of engine/model/gguf_arch.py) into an HF-format model folder
 (docs/INTERFACES.md "Model folder"): config.json, safetensors weights, tokenizer files, generation_config.json.
 
-Weights are dequantized with the `gguf` package. F32 and F16 tensors keep their dtype; every other type is stored
-as float32: a Q4_1 value is fp16(d) * q + fp16(m), a K-quant value a product of two scales and q, and BF16 has no
-numpy dtype, so float32 is the narrowest lossless dtype for them. The engine casts on load (and stores 4-bit-exact
-weights back as q4 without loss: engine/model/linear.py is_exactly_4bit). Tensors are converted one at a time and
-written in shards of at most SHARD_BYTES, so the whole model is never held twice.
+Weights are dequantized with the `gguf` package and stored as float32: a Q4_1 value is fp16(d) * q + fp16(m), a
+K-quant value a product of two scales and q, and BF16 has no numpy dtype, so float32 is the narrowest lossless
+dtype for them (F16 widens without loss). The engine casts on load (and stores 4-bit-exact weights back as q4
+without loss: engine/model/linear.py is_exactly_4bit). Tensors are converted one at a time and streamed into
+safetensors shards (engine/model/safetensors_writer.py): memory holds one tensor, never the model.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
-from safetensors.numpy import save_file
 
 from engine.model.gguf_arch import ARCHES, UnsupportedGguf, arch_of, unpermute_rope_rows
 from engine.model.gguf_file import GgufFile, GgufTensor
 from engine.model.gguf_tokenizer import build_tokenizer, tokenizer_config, with_token_defaults
+from engine.model.safetensors_writer import write_safetensors
 
 __all__ = ["ARCHES", "SUPPORTED_TYPES", "GgufFile", "UnsupportedGguf", "convert_gguf", "unpermute_rope_rows"]
 
 # progress(description, completed, total): called as work advances; the CLI draws it with rich.
 ProgressFn = Callable[[str, int, int], None]
+SHARD_BYTES = 2 << 30  # smaller than transformers' default: a shard is written (and later mapped) whole
 
 # Float types, llama.cpp's legacy block formats and its K-quants (what llama-quantize's usual presets write).
 SUPPORTED_TYPES = frozenset(GGMLQuantizationType[n] for n in (
     "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"))
-SHARD_BYTES = 2 << 30
 
 
 def _array(tensor: GgufTensor) -> np.ndarray:
@@ -51,38 +52,18 @@ def _check_types(reader: GgufFile) -> None:
                 f"(it imports {', '.join(sorted(t.name for t in SUPPORTED_TYPES))})")
 
 
-def _shards(sizes: list[int]) -> list[int]:
-    """The shard index of each tensor, in order, each shard at most SHARD_BYTES (a larger tensor alone)."""
-    out, shard, used = [], 0, 0
-    for size in sizes:
-        if used and used + size > SHARD_BYTES:
-            shard, used = shard + 1, 0
-        out.append(shard)
-        used += size
-    return out
-
-
 def _write_weights(reader: GgufFile, arch: Any, cfg: dict[str, Any], out: Path, report: ProgressFn) -> None:
-    weights = [t for t in reader.tensors if t.name not in arch.config_tensors]
-    names = [arch.hf_name(t.name) for t in weights]  # every name checked before anything is written
-    itemsize = [2 if t.tensor_type == GGMLQuantizationType.F16 else 4 for t in weights]
-    shard_of = _shards([int(t.n_elements) * size for t, size in zip(weights, itemsize, strict=True)])
-    count = shard_of[-1] + 1 if shard_of else 1
-    files = ["model.safetensors"] if count == 1 else [f"model-{i + 1:05d}-of-{count:05d}.safetensors"
-                                                      for i in range(count)]
-    pending: dict[str, np.ndarray] = {}
-    weight_map: dict[str, str] = {}
-    for done, (tensor, name, shard) in enumerate(zip(weights, names, shard_of, strict=True), start=1):
-        if pending and shard != shard_of[done - 2]:
-            save_file(pending, str(out / files[shard - 1]), metadata={"format": "pt"})
-            pending = {}
-        pending[name] = np.ascontiguousarray(arch.transform(name, _array(tensor), cfg))
-        weight_map[name] = files[shard]
-        report("dequantizing tensors", done, len(weights))
-    save_file(pending, str(out / files[-1]), metadata={"format": "pt"})
-    if count > 1:
-        index = {"metadata": {"total_size": sum((out / f).stat().st_size for f in files)}, "weight_map": weight_map}
-        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    weights = {arch.hf_name(t.name): t for t in reader.tensors if t.name not in arch.config_tensors}
+    shapes = {name: tuple(reversed(t.shape)) for name, t in weights.items()}  # every name checked before writing
+    done: list[str] = []
+
+    def chunks(name: str) -> Iterator[torch.Tensor]:
+        values = np.ascontiguousarray(arch.transform(name, _array(weights[name]), cfg), dtype=np.float32)
+        yield torch.from_numpy(values.reshape(shapes[name]))
+        done.append(name)
+        report("dequantizing tensors", len(done), len(weights))
+
+    write_safetensors(out, shapes, torch.float32, chunks, shard_bytes=SHARD_BYTES)
 
 
 def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: ProgressFn | None = None) -> dict[str, Any]:

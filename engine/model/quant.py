@@ -66,24 +66,45 @@ def _group_scales(s: torch.Tensor) -> torch.Tensor:  # [Np, KB] -> fp16 [G, KB, 
     return s.to(torch.float16).view(np_ // QR, QR, kb).transpose(1, 2).contiguous()
 
 
-def quantize(w: torch.Tensor, kind: str) -> QuantizedWeight:
-    """w [N, K] (any float dtype) -> the packed format `kind` (a registered QuantizedFormat's name)."""
+# Rows quantized at once (a multiple of QR): a matrix's fp32 temporaries are a few of these blocks, not of the whole
+# matrix (an 8B model's lm_head would take ~2 GiB per fp32 temporary), so a streamed load (loader.py) stays bounded.
+QUANTIZE_ROWS = 1024
+
+
+def quantize(w: torch.Tensor, kind: str, chunk_rows: int = QUANTIZE_ROWS) -> QuantizedWeight:
+    """w [N, K] (any float dtype) -> the packed format `kind` (a registered QuantizedFormat's name). Rows are
+    quantized `chunk_rows` at a time (each row's blocks are independent: the result does not depend on it)."""
     layout = quantized_format(kind).kernel
+    if chunk_rows <= 0 or chunk_rows % QR:
+        raise ValueError(f"chunk_rows must be a positive multiple of {QR}, not {chunk_rows}")
     n, k = w.shape
-    blocks = _pad(w).view(-1, _pad_k(k) // QK, QK)  # [Np, KB, 32]
+    groups, kb = -(-n // QR), _pad_k(k) // QK
+    packed = torch.empty((groups, kb, 8 if layout == KernelFormat.INT8 else 4, QR, 4), dtype=torch.uint8)
+    scales = torch.empty((groups, kb, QR), dtype=torch.float16)
+    mins = torch.empty_like(scales) if layout == KernelFormat.Q4 else None
+    for r0 in range(0, n, chunk_rows):
+        g0, g1 = r0 // QR, -(-min(n, r0 + chunk_rows) // QR)
+        p, d, m = _quantize_rows(w[r0 : r0 + chunk_rows], layout)
+        packed[g0:g1], scales[g0:g1] = p, d
+        if mins is not None and m is not None:
+            mins[g0:g1] = m
+    return QuantizedWeight(kind, n, k, packed, scales, mins)
+
+
+def _quantize_rows(w: torch.Tensor, layout: KernelFormat) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Rows w [R, K] -> (packed [R/16, KB, C, 16, 4], scales, mins (q4) [R/16, KB, 16]), rows padded to 16."""
+    blocks = _pad(w).view(-1, _pad_k(w.shape[1]) // QK, QK)  # [Rp, KB, 32]
     if layout == KernelFormat.INT8:
-        d = blocks.abs().amax(-1) / 127.0  # [Np, KB]
+        d = blocks.abs().amax(-1) / 127.0  # [Rp, KB]
         inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
         q = torch.round(blocks * inv[..., None]).clamp(-127, 127).to(torch.int16) + 128
-        return QuantizedWeight(kind, n, k, _interleave(q.to(torch.uint8)), _group_scales(d), None)
-    if layout == KernelFormat.Q4:
-        lo, hi = blocks.amin(-1), blocks.amax(-1)
-        d = (hi - lo) / 15.0
-        inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
-        q = torch.round((blocks - lo[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8)
-        nibbles = q[..., :16] | (q[..., 16:] << 4)  # [Np, KB, 16]: GGUF Q4_1 nibble order
-        return QuantizedWeight(kind, n, k, _interleave(nibbles), _group_scales(d), _group_scales(lo))
-    raise ValueError(f"unknown quantized format {kind!r}")
+        return _interleave(q.to(torch.uint8)), _group_scales(d), None
+    lo, hi = blocks.amin(-1), blocks.amax(-1)
+    d = (hi - lo) / 15.0
+    inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.round((blocks - lo[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8)
+    nibbles = q[..., :16] | (q[..., 16:] << 4)  # [Rp, KB, 16]: GGUF Q4_1 nibble order
+    return _interleave(nibbles), _group_scales(d), _group_scales(lo)
 
 
 def _pad_k(k: int) -> int:

@@ -14,7 +14,7 @@ from finserve.console import CLIError, config_error, status
 
 
 def register(app: typer.Typer) -> None:
-    from finserve.commands import bench_peers  # noqa: F401  (imported for its commands: they join bench_app, after these)
+    from finserve.commands import bench_models, bench_peers  # noqa: F401  (imported for their commands: they join bench_app, after these)
 
     app.add_typer(bench_app, name="bench")
 
