@@ -1,0 +1,148 @@
+"""The risk rule pack as policy data (`[classes.<name>.risk_rules]`): facts, country lists, rules, thresholds.
+
+Three layers, each data: a vocabulary (`facts`: how upstream systems name a fact, and the words that
+mention it), lists (`country_lists`), and rules (`rules`: conditions over facts, the points a rule adds,
+the public indicator it comes from). policies/risk_facts.py reads an event into facts, policies/risk.py
+scores the rules; policies/risk_check.py checks the whole pack at load (every fact a rule names exists,
+every condition parses, every country code is ISO 3166-1).
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from policies.schema import knob
+
+CURRENCY_PATTERN = r"^[A-Z]{3}$"  # ISO 4217, as RiskEvent.currency is written
+_CURRENCY_RULE = "currency codes are three capital letters (ISO 4217), e.g. USD"
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # facts, lists and rules are named in conditions
+_NAME_RULE = "names are lower-case letters, digits and _ (they are written in rule conditions)"
+
+
+class FactKind(str, enum.Enum):
+    """How a fact's value is read (policies/risk_text.py)."""
+
+    FLAG = "flag"  # true/false; also true when the event's words mention it, or a dated value is recent
+    COUNT = "count"  # a count; its window is read from the attribute's name (transactions_24h)
+    NUMBER = "number"  # an amount or a price, in the event's currency
+    RATIO = "ratio"  # a share: 0.9, 90 or "90%"
+    DEVIATION = "deviation"  # a signed relative difference: 0.6, 60 or "60%" (names with below/under: negative)
+    DURATION = "duration"  # time elapsed, in `unit`: a number, "3 days", or a date before the event
+    COUNTRY = "country"  # countries by ISO code or name
+    TEXT = "text"  # a code kept as written (e.g. a currency)
+
+
+class TimeUnit(str, enum.Enum):
+    MINUTES = "minutes"
+    HOURS = "hours"
+    DAYS = "days"
+    WEEKS = "weeks"
+    MONTHS = "months"
+    YEARS = "years"
+
+
+class Action(str, enum.Enum):
+    """A rule's floor on the verdict's recommended_action, least severe first."""
+
+    APPROVE = "approve"
+    REVIEW = "review"
+    BLOCK = "block"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RiskFact:
+    """One fact of the vocabulary: its kind, the attribute names that carry it and the words that mention it."""
+
+    kind: FactKind = field(metadata=knob("how the value is read: flag, count, number, ratio, deviation, duration, "
+                                         "country or text"))
+    names: tuple[str, ...] = field(default=(), metadata=knob(
+        "attribute names that carry it, compared as bags of words (case, separators, word order, plurals, windows "
+        "and units aside); '!name' reads a flag inverted, 'name:years' a number in that unit", optional=True))
+    words: tuple[str, ...] = field(default=(), metadata=knob(
+        "flags: phrases that, in any text of the event (type, values, names of true flags), make it true",
+        optional=True))
+    unit: TimeUnit = field(default=TimeUnit.DAYS, metadata=knob("durations: the unit of the value", optional=True))
+    per_day: bool = field(default=False, metadata=knob(
+        "counts: scaled to a day by the window in the name (a week's 70 is 10; a window of an hour or less "
+        "weighs short_window_weight)", optional=True))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RiskRule:
+    """A rule: when every `when` condition holds (and not every `unless` one), it adds `points`.
+
+    A condition is `fact`, `not fact` or `fact OP number` (OP one of >= > <= < == !=), or several
+    of those joined by `|` (any of them). Within a `group` only the rule with the most points counts.
+    """
+
+    when: tuple[str, ...] = field(metadata=knob("conditions that must all hold"))
+    unless: tuple[str, ...] = field(default=(), metadata=knob(
+        "conditions that, all holding, stop the rule (a benign look-alike)", optional=True))
+    points: int = field(metadata=knob("points the rule adds to the score", ge=0, le=100))
+    group: str = field(default="", metadata=knob(
+        "rules of one group count once, the most points among those that fire (default: the rule alone)",
+        optional=True))
+    action: Action = field(default=Action.APPROVE, metadata=knob(
+        "the least the recommended action may be when the rule fires (block: the level is high too)", optional=True))
+    reason: str = field(metadata=knob("the phrase the verdict's reasons give (letters, spaces, , ' -; 3-36 long)"))
+    source: str = field(metadata=knob("the public red-flag indicator or rule the rule comes from"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RiskRules:
+    """Risk rules a class's verdicts are scored with (policies/risk.py; `finserve eval verdict --quality` times them).
+
+    The score is the sum of the fired rules' points (one per group), plus at most `model_points` of
+    the model's judgement, capped at 100; risk_level and recommended_action follow from it by the
+    thresholds, raised to a fired rule's `action` floor, so the verdict depends neither on the order
+    of the rules nor on that of the schema's enums. Disabled (the default): the model alone decides.
+    """
+
+    enabled: bool = field(default=False, metadata=knob("score verdicts with these rules (false: the model alone)"))
+    facts: Mapping[str, RiskFact] = field(default_factory=dict, metadata=knob(
+        "the vocabulary: fact name -> how events carry it", key_pattern=NAME_PATTERN, key_rule=_NAME_RULE))
+    country_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of an attribute name that mark it as holding a country (country, jurisdiction, ...)"))
+    text_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of an attribute name that mark it as free text, searched for country names (memo, note, ...)"))
+    country_lists: Mapping[str, tuple[str, ...]] = field(default_factory=dict, metadata=knob(
+        "list name -> ISO 3166-1 alpha-2 codes; each list is a fact, true when the event names one of them",
+        key_pattern=NAME_PATTERN, key_rule=_NAME_RULE))
+    usd_value: Mapping[str, float] = field(default_factory=dict, metadata=knob(
+        "currency -> approximate USD value of one unit (amount_usd; thresholds only)", gt=0,
+        key_pattern=CURRENCY_PATTERN, key_rule=_CURRENCY_RULE))
+    reporting_thresholds: Mapping[str, tuple[float, ...]] = field(default_factory=dict, metadata=knob(
+        "currency -> cash reporting / identification thresholds in that currency (reporting_ratio)", gt=0,
+        key_pattern=CURRENCY_PATTERN, key_rule=_CURRENCY_RULE))
+    round_unit: float = field(default=1000.0, metadata=knob(
+        "an amount that is a whole multiple of this (in its currency) is round", gt=0))
+    recent_days: float = field(default=7.0, metadata=knob(
+        "a flag given as a date or an age (password_changed_at) is true when this recent", gt=0, unit="days"))
+    short_window_weight: float = field(default=2.0, metadata=knob(
+        "per-day counts: a count over an hour or less weighs this many times", ge=1))
+    similar_count: str = field(default="", metadata=knob(
+        "the count fact of the account's recent similar transactions (aggregate_ratio)", optional=True))
+    similar_total: str = field(default="", metadata=knob(
+        "the number fact of their total amount (aggregate_ratio)", optional=True))
+    price_pairs: Mapping[str, str] = field(default_factory=dict, metadata=knob(
+        "number fact -> the fair-value fact it is compared with (price_deviation), e.g. unit_price -> market_price"))
+    name_pairs: Mapping[str, str] = field(default_factory=dict, metadata=knob(
+        "name attribute -> the attribute it must match (names_differ), e.g. payee_name -> beneficiary_account_name"))
+    rules: Mapping[str, RiskRule] = field(default_factory=dict, metadata=knob(
+        "rule name -> the rule", key_pattern=NAME_PATTERN, key_rule=_NAME_RULE))
+    model_points: int = field(default=0, metadata=knob(
+        "the most the model's judgement adds (its expected severity x this)", ge=0, le=100))
+    medium_at: int = field(default=30, metadata=knob("score at which risk_level is medium", ge=1, le=100,
+                                                     at_most="high_at"))
+    high_at: int = field(default=60, metadata=knob("score at which risk_level is high", ge=1, le=100))
+    review_at: int = field(default=30, metadata=knob("score at which the action is review", ge=1, le=100,
+                                                     at_most="block_at"))
+    block_at: int | None = field(default=None, metadata=knob(
+        "score at which the action is block (none: only a rule's action floor blocks)", ge=1, le=100))
+
+    def __post_init__(self) -> None:
+        for name in ("facts", "country_lists", "usd_value", "reporting_thresholds", "price_pairs", "name_pairs",
+                     "rules"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
