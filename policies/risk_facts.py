@@ -46,6 +46,7 @@ DERIVED: dict[str, FactKind] = {
 }
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
+_NEGATIONS = frozenset({"not", "no", "non", "without", "never"})
 _NEGATIVE_WORDS = frozenset({"below", "under", "discount", "less", "underpricing", "undervaluation"})
 _NAME_NOISE = frozenset(  # legal forms and filler that do not make two names different ("Acme Ltd" is "ACME")
     "the and of ltd limited inc incorporated llc plc gmbh ag sa sas sarl bv nv co corp corporation company "
@@ -65,12 +66,18 @@ class Alias:
 class Vocabulary:
     """RiskRules.facts compiled for look-up: attribute-name words -> the facts they carry."""
 
-    aliases: Mapping[frozenset[str], tuple[Alias, ...]]
+    aliases: Mapping[frozenset[str], tuple[Alias, ...]]  # keyed by `words_of` a name
+    synonyms: Mapping[str, str]
     phrases: Mapping[tuple[str, ...], frozenset[str]]  # the words of a phrase -> the flag facts it mentions
     country_words: frozenset[str]
     text_words: frozenset[str]
     flags: tuple[str, ...]  # the flag facts
     deviations: tuple[str, ...]  # the deviation facts (price_deviation)
+
+
+    def words_of(self, name: KeyName) -> frozenset[str]:
+        """A name's words with the policy's synonyms applied (txn -> transaction)."""
+        return frozenset(self.synonyms.get(w, w) for w in name.words) if self.synonyms else name.words
 
 
 @dataclass(frozen=True)
@@ -93,15 +100,17 @@ def vocabulary(rules: RiskRules) -> Vocabulary:
     hit = _VOCABULARIES.get(id(rules))
     if hit is not None and hit[0] is rules:
         return hit[1]
+    synonyms = {singular(k.casefold()): singular(v.casefold()) for k, v in rules.name_synonyms.items()}
     index: dict[frozenset[str], list[Alias]] = {}
     phrases: dict[tuple[str, ...], set[str]] = {}
     for fact, spec in rules.facts.items():
         for text in spec.names:
             name, unit, inverted = alias(text)
-            index.setdefault(key_name(name).words, []).append(Alias(fact, spec.kind, unit, inverted))
+            words_ = frozenset(synonyms.get(w, w) for w in key_name(name).words)
+            index.setdefault(words_, []).append(Alias(fact, spec.kind, unit, inverted))
         for phrase in spec.words:
             phrases.setdefault(text_words(phrase), set()).add(fact)
-    built = Vocabulary({k: tuple(v) for k, v in index.items()}, {k: frozenset(v) for k, v in phrases.items()},
+    built = Vocabulary({k: tuple(v) for k, v in index.items()}, synonyms, {k: frozenset(v) for k, v in phrases.items()},
                        frozenset(singular(w) for w in rules.country_words),
                        frozenset(singular(w) for w in rules.text_words),
                        tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.FLAG),
@@ -224,18 +233,19 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     seen: set[str] = set()
     for key, value in _attributes(event):
         name = key_name(str(key))
-        for a in voc.aliases.get(name.words, ()):
+        meaning = voc.words_of(name)
+        for a in voc.aliases.get(meaning, ()):
             got.add(a, name, value)
         if isinstance(value, str):
             pieces.append(value)
-            if name.words & voc.country_words:
+            if meaning & voc.country_words:
                 seen |= _codes(value, name)
-            elif name.words & voc.text_words:
+            elif meaning & voc.text_words:
                 seen |= set(find_in(words(value)))
             elif len(value.strip()) > 3 and (c := resolve(value)):
                 seen.add(c)
-        if value is True or isinstance(value, str) and flag(value) is True:
-            pieces.append(str(key))  # {"mixer": true} mentions a mixer
+        if (value is True or isinstance(value, str) and flag(value) is True) and not name.words & _NEGATIONS:
+            pieces.append(str(key))  # {"mixer": true} mentions a mixer; {"not_pep": true} does not mention a PEP
     values: dict[str, object] = {**got.numbers, **got.durations, **got.texts}
     values.update({f: frozenset(c) for f, c in got.countries.items()})
     grams = _ngrams(pieces)
@@ -251,9 +261,9 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
 def _derive(rules: RiskRules, event: Mapping[str, Any], values: dict[str, object], got: _Read,
             seen: set[str]) -> dict[str, str]:
     """Adds DERIVED facts and one fact per country list to `values`; returns the reasons' details."""
-    amount = number(event.get("amount"))
-    if amount is None and isinstance(values.get("amount"), float):
-        amount = float(values["amount"])  # type: ignore[arg-type]
+    amount, stated = number(event.get("amount")), values.get("amount")
+    if amount is None and isinstance(stated, float):
+        amount = stated
     currency = event.get("currency")
     if not isinstance(currency, str):
         text = values.get("currency")
@@ -312,9 +322,10 @@ def _name_tokens(name: str) -> frozenset[str]:
 
 def _names_differ(rules: RiskRules, event: Mapping[str, Any]) -> bool:
     """Two names that should agree do not: neither one's words (legal forms aside) contain the other's."""
-    by_words = {key_name(str(k)).words: v for k, v in _attributes(event) if isinstance(v, str)}
+    voc = vocabulary(rules)
+    by_words = {voc.words_of(key_name(str(k))): v for k, v in _attributes(event) if isinstance(v, str)}
     for a, b in rules.name_pairs.items():
-        first, second = by_words.get(key_name(a).words), by_words.get(key_name(b).words)
+        first, second = by_words.get(voc.words_of(key_name(a))), by_words.get(voc.words_of(key_name(b)))
         if first is None or second is None:
             continue
         x, y = _name_tokens(first), _name_tokens(second)

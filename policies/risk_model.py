@@ -103,6 +103,9 @@ class RiskRules:
     enabled: bool = field(default=False, metadata=knob("score verdicts with these rules (false: the model alone)"))
     facts: Mapping[str, RiskFact] = field(default_factory=dict, metadata=knob(
         "the vocabulary: fact name -> how events carry it", key_pattern=NAME_PATTERN, key_rule=_NAME_RULE))
+    name_synonyms: Mapping[str, str] = field(default_factory=dict, metadata=knob(
+        "a word of attribute names -> the word it stands for (txn -> transaction, acct -> account), applied to "
+        "the vocabulary's names and the event's alike"))
     country_words: tuple[str, ...] = field(default=(), metadata=knob(
         "words of an attribute name that mark it as holding a country (country, jurisdiction, ...)"))
     text_words: tuple[str, ...] = field(default=(), metadata=knob(
@@ -143,6 +146,6 @@ class RiskRules:
         "score at which the action is block (none: only a rule's action floor blocks)", ge=1, le=100))
 
     def __post_init__(self) -> None:
-        for name in ("facts", "country_lists", "usd_value", "reporting_thresholds", "price_pairs", "name_pairs",
-                     "rules"):
+        for name in ("facts", "name_synonyms", "country_lists", "usd_value", "reporting_thresholds", "price_pairs",
+                     "name_pairs", "rules"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

@@ -27,7 +27,8 @@ _WINDOW_WORDS = {"today": "day", "daily": "day", "hourly": "hour", "weekly": "we
                  "yearly": "year", "annual": "year", "annually": "year"}
 _BARE_UNITS = frozenset({"minute", "hour", "hr", "day", "week", "month", "year", "yr"})  # "min" is too often "minimum"
 _FILLER = frozenset("is has was flag ind indicator count cnt num number nbr nb of the a an at ago on in per last past "
-                    "previous prior within qty bool yn status time".split())
+                    "previous prior within with qty bool yn status time".split())
+_FILLER |= frozenset("unit item piece pc ton tonne kg kilo lb oz ounce barrel bbl".split())  # price_per_kg is a price
 _PERCENT_WORDS = frozenset({"pct", "percent", "percentage"})
 _TRUE = frozenset("true yes y t 1 on added changed new present detected match matched hit positive confirmed".split())
 _FALSE = frozenset("false no n f 0 off none null nil not no match negative clear unchanged absent na n a".split())
@@ -159,7 +160,7 @@ def moment(value: object) -> datetime | None:
     spelled forms ("01/05/2024", "1 May 2024", "May 1, 2024"); naive values are taken as UTC."""
     if not isinstance(value, str) or not re.search(r"\d{4}", value):
         return None
-    text = value.strip()
+    text = re.sub(r"\s*(UTC|GMT)$", "", value.strip())
     parsed: datetime | None
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -172,7 +173,7 @@ def moment(value: object) -> datetime | None:
 
 def _spelled_date(text: str) -> datetime | None:
     for fmt in ("%d/%m/%Y", "%d.%m.%Y", "%Y/%m/%d", "%d-%m-%Y", "%d %B %Y", "%d %b %Y", "%B %d, %Y", "%b %d, %Y",
-                "%B %d %Y", "%b %d %Y", "%B %Y", "%b %Y", "%m/%d/%Y"):
+                "%B %d %Y", "%b %d %Y", "%B %Y", "%b %Y", "%m/%d/%Y", "%Y-%m"):
         try:
             return datetime.strptime(text, fmt)
         except ValueError:

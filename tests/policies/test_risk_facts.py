@@ -128,3 +128,10 @@ def test_a_dated_flag_holds_while_recent_whatever_its_sense() -> None:
     assert facts({"known_beneficiary_days": 1})["new_payee"] is True  # known for a day: new
     assert facts({"payee_added_at": "2025-06-01"})["new_payee"] is True
     assert facts({"password_changed_at": "2024-01-10"})["credentials_changed"] is False  # long ago
+
+
+def test_abbreviations_in_names_are_the_words_they_stand_for() -> None:
+    assert facts({"acct_age_days": 5})["account_age"] == 5
+    assert facts({"days_since_last_txn": 500})["inactive_days"] == 500
+    assert facts({"bene_ctry": "IR"})["sanctioned"] is True  # beneficiary country: a country field
+    assert facts({"ip_shared_with_accts": 4})["accounts_linked"] == 4

@@ -113,8 +113,8 @@ def test_trade_based_laundering() -> None:
     tbml = judged("trade_finance_invoice", 4_200_000, goods_description="used clothing", origin_country="CN",
                   destination_country="AE", transit_country="PA")
     assert tbml == HIGH  # high-risk goods, transshipment, a round multi-million invoice
-    assert judged("trade_finance_invoice", 4_200_000, memo="general merchandise") == HIGH  # vague, round, very large
-    assert judged("trade_finance_invoice", 4_200_000) == MEDIUM  # a round multi-million invoice alone
+    assert judged("trade_finance_invoice", 4_200_000, memo="general merchandise") == MEDIUM  # vague and round
+    assert judged("trade_finance_invoice", 4_200_000) == LOW  # round and large alone: one weak indicator
     # look-alike: a machinery invoice at about the market price
     assert judged("trade_finance_invoice", 243_500, goods="CNC milling machine", unit_price=243_500,
                   market_price=230_000) == LOW
@@ -156,3 +156,11 @@ def test_benign_look_alikes_stay_low() -> None:
     assert judged("salary_credit", 3_200, "EUR", employer="Lumen Logistics SAS", recurring=True) == LOW
     assert judged("payroll_batch", 2_000_000, "ZAR", payees=180, recurring=True, account_age_days=5000) == LOW
     assert judged("card_payment", 9.99, "EUR", merchant="music subscription", recurring=True) == LOW
+
+
+def test_geographic_and_volume_risk_factors_with_a_known_reason_stay_low() -> None:
+    assert judged("wire_transfer", 300, beneficiary_country="NG", purpose="family support", recurring=True) == LOW
+    assert judged("wire_transfer", 300, beneficiary_country="NG") == MEDIUM  # the same without a known pattern
+    assert judged("ach_debit", 2_400, account_type="business account", payments_today=12) == LOW
+    assert judged("trade_finance_invoice", 2_000_000, goods="CNC milling machines", unit_price=250_000,
+                  market_price=240_000) == LOW  # round, large, at the market price: no TBML flag
