@@ -126,6 +126,13 @@ class Settings(BaseSettings):
     log_json: bool | None = None  # None: JSON unless stderr is a terminal
     log_level: str = "info"
     max_body_bytes: int = Field(8 << 20, gt=0)  # larger bodies get 413 before they are parsed
+    # --- HTTP servers (core/web/server.py): what a slow or idle client may hold open ---
+    http_keep_alive_s: int = Field(5, gt=0)  # an idle keep-alive connection is closed after this
+    http_header_timeout_s: float = Field(10.0, gt=0)  # a request head not complete this long after the connection
+    #                                                   opened (or the last response): the connection is closed
+    http_body_timeout_s: float = Field(60.0, gt=0)  # a body not complete this long after its head: 408
+    http_max_connections: int = Field(1024, ge=0)  # open connections past this are closed at once (0: no limit)
+    http_backlog: int = Field(2048, gt=0)  # connections the kernel queues before they are accepted
     rate_limit_burst_s: float = Field(2.0, gt=0)  # a key may burst this many seconds' worth of its rate
     auth_cache_ttl_s: float = Field(30.0, ge=0)  # verified keys are remembered this long (0 disables)
     risk_max_tokens: int = Field(64, gt=0)  # default answer length of /v1/risk/assess

@@ -62,6 +62,7 @@ class Output(str, Enum):
 OutputOpt = Annotated[Output, typer.Option(
     "--output", case_sensitive=False,
     help="table: for people (rich tables, text); json: one JSON document on stdout, for scripts.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --output json: one JSON document on stdout.")]
 
 
 def print_json(doc: Any) -> None:

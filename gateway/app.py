@@ -174,6 +174,7 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
             if state.owns_engine and state.engine_client is not None:
                 await state.engine_client.aclose()
             await asyncio.to_thread(state.ledger.close)  # nothing is lost on a clean shutdown
+            await asyncio.to_thread(maintenance.record_stop, state)  # after the last rows: their heads
             state.ledger.engine.dispose()
             state.db.dispose()
 
@@ -190,7 +191,7 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
     mount_docs(app)
     app.add_middleware(UnclassifiedFailures)  # inside the context middleware: it reads the request's context
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes,
-                       route_limit=prompt_body_limit)
+                       route_limit=prompt_body_limit, body_timeout_s=settings.http_body_timeout_s)
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(utility.router)

@@ -14,7 +14,9 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 from core.web.context import get_context
 
@@ -46,6 +48,7 @@ ERROR_CODES: dict[str, int] = {
     "file_not_found": 404,
     "batch_not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,
     "idempotency_conflict": 409,
     "job_item_not_running": 409,
     "request_too_large": 413,
@@ -166,6 +169,17 @@ def _unparsed_body(exc: StarletteHTTPException) -> APIError | None:
 _HTTP_CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
+def _allowed(request: Request) -> str:
+    """Every method some route of the request's path answers. Starlette's 405 names only the first route that
+    matched the path, so a path served by two routes (GET and POST /v1/documents) said `Allow: POST`."""
+    methods: set[str] = set()
+    path = request.url.path
+    for route in iter_route_contexts(request.app.routes):  # the included routers' routes too
+        if route.methods and route.path_format and compile_path(route.path_format)[0].fullmatch(path):
+            methods |= route.methods
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, exc: APIError) -> JSONResponse:
         return error_response(request, exc)
@@ -183,6 +197,9 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"no route {request.method} {request.url.path}"
         # Starlette's own headers (405's `Allow`) are part of the answer (RFC 9110 requires Allow on 405).
         keep = {k: v for k, v in (exc.headers or {}).items() if k.lower() in ("allow", "www-authenticate")}
+        if exc.status_code == 405:
+            allow = _allowed(request)
+            keep = keep if not allow else {k: v for k, v in keep.items() if k.lower() != "allow"} | {"Allow": allow}
         return error_response(request, APIError(code, message, status=exc.status_code, headers=keep))
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -10,6 +10,9 @@ every question: a burst of bulk work cannot evict a document an analyst is still
 Registering computes no KV (that would cost a whole prefill on a replica the document may not be
 routed to yet), so the lease starts with the first question.
 
+Every route checks the key's classes as a question would be (the class serving documents): a key limited to
+other classes (`realtime_risk` only, say) gets 403 `class_forbidden` on list, read and delete as on register.
+
 `GET /v1/documents` lists the tenant's documents (newest first, `limit` and `after` as OpenAI's lists
 page), `DELETE /v1/documents/{id}` removes one (its questions' ledger rows stay: the ledger is an
 audit record) and frees its KV at once: the engine ends its leases and evicts its cached blocks, and
@@ -66,6 +69,14 @@ def _public(doc: Document) -> DocumentPublic:
     return DocumentPublic(id=doc.id, title=doc.title, num_tokens=doc.token_count, created_at=doc.created_at)
 
 
+def _check_class(service: ServiceDep, key: KeyInfo) -> None:
+    """403 unless `key` may use the class the documents route serves (a route class decides before any prompt
+    exists, so no token count is needed)."""
+    refusal = service.forbidden(key, service.classify(key, route=ROUTE, explicit=None, input_tokens=0), ROUTE)
+    if refusal is not None:
+        raise refusal
+
+
 async def _load(state: StateDep, key: KeyInfo, document_id: str) -> Document:
     def get(session: Session) -> Document | None:
         doc = session.get(Document, document_id)
@@ -108,15 +119,18 @@ async def create_document(body: DocumentCreate, key: TenantDep, service: Service
 
 
 @router.get("/documents/{document_id}", response_model=DocumentPublic, responses=ERROR_RESPONSES)
-async def get_document(document_id: str, key: TenantDep, state: StateDep) -> DocumentPublic:
+async def get_document(document_id: str, key: TenantDep, service: ServiceDep, state: StateDep) -> DocumentPublic:
+    _check_class(service, key)
     return _public(await _load(state, key, document_id))
 
 
 @router.get("/documents", response_model=DocumentList, responses=ERROR_RESPONSES)
-async def list_documents(key: TenantDep, state: StateDep, limit: Annotated[int, Query(ge=1, le=100)] = 20,
+async def list_documents(key: TenantDep, service: ServiceDep, state: StateDep, limit: Annotated[int, Query(ge=1, le=100)] = 20,
                          after: Annotated[str | None, Query(max_length=64, description="List documents older than "
                                                             "this one (the last id of the previous page).")] = None,
                          ) -> DocumentList:
+    _check_class(service, key)
+
     def load(session: Session) -> list[Document]:
         stmt = select(Document).where(Document.tenant == key.tenant)
         if after is not None:
@@ -132,7 +146,10 @@ async def list_documents(key: TenantDep, state: StateDep, limit: Annotated[int, 
 
 
 @router.delete("/documents/{document_id}", response_model=DocumentDeleted, responses=ERROR_RESPONSES)
-async def delete_document(document_id: str, request: Request, key: TenantDep, state: StateDep) -> DocumentDeleted:
+async def delete_document(document_id: str, request: Request, key: TenantDep, service: ServiceDep,
+                          state: StateDep) -> DocumentDeleted:
+    _check_class(service, key)
+
     def delete(session: Session) -> tuple[str, str] | None:
         doc = session.get(Document, document_id)
         if doc is None or doc.tenant != key.tenant:

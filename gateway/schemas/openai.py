@@ -4,7 +4,8 @@ No silent ignores: every field a model declares here is implemented; every other
 OpenAI's or vLLM's request schemas is listed in gateway/schemas/openai_fields.py and accepted
 only with a value that changes nothing, else refused with 400 `unsupported_parameter` naming
 it (`param`); a field of neither is refused the same way. A known field of the wrong type is
-`invalid_request`.
+`invalid_request`. /openapi.json says the same: the request schemas list the not-used fields with the
+values accepted (`enum`) and `additionalProperties: false`.
 """
 from __future__ import annotations
 
@@ -43,10 +44,21 @@ MinP = Annotated[float, Field(ge=0.0, le=1.0)]
 Choices = Annotated[list[NonEmptyText], Field(min_length=1)]
 
 
+def _closed(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """The request's JSON Schema as the route enforces it: its fields, each field finserve does not implement
+    with only the values that change nothing, and nothing else (`unsupported_parameter`)."""
+    props = schema.setdefault("properties", {})
+    for name, values in getattr(model, "_not_used", {}).items():
+        props.setdefault(name, {"enum": list(values), "description": "not implemented by finserve: accepted "
+                                "only with a value that changes nothing (gateway/schemas/openai_fields.py)"})
+    schema["additionalProperties"] = False
+
+
 class StructuredOutputs(EdgeModel):
     """vLLM's `structured_outputs`: exactly one constraint (its grammar / structural_tag are not supported)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    # Another key is refused unless it is null (SamplingFields.unsupported), as the schema says.
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"additionalProperties": {"type": "null"}})
     json_: dict[str, Any] | str | None = Field(None, alias="json")
     regex: NonEmptyText | None = None
     choice: Choices | None = None
@@ -78,7 +90,7 @@ class SamplingFields(EdgeModel):
     Extra fields are kept (`model_extra`) so that `unsupported()` can name them; none is ignored.
     """
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra=_closed)
     _not_used: ClassVar[dict[str, tuple[Any, ...]]] = {}
 
     model: str | None = None  # optional: one model is served; a different name is 404 model_not_found
