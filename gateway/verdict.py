@@ -79,6 +79,8 @@ def combine(rules: RiskRules, event: Mapping[str, Any], probabilities: Mapping[s
         "rule_points": score.points,
         "rules": [{"rule": f.rule, "points": f.points, "reason": f.reason, "action": f.action.value,
                    "source": f.source} for f in score.fired],
+        "mitigations": [{"mitigation": m.mitigation, "reason": m.reason, "rules": list(m.rules), "source": m.source}
+                        for m in score.mitigated],
         "model": {"probabilities": dict(probabilities) if probabilities else None,
                   "severity": None if sev is None else round(sev, 4),
                   "points": result["score"] - min(100, score.points)},

@@ -2,7 +2,8 @@
 ("Cayman Islands", "the Caymans", "Côte d'Ivoire"), resolved to alpha-2.
 
 The table (policies/countries.tsv) comes from the ISO 3166-1 list of Debian's iso-codes, with colloquial
-names added (UK, UAE, DPRK, Burma, BVI, ...). A name that two countries share ("Virgin Islands") is dropped:
+names added (UK, UAE, DPRK, Burma, BVI, ...) and French and German names of the listed and most common
+countries (Corée du Nord, Nordkorea, Suisse, Schweiz, ...). A name that two countries share ("Virgin Islands") is dropped:
 it names neither. Names are matched on their words (case, accents and punctuation aside), so they can be
 found inside free text too (`find_in`), longest name first ("South Sudan" before "Sudan").
 """

@@ -7,6 +7,11 @@ order), so the score is a sum over groups and cannot depend on the order of the 
 counted goes into the verdict's `reasons` as short phrases of letters (the shipped schema forbids
 digits there), most points first.
 
+Mitigations (RiskRules.mitigations) are the context an analyst uses to clear an alert: each that holds
+lowers the rules it offsets to its `keep` share of their points before the groups are compared, so
+another rule of the group may then count instead. Floors are never lowered, and a rule whose floor is
+block (sanctions, fraud in progress) is never offset.
+
 The verdict's level and action come from the score and the fired rules' action floors, by name, so the
 order in which a schema lists its enum values cannot change a verdict either.
 """
@@ -19,7 +24,7 @@ from typing import Any
 
 from policies.risk_conditions import Condition, holds, parse
 from policies.risk_facts import Facts, read
-from policies.risk_model import Action, RiskRule, RiskRules
+from policies.risk_model import Action, RiskMitigation, RiskRule, RiskRules
 
 # The verdict's enum values, least severe first (the loader checks the class's schema offers them).
 LEVELS = ("low", "medium", "high")
@@ -40,8 +45,17 @@ class FiredRule:
 
 
 @dataclass(frozen=True)
+class Mitigated:
+    mitigation: str  # the mitigation's name, e.g. "established_pattern"
+    reason: str  # its phrase for the verdict's reasons
+    rules: tuple[str, ...]  # the fired rules it lowered, by name
+    source: str = ""  # the guidance that makes the context a lower-risk factor
+
+
+@dataclass(frozen=True)
 class RuleScore:
-    fired: tuple[FiredRule, ...]  # the rules that count (one per group), most points first, then by name
+    fired: tuple[FiredRule, ...]  # the rules that count (one per group, points > 0), most points first, then by name
+    mitigated: tuple[Mitigated, ...] = ()  # the mitigations that lowered a fired rule, by name
 
     @property
     def points(self) -> int:
@@ -54,33 +68,49 @@ class RuleScore:
 
 
 def evaluate(rules: RiskRules, event: Mapping[str, Any]) -> RuleScore:
-    """The rules that count on `event`: every rule that fires, the best of each group."""
+    """The rules that count on `event`: every rule that fires, lowered by the mitigations that hold, the best
+    of each group."""
     facts = read(rules, event)
-    best: dict[str, tuple[str, RiskRule]] = {}
-    for name, rule, when, unless in _compiled(rules):
-        if not fires(when, unless, facts.values):
-            continue
+    compiled_rules, compiled_mitigations = _compiled(rules)
+    firing: list[tuple[str, RiskRule]] = [(n, r) for n, r, when, unless in compiled_rules
+                                          if fires(when, unless, facts.values)]
+    holding: list[tuple[str, RiskMitigation]] = [(n, m) for n, m, when, unless in compiled_mitigations
+                                                 if fires(when, unless, facts.values)]
+    best: dict[str, tuple[str, RiskRule, int]] = {}
+    lowered: dict[str, list[str]] = {}
+    for name, rule in firing:
+        points = rule.points
+        for m_name, m in holding:
+            if rule.action is not Action.BLOCK and (name in m.offsets or rule.group in m.offsets):
+                points = min(points, round(rule.points * m.keep))
+                lowered.setdefault(m_name, []).append(name)
         group = rule.group or name
-        if group not in best or rule.points > best[group][1].points:
-            best[group] = (name, rule)
-    fired = [FiredRule(name, r.points, _reason(r, facts), r.action, r.source) for name, r in best.values()]
-    return RuleScore(tuple(sorted(fired, key=lambda f: (-f.points, f.rule))))
+        kept = points > 0 or rule.action is not Action.APPROVE  # a floor stays whatever the mitigations say
+        if kept and (group not in best or points > best[group][2]):
+            best[group] = (name, rule, points)
+    fired = [FiredRule(name, p, _reason(r, facts), r.action, r.source) for name, r, p in best.values()]
+    mitigated = tuple(Mitigated(n, _phrase(m.reason), tuple(lowered[n]), m.source) for n, m in holding if n in lowered)
+    return RuleScore(tuple(sorted(fired, key=lambda f: (-f.points, f.rule))), mitigated)
 
 
-Compiled = tuple[tuple[str, RiskRule, tuple[Condition, ...], tuple[Condition, ...]], ...]
-_COMPILED: dict[int, tuple[RiskRules, Compiled]] = {}
+Parsed = tuple[tuple[str, Any, tuple[Condition, ...], tuple[Condition, ...]], ...]  # (name, rule, when, unless)
+_COMPILED: dict[int, tuple[RiskRules, Parsed, Parsed]] = {}
 
 
-def _compiled(rules: RiskRules) -> Compiled:
-    """The rules in name order with their conditions parsed (built once per policy object)."""
+def _parsed(entries: Mapping[str, RiskRule | RiskMitigation]) -> Parsed:
+    return tuple((name, e, tuple(parse(c) for c in e.when), tuple(parse(c) for c in e.unless))
+                 for name, e in sorted(entries.items()))
+
+
+def _compiled(rules: RiskRules) -> tuple[Parsed, Parsed]:
+    """(the rules, the mitigations), in name order with their conditions parsed (built once per policy object)."""
     hit = _COMPILED.get(id(rules))
     if hit is not None and hit[0] is rules:
-        return hit[1]
-    built = tuple((name, r, tuple(parse(c) for c in r.when), tuple(parse(c) for c in r.unless))
-                  for name, r in sorted(rules.rules.items()))
+        return hit[1], hit[2]
+    built = (_parsed(rules.rules), _parsed(rules.mitigations))
     if len(_COMPILED) > 32:
         _COMPILED.clear()
-    _COMPILED[id(rules)] = (rules, built)
+    _COMPILED[id(rules)] = (rules, *built)
     return built
 
 
@@ -94,7 +124,8 @@ def fires(when: tuple[Condition, ...], unless: tuple[Condition, ...], values: Ma
 def verdict(rules: RiskRules, score: RuleScore, model_severity: float | None = None) -> dict[str, Any]:
     """The verdict of the shipped schema: the rules' points plus the model's (its expected severity in
     [0, 1] x `model_points`), capped at 100, mapped to a level and an action by the policy's thresholds,
-    each raised to the fired rules' floor (block: high; review: at least medium)."""
+    each raised to the fired rules' floor (block: high; review: at least medium). The reasons name the
+    counted rules, most points first, then the mitigations that lowered a rule."""
     model = round(rules.model_points * min(max(model_severity, 0.0), 1.0)) if model_severity is not None else 0
     total = min(100, score.points + model)
     level = 2 if total >= rules.high_at else 1 if total >= rules.medium_at else 0
@@ -102,7 +133,8 @@ def verdict(rules: RiskRules, score: RuleScore, model_severity: float | None = N
     action = 2 if blocks else 1 if total >= rules.review_at else 0
     action = max(action, ACTIONS.index(score.action.value))
     level = max(level, action)
-    reasons = list(dict.fromkeys(f.reason for f in score.fired))[:MAX_REASONS] or [NO_RULE]
+    phrases = [f.reason for f in score.fired] + [m.reason for m in score.mitigated]
+    reasons = list(dict.fromkeys(phrases))[:MAX_REASONS] or [NO_RULE]
     return {"risk_level": LEVELS[level], "score": total, "recommended_action": ACTIONS[action], "reasons": reasons}
 
 

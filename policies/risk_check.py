@@ -2,7 +2,8 @@
 
 A pack that would half-work fails the load instead, naming the key: a rule naming a fact nobody defined,
 a comparison on a flag, a condition that does not parse, a country code that is not ISO 3166-1, words on a
-fact that is not a flag, a reason the verdict schema would refuse, a schema without the verdict's fields.
+fact that is not a flag, a reason the verdict schema would refuse, a schema without the verdict's fields,
+a mitigation offsetting a rule or group that does not exist, or naming a rule whose floor is block.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from policies.reader import Reader
 from policies.risk import REASON_PATTERN, VERDICT_FIELDS
 from policies.risk_conditions import ConditionError, parse
 from policies.risk_facts import DERIVED, INPUT_DERIVED, alias
-from policies.risk_model import FactKind, RiskRules
+from policies.risk_model import Action, FactKind, RiskMitigation, RiskRule, RiskRules
 
 _NUMERIC = frozenset({FactKind.COUNT, FactKind.NUMBER, FactKind.RATIO, FactKind.DEVIATION, FactKind.DURATION})
 _TRUE_FALSE = frozenset({FactKind.FLAG, FactKind.COUNTRY})
@@ -73,10 +74,13 @@ def _check_pack(r: Reader, rules: RiskRules, key: str) -> None:
             if not is_code(code):
                 raise r.error(f"{key}.country_lists.{name}[{i}]", f"{code!r} is not an ISO 3166-1 alpha-2 code")
     known = kinds(rules)
-    for knob in ("similar_count", "similar_total"):
+    for knob in ("similar_count", "similar_total", "inflow_amount"):
         fact = getattr(rules, knob)
         if fact and known.get(fact) not in _NUMERIC:
             raise r.error(f"{key}.{knob}", f"{fact!r} is not a count or number fact of the vocabulary")
+    expected = rules.facts.get(rules.expected_amount)
+    if rules.expected_amount and (expected is None or expected.kind is not FactKind.NUMBER or not expected.per_day):
+        raise r.error(f"{key}.expected_amount", f"{rules.expected_amount!r} is not a per_day number fact")
     for table in ("price_pairs",):
         for a, b in getattr(rules, table).items():
             for fact in (a, b):
@@ -84,15 +88,39 @@ def _check_pack(r: Reader, rules: RiskRules, key: str) -> None:
                     raise r.error(f"{key}.{table}.{a}", f"{fact!r} is not a number fact")
     for name, rule in rules.rules.items():
         where = f"{key}.rules.{name}"
-        if not rule.when:
-            raise r.error(f"{where}.when", "a rule needs at least one condition")
-        if not re.fullmatch(REASON_PATTERN, rule.reason):
-            raise r.error(f"{where}.reason", f"{rule.reason!r}: letters, spaces and , ' - only, 3-36 long")
-        if not rule.source.strip():
-            raise r.error(f"{where}.source", "name the public indicator the rule comes from")
-        for part in ("when", "unless"):
-            for i, text in enumerate(getattr(rule, part)):
-                _check_condition(r, f"{where}.{part}[{i}]", text, known)
+        _check_entry(r, where, rule, known)
+    _check_mitigations(r, rules, key, known)
+
+
+def _check_entry(r: Reader, where: str, entry: RiskRule | RiskMitigation, known: dict[str, FactKind]) -> None:
+    """A rule's or a mitigation's conditions, reason and source."""
+    if not entry.when:
+        raise r.error(f"{where}.when", "at least one condition is needed")
+    if not re.fullmatch(REASON_PATTERN, entry.reason):
+        raise r.error(f"{where}.reason", f"{entry.reason!r}: letters, spaces and , ' - only, 3-36 long")
+    if not entry.source.strip():
+        raise r.error(f"{where}.source", "name the public guidance it comes from")
+    for part, conditions in (("when", entry.when), ("unless", entry.unless)):
+        for i, text in enumerate(conditions):
+            _check_condition(r, f"{where}.{part}[{i}]", text, known)
+
+
+def _check_mitigations(r: Reader, rules: RiskRules, key: str, known: dict[str, FactKind]) -> None:
+    """Each mitigation offsets rules or groups that exist, and never names a rule with a block floor: no context
+    clears a sanctions hit or fraud in progress (a group's block rules are skipped when it is offset)."""
+    groups = {rule.group for rule in rules.rules.values() if rule.group}
+    for name, m in rules.mitigations.items():
+        where = f"{key}.mitigations.{name}"
+        _check_entry(r, where, m, known)
+        if not m.offsets:
+            raise r.error(f"{where}.offsets", "name the rules or rule groups it lowers")
+        for i, target in enumerate(m.offsets):
+            rule = rules.rules.get(target)
+            if rule is None and target not in groups:
+                raise r.error(f"{where}.offsets[{i}]", f"{target!r} is neither a rule nor a rule group")
+            if rule is not None and rule.action is Action.BLOCK:
+                raise r.error(f"{where}.offsets[{i}]", f"{target!r} blocks (sanctions or fraud in progress): "
+                                                       "no context may lower it")
 
 
 def _check_condition(r: Reader, key: str, text: str, known: dict[str, FactKind]) -> None:

@@ -12,6 +12,7 @@ threshold, round amounts, price deviation, the countries the event names, and ea
 """
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,15 @@ from datetime import datetime
 from typing import Any
 
 from policies.countries import find_in, resolve, words
+from policies.risk_counts import counts_in
+from policies.risk_derived import (
+    Named,
+    amount_facts,
+    identifiers_differ,
+    location_mismatch,
+    names_differ,
+    price_deviation,
+)
 from policies.risk_model import FactKind, RiskRules
 from policies.risk_text import (
     UNIT_HOURS,
@@ -42,16 +52,18 @@ DERIVED: dict[str, FactKind] = {
     "amount": FactKind.NUMBER, "currency": FactKind.TEXT, "amount_usd": FactKind.NUMBER,
     "reporting_ratio": FactKind.NUMBER, "aggregate_ratio": FactKind.NUMBER, "round_amount": FactKind.FLAG,
     "price_deviation": FactKind.NUMBER, "countries": FactKind.COUNTRY, "distinct_countries": FactKind.COUNT,
-    "names_differ": FactKind.FLAG,
+    "names_differ": FactKind.FLAG, "location_mismatch": FactKind.FLAG, "identifiers_differ": FactKind.FLAG,
+    "profile_months": FactKind.NUMBER,
 }
+DAYS_PER_MONTH = 30.44
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
-_NEGATIONS = frozenset({"not", "no", "non", "without", "never"})
+_NEGATIONS = frozenset({"not", "no", "non", "without", "never", "none", "nor"})
 _NEGATIVE_WORDS = frozenset({"below", "under", "discount", "less", "underpricing", "undervaluation"})
-_NAME_NOISE = frozenset(  # legal forms and filler that do not make two names different ("Acme Ltd" is "ACME")
-    "the and of ltd limited inc incorporated llc plc gmbh ag sa sas sarl bv nv co corp corporation company "
-    "oy ab asa spa srl kg kgaa pty lp llp".split())
 MAX_PHRASE_WORDS = 6
+MAX_DROPPED = 3  # qualifier or scope words dropped at most to match a name
+NAMED_VALUE_WORDS = 4  # a text value this short is also read after its attribute's name
+NEGATION_REACH = 2  # a phrase right after "no", "not", ... (or one word later: "no prior privacy coin") is denied
 
 
 @dataclass(frozen=True)
@@ -71,13 +83,40 @@ class Vocabulary:
     phrases: Mapping[tuple[str, ...], frozenset[str]]  # the words of a phrase -> the flag facts it mentions
     country_words: frozenset[str]
     text_words: frozenset[str]
+    qualifiers: frozenset[str]  # words that qualify a fact without changing it (RiskRules.qualifier_words)
+    scopes: frozenset[str]  # words saying where a count was counted (RiskRules.scope_words)
+    listed: frozenset[str]  # RiskRules.listed_words
+    identifiers: frozenset[str]  # RiskRules.identifier_words
+    location: frozenset[str]  # RiskRules.location_words
+    home: frozenset[str]  # RiskRules.home_words
     flags: tuple[str, ...]  # the flag facts
     deviations: tuple[str, ...]  # the deviation facts (price_deviation)
-
 
     def words_of(self, name: KeyName) -> frozenset[str]:
         """A name's words with the policy's synonyms applied (txn -> transaction)."""
         return frozenset(self.synonyms.get(w, w) for w in name.words) if self.synonyms else name.words
+
+    def describes_list_entry(self, meaning: frozenset[str]) -> bool:
+        """The name describes a screening list entry's identifier (nationality_listed, sdn_birth_country): its
+        country is the listed party's, not one the event touches."""
+        return bool(meaning & self.listed) and bool(meaning & self.identifiers)
+
+    def lookup(self, meaning: frozenset[str]) -> tuple[Alias, ...]:
+        """The facts a name carries: its words exactly, else its words without as few qualifier or scope words as
+        match a vocabulary name (market_unit_price_estimate: a market price; declines_last_hour_merchant:
+        declines). Dropping a scope word matches only counts: a merchant's age is not the account's."""
+        exact = self.aliases.get(meaning)
+        if exact is not None:
+            return exact
+        droppable = sorted(meaning & (self.qualifiers | self.scopes))
+        for n in range(1, min(len(droppable), MAX_DROPPED) + 1):
+            for dropped in itertools.combinations(droppable, n):
+                found = self.aliases.get(meaning.difference(dropped), ())
+                if found and not self.scopes.isdisjoint(dropped):
+                    found = tuple(a for a in found if a.kind is FactKind.COUNT)
+                if found:
+                    return found
+        return ()
 
 
 @dataclass(frozen=True)
@@ -93,6 +132,10 @@ def alias(text: str) -> tuple[str, str | None, bool]:
 
 
 _VOCABULARIES: dict[int, tuple[RiskRules, Vocabulary]] = {}
+
+
+def _folded(names: tuple[str, ...], synonyms: Mapping[str, str]) -> frozenset[str]:
+    return frozenset(synonyms.get(w, w) for w in (singular(n.casefold()) for n in names))
 
 
 def vocabulary(rules: RiskRules) -> Vocabulary:
@@ -113,6 +156,9 @@ def vocabulary(rules: RiskRules) -> Vocabulary:
     built = Vocabulary({k: tuple(v) for k, v in index.items()}, synonyms, {k: frozenset(v) for k, v in phrases.items()},
                        frozenset(singular(w) for w in rules.country_words),
                        frozenset(singular(w) for w in rules.text_words),
+                       _folded(rules.qualifier_words, synonyms), _folded(rules.scope_words, synonyms),
+                       _folded(rules.listed_words, synonyms), _folded(rules.identifier_words, synonyms),
+                       _folded(rules.location_words, synonyms), _folded(rules.home_words, synonyms),
                        tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.FLAG),
                        tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.DEVIATION))
     if len(_VOCABULARIES) > 32:
@@ -164,6 +210,8 @@ class _Read:
         return (True if got is None and isinstance(value, str) and value.strip() else got), False
 
     def _number(self, a: Alias, name: KeyName, value: object) -> float | None:
+        if a.kind is FactKind.COUNT and name.unit is not None and not self.rules.facts[a.fact].per_day:
+            return None  # payee_added_minutes_ago: 6 is a time, not six payees
         n: float | None
         if isinstance(value, str):
             parsed = money(value)
@@ -181,6 +229,9 @@ class _Read:
         if a.kind is FactKind.DEVIATION:
             n = n / 100 if name.percent or is_percent_text(value) or abs(n) >= 5 else n
             return -abs(n) if name.words & _NEGATIVE_WORDS else n
+        if a.kind is FactKind.NUMBER and self.rules.facts[a.fact].per_day:
+            period = name.window_hours or UNIT_HOURS.get(name.unit or a.unit or "")
+            return n * 24 / period if period else None  # an amount per period; no period named: unknown
         if a.kind is FactKind.COUNT and self.rules.facts[a.fact].per_day:
             window = name.window_hours or (None if name.unit is None else UNIT_HOURS[name.unit])
             if window is not None and window > 24:
@@ -218,10 +269,14 @@ def _attributes(event: Mapping[str, Any]) -> Iterator[tuple[str, object]]:
 
 
 def _ngrams(pieces: list[str]) -> set[tuple[str, ...]]:
+    """Every phrase of up to MAX_PHRASE_WORDS words in the pieces, but those a negation denies ("not verified")."""
     grams: set[tuple[str, ...]] = set()
     for piece in pieces:
         t = text_words(piece)
-        grams.update(t[i:i + n] for i in range(len(t)) for n in range(1, MAX_PHRASE_WORDS + 1) if i + n <= len(t))
+        for i in range(len(t)):
+            if _NEGATIONS.intersection(t[max(0, i - NEGATION_REACH):i]):
+                continue
+            grams.update(t[i:i + n] for n in range(1, MAX_PHRASE_WORDS + 1) if i + n <= len(t))
     return grams
 
 
@@ -231,15 +286,27 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     got = _Read(reference_time(event.get("timestamp")), rules)
     pieces = [v for v in (event.get("event_type"), event.get("entity")) if isinstance(v, str)]
     seen: set[str] = set()
+    named: list[Named] = []
+    located: list[tuple[frozenset[str], set[str]]] = []  # each country attribute's words and countries
+
+    def carried(n: KeyName) -> tuple[Alias, ...]:
+        return voc.lookup(voc.words_of(n))
+
     for key, value in _attributes(event):
         name = key_name(str(key))
         meaning = voc.words_of(name)
-        for a in voc.aliases.get(meaning, ()):
+        named.append(Named(meaning, name, value))
+        for a in voc.lookup(meaning):
             got.add(a, name, value)
         if isinstance(value, str):
             pieces.append(value)
-            if meaning & voc.country_words:
-                seen |= _codes(value, name)
+            if len(value.split()) <= NAMED_VALUE_WORDS:  # {"device": "new"}: "new device"; {"payee": "added today"}
+                pieces += [f"{key} {value}", f"{value} {key}"]
+            for fact, count in counts_in(value, carried):
+                got.numbers[fact] = max(count, got.numbers.get(fact, count))
+            if meaning & voc.country_words and not voc.describes_list_entry(meaning):
+                located.append((meaning, codes := _codes(value, name)))
+                seen |= codes
             elif meaning & voc.text_words:
                 seen |= set(find_in(words(value)))
             elif len(value.strip()) > 3 and (c := resolve(value)):
@@ -255,12 +322,16 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     for codes in got.countries.values():
         seen |= codes
     details = _derive(rules, event, values, got, seen)
+    values["names_differ"] = names_differ(rules, named, voc.words_of)
+    values["location_mismatch"] = location_mismatch(voc.location, voc.home, located)
+    values["identifiers_differ"] = identifiers_differ(voc.listed, voc.identifiers, named, resolve)
     return Facts(values, details)
 
 
 def _derive(rules: RiskRules, event: Mapping[str, Any], values: dict[str, object], got: _Read,
             seen: set[str]) -> dict[str, str]:
-    """Adds DERIVED facts and one fact per country list to `values`; returns the reasons' details."""
+    """Adds the amount, price and country facts and one fact per country list to `values`; returns the
+    reasons' details."""
     amount, stated = number(event.get("amount")), values.get("amount")
     if amount is None and isinstance(stated, float):
         amount = stated
@@ -274,11 +345,16 @@ def _derive(rules: RiskRules, event: Mapping[str, Any], values: dict[str, object
         values["currency"] = currency
     if amount is not None:
         values["amount"] = amount
-        _amount_facts(rules, values, amount, currency)
-    values["price_deviation"] = _price_deviation(rules, values)
+        amount_facts(rules, values, amount, currency)
+    values["price_deviation"] = price_deviation(rules, values, vocabulary(rules).deviations)
+    inflow = values.get(rules.inflow_amount)
+    if amount is not None and isinstance(inflow, float) and inflow > 0 and values.get("withdrawal") is True:
+        values.setdefault("outflow_ratio", amount / inflow)  # 49,900 out after 50,000 in: 0.998 passed on
+    expected = values.get(rules.expected_amount)
+    if amount is not None and isinstance(expected, float) and expected > 0:
+        values["profile_months"] = amount / (expected * DAYS_PER_MONTH)
     values["countries"] = frozenset(seen)
     values["distinct_countries"] = float(len(seen))
-    values["names_differ"] = _names_differ(rules, event)
     details: dict[str, str] = {}
     for name, codes in rules.country_lists.items():
         hit = sorted(seen & set(codes))
@@ -286,49 +362,3 @@ def _derive(rules: RiskRules, event: Mapping[str, Any], values: dict[str, object
         if hit:
             details[name] = " ".join(hit[:2])
     return details
-
-
-def _amount_facts(rules: RiskRules, values: dict[str, object], amount: float, currency: str | None) -> None:
-    usd = rules.usd_value.get(currency or "")
-    if usd is not None:
-        values["amount_usd"] = amount * usd
-    units = amount / rules.round_unit
-    values["round_amount"] = amount >= rules.round_unit and abs(units - round(units)) < 1e-9
-    thresholds = sorted(rules.reporting_thresholds.get(currency or "", ()))
-    if not thresholds:
-        return
-    above = [t for t in thresholds if t > amount]
-    values["reporting_ratio"] = amount / (above[0] if above else thresholds[-1])
-    count, total = values.get(rules.similar_count), values.get(rules.similar_total)
-    if above and (isinstance(count, float) or isinstance(total, float)):
-        together = max(amount * count if isinstance(count, float) else 0.0, total if isinstance(total, float) else 0.0)
-        values["aggregate_ratio"] = together / above[0]
-
-
-def _price_deviation(rules: RiskRules, values: Mapping[str, object]) -> float | None:
-    """How far a price is from its fair value, as a factor >= 1 (twice or half: 2)."""
-    ratios = []
-    for invoiced, fair in rules.price_pairs.items():
-        a, b = values.get(invoiced), values.get(fair)
-        if isinstance(a, float) and isinstance(b, float) and a > 0 and b > 0:
-            ratios.append(a / b)
-    ratios += [1 + v for f in vocabulary(rules).deviations if isinstance(v := values.get(f), float) and v > -1]
-    return max((max(r, 1 / r) for r in ratios), default=None)
-
-
-def _name_tokens(name: str) -> frozenset[str]:
-    return frozenset(w for w in words(name) if w not in _NAME_NOISE)
-
-
-def _names_differ(rules: RiskRules, event: Mapping[str, Any]) -> bool:
-    """Two names that should agree do not: neither one's words (legal forms aside) contain the other's."""
-    voc = vocabulary(rules)
-    by_words = {voc.words_of(key_name(str(k))): v for k, v in _attributes(event) if isinstance(v, str)}
-    for a, b in rules.name_pairs.items():
-        first, second = by_words.get(voc.words_of(key_name(a))), by_words.get(voc.words_of(key_name(b)))
-        if first is None or second is None:
-            continue
-        x, y = _name_tokens(first), _name_tokens(second)
-        if x and y and not (x <= y or y <= x):
-            return True
-    return False

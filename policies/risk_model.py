@@ -66,7 +66,8 @@ class RiskFact:
     unit: TimeUnit = field(default=TimeUnit.DAYS, metadata=knob("durations: the unit of the value", optional=True))
     per_day: bool = field(default=False, metadata=knob(
         "counts: scaled to a day by the window in the name (a week's 70 is 10; a window of an hour or less "
-        "weighs short_window_weight)", optional=True))
+        "weighs short_window_weight); numbers: an amount per period (expected_monthly_turnover), scaled to a day, "
+        "not read when the name says no period", optional=True))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +92,22 @@ class RiskRule:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RiskMitigation:
+    """Context an analyst uses to clear an alert (a benign look-alike): when its conditions hold, the rules it
+    `offsets` keep only `keep` of their points. It never lowers a rule's action floor, and a rule whose floor is
+    block (sanctions, fraud in progress) is never offset: no context clears those."""
+
+    when: tuple[str, ...] = field(metadata=knob("conditions that must all hold (as a rule's)"))
+    unless: tuple[str, ...] = field(default=(), metadata=knob(
+        "conditions that, all holding, stop the mitigation (a counter-indicator)", optional=True))
+    offsets: tuple[str, ...] = field(metadata=knob("the rules and rule groups whose points it lowers"))
+    keep: float = field(default=0.0, metadata=knob(
+        "the share of an offset rule's points that still counts (0: cleared)", ge=0, lt=1, optional=True))
+    reason: str = field(metadata=knob("the phrase the verdict's reasons give (letters, spaces, , ' -; 3-36 long)"))
+    source: str = field(metadata=knob("the public guidance that makes the context a lower-risk factor"))
+
+
+@dataclass(frozen=True, kw_only=True)
 class RiskRules:
     """Risk rules a class's verdicts are scored with (policies/risk.py; `finserve eval verdict --quality` times them).
 
@@ -110,6 +127,22 @@ class RiskRules:
         "words of an attribute name that mark it as holding a country (country, jurisdiction, ...)"))
     text_words: tuple[str, ...] = field(default=(), metadata=knob(
         "words of an attribute name that mark it as free text, searched for country names (memo, note, ...)"))
+    qualifier_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of an attribute name that qualify a fact without changing it (market_price_estimate is a market "
+        "price): a name no vocabulary name matches is matched again without as few of them as needed", optional=True))
+    scope_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of an attribute name saying where a count was counted (declines_merchant are declines): dropped "
+        "like qualifiers, but only to match a count", optional=True))
+    location_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of a country attribute's name saying where the activity happens (ip, login, ...; location_mismatch)",
+        optional=True))
+    home_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of a country attribute's name saying where the customer lives (home, residence, ...)", optional=True))
+    listed_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of an attribute name saying it describes a screening list's entry (listed, sdn, ...; "
+        "identifiers_differ)", optional=True))
+    identifier_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of an attribute name saying it identifies a person (nationality, dob, ...)", optional=True))
     country_lists: Mapping[str, tuple[str, ...]] = field(default_factory=dict, metadata=knob(
         "list name -> ISO 3166-1 alpha-2 codes; each list is a fact, true when the event names one of them",
         key_pattern=NAME_PATTERN, key_rule=_NAME_RULE))
@@ -129,12 +162,21 @@ class RiskRules:
         "the count fact of the account's recent similar transactions (aggregate_ratio)", optional=True))
     similar_total: str = field(default="", metadata=knob(
         "the number fact of their total amount (aggregate_ratio)", optional=True))
+    expected_amount: str = field(default="", metadata=knob(
+        "the per-day number fact of the customer's expected activity (profile_months: the amount as months of it)",
+        optional=True))
+    inflow_amount: str = field(default="", metadata=knob(
+        "the number fact of the credit an outgoing payment follows (outflow_ratio: the amount over it, when the "
+        "event is a withdrawal and states no ratio)", optional=True))
     price_pairs: Mapping[str, str] = field(default_factory=dict, metadata=knob(
         "number fact -> the fair-value fact it is compared with (price_deviation), e.g. unit_price -> market_price"))
     name_pairs: Mapping[str, str] = field(default_factory=dict, metadata=knob(
         "name attribute -> the attribute it must match (names_differ), e.g. payee_name -> beneficiary_account_name"))
     rules: Mapping[str, RiskRule] = field(default_factory=dict, metadata=knob(
         "rule name -> the rule", key_pattern=NAME_PATTERN, key_rule=_NAME_RULE))
+    mitigations: Mapping[str, RiskMitigation] = field(default_factory=dict, metadata=knob(
+        "mitigation name -> the context that lowers the rules it offsets", key_pattern=NAME_PATTERN,
+        key_rule=_NAME_RULE, optional=True))
     model_points: int = field(default=0, metadata=knob(
         "the most the model's judgement adds (its expected severity x this)", ge=0, le=100))
     medium_at: int = field(default=30, metadata=knob("score at which risk_level is medium", ge=1, le=100,
@@ -147,5 +189,5 @@ class RiskRules:
 
     def __post_init__(self) -> None:
         for name in ("facts", "name_synonyms", "country_lists", "usd_value", "reporting_thresholds", "price_pairs",
-                     "name_pairs", "rules"):
+                     "name_pairs", "rules", "mitigations"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

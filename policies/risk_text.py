@@ -25,14 +25,18 @@ _UNIT_WORDS = {
 }
 _WINDOW_WORDS = {"today": "day", "daily": "day", "hourly": "hour", "weekly": "week", "monthly": "month",
                  "yearly": "year", "annual": "year", "annually": "year"}
+_WINDOW_LEADS = frozenset({"last", "past", "previous", "prior", "this", "same"})  # "last_hour", "same_day": a span
 _BARE_UNITS = frozenset({"minute", "hour", "hr", "day", "week", "month", "year", "yr"})  # "min" is too often "minimum"
 _FILLER = frozenset("is has was flag ind indicator count cnt num number nbr nb of the a an at ago on in per last past "
                     "previous prior within with qty bool yn status time".split())
 _FILLER |= frozenset("unit item piece pc ton tonne kg kilo lb oz ounce barrel bbl".split())  # price_per_kg is a price
 _PERCENT_WORDS = frozenset({"pct", "percent", "percentage"})
 _TRUE = frozenset("true yes y t 1 on added changed new present detected match matched hit positive confirmed".split())
-_FALSE = frozenset("false no n f 0 off none null nil not no match negative clear unchanged absent na n a".split())
+_FALSE = frozenset("false no n f 0 off none null nil not negative clear cleared unchanged absent na passed".split()) | {
+    "no match", "no hit", "no hits", "not found", "n a", "not applicable", "not listed", "no record"}
 _SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₽": "RUB", "₩": "KRW", "₺": "TRY"}
+_HEDGE = re.compile(r"^(?:within|about|approx\.?|approximately|around|circa|ca\.|roughly|nearly|almost|some|~|±|\+/-)\s*",
+                   re.IGNORECASE)  # "within 4%", "about 12", "~5": the number is what counts
 _SCALE = {"k": 1e3, "m": 1e6, "mm": 1e6, "mn": 1e6, "million": 1e6, "b": 1e9, "bn": 1e9, "billion": 1e9}
 
 
@@ -71,7 +75,8 @@ def key_name(raw: str) -> KeyName:
     systems send the same few dozen names again and again."""
     tokens = list(words(_uncamel(raw)))
     unit: str | None = None
-    window: float | None = None
+    window: float | None = None  # a span ("_24h", "last_hour") ...
+    rate: float | None = None  # ... or a rate's period ("monthly", "per_day"), which wins: avg_monthly_cash_12m
     kept: list[str] = []
     i = 0
     while i < len(tokens):
@@ -83,8 +88,11 @@ def key_name(raw: str) -> KeyName:
             window = float(t) * UNIT_HOURS[_UNIT_WORDS[singular(tokens[i + 1])]]
             i += 1
         elif t in _WINDOW_WORDS:
-            window = UNIT_HOURS[_WINDOW_WORDS[t]]
-        elif t == "per" and i + 1 < len(tokens) and singular(tokens[i + 1]) in _UNIT_WORDS:
+            rate = UNIT_HOURS[_WINDOW_WORDS[t]]
+        elif t == "per" and i + 1 < len(tokens) and singular(tokens[i + 1]) in _UNIT_WORDS:  # "per_hour"
+            rate = UNIT_HOURS[_UNIT_WORDS[singular(tokens[i + 1])]]
+            i += 1
+        elif t in _WINDOW_LEADS and i + 1 < len(tokens) and singular(tokens[i + 1]) in _UNIT_WORDS:  # "last_hour"
             window = UNIT_HOURS[_UNIT_WORDS[singular(tokens[i + 1])]]
             i += 1
         elif singular(t) in _BARE_UNITS:
@@ -93,7 +101,7 @@ def key_name(raw: str) -> KeyName:
             kept.append(singular(t))
         i += 1
     percent = bool(_PERCENT_WORDS & set(kept))
-    return KeyName(frozenset(w for w in kept if w not in _PERCENT_WORDS), unit, window, percent)
+    return KeyName(frozenset(w for w in kept if w not in _PERCENT_WORDS), unit, rate or window, percent)
 
 
 # ---- values -----------------------------------------------------------------------------------------
@@ -111,7 +119,7 @@ def number(value: object) -> float | None:
 
 def money(text: str) -> tuple[float, str | None] | None:
     """(amount, ISO currency or None) from text such as "$9,500", "EUR 9.500,00", "750k USD", "12%"."""
-    t = text.strip().replace("\u00a0", " ")
+    t = _HEDGE.sub("", text.strip().replace("\u00a0", " "))
     currency = next((c for s, c in _SYMBOLS.items() if s in t), None)
     code = re.search(r"\b([A-Z]{3})\b", t)
     if code:

@@ -89,7 +89,8 @@ def test_country_names_resolve_to_codes() -> None:
 
 def test_amounts_in_text_and_other_currencies() -> None:
     assert money("USD 9.500,00") == (9500.0, "USD") and money("€9,500") == (9500.0, "EUR")
-    assert money("4.2M") == (4_200_000.0, None) and money("approx 9500") is None
+    assert money("4.2M") == (4_200_000.0, None) and money("9500 or so") is None
+    assert money("approx 9500") == (9500.0, None) and money("within 4%") == (4.0, None)  # a hedge is no unit
     v = judged({"event_type": "cash_deposit", "attributes": {"Amount": "9,500.00 USD"}})
     assert v["reasons"][0] == "cash just under reporting threshold"
     assert facts({}, amount=1_000_000, currency="JPY")["amount_usd"] == pytest.approx(6_800)

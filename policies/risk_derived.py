@@ -1,0 +1,120 @@
+"""Facts code derives from an event's read facts and attributes (policies/risk_facts.py DERIVED).
+
+Amount facts (USD value, how close to a reporting threshold, round, aggregated with similar
+transactions), an invoiced price against its fair value, names that should agree and do not, where the
+activity happens against where the customer lives (`location_mismatch`), and a screening list entry's
+identifiers against the customer's (`identifiers_differ`). Attributes arrive as `Named`: the name's
+meaning (its words, the policy's synonyms applied), the parsed name, and the value.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from policies.countries import words
+from policies.risk_model import RiskRules
+from policies.risk_text import KeyName, key_name, moment, number
+
+_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
+_NAME_NOISE = frozenset(  # legal forms and filler that do not make two names different ("Acme Ltd" is "ACME")
+    "the and of ltd limited inc incorporated llc plc gmbh ag sa sas sarl bv nv co corp corporation company "
+    "oy ab asa spa srl kg kgaa pty lp llp".split())
+
+
+@dataclass(frozen=True)
+class Named:
+    meaning: frozenset[str]  # the name's words, synonyms applied
+    name: KeyName
+    value: object
+
+
+def amount_facts(rules: RiskRules, values: dict[str, object], amount: float, currency: str | None) -> None:
+    """amount_usd, round_amount, reporting_ratio and aggregate_ratio into `values`."""
+    usd = rules.usd_value.get(currency or "")
+    if usd is not None:
+        values["amount_usd"] = amount * usd
+    units = amount / rules.round_unit
+    values["round_amount"] = amount >= rules.round_unit and abs(units - round(units)) < 1e-9
+    thresholds = sorted(rules.reporting_thresholds.get(currency or "", ()))
+    if not thresholds:
+        return
+    above = [t for t in thresholds if t > amount]
+    values["reporting_ratio"] = amount / (above[0] if above else thresholds[-1])
+    count, total = values.get(rules.similar_count), values.get(rules.similar_total)
+    if above and (isinstance(count, float) or isinstance(total, float)):
+        together = max(amount * count if isinstance(count, float) else 0.0, total if isinstance(total, float) else 0.0)
+        values["aggregate_ratio"] = together / above[0]
+
+
+def price_deviation(rules: RiskRules, values: Mapping[str, object], deviations: Sequence[str]) -> float | None:
+    """How far a price is from its fair value, as a factor >= 1 (twice or half: 2)."""
+    ratios = []
+    for invoiced, fair in rules.price_pairs.items():
+        a, b = values.get(invoiced), values.get(fair)
+        if isinstance(a, float) and isinstance(b, float) and a > 0 and b > 0:
+            ratios.append(a / b)
+    ratios += [1 + v for f in deviations if isinstance(v := values.get(f), float) and v > -1]
+    return max((max(r, 1 / r) for r in ratios), default=None)
+
+
+def _name_tokens(name: str) -> frozenset[str]:
+    return frozenset(w for w in words(name) if w not in _NAME_NOISE)
+
+
+def names_differ(rules: RiskRules, named: Sequence[Named], words_of: Callable[[KeyName], frozenset[str]]) -> bool:
+    """Two names that should agree do not: neither one's words (legal forms aside) contain the other's."""
+    by_words = {n.meaning: n.value for n in named if isinstance(n.value, str)}
+    for a, b in rules.name_pairs.items():
+        first, second = by_words.get(words_of(key_name(a))), by_words.get(words_of(key_name(b)))
+        if not isinstance(first, str) or not isinstance(second, str):
+            continue
+        x, y = _name_tokens(first), _name_tokens(second)
+        if x and y and not (x <= y or y <= x):
+            return True
+    return False
+
+
+def location_mismatch(location: frozenset[str], home: frozenset[str],
+                      countries: Sequence[tuple[frozenset[str], set[str]]]) -> bool:
+    """A country where the activity happens (a name with a `location` word: ip_country, login_country) that is
+    none of the countries the customer lives in (a `home` word: home_country, customer_country): both sides
+    named, no country in common."""
+    where = {c for words_, codes in countries if words_ & location for c in codes}
+    lives = {c for words_, codes in countries if words_ & home and not words_ & location for c in codes}
+    return bool(where and lives and not where & lives)
+
+
+def identifiers_differ(listed: frozenset[str], identifier: frozenset[str], named: Sequence[Named],
+                       resolve_country: Callable[[str], str | None]) -> bool:
+    """A screening list entry's identifier (nationality_listed, sdn_dob) differs from the customer's
+    (nationality_customer, customer_dob): the two attributes share an identifier word, only one of them has a
+    listed word, and their values disagree (countries by code, dates by day, numbers and text as written).
+    A number on a name that says difference or mismatch (dob_difference_years: 23) differs when not zero."""
+    ids = [n for n in named if n.meaning & identifier and n.value not in (None, "", False)]
+    for n in ids:
+        if n.meaning & {"difference", "mismatch", "gap"} and (x := number(n.value)) is not None and x != 0:
+            return True
+    entries = [n for n in ids if n.meaning & listed]
+    others = [n for n in ids if not n.meaning & listed]
+    for e in entries:
+        for o in others:
+            if e.meaning & o.meaning & identifier and _disagree(e.value, o.value, resolve_country):
+                return True
+    return False
+
+
+def _disagree(a: object, b: object, resolve_country: Callable[[str], str | None]) -> bool:
+    if isinstance(a, str) and isinstance(b, str):
+        ca, cb = resolve_country(a), resolve_country(b)
+        if ca and cb:
+            return ca != cb
+        da, db = moment(a), moment(b)
+        if da and db:
+            return da.date() != db.date()
+        ya, yb = _YEAR.search(a), _YEAR.search(b)
+        if ya and yb and (_YEAR.fullmatch(a.strip()) or _YEAR.fullmatch(b.strip())):
+            return ya.group() != yb.group()  # a year of birth against a date of birth
+        return words(a) != words(b)
+    na, nb = number(a), number(b)
+    return na is not None and nb is not None and na != nb
