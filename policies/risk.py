@@ -1,9 +1,10 @@
 """Risk rules (policies/risk_model.py `RiskRules`) scored on one event, and the verdict a score maps to.
 
 Pure and table-driven: the event is read into facts once (policies/risk_facts.py), then every rule's
-conditions are checked against them (policies/risk_conditions.py). A rule that fires adds its points;
-within a group only the rule with the most points counts (ties: the rule name first in alphabetical
-order), so the score is a sum over groups and cannot depend on the order of the rules. Which rules
+conditions are checked against them (policies/risk_conditions.py). Within a group only the rule with the
+most points counts (ties: the rule name first in alphabetical order); the counted rules' points are summed
+(capped at 100) or combined as independent evidence (RiskRules.combine), so the score cannot depend on
+the order of the rules. Which rules
 counted goes into the verdict's `reasons` as short phrases of letters (the shipped schema forbids
 digits there), most points first.
 
@@ -17,6 +18,7 @@ order in which a schema lists its enum values cannot change a verdict either.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from typing import Any
 
 from policies.risk_conditions import Condition, holds, parse
 from policies.risk_facts import Facts, read
-from policies.risk_model import Action, RiskMitigation, RiskRule, RiskRules
+from policies.risk_model import Action, Combine, RiskMitigation, RiskRule, RiskRules
 
 # The verdict's enum values, least severe first (the loader checks the class's schema offers them).
 LEVELS = ("low", "medium", "high")
@@ -56,9 +58,12 @@ class Mitigated:
 class RuleScore:
     fired: tuple[FiredRule, ...]  # the rules that count (one per group, points > 0), most points first, then by name
     mitigated: tuple[Mitigated, ...] = ()  # the mitigations that lowered a fired rule, by name
+    combine: Combine = Combine.SUM  # how the fired rules' points make the score (RiskRules.combine)
 
     @property
     def points(self) -> int:
+        if self.combine is Combine.INDEPENDENT:
+            return math.floor(100 * (1 - math.prod(1 - min(f.points, 100) / 100 for f in self.fired)) + 0.5 + 1e-9)
         return min(100, sum(f.points for f in self.fired))
 
     @property
@@ -90,7 +95,7 @@ def evaluate(rules: RiskRules, event: Mapping[str, Any]) -> RuleScore:
             best[group] = (name, rule, points)
     fired = [FiredRule(name, p, _reason(r, facts), r.action, r.source) for name, r, p in best.values()]
     mitigated = tuple(Mitigated(n, _phrase(m.reason), tuple(lowered[n]), m.source) for n, m in holding if n in lowered)
-    return RuleScore(tuple(sorted(fired, key=lambda f: (-f.points, f.rule))), mitigated)
+    return RuleScore(tuple(sorted(fired, key=lambda f: (-f.points, f.rule))), mitigated, rules.combine)
 
 
 Parsed = tuple[tuple[str, Any, tuple[Condition, ...], tuple[Condition, ...]], ...]  # (name, rule, when, unless)
@@ -122,8 +127,8 @@ def fires(when: tuple[Condition, ...], unless: tuple[Condition, ...], values: Ma
 
 
 def verdict(rules: RiskRules, score: RuleScore, model_severity: float | None = None) -> dict[str, Any]:
-    """The verdict of the shipped schema: the rules' points plus the model's (its expected severity in
-    [0, 1] x `model_points`), capped at 100, mapped to a level and an action by the policy's thresholds,
+    """The verdict of the shipped schema: the rules' score (RuleScore.points) plus the model's (its expected
+    severity in [0, 1] x `model_points`), capped at 100, mapped to a level and an action by the policy's thresholds,
     each raised to the fired rules' floor (block: high; review: at least medium). The reasons name the
     counted rules, most points first, then the mitigations that lowered a rule."""
     model = round(rules.model_points * min(max(model_severity, 0.0), 1.0)) if model_severity is not None else 0

@@ -118,3 +118,16 @@ def _disagree(a: object, b: object, resolve_country: Callable[[str], str | None]
         return words(a) != words(b)
     na, nb = number(a), number(b)
     return na is not None and nb is not None and na != nb
+
+
+def goods_differ(goods: frozenset[str], documents: frozenset[str], named: Sequence[Named]) -> bool:
+    """Two trade documents describe different goods: attributes naming goods on different documents
+    (invoice_goods, bill_of_lading_goods) whose descriptions share no word of three letters or more."""
+    described = [(n.meaning & documents, _content(n.value)) for n in named
+                 if n.meaning & goods and n.meaning & documents and isinstance(n.value, str)]
+    return any(da != db and a and b and not a & b
+               for i, (da, a) in enumerate(described) for db, b in described[i + 1:])
+
+
+def _content(value: object) -> frozenset[str]:
+    return frozenset(w for w in words(str(value)) if len(w) >= 3 and not w.isdigit() and w not in _NAME_NOISE)

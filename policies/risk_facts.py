@@ -24,6 +24,7 @@ from policies.risk_counts import counts_in
 from policies.risk_derived import (
     Named,
     amount_facts,
+    goods_differ,
     identifiers_differ,
     location_mismatch,
     names_differ,
@@ -53,7 +54,7 @@ DERIVED: dict[str, FactKind] = {
     "reporting_ratio": FactKind.NUMBER, "aggregate_ratio": FactKind.NUMBER, "round_amount": FactKind.FLAG,
     "price_deviation": FactKind.NUMBER, "countries": FactKind.COUNTRY, "distinct_countries": FactKind.COUNT,
     "names_differ": FactKind.FLAG, "location_mismatch": FactKind.FLAG, "identifiers_differ": FactKind.FLAG,
-    "profile_months": FactKind.NUMBER,
+    "profile_months": FactKind.NUMBER, "goods_differ": FactKind.FLAG,
 }
 DAYS_PER_MONTH = 30.44
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
@@ -89,6 +90,8 @@ class Vocabulary:
     identifiers: frozenset[str]  # RiskRules.identifier_words
     location: frozenset[str]  # RiskRules.location_words
     home: frozenset[str]  # RiskRules.home_words
+    goods: frozenset[str]  # RiskRules.goods_words
+    documents: frozenset[str]  # RiskRules.document_words
     flags: tuple[str, ...]  # the flag facts
     deviations: tuple[str, ...]  # the deviation facts (price_deviation)
 
@@ -159,6 +162,7 @@ def vocabulary(rules: RiskRules) -> Vocabulary:
                        _folded(rules.qualifier_words, synonyms), _folded(rules.scope_words, synonyms),
                        _folded(rules.listed_words, synonyms), _folded(rules.identifier_words, synonyms),
                        _folded(rules.location_words, synonyms), _folded(rules.home_words, synonyms),
+                       _folded(rules.goods_words, synonyms), _folded(rules.document_words, synonyms),
                        tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.FLAG),
                        tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.DEVIATION))
     if len(_VOCABULARIES) > 32:
@@ -325,6 +329,7 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     values["names_differ"] = names_differ(rules, named, voc.words_of)
     values["location_mismatch"] = location_mismatch(voc.location, voc.home, located)
     values["identifiers_differ"] = identifiers_differ(voc.listed, voc.identifiers, named, resolve)
+    values["goods_differ"] = goods_differ(voc.goods, voc.documents, named)
     return Facts(values, details)
 
 

@@ -43,6 +43,13 @@ class TimeUnit(str, enum.Enum):
     YEARS = "years"
 
 
+class Combine(str, enum.Enum):
+    """How the counted rules' points make one score (policies/risk.py RuleScore.points)."""
+
+    SUM = "sum"  # added, capped at 100: two 30s make 60
+    INDEPENDENT = "independent"  # as independent evidence, 100 x (1 - prod(1 - p/100)): two 30s make 51, never 100
+
+
 class Action(str, enum.Enum):
     """A rule's floor on the verdict's recommended_action, least severe first."""
 
@@ -111,8 +118,8 @@ class RiskMitigation:
 class RiskRules:
     """Risk rules a class's verdicts are scored with (policies/risk.py; `finserve eval verdict --quality` times them).
 
-    The score is the sum of the fired rules' points (one per group), plus at most `model_points` of
-    the model's judgement, capped at 100; risk_level and recommended_action follow from it by the
+    The score combines the fired rules' points (one per group, after mitigations; `combine`), plus at
+    most `model_points` of the model's judgement, capped at 100; risk_level and recommended_action follow from it by the
     thresholds, raised to a fired rule's `action` floor, so the verdict depends neither on the order
     of the rules nor on that of the schema's enums. Disabled (the default): the model alone decides.
     """
@@ -168,6 +175,10 @@ class RiskRules:
     inflow_amount: str = field(default="", metadata=knob(
         "the number fact of the credit an outgoing payment follows (outflow_ratio: the amount over it, when the "
         "event is a withdrawal and states no ratio)", optional=True))
+    goods_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of an attribute name saying it describes goods (goods_differ)", optional=True))
+    document_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of such a name saying on which trade document (invoice, bill of lading, ...)", optional=True))
     price_pairs: Mapping[str, str] = field(default_factory=dict, metadata=knob(
         "number fact -> the fair-value fact it is compared with (price_deviation), e.g. unit_price -> market_price"))
     name_pairs: Mapping[str, str] = field(default_factory=dict, metadata=knob(
@@ -177,6 +188,10 @@ class RiskRules:
     mitigations: Mapping[str, RiskMitigation] = field(default_factory=dict, metadata=knob(
         "mitigation name -> the context that lowers the rules it offsets", key_pattern=NAME_PATTERN,
         key_rule=_NAME_RULE, optional=True))
+    combine: Combine = field(default=Combine.SUM, metadata=knob(
+        "how the counted rules' points make the score: sum (capped at 100) or independent (each the chance the "
+        "event is what it flags: 100 x (1 - prod(1 - points/100)), so scores keep their order instead of "
+        "stopping at 100)", optional=True))
     model_points: int = field(default=0, metadata=knob(
         "the most the model's judgement adds (its expected severity x this)", ge=0, le=100))
     medium_at: int = field(default=30, metadata=knob("score at which risk_level is medium", ge=1, le=100,

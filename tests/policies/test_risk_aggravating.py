@@ -77,3 +77,20 @@ def test_many_customers_behind_one_device_and_flagged_payees() -> None:
 
 def test_reporting_avoidance_in_a_teller_note() -> None:
     assert judged("cash_deposit", 7_000, teller_note="asked about the reporting threshold and split the cash") == HIGH
+
+
+def test_changed_payee_bank_details_and_refunds_to_another_card() -> None:
+    assert judged("supplier_payment", 18_000, memo="supplier emailed new bank details yesterday")[1] == "review"
+    assert judged("supplier_payment", 18_000, memo="supplier emailed new bank details yesterday, confirmed by call "
+                  "back to the number on file") == LOW
+    assert judged("refund", 900, refund_to_different_card=True)[1] == "review"
+    assert judged("refund", 900, refund_to_original_card=True) == LOW
+
+
+def test_terrorist_financing_casino_and_hawala_indicators() -> None:
+    assert judged("wire_transfer", 3_000, memo="donation for the brothers fighting with al shabaab") == BLOCK
+    assert judged("wire_transfer", 3_000, memo="support for foreign fighters in the conflict zone")[1] == "review"
+    assert judged("wire_transfer", 3_000, memo="donation to the Red Cross appeal") == LOW
+    assert judged("casino_cash_out", 8_000, note="bought chips in cash, minimal play, asked for a cheque")[1] == \
+        "review"
+    assert judged("cash_deposit", 4_000, memo="money from hawala agent for family")[1] == "review"

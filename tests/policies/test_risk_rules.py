@@ -12,7 +12,7 @@ import pytest
 
 from policies import PolicyError, load_policy
 from policies.risk import NO_RULE, evaluate, verdict
-from policies.risk_model import Action, RiskRule, RiskRules
+from policies.risk_model import Action, Combine, RiskRule, RiskRules
 
 RULES = load_policy().get("realtime_risk").risk_rules
 
@@ -55,7 +55,7 @@ def test_within_a_group_only_the_most_points_count() -> None:
 def test_block_comes_from_a_rule_floor_never_from_adding_up() -> None:
     many_factors = wire(900_000, beneficiary_country="VG", pep=True, account_age_days=3, beneficiary_type="shell company")
     v = verdict(RULES, evaluate(RULES, many_factors))
-    assert v["score"] == 100 and (v["risk_level"], v["recommended_action"]) == ("high", "review")
+    assert v["score"] >= 80 and (v["risk_level"], v["recommended_action"]) == ("high", "review")
     blocked = verdict(RULES, evaluate(RULES, wire(700, "EUR", beneficiary_country="KP")))
     assert (blocked["risk_level"], blocked["recommended_action"]) == ("high", "block")
 
@@ -71,6 +71,18 @@ def test_a_floor_raises_the_level_with_the_action() -> None:
     assert (v["risk_level"], v["recommended_action"]) == ("medium", "review")
 
 
+def test_independent_evidence_combines_without_reaching_100() -> None:
+    two = {"a": RiskRule(when=("pep",), points=30, reason="test rule", source="a test", group="a"),
+           "b": RiskRule(when=("pep",), points=30, reason="other rule", source="a test", group="b"),
+           "c": RiskRule(when=("pep",), points=90, reason="third rule", source="a test", group="c")}
+    summed = dataclasses.replace(RULES, rules=two, combine=Combine.SUM)
+    independent = dataclasses.replace(RULES, rules=two, combine=Combine.INDEPENDENT)
+    assert evaluate(summed, wire(10, pep=True)).points == 100  # 30 + 30 + 90, capped
+    assert evaluate(independent, wire(10, pep=True)).points == 95  # 1 - 0.7 x 0.7 x 0.1
+    two.pop("c")
+    assert evaluate(dataclasses.replace(independent, rules=two), wire(10, pep=True)).points == 51  # two red flags
+
+
 def test_verdicts_do_not_depend_on_the_order_of_the_rules() -> None:
     backwards = dataclasses.replace(RULES, rules=dict(reversed(list(RULES.rules.items()))))
     events = [wire(950_000, country="KY"), wire(9_500, deposits_7d=3, channel="cash"),
@@ -81,7 +93,7 @@ def test_verdicts_do_not_depend_on_the_order_of_the_rules() -> None:
 
 def test_verdict_follows_the_score_and_names_the_rules_that_fired() -> None:
     sanctioned = verdict(RULES, evaluate(RULES, wire(9_900_000, beneficiary_country="IR", account_age_days=2)))
-    assert (sanctioned["risk_level"], sanctioned["recommended_action"], sanctioned["score"]) == ("high", "block", 100)
+    assert (sanctioned["risk_level"], sanctioned["recommended_action"]) == ("high", "block") and sanctioned["score"] > 90
     assert sanctioned["reasons"][0] == "sanctioned jurisdiction IR"
     calm = verdict(RULES, evaluate(RULES, {"event_type": "card_payment", "amount": 12, "currency": "USD"}))
     assert calm == {"risk_level": "low", "score": 0, "recommended_action": "approve", "reasons": [NO_RULE]}
