@@ -64,6 +64,7 @@ _NEGATIVE_WORDS = frozenset({"below", "under", "discount", "less", "underpricing
 MAX_PHRASE_WORDS = 6
 MAX_DROPPED = 3  # qualifier or scope words dropped at most to match a name
 NAMED_VALUE_WORDS = 4  # a text value this short is also read after its attribute's name
+_DENIALS = frozenset({"not", "no", "none", "non", "without", "nil"})
 NEGATION_REACH = 2  # a phrase right after "no", "not", ... (or one word later: "no prior privacy coin") is denied
 
 
@@ -211,7 +212,9 @@ class _Read:
             age = elapsed(value, "day", self.now, unit)
             return (None if age is None else age <= self.rules.recent_days), True
         got = flag(value)
-        return (True if got is None and isinstance(value, str) and value.strip() else got), False
+        if got is None and isinstance(value, str) and value.strip():
+            got = not _denied(value)  # "domestic PEP (mayor)" says yes, "not a PEP" and "none found" no
+        return got, False
 
     def _number(self, a: Alias, name: KeyName, value: object) -> float | None:
         if a.kind is FactKind.COUNT and name.unit is not None and not self.rules.facts[a.fact].per_day:
@@ -243,6 +246,12 @@ class _Read:
             if window is not None and window <= 1:
                 return n * self.rules.short_window_weight
         return n
+
+
+def _denied(text: str) -> bool:
+    """Text that opens with a no ("not a PEP", "none found", "no hit today"; "never seen" is no denial)."""
+    first = next(iter(words(text)), "")
+    return first in _DENIALS
 
 
 def _magnitude(kind: FactKind) -> Any:
@@ -304,8 +313,8 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
             got.add(a, name, value)
         if isinstance(value, str):
             pieces.append(value)
-            if len(value.split()) <= NAMED_VALUE_WORDS:  # {"device": "new"}: "new device"; {"payee": "added today"}
-                pieces += [f"{key} {value}", f"{value} {key}"]
+            if len(value.split()) <= NAMED_VALUE_WORDS and flag(value) is not False and not _denied(value):
+                pieces += [f"{key} {value}", f"{value} {key}"]  # {"device": "new"}: "new device"
             for fact, count in counts_in(value, carried):
                 got.numbers[fact] = max(count, got.numbers.get(fact, count))
             if meaning & voc.country_words and not voc.describes_list_entry(meaning):

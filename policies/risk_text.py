@@ -37,6 +37,7 @@ _FALSE = frozenset("false no n f 0 off none null nil not negative clear cleared 
 _SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₽": "RUB", "₩": "KRW", "₺": "TRY"}
 _HEDGE = re.compile(r"^(?:within|about|approx\.?|approximately|around|circa|ca\.|roughly|nearly|almost|some|~|±|\+/-)\s*",
                    re.IGNORECASE)  # "within 4%", "about 12", "~5": the number is what counts
+_RANGE = re.compile(r"\s*(\d[\d,.]{2,})\s*(?:-|–|to)\s*(\d[\d,.]{2,}\s*[a-zA-Z]*)\s*")
 _SCALE = {"k": 1e3, "m": 1e6, "mm": 1e6, "mn": 1e6, "million": 1e6, "b": 1e9, "bn": 1e9, "billion": 1e9}
 
 
@@ -120,6 +121,9 @@ def number(value: object) -> float | None:
 def money(text: str) -> tuple[float, str | None] | None:
     """(amount, ISO currency or None) from text such as "$9,500", "EUR 9.500,00", "750k USD", "12%"."""
     t = _HEDGE.sub("", text.strip().replace("\u00a0", " "))
+    span = _RANGE.fullmatch(t)
+    if span:  # "9,000 - 11,000": the upper end, the most the customer said to expect
+        t = span.group(2)
     currency = next((c for s, c in _SYMBOLS.items() if s in t), None)
     code = re.search(r"\b([A-Z]{3})\b", t)
     if code:

@@ -94,3 +94,22 @@ def test_terrorist_financing_casino_and_hawala_indicators() -> None:
     assert judged("casino_cash_out", 8_000, note="bought chips in cash, minimal play, asked for a cheque")[1] == \
         "review"
     assert judged("cash_deposit", 4_000, memo="money from hawala agent for family")[1] == "review"
+
+
+def test_an_amount_beyond_a_year_of_declared_activity() -> None:
+    assert judged("incoming_wire", 48_000, expected_monthly_turnover=1_500)[1] == "review"  # 32 months' worth
+    assert judged("incoming_wire", 48_000, expected_monthly_turnover=30_000) == LOW
+    assert judged("incoming_wire", 48_000, declared_income="36,000") == MEDIUM  # income is yearly: 16 months
+    assert judged("incoming_wire", 48_000, typical_wire=1_500) == LOW  # no period said: not read
+
+
+def test_a_payment_passing_on_the_credit_it_follows() -> None:
+    assert judged("wire_out", 49_000, inflow_same_day=50_000, company_age_months=2) == HIGH
+    assert judged("wire_out", 9_000, inflow_same_day=50_000, company_age_months=2) == LOW  # a fifth passed on
+
+
+def test_trade_documents_naming_other_goods() -> None:
+    assert judged("documentary_collection", 300_000, invoice_goods="agricultural machinery",
+                  bill_of_lading_goods="electronic components")[1] == "review"
+    assert judged("documentary_collection", 300_000, invoice_goods="agricultural machinery, 4 tractors",
+                  bill_of_lading_goods="tractors (agricultural machinery)") == LOW

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from policies import load_policy
 from policies.risk import evaluate, verdict
 from policies.risk_counts import counts_in
@@ -70,3 +72,16 @@ def test_hedged_numbers_and_negated_phrases() -> None:
     assert facts({"memo": "customer identity verified in branch"})["verified"] is True
     assert facts({"memo": "identity not verified"})["verified"] is False
     assert facts({"note": "no prior privacy coin activity"})["privacy_coin"] is False
+
+
+def test_a_text_value_that_opens_with_a_no_denies_its_flag() -> None:
+    assert facts({"pep_status": "domestic PEP (mayor)"})["pep"] is True
+    assert facts({"pep_status": "not a PEP"})["pep"] is False
+    assert facts({"sanctions_screening": "no hit"})["sanctions_hit"] is False
+    assert facts({"login_device": "never seen"})["new_device"] is True  # "never seen" says new, not no
+
+
+def test_short_values_read_with_their_names_and_ranges() -> None:
+    assert facts({"device": "new"})["new_device"] is True and facts({"device": "not new"})["new_device"] is False
+    assert facts({"payee": "newly added"})["new_payee"] is True
+    assert facts({"typical_monthly_cash": "9,000 - 11,000"})["expected_amount"] == pytest.approx(11_000 * 24 / 730)
