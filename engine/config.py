@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from engine.grammar_limits import GrammarLimits
+from engine.grammar_pool import GrammarPoolConfig
 from engine.kv_dtypes import check_kv_dtype, dtype_bytes, kv_choices, torch_name
 from engine.model.formats import check_prefill_weights, check_weights, weight_choices
 from engine.model.isas import KERNEL_ISAS
@@ -13,6 +15,8 @@ WEIGHT_FORMATS = weight_choices()  # ("auto", "fp32", "bf16", "int8", "q4"): eng
 KV_CACHE_DTYPES = kv_choices()  # ("auto", "fp32", "bf16", "fp16", "float32", ...): engine/kv_dtypes.py
 DTYPE_BYTES = dtype_bytes()
 AUTO_FP16_KV_ISAS = ("avx2", "avx512", "amx")  # the kernel variants under which auto picks an fp16 pool on CPU
+
+MAX_CONTEXT_CAP = 8192  # the default max_model_len's cap (and the positions the RoPE tables cover then)
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class EngineConfig:
     num_blocks_override: int | None = None  # tests: exact number of blocks
     max_num_batched_tokens: int = 256  # token budget of one step: bounds a step (~0.5 s on 2 CPU cores)
     max_num_seqs: int = 64  # batch slots in total
-    max_model_len: int | None = None  # None: the model's max_position_embeddings, capped at 8192
+    max_model_len: int | None = None  # None: the model's max_position_embeddings, capped at MAX_CONTEXT_CAP
     enable_prefix_caching: bool = True
     scheduling: str = "class"  # "class" (policy-aware) or "fcfs" (comparison only)
     num_threads: int | None = None  # torch intra-op threads on CPU; None = all cores
@@ -55,6 +59,10 @@ class EngineConfig:
     # value) are appended without sampling and computed in one step. False: one step per token.
     fast_forward: bool = True
     seed: int = 0
+    # Bounds on a request's output constraint, checked before it is compiled (engine/grammar_limits.py), and
+    # the child processes that compile it (engine/grammar_pool.py).
+    grammar_limits: GrammarLimits = GrammarLimits()
+    grammar_pool: GrammarPoolConfig = GrammarPoolConfig()
 
     def __post_init__(self) -> None:
         if self.scheduling not in ("class", "fcfs"):

@@ -203,6 +203,14 @@ class Scheduler:
                 result.updates.append(self._take_token(req, token, now))
         return result
 
+    def recompute(self, request_id: str) -> None:
+        """Running `request_id`'s cached K/V no longer holds (longrope moved it to its long factors: the engine
+        changed its cache salt, engine/model/rope.py): its blocks are freed and it prefills prompt + output again
+        from the next step, as after a preemption (not counted as one)."""
+        req = self.running.get(request_id)
+        if req is not None:
+            self.preemption.release(req)
+
     def take_forced(self, req: EngineRequest, tokens: Sequence[int], now: float) -> int:
         """Appends grammar-forced tokens after `req`'s sampled token (jump-forward); returns how many it took.
 

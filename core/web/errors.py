@@ -33,6 +33,18 @@ ERROR_CODES: dict[str, int] = {
     "invalid_regex": 400,
     "invalid_choice": 400,
     "nested_too_deeply": 400,
+    # Grammar limits (engine/grammar_limits.py): one code per bound, checked before a constraint is compiled.
+    "schema_ref_chain_too_long": 400,
+    "schema_too_many_definitions": 400,
+    "schema_too_many_alternatives": 400,
+    "schema_alternatives_too_deep": 400,
+    "schema_too_many_properties": 400,
+    "pattern_too_long": 400,
+    "pattern_too_deep": 400,
+    "too_many_choices": 400,
+    "too_many_tools": 400,
+    "grammar_compiler_crashed": 400,
+    "grammar_compile_timeout": 400,
     "max_tokens_too_large": 400,
     "context_length_exceeded": 400,
     "missing_api_key": 401,
@@ -59,6 +71,7 @@ ERROR_CODES: dict[str, int] = {
     "unsupported_media_type": 415,
     "rate_limited": 429,
     "queue_full": 429,
+    "grammar_queue_full": 429,
     "internal_error": 500,
     "engine_error": 500,
     "engine_not_ready": 503,
@@ -138,7 +151,21 @@ def _most_telling(errors: list[dict[str, Any]]) -> dict[str, Any]:
     return next((e for e in errors if not str(e.get("type", "")).endswith("_type")), errors[0]) if errors else {}
 
 
-def _validation_error(errors: list[dict[str, Any]]) -> APIError:
+MAX_REPORTED_ERRORS = 20  # a body's validation problems looked at to choose the one reported (the rest are counted)
+
+
+class CappedValidationError(RequestValidationError):
+    """A RequestValidationError holding only the first MAX_REPORTED_ERRORS problems; `total` counts them all."""
+
+    def __init__(self, errors: list[dict[str, Any]], *, total: int, body: Any = None) -> None:
+        super().__init__(errors[:MAX_REPORTED_ERRORS], body=body)
+        self.total = total
+
+
+def _validation_error(errors: list[dict[str, Any]], total: int | None = None) -> APIError:
+    """The client's error for a body's validation problems: the most telling of `errors` (the first few of them,
+    already capped), with how many there were in all (`total`, default len(errors))."""
+    total = len(errors) if total is None else total
     first = _most_telling(errors)
     kind = first.get("type", "")
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and not _is_union_tag(p)) or "body"
@@ -152,7 +179,7 @@ def _validation_error(errors: list[dict[str, Any]]) -> APIError:
     if kind == "missing" and where == "body":
         return APIError("invalid_request", "request body is required")
     msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
-    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    more = f" (and {total - 1} more problems)" if total > 1 else ""
     return APIError("invalid_request", f"{where}: {msg}{more}", param=param)
 
 
@@ -185,7 +212,11 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(request, exc)
 
     async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(request, _validation_error(list(exc.errors())))
+        # Only the first MAX_REPORTED_ERRORS are read (a body of 500,000 bad items has as many problems): what is
+        # formatted on the event loop stays small whatever the body.
+        errors = exc.errors()
+        total = exc.total if isinstance(exc, CappedValidationError) else len(errors)
+        return error_response(request, _validation_error(list(errors[:MAX_REPORTED_ERRORS]), total))
 
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         unparsed = _unparsed_body(exc)

@@ -22,13 +22,12 @@ def _settings() -> Any:
 
 
 def db_engine() -> Any:
-    """The ledger database of this process's settings, migrated (idempotent: the chain tables exist before reads)."""
+    """The ledger database of this process's settings: an existing, migrated one (finserve/database.py), never
+    a new empty one that would verify as a clean ledger."""
     from core.db.base import make_engine
-    from core.db.migrate import upgrade
+    from finserve.database import existing_database
 
-    url = _settings().resolved_database_url
-    upgrade(url)
-    return make_engine(url)
+    return make_engine(existing_database(_settings()))
 
 
 def keyring(*, required: bool) -> Any:

@@ -22,6 +22,7 @@ other tenant could reach them.
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import uuid
@@ -41,7 +42,7 @@ from engine.request import SamplingParams
 from engine.structured import writable
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
-from gateway.document_cache import evict_document
+from gateway.document_cache import evict_document, shared_prefix_tokens
 from gateway.inference.inputs import InferenceInput, Prompt
 from gateway.prompts import (
     document_messages,
@@ -178,8 +179,9 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
     doc = await _load(state, key, document_id)
     candidates = None
     if body.quotes:  # sentences the model can write (a quote is forced token by token); none: a plain answer
-        writes = functools.partial(writable, service.tokenizer)
-        candidates = relevant_sentences(doc.text, body.question, quotable=writes) or None
+        writes = functools.partial(writable, service.tokenizer)  # encodes every candidate: on the grammar executor
+        candidates = await service.state.grammar.run(key.tenant, relevant_sentences, doc.text, body.question,
+                                                     quotable=writes) or None
     schema = json.dumps(quoted_answer_schema(candidates, body.question), ensure_ascii=False) \
         if candidates is not None else None
     adm = await service.prepare(ctx, key, InferenceInput(
@@ -189,6 +191,8 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
                                    stop_repetition=True),
         max_tokens=body.max_tokens, default_max_tokens=settings.question_max_tokens, explicit_class=x_workload_class,
         lease_prompt=True, log_fields={"document_id": doc.id}))
+    # Replicas route on the document, whatever the question's length (gateway/replicas/router.py).
+    adm.request.affinity_tokens = await asyncio.to_thread(shared_prefix_tokens, service.tokenizer, doc.title, doc.text)
     if body.stream:
         fields = None if schema is None else (lambda text, reason: _quoted(doc.text, text, reason))
         return EventStreamResponse(answer_events(service.generate(adm), fields))

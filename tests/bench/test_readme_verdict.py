@@ -1,4 +1,4 @@
-"""The README's risk example says what the code returns: the tour's curl event, its comment's level/action, and
+"""The README's risk example says what the code returns: the tour's curl event, its `# →` claim, and
 docs/BENCHMARKS.md's sentence that gives its score and rules."""
 from __future__ import annotations
 
@@ -22,11 +22,15 @@ def test_the_tour_sends_the_event_the_eval_checks() -> None:
     assert json.loads(m.group(1))["event"] == README_EVENT
 
 
-def test_the_tours_comment_gives_the_rules_verdict() -> None:
-    m = re.search(r'this wire is "(\w+)"/"(\w+)"', README)
-    assert m, "the tour's comment on the wire"
+def test_the_tours_claim_gives_the_rules_verdict() -> None:
+    """The `# →` line under the tour's curl (tests/test_readme_tour.py checks it against the live stack) says
+    the rules' level and action, and a score the rules plus the model's share can give."""
+    m = re.search(r'/v1/risk/assess .*?\n# → "risk_level": "(\w+)", "score": (\d+), "recommended_action": "(\w+)"',
+                  README, re.S)
+    assert m, "the tour's claim on the wire"
     v = readme_verdict(RULES)
-    assert (m.group(1), m.group(2)) == (v["risk_level"], v["recommended_action"])
+    assert (m.group(1), m.group(3)) == (v["risk_level"], v["recommended_action"])
+    assert v["score"] <= int(m.group(2)) <= v["score"] + RULES.model_points
     assert v["score"] + RULES.model_points < RULES.high_at  # the model's share cannot make it high
 
 
