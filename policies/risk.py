@@ -145,8 +145,8 @@ def verdict(rules: RiskRules, score: RuleScore, model_severity: float | None = N
 
 def _reason(rule: RiskRule, facts: Facts) -> str:
     """The rule's phrase, with the first detail its conditions name (e.g. the listed countries "KP")."""
-    detail = next((facts.details[a.fact] for c in rule.when for a in parse(c) if a.fact in facts.details
-                   and facts.values.get(a.fact)), "")
+    detail = next((facts.details[f] for c in rule.when for a in parse(c) for f in a.facts if f in facts.details
+                   and facts.values.get(f)), "")
     return _phrase(f"{rule.reason} {detail}")
 
 

@@ -1,6 +1,7 @@
 """Load-time checks of a class's risk rule pack that no knob metadata expresses (policies/loader.py calls them).
 
-A pack that would half-work fails the load instead, naming the key: a rule naming a fact nobody defined,
+A pack that would half-work fails the load instead, naming the key: a translation that is not one word, a
+check naming a fact that is not a flag, a rule naming a fact nobody defined,
 a comparison on a flag, a condition that does not parse, a country code that is not ISO 3166-1, words on a
 fact that is not a flag, a reason the verdict schema would refuse, a schema without the verdict's fields,
 a mitigation offsetting a rule or group that does not exist, or naming a rule whose floor is block.
@@ -10,13 +11,14 @@ from __future__ import annotations
 import json
 import re
 
-from policies.countries import is_code
+from policies.countries import is_code, words
 from policies.model import ClassPolicy
 from policies.reader import Reader
 from policies.risk import REASON_PATTERN, VERDICT_FIELDS
 from policies.risk_conditions import ConditionError, parse
-from policies.risk_facts import DERIVED, INPUT_DERIVED, alias
+from policies.risk_facts import DERIVED, INPUT_DERIVED
 from policies.risk_model import Action, FactKind, RiskMitigation, RiskRule, RiskRules
+from policies.risk_vocabulary import alias
 
 _NUMERIC = frozenset({FactKind.COUNT, FactKind.NUMBER, FactKind.RATIO, FactKind.DEVIATION, FactKind.DURATION})
 _TRUE_FALSE = frozenset({FactKind.FLAG, FactKind.COUNTRY})
@@ -74,7 +76,9 @@ def _check_pack(r: Reader, rules: RiskRules, key: str) -> None:
             if not is_code(code):
                 raise r.error(f"{key}.country_lists.{name}[{i}]", f"{code!r} is not an ISO 3166-1 alpha-2 code")
     known = kinds(rules)
-    for knob in ("similar_count", "similar_total", "inflow_amount"):
+    _check_reading(r, rules, key, known)
+    for knob in ("similar_count", "similar_total", "inflow_amount", "threshold_amount", "usual_amount",
+                 "outflow_amount"):
         fact = getattr(rules, knob)
         if fact and known.get(fact) not in _NUMERIC:
             raise r.error(f"{key}.{knob}", f"{fact!r} is not a count or number fact of the vocabulary")
@@ -90,6 +94,22 @@ def _check_pack(r: Reader, rules: RiskRules, key: str) -> None:
         where = f"{key}.rules.{name}"
         _check_entry(r, where, rule, known)
     _check_mitigations(r, rules, key, known)
+
+
+def _check_reading(r: Reader, rules: RiskRules, key: str, known: dict[str, FactKind]) -> None:
+    """Translations are one word each; a check names flag facts and at least one subject."""
+    for word, english in rules.translations.items():
+        if len(folded := words(word)) != 1 or not words(english):
+            raise r.error(f"{key}.translations.{word}", f"{word!r} -> {english!r}: one word -> English words "
+                                                        f"({' '.join(folded) or 'no word'})")
+    for name, check in rules.checks.items():
+        where = f"{key}.checks.{name}"
+        if not any(words(s) for s in check.subjects):
+            raise r.error(f"{where}.subjects", "name the control in at least one phrase")
+        for part in ("failed", "passed"):
+            fact = getattr(check, part)
+            if (fact or part == "failed") and known.get(fact) is not FactKind.FLAG:
+                raise r.error(f"{where}.{part}", f"{fact!r} is not a flag fact of the vocabulary")
 
 
 def _check_entry(r: Reader, where: str, entry: RiskRule | RiskMitigation, known: dict[str, FactKind]) -> None:
@@ -129,10 +149,14 @@ def _check_condition(r: Reader, key: str, text: str, known: dict[str, FactKind])
     except ConditionError as exc:
         raise r.error(key, str(exc)) from None
     for a in atoms:
-        kind = known.get(a.fact)
-        if kind is None:
-            raise r.error(key, f"{a.fact!r} is no fact (the vocabulary, a country list or a derived fact: "
-                               f"{', '.join(sorted(DERIVED))})")
+        for fact in a.facts:
+            kind = known.get(fact)
+            if kind is None:
+                raise r.error(key, f"{fact!r} is no fact (the vocabulary, a country list or a derived fact: "
+                                   f"{', '.join(sorted(DERIVED))})")
+            if a.among and kind not in _TRUE_FALSE:
+                raise r.error(key, f"`N of` counts facts that hold; {fact!r} is a {kind.value}")
+        kind = known[a.fact]
         if a.op is not None and kind not in _NUMERIC:
             raise r.error(key, f"{a.fact!r} is a {kind.value}, not a number to compare")
         if a.negate and kind not in _TRUE_FALSE:

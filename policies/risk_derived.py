@@ -11,11 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from policies.countries import words
 from policies.risk_model import RiskRules
 from policies.risk_text import KeyName, key_name, moment, number
 
+DAYS_PER_MONTH = 30.44
 _YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
 _NAME_NOISE = frozenset(  # legal forms and filler that do not make two names different ("Acme Ltd" is "ACME")
     "the and of ltd limited inc incorporated llc plc gmbh ag sa sas sarl bv nv co corp corporation company "
@@ -29,14 +31,74 @@ class Named:
     value: object
 
 
-def amount_facts(rules: RiskRules, values: dict[str, object], amount: float, currency: str | None) -> None:
-    """amount_usd, round_amount, reporting_ratio and aggregate_ratio into `values`."""
+def derive(rules: RiskRules, event: Mapping[str, Any], values: dict[str, object], currency_of: Mapping[str, str],
+           seen: set[str], deviations: Sequence[str]) -> dict[str, str]:
+    """Adds the amount, flow, profile, price and country facts and one fact per country list to `values` (a
+    number fact stated in another currency than the event's, `currency_of`, is converted first); returns the
+    reasons' details."""
+    amount, stated = number(event.get("amount")), values.get("amount")
+    if amount is None and isinstance(stated, float):
+        amount = stated
+    currency = event.get("currency")
+    if not isinstance(currency, str):
+        text = values.get("currency")
+        currency = text.upper() if isinstance(text, str) else currency_of.get("amount")
+    values.pop("amount", None)
+    values.pop("currency", None)
+    if currency:
+        values["currency"] = currency
+
+    def stated_in_event_currency(fact: str) -> float | None:
+        v = values.get(fact)
+        if not fact or not isinstance(v, float):
+            return None
+        rate_from, rate_to = rules.usd_value.get(currency_of.get(fact, "")), rules.usd_value.get(currency or "")
+        return v * rate_from / rate_to if rate_from and rate_to and currency_of.get(fact) != currency else v
+
+    if amount is not None:
+        values["amount"] = amount
+        amount_facts(rules, values, amount, currency, stated_in_event_currency(rules.threshold_amount))
+        _flows(rules, values, amount, stated_in_event_currency)
+    values["price_deviation"] = price_deviation(rules, values, deviations)
+    values["countries"] = frozenset(seen)
+    values["distinct_countries"] = float(len(seen))
+    details: dict[str, str] = {}
+    for name, codes in rules.country_lists.items():
+        hit = sorted(seen & set(codes))
+        values[name] = bool(hit)
+        if hit:
+            details[name] = " ".join(hit[:2])
+    return details
+
+
+def _flows(rules: RiskRules, values: dict[str, object], amount: float,
+           converted: Callable[[str], float | None]) -> None:
+    """outflow_ratio (when the event states none), profile_months and usual_ratio."""
+    inflow, outflow = converted(rules.inflow_amount), converted(rules.outflow_amount)
+    if inflow and inflow > 0 and (values.get("withdrawal") is True or values.get("new_payee") is True):
+        values.setdefault("outflow_ratio", amount / inflow)  # 49,900 out after 50,000 in: 0.998 passed on
+    elif outflow and outflow > 0 and amount > 0:
+        values.setdefault("outflow_ratio", outflow / amount)  # 2,450 passed on of a 2,500 credit: 0.98
+    expected = converted(rules.expected_amount)
+    window = converted(rules.similar_total)
+    if expected and expected > 0:  # the larger of the amount and the window's total, in months of the profile
+        values["profile_months"] = max(amount, window or 0.0) / (expected * DAYS_PER_MONTH)
+    usual = converted(rules.usual_amount)
+    if usual and usual > 0:
+        values["usual_ratio"] = amount / usual
+
+
+def amount_facts(rules: RiskRules, values: dict[str, object], amount: float, currency: str | None,
+                 stated_threshold: float | None = None) -> None:
+    """amount_usd, round_amount, reporting_ratio and aggregate_ratio into `values`; a threshold the event states
+    counts beside its currency's."""
     usd = rules.usd_value.get(currency or "")
     if usd is not None:
         values["amount_usd"] = amount * usd
     units = amount / rules.round_unit
     values["round_amount"] = amount >= rules.round_unit and abs(units - round(units)) < 1e-9
-    thresholds = sorted(rules.reporting_thresholds.get(currency or "", ()))
+    thresholds = sorted({*rules.reporting_thresholds.get(currency or "", ()), *([stated_threshold] if stated_threshold
+                                                                               else [])})
     if not thresholds:
         return
     above = [t for t in thresholds if t > amount]

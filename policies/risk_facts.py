@@ -12,40 +12,41 @@ threshold, round amounts, price deviation, the countries the event names, and ea
 """
 from __future__ import annotations
 
-import itertools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from policies.countries import find_in, resolve, words
+from policies.risk_checks import compiled as compiled_checks
 from policies.risk_counts import counts_in
 from policies.risk_derived import (
     Named,
-    amount_facts,
+    derive,
     goods_differ,
     identifiers_differ,
     location_mismatch,
     names_differ,
-    price_deviation,
 )
 from policies.risk_model import FactKind, RiskRules
+from policies.risk_scores import vendor_score
 from policies.risk_text import (
     UNIT_HOURS,
     KeyName,
     elapsed,
     flag,
     is_percent_text,
-    key_name,
+    leading_money,
     moment,
     money,
     number,
     reference_time,
-    singular,
-    text_words,
     unit_key,
 )
+from policies.risk_vocabulary import Alias, Vocabulary, vocabulary
+
+__all__ = ["DERIVED", "INPUT_DERIVED", "Facts", "read", "vocabulary"]
 
 # Facts code computes; a rule may name them like vocabulary facts. "amount" and "currency" are the event's
 # top-level fields; the vocabulary may name the attributes that carry them when those are absent.
@@ -54,122 +55,24 @@ DERIVED: dict[str, FactKind] = {
     "reporting_ratio": FactKind.NUMBER, "aggregate_ratio": FactKind.NUMBER, "round_amount": FactKind.FLAG,
     "price_deviation": FactKind.NUMBER, "countries": FactKind.COUNTRY, "distinct_countries": FactKind.COUNT,
     "names_differ": FactKind.FLAG, "location_mismatch": FactKind.FLAG, "identifiers_differ": FactKind.FLAG,
-    "profile_months": FactKind.NUMBER, "goods_differ": FactKind.FLAG,
+    "profile_months": FactKind.NUMBER, "goods_differ": FactKind.FLAG, "risk_score": FactKind.NUMBER,
+    "usual_ratio": FactKind.NUMBER,
 }
-DAYS_PER_MONTH = 30.44
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
 _NEGATIONS = frozenset({"not", "no", "non", "without", "never", "none", "nor"})
 _NEGATIVE_WORDS = frozenset({"below", "under", "discount", "less", "underpricing", "undervaluation"})
+_AVERAGE_WORDS = frozenset({"average", "mean", "typical", "usual", "normal"})
 MAX_PHRASE_WORDS = 6
-MAX_DROPPED = 3  # qualifier or scope words dropped at most to match a name
 NAMED_VALUE_WORDS = 4  # a text value this short is also read after its attribute's name
-_DENIALS = frozenset({"not", "no", "none", "non", "without", "nil"})
+_DENIALS = frozenset({"not", "no", "none", "non", "without", "nil", "pending", "awaiting", "outstanding", "unknown"})
 NEGATION_REACH = 2  # a phrase right after "no", "not", ... (or one word later: "no prior privacy coin") is denied
-
-
-@dataclass(frozen=True)
-class Alias:
-    fact: str
-    kind: FactKind
-    unit: str | None  # a unit the value is in when the attribute's name says none ("customer_since:years")
-    inverted: bool  # "!card_present": true means the fact is false
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """RiskRules.facts compiled for look-up: attribute-name words -> the facts they carry."""
-
-    aliases: Mapping[frozenset[str], tuple[Alias, ...]]  # keyed by `words_of` a name
-    synonyms: Mapping[str, str]
-    phrases: Mapping[tuple[str, ...], frozenset[str]]  # the words of a phrase -> the flag facts it mentions
-    country_words: frozenset[str]
-    text_words: frozenset[str]
-    qualifiers: frozenset[str]  # words that qualify a fact without changing it (RiskRules.qualifier_words)
-    scopes: frozenset[str]  # words saying where a count was counted (RiskRules.scope_words)
-    listed: frozenset[str]  # RiskRules.listed_words
-    identifiers: frozenset[str]  # RiskRules.identifier_words
-    location: frozenset[str]  # RiskRules.location_words
-    home: frozenset[str]  # RiskRules.home_words
-    goods: frozenset[str]  # RiskRules.goods_words
-    documents: frozenset[str]  # RiskRules.document_words
-    flags: tuple[str, ...]  # the flag facts
-    deviations: tuple[str, ...]  # the deviation facts (price_deviation)
-
-    def words_of(self, name: KeyName) -> frozenset[str]:
-        """A name's words with the policy's synonyms applied (txn -> transaction)."""
-        return frozenset(self.synonyms.get(w, w) for w in name.words) if self.synonyms else name.words
-
-    def describes_list_entry(self, meaning: frozenset[str]) -> bool:
-        """The name describes a screening list entry's identifier (nationality_listed, sdn_birth_country): its
-        country is the listed party's, not one the event touches."""
-        return bool(meaning & self.listed) and bool(meaning & self.identifiers)
-
-    def lookup(self, meaning: frozenset[str]) -> tuple[Alias, ...]:
-        """The facts a name carries: its words exactly, else its words without as few qualifier or scope words as
-        match a vocabulary name (market_unit_price_estimate: a market price; declines_last_hour_merchant:
-        declines). Dropping a scope word matches only counts: a merchant's age is not the account's."""
-        exact = self.aliases.get(meaning)
-        if exact is not None:
-            return exact
-        droppable = sorted(meaning & (self.qualifiers | self.scopes))
-        for n in range(1, min(len(droppable), MAX_DROPPED) + 1):
-            for dropped in itertools.combinations(droppable, n):
-                found = self.aliases.get(meaning.difference(dropped), ())
-                if found and not self.scopes.isdisjoint(dropped):
-                    found = tuple(a for a in found if a.kind is FactKind.COUNT)
-                if found:
-                    return found
-        return ()
 
 
 @dataclass(frozen=True)
 class Facts:
     values: Mapping[str, object]  # fact -> bool | float | str | frozenset[str]; a fact not read is absent
     details: Mapping[str, str]  # fact -> what a reason may name, e.g. the listed countries "KP"
-
-
-def alias(text: str) -> tuple[str, str | None, bool]:
-    """(name, unit word or None, inverted) of one vocabulary name: "!card_present", "customer_since:years"."""
-    name, _, unit = text.strip().partition(":")
-    return name.lstrip("!"), (unit_key(unit) if unit else None), name.startswith("!")
-
-
-_VOCABULARIES: dict[int, tuple[RiskRules, Vocabulary]] = {}
-
-
-def _folded(names: tuple[str, ...], synonyms: Mapping[str, str]) -> frozenset[str]:
-    return frozenset(synonyms.get(w, w) for w in (singular(n.casefold()) for n in names))
-
-
-def vocabulary(rules: RiskRules) -> Vocabulary:
-    """The compiled vocabulary of `rules` (built once per policy object)."""
-    hit = _VOCABULARIES.get(id(rules))
-    if hit is not None and hit[0] is rules:
-        return hit[1]
-    synonyms = {singular(k.casefold()): singular(v.casefold()) for k, v in rules.name_synonyms.items()}
-    index: dict[frozenset[str], list[Alias]] = {}
-    phrases: dict[tuple[str, ...], set[str]] = {}
-    for fact, spec in rules.facts.items():
-        for text in spec.names:
-            name, unit, inverted = alias(text)
-            words_ = frozenset(synonyms.get(w, w) for w in key_name(name).words)
-            index.setdefault(words_, []).append(Alias(fact, spec.kind, unit, inverted))
-        for phrase in spec.words:
-            phrases.setdefault(text_words(phrase), set()).add(fact)
-    built = Vocabulary({k: tuple(v) for k, v in index.items()}, synonyms, {k: frozenset(v) for k, v in phrases.items()},
-                       frozenset(singular(w) for w in rules.country_words),
-                       frozenset(singular(w) for w in rules.text_words),
-                       _folded(rules.qualifier_words, synonyms), _folded(rules.scope_words, synonyms),
-                       _folded(rules.listed_words, synonyms), _folded(rules.identifier_words, synonyms),
-                       _folded(rules.location_words, synonyms), _folded(rules.home_words, synonyms),
-                       _folded(rules.goods_words, synonyms), _folded(rules.document_words, synonyms),
-                       tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.FLAG),
-                       tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.DEVIATION))
-    if len(_VOCABULARIES) > 32:
-        _VOCABULARIES.clear()
-    _VOCABULARIES[id(rules)] = (rules, built)
-    return built
 
 
 @dataclass
@@ -200,10 +103,15 @@ class _Read:
         elif a.kind is FactKind.TEXT:
             if isinstance(value, str) and value.strip():
                 self.texts.setdefault(a.fact, value.strip())
-        else:
+        elif not self._beyond_window(a, name):
             n = self._number(a, name, value)
             if n is not None:
                 self.numbers[a.fact] = max(n, self.numbers.get(a.fact, n), key=_magnitude(a.kind))
+
+    def _beyond_window(self, a: Alias, name: KeyName) -> bool:
+        """A count or total of similar transactions over a month is the customer's pattern, not a split one."""
+        similar = a.fact in (self.rules.similar_count, self.rules.similar_total)
+        return similar and (name.window_hours or 0) > self.rules.similar_window_days * UNIT_HOURS["day"]
 
     def _flag(self, a: Alias, name: KeyName, value: object) -> tuple[bool | None, bool]:
         """(the flag, whether it was read from a date or an age: then it holds while recent, never inverted)."""
@@ -220,8 +128,10 @@ class _Read:
         if a.kind is FactKind.COUNT and name.unit is not None and not self.rules.facts[a.fact].per_day:
             return None  # payee_added_minutes_ago: 6 is a time, not six payees
         n: float | None
+        if name.currency:
+            self.currency_of[a.fact] = name.currency
         if isinstance(value, str):
-            parsed = money(value)
+            parsed = money(value) or (leading_money(value) if a.kind is FactKind.NUMBER else None)
             if parsed is None:
                 return None
             n, currency = parsed
@@ -231,12 +141,19 @@ class _Read:
             n = number(value)
         if n is None:
             return None
-        if a.kind is FactKind.RATIO and (name.percent or is_percent_text(value) or n > 1.5):
-            return n / 100
+        if a.kind is FactKind.RATIO and (name.unit is not None or n > 100 or n > 1.5 and name.window_hours
+                                         and not (name.rate or name.percent or is_percent_text(value))):
+            return None  # outflow_within_days: 2 is a time, outflows_7d: 2 a count, outflow: 5,000 an amount
+        if a.kind is FactKind.RATIO and (is_percent_text(value) or n > 1.5 or name.percent and n > 1):
+            return n / 100  # 90, "90%" and outflow_pct: 5 are percentages; outflow_pct: 0.96 is a share
         if a.kind is FactKind.DEVIATION:
             n = n / 100 if name.percent or is_percent_text(value) or abs(n) >= 5 else n
             return -abs(n) if name.words & _NEGATIVE_WORDS else n
+        if a.fact == self.rules.usual_amount and name.rate:
+            return None  # avg_monthly_cash is a month's total, not the usual amount of one transaction
         if a.kind is FactKind.NUMBER and self.rules.facts[a.fact].per_day:
+            if name.words & _AVERAGE_WORDS and not name.rate:
+                return None  # average_deposit_90d is one deposit's average over 90 days, not 90 days' total
             period = name.window_hours or UNIT_HOURS.get(name.unit or a.unit or "")
             return n * 24 / period if period else None  # an amount per period; no period named: unknown
         if a.kind is FactKind.COUNT and self.rules.facts[a.fact].per_day:
@@ -248,9 +165,11 @@ class _Read:
         return n
 
 
-def _denied(text: str) -> bool:
-    """Text that opens with a no ("not a PEP", "none found", "no hit today"; "never seen" is no denial)."""
-    first = next(iter(words(text)), "")
+def _denied(text: str, voc: Vocabulary | None = None) -> bool:
+    """Text that opens with a no ("not a PEP", "none found", "no hit today", "kein PEP") or a not yet ("pending
+    annual refresh"); "never seen" is no denial."""
+    said = words(text)[:1]
+    first = next(iter(voc.english(said) if voc else said), "")
     return first in _DENIALS
 
 
@@ -281,11 +200,12 @@ def _attributes(event: Mapping[str, Any]) -> Iterator[tuple[str, object]]:
     yield from ((k, v) for k, v in event.items() if k not in _TOP_LEVEL and k != "attributes")
 
 
-def _ngrams(pieces: list[str]) -> set[tuple[str, ...]]:
-    """Every phrase of up to MAX_PHRASE_WORDS words in the pieces, but those a negation denies ("not verified")."""
+def _ngrams(pieces: Sequence[str], voc: Vocabulary) -> set[tuple[str, ...]]:
+    """Every phrase of up to MAX_PHRASE_WORDS English words in the pieces, but those a negation denies ("not
+    verified", "nicht verifiziert")."""
     grams: set[tuple[str, ...]] = set()
     for piece in pieces:
-        t = text_words(piece)
+        t = voc.tokens_of(piece)
         for i in range(len(t)):
             if _NEGATIONS.intersection(t[max(0, i - NEGATION_REACH):i]):
                 continue
@@ -296,8 +216,12 @@ def _ngrams(pieces: list[str]) -> set[tuple[str, ...]]:
 def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     """The event's facts (module docstring)."""
     voc = vocabulary(rules)
+    checks = compiled_checks(rules)
     got = _Read(reference_time(event.get("timestamp")), rules)
     pieces = [v for v in (event.get("event_type"), event.get("entity")) if isinstance(v, str)]
+    counted: list[str] = []  # names of attributes holding a positive number (RiskFact.from_counts)
+    checked: set[str] = set()  # flag facts a check's outcome made true (policies/risk_checks.py)
+    scores: list[float] = []  # vendor risk scores on 0-1 (policies/risk_scores.py)
     seen: set[str] = set()
     named: list[Named] = []
     located: list[tuple[frozenset[str], set[str]]] = []  # each country attribute's words and countries
@@ -306,15 +230,23 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
         return voc.lookup(voc.words_of(n))
 
     for key, value in _attributes(event):
-        name = key_name(str(key))
+        name = voc.name_of(str(key))
         meaning = voc.words_of(name)
         named.append(Named(meaning, name, value))
         for a in voc.lookup(meaning):
             got.add(a, name, value)
+        text = voc.tokens_of(value) if isinstance(value, str) else ()
+        if not meaning & voc.listed:
+            checked.update(checks.outcomes(voc.name_tokens(str(key)), value, text))
+        if (score := vendor_score(rules, meaning, str(key), value)) is not None:
+            scores.append(score)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            counted.append(str(key))
         if isinstance(value, str):
             pieces.append(value)
-            if len(value.split()) <= NAMED_VALUE_WORDS and flag(value) is not False and not _denied(value):
-                pieces += [f"{key} {value}", f"{value} {key}"]  # {"device": "new"}: "new device"
+            if len(value.split()) <= NAMED_VALUE_WORDS and flag(value) is not False and not _denied(value, voc):
+                spelled = " ".join(voc.name_tokens(str(key)))
+                pieces += [f"{spelled} {value}", f"{value} {spelled}"]  # {"device": "new"}: "new device"
             for fact, count in counts_in(value, carried):
                 got.numbers[fact] = max(count, got.numbers.get(fact, count))
             if meaning & voc.country_words and not voc.describes_list_entry(meaning):
@@ -325,54 +257,21 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
             elif len(value.strip()) > 3 and (c := resolve(value)):
                 seen.add(c)
         if (value is True or isinstance(value, str) and flag(value) is True) and not name.words & _NEGATIONS:
-            pieces.append(str(key))  # {"mixer": true} mentions a mixer; {"not_pep": true} does not mention a PEP
+            pieces.append(" ".join(voc.name_tokens(str(key))))  # {"mixer": true} mentions a mixer; {"not_pep": true}
+            # does not mention a PEP; {"bene_is_poa_holder": true} mentions a beneficiary who holds a power of attorney
     values: dict[str, object] = {**got.numbers, **got.durations, **got.texts}
     values.update({f: frozenset(c) for f, c in got.countries.items()})
-    grams = _ngrams(pieces)
-    mentioned = {f for gram in grams for f in voc.phrases.get(gram, ())}
+    mentioned = {f for gram in _ngrams(pieces, voc) for f in voc.phrases.get(gram, ())}
+    mentioned |= {f for gram in _ngrams(counted, voc) for f in voc.phrases.get(gram, ()) if f in voc.counted}
     for fact in voc.flags:
-        values[fact] = got.flags.get(fact, fact in mentioned)
+        values[fact] = got.flags.get(fact, fact in mentioned) or fact in checked
+    if scores:
+        values["risk_score"] = max(scores)
     for codes in got.countries.values():
         seen |= codes
-    details = _derive(rules, event, values, got, seen)
+    details = derive(rules, event, values, got.currency_of, seen, voc.deviations)
     values["names_differ"] = names_differ(rules, named, voc.words_of)
     values["location_mismatch"] = location_mismatch(voc.location, voc.home, located)
     values["identifiers_differ"] = identifiers_differ(voc.listed, voc.identifiers, named, resolve)
     values["goods_differ"] = goods_differ(voc.goods, voc.documents, named)
     return Facts(values, details)
-
-
-def _derive(rules: RiskRules, event: Mapping[str, Any], values: dict[str, object], got: _Read,
-            seen: set[str]) -> dict[str, str]:
-    """Adds the amount, price and country facts and one fact per country list to `values`; returns the
-    reasons' details."""
-    amount, stated = number(event.get("amount")), values.get("amount")
-    if amount is None and isinstance(stated, float):
-        amount = stated
-    currency = event.get("currency")
-    if not isinstance(currency, str):
-        text = values.get("currency")
-        currency = text.upper() if isinstance(text, str) else got.currency_of.get("amount")
-    values.pop("amount", None)
-    values.pop("currency", None)
-    if currency:
-        values["currency"] = currency
-    if amount is not None:
-        values["amount"] = amount
-        amount_facts(rules, values, amount, currency)
-    values["price_deviation"] = price_deviation(rules, values, vocabulary(rules).deviations)
-    inflow = values.get(rules.inflow_amount)
-    if amount is not None and isinstance(inflow, float) and inflow > 0 and values.get("withdrawal") is True:
-        values.setdefault("outflow_ratio", amount / inflow)  # 49,900 out after 50,000 in: 0.998 passed on
-    expected = values.get(rules.expected_amount)
-    if amount is not None and isinstance(expected, float) and expected > 0:
-        values["profile_months"] = amount / (expected * DAYS_PER_MONTH)
-    values["countries"] = frozenset(seen)
-    values["distinct_countries"] = float(len(seen))
-    details: dict[str, str] = {}
-    for name, codes in rules.country_lists.items():
-        hit = sorted(seen & set(codes))
-        values[name] = bool(hit)
-        if hit:
-            details[name] = " ".join(hit[:2])
-    return details

@@ -71,10 +71,36 @@ class RiskFact:
         "flags: phrases that, in any text of the event (type, values, names of true flags), make it true",
         optional=True))
     unit: TimeUnit = field(default=TimeUnit.DAYS, metadata=knob("durations: the unit of the value", optional=True))
+    from_counts: bool = field(default=False, metadata=knob(
+        "flags: also true when an attribute whose name mentions one of its words holds a positive number "
+        "(hotel_nights_30d: 22 mentions hotel nights)", optional=True))
     per_day: bool = field(default=False, metadata=knob(
         "counts: scaled to a day by the window in the name (a week's 70 is 10; a window of an hour or less "
         "weighs short_window_weight); numbers: an amount per period (expected_monthly_turnover), scaled to a day, "
         "not read when the name says no period", optional=True))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RiskCheck:
+    """A control an upstream system reports the outcome of (a document check, a payee name check, 3-D Secure, a
+    call-back): an attribute whose name names one of its `subjects`, read with its value's polarity
+    (policies/risk_checks.py), makes `failed` or `passed` true."""
+
+    subjects: tuple[str, ...] = field(metadata=knob(
+        "phrases that name the control in an attribute's name, or in a text beside an outcome word"))
+    failed: str = field(metadata=knob("the flag fact a failed outcome makes true"))
+    passed: str = field(default="", metadata=knob("the flag fact a passed outcome makes true (empty: none)",
+                                                  optional=True))
+    pass_at: float = field(default=0.0, metadata=knob(
+        "a score of the control (0-1, or 0-100 read as a percentage) below this fails (0: scores not read)",
+        ge=0, le=1, optional=True))
+    stated_passes: bool = field(default=False, metadata=knob(
+        "a description given for the subject with no outcome word passes it (a source of funds stated, a "
+        "document named)", optional=True))
+    null_fails: bool = field(default=False, metadata=knob(
+        "a null value fails it: a document, a registration or evidence given as null was not provided",
+        optional=True))
+    source: str = field(metadata=knob("the public guidance that names the control and what its failure means"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +156,28 @@ class RiskRules:
     name_synonyms: Mapping[str, str] = field(default_factory=dict, metadata=knob(
         "a word of attribute names -> the word it stands for (txn -> transaction, acct -> account), applied to "
         "the vocabulary's names and the event's alike"))
+    translations: Mapping[str, str] = field(default_factory=dict, metadata=knob(
+        "a word of another language -> the English words it stands for (einzahlung -> deposit), applied to an "
+        "event's attribute names and free text before the vocabulary reads them", optional=True))
+    checks: Mapping[str, RiskCheck] = field(default_factory=dict, metadata=knob(
+        "check name -> a control whose reported outcome makes a flag true (policies/risk_checks.py)",
+        key_pattern=NAME_PATTERN, key_rule=_NAME_RULE, optional=True))
+    failed_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "phrases saying a check failed (fail, no match, missing, unsigned, ...)", optional=True))
+    passed_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "phrases saying a check passed (passed, match, verified, on file, ...); a negation before one fails it",
+        optional=True))
+    score_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of an attribute name saying it holds a score or rating (risk_score)", optional=True))
+    score_subject_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of such a name saying it scores fraud or laundering risk (fraud, risk, aml, mule, device, ...)",
+        optional=True))
+    score_excluded_words: tuple[str, ...] = field(default=(), metadata=knob(
+        "words of a score's name saying it is no event risk score: a customer's or country's rating, a match or "
+        "liveness score (higher is better)", optional=True))
+    rating_values: Mapping[str, float] = field(default_factory=dict, metadata=knob(
+        "a rating given as a word -> its place on the 0-1 risk_score scale (high -> 0.85)", ge=0, le=1,
+        optional=True))
     country_words: tuple[str, ...] = field(default=(), metadata=knob(
         "words of an attribute name that mark it as holding a country (country, jurisdiction, ...)"))
     text_words: tuple[str, ...] = field(default=(), metadata=knob(
@@ -172,6 +220,18 @@ class RiskRules:
     expected_amount: str = field(default="", metadata=knob(
         "the per-day number fact of the customer's expected activity (profile_months: the amount as months of it)",
         optional=True))
+    threshold_amount: str = field(default="", metadata=knob(
+        "the number fact of a reporting or identification threshold the event states (reporting_ratio uses it "
+        "beside the currency's)", optional=True))
+    similar_window_days: float = field(default=7.0, metadata=knob(
+        "similar_count and similar_total are read only over windows up to this long: a month's count is the "
+        "customer's pattern, not a split", gt=0, unit="days", optional=True))
+    usual_amount: str = field(default="", metadata=knob(
+        "the number fact of the customer's usual amount per transaction or for the same period (usual_ratio: the "
+        "amount over it)", optional=True))
+    outflow_amount: str = field(default="", metadata=knob(
+        "the number fact of what an incoming credit was passed on as (outflow_ratio: it over the amount, when the "
+        "event states no ratio)", optional=True))
     inflow_amount: str = field(default="", metadata=knob(
         "the number fact of the credit an outgoing payment follows (outflow_ratio: the amount over it, when the "
         "event is a withdrawal and states no ratio)", optional=True))
@@ -203,6 +263,6 @@ class RiskRules:
         "score at which the action is block (none: only a rule's action floor blocks)", ge=1, le=100))
 
     def __post_init__(self) -> None:
-        for name in ("facts", "name_synonyms", "country_lists", "usd_value", "reporting_thresholds", "price_pairs",
-                     "name_pairs", "rules", "mitigations"):
+        for name in ("facts", "name_synonyms", "translations", "checks", "rating_values", "country_lists", "usd_value",
+                     "reporting_thresholds", "price_pairs", "name_pairs", "rules", "mitigations"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

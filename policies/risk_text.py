@@ -31,8 +31,15 @@ _FILLER = frozenset("is has was flag ind indicator count cnt num number nbr nb o
                     "previous prior within with qty bool yn status time".split())
 _FILLER |= frozenset("unit item piece pc ton tonne kg kilo lb oz ounce barrel bbl".split())  # price_per_kg is a price
 _PERCENT_WORDS = frozenset({"pct", "percent", "percentage"})
-_TRUE = frozenset("true yes y t 1 on added changed new present detected match matched hit positive confirmed".split())
-_FALSE = frozenset("false no n f 0 off none null nil not negative clear cleared unchanged absent na passed".split()) | {
+# ISO 4217 codes that say which currency a number is in ("declared_income_eur"): a unit, not part of the meaning.
+# Codes that are also words or abbreviations of attribute names are left out (COP: confirmation of payee; TRY, ALL).
+CURRENCY_WORDS = frozenset(
+    "usd eur gbp chf jpy cny rmb hkd sgd aud nzd cad inr brl mxn zar rub aed sar qar kwd bhd ils sek nok dkk pln czk "
+    "huf ron krw twd thb myr idr php vnd pkr bdt ngn kes egp clp uah kzt".split())
+_TRUE = frozenset("true yes y t 1 on added changed new present detected match matched hit positive confirmed "
+                  "ja oui si tak".split())  # yes in German, French, Spanish and Italian, Polish
+_FALSE = frozenset("false no n f 0 off none null nil not negative clear cleared unchanged absent na passed "
+                   "nein non nie nej".split()) | {
     "no match", "no hit", "no hits", "not found", "n a", "not applicable", "not listed", "no record"}
 _SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₽": "RUB", "₩": "KRW", "₺": "TRY"}
 _HEDGE = re.compile(r"^(?:within|about|approx\.?|approximately|around|circa|ca\.|roughly|nearly|almost|some|~|±|\+/-)\s*",
@@ -58,7 +65,7 @@ def text_words(text: str) -> tuple[str, ...]:
 
 
 def _uncamel(text: str) -> str:
-    text = re.sub(r"(?<=[a-z])(?=\d)|(?<=[a-z0-9])(?=[A-Z])", " ", text)  # "Transactions1h" -> "Transactions 1h"
+    text = re.sub(r"(?<=[A-Za-z])(?=\d)|(?<=[a-z0-9])(?=[A-Z])", " ", text)  # "Transactions1h", "CVV2": split
     return re.sub(r"(?<=[A-Z])(?=[A-Z][a-z])", " ", text)
 
 
@@ -68,6 +75,8 @@ class KeyName:
     unit: str | None  # a bare unit word in the name ("days_since_opening" -> "day")
     window_hours: float | None  # a time window in the name ("transactions_24h" -> 24.0)
     percent: bool  # the name says its value is a percentage ("outflow_pct")
+    rate: bool = False  # window_hours is a rate's period ("monthly", "per_day"), not a span ("_24h")
+    currency: str | None = None  # a currency code in the name ("income_eur" -> "EUR")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -78,6 +87,7 @@ def key_name(raw: str) -> KeyName:
     unit: str | None = None
     window: float | None = None  # a span ("_24h", "last_hour") ...
     rate: float | None = None  # ... or a rate's period ("monthly", "per_day"), which wins: avg_monthly_cash_12m
+    currency: str | None = None
     kept: list[str] = []
     i = 0
     while i < len(tokens):
@@ -96,13 +106,18 @@ def key_name(raw: str) -> KeyName:
         elif t in _WINDOW_LEADS and i + 1 < len(tokens) and singular(tokens[i + 1]) in _UNIT_WORDS:  # "last_hour"
             window = UNIT_HOURS[_UNIT_WORDS[singular(tokens[i + 1])]]
             i += 1
-        elif singular(t) in _BARE_UNITS:
-            unit = _UNIT_WORDS[singular(t)]
+        elif singular(t) in _BARE_UNITS or t in ("mins", "hrs", "yrs", "wks"):  # "min" alone is too often minimum
+            unit = _UNIT_WORDS[t] if t in _UNIT_WORDS else _UNIT_WORDS[singular(t)]
+        elif t in ("before", "earlier") and i > 0 and singular(tokens[i - 1]) in _BARE_UNITS:
+            pass  # "payee_added_minutes_before" is "..._minutes_ago"
+        elif t in CURRENCY_WORDS:
+            currency = t.upper()
         elif t not in _FILLER:
             kept.append(singular(t))
         i += 1
     percent = bool(_PERCENT_WORDS & set(kept))
-    return KeyName(frozenset(w for w in kept if w not in _PERCENT_WORDS), unit, rate or window, percent)
+    return KeyName(frozenset(w for w in kept if w not in _PERCENT_WORDS), unit, rate or window, percent,
+                   rate is not None, currency)
 
 
 # ---- values -----------------------------------------------------------------------------------------
@@ -146,6 +161,17 @@ def money(text: str) -> tuple[float, str | None] | None:
     except ValueError:
         return None
     return (value, currency) if math.isfinite(value) else None
+
+
+_LEADING_AMOUNT = re.compile(r"^\s*(?:[A-Z]{3}\s*|[$€£¥₹₽₩₺]\s*)?\d[\d,.']*(?:\s*(?:k|m|mn|bn|million|billion))?"
+                             r"(?:\s*[A-Z]{3})?(?=\s|[,;(]|$)")
+
+
+def leading_money(text: str) -> tuple[float, str | None] | None:
+    """The amount a text opens with ("EUR 48,000 from German GmbH, ref ..." -> 48,000 EUR); None when it opens with
+    none. Numbers further in are not read: they are references, dates or counts."""
+    m = _LEADING_AMOUNT.match(text)
+    return money(m.group()) if m else None
 
 
 def is_percent_text(value: object) -> bool:

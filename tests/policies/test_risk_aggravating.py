@@ -23,13 +23,15 @@ def judged(event_type: str, amount: float | None = None, currency: str = "USD", 
     return v["risk_level"], v["recommended_action"]
 
 
-def test_a_screening_hit_that_contradicts_the_listed_party_is_reviewed_not_blocked() -> None:
+def test_a_screening_hit_that_contradicts_the_listed_party_is_released_not_blocked() -> None:
+    """OFAC FAQ 5: a name hit whose date of birth or nationality differs from the listed party's is not a match (two
+    independent writers released such hits)."""
     hit = {"screening_result": "possible match on OFAC SDN list, score 0.86"}
     assert judged("wire_transfer", 4_000, **hit) == BLOCK  # nothing contradicts it: held
     assert judged("wire_transfer", 4_000, **hit, listed_date_of_birth="1958-02-11",
-                  customer_date_of_birth="1991-07-30") == MEDIUM
-    assert judged("wire_transfer", 4_000, **hit, nationality_listed="SY", customer_nationality="Canada") == MEDIUM
-    assert judged("wire_transfer", 4_000, **hit, analyst_disposition="false positive") == MEDIUM
+                  customer_date_of_birth="1991-07-30") == LOW
+    assert judged("wire_transfer", 4_000, **hit, nationality_listed="SY", customer_nationality="Canada") == LOW
+    assert judged("wire_transfer", 4_000, **hit, analyst_disposition="false positive") == LOW
     assert judged("wire_transfer", 4_000, **hit, sdn_dob_gap_years=0) == BLOCK  # no difference
     # a confirmed match blocks whatever else the record says
     assert judged("wire_transfer", 4_000, **hit, analyst_disposition="false positive",

@@ -12,7 +12,8 @@ import pytest
 
 from policies import PolicyError, load_policy
 from policies.risk import NO_RULE, evaluate, verdict
-from policies.risk_model import Action, Combine, RiskRule, RiskRules
+from policies.risk_conditions import parse
+from policies.risk_model import Action, Combine, FactKind, RiskRule, RiskRules
 
 RULES = load_policy().get("realtime_risk").risk_rules
 
@@ -196,3 +197,22 @@ def test_docs_list_every_rule_of_the_shipped_pack() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "POLICY.md").read_text(encoding="utf-8")
     missing = [name for name in RULES.rules if f"| `{name}` |" not in doc]
     assert not missing, f"docs/POLICY.md does not list {missing}"
+
+
+def test_docs_list_every_mitigation_and_check_of_the_shipped_pack() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "POLICY.md").read_text(encoding="utf-8")
+    missing = [name for name in [*RULES.mitigations, *RULES.checks] if f"| `{name}` |" not in doc]
+    assert not missing, f"docs/POLICY.md does not list {missing}"
+
+
+def test_every_concept_of_the_vocabulary_feeds_a_rule_mitigation_or_check() -> None:
+    """A red-flag concept's source is that of the rules reading it: an unread fact would have none."""
+    read: set[str] = {"currency"}  # the event's own field, kept as written
+    for entry in [*RULES.rules.values(), *RULES.mitigations.values()]:
+        read.update(f for c in (*entry.when, *entry.unless) for a in parse(c) for f in a.facts)
+    read.update(f for c in RULES.checks.values() for f in (c.failed, c.passed))
+    read.update(getattr(RULES, k) for k in ("similar_count", "similar_total", "expected_amount", "inflow_amount",
+                                            "threshold_amount", "usual_amount", "outflow_amount"))
+    read.update([*RULES.price_pairs, *RULES.price_pairs.values()])
+    read.update(f for f, spec in RULES.facts.items() if spec.kind is FactKind.DEVIATION)  # price_deviation
+    assert sorted(set(RULES.facts) - read) == []
