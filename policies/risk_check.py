@@ -18,6 +18,7 @@ from policies.risk import REASON_PATTERN, VERDICT_FIELDS
 from policies.risk_conditions import ConditionError, parse
 from policies.risk_facts import DERIVED, INPUT_DERIVED
 from policies.risk_model import Action, FactKind, RiskMitigation, RiskRule, RiskRules
+from policies.risk_text import key_name
 from policies.risk_vocabulary import alias
 
 _NUMERIC = frozenset({FactKind.COUNT, FactKind.NUMBER, FactKind.RATIO, FactKind.DEVIATION, FactKind.DURATION})
@@ -69,6 +70,8 @@ def _check_pack(r: Reader, rules: RiskRules, key: str) -> None:
             base, unit, inverted = alias(text)
             if not re.fullmatch(r"!?[A-Za-z0-9_ -]+(:[a-z]+)?", text.strip()) or (":" in text and unit is None):
                 raise r.error(f"{where}.names[{i}]", f"{text!r}: write name, !name (inverted) or name:unit")
+            if not key_name(base).words:
+                raise r.error(f"{where}.names[{i}]", f"{text!r} is only filler, windows or units: it names nothing")
             if inverted and spec.kind is not FactKind.FLAG:
                 raise r.error(f"{where}.names[{i}]", "only a flag can be read inverted")
     for name, codes in rules.country_lists.items():

@@ -32,9 +32,10 @@ _FILLER = frozenset("is has was flag ind indicator count cnt num number nbr nb o
 _FILLER |= frozenset("unit item piece pc ton tonne kg kilo lb oz ounce barrel bbl".split())  # price_per_kg is a price
 _PERCENT_WORDS = frozenset({"pct", "percent", "percentage"})
 # ISO 4217 codes that say which currency a number is in ("declared_income_eur"): a unit, not part of the meaning.
-# Codes that are also words or abbreviations of attribute names are left out (COP: confirmation of payee; TRY, ALL).
+# Codes that are also words or abbreviations of attribute names are left out (COP: confirmation of payee; SAR: a
+# suspicious activity report; TRY, ALL).
 CURRENCY_WORDS = frozenset(
-    "usd eur gbp chf jpy cny rmb hkd sgd aud nzd cad inr brl mxn zar rub aed sar qar kwd bhd ils sek nok dkk pln czk "
+    "usd eur gbp chf jpy cny rmb hkd sgd aud nzd cad inr brl mxn zar rub aed qar kwd bhd ils sek nok dkk pln czk "
     "huf ron krw twd thb myr idr php vnd pkr bdt ngn kes egp clp uah kzt".split())
 _TRUE = frozenset("true yes y t 1 on added changed new present detected match matched hit positive confirmed "
                   "ja oui si tak".split())  # yes in German, French, Spanish and Italian, Polish

@@ -102,12 +102,13 @@ class Vocabulary:
         match a vocabulary name (market_unit_price_estimate: a market price; declines_last_hour_merchant:
         declines). Dropping a scope word matches only counts: a merchant's age is not the account's."""
         exact = self.aliases.get(meaning)
-        if exact is not None:
-            return exact
+        if exact is not None or not meaning:
+            return exact or ()
         droppable = sorted(meaning & (self.qualifiers | self.scopes))
         for n in range(1, min(len(droppable), MAX_DROPPED) + 1):
             for dropped in itertools.combinations(droppable, n):
-                found = self.aliases.get(meaning.difference(dropped), ())
+                rest = meaning.difference(dropped)
+                found = self.aliases.get(rest, ()) if rest else ()
                 if found and not self.scopes.isdisjoint(dropped):
                     found = tuple(a for a in found if a.kind is FactKind.COUNT)
                 if found:

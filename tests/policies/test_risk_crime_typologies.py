@@ -93,6 +93,13 @@ def test_structuring_across_branches_and_dormant_accounts_woken_remotely() -> No
                   payment_details="inheritance share, probate on file") == LOW
 
 
+def test_what_is_known_about_a_party_from_elsewhere() -> None:
+    assert judged("wire_in", 20_000, cust_flags="314(a) match on originator") == HIGH
+    assert judged("wire_in", 2_000, adverse_media_hit=True) == MEDIUM
+    assert judged("wire_in", 2_000, prior_sar=True) == LOW  # weight, not a signal alone
+    assert judged("wire_in", 2_000, prior_sar=True, adverse_media_hit=True) == MEDIUM  # a flag and a factor
+
+
 def test_mitigations_phrased_generally() -> None:
     remit = {"bene_ctry": "NG"}
     assert judged("remittance", 300, **remit) == MEDIUM  # a grey-listed country alone: one red flag

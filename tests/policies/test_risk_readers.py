@@ -164,3 +164,18 @@ def test_a_number_fact_reads_the_amount_a_text_opens_with() -> None:
     assert leading_money("2025-03-01 payment") is None
     got = facts({"inbound_24h": "USD 50,000 from a supplier"}, "wire_out", amount=49_000, currency="USD", new_payee=True)
     assert got["outflow_ratio"] == pytest.approx(0.98)
+
+
+def test_a_name_left_with_no_words_names_nothing() -> None:
+    """SAR is a report, not Saudi riyals; a name whose every word is dropped as a qualifier matches no fact."""
+    assert key_name("prior_sar").words == {"sar"}
+    got = facts({"payee": "Iberdrola (existing payee since 2018)", "beneficiary": "Acme Ltd"})
+    assert got["off_hours"] is False and got["prior_sar"] is False
+
+
+def test_the_loader_refuses_a_vocabulary_name_that_is_only_filler(write_policy: Any) -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["classes"]["realtime_risk"]["risk_rules"]["facts"]["off_hours"]["names"].append("within_hours")
+
+    with pytest.raises(PolicyError, match="names nothing"):
+        load_policy(write_policy(mutate))

@@ -72,6 +72,13 @@ def test_identity_fraud_at_onboarding() -> None:
     assert judged("account_application", idv_result="pass", liveness_score=0.97, email_age_days=2400) == LOW
 
 
+def test_an_account_takeover_draining_the_account() -> None:
+    assert judged("p2p_out", 6_500, "AUD", sim_swap_days=0, payee_added_mins=3, acct_bal_after_pct=4) == BLOCK
+    assert judged("p2p_out", 6_500, "AUD", email_changed=True, bene_new=True, fraud_score=930) == BLOCK
+    # look-alike: a new phone number set in branch, then rent to the landlord paid for years
+    assert judged("p2p_out", 1_900, "AUD", phone_changed_in_branch_with_id=True, payee_since="2021-01") == LOW
+
+
 def test_card_fraud_in_progress() -> None:
     assert judged("cnp_purchase", 1_250, three_ds_result="challenge failed", device_first_seen=True) == BLOCK
     assert judged("cnp_purchase", 1_250, new_shipping_address=True, device_first_seen=True) == MEDIUM
