@@ -81,6 +81,7 @@ class _Read:
 
     now: datetime
     rules: RiskRules
+    voc: Vocabulary
     flags: dict[str, bool] = field(default_factory=dict)
     numbers: dict[str, float] = field(default_factory=dict)
     durations: dict[str, float] = field(default_factory=dict)
@@ -121,7 +122,7 @@ class _Read:
             return (None if age is None else age <= self.rules.recent_days), True
         got = flag(value)
         if got is None and isinstance(value, str) and value.strip():
-            got = not _denied(value)  # "domestic PEP (mayor)" says yes, "not a PEP" and "none found" no
+            got = not _denied(value, self.voc)  # "domestic PEP (mayor)" says yes, "not a PEP", "none found" no
         return got, False
 
     def _number(self, a: Alias, name: KeyName, value: object) -> float | None:
@@ -217,7 +218,7 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     """The event's facts (module docstring)."""
     voc = vocabulary(rules)
     checks = compiled_checks(rules)
-    got = _Read(reference_time(event.get("timestamp")), rules)
+    got = _Read(reference_time(event.get("timestamp")), rules, voc)
     pieces = [v for v in (event.get("event_type"), event.get("entity")) if isinstance(v, str)]
     counted: list[str] = []  # names of attributes holding a positive number (RiskFact.from_counts)
     checked: set[str] = set()  # flag facts a check's outcome made true (policies/risk_checks.py)

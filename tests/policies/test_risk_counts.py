@@ -79,6 +79,9 @@ def test_a_text_value_that_opens_with_a_no_denies_its_flag() -> None:
     assert facts({"pep_status": "not a PEP"})["pep"] is False
     assert facts({"sanctions_screening": "no hit"})["sanctions_hit"] is False
     assert facts({"login_device": "never seen"})["new_device"] is True  # "never seen" says new, not no
+    # a no in the language of the upstream system, read through the pack's vocabulary
+    assert facts({"pep_status": "kein PEP"})["pep"] is False
+    assert facts({"pep_status": "aucun"})["pep"] is False
 
 
 def test_short_values_read_with_their_names_and_ranges() -> None:

@@ -65,6 +65,17 @@ def test_own_accounts_and_documented_purpose() -> None:
         ("low", "approve")
 
 
+def test_a_pep_is_cleared_by_both_measures_of_fatf_r12_not_by_one() -> None:
+    # FATF R.12: senior management approval and the source of wealth established, or EDD said to be complete
+    pep = {"pep": "deputy minister", "source_of_wealth_verified": True}
+    assert judged("wire_transfer", 600_000, "EUR", **pep)["recommended_action"] == "review"
+    waiting = judged("wire_transfer", 600_000, "EUR", **pep, senior_management_approval="awaiting sign-off")
+    assert waiting["recommended_action"] == "review"
+    both = judged("wire_transfer", 600_000, "EUR", **pep, senior_management_approval=True)
+    assert action(both) == ("low", "approve") and "PEP due diligence completed" in both["reasons"]
+    assert judged("wire_transfer", 600_000, "EUR", pep="deputy minister", edd_completed=True)["risk_level"] == "low"
+
+
 def test_a_verified_change_clears_the_partial_takeover_signals_but_not_after_a_sim_swap() -> None:
     assert judged("login", device_new=True, pin_reset=True)["recommended_action"] == "review"
     assert action(judged("login", device_new=True, pin_reset=True, note="customer confirmed by call back")) == \
