@@ -130,7 +130,7 @@ def verdict(rules: RiskRules, score: RuleScore, model_severity: float | None = N
     """The verdict of the shipped schema: the rules' score (RuleScore.points) plus the model's (its expected
     severity in [0, 1] x `model_points`), capped at 100, mapped to a level and an action by the policy's thresholds,
     each raised to the fired rules' floor (block: high; review: at least medium). The reasons name the
-    counted rules, most points first, then the mitigations that lowered a rule."""
+    counted rules, most points first, then the mitigations that lowered a rule, then the rules they lowered."""
     model = round(rules.model_points * min(max(model_severity, 0.0), 1.0)) if model_severity is not None else 0
     total = min(100, score.points + model)
     level = 2 if total >= rules.high_at else 1 if total >= rules.medium_at else 0
@@ -138,7 +138,9 @@ def verdict(rules: RiskRules, score: RuleScore, model_severity: float | None = N
     action = 2 if blocks else 1 if total >= rules.review_at else 0
     action = max(action, ACTIONS.index(score.action.value))
     level = max(level, action)
-    phrases = [f.reason for f in score.fired] + [m.reason for m in score.mitigated]
+    lowered = {r for m in score.mitigated for r in m.rules}  # their residue comes after the context that lowered it
+    phrases = [f.reason for f in score.fired if f.rule not in lowered] + [m.reason for m in score.mitigated]
+    phrases += [f.reason for f in score.fired if f.rule in lowered]
     reasons = list(dict.fromkeys(phrases))[:MAX_REASONS] or [NO_RULE]
     return {"risk_level": LEVELS[level], "score": total, "recommended_action": ACTIONS[action], "reasons": reasons}
 

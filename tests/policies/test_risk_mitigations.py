@@ -76,6 +76,13 @@ def test_a_pep_is_cleared_by_both_measures_of_fatf_r12_not_by_one() -> None:
     assert judged("wire_transfer", 600_000, "EUR", pep="deputy minister", edd_completed=True)["risk_level"] == "low"
 
 
+def test_an_explained_red_flag_keeps_a_residue_that_ranks_it_above_no_flag_at_all() -> None:
+    plain = judged("remittance", 400, "GBP", destination_country="France")
+    regular = judged("remittance", 400, "GBP", destination_country="Nigeria", paid_every_month_since="2020-02-01")
+    assert plain["score"] == 0 and 0 < regular["score"] < RULES.review_at and action(regular) == ("low", "approve")
+    assert regular["reasons"][0] == "established recurring pattern"  # the context first, then what it explained
+
+
 def test_a_verified_change_clears_the_partial_takeover_signals_but_not_after_a_sim_swap() -> None:
     assert judged("login", device_new=True, pin_reset=True)["recommended_action"] == "review"
     assert action(judged("login", device_new=True, pin_reset=True, note="customer confirmed by call back")) == \
@@ -98,7 +105,8 @@ def test_no_mitigation_lowers_a_block_or_a_review_floor() -> None:
 def test_a_mitigation_only_lowers_the_rules_it_offsets() -> None:
     score = evaluate(RULES, {"event_type": "wire_transfer", "amount": 600_000, "currency": "USD", "timestamp": AT,
                              "attributes": {"beneficiary_country": "Myanmar", "standing_order": True}})
-    assert [f.rule for f in score.fired] == ["fatf_call_for_action"]  # the amount cleared, the country kept
+    # the amount lowered to its residue (keep 0.1 of 20 points), the country kept whole
+    assert [(f.rule, f.points) for f in score.fired] == [("fatf_call_for_action", 60), ("very_large_amount", 2)]
     assert [(m.mitigation, m.rules) for m in score.mitigated] == [("established_pattern", ("large_amount", "very_large_amount"))]
 
 
