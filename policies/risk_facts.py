@@ -105,6 +105,10 @@ class _Read:
             if isinstance(value, str) and value.strip():
                 self.texts.setdefault(a.fact, value.strip())
         elif not self._beyond_window(a, name):
+            if a.kind is FactKind.COUNT and _in_money(name, value):
+                if a.fact != self.rules.similar_count:
+                    return  # incoming_from_exchanges_eur: 18,400 is a sum, not 18,400 exchanges
+                a = Alias(self.rules.similar_total, FactKind.NUMBER, a.unit, False)  # weekly_withdrawals_eur: a total
             n = self._number(a, name, value)
             if n is not None:
                 self.numbers[a.fact] = max(n, self.numbers.get(a.fact, n), key=_magnitude(a.kind))
@@ -164,6 +168,11 @@ class _Read:
             if window is not None and window <= 1:
                 return n * self.rules.short_window_weight
         return n
+
+
+def _in_money(name: KeyName, value: object) -> bool:
+    """An amount of money: a currency in the name ("withdrawals_eur") or in the value ("EUR 1,280")."""
+    return name.currency is not None or isinstance(value, str) and (m := money(value)) is not None and bool(m[1])
 
 
 def _denied(text: str, voc: Vocabulary | None = None) -> bool:

@@ -159,6 +159,14 @@ def test_the_usual_amount_and_a_currency_in_the_name() -> None:
     assert got["profile_months"] == pytest.approx(33_000 / (3_000 * 1.0 / 1.1), rel=0.01)  # USD 3,000 is EUR 2,727
 
 
+def test_a_count_in_money_is_a_sum_not_a_count() -> None:
+    got = facts({"distinct_exchanges_30d": 5, "incoming_from_exchanges_30d_eur": 18_400})
+    assert got["distinct_vasps"] == 5.0  # 18,400 euros are not 18,400 exchanges
+    got = facts({"weekly_cash_withdrawals_eur": 30_000})
+    assert "similar_count" not in got and got["similar_total"] == 30_000.0  # a week's withdrawals, in euros
+    assert "similar_count" not in facts({"withdrawals_today": "EUR 9,000"})
+
+
 def test_a_number_fact_reads_the_amount_a_text_opens_with() -> None:
     assert leading_money("EUR 48,000 from Nordwerk GmbH, ref 2025-118") == (48_000.0, "EUR")
     assert leading_money("2025-03-01 payment") is None
