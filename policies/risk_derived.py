@@ -81,8 +81,9 @@ def _flows(rules: RiskRules, values: dict[str, object], amount: float,
         values.setdefault("outflow_ratio", outflow / amount)  # 2,450 passed on of a 2,500 credit: 0.98
     expected = converted(rules.expected_amount)
     window = converted(rules.similar_total)
-    if expected and expected > 0:  # the larger of the amount and the window's total, in months of the profile
-        values["profile_months"] = max(amount, window or 0.0) / (expected * DAYS_PER_MONTH)
+    if expected and expected > 0:  # the largest of the amount, the window's total and the credit it passes on,
+        # in months of the profile: a pass-through's size is the credit's
+        values["profile_months"] = max(amount, window or 0.0, inflow or 0.0) / (expected * DAYS_PER_MONTH)
     usual = converted(rules.usual_amount)
     if usual and usual > 0:
         values["usual_ratio"] = amount / usual

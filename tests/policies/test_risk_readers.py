@@ -151,6 +151,9 @@ def test_what_an_incoming_credit_was_passed_on_as() -> None:
     got = facts({"outbound_amount": 2_450}, "faster_payment_in", amount=2_500, currency="GBP")
     assert got["outflow_ratio"] == pytest.approx(0.98)
     assert "outflow_ratio" not in facts({"outflows_7d": 2})  # a count over a week, not 2%
+    # a small payment out of a large credit: the pass-through's size against the profile is the credit's
+    got = facts({"inbound_amount": 120_000, "expected_monthly_turnover": 10_000}, amount=4_000, currency="EUR")
+    assert got["profile_months"] == pytest.approx(12.0, rel=0.01)
 
 
 def test_the_usual_amount_and_a_currency_in_the_name() -> None:
