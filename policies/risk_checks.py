@@ -16,7 +16,7 @@ together:
   ("verified", "on file"), a passed phrase or the subject right after a negation fails ("not verified", "no
   supporting documents"); failure wins when both are said ("provided, unsigned"); text with no outcome passes
   under a name saying success (`sca_passed: "biometric"`) or a check whose `stated_passes` is set (a
-  source of funds described); null fails a check whose `null_fails` is set (`sof_evidence: null`).
+  source of funds described in words; a bare figure is no outcome); null fails a check whose `null_fails` is set (`sof_evidence: null`).
 
 A name that names no subject is searched in its text value: a subject beside an outcome phrase (within
 OUTCOME_REACH words) gives that check the outcome ("CVV2 mismatch"). Screening attributes (a name with one of
@@ -110,8 +110,8 @@ class Checks:
         score = number(value)
         if gate and score is not None and (scaled := _unit_score(score)) is not None:
             return PASSED if scaled >= gate else FAILED
-        if said == PASSED or any(c.stated_passes for c in named):
-            return PASSED
+        if said == PASSED or any(c.stated_passes for c in named) and any(t.isalpha() for t in tokens):
+            return PASSED  # a stated source of funds passes; a bare figure ("invoice_vs_market": "+310%") says nothing
         return UNKNOWN
 
     def polarity(self, tokens: Sequence[str], subjects: Sequence[tuple[str, ...]]) -> int:

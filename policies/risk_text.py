@@ -135,7 +135,7 @@ def number(value: object) -> float | None:
 
 
 def money(text: str) -> tuple[float, str | None] | None:
-    """(amount, ISO currency or None) from text such as "$9,500", "EUR 9.500,00", "750k USD", "12%"."""
+    """(amount, ISO currency or None) from text such as "$9,500", "EUR 9.500,00", "750k USD", "12%", "+310%"."""
     t = _HEDGE.sub("", text.strip().replace("\u00a0", " "))
     span = _RANGE.fullmatch(t)
     if span:  # "9,000 - 11,000": the upper end, the most the customer said to expect
@@ -144,10 +144,10 @@ def money(text: str) -> tuple[float, str | None] | None:
     code = re.search(r"\b([A-Z]{3})\b", t)
     if code:
         currency = code.group(1)
-    m = re.fullmatch(r"\s*(-?\d[\d,.' ]*)\s*([a-zA-Z]*)\s*", re.sub(r"\b[A-Z]{3}\b|[$€£¥₹₽₩₺%]", " ", t))
+    m = re.fullmatch(r"\s*([-+]?\d[\d,.' ]*)\s*([a-zA-Z]*)\s*", re.sub(r"\b[A-Z]{3}\b|[$€£¥₹₽₩₺%]", " ", t))
     if not m:
         return None
-    digits, suffix = m.group(1).strip().replace("'", "").replace(" ", ""), m.group(2).casefold()
+    digits, suffix = m.group(1).strip().replace("'", "").replace(" ", "").lstrip("+"), m.group(2).casefold()
     if suffix and suffix not in _SCALE:
         return None
     if "," in digits and "." in digits:  # the later separator is the decimal one

@@ -88,6 +88,13 @@ def test_checks_read_the_name_and_the_value_together() -> None:
     assert facts({"event_id": "EV-2231"})["identity_check_failed"] is False
 
 
+def test_a_bare_figure_is_no_check_outcome_but_a_signed_deviation_is_read() -> None:
+    got = facts({"invoice_vs_market": "+310%"}, "trade_finance", amount=4_200_000, currency="USD")
+    assert got["documented_purpose"] is False  # "+310%" documents nothing
+    assert got["price_deviation"] == pytest.approx(4.1)  # priced at 4.1 times the market
+    assert got["price_deviation"] == facts({"invoice_vs_market": "310%"})["price_deviation"]
+
+
 # ---- vendor scores ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("attributes", "score"), [
     ({"fraud_score": 0.93}, 0.93), ({"fraud_score": 87}, 0.87), ({"fraud_score": 912}, 0.912),
