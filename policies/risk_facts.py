@@ -65,6 +65,7 @@ _NEGATIVE_WORDS = frozenset({"below", "under", "discount", "less", "underpricing
 _AVERAGE_WORDS = frozenset({"average", "mean", "typical", "usual", "normal"})
 MAX_PHRASE_WORDS = 6
 NAMED_VALUE_WORDS = 4  # a text value this short is also read after its attribute's name
+_ADDRESS_WORDS = frozenset({"address"})  # a postal address names its country last (UPU S42); earlier names are streets
 _DENIALS = frozenset({"not", "no", "none", "non", "without", "nil", "pending", "awaiting", "outstanding", "unknown"})
 NEGATION_REACH = 2  # a phrase right after "no", "not", ... (or one word later: "no prior privacy coin") is denied
 
@@ -262,6 +263,8 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
             if meaning & voc.country_words and not voc.describes_list_entry(meaning):
                 located.append((meaning, codes := _codes(value, name)))
                 seen |= codes
+            elif meaning & _ADDRESS_WORDS:
+                seen |= set(find_in(words(value))[-1:])  # the country line; "12 Cuba Street, Wellington, NZ" is NZ
             elif meaning & voc.text_words:
                 seen |= set(find_in(words(value)))
             elif len(value.strip()) > 3 and (c := resolve(value)):

@@ -95,6 +95,13 @@ def test_a_bare_figure_is_no_check_outcome_but_a_signed_deviation_is_read() -> N
     assert got["price_deviation"] == facts({"invoice_vs_market": "310%"})["price_deviation"]
 
 
+def test_an_address_is_in_the_country_it_names_last() -> None:
+    street = facts({"beneficiary_address": "12 Cuba Street, Wellington, New Zealand"})
+    assert street["countries"] == frozenset({"NZ"}) and street["sanctioned"] is False  # a street, not an embargo
+    assert facts({"beneficiary_address": "Calle 23 No. 105, Vedado, Havana, Cuba"})["sanctioned"] is True
+    assert facts({"memo": "payment for Cuba tour, booked in New Zealand"})["countries"] == frozenset({"CU", "NZ"})
+
+
 # ---- vendor scores ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("attributes", "score"), [
     ({"fraud_score": 0.93}, 0.93), ({"fraud_score": 87}, 0.87), ({"fraud_score": 912}, 0.912),
