@@ -133,6 +133,8 @@ class _Read:
     def _number(self, a: Alias, name: KeyName, value: object) -> float | None:
         if a.kind is FactKind.COUNT and name.unit is not None and not self.rules.facts[a.fact].per_day:
             return None  # payee_added_minutes_ago: 6 is a time, not six payees
+        if a.kind is FactKind.NUMBER and name.counted and not name.currency:
+            return None  # number facts are money: usual_payment_count: 2 and invoice_number: 4411 are not
         n: float | None
         if name.currency:
             self.currency_of[a.fact] = name.currency

@@ -31,6 +31,7 @@ _FILLER = frozenset("is has was flag ind indicator count cnt num number nbr nb o
                     "previous prior within with qty bool yn status time".split())
 _FILLER |= frozenset("unit item piece pc ton tonne kg kilo lb oz ounce barrel bbl".split())  # price_per_kg is a price
 _PERCENT_WORDS = frozenset({"pct", "percent", "percentage"})
+_COUNT_WORDS = frozenset({"count", "cnt", "num", "number", "nbr", "nb", "qty", "quantity"})  # filler, but not money
 # ISO 4217 codes that say which currency a number is in ("declared_income_eur"): a unit, not part of the meaning.
 # Codes that are also words or abbreviations of attribute names are left out (COP: confirmation of payee; SAR: a
 # suspicious activity report; TRY, ALL).
@@ -78,6 +79,7 @@ class KeyName:
     percent: bool  # the name says its value is a percentage ("outflow_pct")
     rate: bool = False  # window_hours is a rate's period ("monthly", "per_day"), not a span ("_24h")
     currency: str | None = None  # a currency code in the name ("income_eur" -> "EUR")
+    counted: bool = False  # the name says its value is a count or a number, not money ("usual_payment_count")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -118,7 +120,7 @@ def key_name(raw: str) -> KeyName:
         i += 1
     percent = bool(_PERCENT_WORDS & set(kept))
     return KeyName(frozenset(w for w in kept if w not in _PERCENT_WORDS), unit, rate or window, percent,
-                   rate is not None, currency)
+                   rate is not None, currency, bool(_COUNT_WORDS.intersection(tokens)))
 
 
 # ---- values -----------------------------------------------------------------------------------------

@@ -182,6 +182,9 @@ def test_a_count_in_money_is_a_sum_not_a_count() -> None:
     got = facts({"weekly_cash_withdrawals_eur": 30_000})
     assert "similar_count" not in got and got["similar_total"] == 30_000.0  # a week's withdrawals, in euros
     assert "similar_count" not in facts({"withdrawals_today": "EUR 9,000"})
+    # and the other way round: a number of deposits is no amount of money to measure a payment against
+    got = facts({"avg_monthly_deposit_count": 4}, amount=300, currency="EUR")
+    assert "expected_amount" not in got and "profile_months" not in got
 
 
 def test_a_number_fact_reads_the_amount_a_text_opens_with() -> None:
