@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from policies import PolicyError, load_policy
+from policies.risk import evaluate, verdict
 from policies.risk_conditions import ConditionError, holds, parse
 from policies.risk_facts import read
 from policies.risk_text import key_name, leading_money
@@ -19,6 +20,11 @@ AT = "2025-06-02T10:00:00Z"
 
 def facts(attributes: dict[str, Any], event_type: str = "event", **top: Any) -> dict[str, object]:
     return dict(read(RULES, {"event_type": event_type, "timestamp": AT, "attributes": attributes, **top}).values)
+
+
+def judged_action(attributes: dict[str, Any], event_type: str = "event", **top: Any) -> str:
+    event = {"event_type": event_type, "timestamp": AT, "attributes": attributes, **top}
+    return str(verdict(RULES, evaluate(RULES, event))["recommended_action"])
 
 
 # ---- other languages ------------------------------------------------------------------------------------
@@ -36,6 +42,17 @@ def test_negations_of_other_languages_deny_like_english_ones() -> None:
     assert facts({"bemerkung": "Kunde verifiziert in der Filiale"})["verified"] is True
     assert facts({"bemerkung": "Kunde nicht verifiziert"})["verified"] is False
     assert facts({"pep": "nein"})["pep"] is False
+
+
+def test_windows_ages_and_counts_named_in_southern_and_dutch_words() -> None:
+    assert facts({"depositos_hoy": 3}, "deposito_efectivo", amount=9_900, currency="EUR")["similar_count"] == 3.0
+    assert facts({"antiguedad_cuenta_dias": 4})["account_age"] == 4.0  # an account age in days
+    assert facts({"conto_aperto_giorni": 10})["account_age"] == 10.0
+    assert facts({"letzte_Aktivitaet": "2019-06-02"})["inactive_days"] == pytest.approx(2192, abs=1)
+    card_test = {"kaart_aanwezig": False, "geweigerd_laatste_uur": 20}  # card not present, declined in the last hour
+    got = facts(card_test, "kaartbetaling", amount=1, currency="EUR")
+    assert got["card_not_present"] is True and got["declines"] == 20.0
+    assert judged_action(card_test, "kaartbetaling", amount=1, currency="EUR") == "block"  # a card-testing run
 
 
 def test_english_words_that_mean_something_else_elsewhere_are_left_alone() -> None:
