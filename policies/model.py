@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from policies.risk_model import RiskRules
 from policies.schema import knob
 
 CLASS_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # names travel in an HTTP header and in metric labels
@@ -28,75 +29,6 @@ class SLOTargets:
     percentile: float = field(metadata=knob("the percentile the targets apply to, e.g. 99.0", gt=0, le=100))
     attainment_goal: float = field(
         metadata=knob("fraction of requests that must meet every target, e.g. 0.99", gt=0, le=1))
-
-
-CURRENCY_PATTERN = r"^[A-Z]{3}$"  # ISO 4217, as RiskEvent.currency is written
-_CURRENCY_RULE = "currency codes are three capital letters (ISO 4217), e.g. USD"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RiskRules:
-    """Risk rules a class's verdicts are scored with (policies/risk.py evaluates them, in microseconds).
-
-    Each rule that fires adds its points to the event's score (0-100, capped); the verdict's
-    risk_level and recommended_action follow from the score (with the model's judgement added,
-    at most `model_points`), so the verdict never depends on the order of the schema's enums.
-    Facts are read from the event's attributes (or its top-level fields) under the names listed
-    here: a risk system whose fields are named differently lists its own names. Disabled (the
-    default): the class's verdicts are decoded by the model alone.
-    """
-
-    enabled: bool = field(default=False, metadata=knob("score verdicts with these rules (false: the model alone)"))
-    large_amount: Mapping[str, float] = field(default_factory=dict, metadata=knob(
-        "currency -> amount at or above which 'large amount' fires", gt=0, key_pattern=CURRENCY_PATTERN,
-        key_rule=_CURRENCY_RULE))
-    large_amount_points: int = field(default=0, metadata=knob("points of a large amount", ge=0, le=100))
-    very_large_amount: Mapping[str, float] = field(default_factory=dict, metadata=knob(
-        "currency -> amount at or above which 'very large amount' fires instead", gt=0,
-        key_pattern=CURRENCY_PATTERN, key_rule=_CURRENCY_RULE))
-    very_large_amount_points: int = field(default=0, metadata=knob("points of a very large amount", ge=0, le=100))
-    country_fields: tuple[str, ...] = field(default=(), metadata=knob(
-        "attributes holding a country (ISO 3166 alpha-2) the money or the session touches"))
-    sanctioned_countries: tuple[str, ...] = field(default=(), metadata=knob(
-        "countries under comprehensive sanctions"))
-    sanctioned_points: int = field(default=0, metadata=knob("points of a sanctioned country", ge=0, le=100))
-    high_risk_countries: tuple[str, ...] = field(default=(), metadata=knob(
-        "high-risk or secrecy jurisdictions (e.g. FATF-listed, offshore centres)"))
-    high_risk_points: int = field(default=0, metadata=knob("points of a high-risk country", ge=0, le=100))
-    account_age_fields: tuple[str, ...] = field(default=(), metadata=knob("attributes holding the account's age in days"))
-    new_account_days: float = field(default=0.0, metadata=knob(
-        "an account younger than this is new", ge=0, unit="days"))
-    new_account_points: int = field(default=0, metadata=knob("points of a new account", ge=0, le=100))
-    velocity: Mapping[str, float] = field(default_factory=dict, metadata=knob(
-        "count attribute (e.g. transactions_24h) -> the count at or above which velocity fires", gt=0))
-    velocity_points: int = field(default=0, metadata=knob("points of high velocity", ge=0, le=100))
-    structuring_threshold: Mapping[str, float] = field(default_factory=dict, metadata=knob(
-        "currency -> the reporting threshold that structuring stays under", gt=0, key_pattern=CURRENCY_PATTERN,
-        key_rule=_CURRENCY_RULE))
-    structuring_band: float = field(default=0.8, metadata=knob(
-        "amounts in [band x threshold, threshold) are just under it", gt=0, lt=1))
-    structuring_count_fields: tuple[str, ...] = field(default=(), metadata=knob(
-        "attributes counting the account's recent similar transactions"))
-    structuring_min_count: int = field(default=2, metadata=knob(
-        "... structuring fires on an amount just under the threshold with at least this many", ge=1))
-    structuring_points: int = field(default=0, metadata=knob("points of a structuring pattern", ge=0, le=100))
-    name_pairs: Mapping[str, str] = field(default_factory=dict, metadata=knob(
-        "name attribute -> the attribute it must match (e.g. payee_name -> beneficiary_account_name)"))
-    name_mismatch_points: int = field(default=0, metadata=knob("points of a name mismatch", ge=0, le=100))
-    flags: Mapping[str, int] = field(default_factory=dict, metadata=knob(
-        "boolean attribute -> points when it is true (e.g. pep, limit_breach)", ge=0, le=100))
-    model_points: int = field(default=0, metadata=knob(
-        "the most the model's judgement adds (its expected severity x this)", ge=0, le=100))
-    medium_at: int = field(default=30, metadata=knob("score at which risk_level is medium", ge=1, le=100,
-                                                     at_most="high_at"))
-    high_at: int = field(default=60, metadata=knob("score at which risk_level is high", ge=1, le=100))
-    review_at: int = field(default=30, metadata=knob("score at which the action is review", ge=1, le=100,
-                                                     at_most="block_at"))
-    block_at: int = field(default=70, metadata=knob("score at which the action is block", ge=1, le=100))
-
-    def __post_init__(self) -> None:
-        for name in ("large_amount", "very_large_amount", "velocity", "structuring_threshold", "name_pairs", "flags"):
-            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
 
 @dataclass(frozen=True, kw_only=True)
