@@ -248,10 +248,11 @@ Starter = Callable[[], Server]
 
 
 def _add_llama_server(starters: dict[str, Starter], info: dict[str, Any], shape: Shape, types: str, build: bool,
-                      log: IO[bytes] | None, flash_attn: str = "auto") -> None:
+                      log: IO[bytes] | None, flash_attn: str = "auto", source: str | None = None) -> None:
     """llama.cpp's own C++ server (`llama-server -np 8`, continuous batching) for each GGUF type and each of its
     `-fa` settings in `flash_attn` (comma-separated auto|on|off; each its own system, named with it unless it is
-    the one setting, auto: on an Intel Xeon here auto decoded 1.3-1.5x slower than off over HTTP)."""
+    the one setting, auto: on an Intel Xeon here auto decoded 1.3-1.5x slower than off over HTTP); each type is
+    `source` (a GGUF; None: the shipped Q4_1) or made from it."""
     from bench import llamacpp
 
     tools = llamacpp.ensure_built() if build else llamacpp.find_built()
@@ -261,7 +262,7 @@ def _add_llama_server(starters: dict[str, Starter], info: dict[str, Any], shape:
         return
     settings = llamacpp.parse_flash_attn(flash_attn)
     for t in (x.strip().upper() for x in types.split(",") if x.strip()):
-        path = llamacpp.gguf(tools, t)
+        path = llamacpp.gguf(tools, t, source=source)
         for fa in settings:
             name = f"llama-server {t}" if settings == ["auto"] else f"llama-server {t} fa={fa}"
             starters[name] = functools.partial(
@@ -325,8 +326,9 @@ def report(runs: list[dict[str, Any]], shape: Shape, info: dict[str, Any]) -> di
 def run(json_path: str | None, *, model: str, shape: Shape, weights: str = "auto", peer_python: str | None = None,
         peer_gguf_types: str = "Q8_0,Q4_1", cache: Path = Path(".finserve/peer"), log_path: Path | None = None,
         systems: tuple[str, ...] = (FINSERVE, "peer"), server_gguf_types: str = "Q4_0,Q4_1",
-        build: bool = False, server_flash_attn: str = "auto") -> dict[str, Any]:
-    """Measure, print the JSON (and write it to `json_path`) and the table, and return the report."""
+        build: bool = False, server_flash_attn: str = "auto", gguf: str | None = None) -> dict[str, Any]:
+    """Measure, print the JSON (and write it to `json_path`) and the table, and return the report. `gguf`: the
+    peers' source GGUF (None: the shipped Q4_1), each GGUF type made from it."""
     log = open(log_path, "ab") if log_path else None  # noqa: SIM115 -- closed below, shared by all servers
     try:
         starters: dict[str, Starter] = {}
@@ -336,18 +338,19 @@ def run(json_path: str | None, *, model: str, shape: Shape, weights: str = "auto
             info[FINSERVE] = {"command": "finserve serve", "weights": weights, "threads": shape.threads,
                               "workload_class_header": shape.finserve_class}
         if "peer" in systems and server_gguf_types:
-            _add_llama_server(starters, info, shape, server_gguf_types, build, log, server_flash_attn)
+            _add_llama_server(starters, info, shape, server_gguf_types, build, log, server_flash_attn, gguf)
         reason = peer_unavailable(peer_python) if "peer" in systems and peer_python else "not asked"
         if reason is None:
             assert peer_python is not None
             for t in parse_gguf_types(peer_gguf_types):
-                gguf = peer_gguf(peer_python, t, cache)
+                path = peer_gguf(peer_python, t, cache, gguf)
                 starters[f"llama.cpp {t}"] = functools.partial(
-                    start_llamacpp, peer_python, gguf, t, threads=shape.threads, n_ctx=2048, log=log)
+                    start_llamacpp, peer_python, path, t, threads=shape.threads, n_ctx=2048, log=log)
         else:
             info["peer_skipped"] = reason  # llama-cpp-python's server (an extra beside llama-server)
         runs = run_all(starters, shape, model, info)
         out = report(runs, shape, info)
+        out["model"], out["gguf"] = model, gguf
     finally:
         if log is not None:
             log.close()

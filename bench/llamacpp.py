@@ -15,7 +15,8 @@ source vendored in llama-cpp-python's sdist, run in a clean environment.
 - Clean environment (`CLEAN_ENV`): the peer's processes get a PATH and HOME and nothing else: no OMP_*,
   KMP_*, GOMP_* or FINSERVE_* from finserve's process (ggml uses OpenMP; an inherited OMP_WAIT_POLICY
   changed its decode speed 3x). What the peer ran with is recorded in the JSON.
-- GGUF types: the shipped Q4_1, and Q4_0 / Q8_0 re-quantized from it with `llama-quantize --allow-requantize`.
+- GGUF types: the shipped Q4_1, and Q4_0 / Q8_0 re-quantized from it with `llama-quantize --allow-requantize`; or,
+  for any other model (`--gguf FILE`), that file and each type made from it the same way (bench/gguf_files.py).
 - Batch-1 figures come from `llama-bench` itself (its JSON output); HTTP figures from `llama-server -np N`
   (continuous batching, its default) driven by the same client as finserve (bench/http_peer.py).
 """
@@ -164,20 +165,21 @@ def _run(argv: list[str], log: IO[str] | None) -> None:
         raise RuntimeError(f"{argv[0]} failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
 
 
-def gguf(tools: Tools, gguf_type: str, cache: Path | None = None) -> Path:
-    """The shipped Q4_1 GGUF, or its re-quantization to `gguf_type` with llama-quantize (made once)."""
-    from engine.model.prepare import default_gguf_path
+def gguf(tools: Tools, gguf_type: str, cache: Path | None = None, source: str | Path | None = None) -> Path:
+    """`source` (a GGUF file; None: the shipped Q4_1) when it is of `gguf_type`, else its re-quantization to
+    `gguf_type` with llama-quantize, made once into the cache (bench/gguf_files.py)."""
+    from bench import gguf_files
 
-    shipped = default_gguf_path()
-    if gguf_type == SHIPPED:
-        return shipped
+    file, file_type, shipped = gguf_files.source(source)
+    if gguf_type == file_type:
+        return file
     if gguf_type not in GGUF_TYPES:
         raise ValueError(f"unknown GGUF type {gguf_type!r}; known: {list(GGUF_TYPES)}")
-    out = (cache or default_cache()) / "gguf" / f"{shipped.stem.split('.')[0]}.{gguf_type}.gguf"
+    out = gguf_files.derived_path((cache or default_cache()) / "gguf", file, shipped, gguf_type)
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".part")
-        _run([str(tools.path("llama-quantize")), "--allow-requantize", str(shipped), str(tmp), gguf_type], None)
+        _run([str(tools.path("llama-quantize")), "--allow-requantize", str(file), str(tmp), gguf_type], None)
         tmp.rename(out)
     return out
 

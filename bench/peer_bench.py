@@ -4,7 +4,7 @@ Tests (llama-bench's names): pp256 and pp2048 (prompt processing, input tokens/s
 generated at batch 1 from an empty context, output tokens/s) and tg32@d4096 (32 tokens generated after a
 4,096-token context). llama.cpp's figures come from `llama-bench -o json` itself (bench/llamacpp.py: built
 from the llama-cpp-python 0.3.36 sdist, clean environment), on the shipped Q4_1 and on Q4_0 / Q8_0
-re-quantized from it. finserve's come from its engine stepped directly (`LLMEngine.step`, the engine
+re-quantized from it, or on any model's GGUF (`--gguf`, with `--model` its HF folder: bench/gguf_files.py). finserve's come from its engine stepped directly (`LLMEngine.step`, the engine
 loop's own call): a fresh random prompt per repetition so the prefix cache never helps, wall time of
 the steps that do the work.
 
@@ -43,6 +43,7 @@ class PeerShape:
     weights: str = "q4"
     kv_dtype: str = "auto"
     also_weights: tuple[str, ...] = ()  # more finserve formats, each its own system ("finserve q4a8")
+    gguf: str | None = None  # llama.cpp's source GGUF (None: the shipped Q4_1); each type is made from it
 
 
 def _engine(model: str, weights: str, threads: int, kv_dtype: str) -> Any:
@@ -167,7 +168,7 @@ def measure(model: str, shape: PeerShape, tools: Tools, hogs: tuple[bool, ...] =
     rng = random.Random(0)
     for e in engines.values():
         finserve_rows(e, rng)  # warm-up: allocation, kernel selection, the thread governor's first samples
-    ggufs = {t: gguf(tools, t) for t in shape.gguf_types}
+    ggufs = {t: gguf(tools, t, source=shape.gguf) for t in shape.gguf_types}
     runs: dict[bool, dict[str, list[list[dict[str, Any]]]]] = {h: {name: [] for name in engines} for h in hogs}
     governor = getattr(engine.runner.native_step, "governor", None)
     snapshots: dict[bool, Any] = {}
@@ -263,7 +264,7 @@ def run(json_path: str | None, *, model: str, shape: PeerShape, hog: bool = Fals
         raise RuntimeError("llama.cpp is not built; run with --build (about 10 minutes on 2 cores, cached in "
                            "~/.cache/finserve-peer)")
     out: dict[str, Any] = {
-        "benchmark": "llamacpp", "shape": asdict(shape), "cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(),
+        "benchmark": "llamacpp", "model": model, "shape": asdict(shape), "cpu": cpu_name(), "kernel_isa": cpu_kernels.kernel_isa(),
         "nproc": os.cpu_count(), "llama_cpp": tools.info,
         "definitions": {"tokens_per_s": "pp: input tokens/s; tg: output tokens/s at batch 1",
                         "medians": "over repetitions; systems alternate within each repetition"},

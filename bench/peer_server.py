@@ -23,7 +23,6 @@ import httpx
 from core.processes import stop_process
 
 PEER_GGUF_TYPES = ("Q4_1", "Q8_0", "F32")  # what bench/peer_llamacpp.py can quantize to
-SHIPPED_GGUF_TYPE = "Q4_1"
 STOP_TIMEOUT_S = 20.0
 
 
@@ -75,18 +74,19 @@ def parse_gguf_types(text: str) -> list[str]:
     return types
 
 
-def peer_gguf(python: str, gguf_type: str, cache: Path) -> Path:
-    """The shipped Q4_1 GGUF, or its re-quantization to `gguf_type` (made once into `cache`)."""
-    from engine.model.prepare import default_gguf_path
+def peer_gguf(python: str, gguf_type: str, cache: Path, source: str | Path | None = None) -> Path:
+    """`source` (a GGUF file; None: the shipped Q4_1) when it is of `gguf_type`, else its re-quantization to
+    `gguf_type` (made once into `cache`, bench/gguf_files.py)."""
+    from bench import gguf_files
 
-    shipped = default_gguf_path()
-    if gguf_type == SHIPPED_GGUF_TYPE:
-        return shipped
-    out = cache / f"{shipped.stem.split('.')[0]}.{gguf_type}.gguf"
+    file, file_type, shipped = gguf_files.source(source)
+    if gguf_type == file_type:
+        return file
+    out = gguf_files.derived_path(cache, file, shipped, gguf_type)
     if not out.exists():
         cache.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".part")
-        subprocess.run([python, str(PEER_SCRIPT), "quantize", str(shipped), str(tmp), gguf_type.lower()],
+        subprocess.run([python, str(PEER_SCRIPT), "quantize", str(file), str(tmp), gguf_type.lower()],
                        check=True, capture_output=True)
         tmp.rename(out)  # a quantization cut short never leaves a file that looks finished
     return out

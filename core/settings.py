@@ -31,7 +31,7 @@ from pydantic import AfterValidator, Field, SecretStr, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from engine.config import SCHEDULING_MODES, EngineConfig
+from engine.config import SCHEDULING_MODES, SPECULATIVE_MODES, EngineConfig
 from engine.factory import default_threads
 from engine.grammar_limits import GrammarLimits
 from engine.grammar_pool import GrammarPoolConfig
@@ -73,6 +73,7 @@ WeightsName = Annotated[str, one_of(weight_choices)]
 KernelIsaName = Annotated[str, one_of(lambda: ("auto", *KERNEL_ISAS))]
 PrefillWeightsName = Annotated[str, one_of(lambda: PREFILL_WEIGHTS)]
 SchedulingName = Annotated[str, one_of(lambda: SCHEDULING_MODES)]
+SpeculativeName = Annotated[str, one_of(lambda: SPECULATIVE_MODES)]
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()  # unknown names already warned about in this process
@@ -92,7 +93,7 @@ class Settings(BaseSettings):
 
     # --- engine: each setting is the EngineConfig field of its name (engine/config.py documents it and holds its
     # default); Settings adds the bounds and choices an environment variable is checked against ---
-    model: Path | None = None  # HF-format folder; None: $FINSERVE_HOME/models/SmolLM2-135M-Instruct
+    model: Path | None = None  # HF-format folder or installed model name; None: $FINSERVE_HOME/models/SmolLM2-135M-Instruct
     served_model_name: str | None = None  # the `model` id clients use; None: the folder name
     device: str = EngineConfig.device
     dtype: str = EngineConfig.dtype
@@ -114,6 +115,7 @@ class Settings(BaseSettings):
     threads: int | None = Field(EngineConfig.threads, gt=0)  # None: one per usable core (resolved in engine_config)
     starvation_steps: int = EngineConfig.starvation_steps
     fast_forward: bool = EngineConfig.fast_forward
+    speculative: SpeculativeName = EngineConfig.speculative
     seed: int = EngineConfig.seed
 
     # --- output grammars (docs/ERRORS.md, "Grammar limits"): bounds checked before a constraint is compiled ---
@@ -210,7 +212,12 @@ class Settings(BaseSettings):
 
     @property
     def model_path(self) -> Path:
-        return self.model if self.model is not None else self.home / "models" / DEFAULT_MODEL_NAME
+        """The model folder: `model` (a path, or the name of a model `finserve model add` installed under
+        $FINSERVE_HOME/models), else the default model's folder there."""
+        from engine.model.installed import resolve_model
+
+        return resolve_model(self.model, self.home) if self.model is not None else \
+            self.home / "models" / DEFAULT_MODEL_NAME
 
     def model_id(self, folder: str | Path | None = None) -> str:
         """The `model` id clients use, metrics are labelled with and the ledger records: `served_model_name`,

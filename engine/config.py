@@ -17,6 +17,7 @@ DTYPE_BYTES = dtype_bytes()
 AUTO_FP16_KV_ISAS = ("avx2", "avx512", "amx")  # the kernel variants under which auto picks an fp16 pool on CPU
 
 SCHEDULING_MODES = ("class", "fcfs")  # policy-aware, or class-blind first-come-first-served (comparisons only)
+SPECULATIVE_MODES = ("auto", "off")  # EngineConfig.speculative
 MAX_CONTEXT_CAP = 8192  # the default max_model_len's cap (and the positions the RoPE tables cover then)
 
 
@@ -59,6 +60,9 @@ class EngineConfig:
     # Jump-forward decoding: tokens a grammar forces (JSON keys, punctuation, the rest of an enum
     # value) are appended without sampling and computed in one step. False: one step per token.
     fast_forward: bool = True
+    # Prompt-lookup speculative decoding (engine/speculative/): "auto" drafts where the class's policy turns it on
+    # (`speculative` in policies/default.toml), "off" never drafts.
+    speculative: str = "auto"
     seed: int = 0
     # Bounds on a request's output constraint, checked before it is compiled (engine/grammar_limits.py), and
     # the child processes that compile it (engine/grammar_pool.py).
@@ -68,6 +72,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.scheduling not in SCHEDULING_MODES:
             raise ValueError(f"scheduling must be 'class' or 'fcfs', not {self.scheduling!r}")
+        if self.speculative not in SPECULATIVE_MODES:
+            raise ValueError(f"speculative must be 'auto' or 'off', not {self.speculative!r}")
         check_weights(self.weights)
         check_kv_dtype(self.kv_cache_dtype)
         check_prefill_weights(self.prefill_weights)

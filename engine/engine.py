@@ -17,15 +17,15 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
 from engine import grammar_pool
-from engine.config import MAX_CONTEXT_CAP, EngineConfig
+from engine.config import MAX_CONTEXT_CAP, SPECULATIVE_MODES, EngineConfig
 from engine.grammar_limits import GrammarLimitExceeded, check_sampling
 from engine.grammar_pool import GrammarCompilerFailed
+from engine.live import Live
 from engine.model_runner import ModelRunner
 from engine.outputs import (
     AdmissionError,
@@ -39,28 +39,17 @@ from engine.outputs import (
     UnwritableOutput,
     is_unwritable,
 )
-from engine.repetition import REPETITION, repeated_tail
 from engine.request import EngineRequest, RequestMetrics, RequestStatus, SamplingParams, StepEvent
 from engine.sampler import SamplingRow
 from engine.sched.prefill_cost import attention_tokens
 from engine.sched.scheduler import Scheduler
+from engine.speculative.proposer import Drafter, drafts_for
 from engine.structured import GrammarState
-from engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from engine.tokenizer import Tokenizer
 
 log = structlog.get_logger(__name__)
 
 LONG_ROPE_SALT = "\x00longrope"  # appended to the cache salt of requests on longrope's long factors
-
-
-@dataclass
-class _Live:
-    """Engine-side state of a request between its tokens."""
-
-    req: EngineRequest
-    detok: IncrementalDetokenizer
-    grammar: GrammarState | None
-    text: str = ""
-    emitted: int = 0  # characters of `text` already sent to the caller
 
 
 class LLMEngine:
@@ -76,7 +65,8 @@ class LLMEngine:
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, MAX_CONTEXT_CAP)
         self.eos_ids = self._eos_ids(Path(config.model))
         self.scheduler = self._new_scheduler()
-        self._live: dict[str, _Live] = {}
+        self.speculative = config.speculative  # auto | off; benchmarks compare both on one engine (set_speculative)
+        self._live: dict[str, Live] = {}
         self._pending: list[RequestOutput] = []  # finished outside a step (abort, failed add): sent next step
         self.steps = 0
         self.num_failed = 0  # requests finished with "error"
@@ -90,7 +80,7 @@ class LLMEngine:
         )  # fmt: skip
 
     def _attention_tokens(self) -> float:
-        """The model's cost ratio of attention to linear layers, for the prefill shields (engine/prefill_cost.py)."""
+        """The model's cost ratio of attention to linear layers, for the prefill shields (engine/sched/prefill_cost.py)."""
         m = self.model_config
         return attention_tokens(hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
                                 num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim)
@@ -150,8 +140,11 @@ class LLMEngine:
         except Exception as e:
             self._pending.append(self._fail_alone(req, e, "add_request"))
 
-    def _new_live(self, req: EngineRequest, grammar: GrammarState | None) -> _Live:
-        return _Live(req, self.tokenizer.incremental(), grammar)
+    def _new_live(self, req: EngineRequest, grammar: GrammarState | None) -> Live:
+        spec = self.config.policy.get(req.workload_class).speculative
+        drafter = (Drafter(spec, max_model_len=self.max_model_len, fast_forward=self.config.fast_forward)
+                   if drafts_for(req.sampling, spec, self.speculative) else None)
+        return Live(req, self.tokenizer.incremental(), grammar, drafter)
 
     def _grammar(self, p: SamplingParams) -> GrammarState | None:
         if not p.constrained:
@@ -171,6 +164,13 @@ class LLMEngine:
             raise AdmissionError(e.code, f"output constraint is not usable: {e}") from e
         except ValueError as e:
             raise AdmissionError("invalid_schema", f"output constraint is not usable: {e}") from e
+
+    def set_speculative(self, mode: str) -> None:
+        """Speculative decoding "auto" (by the class policy) or "off" from the next step on; a request added while
+        it was off never drafts."""
+        if mode not in SPECULATIVE_MODES:
+            raise ValueError(f"speculative must be one of {', '.join(SPECULATIVE_MODES)}, not {mode!r}")
+        self.speculative = mode
 
     def abort_request(self, request_id: str) -> None:
         live = self._live.pop(request_id, None)
@@ -222,6 +222,7 @@ class LLMEngine:
         loop hands the previous step's outputs to the event loop there: see engine/client.py); not called when
         nothing is scheduled. It must not raise."""
         outputs, self._pending = self._pending, []
+        self._draft()
         out = self.scheduler.schedule()
         if out.empty:
             return outputs
@@ -231,6 +232,20 @@ class LLMEngine:
             log.exception("engine_step_failed", num_seqs=len(out.seqs))
             error = _describe(e)
             return outputs + [self._fail(s.request, error) for s in out.seqs]
+
+    def _draft(self) -> None:
+        """Each running request's draft for the next step (engine/speculative/proposer.py), or None. A request
+        whose drafting fails goes on without drafts."""
+        running = self.scheduler.running
+        for rid, req in running.items():
+            live, req.draft = self._live.get(rid), None
+            if live is None or live.drafter is None or self.speculative == "off":
+                continue
+            try:
+                req.draft = live.drafter.draft(req, live.grammar, len(running))
+            except Exception:
+                log.warning("engine_draft_failed", request_id=rid, exc_info=True)
+                live.drafter = None
 
     def _run(self, out: SchedulerOutput, before_compute: Callable[[], None] | None = None) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []
@@ -253,9 +268,11 @@ class LLMEngine:
                 (log.warning if is_unwritable(error) else log.error)(
                     "engine_request_failed", request_id=s.request.request_id, where="sample", error=error)
                 outputs.append(self._fail(s.request, error))
-        for update in self.scheduler.postprocess(out, ran.tokens, t1).updates:
+        for update in self.scheduler.postprocess(out, ran.tokens, t1, ran.accepted).updates:
+            rid = update.request.request_id
+            lps = None if rid not in ran.logprobs else [*ran.draft_logprobs.get(rid, []), ran.logprobs[rid]]
             try:
-                outputs.append(self._on_token(update, ran.logprobs.get(update.request.request_id)))
+                outputs.append(self._on_token(update, lps))
             except Exception as e:
                 outputs.append(self._fail_alone(update.request, e, "on_token"))
             if not update.finished and self._long_rope(update.request):
@@ -281,25 +298,34 @@ class LLMEngine:
         return SamplingRow(p, len(req.output_token_ids), stop_ids, grammar=live.grammar, history=history,
                            output_ids=output_ids)  # a seeded row's uniforms come from its seed and token count
 
-    def _on_token(self, update: TokenUpdate, logprobs: TokenLogprobs | None) -> RequestOutput:
-        """Detokenizes the token the scheduler took in; finishes on a stop string or a completed grammar."""
-        req, token = update.request, update.token_id
+    def _on_token(self, update: TokenUpdate, logprobs: list[TokenLogprobs] | None) -> RequestOutput:
+        """Detokenizes the tokens the scheduler took in (an accepted draft run, then the step's token), each
+        chosen one with the forced ones after it (`TokenUpdate.groups`); finishes on a stop string or a completed
+        grammar, dropping what a draft run held past it (decoding token by token would not have produced it)."""
+        req = update.request
         live, p = self._live[req.request_id], req.sampling
-        tokens = [token]
-        if live.grammar is not None and not update.finished:
-            live.grammar.accept(token)  # ValueError if the token leaves the schema: the request fails
-            tokens += self._fast_forward(req, live.grammar)
-        prev_len = len(live.text)
-        for t in tokens:
-            live.text += live.detok.push(t)
-        stop = self._cut_at_stop_string(live, prev_len) if p.stop else None  # cut even when already finished
-        if stop is None and p.stop_repetition and not req.is_finished:
-            stop = self._cut_at_repetition(live)
-        if not req.is_finished:
-            if stop is not None:
-                req.stop_reason = stop
-            if stop is not None or (live.grammar is not None and live.grammar.is_terminated()):
-                self.scheduler.finish_request(req.request_id, RequestStatus.FINISHED_STOPPED)
+        groups, tokens, stop, done = update.groups(), [], None, False
+        for i, group in enumerate(groups):
+            last = i == len(groups) - 1
+            if live.grammar is not None and not (last and update.finished):
+                for t in group:
+                    live.grammar.accept(t)  # ValueError if the token leaves the schema: the request fails
+                group += self._fast_forward(req, live.grammar) if last else []
+            prev_len = len(live.text)
+            for t in group:
+                live.text += live.detok.push(t)
+            tokens += group
+            stop = live.cut_at_stop_string(prev_len) if p.stop else None  # cut even when already finished
+            if stop is None and p.stop_repetition and not req.is_finished:
+                stop = live.cut_at_repetition()
+            done = stop is not None or (live.grammar is not None and live.grammar.is_terminated())
+            if done:
+                break
+        dropped = sum(len(g) for g in groups[i + 1:])  # a draft run's tokens past the stop
+        if done and (dropped or not req.is_finished):
+            req.stop_reason = stop if stop is not None else None if dropped else req.stop_reason
+            self.scheduler.finish_request(req.request_id, RequestStatus.FINISHED_STOPPED,
+                                          num_output_tokens=len(req.output_token_ids) - dropped)
         if not req.is_finished:
             hold = max((len(s) for s in p.stop), default=1) - 1  # a stop string may still be forming
             upto = max(live.emitted, len(live.text) - hold)
@@ -320,29 +346,6 @@ class LLMEngine:
         taken = forced[: self.scheduler.take_forced(req, forced, req.token_times[-1])]
         grammar.accept_forced(taken)  # UnwritableOutput if they are not the forced text: the request fails alone
         return taken
-
-    @staticmethod
-    def _cut_at_repetition(live: _Live) -> str | None:
-        """"repetition" when the text has degenerated into a loop; cuts it after the loop's first span."""
-        cut = repeated_tail(live.text)
-        if cut is None:
-            return None
-        live.text = live.text[:cut]
-        live.emitted = min(live.emitted, cut)
-        return REPETITION
-
-    @staticmethod
-    def _cut_at_stop_string(live: _Live, prev_len: int) -> str | None:
-        """The earliest stop string completed by the new text; cuts the text before it."""
-        stops = live.req.sampling.stop
-        start = max(0, prev_len - max(len(s) for s in stops) + 1)
-        hits = [(i, s) for s in stops if (i := live.text.find(s, start)) >= 0]
-        if not hits:
-            return None
-        idx, stop = min(hits)
-        live.text = live.text[:idx]
-        live.emitted = min(live.emitted, idx)
-        return stop
 
     @staticmethod
     def _finished_output(req: EngineRequest, delta: str, tokens: list[int]) -> RequestOutput:
@@ -371,13 +374,14 @@ class LLMEngine:
         return dataclasses.replace(self.scheduler.stats(), failed_requests=self.num_failed)
 
 
-def _listed(logprobs: TokenLogprobs | None, tokens: list[int]) -> list[TokenLogprobs] | None:
-    """One entry per token: the sampled one's, then each forced token's. A forced token is the only
-    one the grammar mask leaves, so under the processed distribution its logprob is 0."""
-    if logprobs is None:
+def _listed(logprobs: list[TokenLogprobs] | None, tokens: list[int]) -> list[TokenLogprobs] | None:
+    """One entry per token: the model's for those it chose or verified, then each forced token's that
+    jump-forward appended. A forced token is the only one the grammar mask leaves, so under the processed
+    distribution its logprob is 0."""
+    if not logprobs:
         return None
-    forced = [TokenLogprobs(t, 0.0, ((t, 0.0),) if logprobs.top else ()) for t in tokens[1:]]
-    return [logprobs, *forced]
+    forced = [TokenLogprobs(t, 0.0, ((t, 0.0),) if logprobs[0].top else ()) for t in tokens[len(logprobs):]]
+    return [*logprobs[:len(tokens)], *forced]
 
 
 def _describe(exc: BaseException) -> str:

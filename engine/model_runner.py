@@ -23,8 +23,9 @@ from engine.model.cuda_graphs import DecodeGraphs
 from engine.model.loader import TORCH_DTYPES, load_model
 from engine.model.native_step import NativeDecoder
 from engine.outputs import RunnerOutput, ScheduledSeq, SchedulerOutput
-from engine.sampler import SamplingRow, sample
+from engine.sampler import SampledBatch, SamplingRow, sample
 from engine.slot_rows import SlotRows
+from engine.speculative.verify import Verified, add_verified, verify_rows
 
 log = structlog.get_logger(__name__)
 
@@ -142,18 +143,23 @@ class ModelRunner:
                            else self.decode_graphs.run(input_ids, positions, meta, logits_rows))
                 logits = graphed if graphed is not None else self.model.forward(
                     input_ids, positions, self.kv_cache, meta, logits_rows)  # [R, V]
+            drafts = {s.request.request_id: s.draft for s in out.seqs if s.draft and s.samples}
+            verified: dict[str, Verified] = {}
+            if drafts:  # their rows are verified (engine/speculative/verify.py), the rest sampled
+                logits, sampled_ids, verified = verify_rows(logits, sampled_ids, drafts, rows)
             keep = [i for i, rid in enumerate(sampled_ids) if rid in rows]  # a failed request has no row
-            if not keep:
-                return RunnerOutput()
             if len(keep) < len(sampled_ids):
                 logits = logits[keep]
             ids = [sampled_ids[i] for i in keep]
-            sampled = sample(logits, [rows[rid] for rid in ids])
-        return RunnerOutput(
+            sampled = sample(logits, [rows[rid] for rid in ids]) if ids else SampledBatch()
+        ran = RunnerOutput(
             tokens={rid: t for rid, t in zip(ids, sampled.tokens, strict=True) if t is not None},
             errors={ids[i]: e for i, e in sampled.errors.items()},
             logprobs={ids[i]: lp for i, lp in sampled.logprobs.items()},
         )
+        for rid, v in verified.items():
+            add_verified(ran, rid, v)
+        return ran
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> torch.Tensor:
         bs = self.config.block_size
@@ -193,7 +199,8 @@ class ModelRunner:
             if s.end_pos <= req.num_prompt_tokens:
                 ids.extend(req.prompt_token_ids[s.start_pos : s.end_pos])
             else:
-                ids.extend(req.token_id_at(p) for p in range(s.start_pos, s.end_pos))
+                ids.extend(req.token_id_at(p) for p in range(s.start_pos, s.end_pos - len(s.draft)))
+                ids.extend(s.draft.token_ids)
             if n > 1:
                 chunk, new_slots = self._prefill_meta(s, row)
                 prefills.append(chunk)
@@ -202,9 +209,9 @@ class ModelRunner:
             else:
                 decodes.append(s)
             row += n
-            if s.samples:
-                logits_rows.append(row - 1)
-                sampled_ids.append(req.request_id)
+            if s.samples:  # a draft's rows too: one per position from the last known token on
+                logits_rows.extend(range(row - 1 - len(s.draft), row))
+                sampled_ids.extend([req.request_id] * (1 + len(s.draft)))
         decode_slots, decode_mask, decode_ctx = self._decode_meta(decodes, pos_parts, slot_parts)
         dev = self.device
         meta = AttentionMetadata(

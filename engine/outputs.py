@@ -5,14 +5,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engine.request import EngineRequest, RequestMetrics
+from engine.speculative.draft import Draft
+
+NO_DRAFT = Draft((), ())
 
 
 @dataclass
 class ScheduledSeq:
     request: EngineRequest
     start_pos: int  # == request.num_computed_tokens when scheduled: first position computed now
-    num_new_tokens: int  # tokens computed this step: a prefill chunk, or a decode (1 + grammar-forced tokens)
+    # tokens computed this step: a prefill chunk, or a decode (1 + grammar-forced tokens + the draft)
+    num_new_tokens: int
     block_ids: list[int]  # the request's whole block table, covering start_pos + num_new_tokens
+    # a decode's draft (engine/speculative/): the last num_new_tokens positions, after the known tokens; verified
+    # on one logits row per position from the last known token on
+    draft: Draft = NO_DRAFT
 
     @property
     def end_pos(self) -> int:
@@ -21,7 +28,7 @@ class ScheduledSeq:
     @property
     def samples(self) -> bool:
         """True when this step reaches the last known token, so a new token is sampled."""
-        return self.end_pos == self.request.num_tokens
+        return self.end_pos - len(self.draft) == self.request.num_tokens
 
     @property
     def is_prefill(self) -> bool:
@@ -62,6 +69,18 @@ class TokenUpdate:
     request: EngineRequest
     token_id: int  # already appended to request.output_token_ids (and its time to token_times)
     finished: bool  # postprocess finished the request: status, stop_reason, finish_time set, blocks freed
+    draft: Draft = NO_DRAFT  # accepted draft tokens appended just before token_id (engine/speculative/)
+
+    def groups(self) -> list[list[int]]:
+        """The tokens taken, in order, split before each one the model chose (a draft token it verified, or
+        `token_id`): each with the grammar-forced tokens after it, the unit jump-forward decodes by."""
+        out: list[list[int]] = []
+        for token, forced in zip(self.draft.token_ids, self.draft.forced, strict=True):
+            if forced and out:
+                out[-1].append(token)
+            else:
+                out.append([token])
+        return [*out, [self.token_id]]
 
 
 @dataclass
@@ -95,6 +114,8 @@ class RunnerOutput:
     tokens: dict[str, int] = field(default_factory=dict)  # request id -> sampled token (seqs that sample)
     errors: dict[str, str] = field(default_factory=dict)  # request id -> why its row could not be sampled
     logprobs: dict[str, TokenLogprobs] = field(default_factory=dict)  # request id -> its token's, when asked
+    accepted: dict[str, int] = field(default_factory=dict)  # request id -> leading draft tokens accepted
+    draft_logprobs: dict[str, list[TokenLogprobs]] = field(default_factory=dict)  # ... theirs, when asked
 
 
 class AdmissionError(Exception):

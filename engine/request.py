@@ -6,6 +6,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from engine.speculative.draft import Draft
+
 # Sampling bounds the engine enforces (SamplingParams.validate), whatever the caller checked.
 # Temperature: 0 (greedy) or at least MIN_TEMPERATURE. Sampling divides the logits by T; below
 # 0.01 a 0.1-logit gap already gives the runner-up e^-10 of the winner's chance, so the output
@@ -160,6 +162,11 @@ class EngineRequest:
     # next step computes them with that token as one chunk of this request's decode.
     num_forced_pending: int = 0
     num_forced_tokens: int = 0  # forced tokens among output_token_ids (counted as output tokens)
+    # Speculative decoding (engine/speculative/): the draft the engine proposed for the next step (None: none),
+    # draft tokens the steps verified, and those accepted (forced ones inside a draft included).
+    draft: Draft | None = None
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     token_times: list[float] = field(default_factory=list)
@@ -219,6 +226,8 @@ class RequestMetrics:
     output_tokens: int
     preemptions: int
     itl_ms: tuple[float, ...] = ()
+    draft_tokens: int = 0  # speculative decoding: draft tokens verified for it
+    accepted_tokens: int = 0  # ... and accepted (each an output token that took no step of its own)
 
     @classmethod
     def of(cls, req: EngineRequest) -> RequestMetrics:
@@ -247,4 +256,6 @@ class RequestMetrics:
             output_tokens=n_out,
             preemptions=req.num_preemptions,
             itl_ms=itl,
+            draft_tokens=req.num_draft_tokens,
+            accepted_tokens=req.num_accepted_tokens,
         )

@@ -166,6 +166,14 @@ class GrammarState:
         if stuck is not None:
             raise stuck
 
+    def fork(self) -> GrammarState:
+        """An independent copy at the same point: a draft is cut and verified on one (engine/speculative/)."""
+        return GrammarState(self._matcher.deep_copy(), self._tokenizer_vocab)
+
+    def allows(self, token_id: int) -> bool:
+        """Whether `token_id` may come next; the state does not move."""
+        return bool(self._matcher.validate_tokens([token_id]) == 1)
+
     def forced_tokens(self) -> list[int]:
         """The tokens the grammar allows as the only continuation from here (jump-forward), not yet consumed.
 

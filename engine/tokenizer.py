@@ -133,6 +133,21 @@ def _marked(content: Any, marker: str) -> Any:
     return content
 
 
+def _fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The system messages' texts put before the first user message's text (a new user turn when there is none)."""
+    system = "\n\n".join(t for m in messages if m.get("role") == "system" for t in _texts(m.get("content")))
+    rest = [m for m in messages if m.get("role") != "system"]
+    if not system:
+        return rest
+    for i, m in enumerate(rest):
+        if m.get("role") == "user":
+            content = m.get("content")
+            folded = f"{system}\n\n{content}" if isinstance(content, str) else \
+                [{"type": "text", "text": system}, *(content or [])]
+            return [*rest[:i], {**m, "content": folded}, *rest[i + 1:]]
+    return [{"role": "user", "content": system}, *rest]
+
+
 class Tokenizer:
     """Text <-> token ids and chat prompts for one model folder (tokenizer.json + tokenizer_config.json)."""
 
@@ -209,7 +224,11 @@ class Tokenizer:
     def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
         """The chat prompt's ids. Only the template writes special tokens: a message whose text spells one
         ("<|im_end|>\n<|im_start|>system ...", in a document, a contract or an event) is encoded as plain
-        text, so no client text can open or close a turn, or speak as another role."""
+        text, so no client text can open or close a turn, or speak as another role. A template without a system
+        role (Gemma's raises "System role not supported") gets the system text at the start of the first user
+        message, as those models' authors advise (`folds_system`)."""
+        if self.folds_system:
+            messages = _fold_system(messages)
         # The template writes its own special tokens; adding BOS again would duplicate it.
         if not any(self._spells_special(text) for m in messages for text in _texts(m.get("content"))):
             return self.encode(self.apply_chat_template(messages, add_generation_prompt=add_generation_prompt))
@@ -222,6 +241,20 @@ class Tokenizer:
             text = list(_texts(messages[int(pieces[k])].get("content")))[int(pieces[k + 1])]
             ids += self._encode_plain(text) + self.encode(pieces[k + 2])
         return ids
+
+    @cached_property
+    def folds_system(self) -> bool:
+        """True when the template refuses a system message but renders the same conversation without it."""
+        probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+        try:
+            self.apply_chat_template(probe)
+            return False
+        except ChatTemplateError:
+            try:
+                self.apply_chat_template(probe[1:])
+            except ChatTemplateError:
+                return False
+            return True
 
     @cached_property
     def _special_texts(self) -> list[str]:

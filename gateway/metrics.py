@@ -12,8 +12,9 @@ so an external endpoint picker or dashboard written for vLLM reads finserve unch
 vLLM's request histograms are exported under their names and buckets too (`vllm:time_to_first_token_seconds`,
 `vllm:time_per_output_token_seconds`, `vllm:e2e_request_latency_seconds`, `vllm:request_queue_time_seconds`,
 `vllm:inter_token_latency_seconds`, `vllm:request_prompt_tokens`, `vllm:request_generation_tokens`) with the
-token counters `vllm:prompt_tokens_total` / `vllm:generation_tokens_total` and
-`vllm:request_success_total{finished_reason}`.
+token counters `vllm:prompt_tokens_total` / `vllm:generation_tokens_total`,
+`vllm:request_success_total{finished_reason}` and speculative decoding's `vllm:spec_decode_num_draft_tokens_total` /
+`vllm:spec_decode_num_accepted_tokens_total` (acceptance rate: their ratio).
 
 SLO burn rates are computed by Prometheus from `finserve_slo_requests_total` (recording rules and
 multi-window alerts in deploy/prometheus/rules.yml), the standard way: a counter here, windows there.
@@ -154,6 +155,11 @@ class GatewayMetrics:
                                              [MODEL], registry=r)
         self.vllm_success = Counter("vllm:request_success", "Count of successfully processed requests.",
                                     [MODEL, "finished_reason"], registry=r)
+        # Speculative decoding (engine/speculative/), counted per request that reached the engine as vLLM counts them
+        self.vllm_spec_draft = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", [MODEL],
+                                       registry=r)
+        self.vllm_spec_accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                                          [MODEL], registry=r)
         self.ledger_spool = Gauge("finserve_ledger_spool_bytes", "Bytes of ledger rows waiting in the on-disk spool "
                                   "for the database (alarm when above 0 for long, or near the bound).", [MODEL],
                                   registry=r)
@@ -242,6 +248,8 @@ class GatewayMetrics:
             self.preemptions.labels(model, workload_class).inc(m.preemptions)
         self.vllm_prompt_total.labels(model).inc(m.input_tokens)
         self.vllm_generation_total.labels(model).inc(m.output_tokens)
+        self.vllm_spec_draft.labels(model).inc(m.draft_tokens)
+        self.vllm_spec_accepted.labels(model).inc(m.accepted_tokens)
         if outcome != "finished":
             return  # an aborted request's latencies would drag the distributions toward zero
         for h, vh, value in ((self.ttft, self.vllm_ttft, m.ttft_ms), (self.tpot, self.vllm_tpot, m.tpot_ms),

@@ -102,6 +102,11 @@ class LedgerRow:
     events_seq: int | None = field(default=None, metadata=declared(
         "The event chain's head position when the row was chained: a chain of events deleted later shows as rows "
         "naming events that are gone (ledger/anchors.py).", hashed_since=4))
+    draft_tokens: int | None = field(default=None, metadata=declared(
+        "Speculative decoding: draft tokens verified for it (0: it did not speculate; None: before 0011). Not "
+        "hashed: greedy answers are the same tokens either way (docs/DETERMINISM.md)."))
+    accepted_tokens: int | None = field(default=None, metadata=declared(
+        "Of those, accepted: output tokens that took no model step of their own."))
     # Not a column: the request's evidence on its way to request_evidence (plain until the writer thread
     # seals it, then encrypted; only the sealed form is ever spooled).
     evidence: Evidence | SealedEvidence | None = field(default=None, repr=False, compare=False)

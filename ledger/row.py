@@ -163,6 +163,8 @@ def row_from_request(
         cached_tokens=m.cached_tokens if m else 0,
         output_tokens=m.output_tokens if m else 0,
         preemptions=m.preemptions if m else 0,
+        draft_tokens=m.draft_tokens if m else None,
+        accepted_tokens=m.accepted_tokens if m else None,
         ttft_target_ms=slo.ttft_ms if slo else None,
         tpot_target_ms=slo.tpot_ms if slo else None,
         e2e_target_ms=slo.e2e_ms if slo else None,

@@ -9,7 +9,6 @@ environment variable (the application's settings choose the path).
 """
 from __future__ import annotations
 
-import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -19,7 +18,7 @@ from typing import Any
 from policies.errors import PolicyError
 from policies.model import Policy
 from policies.reader import Reader
-from policies.risk import VERDICT_FIELDS
+from policies.risk_check import check_class
 
 
 def load_policy(path: str | os.PathLike[str] | None = None) -> Policy:
@@ -47,7 +46,8 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<memory>",
     r.check_class_refs(policy, "", known=policy.classes)
     _check_heuristic_target(r, policy)
     _check_default_temperatures(r, policy)
-    _check_risk_rules(r, policy)
+    for c in policy.classes.values():
+        check_class(r, c)  # the risk rule pack, when enabled (policies/risk_check.py)
     return policy
 
 
@@ -81,23 +81,3 @@ def _check_heuristic_target(r: Reader, policy: Policy) -> None:
         raise r.error("classification.long_input_tokens",
                       f"{rules.long_input_tokens} exceeds max_input_tokens {limit} of {rules.long_input_class!r}, "
                       "so every input the heuristic routes there would be refused")
-
-
-def _check_risk_rules(r: Reader, policy: Policy) -> None:
-    """Rule-scored verdicts are written in the class's own schema: it must offer the fields and values
-    code writes (policies/risk.py), in any order."""
-    for c in policy.classes.values():
-        if not c.risk_rules.enabled:
-            continue
-        key = f"classes.{c.name}.risk_rules.enabled"
-        if not c.response_schema:
-            raise r.error(key, "risk rules score a verdict, so the class needs a response_schema")
-        props = json.loads(c.response_schema).get("properties", {})
-        for name, values in VERDICT_FIELDS.items():
-            offered = props.get(name, {}).get("enum", [])
-            if sorted(offered) != sorted(values):
-                raise r.error(key, f"the class's response_schema must have {name!r} with the values "
-                                   f"{', '.join(values)} (in any order), not {offered}")
-        for name in ("score", "reasons"):
-            if name not in props:
-                raise r.error(key, f"the class's response_schema must have {name!r}")

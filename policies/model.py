@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from policies.risk_model import RiskRules
 from policies.schema import knob
 
 CLASS_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # names travel in an HTTP header and in metric labels
@@ -30,73 +31,22 @@ class SLOTargets:
         metadata=knob("fraction of requests that must meet every target, e.g. 0.99", gt=0, le=1))
 
 
-CURRENCY_PATTERN = r"^[A-Z]{3}$"  # ISO 4217, as RiskEvent.currency is written
-_CURRENCY_RULE = "currency codes are three capital letters (ISO 4217), e.g. USD"
-
-
 @dataclass(frozen=True, kw_only=True)
-class RiskRules:
-    """Risk rules a class's verdicts are scored with (policies/risk.py evaluates them, in microseconds).
+class Speculation:
+    """Prompt-lookup speculative decoding for a class (engine/speculative/): each decode step drafts up to
+    `max_draft` tokens by finding the request's last n tokens (n from ngram_max down to ngram_min) earlier in its
+    prompt or output and copying what followed, and verifies them in the same step. Greedy output is unchanged
+    token for token, random sampling keeps its distribution; it pays where outputs copy their input (quotes,
+    extracted values) and costs a verification chunk per step where they do not."""
 
-    Each rule that fires adds its points to the event's score (0-100, capped); the verdict's
-    risk_level and recommended_action follow from the score (with the model's judgement added,
-    at most `model_points`), so the verdict never depends on the order of the schema's enums.
-    Facts are read from the event's attributes (or its top-level fields) under the names listed
-    here: a risk system whose fields are named differently lists its own names. Disabled (the
-    default): the class's verdicts are decoded by the model alone.
-    """
-
-    enabled: bool = field(default=False, metadata=knob("score verdicts with these rules (false: the model alone)"))
-    large_amount: Mapping[str, float] = field(default_factory=dict, metadata=knob(
-        "currency -> amount at or above which 'large amount' fires", gt=0, key_pattern=CURRENCY_PATTERN,
-        key_rule=_CURRENCY_RULE))
-    large_amount_points: int = field(default=0, metadata=knob("points of a large amount", ge=0, le=100))
-    very_large_amount: Mapping[str, float] = field(default_factory=dict, metadata=knob(
-        "currency -> amount at or above which 'very large amount' fires instead", gt=0,
-        key_pattern=CURRENCY_PATTERN, key_rule=_CURRENCY_RULE))
-    very_large_amount_points: int = field(default=0, metadata=knob("points of a very large amount", ge=0, le=100))
-    country_fields: tuple[str, ...] = field(default=(), metadata=knob(
-        "attributes holding a country (ISO 3166 alpha-2) the money or the session touches"))
-    sanctioned_countries: tuple[str, ...] = field(default=(), metadata=knob(
-        "countries under comprehensive sanctions"))
-    sanctioned_points: int = field(default=0, metadata=knob("points of a sanctioned country", ge=0, le=100))
-    high_risk_countries: tuple[str, ...] = field(default=(), metadata=knob(
-        "high-risk or secrecy jurisdictions (e.g. FATF-listed, offshore centres)"))
-    high_risk_points: int = field(default=0, metadata=knob("points of a high-risk country", ge=0, le=100))
-    account_age_fields: tuple[str, ...] = field(default=(), metadata=knob("attributes holding the account's age in days"))
-    new_account_days: float = field(default=0.0, metadata=knob(
-        "an account younger than this is new", ge=0, unit="days"))
-    new_account_points: int = field(default=0, metadata=knob("points of a new account", ge=0, le=100))
-    velocity: Mapping[str, float] = field(default_factory=dict, metadata=knob(
-        "count attribute (e.g. transactions_24h) -> the count at or above which velocity fires", gt=0))
-    velocity_points: int = field(default=0, metadata=knob("points of high velocity", ge=0, le=100))
-    structuring_threshold: Mapping[str, float] = field(default_factory=dict, metadata=knob(
-        "currency -> the reporting threshold that structuring stays under", gt=0, key_pattern=CURRENCY_PATTERN,
-        key_rule=_CURRENCY_RULE))
-    structuring_band: float = field(default=0.8, metadata=knob(
-        "amounts in [band x threshold, threshold) are just under it", gt=0, lt=1))
-    structuring_count_fields: tuple[str, ...] = field(default=(), metadata=knob(
-        "attributes counting the account's recent similar transactions"))
-    structuring_min_count: int = field(default=2, metadata=knob(
-        "... structuring fires on an amount just under the threshold with at least this many", ge=1))
-    structuring_points: int = field(default=0, metadata=knob("points of a structuring pattern", ge=0, le=100))
-    name_pairs: Mapping[str, str] = field(default_factory=dict, metadata=knob(
-        "name attribute -> the attribute it must match (e.g. payee_name -> beneficiary_account_name)"))
-    name_mismatch_points: int = field(default=0, metadata=knob("points of a name mismatch", ge=0, le=100))
-    flags: Mapping[str, int] = field(default_factory=dict, metadata=knob(
-        "boolean attribute -> points when it is true (e.g. pep, limit_breach)", ge=0, le=100))
-    model_points: int = field(default=0, metadata=knob(
-        "the most the model's judgement adds (its expected severity x this)", ge=0, le=100))
-    medium_at: int = field(default=30, metadata=knob("score at which risk_level is medium", ge=1, le=100,
-                                                     at_most="high_at"))
-    high_at: int = field(default=60, metadata=knob("score at which risk_level is high", ge=1, le=100))
-    review_at: int = field(default=30, metadata=knob("score at which the action is review", ge=1, le=100,
-                                                     at_most="block_at"))
-    block_at: int = field(default=70, metadata=knob("score at which the action is block", ge=1, le=100))
-
-    def __post_init__(self) -> None:
-        for name in ("large_amount", "very_large_amount", "velocity", "structuring_threshold", "name_pairs", "flags"):
-            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+    enabled: bool = field(default=False, metadata=knob("draft and verify the class's decodes"))
+    max_draft: int = field(default=8, metadata=knob(
+        "most tokens drafted per request and step (each request's length adapts below it)", ge=1, le=64))
+    ngram_min: int = field(default=1, metadata=knob("shortest tail matched against the prompt and output", ge=1,
+                                                    le=16, at_most="ngram_max"))
+    ngram_max: int = field(default=3, metadata=knob("longest tail matched (tried first)", ge=1, le=16))
+    max_batch: int = field(default=4, metadata=knob(
+        "no drafts in a step whose running batch is larger: verifying costs more than it saves there", ge=1))
 
 
 class RoutingStrategy(str, enum.Enum):
@@ -189,6 +139,10 @@ class ClassPolicy:
     evidence_retention_days: float = field(default=183.0, metadata=knob(
         "days the class's evidence is kept before `finserve ledger prune` deletes it", gt=0, unit="days",
         optional=True))
+
+    # Prompt-lookup speculative decoding (engine/speculative/; FINSERVE_SPECULATIVE=off turns it off everywhere).
+    speculative: Speculation = field(default_factory=Speculation, metadata=knob(
+        "prompt-lookup speculative decoding of the class's decodes (absent: off)", optional=True))
 
     # Risk rules as data (policies/risk.py): the verdict's score combines them with the model's judgement.
     risk_rules: RiskRules = field(default_factory=RiskRules, metadata=knob(

@@ -156,7 +156,8 @@ class Reader:
     def _check_at_most(self, knobs: Mapping[str, Knob], values: Mapping[str, Any], key: str) -> None:
         for name, k in knobs.items():
             other = k.at_most
-            if other is not None and name in values and other in values and values[name] > values[other]:
+            if other is not None and values.get(name) is not None and values.get(other) is not None \
+                    and values[name] > values[other]:
                 raise self.error(_join(key, name), f"{values[name]} is larger than {other} {values[other]}")
 
     def _check_across_entries(self, item_type: type, entries: Mapping[str, Any], key: str) -> None:

@@ -1,34 +1,40 @@
-"""Risk rules (policies/model.py `RiskRules`) evaluated on one event, and the verdict a score maps to.
+"""Risk rules (policies/risk_model.py `RiskRules`) scored on one event, and the verdict a score maps to.
 
-Pure and table-driven: a few dictionary look-ups per rule, nothing next to a model step (timed by
-`finserve eval verdict --quality`). The event is the JSON form of the route's `RiskEvent`
-(`event_type`, `amount`, `currency`, `entity`, `attributes`); a fact is read from `attributes`
-first, then from the event's top-level fields. Which rules fired goes into the verdict's
-`reasons` as short phrases of letters (the shipped schema forbids digits there).
+Pure and table-driven: the event is read into facts once (policies/risk_facts.py), then every rule's
+conditions are checked against them (policies/risk_conditions.py). Within a group only the rule with the
+most points counts (ties: the rule name first in alphabetical order); the counted rules' points are summed
+(capped at 100) or combined as independent evidence (RiskRules.combine), so the score cannot depend on
+the order of the rules. Which rules
+counted goes into the verdict's `reasons` as short phrases of letters (the shipped schema forbids
+digits there), most points first.
 
-The verdict's level and action come from the score alone, by name, so the order in which a
-schema lists its enum values cannot change a verdict.
+Mitigations (RiskRules.mitigations) are the context an analyst uses to clear an alert: each that holds
+lowers the rules it offsets to its `keep` share of their points before the groups are compared, so
+another rule of the group may then count instead. Floors are never lowered, and a rule whose floor is
+block (sanctions, fraud in progress) is never offset.
+
+The verdict's level and action come from the score and the fired rules' action floors, by name, so the
+order in which a schema lists its enum values cannot change a verdict either.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policies.model import RiskRules
+from policies.risk_conditions import Condition, holds, parse
+from policies.risk_facts import Facts, read
+from policies.risk_model import Action, Combine, RiskMitigation, RiskRule, RiskRules
 
 # The verdict's enum values, least severe first (the loader checks the class's schema offers them).
 LEVELS = ("low", "medium", "high")
-ACTIONS = ("approve", "review", "block")
+ACTIONS = tuple(a.value for a in Action)
 VERDICT_FIELDS = {"risk_level": LEVELS, "recommended_action": ACTIONS}
 NO_RULE = "no risk rule fired"
 MAX_REASONS = 3
-
-# Legal forms and filler that do not make two names different ("Acme Ltd" is "ACME").
-_NAME_NOISE = frozenset(
-    "the and of ltd limited inc incorporated llc plc gmbh ag sa sas sarl bv nv co corp corporation company "
-    "oy ab asa spa srl kg kgaa pty lp llp".split())
+REASON_PATTERN = r"^[A-Za-z][A-Za-z ,'-]{2,35}$"  # a rule's own phrase; a detail may follow (up to 40 in all)
 
 
 @dataclass(frozen=True)
@@ -36,142 +42,117 @@ class FiredRule:
     rule: str  # the rule's name, e.g. "sanctioned_country"
     points: int
     reason: str  # a short phrase for the verdict's reasons, e.g. "sanctioned jurisdiction KP"
+    action: Action = Action.APPROVE  # the rule's floor on the recommended action
+    source: str = ""  # the public indicator the rule comes from
+
+
+@dataclass(frozen=True)
+class Mitigated:
+    mitigation: str  # the mitigation's name, e.g. "established_pattern"
+    reason: str  # its phrase for the verdict's reasons
+    rules: tuple[str, ...]  # the fired rules it lowered, by name
+    source: str = ""  # the guidance that makes the context a lower-risk factor
 
 
 @dataclass(frozen=True)
 class RuleScore:
-    fired: tuple[FiredRule, ...]  # most points first
+    fired: tuple[FiredRule, ...]  # the rules that count (one per group, points > 0), most points first, then by name
+    mitigated: tuple[Mitigated, ...] = ()  # the mitigations that lowered a fired rule, by name
+    combine: Combine = Combine.SUM  # how the fired rules' points make the score (RiskRules.combine)
 
     @property
     def points(self) -> int:
+        if self.combine is Combine.INDEPENDENT:
+            return math.floor(100 * (1 - math.prod(1 - min(f.points, 100) / 100 for f in self.fired)) + 0.5 + 1e-9)
         return min(100, sum(f.points for f in self.fired))
+
+    @property
+    def action(self) -> Action:
+        """The most severe floor among the fired rules (approve when none sets one)."""
+        return max((f.action for f in self.fired), key=ACTIONS.index, default=Action.APPROVE)
 
 
 def evaluate(rules: RiskRules, event: Mapping[str, Any]) -> RuleScore:
-    """Every rule that fires on `event` (each boolean flag is a rule of its own), most points first;
-    ties keep the order of _CHECKS, then the flags' order in the policy."""
-    fired = [f for check in _CHECKS if (f := check(rules, event)) is not None]
-    fired += _flags(rules, event)
-    return RuleScore(tuple(sorted((f for f in fired if f.points > 0), key=lambda f: -f.points)))
+    """The rules that count on `event`: every rule that fires, lowered by the mitigations that hold, the best
+    of each group."""
+    facts = read(rules, event)
+    compiled_rules, compiled_mitigations = _compiled(rules)
+    firing: list[tuple[str, RiskRule]] = [(n, r) for n, r, when, unless in compiled_rules
+                                          if fires(when, unless, facts.values)]
+    holding: list[tuple[str, RiskMitigation]] = [(n, m) for n, m, when, unless in compiled_mitigations
+                                                 if fires(when, unless, facts.values)]
+    best: dict[str, tuple[str, RiskRule, int]] = {}
+    lowered: dict[str, list[str]] = {}
+    for name, rule in firing:
+        points = rule.points
+        for m_name, m in holding:
+            if rule.action is not Action.BLOCK and (name in m.offsets or rule.group in m.offsets):
+                points = min(points, round(rule.points * m.keep))
+                lowered.setdefault(m_name, []).append(name)
+        group = rule.group or name
+        kept = points > 0 or rule.action is not Action.APPROVE  # a floor stays whatever the mitigations say
+        if kept and (group not in best or points > best[group][2]):
+            best[group] = (name, rule, points)
+    fired = [FiredRule(name, p, _reason(r, facts), r.action, r.source) for name, r, p in best.values()]
+    mitigated = tuple(Mitigated(n, _phrase(m.reason), tuple(lowered[n]), m.source) for n, m in holding if n in lowered)
+    return RuleScore(tuple(sorted(fired, key=lambda f: (-f.points, f.rule))), mitigated, rules.combine)
+
+
+Parsed = tuple[tuple[str, Any, tuple[Condition, ...], tuple[Condition, ...]], ...]  # (name, rule, when, unless)
+_COMPILED: dict[int, tuple[RiskRules, Parsed, Parsed]] = {}
+
+
+def _parsed(entries: Mapping[str, RiskRule | RiskMitigation]) -> Parsed:
+    return tuple((name, e, tuple(parse(c) for c in e.when), tuple(parse(c) for c in e.unless))
+                 for name, e in sorted(entries.items()))
+
+
+def _compiled(rules: RiskRules) -> tuple[Parsed, Parsed]:
+    """(the rules, the mitigations), in name order with their conditions parsed (built once per policy object)."""
+    hit = _COMPILED.get(id(rules))
+    if hit is not None and hit[0] is rules:
+        return hit[1], hit[2]
+    built = (_parsed(rules.rules), _parsed(rules.mitigations))
+    if len(_COMPILED) > 32:
+        _COMPILED.clear()
+    _COMPILED[id(rules)] = (rules, *built)
+    return built
+
+
+def fires(when: tuple[Condition, ...], unless: tuple[Condition, ...], values: Mapping[str, object]) -> bool:
+    """Every `when` condition holds, and not every `unless` one (none given: nothing stops the rule)."""
+    if not all(holds(c, values) for c in when):
+        return False
+    return not (unless and all(holds(c, values) for c in unless))
 
 
 def verdict(rules: RiskRules, score: RuleScore, model_severity: float | None = None) -> dict[str, Any]:
-    """The verdict of the shipped schema: the rules' points plus the model's (its expected severity in
-    [0, 1] x `model_points`), capped at 100, mapped to a level and an action by the policy's thresholds."""
+    """The verdict of the shipped schema: the rules' score (RuleScore.points) plus the model's (its expected
+    severity in [0, 1] x `model_points`), capped at 100, mapped to a level and an action by the policy's thresholds,
+    each raised to the fired rules' floor (block: high; review: at least medium). The reasons name the
+    counted rules, most points first, then the mitigations that lowered a rule, then the rules they lowered."""
     model = round(rules.model_points * min(max(model_severity, 0.0), 1.0)) if model_severity is not None else 0
     total = min(100, score.points + model)
-    level = "high" if total >= rules.high_at else "medium" if total >= rules.medium_at else "low"
-    action = "block" if total >= rules.block_at else "review" if total >= rules.review_at else "approve"
-    reasons = list(dict.fromkeys(f.reason for f in score.fired))[:MAX_REASONS] or [NO_RULE]
-    return {"risk_level": level, "score": total, "recommended_action": action, "reasons": reasons}
+    level = 2 if total >= rules.high_at else 1 if total >= rules.medium_at else 0
+    blocks = rules.block_at is not None and total >= rules.block_at
+    action = 2 if blocks else 1 if total >= rules.review_at else 0
+    action = max(action, ACTIONS.index(score.action.value))
+    level = max(level, action)
+    lowered = {r for m in score.mitigated for r in m.rules}  # their residue comes after the context that lowered it
+    phrases = [f.reason for f in score.fired if f.rule not in lowered] + [m.reason for m in score.mitigated]
+    phrases += [f.reason for f in score.fired if f.rule in lowered]
+    reasons = list(dict.fromkeys(phrases))[:MAX_REASONS] or [NO_RULE]
+    return {"risk_level": LEVELS[level], "score": total, "recommended_action": ACTIONS[action], "reasons": reasons}
 
 
-# ---- facts ----------------------------------------------------------------------------------------
-def _fact(event: Mapping[str, Any], name: str) -> Any:
-    attributes = event.get("attributes")
-    if isinstance(attributes, Mapping) and name in attributes:
-        return attributes[name]
-    return event.get(name)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _true(value: Any) -> bool:
-    return value is True or isinstance(value, str) and value.strip().casefold() in ("true", "yes", "y")
-
-
-def _words(name: str) -> str:
-    """An attribute name as a phrase without digits: "transactions_24h" -> "transactions"."""
-    return " ".join(w for w in re.split(r"[^A-Za-z0-9]+", name) if w and not any(c.isdigit() for c in w))
+def _reason(rule: RiskRule, facts: Facts) -> str:
+    """The rule's phrase, with the first detail its conditions name (e.g. the listed countries "KP")."""
+    detail = next((facts.details[f] for c in rule.when for a in parse(c) for f in a.facts if f in facts.details
+                   and facts.values.get(f)), "")
+    return _phrase(f"{rule.reason} {detail}")
 
 
 def _phrase(text: str) -> str:
     """A reason the shipped schema accepts: letters, spaces and , ' - only, 3-40 long."""
     cleaned = re.sub(r"\s+", " ", re.sub(r"[^A-Za-z ,'-]", " ", text)).strip(" ,'-")
     return (cleaned or "risk rule")[:40].rstrip(" ,'-").ljust(3, "x")
-
-
-def _fire(rule: str, points: int, reason: str) -> FiredRule:
-    return FiredRule(rule, points, _phrase(reason))
-
-
-# ---- the rules ------------------------------------------------------------------------------------
-def _amount(rules: RiskRules, event: Mapping[str, Any]) -> FiredRule | None:
-    amount, currency = _number(event.get("amount")), event.get("currency")
-    if amount is None or not isinstance(currency, str):
-        return None
-    very_large = rules.very_large_amount.get(currency)
-    if very_large is not None and amount >= very_large:
-        return _fire("very_large_amount", rules.very_large_amount_points, "very large amount")
-    large = rules.large_amount.get(currency)
-    if large is not None and amount >= large:
-        return _fire("large_amount", rules.large_amount_points, "large amount")
-    return None
-
-
-def _countries(event: Mapping[str, Any], fields: tuple[str, ...]) -> list[str]:
-    return [v.strip().upper() for f in fields if isinstance(v := _fact(event, f), str)]
-
-
-def _sanctioned(rules: RiskRules, event: Mapping[str, Any]) -> FiredRule | None:
-    hit = next((c for c in _countries(event, rules.country_fields) if c in rules.sanctioned_countries), None)
-    return None if hit is None else _fire("sanctioned_country", rules.sanctioned_points, f"sanctioned jurisdiction {hit}")
-
-
-def _high_risk(rules: RiskRules, event: Mapping[str, Any]) -> FiredRule | None:
-    hit = next((c for c in _countries(event, rules.country_fields) if c in rules.high_risk_countries), None)
-    return None if hit is None else _fire("high_risk_country", rules.high_risk_points, f"high risk jurisdiction {hit}")
-
-
-def _new_account(rules: RiskRules, event: Mapping[str, Any]) -> FiredRule | None:
-    ages = [a for f in rules.account_age_fields if (a := _number(_fact(event, f))) is not None]
-    if ages and ages[0] < rules.new_account_days:
-        return _fire("new_account", rules.new_account_points, "new account")
-    return None
-
-
-def _velocity(rules: RiskRules, event: Mapping[str, Any]) -> FiredRule | None:
-    for name, at_least in rules.velocity.items():
-        count = _number(_fact(event, name))
-        if count is not None and count >= at_least:
-            return _fire("velocity", rules.velocity_points, f"high velocity, {_words(name)}")
-    return None
-
-
-def _structuring(rules: RiskRules, event: Mapping[str, Any]) -> FiredRule | None:
-    amount, currency = _number(event.get("amount")), event.get("currency")
-    threshold = rules.structuring_threshold.get(currency) if isinstance(currency, str) else None
-    if amount is None or threshold is None or not rules.structuring_band * threshold <= amount < threshold:
-        return None
-    counts = [c for f in rules.structuring_count_fields if (c := _number(_fact(event, f))) is not None]
-    if counts and max(counts) >= rules.structuring_min_count:
-        return _fire("structuring", rules.structuring_points, "structuring under threshold")
-    return None
-
-
-def _name_tokens(name: str) -> frozenset[str]:
-    return frozenset(w for w in re.findall(r"[a-z0-9]+", name.casefold()) if w not in _NAME_NOISE)
-
-
-def _name_mismatch(rules: RiskRules, event: Mapping[str, Any]) -> FiredRule | None:
-    """Two names that should agree do not: neither one's words (legal forms aside) contain the other's."""
-    for a, b in rules.name_pairs.items():
-        first, second = _fact(event, a), _fact(event, b)
-        if not (isinstance(first, str) and isinstance(second, str)):
-            continue
-        x, y = _name_tokens(first), _name_tokens(second)
-        if x and y and not (x <= y or y <= x):
-            return _fire("name_mismatch", rules.name_mismatch_points, "name mismatch")
-    return None
-
-
-def _flags(rules: RiskRules, event: Mapping[str, Any]) -> list[FiredRule]:
-    return [_fire(f"flag:{name}", points, _words(name)) for name, points in rules.flags.items()
-            if _true(_fact(event, name))]
-
-
-_CHECKS = (_sanctioned, _high_risk, _structuring, _name_mismatch, _new_account, _velocity, _amount)

@@ -29,7 +29,8 @@ def check_model(folder: str | Path, source: str) -> Path:
     config = path / "config.json"
     if not config.is_file():
         raise ModelUnavailable(f"no model at {path} (run `finserve model prepare`, or pass --model / set "
-                               f"FINSERVE_MODEL to an HF-format model folder; this folder came from {source})")
+                               f"FINSERVE_MODEL to an HF-format model folder or a name `finserve model list` shows; "
+                               f"this folder came from {source})")
     try:
         cfg = json.loads(config.read_text(encoding="utf-8"))
         weights = sorted(path.glob("*.safetensors"))
@@ -53,17 +54,19 @@ def check_model(folder: str | Path, source: str) -> Path:
 
 
 def resolve_model(model: str | None, settings: Settings | None = None) -> str:
-    """`model` if given; else FINSERVE_MODEL; else the default SmolLM2 under FINSERVE_HOME (prepared once).
+    """`model` if given; else FINSERVE_MODEL (each a folder or an installed model's name); else the default SmolLM2
+    under FINSERVE_HOME (prepared once).
 
     A folder named by the flag or the setting is checked (`ModelUnavailable` with the fix when it is missing
     or unreadable); the default is prepared when it is not there yet."""
     from core.settings import Settings
+    from engine.model.installed import resolve_model as installed_or_path
     from engine.model.prepare import default_model_dir, ensure_default_model
 
-    if model:
-        return str(check_model(model, "--model"))
     settings = settings or Settings()
+    if model:
+        return str(check_model(installed_or_path(model, settings.home), "--model"))
     if settings.model is not None:
-        return str(check_model(settings.model, ENV_MODEL))
+        return str(check_model(settings.model_path, ENV_MODEL))
     target = default_model_dir(settings.home)
     return str(ensure_default_model(home=settings.home) if target == settings.model_path else target)

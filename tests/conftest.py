@@ -49,3 +49,13 @@ def make_tiny_model(tmp_path_factory: pytest.TempPathFactory, default_model_dir:
 def tiny_model_dir(make_tiny_model: Callable[..., Path]) -> Path:
     """One random 2-layer Llama (hidden 64, 4 heads, 2 KV heads) with the SmolLM2 tokenizer."""
     return make_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def gguf_family(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> Callable[[str], tuple[Path, Path]]:
+    """Factory: gguf_family(case) -> (a tiny random HF model of the family, the folder imported from the GGUF
+    llama.cpp's converter wrote for it); cases in tests/engine/gguf_families.py."""
+    from tests.engine.gguf_families import imported_model
+
+    root = tmp_path_factory.mktemp("gguf_families")
+    return lambda case: imported_model(root, case, default_model_dir)

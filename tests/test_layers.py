@@ -47,7 +47,8 @@ ALLOWED: dict[str, set[str]] = {
                  "migrations", "stack", "evals", "bench"},
 }
 # Inside the engine, the scheduler and the KV cache stay free of torch (unit-tested without it).
-TORCH_FREE = ("engine/sched", "engine/kv_cache", "policies")
+TORCH_FREE = ("engine/sched", "engine/kv_cache", "engine/speculative/draft.py", "engine/speculative/ngram.py",
+              "engine/speculative/proposer.py", "policies")
 # ... and no tracing library: the gateway makes the engine's spans from its timestamps (gateway/spans.py).
 WEB_DB_QUEUE = {"fastapi", "starlette", "sqlalchemy", "celery", "redis", "alembic", "httpx", "uvicorn", "opentelemetry"}
 

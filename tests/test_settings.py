@@ -35,6 +35,7 @@ CHANGED = {
     "threads": ("threads", 3, 3),
     "starvation_steps": ("starvation_steps", 9, 9),
     "fast_forward": ("fast_forward", False, False),
+    "speculative": ("speculative", "off", "off"),
     "seed": ("seed", 5, 5),
     "grammar_limits": ("grammar_max_ref_chain", 10, GrammarLimits(max_ref_chain=10)),
     "grammar_pool": ("grammar_workers", 3, GrammarPoolConfig(workers=3)),

@@ -7,6 +7,7 @@ all put the two top-level folders side by side)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,10 +55,16 @@ def upgrade(url: str, revision: str = "head") -> str | None:
 
 def current_revision(url: str) -> str | None:
     engine = make_engine(url)
+    # Reading the revision is not a migration: alembic's "Context impl" lines would precede a CLI's one-line
+    # answer on stderr whenever a root handler is installed, so they stay below WARNING for this read.
+    chatter = logging.getLogger("alembic.runtime.migration")
+    before = chatter.level
+    chatter.setLevel(logging.WARNING)
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
     finally:
+        chatter.setLevel(before)
         engine.dispose()
 
 

@@ -166,6 +166,11 @@ class RequestLedger(Base):
     # deleting the event chain contradicts every row chained after it (ledger/anchors.py). NULL before 0010.
     events_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
+    # --- 0011: speculative decoding (engine/speculative/): draft tokens verified for the request and accepted.
+    # Not in the hash chain: they say how the tokens were computed, not what they are. NULL before 0011.
+    draft_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    accepted_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
 
 class LedgerChainHead(Base):
     """The last chained row of each partition (tenant): locked by every writer that extends the chain."""

@@ -176,6 +176,24 @@ class KVCacheManager:
         self.budget.acquire(cls, [b.block_id for b in (*computed, *new)])
         return [b.block_id for b in table]
 
+    def trim(self, req: EngineRequest) -> int:
+        """Frees the blocks of the request's table past those its tokens need; returns how many.
+
+        A verified draft's rejected positions (engine/speculative/) were written into blocks allocated for the
+        whole draft. Registration covers computed (accepted) tokens only, so none of those blocks is in the
+        prefix cache, and the rejected K/V left in the last kept block is overwritten before that block is full.
+        """
+        table = self._tables.get(req.request_id)
+        keep = _cdiv(req.num_tokens, self.block_size)
+        if not table or len(table) <= keep:
+            return 0
+        extra = table[keep:]
+        del table[keep:]
+        assert all(b.block_hash is None and b.ref_cnt == 1 for b in extra), "a draft's blocks are its own"
+        self.budget.release(req.workload_class, [b.block_id for b in extra])
+        self.pool.release(reversed(extra))
+        return len(extra)
+
     def free(self, req: EngineRequest, *, keep_hashes: bool = False) -> None:
         """Drops the request's table. Preemption keeps the request's block keys (its tokens stay).
 

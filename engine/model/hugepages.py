@@ -23,13 +23,33 @@ MADV_HUGEPAGE = 14
 _ALIGN = 64  # each tensor moved into an arena starts on a cache line
 
 
+TRIM_EVERY = 64 << 20  # bytes move_to_arena copies between handing the freed originals back (release_freed_memory)
+
+
 @functools.cache
-def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     except OSError:
+        return None
+
+
+def release_freed_memory() -> None:
+    """Hands freed heap memory back to the OS (glibc's malloc_trim): glibc keeps freed chunks below its mmap
+    threshold in the process otherwise, so a load's freed checkpoint tensors, or the weights move_to_arena copied,
+    would stay in its RSS. No-op without glibc."""
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None) if libc is not None else None
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    libc = _libc()
+    if libc is None:
         return None
     fn = libc.madvise
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -83,11 +103,15 @@ def move_to_arena(tensors: Sequence[torch.Tensor]) -> int:
     if total == 0:
         return 0
     arena, advised = _advised((total,), torch.uint8)
-    off = 0
+    off = trimmed = 0
     with torch.no_grad():
         for t, size in zip(todo, sizes, strict=True):
             dst = arena[off : off + t.nbytes].view(t.dtype).view(t.shape)
             dst.copy_(t)
-            t.set_(dst.untyped_storage(), dst.storage_offset(), dst.shape, dst.stride())
+            t.set_(dst.untyped_storage(), dst.storage_offset(), dst.shape, dst.stride())  # the original is freed
             off += size
+            if off - trimmed >= TRIM_EVERY:  # the originals go back as the copies fill: no second copy of a model
+                release_freed_memory()
+                trimmed = off
+    release_freed_memory()
     return advised

@@ -12,7 +12,7 @@ import ctypes
 import math
 from enum import IntEnum
 
-ABI_VERSION = 2  # fs.h's FS_ABI_VERSION
+ABI_VERSION = 3  # fs.h's FS_ABI_VERSION
 
 _P, _I, _I32, _I64, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
 
@@ -59,8 +59,8 @@ class Layer(ctypes.Structure):
     """fs_layer: one decoder layer; the fields after `down` are per-family extensions (Llama: 0 / NULL)."""
 
     _fields_ = [("attn_norm", _P), ("ffn_norm", _P), ("qkv", QMat), ("o", QMat), ("gate_up", QMat), ("down", QMat),
-                ("q_norm", _P), ("k_norm", _P), ("post_attn_norm", _P), ("post_ffn_norm", _P), ("window", _I32),
-                ("reserved", _I32)]
+                ("q_norm", _P), ("k_norm", _P), ("post_attn_norm", _P), ("post_ffn_norm", _P), ("rope_cos", _P),
+                ("rope_sin", _P), ("rope_rows", _I64), ("window", _I32), ("reserved", _I32)]
 
 
 class ModelDesc(ctypes.Structure):
@@ -76,8 +76,8 @@ class ModelDesc(ctypes.Structure):
 class Batch(ctypes.Structure):
     """fs_batch: one fs_forward call's tokens, their key slots, the K/V pool, threads and the logits wanted."""
 
-    _fields_ = [("n_tokens", _I32), ("n_logits", _I32), ("x", _P), ("pos", _P), ("slot", _P), ("ctx", _P),
-                ("slots", _P), ("slot_row", _P), ("slots_stride", _I32), ("kv_type", _I32), ("kv", _P),
+    _fields_ = [("n_tokens", _I32), ("n_logits", _I32), ("x", _P), ("pos", _P), ("rope_row", _P), ("slot", _P),
+                ("ctx", _P), ("slots", _P), ("slot_row", _P), ("slots_stride", _I32), ("kv_type", _I32), ("kv", _P),
                 ("kv_slots", _I64), ("threads", _I32), ("reserved", _I32), ("logit_rows", _P), ("logits", _P)]
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from engine.config import EngineConfig
 from engine.model import cpu_kernels
 from engine.model.formats import AUTO, DenseFormat, QuantizedFormat, check_weights, dense_format_for, weight_format
-from engine.model.quant import QuantizedLinear, dequantize, quantize
+from engine.model.quant import QUANTIZE_ROWS, QuantizedLinear, dequantize, quantize
 
 log = structlog.get_logger(__name__)
 
@@ -50,9 +50,14 @@ class DenseLinear:
 def is_exactly_4bit(weight: torch.Tensor) -> bool:
     """True when every block of 32 already holds at most 16 evenly spaced values (a model converted
     from a Q4_1/Q4_0 GGUF): the q4 format then stores these very weights, losslessly."""
-    w = weight.float()
-    err = (dequantize(quantize(w, LOSSLESS_4BIT)) - w).abs().max()
-    return bool(err <= 1e-5 * w.abs().max())
+    rows = QUANTIZE_ROWS  # a chunk of rows at a time: an 8B model's probe would take GBs of fp32 temporaries
+    amax = max(float(weight[r : r + rows].abs().max()) for r in range(0, weight.shape[0], rows))
+    for r in range(0, weight.shape[0], rows):
+        w = weight[r : r + rows].float()
+        err = float((dequantize(quantize(w, LOSSLESS_4BIT)) - w).abs().max())
+        if not err <= 1e-5 * amax:  # NaN too
+            return False
+    return True
 
 
 def resolve_weight_format(
@@ -63,7 +68,7 @@ def resolve_weight_format(
     q4 only when the weights are already 4-bit (`probe`, one matmul weight, passes is_exactly_4bit: q4
     then stores these very weights), and otherwise keeps the checkpoint's precision as dense weights in
     the compute dtype (fp32 on CPU holds fp32, bf16 and fp16 checkpoints exactly). int8 re-quantizes a
-    dense checkpoint: close in perplexity (bench/quality.py), but greedy tokens drift from the
+    dense checkpoint: close in perplexity (evals/quality.py), but greedy tokens drift from the
     reference (HF transformers), so it is used only when asked for. Off the CPU, without
     the kernels, or with an explicit compute dtype (EngineConfig.dtype != "auto"): dense weights in
     that dtype."""

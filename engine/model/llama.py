@@ -10,7 +10,7 @@ which dominate small-model decode on CPU. Each matmul is a `Linear` of the chose
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +46,13 @@ def _norm_weight(w: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype, device: 
     if cfg.norm_offset:
         w = w.float() + cfg.norm_offset
     return w.to(device=device, dtype=dtype, copy=True)
+
+
+def _table_dtype(stored: torch.dtype, compute: torch.dtype) -> torch.dtype:
+    """The embedding table's dtype: the checkpoint's where widening it to `compute` is exact (bf16 or fp16 under
+    fp32: an 8B model's table stays 1 GB, not 2), else the compute dtype."""
+    exact = stored in (torch.bfloat16, torch.float16) and compute == torch.float32
+    return stored if exact else compute
 
 
 class LlamaLayer:
@@ -102,7 +109,7 @@ class LlamaLayer:
 class LlamaModel:
     """Inference-only model; `kv_cache` is [layers, 2, slots, KVH, D] owned by the model runner."""
 
-    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype,
+    def __init__(self, cfg: ModelConfig, weights: Mapping[str, torch.Tensor], device: torch.device, dtype: torch.dtype,
                  weight_format: str = "fp32", max_positions: int | None = None):
         """weights: fused tensors as loaded (CPU, any float dtype); weight_format: a resolved format;
         max_positions: the positions served (RoPE table rows; default: min(max_position_embeddings, MAX_CONTEXT_CAP),
@@ -117,11 +124,14 @@ class LlamaModel:
         self.lm_head: Linear = make_linear(weights.get("lm_head", weights["embed"]), None, head_format, device, dtype)
         tied_quantized = "lm_head" not in weights and isinstance(self.lm_head, QuantizedLinear)
         # A tied quantized head doubles as the embedding table (rows dequantized on lookup).
-        self.embed = None if tied_quantized else weights["embed"].to(device=device, dtype=dtype, copy=True)  # [V, hidden]
+        # [V, hidden]; a 16-bit table stays 16-bit (a lookup reads a row; widened exactly on the way out)
+        self.embed = None if tied_quantized else weights["embed"].to(device=device, dtype=_table_dtype(
+            weights["embed"].dtype, dtype), copy=True)
         self.device, self.dtype = device, dtype
         self.norm = _norm_weight(weights["norm"], cfg, dtype, device)
+        # one layer's tensors looked up at a time: a streamed checkpoint (loader.py) reads only those
         self.layers = [
-            LlamaLayer({k.split(".", 1)[1]: v.to(device) for k, v in weights.items() if k.startswith(f"{i}.")},
+            LlamaLayer({k.split(".", 1)[1]: weights[k].to(device) for k in weights if k.startswith(f"{i}.")},
                        cfg, i, linear, dtype)
             for i in range(cfg.num_layers)
         ]
@@ -172,6 +182,6 @@ class LlamaModel:
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [T, hidden]
         """The embedding rows, before the family's embedding scale (forward applies it)."""
         if self.embed is not None:
-            return F.embedding(input_ids, self.embed)
+            return F.embedding(input_ids, self.embed).to(self.dtype)
         assert isinstance(self.lm_head, QuantizedLinear)
         return embedding_rows(self.lm_head.weight, input_ids).to(device=self.device, dtype=self.dtype)

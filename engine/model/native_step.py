@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import structlog
 import torch
 
-from engine.model import cpu_kernels, hugepages, kernel_abi
+from engine.model import cpu_kernels, hugepages, kernel_abi, native_desc
 from engine.model.attention import AttentionMetadata
 from engine.model.cpu_kernels import KV_TYPES
 from engine.model.kernel_abi import Batch, Layer, ModelDesc, QMat
@@ -130,8 +130,9 @@ class NativeDecoder:
         head = model.lm_head
         lins = [[layer.qkv, layer.o_proj, layer.gate_up, layer.down] for layer in model.layers]
         read: list[torch.Tensor | None] = []  # what the kernel reads, layer by layer, then the head and RoPE tables
-        for layer, mats in zip(model.layers, lins, strict=True):
-            read += [layer.input_norm, layer.post_norm]
+        extras = [native_desc.layer_tensors(model, i) for i in range(cfg.num_layers)]  # per-family pointers
+        for layer, mats, extra in zip(model.layers, lins, extras, strict=True):
+            read += [layer.input_norm, layer.post_norm, *extra.values()]
             for lin in mats:
                 assert isinstance(lin, QuantizedLinear)
                 read += [lin.weight.packed, lin.weight.scales, lin.weight.mins, lin.bias]
@@ -145,14 +146,15 @@ class NativeDecoder:
         # after the step returned, so it is not let go before the kernel says no helper is inside one
         self._kv: torch.Tensor | None = None
         self._layers = (Layer * cfg.num_layers)()
-        for i, (layer, mats) in enumerate(zip(model.layers, lins, strict=True)):
+        for i, (layer, mats, extra) in enumerate(zip(model.layers, lins, extras, strict=True)):
             qkv, o, gate_up, down = (self._mat(lin) for lin in mats)
             self._layers[i] = Layer(attn_norm=self._ptr(layer.input_norm), ffn_norm=self._ptr(layer.post_norm),
-                                    qkv=qkv, o=o, gate_up=gate_up, down=down)
+                                    qkv=qkv, o=o, gate_up=gate_up, down=down, **native_desc.layer_scalars(model, i),
+                                    **{k: None if t is None else self._ptr(t) for k, t in extra.items()})
         self._desc = ModelDesc(
             n_layers=cfg.num_layers, hidden=cfg.hidden_size, n_heads=cfg.num_heads, n_kv_heads=cfg.num_kv_heads,
             head_dim=cfg.head_dim, ffn=cfg.intermediate_size, vocab=hw.n, act16=int(first.act16),
-            eps=cfg.rms_norm_eps, **kernel_abi.llama_scalars(cfg.head_dim),
+            eps=cfg.rms_norm_eps, **native_desc.scalars(cfg),
             layers=ctypes.cast(self._layers, ctypes.POINTER(Layer)), final_norm=self._ptr(model.norm),
             head=self._mat(head), rope_cos=self._ptr(model.rope.cos), rope_sin=self._ptr(model.rope.sin),
             rope_rows=int(model.rope.cos.shape[0]))
@@ -210,7 +212,7 @@ class NativeDecoder:
         """`before` runs right before the native call (ModelRunner.run's before_compute)."""
         assert meta.decode_slots is not None and meta.decode_ctx is not None and meta.decode_start == 0
         return self._run(input_ids, positions, kv_cache, meta.slot_mapping, meta.decode_slots, None,
-                         meta.decode_ctx, None, before)
+                         meta.decode_ctx, None, self._rope_rows(meta, positions), before)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
                 meta: AttentionMetadata, logits_rows: torch.Tensor,
@@ -239,21 +241,36 @@ class NativeDecoder:
             table[i, : keys.shape[0]] = keys
         if meta.decode_slots is not None:
             table[len(tables) :, : meta.decode_slots.shape[1]] = meta.decode_slots
-        return self._run(input_ids, positions, kv_cache, meta.slot_mapping, table, slot_row, ctx, logits_rows, before)
+        return self._run(input_ids, positions, kv_cache, meta.slot_mapping, table, slot_row, ctx, logits_rows,
+                         self._rope_rows(meta, positions), before)
+
+    def _rope_rows(self, meta: AttentionMetadata, positions: torch.Tensor) -> torch.Tensor | None:
+        """Each token's row of the model's RoPE table where it is not the position (longrope's long rows: the model
+        runner's per-sequence choice, else the torch model's default); None: the positions."""
+        rope = self.model.rope
+        if rope.long_from is None:
+            return None
+        rows = meta.rope_rows if meta.rope_rows is not None else rope.default_rows(positions)
+        return rows.to(torch.int64).contiguous()
 
     def _embed(self, input_ids: torch.Tensor) -> torch.Tensor:  # [B] -> [B, hidden] fp32
-        """The step's embeddings; a tied table (the quantized LM head) read by the kernel library: embed_tokens'
-        values in one native call instead of ~10 torch calls."""
+        """The step's embeddings times the family's embedding scale, as the torch model's forward; a tied table (the
+        quantized LM head) read by the kernel library: embed_tokens' values in one native call instead of ~10 torch
+        calls."""
         head = self.model.lm_head
         if self.model.embed is None and isinstance(head, QuantizedLinear):
             hw = head.weight
-            return cpu_kernels.dequant_rows(self.lib, hw.kernel, hw.packed, hw.scales, hw.mins, hw.k,
-                                            input_ids.to(torch.int64).contiguous())
-        return self.model.embed_tokens(input_ids).float().contiguous()
+            x = cpu_kernels.dequant_rows(self.lib, hw.kernel, hw.packed, hw.scales, hw.mins, hw.k,
+                                         input_ids.to(torch.int64).contiguous())
+        else:
+            x = self.model.embed_tokens(input_ids).float().contiguous()
+        scale = self.model.cfg.embed_scale
+        return x if scale == 1.0 else x * scale
 
     def _run(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
              table: torch.Tensor, slot_row: torch.Tensor | None, ctx: torch.Tensor,
-             logits_rows: torch.Tensor | None, before: Callable[[], None] | None = None) -> torch.Tensor:
+             logits_rows: torch.Tensor | None, rope_rows: torch.Tensor | None,
+             before: Callable[[], None] | None = None) -> torch.Tensor:
         b = int(input_ids.shape[0])
         x = self._embed(input_ids)
         pos = positions.to(torch.int64).contiguous()
@@ -286,6 +303,7 @@ class NativeDecoder:
                 n, out_rows = int(mine.numel()), mine.contiguous()
                 out_ptr = logits[done].data_ptr() if n else logits.data_ptr()
             call.n_tokens, call.n_logits, call.x, call.pos = e - s, n, x[s].data_ptr(), pos[s].data_ptr()
+            call.rope_row = None if rope_rows is None else rope_rows[s].data_ptr()
             call.slot, call.ctx = slot[s].data_ptr(), ctx[s].data_ptr()
             call.slots = slots[s].data_ptr() if slot_row is None else slots.data_ptr()  # slot_row indexes the table
             call.slot_row = None if slot_row is None else slot_row[s].data_ptr()

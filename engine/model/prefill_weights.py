@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.model.config import ModelConfig
 from engine.model.formats import check_prefill_weights
 from engine.model.llama import LlamaModel
 from engine.model.quant import QuantizedLinear
@@ -37,6 +38,14 @@ def layer_matmuls(model: LlamaModel) -> list[QuantizedLinear]:
     """The layers' quantized matmuls on the native kernels (qkv, o_proj, gate_up, down of every layer)."""
     lins = [lin for layer in model.layers for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
     return [lin for lin in lins if isinstance(lin, QuantizedLinear) and lin.lib is not None]
+
+
+def fp32_copy_bytes(cfg: ModelConfig) -> int:
+    """What a cached copy of `cfg`'s layer matmuls takes (4 bytes a weight), known before anything loads: an
+    8B Llama's is ~28 GB, so auto never makes it (resolve)."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    per_layer = (cfg.num_heads + 2 * cfg.num_kv_heads) * d * h + h * cfg.num_heads * d + 3 * h * cfg.intermediate_size
+    return 4 * cfg.num_layers * per_layer
 
 
 def memory_bytes() -> int:

@@ -10,7 +10,7 @@ the shipped Q4_1 file runs on its original 4-bit weights.
 Activations are quantized per block of 32 at run time, so the kernel's inner product is an integer
 dot: to int16 by default (`act16`: within fp32 rounding of dequantized weights x fp32 activations),
 or to int8 as llama.cpp's Q8_0 dot does (faster, but it moves SmolLM2's logits about as much as the
-int8 weights do: bench/quality.py). `reference_linear` is the torch mirror of the kernel, used by
+int8 weights do: evals/quality.py). `reference_linear` is the torch mirror of the kernel, used by
 the tests and by machines without the native library.
 """
 from __future__ import annotations
@@ -66,24 +66,45 @@ def _group_scales(s: torch.Tensor) -> torch.Tensor:  # [Np, KB] -> fp16 [G, KB, 
     return s.to(torch.float16).view(np_ // QR, QR, kb).transpose(1, 2).contiguous()
 
 
-def quantize(w: torch.Tensor, kind: str) -> QuantizedWeight:
-    """w [N, K] (any float dtype) -> the packed format `kind` (a registered QuantizedFormat's name)."""
+# Rows quantized at once (a multiple of QR): a matrix's fp32 temporaries are a few of these blocks, not of the whole
+# matrix (an 8B model's lm_head would take ~2 GiB per fp32 temporary), so a streamed load (loader.py) stays bounded.
+QUANTIZE_ROWS = 1024
+
+
+def quantize(w: torch.Tensor, kind: str, chunk_rows: int = QUANTIZE_ROWS) -> QuantizedWeight:
+    """w [N, K] (any float dtype) -> the packed format `kind` (a registered QuantizedFormat's name). Rows are
+    quantized `chunk_rows` at a time (each row's blocks are independent: the result does not depend on it)."""
     layout = quantized_format(kind).kernel
+    if chunk_rows <= 0 or chunk_rows % QR:
+        raise ValueError(f"chunk_rows must be a positive multiple of {QR}, not {chunk_rows}")
     n, k = w.shape
-    blocks = _pad(w).view(-1, _pad_k(k) // QK, QK)  # [Np, KB, 32]
+    groups, kb = -(-n // QR), _pad_k(k) // QK
+    packed = torch.empty((groups, kb, 8 if layout == KernelFormat.INT8 else 4, QR, 4), dtype=torch.uint8)
+    scales = torch.empty((groups, kb, QR), dtype=torch.float16)
+    mins = torch.empty_like(scales) if layout == KernelFormat.Q4 else None
+    for r0 in range(0, n, chunk_rows):
+        g0, g1 = r0 // QR, -(-min(n, r0 + chunk_rows) // QR)
+        p, d, m = _quantize_rows(w[r0 : r0 + chunk_rows], layout)
+        packed[g0:g1], scales[g0:g1] = p, d
+        if mins is not None and m is not None:
+            mins[g0:g1] = m
+    return QuantizedWeight(kind, n, k, packed, scales, mins)
+
+
+def _quantize_rows(w: torch.Tensor, layout: KernelFormat) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Rows w [R, K] -> (packed [R/16, KB, C, 16, 4], scales, mins (q4) [R/16, KB, 16]), rows padded to 16."""
+    blocks = _pad(w).view(-1, _pad_k(w.shape[1]) // QK, QK)  # [Rp, KB, 32]
     if layout == KernelFormat.INT8:
-        d = blocks.abs().amax(-1) / 127.0  # [Np, KB]
+        d = blocks.abs().amax(-1) / 127.0  # [Rp, KB]
         inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
         q = torch.round(blocks * inv[..., None]).clamp(-127, 127).to(torch.int16) + 128
-        return QuantizedWeight(kind, n, k, _interleave(q.to(torch.uint8)), _group_scales(d), None)
-    if layout == KernelFormat.Q4:
-        lo, hi = blocks.amin(-1), blocks.amax(-1)
-        d = (hi - lo) / 15.0
-        inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
-        q = torch.round((blocks - lo[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8)
-        nibbles = q[..., :16] | (q[..., 16:] << 4)  # [Np, KB, 16]: GGUF Q4_1 nibble order
-        return QuantizedWeight(kind, n, k, _interleave(nibbles), _group_scales(d), _group_scales(lo))
-    raise ValueError(f"unknown quantized format {kind!r}")
+        return _interleave(q.to(torch.uint8)), _group_scales(d), None
+    lo, hi = blocks.amin(-1), blocks.amax(-1)
+    d = (hi - lo) / 15.0
+    inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.round((blocks - lo[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8)
+    nibbles = q[..., :16] | (q[..., 16:] << 4)  # [Rp, KB, 16]: GGUF Q4_1 nibble order
+    return _interleave(nibbles), _group_scales(d), _group_scales(lo)
 
 
 def _pad_k(k: int) -> int:
@@ -131,7 +152,7 @@ def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | 
 # Rows from which a batch (a prefill chunk) multiplies dequantized fp32 weights with the dense GEMM instead of
 # the integer kernel: past the crossover where the dequantization's cost is paid back (`python -m
 # bench.prefill_path`; docs/BENCHMARKS.md). int8 activations would be faster still but change answers
-# (bench/quality.py), so prefill keeps int16 ones or fp32.
+# (evals/quality.py), so prefill keeps int16 ones or fp32.
 DENSE_MIN_ROWS = 128
 # With the dequantized copy kept (EngineConfig.prefill_weights "cached": no per-step dequantization) the dense
 # GEMM wins from fewer rows (`python -m bench.prefill_weights`).
@@ -158,7 +179,7 @@ class QuantizedLinear:
         self.lib = lib
         self.act16 = act16
         self.mirror = False  # without lib: True runs reference_linear (tests), False dequantized weights
-        # True: every batch through the integer kernel, never dequantized + dense GEMM (bench/quality.py scores a
+        # True: every batch through the integer kernel, never dequantized + dense GEMM (evals/quality.py scores a
         # text with decode's numerics this way). Not the default for int8 activations either: without VNNI the
         # dense GEMM is faster for prefill batches.
         self.kernel_only = False

@@ -2,19 +2,20 @@
 
 One step (`schedule`), under `max_num_batched_tokens` and `max_num_seqs`:
   1. decodes of running requests, in rank order (a decode may carry grammar-forced tokens:
-     jump-forward, `take_forced`, computed in one chunk with the sampled token);
+     jump-forward, `take_forced`, computed in one chunk with the sampled token, and a draft to
+     verify: `req.draft`, as much as the budget and free blocks allow; engine/speculative/);
   2. the rest of the budget, in rank order over running requests with tokens left and waiting
      requests: continue chunked prefills and admit new requests (a prompt longer than the
      allowance is chunked);
   3. if class reserves held tokens back that their classes could not use, the reserves are
      dropped and 1-2 run again over what was skipped.
 Rank: promoted requests (see the starvation guarantee) first, then class priority (higher
-first), then weighted fair queueing over the class's tenants, then arrival (engine/request_queue.py).
-Every behaviour comes from ClassPolicy values (engine/request_queue.py turns them into ClassRules
+first), then weighted fair queueing over the class's tenants, then arrival (engine/sched/request_queue.py).
+Every behaviour comes from ClassPolicy values (engine/sched/request_queue.py turns them into ClassRules
 per mode); no class name is ever tested here.
 
 Class rules
-  step_token_share  reserved in every step while the class has work (engine/token_budget.py)
+  step_token_share  reserved in every step while the class has work (engine/sched/token_budget.py)
   max_running       batch slots of the class; a class at its limit stops admitting, others go on
   tenant_reserved_slots
                     the class's last free slots go only to a tenant with none of its requests
@@ -26,15 +27,15 @@ Class rules
   preemptible       whether other classes may preempt it
   prefill_isolation, shield_prefill_tokens, shield_chunk_tokens
                     cap lower-priority classes' prefill in a step, so the class's steps stay short
-                    (engine/allowance.py: how many tokens a request may take in a step)
+                    (engine/sched/allowance.py: how many tokens a request may take in a step)
 Who preempts whom when a slot or blocks run out, and what preemption by recompute does to the
-victim: engine/preemption.py. If a waiting request still cannot start, nothing ranked below it is
+victim: engine/sched/preemption.py. If a waiting request still cannot start, nothing ranked below it is
 admitted this step (a higher class never waits behind a lower one for slots or blocks).
 
 Request lifecycle: after each step the engine loop hands the sampled tokens to `postprocess`,
 which advances the computed tokens, appends each token, and finishes (status, finish_time, freed
 blocks, exactly once) a request that hit a stop token (past min_tokens), max_tokens or the
-context (engine/stop_check.py). The engine loop finishes the rest through `finish_request`:
+context (engine/sched/stop_check.py). The engine loop finishes the rest through `finish_request`:
 stop strings, a completed grammar, aborts and errors.
 
 Starvation guarantee: a live request (waiting, preempted or running) that has not been
@@ -47,6 +48,7 @@ request starts and then completes; any class, the lowest included, therefore wai
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
@@ -55,15 +57,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from engine.config import EngineConfig
 from engine.kv_cache import ClassKVBudget, ClassShare, KVCacheManager
-from engine.outputs import ClassStats, EngineStats, SchedulerOutput, StepResult, TokenUpdate
+from engine.outputs import NO_DRAFT, EngineStats, SchedulerOutput, StepResult, TokenUpdate
 from engine.request import EngineRequest, RequestStatus
 from engine.sched.admission import Admission
 from engine.sched.allowance import StepAllowance
 from engine.sched.preemption import Preemptor
 from engine.sched.request_queue import Rank, SchedulingMode, create_request_queue, resolve_class_rules
+from engine.sched.scheduler_stats import scheduler_stats
 from engine.sched.step_plan import StepPlan
 from engine.sched.stop_check import finish_status, stop_token_ids
 from engine.sched.token_budget import StepTokenBudget, class_reserves
+from engine.speculative.draft import Draft
 
 DEFAULT_STARVATION_STEPS = 256  # ~ tens of seconds at CPU step times: far beyond any interactive SLO
 _FINISHED_KEPT = 1024  # finished requests remembered so finish_request stays idempotent
@@ -78,7 +82,7 @@ class Scheduler:
         *,
         starvation_steps: int = DEFAULT_STARVATION_STEPS,  # <= 0 disables the guarantee
         eos_token_ids: tuple[int, ...] = (),  # the model's end-of-sequence ids: stop unless ignore_eos
-        attention_tokens: float = math.inf,  # engine/prefill_cost.py; inf: shields count plain tokens
+        attention_tokens: float = math.inf,  # engine/sched/prefill_cost.py; inf: shields count plain tokens
     ):
         self.config = config
         self.max_model_len = max_model_len
@@ -129,18 +133,24 @@ class Scheduler:
         self.allowance.arrived(req)
 
     def finish_request(
-        self, request_id: str, status: RequestStatus, *, now: float | None = None
+        self, request_id: str, status: RequestStatus, *, now: float | None = None, num_output_tokens: int | None = None
     ) -> EngineRequest | None:
         """Finishes or aborts a request in any state, freeing its blocks.
 
         The only place that sets a finished status and finish_time: the first call wins, later
-        calls change nothing and return the finished request (None if it was never known).
+        calls change nothing and return the finished request (None if it was never known), but
+        one: `num_output_tokens` cuts the output there, with `status`, also when a token after it
+        had already finished the request (an accepted draft run went on past a stop string).
         """
         if not status.finished:
             raise ValueError(f"{status} is not a finished status")
         req = self._requests.pop(request_id, None)
+        known = req or self._finished.get(request_id)
+        if known is not None and num_output_tokens is not None:
+            del known.output_token_ids[num_output_tokens:], known.token_times[num_output_tokens:]
+            known.status = status if req is None else known.status
         if req is None:
-            return self._finished.get(request_id)
+            return known
         self.running.pop(request_id, None)
         self.kv.free(req)
         self.waiting.forget(req)
@@ -182,24 +192,31 @@ class Scheduler:
         self.num_batches += bool(step.seqs)
         return step.output()
 
-    def postprocess(self, out: SchedulerOutput, sampled: Mapping[str, int], now: float) -> StepResult:
+    def postprocess(self, out: SchedulerOutput, sampled: Mapping[str, int], now: float,
+                    accepted: Mapping[str, int] | None = None) -> StepResult:
         """The step ran: its tokens' KV is written and `sampled` holds request id -> new token.
 
         Advances num_computed_tokens, registers newly full blocks in the prefix cache, appends
         each sampled token (a sampled token is not computed yet: the next step writes its KV)
         and finishes the requests that are done. Requests finished or aborted since schedule()
-        are skipped, and so is a seq whose token is missing from `sampled`.
+        are skipped, and so is a seq whose token is missing from `sampled`. A seq with a draft:
+        `accepted` says how many of its leading draft tokens the step accepted; they are taken
+        first, as computed tokens, then its sampled token (`_take_run`).
         """
         result = StepResult()
         for seq in out.seqs:
             req = seq.request
             if self.running.get(req.request_id) is not req:
                 continue
-            req.num_computed_tokens += seq.num_new_tokens
+            req.num_computed_tokens += seq.num_new_tokens - len(seq.draft)
+            req.num_draft_tokens += len(seq.draft)
             if self._caching(req):
                 self.kv.cache_full_blocks(req)
             token = sampled.get(req.request_id)
-            if token is not None:
+            if token is not None and seq.draft:
+                n = (accepted or {}).get(req.request_id, 0)
+                result.updates.append(self._take_run(req, seq.draft.head(n), token, now))
+            elif token is not None:
                 result.updates.append(self._take_token(req, token, now))
         return result
 
@@ -226,13 +243,31 @@ class Scheduler:
             taken += 1
         return taken
 
-    def _take_token(self, req: EngineRequest, token: int, now: float, *, forced: bool = False) -> TokenUpdate:
-        req.num_forced_pending = req.num_forced_pending + 1 if forced else 0
+    def _take_run(self, req: EngineRequest, accepted: Draft, token: int, now: float) -> TokenUpdate:
+        """Accepted draft tokens (their K/V is the step's: computed), then the step's token, stop rules applied to
+        each in order: one that finishes the request is the last taken. Blocks past its tokens held rejected
+        draft positions only; they go back to the pool (none of them was registered in the prefix cache)."""
+        for i, (t, forced) in enumerate(zip(accepted.token_ids, accepted.forced, strict=True)):
+            req.num_accepted_tokens += 1
+            if self._take_token(req, t, now, forced=forced, computed=True).finished:
+                return TokenUpdate(req, t, True, accepted.head(i))
+        update = dataclasses.replace(self._take_token(req, token, now), draft=accepted)
+        if not update.finished:
+            self.kv.trim(req)
+        return update
+
+    def _take_token(self, req: EngineRequest, token: int, now: float, *, forced: bool = False,
+                    computed: bool = False) -> TokenUpdate:
+        req.num_forced_pending = req.num_forced_pending + 1 if forced and not computed else 0
         req.num_forced_tokens += forced
         req.output_token_ids.append(token)
         req.token_times.append(now)
         if req.first_token_time is None:
             req.first_token_time = now
+        if computed:  # an accepted draft token: registered once its block is full, before a stop can free it
+            req.num_computed_tokens += 1
+            if self._caching(req):
+                self.kv.cache_full_blocks(req)
         status = finish_status(req, token, self.stop_token_ids(req), self.max_model_len)
         if status is RequestStatus.FINISHED_STOPPED:
             req.stop_reason = token
@@ -257,16 +292,21 @@ class Scheduler:
     def _schedule_running(self, req: EngineRequest, step: StepPlan) -> None:
         want = self._tokens_left(req)
         prefill = want > 1 and not req.in_decode  # decodes (forced tokens included) are never shielded
-        n = self.allowance.take(req, step, want, start=req.num_computed_tokens, shielded=prefill)
+        draft = req.draft if req.draft is not None and req.in_decode else NO_DRAFT
+        n = self.allowance.take(req, step, want + len(draft), start=req.num_computed_tokens, shielded=prefill)
         if n <= 0:
             step.token_limited = want > 0
             return
-        block_ids = self.preemption.grow_running(req, n, step)
+        draft = draft.head(max(0, n - want))
+        block_ids = self.kv.allocate_slots(req, n) if draft else None  # a draft never preempts: no room, no draft
+        if block_ids is None:
+            n, draft = min(n, want), NO_DRAFT
+            block_ids = self.preemption.grow_running(req, n, step)
         if block_ids is None:
             return  # it was the lowest: preempted itself
         if prefill:
             self.allowance.charge(req, step, n, req.num_computed_tokens)
-        step.add(req, n, block_ids)
+        step.add(req, n, block_ids, draft)
 
     def _schedule_waiting(self, req: EngineRequest, step: StepPlan) -> None:
         cls = req.workload_class
@@ -352,27 +392,4 @@ class Scheduler:
 
     # ---- introspection ------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        kv = self.kv.stats()
-        per_class = {
-            name: ClassStats(
-                running=self._num_running(name),
-                waiting=self.waiting.count(name),
-                kv_blocks=self.kv.budget.held(name),
-                rejections=dict(self.admission.rejections[name]),
-                preemptions=self.preemption.counts[name],
-            )
-            for name in self.rules
-        }
-        return EngineStats(
-            num_blocks=kv.num_blocks,
-            free_blocks=kv.free_blocks,
-            cached_blocks=kv.cached_blocks,
-            used_blocks=kv.used_blocks,
-            leased_blocks=kv.leased_blocks,
-            running=len(self.running),
-            waiting=len(self.waiting),
-            per_class=per_class,
-            steps=self.num_batches,
-            prefix_cache_hit_tokens=kv.prefix_cache_hit_tokens,
-            prefix_cache_query_tokens=kv.prefix_cache_query_tokens,
-        )
+        return scheduler_stats(self)

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.outputs import ScheduledSeq, SchedulerOutput
+from engine.outputs import NO_DRAFT, ScheduledSeq, SchedulerOutput
 from engine.request import EngineRequest
 from engine.sched.token_budget import StepTokenBudget
+from engine.speculative.draft import Draft
 
 
 @dataclass
@@ -28,8 +29,8 @@ class StepPlan:
             self.shield_priority = max(self.shield_priority, priority)
             self.shield_tokens = min(self.shield_tokens, tokens)
 
-    def add(self, req: EngineRequest, n: int, block_ids: list[int]) -> None:
-        self.seqs[req.request_id] = ScheduledSeq(req, req.num_computed_tokens, n, block_ids)
+    def add(self, req: EngineRequest, n: int, block_ids: list[int], draft: Draft = NO_DRAFT) -> None:
+        self.seqs[req.request_id] = ScheduledSeq(req, req.num_computed_tokens, n, block_ids, draft)
         self.budget.take(req.workload_class, n)
 
     def drop(self, req: EngineRequest) -> None:

@@ -22,7 +22,7 @@ from finserve.console import CLIError, config_error, status
 
 
 def register(app: typer.Typer) -> None:
-    from finserve.commands import bench_peers  # noqa: F401  (imported for its commands: they join bench_app, after these)
+    from finserve.commands import bench_models, bench_peers  # noqa: F401  (imported for their commands: they join bench_app, after these)
 
     app.add_typer(bench_app, name="bench")
 
@@ -273,6 +273,35 @@ def bulk_bench(
     with status(f"bench bulk: {items} items, {reps} repetitions ..."):
         run(path, items=items, reps=reps, model=model, threads=threads, workers=workers, in_flight=in_flight,
             max_tokens=max_tokens, risk_gap_s=risk_gap_s)
+
+
+@bench_app.command("speculative")
+def speculative_bench(
+    json_file: JsonFileOpt = None,
+    reps: Annotated[int, typer.Option("--reps", min=1, help="Side-by-side repetitions (on off on off ...).")] = 3,
+    model: ModelOpt = None,
+    threads: ThreadsOpt = None,
+    generated_items: Annotated[int, typer.Option(
+        "--generated-items", min=1, help="Generated contracts (evals/contracts_gen.py) beside the examples.")] = 24,
+    per_stream: Annotated[int, typer.Option("--per-stream", min=1, help="Streams part: requests per stream.")] = 4,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Answer budget per request.")] = 160,
+    parts: Annotated[str, typer.Option("--parts", help="Comma-separated subset of extraction,documents,streams.")]
+        = "extraction,documents,streams",
+    quick: Annotated[int | None, typer.Option(
+        "--quick", min=1, help="Only the first N requests of each list: a functional check, not a measurement.")]
+        = None,
+) -> None:
+    """Prompt-lookup speculative decoding on vs off, one engine alternating: extraction items/min at 1-2 in flight,
+    quoted document answers' output tokens/s, 1/2/8 streams per class."""
+    need_checkout("speculative")
+    from bench.speculative import run
+    from stack.models import resolve_model
+
+    model = resolve_model(model)
+    with status(f"bench speculative: {reps} repetitions ..."):
+        run(json_file, model=model, threads=threads, reps=reps, generated_items=generated_items,
+            per_stream=per_stream, max_tokens=max_tokens, parts=tuple(p.strip() for p in parts.split(",") if p),
+            limit=(lambda w: w[:quick]) if quick else (lambda w: w))
 
 
 @bench_app.command("replicas")

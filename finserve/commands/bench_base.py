@@ -19,6 +19,10 @@ JsonFileOpt = Annotated[str | None, typer.Option("--json-file", metavar="PATH", 
 OldJsonOpt = Annotated[str | None, typer.Option("--json", hidden=True, help="Deprecated: use --json-file.")]
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", help="HF-format model folder (default: FINSERVE_MODEL, else the prepared SmolLM2).")]
+GgufOpt = Annotated[str | None, typer.Option(
+    "--gguf", metavar="FILE", help="The GGUF llama.cpp runs (e.g. convert_hf_to_gguf.py's from --model's folder), each "
+                                   "--gguf-types type made from it once; without --model, finserve runs it too "
+                                   "(imported once). Default: the shipped SmolLM2 Q4_1.")]
 ThreadsOpt = Annotated[int | None, typer.Option(
     "--threads", help="torch threads on CPU (default: FINSERVE_THREADS, else one per usable core).")]
 # The engine settings (FINSERVE_WEIGHTS, FINSERVE_KV_CACHE_DTYPE, ...) apply to every benchmark that builds an

@@ -1,15 +1,18 @@
 """`finserve bench http-peer|llamacpp|peer-quality`: finserve beside llama.cpp (its own tools, built from source)."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from engine import kv_dtypes
 from engine.model import formats
-from finserve.commands.bench_base import JsonFileOpt, ModelOpt, ThreadsOpt, _threads, bench_app, need_checkout
+from finserve.commands.bench_base import GgufOpt, JsonFileOpt, ModelOpt, ThreadsOpt, _threads, bench_app, need_checkout
 from finserve.config import command_settings
 from finserve.console import CLIError, status
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 
 def _gguf_types(text: str) -> tuple[str, ...]:
@@ -31,6 +34,24 @@ def _weight_list(text: str, option: str) -> tuple[str, ...]:
     except ValueError as e:
         raise CLIError(f"{option}: {e}") from None
 
+
+def _model_and_gguf(model: str | None, gguf: str | None, settings: Settings) -> tuple[str, str | None]:
+    """(finserve's model folder, llama.cpp's source GGUF): --model (or FINSERVE_MODEL, or the prepared SmolLM2);
+    with --gguf and no --model, that GGUF imported once (bench/gguf_files.py), so both run the same weights."""
+    from bench import gguf_files
+    from bench.llamacpp import default_cache
+    from stack.models import resolve_model
+
+    if gguf is None:
+        return resolve_model(model, settings), None
+    try:
+        file, _, _ = gguf_files.source(gguf)
+        if model is None:
+            with status(f"importing {file.name} for finserve (once) ..."):
+                model = str(gguf_files.imported_folder(file, default_cache()))
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    return resolve_model(model, settings), str(file)
 
 
 @bench_app.command("http-peer")
@@ -72,6 +93,7 @@ def http_peer_bench(
                                     "system, so the peer's faster one counts.")] = "auto,off",
     build: Annotated[bool, typer.Option("--build", help="Build llama.cpp first when it is not cached.")] = False,
     model: ModelOpt = None,
+    gguf: GgufOpt = None,
 ) -> None:
     """finserve serve vs llama.cpp's llama-server -np 8 over HTTP, one streaming client: output tok/s, TTFT, ITL."""
     from pathlib import Path
@@ -79,7 +101,6 @@ def http_peer_bench(
     need_checkout("http-peer")
     from bench.http_peer import Shape, run
     from bench.llamacpp import parse_flash_attn
-    from stack.models import resolve_model
 
     try:
         levels = tuple(int(c) for c in concurrency.split(",") if c.strip())
@@ -92,14 +113,14 @@ def http_peer_bench(
     except ValueError as e:
         raise CLIError(f"--server-flash-attn: {e}") from None
     settings = command_settings(threads=threads, weights=weights)
-    folder = resolve_model(model, settings)
+    folder, source = _model_and_gguf(model, gguf, settings)
     shape = Shape(prompt_tokens=prompt_tokens, output_tokens=output_tokens, concurrency=levels, rounds=rounds,
                   reps=reps, threads=_threads(settings), finserve_class=finserve_class, prefixes=prefixes,
                   prefix_tokens=prefix_tokens)
     with status(f"bench http-peer: {reps} repetitions at {concurrency} streams ..."):
         run(json_file, model=folder, shape=shape, weights=settings.weights, peer_python=peer_python,
             peer_gguf_types=peer_gguf_types, log_path=Path(log_file) if log_file else None,
-            server_gguf_types=server_gguf_types, build=build, server_flash_attn=server_flash_attn)
+            server_gguf_types=server_gguf_types, build=build, server_flash_attn=server_flash_attn, gguf=source)
 
 
 @bench_app.command("llamacpp")
@@ -124,20 +145,21 @@ def llamacpp_bench(
     build: Annotated[bool, typer.Option(
         "--build", help="Build llama.cpp first when it is not cached (~10 minutes on 2 cores).")] = False,
     model: ModelOpt = None,
+    gguf: GgufOpt = None,
 ) -> None:
     """finserve's engine vs llama.cpp's own llama-bench: pp256, pp2048, tg128, tg32 at depth 4,096 (tokens/s)."""
     need_checkout("llamacpp")
     from bench.peer_bench import PeerShape, run
-    from stack.models import resolve_model
 
     settings = command_settings(threads=threads, weights=weights, kv_cache_dtype=kv_cache_dtype)
     types = _gguf_types(gguf_types)
     extra = _weight_list(also_weights, "--also-weights")
+    folder, source = _model_and_gguf(model, gguf, settings)
     shape = PeerShape(reps=reps, threads=_threads(settings), gguf_types=types, weights=settings.weights,
-                      kv_dtype=settings.kv_cache_dtype, also_weights=extra)
+                      kv_dtype=settings.kv_cache_dtype, also_weights=extra, gguf=source)
     with status(f"bench llamacpp: {reps} repetitions{' (each quiet and with a CPU hog, interleaved)' if hog else ''} ..."):
         try:
-            run(json_file, model=str(resolve_model(model, settings)), shape=shape, hog=hog, build=build)
+            run(json_file, model=folder, shape=shape, hog=hog, build=build)
         except RuntimeError as e:
             raise CLIError(str(e)) from None
 

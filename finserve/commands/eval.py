@@ -183,32 +183,26 @@ def verdict(
     quality: bool = typer.Option(False, "--quality",
                                  help="Instead: verdict quality on the labelled events (Spearman of score with the "
                                       "label, level and action accuracy, enum-order invariance, latency)."),
-    events: Path = typer.Option(None, "--events", help="With --quality: the labelled event set "
-                                                       "(default: evals/data/risk_events.json)."),
+    events: list[Path] = typer.Option(None, "--events", help="With --quality: a labelled event set, the format of "
+                                                             "evals/data/risk_events.json; repeat for several, each "
+                                                             "reported apart (default: that file)."),
+    rules_only: bool = typer.Option(False, "--rules-only", help="With --quality: the policy's risk rules alone, no "
+                                                                "model (no engine is started)."),
     model_only: bool = typer.Option(True, "--model-only/--no-model-only",
                                     help="With --quality: also measure the model-decoded verdict without rules."),
 ) -> None:
     """TTFT and E2E of the risk verdict (policy schema) vs a free-text answer, side by side, and its validity;
     with --quality, how well the verdicts rank and classify hand-labelled events."""
+    if quality:
+        _verdict_quality(events or [], rules_only=rules_only, model_only=model_only, model=model, threads=threads,
+                         json_path=json_path)
+        return
     from dataclasses import replace
 
     from engine.engine import LLMEngine
     from evals.verdict import run
 
     settings = _settings(model, threads, 256 << 20 if not under_load or document_tokens <= 4000 else 1 << 30)
-    if quality:
-        from evals.verdict import EVENT_SET
-        from evals.verdict import quality as measure_quality
-
-        engine = LLMEngine(_engine_config(model, settings))
-        policy = engine.config.policy
-        cls = policy.get(policy.classification.routes["risk"])
-        try:
-            report = measure_quality(engine, cls, path=events or EVENT_SET, model_only=model_only)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="FINSERVE_POLICY") from None
-        _emit(report, json_path)
-        return
     if under_load:
         from evals.verdict import isolation
 
@@ -221,6 +215,41 @@ def verdict(
     policy = engine.config.policy
     cls = policy.get(policy.classification.routes["risk"])  # the class /v1/risk/assess runs in
     _emit(run(engine, cls.response_schema, cls.name, reps=reps, engine_no_ff=slow), json_path)
+
+
+def _verdict_quality(paths: list[Path], *, rules_only: bool, model_only: bool, model: str | None,
+                     threads: int | None, json_path: str | None) -> None:
+    """`eval verdict --quality`: each event set reported apart; the rules alone, or the whole verdict path."""
+    from evals.verdict_quality import EVENT_SET, readme_verdict, rules_quality
+
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise typer.BadParameter(f"no such file: {', '.join(missing)}", param_hint="--events")
+    paths = paths or [EVENT_SET]
+    labels = [p.name if [q.name for q in paths].count(p.name) == 1 else str(p) for p in paths]
+    settings = _settings(model, threads, 256 << 20)
+    try:
+        if rules_only:
+            from policies import load_policy
+
+            policy = load_policy(settings.policy)
+            cls = policy.get(policy.classification.routes["risk"])
+            if not cls.risk_rules.enabled:
+                raise ValueError(f"class {cls.name!r} has no risk rules enabled in its policy")
+            sets = {label: rules_quality(cls.risk_rules, p) for label, p in zip(labels, paths, strict=True)}
+        else:
+            from engine.engine import LLMEngine
+            from evals.verdict_model_quality import quality as measure_quality
+
+            engine = LLMEngine(_engine_config(model, settings))
+            policy = engine.config.policy
+            cls = policy.get(policy.classification.routes["risk"])
+            sets = {label: measure_quality(engine, cls, path=p, model_only=model_only)
+                    for label, p in zip(labels, paths, strict=True)}
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--events / FINSERVE_POLICY") from None
+    _emit({"mode": "rules_only" if rules_only else "rules_and_model", "workload_class": cls.name,
+           "readme_event": readme_verdict(cls.risk_rules), "event_sets": sets}, json_path)
 
 
 def _settings(model: str | None, threads: int | None, kv_bytes: int, **given: object) -> Settings:

@@ -86,6 +86,7 @@ def replay(
                        + "; ".join(f"{f} {v['recorded']} (recorded) vs {v['loaded']} (loaded)" for f, v in differs.items())
                        + " — load the recorded ones, or --force", ExitCode.CONFIG)
     recorded_engine = inp.get("engine") or {}
+    engine.set_speculative(recorded_engine.get("speculative", "off"))  # the mode that served it (off before it existed)
     fingerprint = engine_fingerprint(engine)
     engine_differs = {k: {"recorded": v, "loaded": fingerprint.get(k)} for k, v in recorded_engine.items()
                       if fingerprint.get(k) != v}

@@ -49,8 +49,9 @@ class RiskAssessment(BaseModel):
         None, description="The decoded verdict, valid against the schema; null for format=text, or when the "
                           "answer was cut at max_tokens (finish_reason 'length').")
     scoring: dict[str, Any] | None = Field(
-        None, description="With the class's risk rules: the rules that fired with their points, and the model's "
-                          "judgement (level probabilities, severity, points added); null otherwise.")
+        None, description="With the class's risk rules: the rules that fired with their points, the mitigations "
+                          "that lowered rules (the context that explains them), and the model's judgement (level "
+                          "probabilities, severity, points added); null otherwise.")
     finish_reason: str
     usage: Usage
     timings: Timings

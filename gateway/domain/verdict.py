@@ -19,8 +19,9 @@ from engine.outputs import TokenLogprobs
 from engine.request import SamplingParams
 from engine.tokenizer import Tokenizer
 from gateway.inference.inputs import SamplingChoice
-from policies.model import ClassPolicy, RiskRules
+from policies.model import ClassPolicy
 from policies.risk import LEVELS, evaluate, verdict
+from policies.risk_model import RiskRules
 
 # A choice of three words needs at most a few tokens; the rest of the word is forced.
 JUDGEMENT_MAX_TOKENS = 4
@@ -76,7 +77,10 @@ def combine(rules: RiskRules, event: Mapping[str, Any], probabilities: Mapping[s
     result = verdict(rules, score, sev)
     scoring = {
         "rule_points": score.points,
-        "rules": [{"rule": f.rule, "points": f.points, "reason": f.reason} for f in score.fired],
+        "rules": [{"rule": f.rule, "points": f.points, "reason": f.reason, "action": f.action.value,
+                   "source": f.source} for f in score.fired],
+        "mitigations": [{"mitigation": m.mitigation, "reason": m.reason, "rules": list(m.rules), "source": m.source}
+                        for m in score.mitigated],
         "model": {"probabilities": dict(probabilities) if probabilities else None,
                   "severity": None if sev is None else round(sev, 4),
                   "points": result["score"] - min(100, score.points)},

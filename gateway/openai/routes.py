@@ -232,7 +232,16 @@ def _chat_input(body: ChatCompletionRequest, workload_class: str | None,
 
 @router.get("/models", response_model=ModelList, responses=ERROR_RESPONSES)
 async def list_models(key: TenantDep, service: ServiceDep) -> ModelList:
+    """The served model first, then the other models installed under $FINSERVE_HOME/models (`served` false: a
+    request naming one is refused with model_not_found until FINSERVE_MODEL serves it)."""
+    from engine.model.installed import list_installed
+
     folder = service.model_folder
     created = int(folder.stat().st_mtime) if folder.exists() else 0
-    return ModelList(data=[ModelCard(id=service.model_name, created=created, max_model_len=service.max_model_len,
-                      weights=service.weights)])
+    cards = [ModelCard(id=service.model_name, created=created, max_model_len=service.max_model_len,
+                       weights=service.weights)]
+    served = folder.resolve()
+    cards += [ModelCard(id=m.name, created=int(m.path.stat().st_mtime), served=False)
+              for m in list_installed(service.state.settings.home)
+              if m.problem is None and m.path.resolve() != served and m.name != service.model_name]
+    return ModelList(data=cards)

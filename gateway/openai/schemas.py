@@ -341,8 +341,9 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "finserve"
-    max_model_len: int
+    max_model_len: int | None = None  # the served model's context; None for an installed model not served
     weights: ModelWeights | None = None  # None with engine replicas (each resolves its own; see its log)
+    served: bool = True  # False: installed (`finserve model add`) but not the one this gateway runs
 
 
 class ModelList(BaseModel):

@@ -15,15 +15,10 @@ A call cut by `max_tokens` is reported as such: finish_reason "length", and eith
 name the model had written and the arguments it had reached, or (no complete name yet) no tool call
 at all -- never an empty name or the internal `{"name", "arguments"}` envelope.
 
-Parsers (the call formats of the models `FINSERVE_MODEL` users bring), chosen per model folder by
-`parser_for` (its name and chat template):
-- `smollm2`: `<tool_call>[{"name": ..., "arguments": {...}}, ...]</tool_call>` (SmolLM2's function-calling
-  format; a single object inside the tags is accepted too). Folders named *smollm*.
-- `hermes`: one `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` per call (Qwen 2.5/3, Hermes;
-  vLLM's `hermes` parser). Chat templates that mention `<tool_call>`.
-- `llama3_json`: `{"name": ..., "parameters": {...}}` as the whole answer, optionally after
-  `<|python_tag|>`, several separated by `;` (Llama 3.1/3.2 JSON tool calls; vLLM's `llama3_json`).
-  Chat templates that mention `<|python_tag|>` or folders named *llama-3*.
+Parsers (gateway/openai/tool_parsers.py: the call formats of the families finserve serves) are chosen per model folder
+by `parser_for`, from its chat template, its name and its family: `<|tool_call|>` -> granite, `[TOOL_CALLS]` ->
+mistral, `<|python_tag|>` or *llama-3* -> llama3_json, *smollm* -> smollm2, Gemma and Phi-3 (no format of their
+own) -> none, anything else -> hermes (`<tool_call>`, Qwen and most others).
 Streaming (gateway/openai/routes.py, `ToolStream`): text is streamed as `content` until it may be the
 start of a call; a call is sent, once complete, as OpenAI's `delta.tool_calls` chunks (id, type and
 name first, then the arguments).
@@ -31,18 +26,33 @@ name first, then the arguments).
 from __future__ import annotations
 
 import json
-import re
 import uuid
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from core.web.errors import APIError
-from gateway.openai.schemas import ChatCompletionRequest, NamedToolChoice, ToolCall, ToolCallFunction, ToolDef
+from gateway.openai.schemas import ChatCompletionRequest, NamedToolChoice, ToolCall, ToolCallFunction
+from gateway.openai.tool_parsers import (
+    PARSERS,
+    GraniteParser,
+    HermesParser,
+    Llama3JsonParser,
+    MistralParser,
+    NoToolFormat,
+    Parsed,
+    SmolLM2Parser,
+    ToolParser,
+    _partial_call,
+)
+
+__all__ = ["PARSERS", "GraniteParser", "HermesParser", "Llama3JsonParser", "MistralParser", "NoToolFormat", "Parsed",
+           "SmolLM2Parser", "ToolParser", "ToolStream", "answer", "describe_tools", "parser_for", "render_turn",
+           "tool_schema"]
 
 _OBJECT: dict[str, Any] = {"type": "object"}
-_DECODER = json.JSONDecoder()
+# Families whose chat templates have no tool-call format (tool_choice "auto" is refused for them)
+_NO_TOOL_FORMAT = {"gemma2": "Gemma 2", "gemma3_text": "Gemma 3", "phi3": "Phi-3"}
 
 
 def _parameters(body: ChatCompletionRequest, name: str) -> dict[str, Any]:
@@ -74,194 +84,35 @@ def tool_schema(body: ChatCompletionRequest) -> str | None:
     return json.dumps({"anyOf": calls})
 
 
-# ---- the model's call format -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """What an output says: text before any call, the calls (name, arguments JSON), and whether a call
-    was cut off (started but not complete)."""
-
-    content: str
-    calls: list[tuple[str, str]]
-    truncated: bool = False
-
-
-class ToolParser:
-    """One model family's tool-call format: how tools are shown to it and how its calls are read."""
-
-    name = "base"
-    start = "<tool_call>"  # text that opens a call (streaming holds text back from here on)
-
-    def describe(self, tools: list[ToolDef]) -> str:
-        raise NotImplementedError
-
-    def render_call(self, calls: list[tuple[str, Any]]) -> str:
-        """Calls of an earlier assistant turn, as this model writes them."""
-        raise NotImplementedError
-
-    def parse(self, text: str) -> Parsed:
-        raise NotImplementedError
-
-    def example(self, tools: list[ToolDef]) -> str:
-        t = tools[0].function
-        return self.render_call([(t.name, example_arguments(t.parameters or _OBJECT))])
-
-
-def example_arguments(schema: dict[str, Any]) -> dict[str, Any]:
-    """Placeholder arguments of a tool's schema, for the worked example in the tools message."""
-    values = {"string": "...", "integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}
-    out: dict[str, Any] = {}
-    for name, prop in (schema.get("properties") or {}).items():
-        kind = prop.get("type") if isinstance(prop, dict) else None
-        enum = prop.get("enum") if isinstance(prop, dict) else None
-        out[name] = enum[0] if enum else values.get(kind if isinstance(kind, str) else "string", "...")
-    return out
-
-
-def _tool_lines(tools: list[ToolDef]) -> str:
-    return json.dumps([{"name": t.function.name, "description": t.function.description or "",
-                        "parameters": t.function.parameters or _OBJECT} for t in tools])
-
-
-def _call_of(obj: Any, arguments_key: str = "arguments") -> tuple[str, str] | None:
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
-        return None
-    args = obj.get(arguments_key, obj.get("arguments", obj.get("parameters", {})))
-    return obj["name"], args if isinstance(args, str) else json.dumps(args)
-
-
-class _Tagged(ToolParser):
-    """Calls between <tool_call> and </tool_call>; text outside the tags is content."""
-
-    end = "</tool_call>"
-
-    def parse(self, text: str) -> Parsed:
-        content: list[str] = []
-        calls: list[tuple[str, str]] = []
-        rest = text
-        while self.start in rest:
-            before, _, after = rest.partition(self.start)
-            content.append(before)
-            body, closed, rest = after.partition(self.end)
-            found = self._calls(body)
-            if found is None or not closed:
-                if not closed:  # cut off inside the tags: a truncated call, never content
-                    partial = _partial_call(body.lstrip(" \n["))
-                    return Parsed("".join(content).strip(), calls + ([partial] if partial else []), True)
-                content.append(self.start + body + self.end)  # not a call after all
-                continue
-            calls += found
-        content.append(rest)
-        return Parsed("".join(content).strip(), calls)
-
-    def _calls(self, body: str) -> list[tuple[str, str]] | None:
-        try:
-            obj = json.loads(body)
-        except ValueError:
-            return None
-        items = obj if isinstance(obj, list) else [obj]
-        calls = [_call_of(o) for o in items]
-        return None if any(c is None for c in calls) else [c for c in calls if c is not None]
-
-
-class SmolLM2Parser(_Tagged):
-    name = "smollm2"
-
-    def describe(self, tools: list[ToolDef]) -> str:
-        return ("You have access to the following tools:\n<tools>" + _tool_lines(tools) + "</tools>\n\n"
-                "To call a tool, answer with <tool_call>[{\"name\": \"tool name\", \"arguments\": {...}}]</tool_call> "
-                "and nothing else. If no tool fits the question, answer in plain text.\n"
-                f"Example of a call: {self.example(tools)}")
-
-    def render_call(self, calls: list[tuple[str, Any]]) -> str:
-        return self.start + json.dumps([{"name": n, "arguments": a} for n, a in calls]) + self.end
-
-
-class HermesParser(_Tagged):
-    name = "hermes"
-
-    def describe(self, tools: list[ToolDef]) -> str:
-        return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-                + "\n".join(json.dumps({"type": "function", "function": {
-                    "name": t.function.name, "description": t.function.description or "",
-                    "parameters": t.function.parameters or _OBJECT}}) for t in tools)
-                + "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
-                "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-                f"<args-json-object>}}\n</tool_call>\nExample of a call: {self.example(tools)}")
-
-    def render_call(self, calls: list[tuple[str, Any]]) -> str:
-        return "\n".join(f"{self.start}\n{json.dumps({'name': n, 'arguments': a})}\n{self.end}" for n, a in calls)
-
-
-class Llama3JsonParser(ToolParser):
-    name = "llama3_json"
-    start = "{"
-    _TAG = "<|python_tag|>"
-
-    def describe(self, tools: list[ToolDef]) -> str:
-        return ("Given the following functions, please respond with a JSON for a function call with its proper "
-                "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
-                "\"parameters\": dictionary of argument name and its value}. Do not use variables. If no function "
-                "fits, answer in plain text.\n\n" + "\n\n".join(json.dumps({"type": "function", "function": {
-                    "name": t.function.name, "description": t.function.description or "",
-                    "parameters": t.function.parameters or _OBJECT}}) for t in tools)
-                + f"\n\nExample of a call: {self.example(tools)}")
-
-    def render_call(self, calls: list[tuple[str, Any]]) -> str:
-        return "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)
-
-    def parse(self, text: str) -> Parsed:
-        body = text.strip().removeprefix(self._TAG).lstrip()
-        if not body.startswith("{"):
-            return Parsed(text.strip(), [])
-        calls: list[tuple[str, str]] = []
-        at = 0
-        while at < len(body):
-            try:
-                obj, end = _DECODER.raw_decode(body, at)
-            except ValueError:
-                partial = _partial_call(body[at:])
-                if partial is None and not calls:
-                    return Parsed(text.strip(), [], truncated=_looks_like_call_start(body[at:]))
-                return Parsed("", calls + ([partial] if partial else []), True)
-            call = _call_of(obj, "parameters")
-            if call is None:
-                return Parsed(text.strip(), [])
-            calls.append(call)
-            at = end
-            while at < len(body) and body[at] in " \n;":
-                at += 1
-        return Parsed("", calls)
-
-
-def _looks_like_call_start(text: str) -> bool:
-    return re.match(r'\s*\{\s*("(n(a(me?)?)?)?)?$', text) is not None or text.lstrip().startswith('{"name"')
-
-
-def _partial_call(text: str) -> tuple[str, str] | None:
-    """(name, arguments so far) of a call cut off after its name was complete; None before that."""
-    m = re.match(r'\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*(?:,\s*"(?:arguments|parameters)"\s*:\s*)?', text)
-    return (m.group(1), text[m.end():]) if m else None
-
-
-PARSERS: dict[str, type[ToolParser]] = {p.name: p for p in (SmolLM2Parser, HermesParser, Llama3JsonParser)}
-
-
 @lru_cache(maxsize=16)
 def parser_for(model_folder: Path) -> ToolParser:
-    """The tool-call format of the model in `model_folder`, from its chat template, then its name."""
+    """The tool-call format of the model in `model_folder`, from its chat template, its name, then its family."""
+    template = _read(model_folder / "chat_template.jinja")
     try:
-        template = str(json.loads((model_folder / "tokenizer_config.json").read_text()).get("chat_template") or "")
-    except (OSError, ValueError):
-        template = ""
+        template += str(json.loads(_read(model_folder / "tokenizer_config.json") or "{}").get("chat_template") or "")
+        model_type = json.loads(_read(model_folder / "config.json") or "{}").get("model_type")
+    except ValueError:
+        model_type = None
     name = model_folder.name.lower()
-    if "smollm" in name:
+    # SmolLM2's template names it in its default system turn: a copy installed under any name keeps its format.
+    if "smollm" in name or "named SmolLM" in template:
         return SmolLM2Parser()
+    if "<|tool_call|>" in template:
+        return GraniteParser()
+    if "[TOOL_CALLS]" in template:
+        return MistralParser()
     if "<|python_tag|>" in template or "llama-3" in name or "llama3" in name:
         return Llama3JsonParser()
+    if "<tool_call>" not in template and model_type in _NO_TOOL_FORMAT:
+        return NoToolFormat(_NO_TOOL_FORMAT[model_type])
     return HermesParser()  # `<tool_call>` templates (Qwen, Hermes) and the most common format otherwise
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 # ---- request and answer ----------------------------------------------------------------------------

@@ -128,7 +128,7 @@ def test_each_llama_server_flash_attention_setting_is_its_own_system(tmp_path: P
 
     tools = llamacpp.Tools(tmp_path)
     monkeypatch.setattr(llamacpp, "find_built", lambda cache=None: tools)
-    monkeypatch.setattr(llamacpp, "gguf", lambda tools, t, cache=None: tmp_path / f"{t}.gguf")
+    monkeypatch.setattr(llamacpp, "gguf", lambda tools, t, cache=None, source=None: tmp_path / f"{t}.gguf")
     shape = http_peer.Shape(prompt_tokens=256, output_tokens=64, concurrency=(1, 8), rounds=1, reps=1, threads=2)
     starters: dict[str, Any] = {}
     http_peer._add_llama_server(starters, {}, shape, "Q4_0,Q8_0", False, None, "auto,off")
@@ -180,7 +180,7 @@ def test_quiet_and_hog_repetitions_interleave_each_after_a_settling_decode(monke
 
     monkeypatch.setattr(peer_bench, "_engine", lambda *a: Engine())
     monkeypatch.setattr(peer_bench, "cpu_hog", fake_hog)
-    monkeypatch.setattr(peer_bench, "gguf", lambda tools, t: Path(f"{t}.gguf"))
+    monkeypatch.setattr(peer_bench, "gguf", lambda tools, t, source=None: Path(f"{t}.gguf"))
     monkeypatch.setattr(peer_bench, "_decode_s", lambda *a: events.append("settle") or 0.0)
     monkeypatch.setattr(peer_bench, "finserve_rows", lambda e, rng: rows("finserve", 6.0 if state["hog"] else 4.0))
     monkeypatch.setattr(peer_bench, "peer_rows", lambda tools, path, threads: rows("peer", 90.0 if state["hog"] else 8.0))

@@ -25,7 +25,7 @@ def engine(request, tiny_model_dir) -> LLMEngine:  # type: ignore[no-untyped-def
         pytest.skip("native kernels not built")
     return LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), block_size=4,
                                   kv_cache_num_blocks=64, max_num_batched_tokens=32, threads=1,
-                                  weights=request.param))
+                                  weights=request.param, speculative="off"))  # one token a step
 
 
 def _req(rid: str, max_tokens: int) -> EngineRequest:

@@ -32,7 +32,7 @@ def eager_capture(call: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, Calla
 def make_engine(model: Path) -> LLMEngine:
     return LLMEngine(EngineConfig(model=str(model), policy=load_policy(), weights="fp32", kv_cache_dtype="fp32",
                                   native_kernels=False, block_size=4, kv_cache_num_blocks=256,
-                                  max_num_batched_tokens=64, threads=1))
+                                  max_num_batched_tokens=64, threads=1, speculative="off"))  # one-token decodes
 
 
 def with_graphs(engine: LLMEngine) -> list[int]:

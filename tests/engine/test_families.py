@@ -131,17 +131,23 @@ def test_the_architecture_alone_names_the_family() -> None:
     assert parse_config({**SHAPE, "architectures": ["Qwen2ForCausalLM"]}).qkv_bias
 
 
-def test_native_step_is_refused_for_what_it_does_not_implement() -> None:
-    assert native_unsupported(parse_config(saved("LlamaConfig"))) is None
-    assert native_unsupported(parse_config(saved("Qwen2Config"))) is None  # biases: the native step has them
-    llama3 = saved("LlamaConfig", rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
-    assert native_unsupported(parse_config(llama3)) is None  # one table, other values
-    reasons = {c: native_unsupported(parse_config(saved(c))) for c in ("MistralConfig", "Qwen3Config", "Gemma2Config",
-                                                                       "Gemma3TextConfig", "GraniteConfig")}
-    assert "sliding-window" in str(reasons["MistralConfig"]) and "QK-norm" in str(reasons["Qwen3Config"])
-    assert "soft-capping" in str(reasons["Gemma2Config"]) and "gelu_pytorch_tanh" in str(reasons["Gemma2Config"])
-    assert "more than one RoPE table" in str(reasons["Gemma3TextConfig"])
-    assert "attention scale" in str(reasons["GraniteConfig"])
-    phi4 = saved("Phi3Config", partial_rotary_factor=0.5)
-    assert "partial rotary" in str(native_unsupported(parse_config(phi4)))
+@pytest.mark.parametrize("config_class", CONFIG_CLASSES)
+def test_the_native_step_takes_every_family(config_class: str) -> None:
+    """What each family adds is computed by the fused native step (test_family_native.py holds it to the torch
+    model): transformers' own config of each, and the variants the families add (scalings, partial rotary, windows)."""
+    assert native_unsupported(parse_config(saved(config_class))) is None
+    variants = {"LlamaConfig": dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+                "Phi3Config": dict(partial_rotary_factor=0.5, sliding_window=16, original_max_position_embeddings=64,
+                                   rope_scaling={"rope_type": "longrope", "short_factor": [1.0] * 4,
+                                                 "long_factor": [2.0] * 4}),
+                "MistralConfig": dict(sliding_window=16),
+                "Qwen2Config": dict(use_sliding_window=True, sliding_window=16, max_window_layers=2)}
+    if config_class in variants:
+        assert native_unsupported(parse_config(saved(config_class, **variants[config_class]))) is None
+
+
+def test_the_native_step_refuses_the_exact_gelu() -> None:
+    """The erf GELU is the torch model's alone: refused by name, the model served on the torch path."""
+    why = native_unsupported(parse_config(saved("LlamaConfig", hidden_act="gelu")))
+    assert why is not None and "gelu activation" in why and "\n" not in why

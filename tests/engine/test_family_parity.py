@@ -113,20 +113,16 @@ def test_windowed_decode_without_the_native_kernels(family_dir, case: str) -> No
                                   "phi3-longrope-partial-window", "granite"])
 def test_quantized_formats_serve_every_family(family_dir, case: str, weights: str) -> None:
     """The quantized Linear does not care what surrounds it: each family loads as int8 and q4 and serves (parity is
-    demanded of fp32 only); the fused native step takes only what it implements (native_unsupported)."""
+    demanded of fp32 only), on the fused native step wherever the kernels are built (test_family_native.py holds
+    it to the torch model)."""
     from engine.model.families import native_unsupported
-    from engine.model.native_step import NativeDecoder
 
     engine = make_engine(family_dir(case), weights=weights)
     assert engine.runner.model.weight_format == weights
     got = run(engine, {0: [req("a", random_prompts(5, [41])[0]), req("b", random_prompts(6, [9])[0])]})
     assert all(len(tokens) == N and all(lp <= 0 for lp in logprobs) for tokens, logprobs in got.values())
-    why = native_unsupported(engine.model_config)
-    assert (why is None) == (case == "llama3-rope-untied")
-    if why is not None:
-        assert engine.runner.native_step is None and NativeDecoder.eligible(engine.runner.model) == why
-    elif cpu_kernels.kernel_isa() is not None:
-        assert engine.runner.native_step is not None  # Llama 3.x's RoPE is only another table
+    assert native_unsupported(engine.model_config) is None
+    assert (engine.runner.native_step is not None) == (cpu_kernels.kernel_isa() is not None)
 
 
 def test_dynamic_rope_past_max_position_embeddings_is_refused(family_dir) -> None:

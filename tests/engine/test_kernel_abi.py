@@ -1,6 +1,6 @@
 """The kernels' ABI (engine/model/kernels/fs.h) against its one Python mirror (engine/model/kernel_abi.py): every
 built variant reports the version and the structures' layout the mirror has, a library that disagrees is refused at
-load with a message, and the model description refuses per-family fields the step does not compute."""
+load with a message, and the model description takes each per-family field in range and refuses the rest."""
 from __future__ import annotations
 
 import ctypes
@@ -43,6 +43,11 @@ def test_a_library_of_another_version_or_layout_is_refused() -> None:
                                                           kernel_abi.Draw))
 
 
+# fs_layer fields _desc sets on its layer
+LAYER_FIELDS = ("window", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "rope_cos", "rope_sin",
+                "rope_rows")
+
+
 def _desc(weights: list[ctypes.Array[ctypes.c_uint8]], **changes: object) -> tuple[ModelDesc, object]:
     """A one-layer model description of valid shapes over dummy weights (the kernel keeps pointers only)."""
     hidden, heads, d, ffn, vocab = 32, 2, 16, 32, 48
@@ -56,9 +61,9 @@ def _desc(weights: list[ctypes.Array[ctypes.c_uint8]], **changes: object) -> tup
     layers = (Layer * 1)()
     layers[0] = Layer(attn_norm=p, ffn_norm=p, qkv=mat((heads + 2 * heads) * d, hidden),
                       o=mat(hidden, heads * d), gate_up=mat(2 * ffn, hidden), down=mat(hidden, ffn))
-    layer_changes = {k: v for k, v in changes.items() if k in ("window", "q_norm")}
-    for k, v in layer_changes.items():
-        setattr(layers[0], k, v)
+    layer_changes = {k: v for k, v in changes.items() if k in LAYER_FIELDS}
+    for k, v in layer_changes.items():  # a pointer given as 1: the dummy weights
+        setattr(layers[0], k, p if v == 1 and k != "rope_rows" and k != "window" else v)
     fields: dict[str, object] = dict(n_layers=1, hidden=hidden, n_heads=heads, n_kv_heads=heads, head_dim=d, ffn=ffn,
                                      vocab=vocab, act16=1, eps=1e-5, **kernel_abi.llama_scalars(d),
                                      layers=ctypes.cast(layers, ctypes.POINTER(Layer)), final_norm=p,
@@ -67,32 +72,42 @@ def _desc(weights: list[ctypes.Array[ctypes.c_uint8]], **changes: object) -> tup
     return ModelDesc(**fields), layers
 
 
+OK, ARG, UNSUPPORTED = kernel_abi.Status.OK, kernel_abi.Status.ARG, kernel_abi.Status.UNSUPPORTED
+
+
 @needs_kernels
 @pytest.mark.parametrize("change,status", [
-    ({}, kernel_abi.Status.OK),
-    ({"attn_softcap": 50.0}, kernel_abi.Status.UNSUPPORTED),
-    ({"final_softcap": 30.0}, kernel_abi.Status.UNSUPPORTED),
-    ({"residual_scale": 0.22}, kernel_abi.Status.UNSUPPORTED),
-    ({"logits_scale": 0.125}, kernel_abi.Status.UNSUPPORTED),
-    ({"activation": int(kernel_abi.Activation.GELU_TANH)}, kernel_abi.Status.UNSUPPORTED),
-    ({"rotary_dims": 8}, kernel_abi.Status.UNSUPPORTED),
-    ({"window": 4096}, kernel_abi.Status.UNSUPPORTED),
-    ({"q_norm": 1}, kernel_abi.Status.UNSUPPORTED),
-    ({"ffn": 40}, kernel_abi.Status.ARG),  # not a multiple of 16: the shapes no longer match either
-    ({"head_dim": 15}, kernel_abi.Status.ARG),
-], ids=["llama", "attn-softcap", "final-softcap", "residual", "logits", "gelu", "partial-rotary", "window", "qk-norm",
-        "ffn", "odd-head"])
+    ({}, OK),
+    ({"attn_softcap": 50.0, "final_softcap": 30.0, "residual_scale": 0.22, "logits_scale": 0.125}, OK),
+    ({"activation": int(kernel_abi.Activation.GELU_TANH), "rotary_dims": 8, "attn_scale": 0.1}, OK),
+    ({"window": 4096, "q_norm": 1, "k_norm": 1, "post_attn_norm": 1, "post_ffn_norm": 1}, OK),
+    ({"rope_cos": 1, "rope_sin": 1, "rope_rows": 8}, OK),
+    ({"activation": 7}, UNSUPPORTED),  # an activation this library does not know
+    ({"attn_softcap": -1.0}, ARG),
+    ({"residual_scale": float("inf")}, ARG),
+    ({"rotary_dims": 7}, ARG),
+    ({"rotary_dims": 18}, ARG),  # past head_dim
+    ({"window": -1}, ARG),
+    ({"q_norm": 1}, ARG),  # q without k
+    ({"rope_cos": 1, "rope_sin": 1}, ARG),  # an own table of no rows
+    ({"ffn": 40}, ARG),  # not a multiple of 16: the shapes no longer match either
+    ({"head_dim": 15}, ARG),
+], ids=["llama", "caps-scales", "gelu-partial-scale", "window-norms", "own-rope", "unknown-activation",
+        "negative-cap", "inf-residual", "odd-rotary", "wide-rotary", "negative-window", "q-norm-alone",
+        "empty-own-rope", "ffn", "odd-head"])
 def test_the_model_description_refuses_what_the_step_does_not_compute(change: dict[str, object],
                                                                        status: kernel_abi.Status) -> None:
+    """Every per-family field the step computes is taken in range (a pointer field: the dummy weights' address),
+    refused out of range (FS_ERR_ARG); an unknown activation is FS_ERR_UNSUPPORTED."""
     lib = cpu_kernels.load_variant(VARIANTS[0])
     assert lib is not None
     keep: list[ctypes.Array[ctypes.c_uint8]] = []
     desc, _layers = _desc(keep, **change)
     handle = ctypes.c_void_p()
     assert lib.fs_model_new(ctypes.byref(desc), ctypes.byref(handle)) == status
-    assert bool(handle.value) == (status == kernel_abi.Status.OK)
+    assert bool(handle.value) == (status == OK)
     lib.fs_model_free(handle)
-    if status == kernel_abi.Status.UNSUPPORTED:
+    if status == UNSUPPORTED:
         with pytest.raises(NotImplementedError):
             kernel_abi.raise_for(status, "model")
 

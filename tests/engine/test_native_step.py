@@ -36,7 +36,7 @@ SHAPES = {
 def make_engine(model_dir: Path, weights: str, native_prefill_context: int | None = None, **kw: object) -> LLMEngine:
     cfg: dict[str, object] = {"model": str(model_dir), "policy": load_policy(), "block_size": 4,
                               "kv_cache_num_blocks": 256, "max_num_batched_tokens": 64, "threads": 2,
-                              "weights": weights}
+                              "weights": weights, "speculative": "off"}  # decode steps of one token each
     cfg.update(kw)
     return LLMEngine(EngineConfig(**cfg), native_prefill_context=native_prefill_context)  # type: ignore[arg-type]
 

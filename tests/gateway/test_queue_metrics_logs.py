@@ -86,6 +86,19 @@ async def test_metrics_count_requests_tokens_and_latencies(client: httpx.AsyncCl
     assert "_created" not in text  # no doubled series
 
 
+async def test_metrics_count_speculative_draft_and_accepted_tokens(client: httpx.AsyncClient, keys: Keys) -> None:
+    h = {**auth(keys.acme), "X-Workload-Class": "document_qa"}  # a class whose policy speculates
+    r = await client.post("/v1/completions", headers=h, json={
+        "prompt": "rate swap rate swap rate swap rate swap rate swap", "max_tokens": 24, "ignore_eos": True,
+        "temperature": 0})
+    assert r.status_code == 200, r.text
+    text = (await client.get("/metrics")).text
+    model = r.json()["model"]
+    drafted = sample(text, "vllm:spec_decode_num_draft_tokens_total", model_name=model)
+    accepted = sample(text, "vllm:spec_decode_num_accepted_tokens_total", model_name=model)
+    assert drafted is not None and accepted is not None and 0 < drafted and 0 <= accepted <= drafted
+
+
 def sample(text: str, name: str, **labels: str) -> float | None:
     """The value of the sample `name{labels}` in a Prometheus exposition, None if absent."""
     for family in text_string_to_metric_families(text):

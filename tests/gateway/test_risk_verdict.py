@@ -116,11 +116,15 @@ async def test_rules_decide_the_readme_wire_and_name_what_fired(client: httpx.As
     body = await _verdict(client, keys, EVENTS[0])  # USD 950,000 to the Cayman Islands, new beneficiary
     verdict = body["verdict"]
     jsonschema.validate(verdict, policy_schema())
-    assert verdict["recommended_action"] != "approve" and verdict["risk_level"] == "high"
-    assert verdict["reasons"][0] == "high risk jurisdiction KY" and "very large amount" in verdict["reasons"]
+    # a first large payment to a new payee 30 + secrecy jurisdiction 20 + very large amount 20: high, a review
+    assert (verdict["risk_level"], verdict["recommended_action"]) == ("high", "review")
+    assert verdict["reasons"] == ["large payment to new payee", "secrecy jurisdiction KY", "very large amount"]
     assert json.loads(body["answer"]) == verdict and body["finish_reason"] == "stop"
     scoring = body["scoring"]
-    assert {r["rule"] for r in scoring["rules"]} == {"high_risk_country", "very_large_amount", "flag:new_beneficiary"}
+    assert {r["rule"] for r in scoring["rules"]} == {"large_payment_new_payee", "secrecy_jurisdiction",
+                                                     "very_large_amount"}
+    assert all(r["source"] for r in scoring["rules"])  # each fired rule names the indicator it comes from
+    assert scoring["mitigations"] == []  # no context lowered a rule
     assert verdict["score"] == scoring["rule_points"] + scoring["model"]["points"]
     assert abs(sum(scoring["model"]["probabilities"].values()) - 1) < 1e-3  # the model's judgement was read
     calm = (await _verdict(client, keys, EVENTS[1]))["verdict"]  # a EUR 12.50 coffee

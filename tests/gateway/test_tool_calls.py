@@ -12,11 +12,22 @@ import pytest
 import torch
 
 from core.settings import Settings
+from core.web.errors import APIError
 from engine.client import LocalEngineClient
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
 from gateway.openai.schemas import ChatCompletionRequest
-from gateway.openai.tools import HermesParser, Llama3JsonParser, SmolLM2Parser, ToolStream, answer, parser_for
+from gateway.openai.tools import (
+    GraniteParser,
+    HermesParser,
+    Llama3JsonParser,
+    MistralParser,
+    SmolLM2Parser,
+    ToolStream,
+    answer,
+    describe_tools,
+    parser_for,
+)
 from policies import load_policy
 from stack.processes import GatewayThread
 from tests.gateway.conftest import Keys
@@ -44,6 +55,8 @@ def _body(**kw: object) -> ChatCompletionRequest:
     (HermesParser(), '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
     (Llama3JsonParser(), '{"name": "get_weather", "parameters": {"city": "Paris"}}'),
     (Llama3JsonParser(), '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}'),
+    (GraniteParser(), '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
+    (MistralParser(), '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
 ])
 def test_each_format_parses_to_one_call(parser: object, text: str) -> None:
     content, calls, finish = answer(_body(), parser, text, "stop", constrained=False)  # type: ignore[arg-type]
@@ -92,8 +105,30 @@ def test_parser_is_chosen_per_model(tmp_path: Path) -> None:
         return tmp_path / name
 
     assert parser_for(folder("SmolLM2-135M-Instruct", "")).name == "smollm2"
+    smol_template = "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face' }}"
+    assert parser_for(folder("smol", smol_template)).name == "smollm2"  # `finserve model add smol ...`
     assert parser_for(folder("Qwen2.5-7B-Instruct", "{{ '<tool_call>' }}")).name == "hermes"
     assert parser_for(folder("Llama-3.2-1B-Instruct", "<|python_tag|>")).name == "llama3_json"
+    assert parser_for(folder("granite-3.3-2b", "{{- '<|tool_call|>' }}")).name == "granite"
+    assert parser_for(folder("my-mistral", "{{- '[TOOL_CALLS]' }}")).name == "mistral"
+    for model_type in ("gemma2", "gemma3_text", "phi3"):  # no tool-call format: auto is refused, one line
+        no_tools = folder(f"m-{model_type}", "{{ messages }}")
+        (no_tools / "config.json").write_text(json.dumps({"model_type": model_type}))
+        parser = parser_for(no_tools)
+        assert parser.name == "none" and parser.parse('{"name": "get_weather"}').calls == []
+        with pytest.raises(APIError, match='has no tool-call format of its own, so tool_choice "auto"'):
+            describe_tools(_body(), parser)
+        assert describe_tools(_body(tool_choice="required"), parser) is not None  # constrained JSON still works
+
+
+def test_prefixed_formats_keep_text_before_the_call_and_report_cuts() -> None:
+    text = 'Let me check.<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Rome"}}]'
+    content, calls, finish = answer(_body(), GraniteParser(), text, "stop", False)
+    assert (content, finish) == ("Let me check.", "tool_calls") and calls is not None and len(calls) == 1
+    cut = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"ci'
+    content, calls, finish = answer(_body(), MistralParser(), cut, "length", False)
+    assert finish == "length" and calls is not None and calls[0].function.name == "get_weather"
+    assert answer(_body(), MistralParser(), "No call here.", "stop", False) == ("No call here.", None, "stop")
 
 
 @pytest.fixture(scope="module")

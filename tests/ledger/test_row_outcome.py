@@ -60,3 +60,17 @@ def test_left_row_is_aborted_with_what_the_request_had_reached() -> None:
     assert (r.status, r.http_status, r.finish_reason) == ("aborted", 499, "abort")
     assert r.timeline is not None and len(r.timeline["steps"]) == 2 and r.timeline["finished"] == T + 2
     assert r.output_tokens == 2
+
+
+def test_the_row_says_how_many_draft_tokens_were_verified_and_accepted_outside_the_hash() -> None:
+    from ledger.chain import row_hash
+
+    req = _request(started=True, finished=RequestStatus.FINISHED_STOPPED)
+    plain = row_from_outcome(_outcome("ended", req, 200), now=T + 9)
+    assert (plain.draft_tokens, plain.accepted_tokens) == (0, 0)  # it did not speculate
+    req.num_draft_tokens, req.num_accepted_tokens = 6, 4
+    r = row_from_outcome(_outcome("ended", req, 200), now=T + 9)
+    assert (r.draft_tokens, r.accepted_tokens) == (6, 4)
+    assert row_from_engine_request(req, tenant="acme", class_rule="route", route="documents", slo=SLO).draft_tokens == 6
+    # how the tokens were computed is not what they are: the chained hash does not cover it
+    assert row_hash("0" * 64, r.to_dict()) == row_hash("0" * 64, plain.to_dict())

@@ -22,7 +22,8 @@ from policies import (
     load_policy,
     policy_from_dict,
 )
-from policies.model import RiskRules
+from policies.model import Speculation
+from policies.risk_model import RiskCheck, RiskFact, RiskMitigation, RiskRule, RiskRules
 from policies.schema import knob, knob_of
 
 from .conftest import default_policy_dict
@@ -132,22 +133,34 @@ def test_policy_objects_are_built_with_named_fields_only() -> None:
 
 def test_default_toml_gives_a_reason_for_every_knob() -> None:
     """Each `key = value` line of the class and classification tables carries a '# why' comment
-    (a multi-line string value, which cannot carry one, has it on the line above)."""
+    (a multi-line string value, which cannot carry one, has it on the line above). In the risk rule pack a
+    rule's or a mitigation's `source` is its why (its when, unless, group, offsets, reason and source lines need
+    no comment; points, action and keep do), and the vocabulary's entries (facts, checks, translations) are names,
+    not decisions."""
     text = resources.files("policies").joinpath("default.toml").read_text(encoding="utf-8")
     section, undocumented, seen, previous = "", [], set(), ""
+    pack: dict[str, set[str]] = {"facts": set(), "checks": set(), "rules": set(), "mitigations": set()}
     for line in text.splitlines():
         if line.startswith("["):
             section = line.strip("[]")
-        elif re.match(r"^[a-z0-9_]+ *=", line) and not section.endswith("routes"):
+        elif re.match(r"^[a-z0-9_]+ *=", line) and not section.endswith(("routes", "country_lists", "translations")):
             key = line.split("=")[0].strip()
-            seen.add(key)
+            part = next((p for p in pack if f".risk_rules.{p}." in section), None)
+            (pack[part] if part else seen).add(key)
             multi_line = line.rstrip().endswith("'''") and previous.startswith("#")
-            if key != "description" and "#" not in line and not multi_line:
+            exempt = part in ("facts", "checks") or part in ("rules", "mitigations") and key in (
+                "when", "unless", "group", "offsets", "reason", "source")
+            if key != "description" and "#" not in line and not multi_line and not exempt:
                 undocumented.append(f"[{section}] {key}")
         previous = line
     assert not undocumented
-    tables = ("routes", "slo", "risk_rules")  # written as [sections], not key lines
-    expected = {f.name for cls in (ClassPolicy, SLOTargets, ClassificationRules, RoutingPolicy, RiskRules)
+    tables = ("routes", "slo", "risk_rules", "facts", "country_lists", "rules", "mitigations", "checks",
+              "translations", "speculative")  # [sections]
+    expected = {f.name for cls in (ClassPolicy, SLOTargets, ClassificationRules, RoutingPolicy, RiskRules, Speculation)
                 for f in dataclasses.fields(cls)
                 if knob_of(f, cls).in_file and not knob_of(f, cls).from_key and f.name not in tables}
     assert seen == expected
+    assert pack["rules"] == {f.name for f in dataclasses.fields(RiskRule)}  # every rule knob used somewhere
+    assert pack["facts"] == {f.name for f in dataclasses.fields(RiskFact)}
+    assert pack["checks"] == {f.name for f in dataclasses.fields(RiskCheck)}
+    assert pack["mitigations"] == {f.name for f in dataclasses.fields(RiskMitigation)}

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engine.model import native_desc
 from engine.model.config import ModelConfig
 from engine.model.families.base import Family, UnsupportedModel
 from engine.model.families.gemma import Gemma2, Gemma3
@@ -56,21 +57,11 @@ def read_config(folder: str | Path) -> ModelConfig:
 def native_unsupported(cfg: ModelConfig) -> str | None:
     """Why the fused native step (engine/model/native_step.py) cannot run this architecture; None when it can.
 
-    The native step runs the Llama skeleton (with Qwen2's q/k/v biases) over one [positions, head_dim] RoPE table;
-    (1 + w) norms are folded into the weights at load, so they need nothing from it. Everything else is the torch
-    model's (engine/model/llama.py)."""
-    rope = cfg.rope_spec
-    checks = [
-        (bool(cfg.layer_windows), "sliding-window layers"),
-        (cfg.qk_norm, "QK-norm"),
-        (cfg.attn_softcap is not None or cfg.final_softcap is not None, "logit soft-capping"),
-        (cfg.hidden_act != "silu", f"the {cfg.hidden_act} activation"),
-        (rope.rotary_dim != cfg.head_dim, "partial rotary embeddings"),
-        (rope.rope_type == "longrope" or cfg.local_rope is not None, "more than one RoPE table"),
-        (cfg.attn_scale is not None and cfg.attn_scale != cfg.head_dim**-0.5, "a non-default attention scale"),
-        (cfg.sandwich_norms, "sandwich norms"),
-        (cfg.embed_scale != 1.0, "an embedding scale"),
-        (cfg.residual_multiplier != 1.0 or cfg.logits_scaling != 1.0, "residual / logits multipliers"),
-    ]
-    found = [why for hit, why in checks if hit]
-    return f"{cfg.model_type} uses {', '.join(found)}: the native step does not implement them yet" if found else None
+    The native step computes what every registered family adds (kernels/fs.h): QKV biases, QK-norm, partial rotary
+    over any precomputed RoPE table (longrope's long rows per token, Gemma 3's local table per layer), per-layer
+    sliding windows, attention and final soft-caps, the attention scale, sandwich norms, GeGLU (tanh GELU),
+    embedding, residual and logits multipliers; (1 + w) norms are folded into the weights at load. What it does not
+    compute (native_desc.unsupported: the exact, erf GELU; local and global RoPE over different rotary dims) runs on
+    the torch model (engine/model/llama.py)."""
+    why = native_desc.unsupported(cfg)
+    return None if why is None else f"{cfg.model_type} uses {why}: the native step does not implement it"

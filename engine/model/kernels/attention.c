@@ -111,12 +111,14 @@ static inline void axpy_kv(float *o, float p, const void *v, int kv_type, int d)
 // One query's G heads over keys [t0, t1): scores, m[g] = max, s[g] = sum exp(score - m), o[g] = sum exp(score - m) v.
 // Keys are cut into parts of FS_ATT_PART from key 0 (depends on L only); fs_attend_combine merges parts in order.
 void fs_attend_portable(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                        int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s) {
+                        int kh, int D, int G, float scale, float cap, int kv_type, float *scores, float *o, float *m,
+                        float *s) {
     const int n = t1 - t0;
     for (int t = 0; t < n; t++) {
         const void *k = row_at(kc, kv_type, sl[t0 + t], KVH, kh, D);
         for (int g = 0; g < G; g++) scores[g * n + t] = dot_kv(qb + g * D, k, kv_type, D) * scale;
     }
+    if (cap != 0.f) fs_softcap(scores, G * n, 1.f, cap);
     for (int g = 0; g < G; g++) {
         float *sc = scores + g * n, mx = -INFINITY, sum = 0.f;
         for (int t = 0; t < n; t++) mx = sc[t] > mx ? sc[t] : mx;
@@ -132,10 +134,10 @@ void fs_attend_portable(const float *qb, const void *kc, const void *vc, const i
 
 #if !(defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))  // else attention_x86.c
 void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
-                    int prefetch) {
+                    int kh, int D, int G, float scale, float cap, int kv_type, float *scores, float *o, float *m,
+                    float *s, int prefetch) {
     (void)prefetch;
-    fs_attend_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
+    fs_attend_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, cap, kv_type, scores, o, m, s);
 }
 #endif
 
@@ -184,7 +186,7 @@ void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *s
     for (int p = 0; p < P; p++) {
         const int t0 = p * FS_ATT_PART, t1 = t0 + FS_ATT_PART < L ? t0 + FS_ATT_PART : L;
         float *part = buf + (size_t)p * G * (D + 2);
-        fs_attend_part(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, part, part + G * D,
+        fs_attend_part(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, 0.f, kv_type, scores, part, part + G * D,
                        part + G * D + G, 1);
     }
 #pragma GCC diagnostic push

@@ -16,5 +16,6 @@
 
 // fs_attend_part's portable form: any head dim, one key at a time.
 void fs_attend_portable(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                        int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s);
+                        int kh, int D, int G, float scale, float cap, int kv_type, float *scores, float *o, float *m,
+                        float *s);
 #endif

@@ -206,8 +206,8 @@ static void pv16(const void *vc, const int64_t *sl, int t0, int n, int KVH, int 
 
 // AVX-512 part: D % 16 == 0, G <= 8.
 static void part_avx512(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                        int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
-                        int prefetch) {
+                        int kh, int D, int G, float scale, float cap, int kv_type, float *scores, float *o, float *m,
+                        float *s, int prefetch) {
     const int n = t1 - t0, esz = kv_type == FS_KV_F32 ? 4 : 2, row = D * esz;
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int b0 = 0; b0 < n; b0 += 8) {
@@ -217,6 +217,7 @@ static void part_avx512(const float *qb, const void *kc, const void *vc, const i
         if (prefetch) prefetch_ahead(kc, vc, sl, t0, b0, n, KVH, kh, row);
         qk_block16(qb, k, kv_type, D, G, vscale, scores, n, b0);
     }
+    if (cap != 0.f) fs_softcap(scores, G * n, 1.f, cap);
     softmax_part(scores, n, G, m, s);
     pv16(vc, sl, t0, n, KVH, kh, D, G, esz, kv_type, scores, o);
 }
@@ -224,15 +225,15 @@ static void part_avx512(const float *qb, const void *kc, const void *vc, const i
 
 // AVX2 part (AVX-512 builds too, other shapes): 8 independent FMA chains per head and block of keys.
 void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
-                    int prefetch) {
+                    int kh, int D, int G, float scale, float cap, int kv_type, float *scores, float *o, float *m,
+                    float *s, int prefetch) {
     if (D % 8 != 0 || D > 512) {  // portable part
-        fs_attend_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s);
+        fs_attend_portable(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, cap, kv_type, scores, o, m, s);
         return;
     }
 #if defined(PD_AVX512)
     if (D % 16 == 0 && G <= 8) {
-        part_avx512(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, kv_type, scores, o, m, s, prefetch);
+        part_avx512(qb, kc, vc, sl, t0, t1, KVH, kh, D, G, scale, cap, kv_type, scores, o, m, s, prefetch);
         return;
     }
 #endif
@@ -269,6 +270,7 @@ void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64
             }
         }
     }
+    if (cap != 0.f) fs_softcap(scores, G * n, 1.f, cap);
     softmax_part(scores, n, G, m, s);
     switch (G) {  // register tile where the shape allows; same sums
 #define PV_CASE(GC, CH)                                                                      \

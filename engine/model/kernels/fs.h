@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #define FS_API __attribute__((visibility("default")))
-#define FS_ABI_VERSION 2
+#define FS_ABI_VERSION 3
 
 typedef enum { FS_KV_F32 = 0, FS_KV_BF16 = 1, FS_KV_F16 = 2 } fs_kv_type;      // K/V pool element
 typedef enum { FS_W_INT8 = 0, FS_W_Q4 = 1 } fs_weight_format;                 // quantized weight layout
@@ -24,8 +24,7 @@ typedef struct {
     int32_t reserved;
 } fs_qmat;
 
-// A decoder layer. After `down`: per-family extensions; fs_model_new refuses (FS_ERR_UNSUPPORTED) all but the Llama
-// value noted.
+// A decoder layer. After `down`: what a family adds to the Llama skeleton (Llama: every pointer NULL, window 0).
 typedef struct {
     const float *attn_norm;       // [hidden] RMSNorm weight before attention
     const float *ffn_norm;        // [hidden] RMSNorm weight before the FFN
@@ -33,11 +32,14 @@ typedef struct {
     fs_qmat o;                    // [hidden, H D]
     fs_qmat gate_up;              // [2 I, hidden]: gate rows, then up rows
     fs_qmat down;                 // [hidden, I]
-    const float *q_norm;          // [D] per-head RMSNorm of q; NULL
-    const float *k_norm;          // [D] per-head RMSNorm of k; NULL
-    const float *post_attn_norm;  // [hidden] norm of the attention output before the residual; NULL
-    const float *post_ffn_norm;  // [hidden] norm of the FFN output before the residual; NULL
-    int32_t window;               // sliding-window keys; 0: full causal attention
+    const float *q_norm;          // [D] RMSNorm of each q head before RoPE (Qwen3, Gemma 3); NULL: none
+    const float *k_norm;          // [D] of each k head; set exactly when q_norm is
+    const float *post_attn_norm;  // [hidden] RMSNorm of the attention output before its residual add; NULL: none
+    const float *post_ffn_norm;   // [hidden] RMSNorm of the FFN output before its residual add; NULL: none
+    const float *rope_cos;        // [rope_rows, rotary_dims] this layer's own table, read at each token's position
+    const float *rope_sin;        // (Gemma 3's local layers); NULL: the model's table
+    int64_t rope_rows;            // rows of the layer's own table
+    int32_t window;               // a token attends to its last `window` keys (itself included); 0: all
     int32_t reserved;
 } fs_layer;
 
@@ -46,19 +48,19 @@ typedef struct {
     int32_t n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab;
     int32_t act16;  // activations int16 (1) or int8 (0) per block of 32
     float eps;                    // RMSNorm epsilon
-    float attn_scale;  // q.k multiplier: 1/sqrt(head_dim) in fp32 (Gemma's query_pre_attn_scalar, Granite's: others)
-    float attn_softcap;           // tanh soft-cap of attention logits; 0: off
-    float final_softcap;          // tanh soft-cap of the output logits; 0: off
-    float residual_scale;         // multiplier of each block's output added to the residual; 1
-    float logits_scale;           // multiplier of the output logits; 1
-    int32_t activation;           // fs_activation: FS_ACT_SILU
-    int32_t rotary_dims;          // dims of each head RoPE rotates: head_dim
+    float attn_scale;             // q.k multiplier (Llama: 1/sqrt(head_dim) in fp32), > 0
+    float attn_softcap;           // scores -> cap tanh(scores / cap) before the softmax; 0: off
+    float final_softcap;          // logits -> cap tanh(logits / cap), after logits_scale; 0: off
+    float residual_scale;         // each block's output times this before its residual add (Llama: 1)
+    float logits_scale;           // the output logits times this (Llama: 1)
+    int32_t activation;           // fs_activation of the FFN gate (Llama: FS_ACT_SILU)
+    int32_t rotary_dims;          // leading dims of each head RoPE rotates, even, <= head_dim; the rest pass
     const fs_layer *layers;       // [n_layers]
     const float *final_norm;      // [hidden]
     fs_qmat head;                 // [vocab, hidden], no bias
-    const float *rope_cos;        // [rope_rows, head_dim]
-    const float *rope_sin;  // [rope_rows, head_dim], rotate-half's signs folded in
-    int64_t rope_rows;            // positions the tables hold
+    const float *rope_cos;        // [rope_rows, rotary_dims], read at each token's fs_batch.rope_row
+    const float *rope_sin;        // [rope_rows, rotary_dims], rotate-half's signs folded in
+    int64_t rope_rows;            // rows the tables hold
 } fs_model_desc;
 
 // One fs_forward call: B tokens (decode tokens, prefill chunks' tokens in position order).
@@ -67,8 +69,10 @@ typedef struct {
     int32_t n_logits;             // N, 0..B
     const float *x;               // [B, hidden] embeddings
     const int64_t *pos;           // [B] positions
+    const int64_t *rope_row;      // [B] each token's row of the model's RoPE table (longrope); NULL: its position
     const int64_t *slot;          // [B] the pool slot each token's K/V is written to
-    const int64_t *ctx;           // [B] keys each token attends to (a prefill token: its position + 1)
+    const int64_t *ctx;           // [B] keys before and at each token (a prefill token: its position + 1); a layer
+                                  // with a window reads the last min(ctx, window) of them
     const int64_t *slots;         // [R, slots_stride] key slots per table row, in position order
     const int64_t *slot_row;      // [B] the table row each token reads; NULL: row b
     int32_t slots_stride;         // Lmax
@@ -102,7 +106,8 @@ FS_API int fs_kernel_isa(void);   // 0 generic, 1 avx2, 2 avx512, 3 amx
 FS_API int fs_cpu_features(void); // bit 0 avx2, 1 avx512, 2 amx (cpuid.c)
 FS_API int fs_max_batch(void);
 
-// The fused step (step.c). fs_model_new: FS_OK and *out, or an fs_status.
+// The fused step (step.c). fs_model_new: FS_OK and *out; FS_ERR_ARG for a shape or value out of range;
+// FS_ERR_UNSUPPORTED for an activation it does not compute.
 FS_API int fs_model_new(const fs_model_desc *desc, void **out);
 FS_API void fs_model_free(void *model);
 FS_API int fs_forward(void *model, const fs_batch *batch);

@@ -1,5 +1,6 @@
 // The fused step's model: the caller's weights (pointers; the caller keeps them alive) and scratch. fs_model_new
 // refuses what the step does not compute.
+#include <math.h>
 #include <stdlib.h>
 
 #include "step.h"
@@ -13,36 +14,37 @@ static int take_mat(const fs_qmat *q, int n, int k, int bias_ok, qmat_t *out) {
     return 1;
 }
 
-// per-family extensions at their Llama defaults; 0: one is not
-static int llama_defaults(const fs_model_desc *d) {
-    if (d->attn_softcap != 0.f || d->final_softcap != 0.f || d->residual_scale != 1.f || d->logits_scale != 1.f ||
-        d->activation != FS_ACT_SILU || d->rotary_dims != d->head_dim)
-        return 0;
-    for (int l = 0; l < d->n_layers; l++) {
-        const fs_layer *ly = &d->layers[l];
-        if (ly->q_norm || ly->k_norm || ly->post_attn_norm || ly->post_ffn_norm || ly->window != 0) return 0;
-    }
-    return 1;
-}
-
-// even head dims (RoPE halves) <= 512, <= 8 query heads per KV head, FFN width % 16 (silu_mul's whole vectors)
+// even head dims (RoPE halves) <= 512, <= 8 query heads per KV head, FFN width % 16 (the gate's whole vectors), even
+// rotary dims <= head_dim, soft-caps >= 0, finite multipliers
 static int shape_ok(const fs_model_desc *d) {
     return d->n_layers > 0 && d->hidden > 0 && d->n_heads > 0 && d->n_kv_heads > 0 && d->head_dim > 0 &&
            d->ffn > 0 && d->vocab > 0 && d->head_dim % 2 == 0 && d->head_dim <= 512 &&
            d->n_heads % d->n_kv_heads == 0 && d->n_heads / d->n_kv_heads <= 8 && d->ffn % 16 == 0 && d->layers &&
-           d->final_norm && d->rope_cos && d->rope_sin && d->rope_rows > 0 && d->attn_scale > 0.f;
+           d->final_norm && d->rope_cos && d->rope_sin && d->rope_rows > 0 && d->attn_scale > 0.f &&
+           d->rotary_dims > 0 && d->rotary_dims % 2 == 0 && d->rotary_dims <= d->head_dim &&
+           d->attn_softcap >= 0.f && d->final_softcap >= 0.f && isfinite(d->attn_softcap) &&
+           isfinite(d->final_softcap) && isfinite(d->residual_scale) && isfinite(d->logits_scale);
+}
+
+// a layer's extensions: q and k norms together, a whole own RoPE table or none, a window >= 0
+static int extras_ok(const fs_layer *src) {
+    return (src->q_norm == NULL) == (src->k_norm == NULL) && (src->rope_cos == NULL) == (src->rope_sin == NULL) &&
+           (src->rope_cos == NULL || src->rope_rows > 0) && src->window >= 0;
 }
 
 int fs_model_new(const fs_model_desc *d, void **out) {
     *out = NULL;
     if (!shape_ok(d)) return FS_ERR_ARG;
-    if (!llama_defaults(d)) return FS_ERR_UNSUPPORTED;
+    if (d->activation != FS_ACT_SILU && d->activation != FS_ACT_GELU_TANH) return FS_ERR_UNSUPPORTED;
     model_t *m = (model_t *)calloc(1, sizeof(model_t));
     if (!m) return FS_ERR_NOMEM;
     m->L = d->n_layers, m->hidden = d->hidden, m->H = d->n_heads, m->KVH = d->n_kv_heads, m->D = d->head_dim;
     m->I = d->ffn, m->V = d->vocab, m->act16 = d->act16 != 0;
     m->eps = d->eps;
     m->scale = d->attn_scale;
+    m->attn_cap = d->attn_softcap, m->final_cap = d->final_softcap;
+    m->res_scale = d->residual_scale, m->logits_scale = d->logits_scale;
+    m->gelu = d->activation == FS_ACT_GELU_TANH, m->RD = d->rotary_dims;
     m->layers = (layer_t *)calloc((size_t)m->L, sizeof(layer_t));
     if (!m->layers) {
         free(m);
@@ -55,7 +57,10 @@ int fs_model_new(const fs_model_desc *d, void **out) {
         layer_t *ly = &m->layers[l];
         ly->in_norm = src->attn_norm;
         ly->post_norm = src->ffn_norm;
-        ok = ly->in_norm && ly->post_norm && take_mat(&src->qkv, qkv_n, m->hidden, 1, &ly->qkv) &&
+        ly->q_norm = src->q_norm, ly->k_norm = src->k_norm;
+        ly->attn_out = src->post_attn_norm, ly->ffn_out = src->post_ffn_norm;
+        ly->cos = src->rope_cos, ly->sin = src->rope_sin, ly->rope_rows = src->rope_rows, ly->window = src->window;
+        ok = ly->in_norm && ly->post_norm && extras_ok(src) && take_mat(&src->qkv, qkv_n, m->hidden, 1, &ly->qkv) &&
              take_mat(&src->o, m->hidden, m->H * m->D, 1, &ly->o) &&
              take_mat(&src->gate_up, 2 * m->I, m->hidden, 1, &ly->gu) &&
              take_mat(&src->down, m->hidden, m->I, 1, &ly->down);

@@ -34,10 +34,16 @@ void fs_dequant_group(int q4, const uint8_t *w, const uint16_t *wd, const uint16
 void fs_attend(const float *qb, const void *kc, const void *vc, const int64_t *sl, int L, int KVH, int kh, int D,
                int G, float scale, int kv_type, float *scores, float *ob);
 int fs_attend_parts(int L);  // parts of a query with L keys
-// keys [t0, t1) -> unnormalized o [G, D], max m [G], sum of exp s [G]; prefetch: ask for the K/V rows ahead
+// keys [t0, t1) -> unnormalized o [G, D], max m [G], sum of exp s [G]; scores soft-capped by cap (0: off, fs_softcap);
+// prefetch: ask for the K/V rows ahead
 void fs_attend_part(const float *qb, const void *kc, const void *vc, const int64_t *sl, int t0, int t1, int KVH,
-                    int kh, int D, int G, float scale, int kv_type, float *scores, float *o, float *m, float *s,
-                    int prefetch);
+                    int kh, int D, int G, float scale, float cap, int kv_type, float *scores, float *o, float *m,
+                    float *s, int prefetch);
+// a[r] = gelu(gate[r]) (tanh form) * up[r] for r < live, else 0, over one block of FS_QK; a may be gate
+void fs_gelu_mul(const float *gate, const float *up, int live, float *a);
+// x[0, n) -> x mul, then cap tanh(x / cap) unless cap is 0 (activation.c: the same bits on every variant)
+void fs_softcap(float *x, int n, float mul, float cap);
+
 // P parts merged in order into ob [G, D]; part p at parts + p G (D + 2): o, m, s
 void fs_attend_combine(int P, int G, int D, const float *parts, float *ob);
 #endif

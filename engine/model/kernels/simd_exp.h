@@ -2,6 +2,32 @@
 // degree-6 polynomial, 2^n via the exponent bits. Below -87.3: 0, as expf; above 88: exp(88), finite (silu never NaN).
 #ifndef FINSERVE_SIMD_EXP_H
 #define FINSERVE_SIMD_EXP_H
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+// fs_exp8's value for one lane in scalar code, on every variant (the generic one too): fmaf rounds once as the vector
+// FMA does, nearbyintf rounds to nearest even as _MM_FROUND_TO_NEAREST_INT; the clamps order NaN as max_ps / min_ps
+static inline float fs_exp1(float x) {
+    const int under = x < -87.3f;
+    x = x > -87.3f ? x : -87.3f;
+    x = x < 88.0f ? x : 88.0f;
+    const float n = nearbyintf(x * 1.44269504088896341f);
+    float r = fmaf(-n, 0.693359375f, x);
+    r = fmaf(-n, -2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p * r, r, r + 1.f);
+    const int32_t bits = ((int32_t)n + 127) << 23;
+    float e;
+    memcpy(&e, &bits, sizeof e);
+    return under ? 0.f : p * e;
+}
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 

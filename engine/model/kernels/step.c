@@ -1,10 +1,13 @@
-// The fused step: every layer of a Llama-family model for a batch of tokens (decode tokens, prefill chunks) in one
-// native call. Per layer, phases over the pool:
-// norm (per token: RMSNorm, quantized), qkv (per weight group), rope (per token and KV head: RoPE, K/V write), attend
-// (per token, KV head and part of 512 keys; then merged), quant, o (+ residual), norm, mlp (per run of FFN blocks:
-// gate, up, silu(gate) * up, quantized), down (+ residual); then the final norm and the LM head.
+// The fused step: every layer of a decoder of any registered family for a batch of tokens (decode tokens, prefill
+// chunks) in one native call. Per layer, phases over the pool:
+// norm (per token: RMSNorm, quantized), qkv (per weight group), rope (per token and KV head: QK-norm, RoPE, K/V
+// write), attend (per token, KV head and part of 512 keys of its window; then merged), quant, o (+ residual), norm,
+// mlp (per run of FFN blocks: gate, up, act(gate) * up, quantized), down (+ residual); then the final norm, the LM
+// head and its scale and soft-cap. A residual add with a sandwich norm or a residual scale is a row phase of its own;
+// the Llama add accumulates in the matmul.
 // The torch model (engine/model/llama.py) is the reference the tests compare against. A call of up to FS_LEND_MAX_B
 // tokens lends its heavy phases (lend.c).
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,8 +49,22 @@ static void matmul_phase(step_t *s, const qmat_t *w, const uint8_t *xq, const fl
         fs_parallel_for(s->nthreads, task_matmul, s, ntasks);
 }
 
-// B in range, logits rows increasing, known kv_type, positions within the RoPE tables, <= FS_MAX_PARTS parts. Returns
-// the parts, or 0.
+// x += the projection w of the quantized rows: accumulated in the matmul (Llama), or through h and task_residual where
+// an output norm or a residual scale comes between
+static void project_add(step_t *s, int light, const qmat_t *w, const uint8_t *xq, const float *xd, const int32_t *xs,
+                        const float *out_norm) {
+    model_t *m = s->m;
+    if (!out_norm && m->res_scale == 1.f) {
+        matmul_phase(s, w, xq, xd, xs, m->x, m->hidden, 1);
+        return;
+    }
+    matmul_phase(s, w, xq, xd, xs, m->h, m->hidden, 0);
+    s->norm_w = out_norm;
+    fs_parallel_rows(light, task_residual, s, s->B);
+}
+
+// B in range, logits rows increasing, known kv_type, rope rows and positions within the RoPE tables that read them,
+// <= FS_MAX_PARTS parts. Returns the parts, or 0.
 static int check_batch(const model_t *m, const fs_batch *c) {
     const int B = c->n_tokens, N = c->n_logits;
     if (B < 1 || B > FS_MAX_BATCH || N < 0 || N > B || (c->logit_rows == NULL && N != 0 && N != B)) return 0;
@@ -57,8 +74,12 @@ static int check_batch(const model_t *m, const fs_batch *c) {
         if (r < i || r >= B || (i > 0 && r <= c->logit_rows[i - 1])) return 0;
     }
     int parts = 1;
+    int64_t own_rows = INT64_MAX;  // the layers' own tables: read at positions
+    for (int l = 0; l < m->L; l++)
+        if (m->layers[l].cos && m->layers[l].rope_rows < own_rows) own_rows = m->layers[l].rope_rows;
     for (int b = 0; b < B; b++) {
-        if (c->pos[b] < 0 || c->pos[b] >= m->rope_rows) return 0;
+        const int64_t row = c->rope_row ? c->rope_row[b] : c->pos[b];
+        if (c->pos[b] < 0 || c->pos[b] >= own_rows || row < 0 || row >= m->rope_rows) return 0;
         const int p = fs_attend_parts((int)c->ctx[b]);
         parts = p > parts ? p : parts;
     }
@@ -73,8 +94,8 @@ int fs_forward(void *handle, const fs_batch *c) {
     if (!fs_ensure_scratch(m, B)) return FS_ERR_NOMEM;
     step_t s = {.m = m, .B = B, .Lmax = c->slots_stride, .kv_type = c->kv_type,
                 .nthreads = c->threads < 1 ? 1 : c->threads, .pos = c->pos, .slot = c->slot, .slots = c->slots,
-                .ctx = c->ctx, .slot_row = c->slot_row, .kv = (uint8_t *)c->kv, .S = c->kv_slots, .act = m->act,
-                .ad = m->ad, .aq = m->aq, .as = m->as};
+                .ctx = c->ctx, .slot_row = c->slot_row, .rope_row = c->rope_row, .kv = (uint8_t *)c->kv,
+                .S = c->kv_slots, .act = m->act, .ad = m->ad, .aq = m->aq, .as = m->as};
     // a decode batch on 2+ threads lends its matmul, mlp and attention phases; its light phases run on the caller
     fs_note_caller_cpu();
     s.lend = FS_LEND_ON && s.nthreads > 1 && B <= FS_LEND_MAX_B && fs_step_lend_reserve(&s, s.nthreads - 1);
@@ -102,7 +123,7 @@ int fs_forward(void *handle, const fs_batch *c) {
             TIMED(PH_ATTEND, fs_parallel_rows_by(s.nthreads, task_attend_part, &s, att_n, FS_ATT_CLAIMS, 1));
         TIMED(PH_COMBINE, fs_parallel_rows(light, task_attend_combine, &s, B * m->KVH));
         TIMED(PH_QUANT, fs_parallel_rows(light, task_quant_attn, &s, B));
-        TIMED(PH_O, matmul_phase(&s, &ly->o, m->xq, m->xd, m->xs, m->x, m->hidden, 1));
+        TIMED(PH_O, project_add(&s, light, &ly->o, m->xq, m->xd, m->xs, ly->attn_out));
         s.norm_w = ly->post_norm;
         TIMED(PH_NORM, fs_parallel_rows(light, task_norm, &s, B));
         s.mat = &ly->gu, s.xq = m->xq, s.xd = m->xd, s.xs = m->xs;
@@ -111,7 +132,7 @@ int fs_forward(void *handle, const fs_batch *c) {
             TIMED(PH_MLP, fs_step_lend(&s, task_mlp, commit_mlp, mlp_tasks));
         else
             TIMED(PH_MLP, fs_parallel_for(s.nthreads, task_mlp, &s, mlp_tasks));
-        TIMED(PH_DOWN, matmul_phase(&s, &ly->down, m->aq, m->ad, m->as, m->x, m->hidden, 1));
+        TIMED(PH_DOWN, project_add(&s, light, &ly->down, m->aq, m->ad, m->as, ly->ffn_out));
     }
     free(s.att);
     if (N == 0) return FS_OK;
@@ -125,6 +146,7 @@ int fs_forward(void *handle, const fs_batch *c) {
     s.norm_w = m->norm;
     TIMED(PH_NORM, fs_parallel_rows(light, task_norm, &s, N));
     TIMED(PH_HEAD, matmul_phase(&s, &m->head, m->xq, m->xd, m->xs, c->logits, m->V, 0));
+    if (m->logits_scale != 1.f || m->final_cap != 0.f) TIMED(PH_HEAD, fs_parallel_rows(light, task_logits, &s, N));
     return FS_OK;
 }
 

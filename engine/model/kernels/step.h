@@ -19,15 +19,24 @@ typedef struct {
 typedef struct {
     const float *in_norm, *post_norm;  // [hidden]
     qmat_t qkv, o, gu, down;  // gu: gate rows [0, I), up rows [I, 2I)
+    const float *q_norm, *k_norm;  // [D] per head before RoPE, or NULL
+    const float *attn_out, *ffn_out;  // [hidden] norms of the block outputs before their residual adds, or NULL
+    const float *cos, *sin;  // [rope_rows, RD] the layer's own table, read at positions; NULL: the model's
+    int64_t rope_rows;
+    int window;  // keys a token reads, the newest; 0: all
 } layer_t;
 
 typedef struct {
     int L, hidden, H, KVH, D, I, V, act16;
     float eps, scale;
+    float attn_cap, final_cap;  // tanh soft-caps of attention scores, output logits; 0: off
+    float res_scale, logits_scale;  // block outputs' and logits' multipliers
+    int gelu;  // FFN gate: gelu (tanh form) instead of silu
+    int RD;  // rotary dims per head, even, <= D
     layer_t *layers;
     const float *norm;
     qmat_t head;
-    const float *cos, *sin;  // [rope_rows, D]; sin carries rotate-half's signs
+    const float *cos, *sin;  // [rope_rows, RD], read at each token's rope row; sin carries rotate-half's signs
     int64_t rope_rows;
     int cap;  // tokens the scratch holds
     int64_t *lend_slots;  // a lent step's key slots (only valid ones)
@@ -45,6 +54,7 @@ typedef struct {
     model_t *m;
     int B, Lmax, kv_type, nthreads, l;
     const int64_t *pos, *slot, *slots, *ctx, *slot_row;  // slot_row: each token's row of slots (NULL: its own)
+    const int64_t *rope_row;  // each token's row of the model's RoPE table (NULL: its position)
     int att_parts;  // parts per (token, KV head): the call's most
     float *att;  // [B, KVH, att_parts, G (D + 2)]: o, m, s per part
     uint8_t *kv;  // [L, 2, S, KVH, D] of kv_type
@@ -76,6 +86,8 @@ static inline size_t fs_kv_elem(int kv_type) { return kv_type == FS_KV_F32 ? 4 :
 
 // Phase tasks: step_rows.c per token or (token, KV head); step_matmul.c per weight group.
 void task_norm(void *c, int b);
+void task_residual(void *c, int b);
+void task_logits(void *c, int b);
 void task_quant_attn(void *c, int b);
 void task_rope_store(void *c, int task);
 void task_attend_part(void *c, int task);
@@ -83,6 +95,12 @@ void task_attend_combine(void *c, int bk);
 void task_matmul(void *c, int task);
 void task_mlp(void *c, int task);
 void fs_store_group(step_t *s, const qmat_t *w, int g, const float *out);
+// the keys token b reads in the current layer: the last min(ctx, window) of its ctx[b]; *first: the first one's index
+static inline int fs_step_keys(const step_t *s, int b, int *first) {
+    const int L = (int)s->ctx[b], W = s->m->layers[s->l].window;
+    *first = W > 0 && L > W ? L - W : 0;
+    return L - *first;
+}
 
 // step_lend.c
 int fs_step_lend_reserve(step_t *s, int helpers);

@@ -1,5 +1,5 @@
 // The fused step's matmul phases: a projection's weight groups (QKV, O, down, LM head) and the FFN's gate and up groups
-// with silu(gate) * up, quantized. The GEMM's tiles: a row's outputs are the torch path's quantized matmuls'.
+// with act(gate) * up, quantized. The GEMM's tiles: a row's outputs are the torch path's quantized matmuls'.
 #include <math.h>
 #include <string.h>
 
@@ -98,8 +98,8 @@ static void ffn_groups(step_t *s, int base, int g, float *out_g, float *out_g1) 
 }
 
 // FFN blocks j0..j1-1 (32 channels each): every gate group of the range (contiguous in gate_up) into act, then per
-// block its up groups, silu(gate) * up in place, quantized as block j of the down input. Each half is one run of
-// weights.
+// block its up groups, act(gate) * up in place (silu, or gelu: activation.c), quantized as block j of the down input.
+// Each half is one run of weights.
 void task_mlp(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
@@ -122,7 +122,10 @@ void task_mlp(void *c, int task) {
             memcpy(up, out[0] + t * FS_QR, sizeof(float) * FS_QR);
             memcpy(up + FS_QR, out[1] + t * FS_QR, sizeof(float) * FS_QR);
             float *a = s->act + (int64_t)t * KBI * FS_QK + j * FS_QK;  // gate, overwritten lane by lane
-            silu_mul(a, up, I - j * FS_QK, a);
+            if (m->gelu)
+                fs_gelu_mul(a, up, I - j * FS_QK, a);
+            else
+                silu_mul(a, up, I - j * FS_QK, a);
             const int64_t blk = (int64_t)t * KBI + j;
             fs_quantize_act(m->act16, a, 1, FS_QK, FS_QK, 1, s->aq + (size_t)blk * FS_QK * esz, s->ad + blk, s->as + blk);
         }

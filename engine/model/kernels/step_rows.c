@@ -1,6 +1,6 @@
-// The fused step's row phases: per token (norms, quantization) or per (token, KV head) (RoPE and K/V write, attention
-// parts, their merge). A row's result depends on its own inputs only: a token gives the same bits alone, in any batch
-// or chunk, or decoded.
+// The fused step's row phases: per token (norms, quantization, residual adds, output logits) or per (token, KV head)
+// (QK-norm, RoPE and K/V write, attention parts, their merge). A row's result depends on its own inputs only: a token
+// gives the same bits alone, in any batch or chunk, or decoded.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,18 +26,40 @@ static float sum_squares(const float *x, int K) {
     return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 
+// out = rmsnorm(x) * w over K values (out may be x)
+static void rms_norm(const float *x, const float *w, int K, float eps, float *out) {
+    const float ss = sum_squares(x, K);
+    const float r = 1.f / sqrtf(ss / (float)K + eps);
+    for (int i = 0; i < K; i++) out[i] = x[i] * r * w[i];
+}
+
 void task_norm(void *c, int b) {  // h = rmsnorm(x[b]) * w, quantized
     step_t *s = (step_t *)c;
     model_t *m = s->m;
     const int K = m->hidden, KB = fs_kb(K);
-    const float *x = m->x + (int64_t)b * K;
     float *h = m->h + (int64_t)b * K;
-    const float ss = sum_squares(x, K);
-    const float r = 1.f / sqrtf(ss / (float)K + m->eps);
-    for (int i = 0; i < K; i++) h[i] = x[i] * r * s->norm_w[i];
+    rms_norm(m->x + (int64_t)b * K, s->norm_w, K, m->eps, h);
     const size_t esz = m->act16 ? 2 : 1;
     fs_quantize_act(m->act16, h, 1, K, K, KB, m->xq + (size_t)b * KB * FS_QK * esz, m->xd + (int64_t)b * KB,
                     m->xs + (int64_t)b * KB);
+}
+
+// x[b] += res_scale * out, out = the block output h[b] (the O or down projection), through rmsnorm * norm_w when set
+void task_residual(void *c, int b) {
+    step_t *s = (step_t *)c;
+    model_t *m = s->m;
+    const int K = m->hidden;
+    float *x = m->x + (int64_t)b * K, *out = m->h + (int64_t)b * K;
+    if (s->norm_w) rms_norm(out, s->norm_w, K, m->eps, out);
+    if (m->res_scale == 1.f)
+        for (int i = 0; i < K; i++) x[i] = x[i] + out[i];
+    else
+        for (int i = 0; i < K; i++) x[i] = x[i] + out[i] * m->res_scale;
+}
+
+void task_logits(void *c, int b) {  // row b of the head's output: times logits_scale, soft-capped
+    step_t *s = (step_t *)c;
+    fs_softcap(s->y + (int64_t)b * s->ldy, s->m->V, s->m->logits_scale, s->m->final_cap);
 }
 
 void task_quant_attn(void *c, int b) {
@@ -50,7 +72,8 @@ void task_quant_attn(void *c, int b) {
 }
 
 
-static void rope(float *v, const float *cs, const float *sn, int D) {  // v cos + roll(v, D/2) sin
+// v[0, D) -> v cos + roll(v, D/2) sin (partial rotary: D the rotary dims, the head's later dims untouched)
+static void rope(float *v, const float *cs, const float *sn, int D) {
     float tmp[512];
     const int half = D / 2;
 #if defined(__AVX2__)
@@ -85,17 +108,23 @@ static void store_row(uint8_t *dst, int kv_type, const float *src, int D) {
     }
 }
 
-// Per (token, KV head): RoPE of the query heads and key, the K/V write. Before any attention: a chunk's tokens read
-// each other's keys.
+// Per (token, KV head): QK-norm and RoPE of the query heads and key, the K/V write. Before any attention: a chunk's
+// tokens read each other's keys. A layer's own table is read at the position, the model's at the token's rope row.
 void task_rope_store(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
-    const int b = task / m->KVH, kh = task % m->KVH, D = m->D, G = m->H / m->KVH;
+    const layer_t *ly = &m->layers[s->l];
+    const int b = task / m->KVH, kh = task % m->KVH, D = m->D, G = m->H / m->KVH, RD = m->RD;
     float *row = m->qkv + (int64_t)b * (m->H + 2 * m->KVH) * D;
     float *q = row + (int64_t)kh * G * D, *k = row + (int64_t)(m->H + kh) * D, *v = row + (int64_t)(m->H + m->KVH + kh) * D;
-    const float *cs = m->cos + s->pos[b] * D, *sn = m->sin + s->pos[b] * D;
-    for (int g = 0; g < G; g++) rope(q + g * D, cs, sn, D);
-    rope(k, cs, sn, D);
+    if (ly->q_norm) {
+        for (int g = 0; g < G; g++) rms_norm(q + g * D, ly->q_norm, D, m->eps, q + g * D);
+        rms_norm(k, ly->k_norm, D, m->eps, k);
+    }
+    const int64_t at_row = ly->cos ? s->pos[b] : s->rope_row ? s->rope_row[b] : s->pos[b];
+    const float *cs = (ly->cos ? ly->cos : m->cos) + at_row * RD, *sn = (ly->sin ? ly->sin : m->sin) + at_row * RD;
+    for (int g = 0; g < G; g++) rope(q + g * D, cs, sn, RD);
+    rope(k, cs, sn, RD);
     const size_t esz = fs_kv_elem(s->kv_type), plane = (size_t)s->S * m->KVH * D * esz;
     uint8_t *kc = s->kv + (size_t)s->l * 2 * plane, *vc = kc + plane;
     const size_t at = ((size_t)s->slot[b] * m->KVH + kh) * D * esz;
@@ -103,13 +132,14 @@ void task_rope_store(void *c, int task) {
     store_row(vc + at, s->kv_type, v, D);
 }
 
-// Per (token, KV head, part): attention over part p of the token's ctx[b] keys, in position order; the parts merged in
-// order after.
+// Per (token, KV head, part): attention over part p of the keys the token reads (fs_step_keys), in position order; the
+// parts merged in order after.
 void task_attend_part(void *c, int task) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
     const int P = s->att_parts, p = task % P, bk = task / P, b = bk / m->KVH, kh = bk % m->KVH, D = m->D;
-    const int G = m->H / m->KVH, L = (int)s->ctx[b];
+    int first;
+    const int G = m->H / m->KVH, L = fs_step_keys(s, b, &first);
     if (p >= fs_attend_parts(L)) return;
     const float *q = m->qkv + (int64_t)b * (m->H + 2 * m->KVH) * D + (int64_t)kh * G * D;
     const size_t esz = fs_kv_elem(s->kv_type), plane = (size_t)s->S * m->KVH * D * esz;
@@ -122,8 +152,8 @@ void task_attend_part(void *c, int task) {
     float *part = s->att + ((size_t)bk * P + p) * (size_t)G * (D + 2);
     // a chunk's later tokens re-read its first token's keys: no prefetch
     const int follows = s->slot_row && b > 0 && s->slot_row[b - 1] == srow;
-    fs_attend_part(q, kc, vc, s->slots + srow * s->Lmax, t0, t1, m->KVH, kh, D, G, m->scale, s->kv_type, scores, part,
-                   part + G * D, part + G * D + G, !follows);
+    fs_attend_part(q, kc, vc, s->slots + srow * s->Lmax + first, t0, t1, m->KVH, kh, D, G, m->scale, m->attn_cap,
+                   s->kv_type, scores, part, part + G * D, part + G * D + G, !follows);
     if (scores != stack_scores) free(scores);
 }
 
@@ -131,7 +161,8 @@ void task_attend_combine(void *c, int bk) {
     step_t *s = (step_t *)c;
     model_t *m = s->m;
     const int P = s->att_parts, b = bk / m->KVH, kh = bk % m->KVH, D = m->D, G = m->H / m->KVH;
-    fs_attend_combine(fs_attend_parts((int)s->ctx[b]), G, D, s->att + (size_t)bk * P * G * (D + 2),
+    int first;
+    fs_attend_combine(fs_attend_parts(fs_step_keys(s, b, &first)), G, D, s->att + (size_t)bk * P * G * (D + 2),
                       m->attn + (int64_t)b * m->H * D + (int64_t)kh * G * D);
 }
 

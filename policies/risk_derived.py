@@ -1,0 +1,196 @@
+"""Facts code derives from an event's read facts and attributes (policies/risk_facts.py DERIVED).
+
+Amount facts (USD value, how close to a reporting threshold, round, aggregated with similar
+transactions), an invoiced price against its fair value, names that should agree and do not, where the
+activity happens against where the customer lives (`location_mismatch`), and a screening list entry's
+identifiers against the customer's (`identifiers_differ`). Attributes arrive as `Named`: the name's
+meaning (its words, the policy's synonyms applied), the parsed name, and the value.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from policies.countries import words
+from policies.risk_model import RiskRules
+from policies.risk_text import KeyName, key_name, moment, number
+
+DAYS_PER_MONTH = 30.44
+_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
+_NAME_NOISE = frozenset(  # legal forms and filler that do not make two names different ("Acme Ltd" is "ACME")
+    "the and of ltd limited inc incorporated llc plc gmbh ag sa sas sarl bv nv co corp corporation company "
+    "oy ab asa spa srl kg kgaa pty lp llp".split())
+
+
+@dataclass(frozen=True)
+class Named:
+    meaning: frozenset[str]  # the name's words, synonyms applied
+    name: KeyName
+    value: object
+
+
+def derive(rules: RiskRules, event: Mapping[str, Any], values: dict[str, object], currency_of: Mapping[str, str],
+           seen: set[str], deviations: Sequence[str]) -> dict[str, str]:
+    """Adds the amount, flow, profile, price and country facts and one fact per country list to `values` (a
+    number fact stated in another currency than the event's, `currency_of`, is converted first); returns the
+    reasons' details."""
+    amount, stated = number(event.get("amount")), values.get("amount")
+    if amount is None and isinstance(stated, float):
+        amount = stated
+    currency = event.get("currency")
+    if not isinstance(currency, str):
+        text = values.get("currency")
+        currency = text.upper() if isinstance(text, str) else currency_of.get("amount")
+    values.pop("amount", None)
+    values.pop("currency", None)
+    if currency:
+        values["currency"] = currency
+
+    def stated_in_event_currency(fact: str) -> float | None:
+        v = values.get(fact)
+        if not fact or not isinstance(v, float):
+            return None
+        rate_from, rate_to = rules.usd_value.get(currency_of.get(fact, "")), rules.usd_value.get(currency or "")
+        return v * rate_from / rate_to if rate_from and rate_to and currency_of.get(fact) != currency else v
+
+    if amount is not None:
+        values["amount"] = amount
+        amount_facts(rules, values, amount, currency, stated_in_event_currency(rules.threshold_amount))
+        _flows(rules, values, amount, stated_in_event_currency)
+    values["price_deviation"] = price_deviation(rules, values, deviations)
+    values["countries"] = frozenset(seen)
+    values["distinct_countries"] = float(len(seen))
+    details: dict[str, str] = {}
+    for name, codes in rules.country_lists.items():
+        hit = sorted(seen & set(codes))
+        values[name] = bool(hit)
+        if hit:
+            details[name] = " ".join(hit[:2])
+    return details
+
+
+def _flows(rules: RiskRules, values: dict[str, object], amount: float,
+           converted: Callable[[str], float | None]) -> None:
+    """outflow_ratio (when the event states none), profile_months and usual_ratio."""
+    inflow, outflow = converted(rules.inflow_amount), converted(rules.outflow_amount)
+    if inflow and inflow > 0 and (values.get("withdrawal") is True or values.get("new_payee") is True):
+        values.setdefault("outflow_ratio", amount / inflow)  # 49,900 out after 50,000 in: 0.998 passed on
+    elif outflow and outflow > 0 and amount > 0:
+        values.setdefault("outflow_ratio", outflow / amount)  # 2,450 passed on of a 2,500 credit: 0.98
+    expected = converted(rules.expected_amount)
+    window = converted(rules.similar_total)
+    if expected and expected > 0:  # the largest of the amount, the window's total and the credit it passes on,
+        # in months of the profile: a pass-through's size is the credit's
+        values["profile_months"] = max(amount, window or 0.0, inflow or 0.0) / (expected * DAYS_PER_MONTH)
+    usual = converted(rules.usual_amount)
+    if usual and usual > 0:
+        values["usual_ratio"] = amount / usual
+
+
+def amount_facts(rules: RiskRules, values: dict[str, object], amount: float, currency: str | None,
+                 stated_threshold: float | None = None) -> None:
+    """amount_usd, round_amount, reporting_ratio and aggregate_ratio into `values`; a threshold the event states
+    counts beside its currency's."""
+    usd = rules.usd_value.get(currency or "")
+    if usd is not None:
+        values["amount_usd"] = amount * usd
+    units = amount / rules.round_unit
+    values["round_amount"] = amount >= rules.round_unit and abs(units - round(units)) < 1e-9
+    thresholds = sorted({*rules.reporting_thresholds.get(currency or "", ()), *([stated_threshold] if stated_threshold
+                                                                               else [])})
+    if not thresholds:
+        return
+    above = [t for t in thresholds if t > amount]
+    values["reporting_ratio"] = amount / (above[0] if above else thresholds[-1])
+    count, total = values.get(rules.similar_count), values.get(rules.similar_total)
+    if above and (isinstance(count, float) or isinstance(total, float)):
+        together = max(amount * count if isinstance(count, float) else 0.0, total if isinstance(total, float) else 0.0)
+        values["aggregate_ratio"] = together / above[0]
+
+
+def price_deviation(rules: RiskRules, values: Mapping[str, object], deviations: Sequence[str]) -> float | None:
+    """How far a price is from its fair value, as a factor >= 1 (twice or half: 2)."""
+    ratios = []
+    for invoiced, fair in rules.price_pairs.items():
+        a, b = values.get(invoiced), values.get(fair)
+        if isinstance(a, float) and isinstance(b, float) and a > 0 and b > 0:
+            ratios.append(a / b)
+    ratios += [1 + v for f in deviations if isinstance(v := values.get(f), float) and v > -1]
+    return max((max(r, 1 / r) for r in ratios), default=None)
+
+
+def _name_tokens(name: str) -> frozenset[str]:
+    return frozenset(w for w in words(name) if w not in _NAME_NOISE)
+
+
+def names_differ(rules: RiskRules, named: Sequence[Named], words_of: Callable[[KeyName], frozenset[str]]) -> bool:
+    """Two names that should agree do not: neither one's words (legal forms aside) contain the other's."""
+    by_words = {n.meaning: n.value for n in named if isinstance(n.value, str)}
+    for a, b in rules.name_pairs.items():
+        first, second = by_words.get(words_of(key_name(a))), by_words.get(words_of(key_name(b)))
+        if not isinstance(first, str) or not isinstance(second, str):
+            continue
+        x, y = _name_tokens(first), _name_tokens(second)
+        if x and y and not (x <= y or y <= x):
+            return True
+    return False
+
+
+def location_mismatch(location: frozenset[str], home: frozenset[str],
+                      countries: Sequence[tuple[frozenset[str], set[str]]]) -> bool:
+    """A country where the activity happens (a name with a `location` word: ip_country, login_country) that is
+    none of the countries the customer lives in (a `home` word: home_country, customer_country): both sides
+    named, no country in common."""
+    where = {c for words_, codes in countries if words_ & location for c in codes}
+    lives = {c for words_, codes in countries if words_ & home and not words_ & location for c in codes}
+    return bool(where and lives and not where & lives)
+
+
+def identifiers_differ(listed: frozenset[str], identifier: frozenset[str], named: Sequence[Named],
+                       resolve_country: Callable[[str], str | None]) -> bool:
+    """A screening list entry's identifier (nationality_listed, sdn_dob) differs from the customer's
+    (nationality_customer, customer_dob): the two attributes share an identifier word, only one of them has a
+    listed word, and their values disagree (countries by code, dates by day, numbers and text as written).
+    A number on a name that says difference or mismatch (dob_difference_years: 23) differs when not zero."""
+    ids = [n for n in named if n.meaning & identifier and n.value not in (None, "", False)]
+    for n in ids:
+        if n.meaning & {"difference", "mismatch", "gap"} and (x := number(n.value)) is not None and x != 0:
+            return True
+    entries = [n for n in ids if n.meaning & listed]
+    others = [n for n in ids if not n.meaning & listed]
+    for e in entries:
+        for o in others:
+            if e.meaning & o.meaning & identifier and _disagree(e.value, o.value, resolve_country):
+                return True
+    return False
+
+
+def _disagree(a: object, b: object, resolve_country: Callable[[str], str | None]) -> bool:
+    if isinstance(a, str) and isinstance(b, str):
+        ca, cb = resolve_country(a), resolve_country(b)
+        if ca and cb:
+            return ca != cb
+        da, db = moment(a), moment(b)
+        if da and db:
+            return da.date() != db.date()
+        ya, yb = _YEAR.search(a), _YEAR.search(b)
+        if ya and yb and (_YEAR.fullmatch(a.strip()) or _YEAR.fullmatch(b.strip())):
+            return ya.group() != yb.group()  # a year of birth against a date of birth
+        return words(a) != words(b)
+    na, nb = number(a), number(b)
+    return na is not None and nb is not None and na != nb
+
+
+def goods_differ(goods: frozenset[str], documents: frozenset[str], named: Sequence[Named]) -> bool:
+    """Two trade documents describe different goods: attributes naming goods on different documents
+    (invoice_goods, bill_of_lading_goods) whose descriptions share no word of three letters or more."""
+    described = [(n.meaning & documents, _content(n.value)) for n in named
+                 if n.meaning & goods and n.meaning & documents and isinstance(n.value, str)]
+    return any(da != db and a and b and not a & b
+               for i, (da, a) in enumerate(described) for db, b in described[i + 1:])
+
+
+def _content(value: object) -> frozenset[str]:
+    return frozenset(w for w in words(str(value)) if len(w) >= 3 and not w.isdigit() and w not in _NAME_NOISE)
