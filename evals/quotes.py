@@ -1,6 +1,6 @@
 """Quoted document answers on a labelled question set (examples/document_questions.json), engine in-process.
 
-Each question goes through the route's own prompt and grammar (gateway/prompts.py: the document
+Each question goes through the route's own prompt and grammar (gateway/domain/prompts.py: the document
 first, the question, then the quoted-answer instructions; the quotes are an enum of the sentences
 that code retrieved for the question). Figures per question and overall:
   answer_contains_expected  the answer text holds the labelled figure (any listed form, any case);

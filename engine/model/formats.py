@@ -62,7 +62,7 @@ class QuantizedFormat(WeightFormat):
     kernel: KernelFormat = KernelFormat.INT8
     # Bits the kernels quantize activations to, per block of 32, for the integer dot: 16 (default: within fp32
     # rounding of dequantized weights x fp32 activations) or 8 (llama.cpp's Q8 activations: fewer integer ops per
-    # weight, faster decode, answers may differ; bench/quality.py measures by how much).
+    # weight, faster decode, answers may differ; evals/quality.py measures by how much).
     act_bits: int = 16
 
     @property

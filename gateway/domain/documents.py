@@ -1,6 +1,6 @@
 """Documents: register text once (SQL, tenant-scoped), then ask `document_qa` questions about it.
 
-A question's prompt is the document first and the question last (gateway/prompts.py), and
+A question's prompt is the document first and the question last (gateway/domain/prompts.py), and
 the tenant is the prefix-cache salt, so a tenant's later questions on a document reuse its
 KV blocks and only prefill the question. Another tenant's document id answers 404.
 
@@ -16,7 +16,7 @@ other classes (`realtime_risk` only, say) gets 403 `class_forbidden` on list, re
 `GET /v1/documents` lists the tenant's documents (newest first, `limit` and `after` as OpenAI's lists
 page), `DELETE /v1/documents/{id}` removes one (its questions' ledger rows stay: the ledger is an
 audit record) and frees its KV at once: the engine ends its leases and evicts its cached blocks, and
-those of its questions, from the prefix cache (gateway/document_cache.py); a question still running
+those of its questions, from the prefix cache (gateway/domain/document_cache.py); a question still running
 on it keeps its blocks until it finishes. The blocks were salted with the tenant all along, so no
 other tenant could reach them.
 """

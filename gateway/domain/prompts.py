@@ -42,7 +42,7 @@ JUDGEMENT_SYSTEM = (
 
 
 def judgement_messages(event: RiskEvent, question: str) -> list[dict[str, str]]:
-    """The model's part of a rule-scored verdict (gateway/verdict.py): no schema in the prompt, the three
+    """The model's part of a rule-scored verdict (gateway/domain/verdict.py): no schema in the prompt, the three
     levels in severity order, so nothing about the schema's enum order can reach the model."""
     return [{"role": "system", "content": JUDGEMENT_SYSTEM}, {"role": "user", "content": _event_turn(event, question)}]
 
@@ -99,7 +99,7 @@ def quoted_answer_schema(candidates: list[str], question: str = "") -> dict[str,
     quotes["items"] = {"enum": rest} if rest else False
     answer: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 300}
     # From the first quote only: answer and evidence then agree (offered the second candidate's figures too,
-    # the model picked one of those for most of its wrong answers on bench/data/document_questions_*.json).
+    # the model picked one of those for most of its wrong answers on evals/data/document_questions_*.json).
     leads = answer_leads(question, [first])
     if leads:
         # Then words, no digits: a small model otherwise counts on ("Article 11.1.1.2.3.4 ...", one token per
@@ -273,7 +273,7 @@ def relevant_sentences(text: str, question: str, k: int = QUOTE_CANDIDATES,
     write makes its forced tokens fail inside llguidance.
 
     A 135M model asked to pick the answering sentence among a document's hundred or more chose a
-    wrong one for every labelled question (bench/quotes_eval.py). So code retrieves, and the model
+    wrong one for every labelled question (evals/quotes.py). So code retrieves, and the model
     phrases the answer from what code quoted.
     """
     sentences = sentence_spans(text)
