@@ -119,6 +119,19 @@ def test_an_address_is_in_the_country_it_names_last() -> None:
     assert facts({"memo": "payment for Cuba tour, booked in New Zealand"})["countries"] == frozenset({"CU", "NZ"})
 
 
+def test_a_us_last_line_names_the_state_not_a_country() -> None:
+    town = facts({"bene_address": "118 W Washington St, Cuba, MO 65453"})
+    assert town["countries"] == frozenset({"US"}) and town["sanctioned"] is False  # Cuba, Missouri (USPS Pub 28)
+    assert facts({"bene_address": "Calle 23 No. 105, Vedado, Havana, Cuba"})["sanctioned"] is True
+    assert facts({"bene_address": "PO Box 3, Hagatna, GU 96910-0003"})["countries"] == frozenset({"GU"})
+
+
+def test_a_screening_hit_term_is_the_alert_not_a_country_of_the_event() -> None:
+    assert facts({"keyword_hit": "CUBA", "payment_details": "feed invoice 2231"})["sanctioned"] is False
+    assert facts({"keyword_hit": "CUBA", "bene_country": "CU"})["sanctioned"] is True  # the event's own field
+    assert facts({"payment_corridor": "Cuba"})["sanctioned"] is True
+
+
 # ---- vendor scores ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("attributes", "score"), [
     ({"fraud_score": 0.93}, 0.93), ({"fraud_score": 87}, 0.87), ({"fraud_score": 912}, 0.912),
