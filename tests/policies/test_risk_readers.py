@@ -237,3 +237,11 @@ def test_the_loader_refuses_a_vocabulary_name_that_is_only_filler(write_policy: 
 
     with pytest.raises(PolicyError, match="names nothing"):
         load_policy(write_policy(mutate))
+
+
+def test_identifier_and_abbreviated_names_carry_their_concept() -> None:
+    assert facts({"device_id_linked_apps_24h": 9})["accounts_linked"] == 9.0  # applications seen on one device
+    assert facts({"ip_id_linked_apps": 4})["accounts_linked"] == 4.0
+    assert facts({"remitter_related_to_buyer": False}, "trade_payment")["third_party_payment"] is True
+    assert facts({"remitter_related_to_buyer": True}, "trade_payment")["third_party_payment"] is False
+    assert facts({"money_orders_today": 4}, "cash_purchase", amount=2_900, currency="USD")["similar_count"] == 4.0
