@@ -245,3 +245,11 @@ def test_identifier_and_abbreviated_names_carry_their_concept() -> None:
     assert facts({"remitter_related_to_buyer": False}, "trade_payment")["third_party_payment"] is True
     assert facts({"remitter_related_to_buyer": True}, "trade_payment")["third_party_payment"] is False
     assert facts({"money_orders_today": 4}, "cash_purchase", amount=2_900, currency="USD")["similar_count"] == 4.0
+
+
+def test_placeholder_originators_and_proven_own_wallets() -> None:
+    assert facts({"f50k_ordering_customer": "VARIAS EMPRESAS CLIENTES"})["missing_originator"] is False  # firms named
+    assert facts({"f50k_ordering_customer": "DIVERSOS CLIENTES"})["missing_originator"] is True  # Wolfsberg PTS
+    assert facts({"ordering_customer": "one of our clients"})["missing_originator"] is True
+    assert facts({"wallet_check": "satoshi test passed"}, "crypto_withdrawal")["own_account"] is True
+    assert facts({"destination": "self-hosted wallet"}, "crypto_withdrawal")["own_account"] is False
