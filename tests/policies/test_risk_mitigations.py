@@ -136,3 +136,11 @@ def test_a_group_with_a_block_rule_may_be_offset_but_the_block_rule_is_kept() ->
     score = evaluate(RULES, {"event_type": "card_payment", "amount": 1, "currency": "USD",
                              "attributes": {"declines_1h": 25, "card_not_present": True, "recurring": True}})
     assert [f.rule for f in score.fired] == ["card_testing_in_progress"]
+
+
+def test_a_business_whose_cash_is_reported_every_week_is_not_structuring_one_deposit() -> None:
+    reported = judged("cash_deposit", 9_700, ctrs_filed_12m=48)
+    assert reported["recommended_action"] == "approve" and "cash reported regularly" in reported["reasons"]
+    assert judged("cash_deposit", 9_700, ctrs_filed_12m=0)["recommended_action"] == "review"
+    # the reports do not clear a split: three deposits under the line on one day
+    assert judged("cash_deposit", 9_700, ctrs_filed_12m=48, deposits_today=3)["recommended_action"] == "review"
