@@ -253,3 +253,8 @@ def test_placeholder_originators_and_proven_own_wallets() -> None:
     assert facts({"ordering_customer": "one of our clients"})["missing_originator"] is True
     assert facts({"wallet_check": "satoshi test passed"}, "crypto_withdrawal")["own_account"] is True
     assert facts({"destination": "self-hosted wallet"}, "crypto_withdrawal")["own_account"] is False
+
+
+def test_a_wish_to_hide_assets_is_a_secrecy_request() -> None:
+    assert facts({"rm_comment": "client wants privacy from his business partners"})["secrecy_request"] is True
+    assert facts({"rm_comment": "privacy policy acknowledged"})["secrecy_request"] is False

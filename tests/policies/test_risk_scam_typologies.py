@@ -128,3 +128,10 @@ def test_altered_check_into_a_new_account_and_a_kite() -> None:
 def test_an_impaired_older_customer_and_an_agent() -> None:
     assert judged("check_paid", 7_000, holder_age=84, dementia_noted=True, payments_to_caregiver_30d=4) == HIGH
     assert judged("check_paid", 7_000, holder_age=84, payments_to_caregiver_30d=0) == LOW  # no agent dealing
+
+
+def test_transaction_laundering_and_human_smuggling() -> None:
+    assert judged("card_auth", 800, mcc="5816", mcc_mismatch=True, note="sells chips of an offshore casino") == MEDIUM
+    assert judged("card_auth", 800, mcc="5816") == LOW  # a games merchant under its own category
+    assert judged("p2p_receive", 900, distinct_senders_7d=14, memo="cruce de mi hermano") == HIGH
+    assert judged("p2p_receive", 900, memo="crossing fee") in (LOW, MEDIUM)  # one payer's memo alone: not the pattern
