@@ -4,6 +4,8 @@ incoming credit was passed on as, the usual amount, a currency in a name). Event
 the ways different upstream systems write them."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -258,3 +260,19 @@ def test_placeholder_originators_and_proven_own_wallets() -> None:
 def test_a_wish_to_hide_assets_is_a_secrecy_request() -> None:
     assert facts({"rm_comment": "client wants privacy from his business partners"})["secrecy_request"] is True
     assert facts({"rm_comment": "privacy policy acknowledged"})["secrecy_request"] is False
+
+
+def test_a_monetary_instrument_bought_is_measured_against_its_record_keeping_line() -> None:
+    bought = facts({"product": "money order", "bought_today": 3}, "teller_sale", amount=2_950, currency="USD")
+    assert bought["reporting_ratio"] == pytest.approx(2_950 / 3_000)  # 31 CFR 1010.415
+    assert facts({}, "cash_deposit", amount=2_950, currency="USD")["reporting_ratio"] == pytest.approx(0.295)
+    assert judged_action({"product": "money order", "money_orders_today": 4, "paid_in": "cash"}, "teller_sale",
+                         amount=2_900, currency="USD") == "review"
+
+
+
+def test_the_instrument_purchase_knob_names_a_flag_fact(write_policy: Callable[..., Path]) -> None:
+    def numeric(d: dict[str, Any]) -> None:
+        d["classes"]["realtime_risk"]["risk_rules"]["instrument_purchase"] = "similar_total"
+    with pytest.raises(PolicyError, match="instrument_purchase.*not a flag fact"):
+        load_policy(write_policy(numeric))
