@@ -135,3 +135,8 @@ def test_transaction_laundering_and_human_smuggling() -> None:
     assert judged("card_auth", 800, mcc="5816") == LOW  # a games merchant under its own category
     assert judged("p2p_receive", 900, distinct_senders_7d=14, memo="cruce de mi hermano") == HIGH
     assert judged("p2p_receive", 900, memo="crossing fee") in (LOW, MEDIUM)  # one payer's memo alone: not the pattern
+
+
+def test_remote_work_is_no_remote_access_tool() -> None:
+    assert judged("payroll_credit", 4_000, cust_stated_job="remote software engineer", dest="crypto exchange") == LOW
+    assert judged("online_transfer", 4_000, session="AnyDesk remote support software running", bene_new=True) == BLOCK
