@@ -275,7 +275,7 @@ class LLMEngine:
         for t in tokens:
             live.text += live.detok.push(t)
         stop = self._cut_at_stop_string(live, prev_len) if p.stop else None  # cut even when already finished
-        if stop is None and p.stop_repetition and not req.is_finished:
+        if stop is None and p.stop_repetition:  # a loop that ran into max_tokens is cut too
             stop = self._cut_at_repetition(live)
         if not req.is_finished:
             if stop is not None:

@@ -9,15 +9,11 @@ from pathlib import Path
 
 import openai
 import pytest
-import torch
 
 from core.settings import Settings
 from engine.client import LocalEngineClient
-from engine.config import EngineConfig
-from engine.engine import LLMEngine
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.tools import HermesParser, Llama3JsonParser, SmolLM2Parser, ToolStream, answer, parser_for
-from policies import load_policy
 from stack.processes import GatewayThread
 from tests.gateway.conftest import Keys
 
@@ -94,16 +90,6 @@ def test_parser_is_chosen_per_model(tmp_path: Path) -> None:
     assert parser_for(folder("SmolLM2-135M-Instruct", "")).name == "smollm2"
     assert parser_for(folder("Qwen2.5-7B-Instruct", "{{ '<tool_call>' }}")).name == "hermes"
     assert parser_for(folder("Llama-3.2-1B-Instruct", "<|python_tag|>")).name == "llama3_json"
-
-
-@pytest.fixture(scope="module")
-def smollm2(default_model_dir: Path) -> Iterator[LocalEngineClient]:
-    torch.set_num_threads(2)
-    config = EngineConfig(model=str(default_model_dir), policy=load_policy(), kv_cache_memory_bytes=256 << 20,
-                          num_threads=2)
-    client = LocalEngineClient(LLMEngine(config)).start()
-    yield client
-    client.shutdown()
 
 
 @pytest.fixture

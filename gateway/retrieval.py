@@ -1,0 +1,179 @@
+"""Which sentences of a document may answer a question: lexical retrieval that knows the domain's terms.
+
+A 135M model asked to pick the answering sentence among a document's hundred or more chose a wrong one
+for every labelled question (bench/quotes_eval.py), so code retrieves: IDF-weighted overlap of stemmed
+words, lightly favouring short sentences, weighted by how well a sentence's shape fits the kind of answer
+asked for (a figure of that kind, a numbered paragraph). A term of the glossary (policies/glossary.toml)
+or one the document defines ("net stable funding ratio (NSFR)") is one term in whichever form it is
+written, so "CET1" in a question meets "common equity tier 1" in the rulebook, and "tier 1" stays apart
+from "common equity tier 1".
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from policies.glossary import Glossary, load_glossary
+from textspans import sentence_spans
+from textspans.concepts import ConceptIndex, defined_abbreviations
+from textspans.figures import Figure, find_figures, is_reference
+from textspans.questions import Asked, asked_for
+
+QUOTE_CANDIDATES = 2  # sentences a quote may be: the best is always quoted, the model may add the second
+
+_STOPWORDS = frozenset(
+    "a an the of to in on for by with and or is are be shall must may what which how who when where within its "
+    "it their this that as at from than any each over under does do many much long".split())
+_SUFFIXES = (("ations", ""), ("ation", ""), ("ings", ""), ("ing", ""), ("ions", ""), ("ion", ""), ("ies", "y"),
+             ("ied", "y"), ("es", ""), ("ed", ""), ("ly", ""), ("s", ""))
+# Regulatory drafting says "at least" for a minimum and "not exceed" / "up to" for a maximum or a limit.
+_EXPANSIONS = {"minim": ("least",), "maxim": ("exceed", "most"), "limit": ("exceed",), "large": ("exceed",),
+               "keep": ("maint", "hold", "retai"), "hold": ("maint",), "big": ("equal",)}
+_PARAGRAPH = re.compile(r"^\d+(\.\d+)+\s")  # "9.1 An institution ...": the number of the article it belongs to
+_HEADING = re.compile(r"^(article|section|part|chapter|rule)\s+\d+\b", re.IGNORECASE | re.MULTILINE)
+CONCEPT = "§"  # prefix of a concept's term: never a stem of a word
+CONCEPT_WEIGHT = 2.0
+
+
+def _stem(word: str) -> str:
+    """A crude stem: one common suffix off, a final "e" off, then five letters, so "notify", "notified" and
+    "notification" meet at "notif", and "fine"/"fined", "breach"/"breaches" meet too."""
+    for suffix, repl in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: len(word) - len(suffix)] + repl
+            break
+    if word.endswith("e") and len(word) > 3:
+        word = word[:-1]
+    return word[:5]
+
+
+_FRAMING = frozenset(_stem(w) for w in "article section paragraph part clause chapter set sets out deal deals "
+                     "contain contains cover covers rule rules govern governs".split())
+
+
+def terms(text: str, index: ConceptIndex) -> list[str]:
+    """The concepts `text` names (CONCEPT + id), then the stems of all its words (a concept's too: "tier 1 ratio"
+    still shares "tier" with "common equity tier 1 ratio", though less than with another "tier 1 ratio")."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    return [CONCEPT + c for _, _, c in index.find(text)] + [_stem(w) for w in words if w not in _STOPWORDS and len(w) > 2]
+
+
+def mentions(text: str, index: ConceptIndex) -> list[tuple[str, frozenset[str]]]:
+    """Each concept `text` names: its term and the stems of the words it is written in there."""
+    return [(CONCEPT + c, frozenset(terms(text[s:e], ConceptIndex(())))) for s, e, c in index.find(text)]
+
+
+def concept_index(text: str, glossary: Glossary | None = None) -> ConceptIndex:
+    """The glossary's terms plus the abbreviations `text` defines for itself."""
+    base = ConceptIndex((glossary or load_glossary()).groups())
+    return base.with_groups(defined_abbreviations(text))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    sentence: str
+    score: float  # 0: shares no term with the question
+    figures: tuple[Figure, ...]  # the quantities it states (references such as "Article 4" left out)
+    context: frozenset[str]  # the terms of its line and of its article's heading
+
+
+class DocumentIndex:
+    """A document's sentences, terms and figures, ready to rank for questions."""
+
+    def __init__(self, text: str, glossary: Glossary | None = None) -> None:
+        self.text = text
+        self.concepts = concept_index(text, glossary)
+        self.sentences = sentence_spans(text)
+        self.terms = [set(terms(s, self.concepts)) for s in self.sentences]
+        self.df = Counter(t for have in self.terms for t in have)
+        self.headings = _headings(text, self.sentences, self.concepts)
+        lines = _lines_of(text, self.sentences)
+        self.context = [frozenset(set(terms(line, self.concepts)) | h) for line, h in zip(lines, self.headings,
+                                                                                           strict=True)]
+        self.figures = [tuple(f for f in find_figures(s, words=True) if not is_reference(s, f))
+                        for s in self.sentences]
+
+    def mentions_concept(self, concept: str, written: frozenset[str]) -> bool:
+        """The document names `concept` (a term of `mentions`): in some form, or a sentence holds every word
+        the question wrote it in ("a report of each cash transaction" for "cash transaction report")."""
+        return concept in self.df or bool(written) and any(written <= have for have in self.terms)
+
+    def idf(self, words: set[str]) -> float:
+        """The words' weight: inverse document frequency, twice over for a domain term (one term for several
+        words, and the most specific thing a question names)."""
+        return sum(math.log(1 + len(self.sentences) / max(self.df[t], 1)) * (CONCEPT_WEIGHT if t[0] == CONCEPT else 1)
+                   for t in words)
+
+    def question_terms(self, question: str, asked: Asked) -> set[str]:
+        wanted = set(terms(question, self.concepts))
+        if asked.article:
+            wanted -= _FRAMING
+        return wanted | {x for t in wanted for x in _EXPANSIONS.get(t, ())}
+
+    def coverage(self, question: str, asked: Asked, context: frozenset[str]) -> float:
+        """The share of the question's weight (IDF) that `context` holds; a word counts as held when one of
+        its drafting forms is ("minimum": "at least"). A word the document never uses weighs most."""
+        wanted = set(terms(question, self.concepts)) - (_FRAMING if asked.article else set())
+        held = {t for t in wanted if t in context or any(x in context for x in _EXPANSIONS.get(t, ()))}
+        total = self.idf(wanted)
+        return self.idf(held) / total if total else 0.0
+
+    def rank(self, question: str, asked: Asked | None = None,
+             quotable: Callable[[str], bool] = lambda _: True) -> Iterator[Candidate]:
+        """Every sentence `quotable` accepts, best first (lazily: `quotable` tokenizes, and few are read)."""
+        asked = asked or asked_for(question)
+        wanted = self.question_terms(question, asked)
+
+        def score(i: int) -> float:
+            own = self.idf(wanted & self.terms[i]) + (2 * self.idf(wanted & self.headings[i]) if asked.article else 0)
+            return own / (1 + 0.02 * len(self.sentences[i].split())) * self._kind_weight(asked, i)
+
+        scored = sorted(((score(i), i) for i in range(len(self.sentences))), key=lambda si: -si[0])
+        return (Candidate(self.sentences[i], s, self.figures[i], self.context[i]) for s, i in scored
+                if quotable(self.sentences[i]))
+
+    def _kind_weight(self, asked: Asked, i: int) -> float:
+        """A figure question prefers sentences stating a figure of the kind asked for, then any figure; an
+        article question prefers numbered paragraphs."""
+        weight = 1.0
+        if asked.kinds:
+            kinds = {f.kind for f in self.figures[i]}
+            weight *= 2.0 if kinds & set(asked.kinds) else 1.2 if kinds else 0.5
+        if asked.article:
+            weight *= 1.5 if _PARAGRAPH.match(self.sentences[i]) else 0.6
+        return weight
+
+
+def relevant_sentences(text: str, question: str, k: int = QUOTE_CANDIDATES,
+                       quotable: Callable[[str], bool] = lambda _: True, glossary: Glossary | None = None,
+                       ) -> list[str]:
+    """The `k` sentences of `text` most likely to answer `question`, best first."""
+    ranked = DocumentIndex(text, glossary).rank(question, quotable=quotable)
+    return [c.sentence for c in itertools.islice(ranked, k)]
+
+
+def _lines_of(text: str, sentences: list[str]) -> list[str]:
+    """The line (paragraph) each sentence is in."""
+    out, pos = [], 0
+    for s in sentences:
+        at = text.find(s, pos)
+        pos = at if at >= 0 else pos
+        end = text.find("\n", pos)
+        out.append(text[text.rfind("\n", 0, pos) + 1: len(text) if end < 0 else end])
+    return out
+
+
+def _headings(text: str, sentences: list[str], index: ConceptIndex) -> list[set[str]]:
+    """The terms of the heading ("Article 10. Large exposures") of the article each sentence is in."""
+    starts = [(m.start(), text[m.start(): text.find("\n", m.start()) % (len(text) + 1)]) for m in _HEADING.finditer(text)]
+    out, pos = [], 0
+    for s in sentences:
+        at = text.find(s, pos)
+        pos = at if at >= 0 else pos
+        heading = next((h for start, h in reversed(starts) if start <= pos), "")
+        out.append(set(terms(heading, index)) - _FRAMING)
+    return out
