@@ -12,7 +12,7 @@ from engine.tokenizer import Tokenizer
 from gateway.answer_plan import AnswerPlan, plain_pattern, plan_answer, quoted_schema
 from gateway.grounding import CheckedAnswer, check_answer
 from gateway.prompts import document_messages
-from gateway.retrieval import DocumentIndex
+from gateway.retrieval import document_index
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class PreparedQuestion:
 def prepare_question(title: str, text: str, question: str, *, quotes: bool, tokenizer: Tokenizer,
                      ) -> PreparedQuestion:
     """CPU work of milliseconds to tens of them on a long document: the route runs it in a worker thread."""
-    index = DocumentIndex(text)
+    index = document_index(text)
     writes = functools.partial(writable, tokenizer)
     if quotes:
         # Only sentences the model can write may be quoted (a forced quote it cannot write fails inside

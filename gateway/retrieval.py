@@ -10,6 +10,7 @@ from "common equity tier 1".
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -37,6 +38,7 @@ _PARAGRAPH = re.compile(r"^\d+(\.\d+)+\s")  # "9.1 An institution ...": the numb
 _HEADING = re.compile(r"^(article|section|part|chapter|rule)\s+\d+\b", re.IGNORECASE | re.MULTILINE)
 CONCEPT = "§"  # prefix of a concept's term: never a stem of a word
 CONCEPT_WEIGHT = 2.0
+_NO_CONCEPTS = ConceptIndex(())
 
 
 def _stem(word: str) -> str:
@@ -64,13 +66,24 @@ def terms(text: str, index: ConceptIndex) -> list[str]:
 
 def mentions(text: str, index: ConceptIndex) -> list[tuple[str, frozenset[str]]]:
     """Each concept `text` names: its term and the stems of the words it is written in there."""
-    return [(CONCEPT + c, frozenset(terms(text[s:e], ConceptIndex(())))) for s, e, c in index.find(text)]
+    return [(CONCEPT + c, frozenset(terms(text[s:e], _NO_CONCEPTS))) for s, e, c in index.find(text)]
 
 
 def concept_index(text: str, glossary: Glossary | None = None) -> ConceptIndex:
     """The glossary's terms plus the abbreviations `text` defines for itself."""
-    base = ConceptIndex((glossary or load_glossary()).groups())
+    base = _packaged_index() if glossary is None else ConceptIndex(glossary.groups())
     return base.with_groups(defined_abbreviations(text))
+
+
+@functools.cache
+def _packaged_index() -> ConceptIndex:
+    return ConceptIndex(load_glossary().groups())
+
+
+@functools.lru_cache(maxsize=32)
+def document_index(text: str) -> DocumentIndex:
+    """The index of `text` under the packaged glossary, kept for the next question: a document is asked many."""
+    return DocumentIndex(text)
 
 
 @dataclass(frozen=True)

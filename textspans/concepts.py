@@ -72,6 +72,9 @@ class ConceptIndex:
 
     def with_groups(self, extra: Iterable[Sequence[str]]) -> ConceptIndex:
         """This index plus `extra` groups; a group sharing a form with an existing concept joins that concept."""
+        extra = list(extra)
+        if not extra:
+            return self
         groups = [list(g) for g in self.groups]
         for new in extra:
             home = next((g for g in groups if {_key(f) for f in g} & {_key(f) for f in new}), None)

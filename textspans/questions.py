@@ -27,11 +27,13 @@ _TIME = r"(?:minutes?|hours?|days?|weeks?|months?|quarters?|years?)"
 _RULES: list[tuple[str, str, tuple[str, ...], bool]] = [
     ("article", r"\b(?:which|what) (?:article|section|paragraph|part|clause|chapter|annex)\b", (), False),
     ("period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|often|frequently|"
-               r"far in advance|early|late)\b|\bfor how\b|\bhow much time\b|\bhow many times\b|\bperiods?\b|"
-               r"\btime limit\b|\bintervals?\b|\bfrequency\b|\bnotice\b|\bin advance\b", (DURATION,),
-     True),
+               r"far in advance|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|\bhow many times\b",
+     (DURATION,), True),
     ("year", r"\b(?:what|which) year\b", (DATE, NUMBER), True),
     ("date", r"\b(?:what|which) (?:date|day)\b|\bby when\b|\bdate\b", (DATE,), True),
+    # After the date rule: "the notice" is often the document itself ("from what date does the notice apply").
+    ("period", r"\bperiods?\b|\btime limit\b|\bintervals?\b|\bfrequency\b|\b(?:advance|prior|minimum) notice\b|"
+               r"\bin advance\b", (DURATION,), True),
     ("when", r"\bwhen\b|\bdeadline\b", (DATE, DURATION), False),
     ("share", r"\b(?:what|which) (?:\w+ )?(?:percentage|percent|per cent|share|proportion|fraction|rate|weight)\b|"
               r"\bpercentage\b|\bper ?cent\b|\bratio\b|\brisk weight\b|\brate\b", (PERCENT, RATIO), True),
@@ -40,8 +42,9 @@ _RULES: list[tuple[str, str, tuple[str, ...], bool]] = [
                r"\bfines?\b|\bpenalt(?:y|ies)\b|\bfees?\b",
      (AMOUNT, NUMBER, PERCENT), True),
     ("count", r"\bhow many\b|\bnumber of\b|\bhow old\b|\bwhat age\b|\bminimum age\b", (NUMBER, DURATION), True),
-    ("size", r"\bhow (?:big|large|high|low|small)\b|\b(?:minimum|maximum|largest|smallest|highest|lowest|longest|shortest|at least|"
-             r"at most|limit|cap|ceiling|floor|requirement)\b", (PERCENT, AMOUNT, RATIO, DURATION, NUMBER), False),
+    ("size", r"\bhow (?:big|large|high|low|small)\b|\b(?:minimum|maximum|largest|smallest|highest|lowest|longest|"
+             r"shortest|at least|at most|limit|cap|ceiling|floor|requirement)\b",
+     (PERCENT, AMOUNT, RATIO, DURATION, NUMBER), False),
 ]
 _COMPILED = [(name, re.compile(rx, re.IGNORECASE), kinds, strict) for name, rx, kinds, strict in _RULES]
 _UNIT = re.compile(r"\bhow many (?:\w+ )?(minute|hour|day|week|month|quarter|year)s?\b", re.IGNORECASE)

@@ -87,6 +87,9 @@ def test_a_figure_the_evidence_does_not_state_is_ungrounded(answer: str, evidenc
     ("How long must records be kept?", "period", DURATION, True),
     ("How many days does a bank have?", "period", DURATION, True),
     ("How much advance notice is needed?", "period", DURATION, True),
+    ("What is the longest notice period?", "period", DURATION, True),
+    ("From what date does the notice apply?", "date", DATE, True),  # "the notice" is the document here
+    ("Within how many days of the reference date is it due?", "period", DURATION, True),
     ("How much must be paid?", "amount", AMOUNT, True),
     ("What is the reporting threshold?", "amount", AMOUNT, True),
     ("What is the largest fine?", "amount", AMOUNT, True),
