@@ -41,9 +41,18 @@ CONCEPT_WEIGHT = 2.0
 _NO_CONCEPTS = ConceptIndex(())
 
 
+# Irregular verb forms a suffix rule cannot reach ("capital must be held" asks about "holds capital").
+_IRREGULAR = {"held": "hold", "kept": "keep", "paid": "pay", "made": "make", "given": "give", "gave": "give",
+              "taken": "take", "took": "take", "sent": "send", "met": "meet", "sold": "sell", "bought": "buy",
+              "lent": "lend", "spent": "spend", "built": "build", "brought": "bring", "laid": "lay", "told": "tell",
+              "found": "find", "began": "begin", "begun": "begin", "written": "write", "wrote": "write",
+              "chosen": "choose", "known": "know", "shown": "show", "borne": "bear", "drawn": "draw"}
+
+
 def _stem(word: str) -> str:
-    """A crude stem: one common suffix off, a final "e" off, then five letters, so "notify", "notified" and
-    "notification" meet at "notif", and "fine"/"fined", "breach"/"breaches" meet too."""
+    """A crude stem: irregular forms to their verb, one common suffix off, a final "e" off, then five letters,
+    so "notify", "notified" and "notification" meet at "notif", and "fine"/"fined", "held"/"holds" meet too."""
+    word = _IRREGULAR.get(word, word)
     for suffix, repl in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             word = word[: len(word) - len(suffix)] + repl
