@@ -7,9 +7,9 @@ the question names. That sentence's figures of the kind are the answer's leads: 
 (those whose clause shares most with the question), alone or with the words that follow it in the sentence
 up to the clause's end ("4.5% of risk-weighted assets"), so the model chooses among figures and words the
 document states and cannot write a new one. The answer is NOT_FOUND, written by the grammar,
-when the question names a term the document never mentions (in any form), when no sentence shares a word
-with the question, or when it asks outright for a figure ("what percentage", "how many days") that the best
-sentences do not state. gateway/grounding.py checks what came out.
+when the question names a term the document never mentions (in any form), when it asks outright for a
+figure ("what percentage", "how many days") that the best sentences do not state, or when the answer's
+sentence holds less than MIN_COVERAGE of the question (by weight). gateway/grounding.py checks what came out.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
                 return AnswerPlan(asked, (), (), (), False, f"no {' or '.join(asked.kinds)} in the best sentences")
         else:
             best, figures = chosen
-            for f in _nearest(figures, best.sentence, question, index):
+            for f in _nearest(figures, best, question, index):
                 leads.setdefault(f.text, _clause_after(best.sentence, f, best.figures))
             reason = f"{figures[0].kind} ({asked.rule})"
     covered = index.coverage(question, asked, best.context)
@@ -93,7 +93,7 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
     return None
 
 
-def _nearest(figures: list[Figure], sentence: str, question: str, index: DocumentIndex) -> list[Figure]:
+def _nearest(figures: list[Figure], candidate: Candidate, question: str, index: DocumentIndex) -> list[Figure]:
     """The figures whose own clause shares most with the question; all of them on a tie. A figure's clause is
     the text since the figure before and its tail (`_clause_after`): "a tier 1 ratio of 6 per cent and a
     total capital ratio of 8 per cent" gives 8 per cent for "what total capital ratio". The word before the
@@ -101,9 +101,9 @@ def _nearest(figures: list[Figure], sentence: str, question: str, index: Documen
     "for more than two hours"."""
     wanted = index.question_terms(question, asked_for(question))
     echo = {m.group(1).casefold() for m in _ASKED_WITH.finditer(question)}
-    scores = []
+    sentence, scores = candidate.sentence, []
     for i, f in enumerate(figures):
-        clause = sentence[figures[i - 1].end if i else 0:f.start] + _clause_after(sentence, f, tuple(figures))
+        clause = sentence[figures[i - 1].end if i else 0:f.start] + _clause_after(sentence, f, candidate.figures)
         before = re.search(r"(\w+)\W*$", sentence[:f.start])
         bonus = math.log(1 + len(index.sentences)) if before and before.group(1).casefold() in echo else 0.0
         scores.append(index.idf(wanted & set(terms(clause, index.concepts))) + bonus)
@@ -112,7 +112,7 @@ def _nearest(figures: list[Figure], sentence: str, question: str, index: Documen
 
 
 # "within how many", "above what amount", "after how long": the word a figure's answer is introduced by.
-_ASKED_WITH = re.compile(r"\b(within|for|after|before|above|below|over|under|exceeding|up to|to|from|by|of|"
+_ASKED_WITH = re.compile(r"\b(within|for|after|before|above|below|over|under|exceeding|to|from|by|of|"
                          r"least|most|than)\s+(?:how|what|which)\b", re.IGNORECASE)
 
 
