@@ -289,13 +289,19 @@ def documents(
 ) -> None:
     """Document answers: right figure, figures absent from the document, loops, not-found accuracy, with
     quotes and without; prints the figures, writes every answer to a file."""
-    from bench.documents_eval import DEFAULT_SET, MODES, run
+    from bench.documents_eval import DEFAULT_SET, MODES, load, run
     from engine.engine import LLMEngine
 
     chosen = tuple(_choices(modes, MODES, "--modes"))
+    path = question_set or DEFAULT_SET
+    try:
+        load(path)  # a set that cannot be read is refused before the model loads
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise typer.BadParameter(f"{path}: not a labelled question set ({type(exc).__name__}: {exc})",
+                                 param_hint="--set") from None
     settings = _settings(model, threads, 512 << 20)
     engine = LLMEngine(_engine_config(model, settings))
-    report = run(engine, path=question_set or DEFAULT_SET, modes=chosen, max_tokens=max_tokens)
+    report = run(engine, path=path, modes=chosen, max_tokens=max_tokens)
     target = Path(json_path) if json_path else settings.home / "evals" / "documents.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

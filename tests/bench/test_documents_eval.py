@@ -53,3 +53,16 @@ def test_no_answer_holds_a_figure_absent_from_the_document(tiny_model_dir: Path,
         assert rates["figure_not_in_document"] == 0 and rates["not_found_right"] == 1.0
         assert rates["right_figure"] == 1.0  # each figure question's sentence holds one figure of its kind
     assert all(r["quote_is_answer"] for r in out["rows"]["quotes"] if r["answerable"])
+
+
+def test_a_set_that_cannot_be_read_is_a_usage_error_before_the_model_loads(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from finserve.cli import app
+    from finserve.console import ExitCode
+
+    (tmp_path / "bad.json").write_text(json.dumps({"documents": [{"questions": [{"question": "?"}]}]}))
+    for path in (tmp_path / "missing.json", tmp_path / "bad.json"):
+        res = CliRunner().invoke(app, ["eval", "documents", "--set", str(path)], env={"FINSERVE_MODEL": "/nowhere"})
+        said = " ".join(res.output.replace("│", " ").split())  # the message as one line, whatever the box
+        assert res.exit_code == ExitCode.USAGE and "not a labelled question set" in said, res.output
