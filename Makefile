@@ -3,8 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 FINSERVE := $(VENV)/bin/finserve
+# The image every deploy file names (deploy/compose.yaml, deploy/k8s/): the version in pyproject.toml.
+IMAGE ?= finserve:0.1.0
 
-.PHONY: install model run serve lint test test-fast bench clean
+.PHONY: install model run serve image lint test test-fast fuzz bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +27,11 @@ run: model
 serve: model
 	$(FINSERVE) serve
 
+# deploy/Dockerfile as $(IMAGE); load it where the cluster pulls from (docs/DEPLOY.md, "The image"):
+# `kind load docker-image $(IMAGE)`, `minikube image load $(IMAGE)`, or tag and push it to your registry.
+image:
+	docker build -f deploy/Dockerfile -t $(IMAGE) .
+
 # Import direction is checked twice: ruff's per-package banned imports and tests/test_layers.py.
 lint: install
 	$(VENV)/bin/ruff check .
@@ -38,6 +45,12 @@ test: lint
 test-fast: install
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -x -m "not slow" -p no:cacheprovider tests/test_layers.py tests/test_settings.py tests/policies tests/engine
+
+# The grammar path's fuzz target at length (a few examples from a fixed seed run in `make test`): random schemas,
+# regexes and choice lists against the grammar limits, the compiler pool and the app; never a 5xx or a dead process.
+FUZZ_EXAMPLES ?= 500
+fuzz: install
+	FINSERVE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -x -p no:cacheprovider tests/gateway/test_grammar_fuzz.py
 
 clean:
 	rm -rf $(VENV) .finserve

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from bench.common import measured
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
-from engine.model.config import ModelConfig
+from engine.model.families import read_config
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
 from policies import ClassificationRules, ClassPolicy, Policy, SLOTargets
 
@@ -78,7 +78,7 @@ def sweep_policy(max_input: int, max_output: int, max_batch: int) -> Policy:
 
 def sweep_engine_config(base: EngineConfig, shapes: list[Shape], dtype: str) -> EngineConfig:
     """`base` (from engine.factory.engine_config) sized so every shape runs at once without preemption."""
-    model_cfg = ModelConfig.from_folder(base.model)
+    model_cfg = read_config(base.model)
     longest = max(s.input_tokens + s.output_tokens for s in shapes)
     if longest > model_cfg.max_position_embeddings:
         raise ValueError(f"input + output = {longest} tokens exceeds the model's context of "

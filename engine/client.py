@@ -103,11 +103,10 @@ class LocalEngineClient:
     def launch(cls, factory: Callable[[], LLMEngine], **kwargs: Any) -> LocalEngineClient:
         """Build the engine with `factory` ON the loop thread, then run the loop there.
 
-        OpenMP (torch's intra-op pool and the native kernels) keeps a team of threads per calling
-        thread: an engine loaded on one thread and stepped on another leaves two teams competing for
-        the cores, and a parallel region from the second thread ran ~3x slower than from the first
-        (1x576 @ 576x1536 GEMM, 2 threads: 114-128 us vs 37-40 us). Loading and stepping on one
-        thread keeps one team. Raises what the factory raised.
+        OpenMP (torch's intra-op pool; the native kernels have their own, engine/model/kernels/pool.c) keeps a
+        team of threads per calling thread: an engine loaded on one thread and stepped on another leaves two teams
+        competing for the cores, and a parallel region from the second thread ran slower than from the first.
+        Loading and stepping on one thread keeps one team. Raises what the factory raised.
         """
         ready: Future[LocalEngineClient] = Future()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from engine.grammar_limits import GrammarLimits
+from engine.grammar_pool import GrammarPoolConfig
 from engine.kv_dtypes import check_kv_dtype, dtype_bytes, kv_choices, torch_name
 from engine.model.formats import check_prefill_weights, check_weights, weight_choices
 from engine.model.isas import KERNEL_ISAS
@@ -13,6 +15,8 @@ WEIGHT_FORMATS = weight_choices()  # ("auto", "fp32", "bf16", "int8", "q4"): eng
 KV_CACHE_DTYPES = kv_choices()  # ("auto", "fp32", "bf16", "fp16", "float32", ...): engine/kv_dtypes.py
 DTYPE_BYTES = dtype_bytes()
 AUTO_FP16_KV_ISAS = ("avx2", "avx512", "amx")  # the kernel variants under which auto picks an fp16 pool on CPU
+
+MAX_CONTEXT_CAP = 8192  # the default max_model_len's cap (and the positions the RoPE tables cover then)
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class EngineConfig:
     # Batch invariance: every token (prefill chunk or decode, in any batch) runs the fused native step's
     # per-row arithmetic, so greedy/seeded answers and logprobs are bitwise reproducible (ledger replay)
     # whatever else was batched, however the prompt was chunked, cached prefix or not. Needs the native
-    # step (quantized weights, fp32 compute on CPU); its cost is measured in docs/BENCHMARKS.md.
+    # step (quantized weights, fp32 compute on CPU); its cost: `finserve bench invariance`.
     batch_invariant: bool = False
     # On CUDA: decode-only steps replay CUDA graphs captured per shape bucket (engine/model/cuda_graphs.py)
     cuda_graphs: bool = True
@@ -46,7 +50,7 @@ class EngineConfig:
     num_blocks_override: int | None = None  # tests: exact number of blocks
     max_num_batched_tokens: int = 256  # token budget of one step: bounds a step (~0.5 s on 2 CPU cores)
     max_num_seqs: int = 64  # batch slots in total
-    max_model_len: int | None = None  # None: the model's max_position_embeddings, capped at 8192
+    max_model_len: int | None = None  # None: the model's max_position_embeddings, capped at MAX_CONTEXT_CAP
     enable_prefix_caching: bool = True
     scheduling: str = "class"  # "class" (policy-aware) or "fcfs" (comparison only)
     num_threads: int | None = None  # torch intra-op threads on CPU; None = all cores
@@ -55,6 +59,10 @@ class EngineConfig:
     # value) are appended without sampling and computed in one step. False: one step per token.
     fast_forward: bool = True
     seed: int = 0
+    # Bounds on a request's output constraint, checked before it is compiled (engine/grammar_limits.py), and
+    # the child processes that compile it (engine/grammar_pool.py).
+    grammar_limits: GrammarLimits = GrammarLimits()
+    grammar_pool: GrammarPoolConfig = GrammarPoolConfig()
 
     def __post_init__(self) -> None:
         if self.scheduling not in ("class", "fcfs"):
@@ -80,9 +88,9 @@ class EngineConfig:
     @cached_property
     def kv_dtype_choice(self) -> tuple[str, str]:
         """(the pool's torch dtype name, why). auto on CPU: fp16 where fp32 compute runs on the SIMD kernels
-        (avx2, avx512), whose attention reads a 16-bit pool in place at half fp32's bytes: at 4,096 tokens of
-        context the decode step is 1.4-1.6x faster (docs/BENCHMARKS.md, "Eighth round") with perplexity within
-        0.1% (`finserve bench quality --kv-dtypes`); the generic C build widens 16-bit values one by one, so
+        (avx2, avx512), whose attention reads a 16-bit pool in place at half fp32's bytes, so long-context decode
+        is faster (`finserve bench llamacpp`, tg32@d4096) with perplexity within 0.1% (`finserve bench quality
+        --kv-dtypes`); the generic C build widens 16-bit values one by one, so
         it and CUDA keep the compute dtype. Resolved once per config (it asks which kernels are built)."""
         if self.kv_cache_dtype != "auto":
             return torch_name(self.kv_cache_dtype), "asked for"

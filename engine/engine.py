@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
-import torch
 
-from engine.config import EngineConfig
+from engine import grammar_pool
+from engine.config import MAX_CONTEXT_CAP, EngineConfig
+from engine.grammar_limits import GrammarLimitExceeded, check_sampling
+from engine.grammar_pool import GrammarCompilerFailed
 from engine.model_runner import ModelRunner
 from engine.outputs import (
     AdmissionError,
@@ -47,7 +49,7 @@ from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 log = structlog.get_logger(__name__)
 
-MAX_CONTEXT_CAP = 8192
+LONG_ROPE_SALT = "\x00longrope"  # appended to the cache salt of requests on longrope's long factors
 
 
 @dataclass
@@ -56,20 +58,21 @@ class _Live:
 
     req: EngineRequest
     detok: IncrementalDetokenizer
-    generator: torch.Generator | None
     grammar: GrammarState | None
     text: str = ""
     emitted: int = 0  # characters of `text` already sent to the caller
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, *, native_prefill_context: int | None = None):
+        """`native_prefill_context`: benchmarks force the prefill path with it (engine/execution_path.py)."""
         self.config = config
-        self.runner = ModelRunner(config)
+        self.runner = ModelRunner(config, native_prefill_context=native_prefill_context)
         self.model_config = self.runner.model_config
         self.kv_spec = self.runner.kv_spec
         self.num_blocks = self.runner.num_blocks
         self.tokenizer = Tokenizer.from_folder(config.model)
+        grammar_pool.configure(config.grammar_pool)  # this process's grammar children (engine/grammar_pool.py)
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, MAX_CONTEXT_CAP)
         self.eos_ids = self._eos_ids(Path(config.model))
         self.scheduler = self._new_scheduler()
@@ -119,6 +122,7 @@ class LLMEngine:
             allocated_bytes=self.runner.kv_cache_bytes,
             max_model_len=self.max_model_len,
             max_concurrency_at_max_len=self.num_blocks // blocks_per_req,
+            sliding_window_layers=self.model_config.sliding_layers,  # held over the whole context all the same
             dtype=self.config.resolved_kv_dtype,
             dtype_reason=self.config.kv_dtype_choice[1],
             tokens_by_kv_dtype=self.runner.tokens_by_kv_dtype(),
@@ -139,6 +143,7 @@ class LLMEngine:
         if any(not 0 <= t < vocab for t in (*req.prompt_token_ids, *req.sampling.stop_token_ids, *biased)):
             raise AdmissionError("invalid_token", "prompt, stop or logit_bias token id outside the vocabulary")
         grammar = self._grammar(req.sampling)
+        self._long_rope(req)
         self.scheduler.add_request(req)  # sampling, class and size checks
         try:
             self._live[req.request_id] = self._new_live(req, grammar)
@@ -146,24 +151,24 @@ class LLMEngine:
             self._pending.append(self._fail_alone(req, e, "add_request"))
 
     def _new_live(self, req: EngineRequest, grammar: GrammarState | None) -> _Live:
-        p = req.sampling
-        gen = None
-        if p.seed is not None and not p.greedy:
-            gen = torch.Generator(device=self.runner.device).manual_seed(p.seed)
-        return _Live(req, self.tokenizer.incremental(), gen, grammar)
+        return _Live(req, self.tokenizer.incremental(), grammar)
 
     def _grammar(self, p: SamplingParams) -> GrammarState | None:
         if not p.constrained:
             return None
-        from engine.structured import compile_choice, compile_json_schema, compile_regex
+        from engine.structured import compile_choice, compile_json_schema, compile_regex, ready
 
         try:
+            if not ready(self.tokenizer, p):  # compiled before (the gateway's admission): bounded before
+                check_sampling(p, self.config.grammar_limits)  # before anything native reads it
             if p.regex is not None:
                 return compile_regex(self.tokenizer, p.regex).new_state()
             if p.choice is not None:
                 return compile_choice(self.tokenizer, p.choice).new_state()
             assert p.json_schema is not None  # p.constrained
             return compile_json_schema(self.tokenizer, p.json_schema).new_state()
+        except (GrammarLimitExceeded, GrammarCompilerFailed) as e:  # the bound or the failure is the reason
+            raise AdmissionError(e.code, f"output constraint is not usable: {e}") from e
         except ValueError as e:
             raise AdmissionError("invalid_schema", f"output constraint is not usable: {e}") from e
 
@@ -253,7 +258,19 @@ class LLMEngine:
                 outputs.append(self._on_token(update, ran.logprobs.get(update.request.request_id)))
             except Exception as e:
                 outputs.append(self._fail_alone(update.request, e, "on_token"))
+            if not update.finished and self._long_rope(update.request):
+                self.scheduler.recompute(update.request.request_id)
         return outputs
+
+    def _long_rope(self, req: EngineRequest) -> bool:
+        """longrope (engine/model/rope.py): True when `req` has just outgrown original_max_position_embeddings. Its
+        tokens rotate with the long factors from then on, all of them (as transformers' Phi3 drops its cache at that
+        point and recomputes), so its cached K is recomputed and its blocks are keyed apart from a short sequence's
+        with the same tokens (another cache salt)."""
+        if not self.runner.model.rope.long_prompt(req.num_tokens) or req.cache_salt.endswith(LONG_ROPE_SALT):
+            return False
+        req.cache_salt += LONG_ROPE_SALT
+        return True
 
     def _sampling_row(self, req: EngineRequest) -> SamplingRow:
         live = self._live[req.request_id]
@@ -261,7 +278,8 @@ class LLMEngine:
         history = req.all_token_ids if p.repetition_penalty != 1.0 else ()
         output_ids = req.output_token_ids if p.presence_penalty or p.frequency_penalty else ()
         stop_ids = self.scheduler.stop_token_ids(req)
-        return SamplingRow(p, len(req.output_token_ids), stop_ids, live.generator, live.grammar, history, output_ids)
+        return SamplingRow(p, len(req.output_token_ids), stop_ids, grammar=live.grammar, history=history,
+                           output_ids=output_ids)  # a seeded row's uniforms come from its seed and token count
 
     def _on_token(self, update: TokenUpdate, logprobs: TokenLogprobs | None) -> RequestOutput:
         """Detokenizes the token the scheduler took in; finishes on a stop string or a completed grammar."""

@@ -8,7 +8,7 @@ from policies import load_policy
 
 
 def default_threads() -> int:
-    """Intra-op threads for CPU torch: one per core this process may use (measured best on 2 vCPU)."""
+    """Intra-op threads for CPU torch: one per core this process may use (more would contend for those cores)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 

@@ -10,12 +10,11 @@ log = structlog.get_logger(__name__)
 
 
 def freeze_startup_heap() -> int:
-    """Moves every object alive now (the model's modules, torch's and the libraries' state: ~414,000 tracked objects
-    with SmolLM2) into the collector's permanent generation, once the engine is built; returns how many.
+    """Moves every object alive now (the model's modules, torch's and the libraries' state: hundreds of thousands of
+    tracked objects) into the collector's permanent generation, once the engine is built; returns how many.
 
-    A full (generation 2) collection traverses every tracked object while holding the GIL: ~200 ms with that heap
-    (measured on the 2-vCPU Zen 5), a pause for the event loop and the engine's step preparation alike, i.e. a TTFT
-    or ITL spike whenever one runs. Frozen, a full collection walks only what the process made since startup.
+    A full (generation 2) collection traverses every tracked object while holding the GIL: with that heap a pause
+    for the event loop and the engine's step preparation alike, i.e. a TTFT or ITL spike whenever one runs. Frozen, a full collection walks only what the process made since startup.
     """
     t0 = time.perf_counter()
     gc.collect()

@@ -2,12 +2,14 @@
 
 Everything that lists them derives from `KV_DTYPES`: EngineConfig's and Settings' validation, the
 bytes per element the planner and the model runner size pools with, the kernels' kv_type codes
-(engine/model/cpu_kernels.py), the CLI help. Torch-free: the config and the planner import it.
+(engine/model/kernel_abi.py's KVType), the CLI help. Torch-free: the config and the planner import it.
 docs/ARCHITECTURE.md ("Add a KV dtype") names the files a new one touches.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from engine.model.kernel_abi import KVType
 
 AUTO = "auto"  # fp16 on CPU with the SIMD kernels, else the compute dtype (EngineConfig.kv_dtype_choice)
 AUTO_HELP = "auto (fp16 on CPU with the avx2/avx512 kernels, else as --dtype)"  # the CLI's words for it
@@ -18,14 +20,14 @@ class KVDtype:
     name: str  # short name: fp32
     torch_name: str  # the torch dtype's name, also accepted: float32
     nbytes: int  # bytes per element
-    # the kv_type the paged decode kernel and the native step read (kernels/*.c); None: torch attention only
-    kernel_code: int | None
+    # the kernels' fs_kv_type (engine/model/kernel_abi.py mirrors fs.h); None: torch attention only
+    kernel_code: KVType | None
 
 
 KV_DTYPES: dict[str, KVDtype] = {d.name: d for d in (
-    KVDtype("fp32", "float32", 4, 0),
-    KVDtype("bf16", "bfloat16", 2, 1),
-    KVDtype("fp16", "float16", 2, 2),
+    KVDtype("fp32", "float32", 4, KVType.F32),
+    KVDtype("bf16", "bfloat16", 2, KVType.BF16),
+    KVDtype("fp16", "float16", 2, KVType.F16),
 )}
 # Element types the capacity planner can also size for (`finserve plan`), though no engine pool holds them.
 PLAN_ONLY_BYTES = {"fp8": 1, "int8": 1}

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import structlog
 import torch
 
+from engine import execution_path
 from engine.config import DTYPE_BYTES, EngineConfig, KVCacheSpec
 from engine.kv_dtypes import KV_DTYPES
 from engine.model import cpu_kernels, hugepages, prefill_weights
@@ -27,35 +28,11 @@ from engine.slot_rows import SlotRows
 
 log = structlog.get_logger(__name__)
 
-# Prefill chunks whose tokens attend to at most this many keys on average (a chunk of n tokens from
-# position s: s + n / 2) run through the fused native step, as decode does, not the torch model: its
-# integer tiles and register-resident attention beat MKL on the fp32 copy + SDPA at short context and lose
-# as each token's attention over the context grows. Where they cross depends on the kernels' ISA:
-# - avx2: on a 2-vCPU AVX2-only EPYC, 2 threads, SmolLM2 q4 (`python -m bench.native_prefill 256,512,1024 3`,
-#   results/native_prefill.json; one chunk per prompt): a 256-token prompt (mean context 128) 1.07x, 512 (256)
-#   1.02x, 1,024 (512) 0.81x;
-# - avx512: on a 2-vCPU AMD EPYC Zen 5 (AVX-512 VNNI), 2 threads (`python -m bench.native_prefill 256,1024,2048 3`,
-#   results/native_prefill_avx512.json): 256 tokens 2.56x, 1,024 1.60x, 2,048 (mean context 1,024) 1.48x; in the
-#   engine's 256-token chunks of a 4,096-token prompt, native ahead up to mean context ~1,400 and within noise
-#   of the torch model beyond (eleventh round). Thirteenth round (prefill attention no longer re-prefetching the
-#   keys a chunk's first token read): a whole prompt in the engine's 256-token chunks, all native against native
-#   up to mean context 2,048 and the torch model beyond, one engine alternating (`python -m bench.deep_prefill`,
-#   results/deep_prefill_r13.json): 4,096 tokens 4.76-5.99 s vs 7.05-8.38 s, 6,000 tokens 10.7 s vs 16.0 s, so on
-#   avx512 the native step takes every chunk the kernel can (its 64 attention parts of 512 keys: a chunk of at most
-#   256 tokens with mean context <= 16,384 stays within them).
-NATIVE_PREFILL_BY_ISA = {"amx": 16384, "avx512": 16384, "avx2": 256, "generic": 256}
-NATIVE_PREFILL_MEAN_CONTEXT: int | None = None  # an override of the ISA's limit (benchmarks force a path with it)
-
-
-def native_prefill_limit() -> int:
-    """The mean context up to which prefill chunks take the native step, for the kernels in use."""
-    if NATIVE_PREFILL_MEAN_CONTEXT is not None:
-        return NATIVE_PREFILL_MEAN_CONTEXT
-    return NATIVE_PREFILL_BY_ISA.get(cpu_kernels.kernel_isa() or "generic", 256)
-
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, *, native_prefill_context: int | None = None):
+        """`native_prefill_context`: a benchmark's forced prefill limit (engine/execution_path.py); None: the
+        kernel ISA's."""
         self.config = config
         self.device = torch.device(config.device)
         self.dtype = TORCH_DTYPES[config.resolved_dtype]
@@ -64,7 +41,8 @@ class ModelRunner:
             torch.set_num_threads(config.num_threads)
         cpu_kernels.configure(enabled=config.native_kernels, isa=config.kernel_isa)  # before any weight is packed
         self.model, self.model_config = load_model(
-            config.model, self.device, self.dtype, config.weights, dtype_explicit=config.dtype != "auto"
+            config.model, self.device, self.dtype, config.weights, dtype_explicit=config.dtype != "auto",
+            max_positions=config.max_model_len,
         )
         mc: ModelConfig = self.model_config
         self.kv_spec = KVCacheSpec(
@@ -89,32 +67,34 @@ class ModelRunner:
                          else torch.zeros(kv_shape, dtype=self.kv_dtype, device=self.device))
         self.decode_graphs = (DecodeGraphs(self.model, self.kv_cache, scratch_slot=slots,
                                            max_keys=mc.max_position_embeddings) if self.scratch_slots else None)
-        self.native_step = self._native_step()
+        self.native_step, why_not = self._native_step()
+        self.path = execution_path.choose(why_not_native=why_not, isa=cpu_kernels.kernel_isa(),
+                                          batch_invariant=config.batch_invariant,
+                                          prefill_context=native_prefill_context)
+        log.info("execution_path", native=self.path.native, prefill_mean_context=self.path.prefill_limit,
+                 reason=self.path.reason)
         self.slot_rows = SlotRows(config.block_size)  # decode steps' key slots, kept across steps
         self.prefill_weights = prefill_weights.apply(self.model, config.prefill_weights,
                                                      batch_invariant=config.batch_invariant)
         log.info("prefill_weights", mode=self.prefill_weights.mode, reason=self.prefill_weights.reason,
                  cached_mb=round(self.prefill_weights.cached_bytes / 2**20, 1))
         if config.batch_invariant and self.native_step is None:
-            why = ("the native kernels are off or not built, or the K/V dtype is not one they read" if not self.native_decode
-                   else NativeDecoder.eligible(self.model))
-            raise ValueError(f"batch_invariant needs the fused native step, which cannot serve this engine: {why}")
+            raise ValueError(f"batch_invariant needs the fused native step, which cannot serve this engine: {why_not}")
 
-    def _native_step(self) -> NativeDecoder | None:
-        """The fused native decode step when this model and pool can use it (engine/model/native_step.py)."""
+    def _native_step(self) -> tuple[NativeDecoder | None, str | None]:
+        """The fused native step when this model and pool can use it (engine/model/native_step.py), else why not."""
         if not self.native_decode:
-            return None
+            return None, "the native kernels are off or not built, or the K/V dtype is not one they read"
         why = NativeDecoder.eligible(self.model)
-        if why is None:
-            lib = cpu_kernels._library()
-            assert lib is not None  # native_decode implies a loaded library
-            threads = self.config.num_threads or torch.get_num_threads()
-            step = NativeDecoder(lib, self.model, threads)
-            log.info("native_decode_step", enabled=True, max_threads=threads, isa=cpu_kernels.kernel_isa(),
-                     weights_on_huge_pages_mb=round(step.hugepage_bytes / 2**20, 1))
-            return step
-        log.info("native_decode_step", enabled=False, reason=why)
-        return None
+        if why is not None:
+            return None, why
+        lib = cpu_kernels._library()
+        assert lib is not None  # native_decode implies a loaded library
+        threads = self.config.num_threads or torch.get_num_threads()
+        step = NativeDecoder(lib, self.model, threads)
+        log.info("native_decode_step", max_threads=threads, isa=cpu_kernels.kernel_isa(),
+                 weights_on_huge_pages_mb=round(step.hugepage_bytes / 2**20, 1))
+        return step, None
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -142,14 +122,17 @@ class ModelRunner:
         paths, right before the native call itself.
         """
         input_ids, positions, meta, logits_rows, sampled_ids = self._prepare(out.seqs)
+        route = self.path.route(meta)  # a pure function of the step's shape and the load-time path
         with torch.inference_mode():  # the sampler edits the logits in place
-            if self.native_step is not None and not meta.prefills and meta.native_decode:
+            if route == "native_decode":
+                assert self.native_step is not None
                 # decode only: the same fs_forward rows as forward() below (so also with batch invariance), without
                 # its per-step table building; before_compute runs just before the native call (GIL released)
                 logits = self.native_step.decode(input_ids, positions, self.kv_cache, meta, before_compute)  # [T, V]
                 if logits_rows.numel() != logits.shape[0]:
                     logits = logits.index_select(0, logits_rows)
-            elif self.native_step is not None and (self.config.batch_invariant or self._native_prefill(meta)):
+            elif route == "native":
+                assert self.native_step is not None
                 logits = self.native_step.forward(input_ids, positions, self.kv_cache, meta, logits_rows,
                                                   before_compute)  # [R, V]
             else:
@@ -172,20 +155,6 @@ class ModelRunner:
             logprobs={ids[i]: lp for i, lp in sampled.logprobs.items()},
         )
 
-    @staticmethod
-    def _native_prefill(meta: AttentionMetadata) -> bool:
-        """True when the step's prefill chunks are short-context enough for the native step to be the faster
-        path (native_prefill_limit()); decode-only steps take the native decode path below."""
-        if not meta.prefills:
-            return False
-        tokens = keys = 0.0
-        for p in meta.prefills:
-            n = p.q_end - p.q_start
-            start = 0 if p.key_slots is None else int(p.key_slots.shape[0]) - n
-            tokens += n
-            keys += n * (start + n / 2)
-        return keys <= native_prefill_limit() * tokens
-
     def _slots(self, block_ids: list[int], start: int, end: int) -> torch.Tensor:
         bs = self.config.block_size
         pos = torch.arange(start, end)
@@ -197,8 +166,16 @@ class ModelRunner:
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[str]]:
         """Flat-batch tensors, rows in `seqs` order (SchedulerOutput's: prefill chunks, then one-token seqs)."""
         if self.native_decode and all(s.num_new_tokens == 1 for s in seqs):
-            return self._prepare_native_decode(seqs)
-        return self._prepare_general(seqs)
+            prepared = self._prepare_native_decode(seqs)
+        else:
+            prepared = self._prepare_general(seqs)
+        if self.model.rope.long_from is not None:  # longrope: rows by each sequence's length (rope.py)
+            lens = torch.tensor([s.request.num_tokens for s in seqs], dtype=torch.long)
+            counts = torch.tensor([s.num_new_tokens for s in seqs], dtype=torch.long)
+            positions = prepared[1].cpu()
+            rows = self.model.rope.rows_for(positions, torch.repeat_interleave(lens, counts))
+            prepared[2].rope_rows = None if rows is None else rows.to(self.device)
+        return prepared
 
     def _prepare_general(
         self, seqs: list[ScheduledSeq]
@@ -251,8 +228,8 @@ class ModelRunner:
         self, seqs: list[ScheduledSeq]
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[str]]:
         """_prepare for a batch of one-token seqs on the native decode path: the same tensors, from the kept slot
-        rows (engine/slot_rows.py) and plain lists (the torch calls of the general path cost ~0.45 ms a step at
-        batch 1)."""
+        rows (engine/slot_rows.py) and plain lists (the general path's torch calls cost more than the step's
+        arithmetic at batch 1)."""
         slots, ctx, last = self.slot_rows.table(seqs)
         meta = AttentionMetadata(
             slot_mapping=torch.tensor(last, dtype=torch.int64),

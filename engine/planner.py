@@ -20,7 +20,7 @@ from pathlib import Path
 
 from engine import kv_dtypes
 from engine.config import DTYPE_BYTES, KVCacheSpec
-from engine.model.config import ModelConfig
+from engine.model.families import read_config
 
 # Element types a plan can size (the engine's pool dtypes, engine/kv_dtypes.py, and the plan-only ones).
 KV_DTYPES = (*kv_dtypes.KV_DTYPES, *kv_dtypes.PLAN_ONLY_BYTES)
@@ -88,6 +88,8 @@ class ModelShape:
     params_source: str = "unknown"  # where num_params came from
     max_position_embeddings: int | None = None
     source: str = "explicit arguments"
+    # per layer: its sliding window in tokens, None for a global layer; () when no layer slides
+    layer_windows: tuple[int | None, ...] = ()
 
     @property
     def attention(self) -> str:
@@ -99,7 +101,7 @@ class ModelShape:
 def shape_from_folder(folder: str | Path) -> ModelShape:
     """Reads config.json, and counts parameters exactly from the safetensors headers when present."""
     folder = Path(folder)
-    cfg = ModelConfig.from_folder(folder)
+    cfg = read_config(folder)
     params, params_source = cfg.num_params, "config.json (Llama layout formula)"
     counted = count_safetensors_params(folder)
     if counted:
@@ -107,7 +109,7 @@ def shape_from_folder(folder: str | Path) -> ModelShape:
     return ModelShape(
         num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, num_heads=cfg.num_heads,
         hidden_size=cfg.hidden_size, num_params=params, params_source=params_source,
-        max_position_embeddings=cfg.max_position_embeddings, source=str(folder),
+        max_position_embeddings=cfg.max_position_embeddings, source=str(folder), layer_windows=cfg.layer_windows,
     )
 
 
@@ -163,6 +165,11 @@ class VariantPlan:
     max_concurrent: int | None = None  # num_blocks // blocks_per_request: what the engine can run
     max_concurrent_exact: int | None = None  # if KV were allocated per token, with no block rounding
     batch_fits: bool | None = None
+    # Sliding-window layers counted at their window (2 x tokens x kv_heads x head_dim x bytes per layer, a sliding
+    # layer's tokens min(context, window)): what the model needs. The engine does not free out-of-window blocks yet,
+    # so its pool and every figure above count all layers over the whole context; None when no layer slides.
+    request_bytes_windowed: int | None = None
+    max_concurrent_windowed: int | None = None  # budget // request_bytes_windowed: if out-of-window K/V were freed
 
 
 @dataclass(frozen=True)
@@ -192,6 +199,13 @@ def plan_kv(inputs: PlanInputs) -> KVPlan:
     if shape.max_position_embeddings and inputs.context_tokens > shape.max_position_embeddings:
         notes.append(f"context {inputs.context_tokens} exceeds the model's max_position_embeddings "
                      f"{shape.max_position_embeddings}: the engine would refuse such requests")
+    windows = [w for w in shape.layer_windows if w is not None]
+    if windows:
+        notes.append(f"{len(windows)} of {shape.num_layers} layers attend over a sliding window of "
+                     f"{', '.join(str(w) for w in sorted(set(windows)))} tokens: the model needs less KV than this "
+                     "plan's capacity counts (see 'sliding layers at their window'), but the engine keeps every "
+                     "layer's K/V for the whole context (it does not free out-of-window blocks yet), so the "
+                     "capacity figures count all layers in full")
     variants = tuple(_variant(inputs, label, kv_heads) for label, kv_heads in layouts)
     if inputs.memory_bytes is not None and variants[0].kv_budget_bytes is not None and variants[0].kv_budget_bytes <= 0:
         notes.append(f"the weights alone ({format_bytes(variants[0].weights_bytes or 0)}) do not fit in "
@@ -224,10 +238,17 @@ def _variant(inputs: PlanInputs, label: str, kv_heads: int) -> VariantPlan:
         batch_bytes_exact=batch * exact, batch_bytes_blocked=batch * blocked, weights_bytes=weights,
         memory_for_batch=None if weights is None else weights + batch * blocked,
     )
+    windows = inputs.shape.layer_windows
+    if any(w is not None for w in windows):
+        per_layer = exact // inputs.shape.num_layers  # one layer's K and V at the whole context
+        windowed = sum(per_layer if w is None else per_layer * min(ctx, w) // ctx for w in windows)
+        plan = replace(plan, request_bytes_windowed=windowed)
     if inputs.memory_bytes is None or weights is None:
         return plan
     budget = inputs.memory_bytes - weights
     num_blocks = spec.num_blocks_for(max(budget, 0))
     concurrent = num_blocks // blocks
     return replace(plan, kv_budget_bytes=budget, num_blocks=num_blocks, max_concurrent=concurrent,
-                   max_concurrent_exact=max(budget, 0) // exact, batch_fits=batch <= concurrent)
+                   max_concurrent_exact=max(budget, 0) // exact, batch_fits=batch <= concurrent,
+                   max_concurrent_windowed=None if plan.request_bytes_windowed is None
+                   else max(budget, 0) // plan.request_bytes_windowed)

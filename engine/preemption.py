@@ -80,16 +80,21 @@ class Preemptor:
             self.preempt(victims[0], step)
 
     def preempt(self, victim: EngineRequest, step: StepPlan) -> None:
-        self.kv.free(victim, keep_hashes=True)
-        del self.running[victim.request_id]
-        victim.status = RequestStatus.PREEMPTED
-        victim.num_computed_tokens = 0
-        victim.num_forced_pending = 0  # the recompute prefills every token, forced ones included
+        self.release(victim)
         victim.num_preemptions += 1
-        self.queue.add(victim)
         step.drop(victim)
         step.preempted.append(victim.request_id)
         self.counts[victim.workload_class] += 1
+
+    def release(self, req: EngineRequest) -> None:
+        """Frees running `req`'s blocks (their keys stay for the prefix cache) and queues it again at its rank: it
+        prefills prompt + output tokens from scratch (a preemption, or Scheduler.recompute)."""
+        self.kv.free(req, keep_hashes=True)
+        del self.running[req.request_id]
+        req.status = RequestStatus.PREEMPTED
+        req.num_computed_tokens = 0
+        req.num_forced_pending = 0  # the recompute prefills every token, forced ones included
+        self.queue.add(req)
 
     def may_preempt(self, requester: EngineRequest, victim: EngineRequest, *, for_blocks: bool) -> bool:
         if victim is requester or self.queue.is_promoted(victim):

@@ -1,4 +1,4 @@
-"""Replay of one recorded request, and the comparison an auditor reads (issue 25).
+"""Replay of one recorded request, and the comparison an auditor reads.
 
 A request recorded with its prompt token ids, its sampling parameters (seed included) and what it
 produced (token ids, and the chosen tokens' logprobs) is run again, alone, on an engine, and compared

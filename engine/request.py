@@ -15,7 +15,7 @@ MIN_TEMPERATURE = 1e-2
 # A repetition penalty divides (or multiplies) a seen token's logit by p. Beyond 100x either way
 # the token is already certain or impossible, and values such as 1e-300 overflow the logits.
 MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 1e-2, 1e2
-SEED_LIMIT = 2**64  # torch generators take an unsigned 64-bit seed
+SEED_LIMIT = 2**64  # the sampler's seeded stream (engine/sampler_draw.py) takes an unsigned 64-bit seed
 # OpenAI's bounds: presence/frequency penalties in [-2, 2], a logit bias in [-100, 100] (a bias
 # of +-100 already bans or forces a token; larger values only risk overflow in float16 logits).
 MAX_PENALTY = 2.0
@@ -30,7 +30,7 @@ class SamplingParams:
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # <= 0 disables
     top_p: float = 1.0
-    seed: int | None = None  # per-request generator; None = engine's global RNG
+    seed: int | None = None  # the draws' stream: a function of (seed, tokens generated); None = torch's global RNG
     stop: tuple[str, ...] = ()  # stop strings, never emitted
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
@@ -145,6 +145,10 @@ class EngineRequest:
     # Seconds the prompt's cached KV blocks stay leased to the class after the request finishes
     # (engine/kv_cache/leases.py; the gateway sets the class's kv_lease_s on document questions). 0: none.
     lease_s: float = 0.0
+    # Leading prompt tokens every related request shares (a document's instructions and text, before the
+    # question), when the caller knows them; engine replicas are routed on them (gateway/replicas/router.py).
+    # 0: unknown. Not sent to a replica: only the gateway's router reads it.
+    affinity_tokens: int = 0
 
     # --- engine state (scheduler and engine loop own these) ---
     status: RequestStatus = RequestStatus.WAITING
@@ -225,7 +229,12 @@ class RequestMetrics:
         last = req.token_times[-1] if req.token_times else None
         ttft = ms(req.first_token_time, req.arrival_time)
         e2e = ms(last if last is not None else req.finish_time, req.arrival_time)
-        tpot = (e2e - ttft) / (n_out - 1) if n_out > 1 and e2e is not None and ttft is not None else None
+        # Decoded after the first token: grammar-forced tokens arrive with the token before them (jump-forward),
+        # so an output of one sampled token and forced ones had no decode time to measure: TPOT is null, not 0.
+        sampled = n_out - req.num_forced_tokens
+        tpot = None
+        if sampled > 1 and e2e is not None and ttft is not None:
+            tpot = (e2e - ttft) / (n_out - 1)
         itl = tuple((b - a) * 1000.0 for a, b in zip(req.token_times, req.token_times[1:], strict=False))
         return cls(
             queue_ms=ms(req.first_scheduled_time, req.arrival_time),

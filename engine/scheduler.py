@@ -16,6 +16,9 @@ per mode); no class name is ever tested here.
 Class rules
   step_token_share  reserved in every step while the class has work (engine/token_budget.py)
   max_running       batch slots of the class; a class at its limit stops admitting, others go on
+  tenant_reserved_slots
+                    the class's last free slots go only to a tenant with none of its requests
+                    running: one tenant's burst cannot hold every slot while another's waits
   kv_max_share      the class never holds more blocks; at the cap it preempts its own newest
   kv_min_share      guaranteed: no other class preempts it below that share, a class under it
                     may take blocks back from any preemptible class above its own minimum, and
@@ -200,6 +203,14 @@ class Scheduler:
                 result.updates.append(self._take_token(req, token, now))
         return result
 
+    def recompute(self, request_id: str) -> None:
+        """Running `request_id`'s cached K/V no longer holds (longrope moved it to its long factors: the engine
+        changed its cache salt, engine/model/rope.py): its blocks are freed and it prefills prompt + output again
+        from the next step, as after a preemption (not counted as one)."""
+        req = self.running.get(request_id)
+        if req is not None:
+            self.preemption.release(req)
+
     def take_forced(self, req: EngineRequest, tokens: Sequence[int], now: float) -> int:
         """Appends grammar-forced tokens after `req`'s sampled token (jump-forward); returns how many it took.
 
@@ -261,9 +272,12 @@ class Scheduler:
         cls = req.workload_class
         if cls in step.blocked_classes:
             return
-        if self._num_running(cls) >= self.rules[cls].max_running:
+        running, rules = self._num_running(cls), self.rules[cls]
+        if running >= rules.max_running:
             step.blocked_classes.add(cls)
             return
+        if running >= rules.max_running - rules.tenant_reserved_slots and self._tenant_running(req) > 0:
+            return  # kept for a tenant with nothing running; a request of such a tenant ranked below may take it
         computed, num_cached = self.kv.get_computed_blocks(req) if self._caching(req) else ([], 0)
         n = self.allowance.take(req, step, req.num_tokens - num_cached, start=num_cached)
         if n <= 0:
@@ -325,6 +339,9 @@ class Scheduler:
 
     def _num_running(self, cls: str) -> int:
         return sum(1 for r in self.running.values() if r.workload_class == cls)
+
+    def _tenant_running(self, req: EngineRequest) -> int:
+        return sum(1 for r in self.running.values() if r.workload_class == req.workload_class and r.tenant == req.tenant)
 
     def _caching(self, req: EngineRequest) -> bool:
         return self.kv.enable_caching and self.rules[req.workload_class].prefix_caching

@@ -8,36 +8,40 @@ document the schema accepts), samples, and feeds the token back with `accept`; t
 forces next (`forced_tokens`) are appended without sampling (jump-forward). When the
 document is complete `is_terminated()` turns True and the engine stops the request ("stop").
 
+Validation, compilation and the first steps' probe of a client's constraint run in a grammar child
+process (engine/grammar_pool.py, engine/grammar_check.py): a native crash there fails that request
+(`GrammarCompilerFailed`), never this process. This module keeps the outcome per (tokenizer, kind,
+constraint text), so a repeated constraint costs nothing, and builds the matchers from the grammar the
+child accepted.
+
 The JSON is compact (no optional whitespace): it saves tokens, and a model that likes spaces
 can never spend its whole budget on them inside an otherwise finished object.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import llguidance
 import llguidance.torch as llg_torch
 import tokenizers
 import torch
 
-from engine.jsondepth import MAX_SCHEMA_DEPTH, json_depth
+from engine import grammar_pool
+from engine.grammar_check import reason, unwritable_error, writable_text
+from engine.grammar_pool import Compiled, GrammarCompilerFailed, TokenizerSpec
 from engine.outputs import UnwritableOutput
 from engine.request import SamplingParams
 
 if TYPE_CHECKING:
     from engine.tokenizer import Tokenizer
 
-# Defaults for llguidance's JSON compiler; a schema may still override them via "x-guidance".
-_JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}
 _BIT_SHIFTS = torch.arange(32, dtype=torch.int32)  # unpacks one int32 word into 32 token bits
-# llguidance's words for text no token of the vocabulary writes: its jump-forward tokens are not the forced
-# bytes ("forced bytes: got ..."), or the parser would take more bytes but no token starts with them.
-_UNWRITABLE_SIGNS = ("forced bytes", "NoExtensionBias")
 
 
 def _backend(tokenizer: Tokenizer | tokenizers.Tokenizer) -> tokenizers.Tokenizer:
@@ -59,6 +63,13 @@ def _ll_tokenizer(tokenizer: Tokenizer | tokenizers.Tokenizer) -> llguidance.LLT
     return llguidance.LLTokenizer(_backend(tokenizer).to_str(), eos_token=_eos_ids(tokenizer))
 
 
+@lru_cache(maxsize=4)
+def _tokenizer_spec(tokenizer: Tokenizer | tokenizers.Tokenizer) -> TokenizerSpec:
+    """The vocabulary as a grammar child builds the same LLTokenizer from it (keyed by its content)."""
+    text = _backend(tokenizer).to_str()
+    return TokenizerSpec(hashlib.sha256(text.encode()).hexdigest()[:32], text, _eos_ids(tokenizer))
+
+
 def writable(tokenizer: Tokenizer | tokenizers.Tokenizer, text: str, *, json_string: bool = True) -> bool:
     """True when the model can write `text` as the content of a JSON string (or as it is, `json_string=False`:
     a choice's literal), in ordinary tokens.
@@ -72,45 +83,19 @@ def writable(tokenizer: Tokenizer | tokenizers.Tokenizer, text: str, *, json_str
     control character may be unwritable too (SmolLM2 lacks 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D), its JSON
     escape never is.
     """
-    ll = _ll_tokenizer(tokenizer)
-    escaped = json.dumps(text, ensure_ascii=False)[1:-1] if json_string else text  # control chars: \uXXXX
-    try:
-        data = escaped.encode()
-    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 bytes at all
-        return False
-    tokens = ll.tokenize_bytes(data)
-    return ll.decode_bytes(tokens) == data and not any(ll.is_special_token(t) for t in tokens)
+    return writable_text(_ll_tokenizer(tokenizer), text, json_string=json_string)
 
 
 def validate_json_schema(schema_json: str) -> tuple[dict[str, Any], str]:
-    """Check a schema and build its grammar; returns (schema, llguidance grammar). No tokenizer needed.
+    """Check a schema and build its grammar (in a grammar child); returns (schema, llguidance grammar).
 
     ValueError names the problem: not JSON, not an object, invalid against its JSON Schema
-    meta-schema, or using a feature llguidance cannot enforce (e.g. an unknown "format").
+    meta-schema, or using a feature llguidance cannot enforce (e.g. an unknown "format");
+    GrammarCompilerFailed (a ValueError) when the compiler died or ran out of time on it.
     """
-    try:
-        schema = json.loads(schema_json)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"JSON schema is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ValueError("JSON schema is nested too deeply to parse") from None
-    if not isinstance(schema, dict):
-        raise ValueError(f"JSON schema must be a JSON object, not {type(schema).__name__}")
-    if json_depth(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
-        raise ValueError(f"JSON schema nests more than {MAX_SCHEMA_DEPTH} levels deep")
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
-        raise ValueError(f"invalid JSON schema at {where}: {exc.message}") from None
-    try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_OPTIONS)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise ValueError(f"unsupported JSON schema: {exc}") from None
-    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
-    if is_error:
-        raise ValueError(f"unsupported JSON schema: {messages[0] if messages else 'rejected by llguidance'}")
-    return schema, grammar
+    done = _outcome(None, "json_schema", schema_json)
+    assert done.grammar is not None and done.schema is not None
+    return json.loads(done.schema), done.grammar
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +105,7 @@ class CompiledGrammar:
     schema: dict[str, Any]  # the JSON schema; {} for a regex or choice grammar
     grammar: str  # llguidance's serialized grammar
     ll_tokenizer: llguidance.LLTokenizer
+    problem: str | None = None  # why the probe found it cannot be decoded (check_constraint refuses it)
 
     def new_state(self) -> GrammarState:
         matcher = llguidance.LLMatcher(self.ll_tokenizer, self.grammar, log_level=0)
@@ -164,7 +150,7 @@ class GrammarState:
             if not bool(self._bitmask[0].any()):
                 raise UnwritableOutput(f"{what} (it allowed no token of this model's vocabulary): the text it "
                                        "requires cannot be written in this model's tokens")
-            raise ValueError(f"{what}: {_reason(self._matcher.get_error())}")
+            raise ValueError(f"{what}: {reason(self._matcher.get_error())}")
 
     def accept_forced(self, tokens: list[int]) -> None:
         """Advance by jump-forward tokens (`forced_tokens`). llguidance makes them by tokenizing the forced
@@ -172,14 +158,13 @@ class GrammarState:
         which its own matcher refuses ("forced bytes: ..."): UnwritableOutput, the client's grammar at fault."""
         for t in tokens:
             if not self._matcher.consume_token(t):
-                raise UnwritableOutput(f"token {t} is not allowed by the grammar ({_reason(self._matcher.get_error())}"
+                raise UnwritableOutput(f"token {t} is not allowed by the grammar ({reason(self._matcher.get_error())}"
                                        "): the text it forces cannot be written in this model's tokens")
 
     def _raise_if_unwritable(self, what: str) -> None:
-        error = self._matcher.get_error() if self._matcher.is_error() else None
-        if error is not None and any(sign in error for sign in _UNWRITABLE_SIGNS):
-            raise UnwritableOutput(f"{what} ({_reason(error)}): the text the grammar requires cannot be written "
-                                   "in this model's tokens")
+        stuck = unwritable_error(self._matcher, what)
+        if stuck is not None:
+            raise stuck
 
     def forced_tokens(self) -> list[int]:
         """The tokens the grammar allows as the only continuation from here (jump-forward), not yet consumed.
@@ -210,63 +195,86 @@ def compile_json_schema(tokenizer: Tokenizer | tokenizers.Tokenizer, schema_json
     """Validate and compile `schema_json` for `tokenizer`; cached by (tokenizer, schema text).
 
     Raises ValueError naming the problem when the text is not JSON, not a valid JSON Schema, or
-    uses a feature llguidance cannot enforce (e.g. an unknown "format").
+    uses a feature llguidance cannot enforce (e.g. an unknown "format"); GrammarCompilerFailed when
+    the compiler died or ran out of time on it.
     """
-    return _compile(tokenizer, schema_json)
-
-
-@lru_cache(maxsize=256)
-def _compile(tokenizer: Tokenizer | tokenizers.Tokenizer, schema_json: str) -> CompiledGrammar:
-    schema, grammar = validate_json_schema(schema_json)
-    return CompiledGrammar(schema=schema, grammar=grammar, ll_tokenizer=_ll_tokenizer(tokenizer))
-
-
-# ---- regex and choice grammars (vLLM's guided_regex / guided_choice) ------------------------------
-
-
-def _checked(grammar: str, what: str) -> str:
-    """`grammar` if llguidance accepts it; ValueError naming `what` otherwise."""
-    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
-    if is_error:
-        raise ValueError(f"unsupported {what}: {messages[0] if messages else 'rejected by llguidance'}")
-    return grammar
-
-
-def regex_grammar(pattern: str) -> str:
-    """llguidance grammar whose documents are the strings fully matching `pattern` (Rust regex syntax)."""
-    if not pattern:
-        raise ValueError("regex must not be empty")
-    return _checked(llguidance.LLMatcher.grammar_from_regex(pattern), "regex")
-
-
-def choice_grammar(choices: tuple[str, ...]) -> str:
-    """llguidance grammar whose documents are exactly the given strings (literals, never patterns)."""
-    if not choices or not all(choices):
-        raise ValueError("choice must be a non-empty list of non-empty strings")
-    # JSON string syntax is a valid lark literal: quotes, backslashes and control characters escaped.
-    alternatives = " | ".join(json.dumps(c) for c in dict.fromkeys(choices))
-    return _checked(llguidance.LLMatcher.grammar_from_lark(f"start: {alternatives}"), "choice")
+    return _compile(tokenizer, "json_schema", schema_json)
 
 
 def compile_regex(tokenizer: Tokenizer | tokenizers.Tokenizer, pattern: str) -> CompiledGrammar:
-    """Output constrained to match `pattern` as a whole; cached. ValueError on a pattern llguidance refuses."""
-    return _compile_other(tokenizer, "regex", pattern)
+    """Output constrained to match `pattern` (Rust regex syntax) as a whole; cached. ValueError on a pattern
+    llguidance refuses."""
+    return _compile(tokenizer, "regex", pattern)
 
 
 def compile_choice(tokenizer: Tokenizer | tokenizers.Tokenizer, choices: tuple[str, ...]) -> CompiledGrammar:
-    """Output constrained to exactly one of `choices`; cached. ValueError on an empty list or string."""
-    return _compile_other(tokenizer, "choice", json.dumps(list(choices)))
+    """Output constrained to exactly one of `choices` (literals, never patterns); cached. ValueError on an
+    empty list or string."""
+    return _compile(tokenizer, "choice", json.dumps(list(choices)))
 
 
 @lru_cache(maxsize=256)
-def _compile_other(tokenizer: Tokenizer | tokenizers.Tokenizer, kind: str, spec: str) -> CompiledGrammar:
-    # `spec` is the regex itself or the JSON list of choices: hashable, so lru_cache can key on it.
-    grammar = regex_grammar(spec) if kind == "regex" else choice_grammar(tuple(json.loads(spec)))
-    return CompiledGrammar(schema={}, grammar=grammar, ll_tokenizer=_ll_tokenizer(tokenizer))
+def _outcome(tokenizer: Tokenizer | tokenizers.Tokenizer | None, kind: str, spec: str) -> Compiled:
+    """The grammar child's verdict on a constraint (`spec`: the schema text, the regex or the JSON list of
+    choices), probed when a tokenizer is given. Kept whatever it is, so a repeated constraint, valid or not,
+    costs nothing; a crash is kept too (the same text crashes the same way), a timeout is not (load-dependent)."""
+    spec_of = _tokenizer_spec(tokenizer) if tokenizer is not None else None
+    try:
+        return grammar_pool.pool().compile(kind, spec, spec_of)
+    except GrammarCompilerFailed as exc:
+        if exc.code != "grammar_compiler_crashed":
+            raise
+        return Compiled(None, None, None, None, crashed=str(exc))
+
+
+def _valid(done: Compiled) -> Compiled:
+    if done.crashed is not None:
+        raise GrammarCompilerFailed("grammar_compiler_crashed", done.crashed)
+    if done.error is not None:
+        raise ValueError(done.error)
+    return done
+
+
+class _Compiled:
+    """The compiled grammars by (tokenizer, kind, constraint text), least recently used dropped past `size`;
+    `peek` lets a caller skip the grammar executor for a constraint already compiled (`ready`)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[object, str, str], CompiledGrammar] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def peek(self, key: tuple[object, str, str]) -> CompiledGrammar | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def keep(self, key: tuple[object, str, str], grammar: CompiledGrammar) -> CompiledGrammar:
+        with self._lock:
+            kept = self._items.setdefault(key, grammar)  # a concurrent compile of the same text: one object
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+            return kept
+
+
+_COMPILED = _Compiled(256)
+
+
+def _compile(tokenizer: Tokenizer | tokenizers.Tokenizer, kind: str, spec: str) -> CompiledGrammar:
+    key = (tokenizer, kind, spec)
+    found = _COMPILED.peek(key)
+    if found is not None:
+        return found
+    done = _valid(_outcome(tokenizer, kind, spec))
+    assert done.grammar is not None and done.schema is not None
+    return _COMPILED.keep(key, CompiledGrammar(schema=json.loads(done.schema), grammar=done.grammar,
+                                               ll_tokenizer=_ll_tokenizer(tokenizer), problem=done.problem))
 
 
 # ---- one request's constraint, compiled and probed before it is admitted ---------------------------
-PROBE_TOKENS = 4  # allowed first tokens tried (first, last and two between): limits fire on any of them
 
 
 def constraint_kind(p: SamplingParams) -> str | None:
@@ -290,24 +298,16 @@ def compile_constraint(tokenizer: Tokenizer | tokenizers.Tokenizer, p: SamplingP
     return None if p.json_schema is None else compile_json_schema(tokenizer, p.json_schema)
 
 
-def check_constraint(tokenizer: Tokenizer | tokenizers.Tokenizer, p: SamplingParams) -> None:
-    """Compile `p`'s constraint and probe its first step; ValueError with llguidance's reason if unusable.
-
-    llguidance's size limits (ParserTooComplex for a recursive `$ref`, "too many expressions" for a
-    regex like `(a{1000}){1000}`, a row of more than 2,000 items for 20,000 choices) fire when the
-    first tokens are computed, not when the grammar is built. Probing here (the gateway calls it in
-    a worker thread before the request is admitted) turns them into a client error instead of a
-    request that fails inside the engine. The result is cached with the compiled grammar.
-    """
-    grammar = compile_constraint(tokenizer, p)
-    if grammar is not None:
-        problem = _probe(grammar) or _unwritable(tokenizer, constraint_kind(p), _spec(p))
-        if problem is not None:
-            raise ValueError(problem)
+def ready(tokenizer: Tokenizer | tokenizers.Tokenizer, p: SamplingParams) -> bool:
+    """True when `p` has no constraint, or it is compiled for `tokenizer` and its probe found nothing: checking
+    it again would only read the cache (the gateway then skips its grammar executor)."""
+    kind = constraint_kind(p)
+    found = _COMPILED.peek((tokenizer, kind, _spec(p))) if kind is not None else None
+    return kind is None or (found is not None and found.problem is None)
 
 
 def _spec(p: SamplingParams) -> str:
-    """The constraint's text, hashable for the cache: the regex, the JSON list of choices or the schema."""
+    """The constraint's text as `_compile` keys it: the regex, the JSON list of choices or the schema."""
     if p.regex is not None:
         return p.regex
     if p.choice is not None:
@@ -315,73 +315,16 @@ def _spec(p: SamplingParams) -> str:
     return p.json_schema or ""
 
 
-@lru_cache(maxsize=256)
-def _unwritable(tokenizer: Tokenizer | tokenizers.Tokenizer, kind: str | None, spec: str) -> str | None:
-    """Why the model cannot write a text the constraint forces verbatim (`writable`), or None. The literals
-    checked: a choice's strings, a JSON schema's property names and const / enum values (a regex's are not)."""
-    if kind == "choice":
-        literals: Iterator[str] = iter(json.loads(spec))
-    elif kind == "json_schema":
-        literals = _schema_literals(json.loads(spec))
-    else:
-        return None
-    for text in literals:
-        if not writable(tokenizer, text, json_string=kind == "json_schema"):  # a choice is written as it is
-            return f"{text[:80]!r} cannot be written in this model's tokens (a byte its vocabulary lacks, or a " \
-                   "special token's text)"
-    return None
+def check_constraint(tokenizer: Tokenizer | tokenizers.Tokenizer, p: SamplingParams) -> None:
+    """Compile `p`'s constraint and probe its first steps; ValueError with llguidance's reason if unusable.
 
-
-def _schema_literals(node: Any) -> Iterator[str]:
-    """Texts a JSON schema makes the output hold verbatim: property names, const and enum values (as JSON)."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _schema_literals(item)
-    elif isinstance(node, dict):
-        for key, sub in node.items():
-            if key in ("const", "enum"):
-                for value in [sub] if key == "const" else sub if isinstance(sub, list) else []:
-                    yield value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            elif key == "properties" and isinstance(sub, dict):
-                yield from sub
-                yield from _schema_literals(list(sub.values()))
-            else:
-                yield from _schema_literals(sub)
-
-
-@lru_cache(maxsize=256)
-def _probe(grammar: CompiledGrammar) -> str | None:
-    """Why the grammar cannot be decoded (llguidance's first error line), or None. Keyed by identity:
-    the compiled grammar itself is cached by its text."""
-    state = grammar.new_state()
-    try:
-        allowed = state.allowed_mask(grammar.ll_tokenizer.vocab_size).nonzero().flatten().tolist()
-    except UnwritableOutput as exc:
-        return str(exc)  # "... allows no token ... next": the first step needs text the model cannot write
-    if state.error is not None:
-        return _reason(state.error)
-    if not allowed:
-        return "the grammar allows no first token"
-    picks = sorted({allowed[(len(allowed) - 1) * i // (PROBE_TOKENS - 1)] for i in range(PROBE_TOKENS)})
-    for token in picks:
-        trial = state._matcher.deep_copy()
-        if not trial.consume_token(token) or trial.is_error():
-            return _reason(trial.get_error())
-        # The forced tokens that follow are taken too, as the engine's jump-forward takes them: text the
-        # vocabulary cannot write (a regex literal, say; `writable`) is refused here, not in the engine.
-        for forced in trial.compute_ff_tokens():
-            if not trial.consume_token(forced):
-                return f"the text it forces cannot be written in this model's tokens ({_reason(trial.get_error())})"
-        if trial.is_error():
-            return _reason(trial.get_error())
-        try:  # and the step after them: a raw byte the vocabulary lacks is no forced token, but no token at all
-            GrammarState(trial, grammar.ll_tokenizer.vocab_size).allowed_mask(grammar.ll_tokenizer.vocab_size)
-        except UnwritableOutput as exc:
-            return str(exc)
-    return None
-
-
-def _reason(error: str | None) -> str:
-    """llguidance's message without the parser state dump that follows it."""
-    text = (error or "rejected by llguidance").split("\n<state>")[0].strip()
-    return text.split("\n")[0][:500] or "rejected by llguidance"
+    llguidance's size limits (ParserTooComplex for a recursive `$ref`, "too many expressions" for a
+    regex like `(a{1000}){1000}`, a row of more than 2,000 items for 20,000 choices) fire when the
+    first tokens are computed, not when the grammar is built. Probing here (the gateway calls it on its
+    grammar executor before the request is admitted) turns them into a client error instead of a
+    request that fails inside the engine; so is a literal the model cannot write (`writable`). The probe
+    runs in the grammar child with the compile, and its finding is cached with the compiled grammar.
+    """
+    grammar = compile_constraint(tokenizer, p)
+    if grammar is not None and grammar.problem is not None:
+        raise ValueError(grammar.problem)

@@ -178,9 +178,8 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         if len(text) < GIL_FREE_ENCODE_CHARS:
             return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
-        # tokenizers' encode() holds the GIL for the whole call (60k tokens: 130 ms, during which an event loop
-        # that handed the text to a worker thread answers nobody); encode_batch() releases it (worst stall of
-        # the other threads 7.5 ms), with the same ids.
+        # tokenizers' encode() holds the GIL for the whole call (an event loop that handed a long text to a
+        # worker thread answers nobody meanwhile); encode_batch() releases it, with the same ids.
         return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:

@@ -6,7 +6,22 @@ from typing import Annotated
 
 import typer
 
-from finserve.commands import bench, db, deploy, engine, eval, generate, jobs, ledger, model, plan, serve, timeline, up
+from finserve.commands import (
+    bench,
+    db,
+    deploy,
+    engine,
+    eval,
+    generate,
+    jobs,
+    ledger,
+    model,
+    plan,
+    report,
+    serve,
+    timeline,
+    up,
+)
 from finserve.console import EXIT_CODES_HELP, FinserveGroup
 
 app = typer.Typer(help="finserve: workload-aware LLM serving for finance and document services.",
@@ -20,5 +35,5 @@ def _root(debug: Annotated[bool, typer.Option(
     """finserve: workload-aware LLM serving for finance and document services."""
 
 
-for _group in (model, generate, serve, engine, up, db, ledger, jobs, bench, eval, plan, timeline, deploy):
+for _group in (model, generate, serve, engine, up, db, report, ledger, jobs, bench, eval, plan, timeline, deploy):
     _group.register(app)

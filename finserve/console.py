@@ -62,6 +62,7 @@ class Output(str, Enum):
 OutputOpt = Annotated[Output, typer.Option(
     "--output", case_sensitive=False,
     help="table: for people (rich tables, text); json: one JSON document on stdout, for scripts.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --output json: one JSON document on stdout.")]
 
 
 def print_json(doc: Any) -> None:
@@ -119,6 +120,7 @@ def explain(exc: BaseException) -> CLIError | None:
     from kombu.exceptions import OperationalError as BrokerError
     from redis.exceptions import ConnectionError as RedisConnectionError
 
+    from engine.model.families import UnsupportedModel
     from jobs.queue import QueueUnavailable
     from policies.errors import PolicyError
     from stack.models import ModelUnavailable
@@ -127,6 +129,8 @@ def explain(exc: BaseException) -> CLIError | None:
         return exc
     if isinstance(exc, ModelUnavailable):
         return config_error(str(exc))
+    if isinstance(exc, UnsupportedModel):  # a model loaded without stack.models.check_model
+        return config_error(f"the model cannot be served: {_first_line(exc)} (docs/MODELS.md lists what finserve runs)")
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
         return CLIError(f"cannot reach the gateway at {_base_url(exc)} (is `finserve serve` or `finserve up` "
                         "running? pass --url or set FINSERVE_GATEWAY_URL)", ExitCode.UNREACHABLE)
@@ -217,20 +221,37 @@ class FinserveGroup(TyperGroup):
 
 @contextmanager
 def _usage_exit_code() -> Iterator[None]:
-    """Click exits 2 on a usage error; finserve keeps 2 for an unreachable service."""
+    """A usage error (unknown option or command, a bad value) is one line on stderr and exit 1, as every other
+    failure: click would print the usage, a hint and a boxed message, and exit 2, which finserve keeps for an
+    unreachable service. A group called without a command still prints its help."""
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
     try:
         yield
     except TyperException as exc:
+        if isinstance(exc, ClickException) and not isinstance(exc, NoArgsIsHelpError):
+            raise fail(CLIError(_usage_line(exc))) from None
         if exc.exit_code == 2:
             exc.exit_code = int(ExitCode.USAGE)
         raise
 
 
+def _usage_line(exc: Any) -> str:
+    """`exc`'s message on one line, and where the command's help is."""
+    message = "; ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
+    ctx = getattr(exc, "ctx", None)
+    message = message.rstrip(".")
+    return f"{message} (see `{ctx.command_path} --help`)" if ctx is not None else message
+
+
 def _quiet_flags(cmd: Any) -> None:
-    """No `<bool>` after an on/off flag: it takes no value, so the placeholder only misleads."""
+    """No `<bool>` after an on/off flag: it takes no value, so the placeholder only misleads. A `--json` flag is
+    the deprecated spelling of `--output json`: it still works, and help lists `--output` only."""
     for param in cmd.params:
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
+        if getattr(param, "is_flag", False) and param.opts == ["--json"]:
+            param.hidden = True
     _quiet_help_option(cmd)
     for sub in getattr(cmd, "commands", {}).values():
         _quiet_flags(sub)

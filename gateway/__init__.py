@@ -1,1 +1,2 @@
-"""finserve's HTTP gateway, CLI and SLO ledger."""
+"""The HTTP gateway for inference: routes (OpenAI, risk, documents, requests, reports, health), the inference
+pipeline (`service.py` over `inference/`), streaming, metrics, rate limits and engine replicas (`replicas/`)."""

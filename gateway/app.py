@@ -30,9 +30,11 @@ from core.web.auth import Authenticator
 from core.web.errors import install_error_handlers
 from core.web.middleware import BodyLimit, RequestContextMiddleware
 from core.web.state import STATE_ATTR
+from engine import grammar_pool
 from engine.protocol import EngineClient
 from gateway import ledger_maintenance as maintenance
 from gateway.docs_ui import mount_docs
+from gateway.grammar_executor import GrammarExecutor
 from gateway.inference.inputs import BODY_OVERHEAD_BYTES, JSON_ESCAPE_FACTOR, max_token_bytes
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
@@ -142,10 +144,13 @@ def _make_state(settings: Settings, policy: Policy, engine_client: EngineClient 
     ledger.start()
     metrics = GatewayMetrics(served_model_name(settings, engine_client))
     metrics.init_classes(list(policy.classes))  # every class's SLI series from the start, at 0
+    grammar_pool.configure(settings.grammar_pool)  # the grammar children this process compiles in
+    grammar = GrammarExecutor(workers=settings.grammar_workers, per_tenant=settings.grammar_tenant_concurrency,
+                              queue=settings.grammar_tenant_queue)
     return GatewayState(
         settings=settings, policy=policy, metrics=metrics,
         limiter=RateLimiter(burst_s=settings.rate_limit_burst_s), db=db, sessions=sessions, ledger=ledger,
-        auth=Authenticator(sessions, ttl_s=settings.auth_cache_ttl_s), engine_client=engine_client,
+        grammar=grammar, auth=Authenticator(sessions, ttl_s=settings.auth_cache_ttl_s), engine_client=engine_client,
     )
 
 
@@ -173,7 +178,9 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
                 loader.cancel()  # the loading thread finishes on its own; its engine is never started
             if state.owns_engine and state.engine_client is not None:
                 await state.engine_client.aclose()
+            state.grammar.shutdown()
             await asyncio.to_thread(state.ledger.close)  # nothing is lost on a clean shutdown
+            await asyncio.to_thread(maintenance.record_stop, state)  # after the last rows: their heads
             state.ledger.engine.dispose()
             state.db.dispose()
 
@@ -190,7 +197,7 @@ def create_app(settings: Settings, engine_client: EngineClient | None = None,
     mount_docs(app)
     app.add_middleware(UnclassifiedFailures)  # inside the context middleware: it reads the request's context
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes,
-                       route_limit=prompt_body_limit)
+                       route_limit=prompt_body_limit, body_timeout_s=settings.http_body_timeout_s)
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(utility.router)

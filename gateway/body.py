@@ -2,14 +2,17 @@
 meanwhile.
 
 FastAPI parses a route's JSON body and validates its model on the event loop before the route runs. For
-a chat request with 500 tools (200 kB) that measured 11-25 ms of json.loads and 68-75 ms of validation
-(pydantic, then the edge's depth and Unicode walks over every nested value, core/web/text.py), during
-which /healthz and every stream wait. A router built with `route_class=OffLoopJSONRoute` parses bodies
+a chat request with hundreds of tools, json.loads and validation (pydantic, then the edge's depth and Unicode
+walks over every nested value, core/web/text.py) hold the event loop long enough that /healthz and every stream
+wait. A router built with `route_class=OffLoopJSONRoute` parses bodies
 past INLINE_VALIDATE_BYTES in a worker thread (FastAPI's own handler runs with a Request whose `json()`
 does; FastAPI's "custom Request and APIRoute class" pattern). A route that declares its body with `as_parsed` gets the parsed JSON unvalidated (the OpenAPI
 schema is still the model's) and validates it with `validated(Model, data, size)`: inline when
 small (a thread hop costs more than it saves), in a worker thread past INLINE_VALIDATE_BYTES. Refusals
-are FastAPI's own RequestValidationError, so the error shape and codes are the same as before.
+are FastAPI's own RequestValidationError (CappedValidationError: only the first few problems are turned into
+dicts, in that thread), so the error shape and codes are the same as before. The request lists stop at their
+first bad item (fail_fast, gateway/schemas/openai.py), so a body of 500,000 bad items is one problem, not
+500,000 built while everything waits on the GIL.
 """
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from fastapi import Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
+
+from core.web.errors import MAX_REPORTED_ERRORS, CappedValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -61,12 +65,17 @@ def as_parsed(value: Any) -> Any:
 
 
 async def validated(model: type[M], data: Any, size: int) -> M:
-    """`data` validated as `model`, in a worker thread when the body (`size` bytes) is large."""
+    """`data` validated as `model`, in a worker thread when the body (`size` bytes) is large; a refusal's problems
+    are capped there too (CappedValidationError: the first MAX_REPORTED_ERRORS, and their count)."""
+    if size < INLINE_VALIDATE_BYTES:
+        return _validate(model, data)
+    return await asyncio.to_thread(_validate, model, data)
+
+
+def _validate(model: type[M], data: Any) -> M:
     try:
-        if size < INLINE_VALIDATE_BYTES:
-            return model.model_validate(data)
-        return await asyncio.to_thread(model.model_validate, data)
+        return model.model_validate(data)
     except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-        raise RequestValidationError(errors, body=data) from None
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)[:MAX_REPORTED_ERRORS]]
+        raise CappedValidationError(errors, total=exc.error_count(), body=data) from None
 

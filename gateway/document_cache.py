@@ -10,6 +10,7 @@ documents start with the same tokens, and evicting them would make their questio
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import structlog
 
@@ -28,6 +29,14 @@ _QUESTIONS = ("A", "B")
 def _common(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+@functools.lru_cache(maxsize=64)
+def shared_prefix_tokens(tokenizer: Tokenizer, title: str, text: str) -> int:
+    """How many leading tokens every question on the document shares: its prompt up to the question. Engine
+    replicas are routed on them (EngineRequest.affinity_tokens), so every question lands where they are cached."""
+    first, second = (tokenizer.encode_chat(document_messages(title, text, q)) for q in _QUESTIONS)
+    return _common(first, second)
 
 
 def document_prefix(tokenizer: Tokenizer, title: str, text: str, tenant: str) -> PrefixEviction:

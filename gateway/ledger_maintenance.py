@@ -6,7 +6,9 @@ first start, see versions.py) and hands them to the ledger writer with the evide
 the start (versions, clock-sync state, what changed since the last start) as chained ledger events,
 then starts the retention task, which drops step timelines older than
 FINSERVE_LEDGER_TIMELINE_RETENTION_DAYS and deletes evidence past its class's retention, at once and
-every FINSERVE_LEDGER_RETENTION_INTERVAL_S (one cheap UPDATE / DELETE on an index each).
+every FINSERVE_LEDGER_RETENTION_INTERVAL_S (one cheap UPDATE / DELETE on an index each), and on each round
+(and at a clean stop) chains a `heads` event when a tenant's head moved since the last one
+(ledger/anchors.py): rows deleted later, with their head moved back, contradict it.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from core.db.base import utcnow
 from engine.engine import LLMEngine
 from engine.fingerprint import engine_fingerprint
 from gateway.state import GatewayState
+from ledger.anchors import record_heads_now
 from ledger.changes import record_start
 from ledger.clock import clock_state
 from ledger.evidence import load_keyring
@@ -90,6 +93,18 @@ def apply_evidence_retention(state: GatewayState) -> int:
         return len(expire(conn, utcnow(), hmac_key=_hmac_key(state)).erased)
 
 
+def record_round(state: GatewayState, reason: str = "round") -> int:
+    """Chain a `heads` event if a head moved since the last record; returns the events written."""
+    return len(record_heads_now(state.db, reason, _hmac_key(state)))
+
+
+def record_stop(state: GatewayState) -> None:
+    try:
+        record_round(state, "stop")
+    except Exception as exc:  # the database may be down: the next start records the heads
+        log.warning("ledger_heads_unrecorded", error=str(exc)[:300])
+
+
 async def _retention_loop(state: GatewayState) -> None:
     while True:
         try:
@@ -100,6 +115,7 @@ async def _retention_loop(state: GatewayState) -> None:
             expired = await asyncio.to_thread(apply_evidence_retention, state)
             if expired:
                 log.info("ledger_evidence_expired", requests=expired)
+            await asyncio.to_thread(record_round, state)
         except Exception as exc:  # the database may be down: the next round tries again
             log.warning("ledger_retention_failed", error=str(exc)[:300])
         await asyncio.sleep(state.settings.ledger_retention_interval_s)

@@ -36,6 +36,9 @@ def schema_text(schema: dict[str, Any] | str, param: str) -> str:
     except jsonschema.SchemaError as exc:
         raise APIError("invalid_json_schema", f"{param} is not a valid JSON Schema: {exc.message}",
                        param=param) from None
+    except RecursionError:  # Python's `re`, checking a `pattern` whose groups nest about a thousand deep
+        raise APIError("pattern_too_deep", f"a pattern in {param} nests its groups too deeply to parse",
+                       param=param) from None
     return json.dumps(schema)
 
 

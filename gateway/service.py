@@ -5,8 +5,8 @@
     prepare():  PromptEncoder.tokenize (size check on bytes, then tokenize in a worker thread)
                 -> Admission.admit (classify unless the route already did, key and rate-limit checks,
                 max_tokens, SamplingParams and EngineRequest built once) -> Admission.check_grammar
-                (compiled and its first step tried in a worker thread: too complex is a 400, never an
-                engine failure)
+                (bounded, then compiled and its first step tried on the grammar executor, in a grammar
+                child process: too complex is a 400, never an engine failure or a crash)
     generate(): Runner.generate: EngineClient.generate with the `running` row written ahead and the
                 final row, Prometheus metrics and canonical-log fields recorded however it ends (Recorder).
     collect():  generate() gathered into one Completion.
@@ -120,7 +120,7 @@ class InferenceService:
         try:
             adm = self.admission.admit(ctx, key, inp, ids, tokenize_start=t0, tokenized=time.time())
             self.state.ledger.evidence.begin(adm.request, adm.cls, route=inp.route, prompt=inp.prompt)
-            await self.admission.check_grammar(adm)
+            await self.admission.check_grammar(adm, inp.tools)
             return adm
         except APIError:
             await self.recorder.durable()  # a refusal is an answer too: its row is safe before it is sent

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from core.web.state import CoreState
 from engine.protocol import EngineClient
+from gateway.grammar_executor import GrammarExecutor
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import RateLimiter
 from ledger import LedgerWriter
@@ -15,6 +16,7 @@ class GatewayState(CoreState):
     metrics: GatewayMetrics
     limiter: RateLimiter
     ledger: LedgerWriter
+    grammar: GrammarExecutor  # compiles and schema building, a share per tenant (gateway/grammar_executor.py)
     # None while the engine is still loading (503 engine_not_ready); a ReplicaSet with FINSERVE_ENGINES
     engine_client: EngineClient | None = None
     engine_error: str | None = None  # set when loading failed; /readyz reports it

@@ -49,6 +49,7 @@ class EventStreamResponse(Response):
 
     def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> None:
         self.events = events
+        self._complete = False  # the whole response went out: a disconnect after it is the normal end
         self.status_code = 200
         self.background = None
         self.init_headers({**SSE_HEADERS, **(headers or {})})
@@ -58,7 +59,10 @@ class EventStreamResponse(Response):
             async with anyio.create_task_group() as tg:
                 async def watch() -> None:
                     await _wait_disconnect(receive)
-                    get_context(Request(scope)).fields["client_disconnected"] = True
+                    # The server also reports a disconnect once the response is complete (the client closing
+                    # after the last byte, as curl does): only one before that means the client left early.
+                    if not self._complete:
+                        get_context(Request(scope)).fields["client_disconnected"] = True
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch)
@@ -74,6 +78,7 @@ class EventStreamResponse(Response):
         except StopAsyncIteration:
             first = None
         except APIError as err:
+            self._complete = True
             await error_response(Request(scope), err)(scope, receive, send)
             return
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
@@ -88,6 +93,7 @@ class EventStreamResponse(Response):
                 log.exception("stream_failed")
             await send({"type": "http.response.body", "body": sse(failure.body(get_context(Request(scope)).request_id)),
                         "more_body": True})
+        self._complete = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -37,8 +37,10 @@ from core.db.jobs_models import (
     StoredFile,
 )
 from core.web.text import EdgeModel, StoredStr
+from engine.grammar_limits import DEFAULT_LIMITS, GrammarLimitExceeded, GrammarLimits
 from jobs import service
 from jobs.ingest import IngestError
+from jobs.line_limits import check_line
 from jobs.service import JobProgress, JobSpec
 
 PURPOSE = "batch"
@@ -64,13 +66,14 @@ def _invalid(message: str) -> IngestError:
     return IngestError("invalid_request", message, 400)
 
 
-def parse_file(content: bytes, *, max_lines: int) -> list[BatchLine]:
+def parse_file(content: bytes, *, max_lines: int, limits: GrammarLimits = DEFAULT_LIMITS) -> list[BatchLine]:
     """The lines of a batch file, or IngestError naming the first line at fault.
 
     Refused as a whole (400): not UTF-8, a line that is not a JSON object, a field missing, extra
     or wrong (method other than POST, a url other than the two endpoints, a body that is not an
-    object), a repeated custom_id, no lines, or more than `max_lines` (FINSERVE_JOBS_MAX_ITEMS).
-    What a body asks for is the route's to judge: a line the gateway refuses lands in the error file.
+    object), a repeated custom_id, no lines, or more than `max_lines` (FINSERVE_JOBS_MAX_ITEMS); a body's
+    output constraint past a grammar limit, with that limit's code (jobs/line_limits.py). Otherwise what a
+    body asks for is the route's to judge: a line the gateway refuses lands in the error file.
     """
     try:
         text = content.decode("utf-8")
@@ -95,6 +98,10 @@ def parse_file(content: bytes, *, max_lines: int) -> list[BatchLine]:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err.get("loc", ())) or "line"
             raise _invalid(f"line {n}: {where}: {err.get('msg', 'invalid')}") from None
+        try:
+            check_line(line.body, limits)
+        except GrammarLimitExceeded as exc:
+            raise IngestError(exc.code, f"line {n}: {exc}", 400) from None
         if line.custom_id in seen:
             raise _invalid(f"line {n}: duplicate custom_id {line.custom_id!r}; custom_ids must be unique in a file")
         seen.add(line.custom_id)

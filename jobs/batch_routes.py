@@ -30,7 +30,7 @@ from jobs import batch, service
 from jobs.batch_schemas import BatchCreate, BatchList, BatchPublic, FileDeleted, FileList, FilePublic, FileUpload
 from jobs.classes import batch_class
 from jobs.ingest import IngestError
-from jobs.routes import publish
+from jobs.routes import publish, queue_warning
 
 router = APIRouter(tags=["batches"])
 log = structlog.get_logger("finserve.jobs")
@@ -75,10 +75,12 @@ async def _read_upload(request: Request) -> tuple[str, str, bytes]:
 async def create_file(request: Request, key: TenantDep, state: StateDep) -> FilePublic:
     """Upload a batch input file (multipart: `file`, `purpose=batch`). The whole file is checked here:
     JSONL of `{custom_id, method: POST, url, body}` with unique custom_ids and at most
-    FINSERVE_JOBS_MAX_ITEMS lines; anything else is 400 and nothing is stored."""
+    FINSERVE_JOBS_MAX_ITEMS lines, each body's output constraints within the grammar limits (the limit's code);
+    anything else is 400 and nothing is stored."""
     purpose, filename, content = await _read_upload(request)
     try:
-        lines = await run_in_threadpool(batch.parse_file, content, max_lines=state.settings.jobs_max_items)
+        lines = await run_in_threadpool(batch.parse_file, content, max_lines=state.settings.jobs_max_items,
+                                        limits=state.settings.grammar_limits)
     except IngestError as exc:
         raise _refused(exc) from None
     row = StoredFile(id=batch.new_file_id(), tenant=key.tenant, purpose=purpose, filename=filename,
@@ -161,6 +163,14 @@ async def _batch(state: CoreState, key: KeyInfo, batch_id: str) -> batch.BatchVi
     return view
 
 
+async def _answer(view: batch.BatchView) -> BatchPublic:
+    """The batch, with a `warning` while it is unfinished and no worker consumes the queue (jobs/presence.py)."""
+    public = BatchPublic.model_validate(view.public())
+    if public.status in ("in_progress", "cancelling"):
+        public.warning = await queue_warning()
+    return public
+
+
 @router.post("/batches", response_model=BatchPublic, responses=_RESPONSES)
 async def create_batch(
     body: BatchCreate, key: TenantDep, state: StateDep,
@@ -178,7 +188,8 @@ async def create_batch(
         raise APIError("file_not_found", f"no uploaded file {body.input_file_id!r}", param="input_file_id")
     content = stored.stored.content
     try:
-        lines = await run_in_threadpool(batch.parse_file, content, max_lines=state.settings.jobs_max_items)
+        lines = await run_in_threadpool(batch.parse_file, content, max_lines=state.settings.jobs_max_items,
+                                        limits=state.settings.grammar_limits)
         spec = batch.batch_spec(lines, body.endpoint, cls.name)
     except IngestError as exc:
         raise _refused(exc) from None
@@ -205,13 +216,13 @@ async def create_batch(
         if exc.code != "queue_unavailable":
             raise
         log.warning("batch_enqueue_deferred", batch_id=job.id, reason=exc.message)
-    return BatchPublic.model_validate((await _batch(state, key, job.id)).public())
+    return await _answer(await _batch(state, key, job.id))
 
 
 @router.get("/batches/{batch_id}", response_model=BatchPublic, responses=_RESPONSES)
 async def get_batch(batch_id: str, key: TenantDep, state: StateDep) -> BatchPublic:
     """Status, request counts, and once finished the output and error file ids."""
-    return BatchPublic.model_validate((await _batch(state, key, batch_id)).public())
+    return await _answer(await _batch(state, key, batch_id))
 
 
 @router.get("/batches", response_model=BatchList, responses=_RESPONSES)
@@ -232,4 +243,4 @@ async def cancel_batch(batch_id: str, key: TenantDep, state: StateDep) -> BatchP
     their answers. A finished batch is returned unchanged."""
     view = await _batch(state, key, batch_id)
     await run_db(state, lambda s: service.cancel_job(s, view.job.id))
-    return BatchPublic.model_validate((await _batch(state, key, batch_id)).public())
+    return await _answer(await _batch(state, key, batch_id))

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from core.web.text import EdgeModel, StoredStr
+from jobs.schemas import QueueWarning
 
 MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 MetadataValue = Annotated[StoredStr, StringConstraints(max_length=512)]
@@ -69,6 +70,7 @@ class BatchPublic(BaseModel):
     request_counts: RequestCounts
     metadata: dict[str, str] | None
     workload_class: str | None  # finserve: the class every line runs in
+    warning: QueueWarning | None = None  # finserve: while unfinished and nothing consumes the queue
 
 
 class FileList(BaseModel):

@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 
+from engine.grammar_limits import DEFAULT_LIMITS, GrammarLimits, check_schema
 from engine.structured import validate_json_schema
 from textspans import GROUNDED
 
@@ -40,14 +41,17 @@ class InvalidOutput(ValueError):
     """The engine's answer is not a valid extraction (unparseable, truncated or schema-violating)."""
 
 
-def normalize_schema(schema: Any, *, max_fields: int, own_names: list[str] | None = None) -> str:
-    """The canonical schema text of a job; ValueError says what is not supported.
+def normalize_schema(schema: Any, *, max_fields: int, own_names: list[str] | None = None,
+                     limits: GrammarLimits = DEFAULT_LIMITS) -> str:
+    """The canonical schema text of a job; ValueError says what is not supported (GrammarLimitExceeded for a
+    grammar limit, GrammarCompilerFailed when the compiler died on it: both carry their error code).
 
     `own_names` (the job's list of our company names) is kept with the schema as `x-own-names`, so
     every item of the job sees it: a name field never takes one of them, in any case or spelling.
     """
     if not isinstance(schema, dict):
         raise ValueError("schema must be a JSON object")
+    check_schema(schema, limits)  # patterns' size and nesting before `re` or llguidance read them
     if own_names:
         schema = {**schema, OWN_NAMES: list(dict.fromkeys([*schema.get(OWN_NAMES, []), *own_names]))}
     if OWN_NAMES in schema and not _words(schema[OWN_NAMES]):
@@ -76,7 +80,7 @@ def normalize_schema(schema: Any, *, max_fields: int, own_names: list[str] | Non
         _check_example(schema[EXAMPLE], schema)
     normalized = {**schema, "type": "object", "additionalProperties": False}
     text = json.dumps(normalized, separators=(",", ":"), ensure_ascii=False)
-    validate_json_schema(text)  # meta-schema + grammar: refused here, not item by item in the engine
+    validate_json_schema(text)  # meta-schema + grammar (in a grammar child): refused here, not item by item
     return text
 
 

@@ -25,6 +25,11 @@ from core.keys import JOB_ITEM_HEADER
 
 CHAT_PATH = "/v1/chat/completions"
 CLASS_HEADER = "X-Workload-Class"
+HEALTH_PATH = "/healthz"
+LIVENESS_TIMEOUT_S = 2.0
+# A request sent whose connection then closed with no answer (not a refused connect, not a timeout): the
+# server's process ended under it, or a keep-alive connection was dropped (then /healthz still answers).
+_DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,12 @@ class Refused(Exception):
     def __init__(self, message: str, status_code: int = 400, body: Any = None, request_id: str | None = None) -> None:
         super().__init__(message)
         self.status_code, self.body, self.request_id = status_code, body, request_id
+
+
+class GatewayLost(Exception):
+    """The gateway's process went away while it served this request: the connection dropped without an answer
+    and the gateway no longer answers at all. Not retried: the request may be what killed it (a line that
+    crashed the server would crash it again on every retry)."""
 
 
 class ClaimLost(Exception):
@@ -119,6 +130,10 @@ class GatewayClient:
             resp = self._http.post(path, json=body, headers=headers)
         except httpx.TransportError as exc:  # connect/read errors and timeouts
             tracing.fail(span, type(exc).__name__)
+            if isinstance(exc, _DROPPED) and not self.answers():
+                raise GatewayLost(f"the gateway's connection dropped while it served this request "
+                                  f"({type(exc).__name__}: {exc}) and it no longer answers: it went down on it, and "
+                                  "the request is not retried (it may be what brought it down)") from exc
             raise Saturated(f"gateway unreachable: {type(exc).__name__}: {exc}") from exc
         request_id = resp.headers.get("x-finserve-request-id")
         if request_id:
@@ -135,6 +150,14 @@ class GatewayClient:
         if resp.status_code >= 400:
             raise Refused(_error_message(resp), resp.status_code, _json_or_text(resp), request_id)
         return resp
+
+    def answers(self) -> bool:
+        """Whether the gateway answers /healthz now (any status: its process is there)."""
+        try:
+            self._http.get(HEALTH_PATH, timeout=LIVENESS_TIMEOUT_S)
+        except httpx.TransportError:
+            return False
+        return True
 
     def extract(self, messages: list[dict[str, str]], schema: dict[str, Any], *, item_id: int,
                 workload_class: str | None, max_tokens: int, temperature: float, seed: int | None) -> Answer:

@@ -13,6 +13,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.settings import Settings
+from engine.grammar_limits import GrammarLimitExceeded
+from engine.grammar_pool import GrammarCompilerFailed
 from jobs.field_schema import normalize_schema
 from jobs.schemas import ContractItem, JobCreate, JobOptions
 from jobs.service import JobSpec
@@ -119,7 +121,9 @@ def build_spec(options: JobOptions, items: list[ContractItem], settings: Setting
         seen.add(item.id)
     try:
         schema_json = normalize_schema(options.schema_, max_fields=settings.jobs_max_schema_fields,
-                                       own_names=options.own_names)
+                                       own_names=options.own_names, limits=settings.grammar_limits)
+    except (GrammarLimitExceeded, GrammarCompilerFailed) as exc:
+        raise IngestError(exc.code, str(exc), 400) from None
     except ValueError as exc:
         raise IngestError("invalid_json_schema", str(exc), 400) from None
     return JobSpec(items=tuple((i.id, i.text) for i in items), schema_json=schema_json, max_tokens=max_tokens,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import redis
 
+from core.parent_death import with_parent_death
 from core.processes import stop_process
 
 
@@ -81,7 +82,8 @@ class RedisServer:
                 "--loglevel", "warning"]
         # Its own session: a terminal's Ctrl-C reaches only its owner, which stops it last, after the
         # worker has finished or handed back its items (they need Redis to be acknowledged).
-        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        # ... and it stops when its owner dies, however (core/parent_death.py): the port is free for the next one.
+        self._proc = subprocess.Popen(with_parent_death(args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       start_new_session=True)
         deadline = time.monotonic() + timeout_s
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)

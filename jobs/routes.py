@@ -2,7 +2,8 @@
 
 The job and its items are committed to SQL before a single id is put on the queue; a job that
 could not be enqueued (Redis down) still exists, answers 503 queue_unavailable, and is enqueued
-by an idempotent resubmit or `finserve jobs resume`. Jobs are tenant-scoped: another tenant's
+by an idempotent resubmit or `finserve jobs resume`. An unfinished job that no worker consumes says so in
+its `warning` (jobs/presence.py). Jobs are tenant-scoped: another tenant's
 job id answers 404 like a missing one. A job records its submitting key and the class the
 policy routes extraction to; its items run as that key, in that class (docs/JOBS.md).
 """
@@ -27,9 +28,11 @@ from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, ErrorBody, request_body
 from core.web.state import CoreState
 from jobs import ingest, service
+from jobs.celery_app import celery_app
 from jobs.classes import extraction_class
+from jobs.presence import MESSAGES, queue_state
 from jobs.queue import QueueUnavailable, enqueue_items
-from jobs.schemas import ContractItem, ItemResult, JobCreate, JobOptions, JobPublic, ResultsPage
+from jobs.schemas import ContractItem, ItemResult, JobCreate, JobOptions, JobPublic, QueueWarning, ResultsPage
 
 router = APIRouter(tags=["extraction jobs"])
 
@@ -68,7 +71,17 @@ async def _load(state: CoreState, key: KeyInfo, job_id: str) -> ExtractionJob:
 
 
 async def _public(state: CoreState, job: ExtractionJob) -> JobPublic:
-    return await run_db(state, lambda s: JobPublic.of(job, service.progress(s, job.id), utcnow()))
+    public = await run_db(state, lambda s: JobPublic.of(job, service.progress(s, job.id), utcnow()))
+    if public.status in ("queued", "running"):
+        public.warning = await queue_warning()
+    return public
+
+
+async def queue_warning() -> QueueWarning | None:
+    """Why an unfinished job cannot move now (no live worker, or Redis not answering), or None
+    (jobs/presence.py); shared by extraction jobs and batches."""
+    state_now = await run_in_threadpool(queue_state, str(celery_app().conf.broker_url))
+    return None if state_now == "ok" else QueueWarning(code=state_now, message=MESSAGES[state_now])
 
 
 @router.post("/extraction-jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic,
@@ -87,7 +100,8 @@ async def create_extraction_job(
     try:
         cls = extraction_class(state.policy, key)
         options, items = await _parse(request)
-        spec = ingest.build_spec(options, items, state.settings, cls)
+        # In a worker thread: the schema is compiled (in a grammar child) while the event loop serves others.
+        spec = await run_in_threadpool(ingest.build_spec, options, items, state.settings, cls)
     except ingest.IngestError as exc:
         raise APIError(exc.code, exc.message, status=exc.status) from None
 

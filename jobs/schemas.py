@@ -42,6 +42,13 @@ class JobCounts(BaseModel):
     cancelled: int
 
 
+class QueueWarning(BaseModel):
+    """Why an unfinished job or batch is not moving, said while it lasts (jobs/presence.py, docs/JOBS.md)."""
+
+    code: Literal["no_worker", "queue_unavailable"]
+    message: str
+
+
 class JobPublic(BaseModel):
     id: str
     object: Literal["extraction_job"] = "extraction_job"
@@ -59,6 +66,7 @@ class JobPublic(BaseModel):
     max_tokens: int
     workload_class: str | None  # the class the items run in (None only for jobs made before it was recorded)
     json_schema: dict[str, Any] = Field(serialization_alias="schema")
+    warning: QueueWarning | None = None  # while the job is unfinished and nothing consumes the queue
 
     @classmethod
     def of(cls, job: ExtractionJob, p: JobProgress, now: datetime) -> JobPublic:

@@ -22,18 +22,20 @@ from sqlalchemy.orm import Session, sessionmaker
 from core import tracing
 from core.db.base import make_engine, make_session_factory
 from core.db.jobs_models import JOB_BATCH
+from core.keys import client_api_key
 from core.settings import Settings, get_settings
 from jobs import batch, service
 from jobs.candidates import Writable, model_writable
 from jobs.extraction import finish_item, plan_item
 from jobs.field_schema import InvalidOutput
-from jobs.gateway_client import ClaimLost, GatewayClient, Refused, Saturated
+from jobs.gateway_client import ClaimLost, GatewayClient, GatewayLost, Refused, Saturated
 from jobs.service import Claim, ClaimOutcome
 
 log = structlog.get_logger("finserve.jobs")
 
 RETRY_TEMPERATURE = 0.7  # after an invalid answer, sample instead of repeating the same greedy one
 HEARTBEAT_BEATS = 3  # a claim's lease lasts this many heartbeats: one or two may be late (a slow database)
+GATEWAY_LOST = "gateway_lost"  # the failure reason's prefix of an item in flight when the gateway went down
 
 
 @dataclass(frozen=True)
@@ -125,13 +127,7 @@ _runtime_lock = threading.Lock()
 
 
 def worker_api_key(settings: Settings) -> str:
-    if settings.api_key:
-        return settings.api_key
-    path = settings.dev_key_path
-    if not path.exists():
-        raise RuntimeError(f"no FINSERVE_API_KEY set and no development key at {path}; start `finserve up` "
-                           "or create a key with `finserve keys create` and export FINSERVE_API_KEY")
-    return path.read_text().strip()
+    return client_api_key(settings)
 
 
 def worker_runtime() -> WorkerRuntime:
@@ -219,6 +215,8 @@ def _run_claimed(rt: WorkerRuntime, item_id: int, claim: service.Claim, retries:
         return Step("retry", backoff_s(cfg, retries, exc.retry_after_s), str(exc))
     except ClaimLost as exc:  # our lease ran out and the item moved on: whoever holds it now finishes it
         return Step("skipped", detail=str(exc))
+    except GatewayLost as exc:
+        return _lost(rt, item_id, exc)
     except Refused as exc:
         with rt.sessions() as s:
             service.fail_item(s, item_id, f"refused by the gateway: {exc}")
@@ -270,6 +268,8 @@ def run_line(rt: WorkerRuntime, item_id: int, retries: int, claim: Claim) -> Ste
         return Step("retry", backoff_s(cfg, retries, exc.retry_after_s), str(exc))
     except ClaimLost as exc:
         return Step("skipped", detail=str(exc))
+    except GatewayLost as exc:
+        return _lost(rt, item_id, exc)
     except Refused as exc:
         bind(request_id=exc.request_id)
         with rt.sessions() as s:
@@ -282,3 +282,12 @@ def run_line(rt: WorkerRuntime, item_id: int, retries: int, claim: Claim) -> Ste
                                        request_id=answer.request_id, input_tokens=answer.input_tokens,
                                        output_tokens=answer.output_tokens)
     return Step("done" if stored else "skipped", detail="" if stored else "result already stored")
+
+
+def _lost(rt: WorkerRuntime, item_id: int, exc: GatewayLost) -> Step:
+    """The gateway went down while it served the item: failed now, with why, after this one attempt. Retried,
+    an item that crashes the server would crash it again on every attempt (under `finserve up`, with its
+    workers and Redis, over and over); the batch's error file shows the reason."""
+    with rt.sessions() as s:
+        service.fail_item(s, item_id, f"{GATEWAY_LOST}: {exc}")
+    return Step("failed", detail=str(exc))

@@ -1,4 +1,5 @@
-"""What a Celery worker process does around its tasks: logging, tracing, the queue reconciler, the watchdog.
+"""What a Celery worker process does around its tasks: logging, tracing, the queue reconciler, the watchdog,
+its presence key (jobs/presence.py).
 
 Imported by the worker through the app's `include` list (jobs/celery_app.py), so these handlers are
 connected before the worker configures logging. A worker process logs like the gateway: Celery's logging
@@ -9,6 +10,7 @@ spans when it stops.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import structlog
@@ -20,6 +22,7 @@ from core import tracing
 from core.logging import configure_logging
 from core.settings import get_settings
 from jobs.celery_app import EXTRACT_TASK, QUEUE, celery_app
+from jobs.presence import PRESENCE_INTERVAL_S, WorkerPresence
 from jobs.queue import enqueue_items
 from jobs.reconcile import Reconciler
 from jobs.watchdog import ConsumerWatchdog
@@ -85,7 +88,21 @@ def _start_watchdog(**_: Any) -> None:
                                  held=lambda: len(worker_state.requests), received=lambda: _received).start()
 
 
+_presence: WorkerPresence | None = None
+
+
+def _start_presence(sender: Any = None, **_: Any) -> None:
+    """This worker's key in Redis (jobs/presence.py): the gateway tells a submitter when no worker is alive."""
+    global _presence
+    if (broker := _redis_broker(PRESENCE_INTERVAL_S)) is None:
+        return
+    name = f"{getattr(sender, 'hostname', None) or 'worker'}:{os.getpid()}"
+    _presence = WorkerPresence(broker, name).start()
+
+
 def _flush_spans(**_: Any) -> None:
+    if _presence is not None:
+        _presence.stop()
     if _watchdog is not None:
         _watchdog.stop()
     if _reconciler is not None:
@@ -100,5 +117,6 @@ signals.celeryd_after_setup.connect(_announce)
 signals.worker_init.connect(_worker_tracing)
 signals.worker_ready.connect(_start_reconciler)
 signals.worker_ready.connect(_start_watchdog)
+signals.worker_ready.connect(_start_presence)
 signals.task_received.connect(_count_received)
 signals.worker_shutdown.connect(_flush_spans)

@@ -1,5 +1,5 @@
 """`finserve ledger verify` as a whole: the tenants' chains (ledger/verify.py), the event chain
-(ledger/events.py) and the evidence the rows' hashes name.
+(ledger/events.py), the two against each other (ledger/anchors.py) and the evidence the rows' hashes name.
 
 Evidence checks, for every chained row in range whose class kept evidence (its `input_sha256` is set):
 - its evidence is in request_evidence, or a chained erasure / expiry event names the request (listed as
@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from ledger.anchors import check_anchors
 from ledger.chain import LEDGER
 from ledger.events import tombstones as read_tombstones
 from ledger.events import verify_events
@@ -29,7 +30,7 @@ def verify_all(db: Db, *, tenant: str | None = None, since: datetime | None = No
     result = verify_ledger(db, tenant=tenant, since=since, until=until, check_timelines=check_timelines,
                            hmac_key=hmac_key)
     checked, problems, head = verify_events(db, hmac_key)
-    result.problems += problems
+    result.problems += problems + check_anchors(db, tenant)
     evidence, erasures, ev_problems = check_evidence(db, tenant=tenant, since=since, until=until, keyring=keyring)
     result.problems += ev_problems
     extra = {"events_checked": checked, "events_head": head, "evidence_checked": evidence,

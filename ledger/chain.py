@@ -17,6 +17,8 @@ Rules (docs/OBSERVABILITY.md, "Ledger integrity and retention"):
   The re-chained row's hash binds that position (`CHAIN_VERSION_AMENDED`: its seq, hash and link are
   hashed with the row), so a superseded entry cannot be made up for a deleted row without editing,
   and re-hashing from there on, the row it names.
+- Each chained row also hashes `events_seq`, the event chain's head when it was chained (v4): the event chain
+  cannot be deleted without contradicting the rows chained after it (ledger/anchors.py).
 """
 from __future__ import annotations
 
@@ -64,16 +66,19 @@ def _version(number: int, tag: str, binds: bool | None) -> ChainVersion:
 # v1: every column but the timeline (hashed through timeline_sha256) and the chain's own prev_hash / row_hash.
 # v2: v1's fields, for a row that supersedes an earlier position (its seq, hash and link hashed with it).
 # v3 (since migration 0009): v1's fields plus the evidence hashes (NULL when the class keeps none).
+# v4 (since migration 0010): v3's fields plus `events_seq`, the event chain's head when the row was chained.
 # The writer chains under the newest; verify accepts a row under any version it fits.
 CHAIN_VERSIONS: Mapping[int, ChainVersion] = MappingProxyType({v.number: v for v in (
     _version(1, "finserve-ledger-chain-v1", binds=False),
     _version(2, "finserve-ledger-chain-v2", binds=True),
     _version(3, "finserve-ledger-chain-v3", binds=None),
+    _version(4, "finserve-ledger-chain-v4", binds=None),
 )})
 CURRENT_VERSION = CHAIN_VERSIONS[max(CHAIN_VERSIONS)]
 CHAIN_VERSION = CHAIN_VERSIONS[1].tag
 CHAIN_VERSION_AMENDED = CHAIN_VERSIONS[2].tag
 CHAIN_VERSION_EVIDENCE = CHAIN_VERSIONS[3].tag
+CHAIN_VERSION_ANCHORED = CHAIN_VERSIONS[4].tag
 
 
 def check_versions(fields: Iterable[LedgerField], versions: Mapping[int, ChainVersion]) -> None:
@@ -202,6 +207,13 @@ def lock_heads(conn: Connection, partitions: Iterable[str]) -> dict[str, Head]:
     return {r.partition: Head(r.seq, r.head_hash, r.head_request_id) for r in rows}
 
 
+def events_head_seq(conn: Connection) -> int:
+    """The event chain's head position (0: no event yet), hashed into each row chained now (v4): not locked,
+    since the event chain only grows, and a row names at most the events committed before it."""
+    seq = conn.scalar(select(HEADS.c.seq).where(HEADS.c.partition == EVENTS_PARTITION))
+    return seq if isinstance(seq, int) else 0
+
+
 def stored_rows(conn: Connection, request_ids: list[str]) -> dict[str, Stored]:
     t = LEDGER
     rows = conn.execute(select(t.c.request_id, t.c.status, t.c.tenant, t.c.chain_seq, t.c.prev_hash, t.c.row_hash)
@@ -218,6 +230,7 @@ def extend(conn: Connection, rows: list[LedgerRow]) -> list[LedgerRow]:
     """
     finals = [r for r in rows if r.status != RUNNING_STATUS]
     heads = lock_heads(conn, (r.tenant for r in finals))
+    events_seq = events_head_seq(conn) if finals else 0
     stored = stored_rows(conn, [r.request_id for r in rows]) if rows else {}
     out: list[LedgerRow] = []
     superseded: list[dict[str, Any]] = []
@@ -236,7 +249,7 @@ def extend(conn: Connection, rows: list[LedgerRow]) -> list[LedgerRow]:
             superseded.append(amended)
         head = heads[r.tenant]
         chained = dataclasses.replace(r, chain_seq=head.seq + 1, prev_hash=head.hash, row_hash=None,
-                                      timeline_sha256=timeline_digest(r.timeline))
+                                      timeline_sha256=timeline_digest(r.timeline), events_seq=events_seq)
         chained.row_hash = row_hash(head.hash, vars(chained), amended)
         head.seq, head.hash, head.request_id = chained.chain_seq or 0, chained.row_hash, r.request_id
         out.append(chained)

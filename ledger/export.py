@@ -1,5 +1,6 @@
 """Ledger rows out, by tenant and period: NDJSON (one JSON object a line) or CSV (a header, then a row each).
 
+A CSV cell a spreadsheet would run as a formula is escaped (ledger/csvcell.py).
 Used by `finserve ledger export` and the admin route `GET /v1/ledger/export`. The exported columns of
 ledger/fields.py, in the table's order: every one but the step timeline (read one request's at
 /v1/requests/{id}); `running` rows
@@ -18,6 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from core.db.models import RUNNING_STATUS, RequestLedger
+from ledger.csvcell import safe_cell
 from ledger.fields import EXPORTED
 
 FORMATS = {"ndjson": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
@@ -60,5 +62,5 @@ def render(rows: Iterator[dict[str, Any]], fmt: str) -> Iterator[str]:
     for row in rows:
         buf.seek(0)
         buf.truncate()
-        writer.writerow({k: "" if v is None else _text(v) for k, v in row.items()})
+        writer.writerow({k: "" if v is None else safe_cell(_text(v)) for k, v in row.items()})
         yield buf.getvalue()

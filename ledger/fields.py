@@ -99,6 +99,9 @@ class LedgerRow:
         "Salted sha256 of the request's evidence input (ledger/evidence.py); None: none kept.", hashed_since=3))
     output_sha256: str | None = field(default=None, metadata=declared(
         "Salted sha256 of its evidence output.", hashed_since=3))
+    events_seq: int | None = field(default=None, metadata=declared(
+        "The event chain's head position when the row was chained: a chain of events deleted later shows as rows "
+        "naming events that are gone (ledger/anchors.py).", hashed_since=4))
     # Not a column: the request's evidence on its way to request_evidence (plain until the writer thread
     # seals it, then encrypted; only the sealed form is ever spooled).
     evidence: Evidence | SealedEvidence | None = field(default=None, repr=False, compare=False)

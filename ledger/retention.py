@@ -11,7 +11,8 @@
   this legitimate prune and still fails on any other deletion. The run is verified first: a prune
   never deletes (and so never hides) a broken part of the chain; that tenant is skipped and named.
   Rows without a chain position (before migration 0004) older than the cutoff are deleted as well.
-  With an HMAC key (FINSERVE_LEDGER_HMAC_KEY) the checkpoint is signed (ledger/checkpoints.py).
+  With an HMAC key (FINSERVE_LEDGER_HMAC_KEY) the checkpoint is signed (ledger/checkpoints.py); with or
+  without, a chained `heads` event records it in the same transaction (ledger/anchors.py).
   A superseded entry in the run is deleted with it only when its request's row is deleted too: a
   remaining row's hash binds the entry. A row whose evidence is still within its class's retention
   (`evidence_retention_days`) ends the run: evidence is never deleted early by a row prune.
@@ -28,6 +29,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, null, select, u
 
 from core.db.base import utcnow
 from core.db.models import RUNNING_STATUS
+from ledger.anchors import record_heads
 from ledger.chain import LEDGER, SUPERSEDED, lock_heads
 from ledger.checkpoints import checkpoint_mac
 from ledger.evidence_store import EVIDENCE, delete_for_rows, expire
@@ -73,6 +75,8 @@ def prune(engine: Engine, *, older_than: datetime | None, timelines_older_than: 
         result.evidence_expired = len(expire(conn, utcnow(), dry_run=dry_run, hmac_key=hmac_key).erased)
         if older_than is not None:
             _prune_rows(conn, older_than, result, hmac_key)
+            if result.checkpoints:  # the checkpoints made are recorded, chained: none can be made up later
+                record_heads(conn, "prune", hmac_key)
         if timelines_older_than is not None:
             result.timelines_dropped = drop_timelines(conn, timelines_older_than, dry_run=dry_run)
         if dry_run:

@@ -18,6 +18,13 @@ For every chain position in the range checked, per partition (tenant):
 - every prune checkpoint must be consistent (positions increasing, cutoff not after its creation) and,
   given the HMAC key, carry its valid mac: otherwise a **forged_checkpoint**. Accepted ones are listed
   as `prunes`, with `authenticated` true only when the key checked their mac.
+- nothing may lie at or below the last checkpoint but superseded entries a later row binds: a prune deletes
+  the rest, so a row there means the checkpoint was made up (**behind_checkpoint**, ledger/amendments.py);
+- a value its column's type cannot hold (SQLite stores any) is named, never a crash: the row is **edited**,
+  a head **head_mismatch**, a checkpoint **forged_checkpoint**, an entry **unfounded_supersession**
+  (ledger/readable.py). A position far past the rest costs two slices of the walk, not the empty ones between.
+The heads and checkpoints against the chained records of them, and the rows against the event chain:
+ledger/anchors.py (`finserve ledger verify` runs both: ledger/audit.py).
 Final rows with no chain position (written before migration 0004) are counted as unchained.
 """
 from __future__ import annotations
@@ -27,36 +34,20 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import func, select
 
-from core.db.models import RUNNING_STATUS, LedgerChainCheckpoint
-from ledger.chain import (
-    EVENTS_PARTITION,
-    GENESIS,
-    HEADS,
-    LEDGER,
-    SUPERSEDED,
-    Head,
-    hash_holds,
-    timeline_digest,
-)
-from ledger.checkpoints import mac_ok
+from core.db.models import RUNNING_STATUS
+from ledger.amendments import behind_checkpoint, superseded_by_request, supersession_problems
+from ledger.chain import EVENTS_PARTITION, HEADS, LEDGER, SUPERSEDED, Head, hash_holds, timeline_digest
+from ledger.checkpoints import CHECKPOINTS, Base, chain_base, check_checkpoints
 from ledger.fields import HASHED_COLUMNS
+from ledger.problem import Db, Problem
+from ledger.readable import describe, fits, readable, unreadable
 
-CHECKPOINTS = cast(Table, LedgerChainCheckpoint.__table__)
+__all__ = ["CHECKPOINTS", "Base", "Db", "Problem", "Verification", "chain_base", "check_positions", "read_head",
+           "verify_ledger"]
 CHUNK = 5000  # chain positions read at a time
-Db = Connection | Session
-
-
-@dataclass(frozen=True)
-class Problem:
-    kind: str  # edited | timeline_edited | missing_predecessor | broken_link | missing_rows_at_end | head_mismatch
-    #            | unfounded_supersession | forged_checkpoint
-    partition: str
-    seq: int | None
-    request_id: str | None
-    detail: str
+MAX_POSITION = 2**31 - 1  # chain_seq is a 32-bit integer on PostgreSQL: no bound past it
 
 
 @dataclass
@@ -87,22 +78,9 @@ class Verification:
                 "checkpoints_authenticated": self.checkpoints_authenticated}
 
 
-@dataclass(frozen=True)
-class Base:
-    """Where a partition's chain starts: the last prune's checkpoint, or the genesis."""
-
-    seq: int
-    hash: str
-
-
-def chain_base(db: Db, partition: str) -> Base:
-    cp = db.execute(select(CHECKPOINTS.c.seq, CHECKPOINTS.c.row_hash).where(CHECKPOINTS.c.partition == partition)
-                    .order_by(CHECKPOINTS.c.seq.desc()).limit(1)).first()
-    return Base(cp.seq, cp.row_hash) if cp is not None else Base(0, GENESIS)
-
-
 def read_head(db: Db, partition: str) -> Head | None:
-    h = db.execute(select(HEADS).where(HEADS.c.partition == partition)).first()
+    """The partition's head; None when it has none, or one verify cannot read (`unreadable_problems` names it)."""
+    h = db.execute(select(HEADS).where(HEADS.c.partition == partition, readable(db, HEADS))).first()
     return Head(h.seq, h.head_hash, h.head_request_id) if h is not None else None
 
 
@@ -119,8 +97,9 @@ def verify_ledger(db: Db, *, tenant: str | None = None, since: datetime | None =
     for p in _partitions(db, tenant):
         prunes, problems = check_checkpoints(db, p, hmac_key)
         result.prunes += prunes
-        result.problems += problems
+        result.problems += problems + unreadable_problems(db, p)
         base, head = chain_base(db, p), read_head(db, p)
+        result.problems += behind_checkpoint(db, p, base)
         if windowed:
             lo, hi = _window_range(db, p, base, since, until)
         else:
@@ -148,15 +127,30 @@ def check_positions(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | N
 
     Superseded positions found valid are appended to `amendments`."""
     total, found, gap = 0, [], None
-    superseded = _superseded_by_request(db, p)
-    for start in range(lo, hi + 1, CHUNK):
-        end = min(hi, start + CHUNK - 1)
+    superseded = superseded_by_request(db, p)
+    last_chunk = (hi - lo) // CHUNK
+    done = -1
+    for chunk in [*(c for c in _chunks(db, p, lo, hi) if c < last_chunk), last_chunk]:
+        if chunk > done + 1 and gap is None:  # chunks holding no position at all were skipped
+            gap = lo + (done + 1) * CHUNK
+        start, end = lo + chunk * CHUNK, min(hi, lo + (chunk + 1) * CHUNK - 1)
         checked, problems, gap = check_range(db, p, start, end, base, head, check_timelines=check_timelines,
                                              gap_from=gap, last=end == hi, superseded=superseded,
                                              amendments=amendments)
         total += checked
         found += problems
+        done = chunk
     return total, found
+
+
+def _chunks(db: Db, p: str, lo: int, hi: int) -> list[int]:
+    """The CHUNK-sized slices of lo..hi that hold a row or superseded entry: a position far past the rest (an
+    edited chain_seq) costs two slices, not a walk over the empty ones between."""
+    rows = select(((LEDGER.c.chain_seq - lo) // CHUNK).label("c")).where(
+        LEDGER.c.tenant == p, LEDGER.c.chain_seq.between(lo, hi), fits(db, LEDGER.c.chain_seq))
+    sups = select(((SUPERSEDED.c.seq - lo) // CHUNK).label("c")).where(
+        SUPERSEDED.c.partition == p, SUPERSEDED.c.seq.between(lo, hi), fits(db, SUPERSEDED.c.seq))
+    return sorted({int(c) for c in db.scalars(rows.union(sups))})
 
 
 def check_range(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | None, *, check_timelines: bool = True,
@@ -167,9 +161,9 @@ def check_range(db: Db, p: str, lo: int, hi: int, base: Base, head: Head | None,
 
     `gap_from`: where a run of missing positions started in the slice before this one; returned for the next.
     `superseded`: the partition's superseded entries by request id (read here when not given)."""
-    rows, sups = _load(db, p, lo - 1, hi + 1, check_timelines)
-    by_request = superseded if superseded is not None else _superseded_by_request(db, p)
-    problems = _supersession_problems(db, p, [sups[s] for s in sorted(sups) if lo <= s <= hi], by_request,
+    rows, sups = _load(db, p, lo - 1, min(hi + 1, MAX_POSITION), check_timelines)
+    by_request = superseded if superseded is not None else superseded_by_request(db, p)
+    problems = supersession_problems(db, p, [sups[s] for s in sorted(sups) if lo <= s <= hi], by_request,
                                       amendments)
 
     def hash_at(s: int) -> str | None:
@@ -249,6 +243,8 @@ def _hash_holds(row: Mapping[str, Any], superseded: list[dict[str, Any]]) -> boo
 
 def _row_problems(p: str, row: dict[str, Any], check_timelines: bool,
                   superseded: list[dict[str, Any]]) -> list[Problem]:
+    if "unreadable" in row:
+        return [Problem("edited", p, row["chain_seq"], row["request_id"], describe(row["unreadable"]))]
     out = []
     if not _hash_holds(row, superseded):
         out.append(Problem("edited", p, row["chain_seq"], row["request_id"],
@@ -259,71 +255,18 @@ def _row_problems(p: str, row: dict[str, Any], check_timelines: bool,
     return out
 
 
-def _supersession_problems(db: Db, p: str, entries: list[dict[str, Any]], by_request: dict[str, list[dict[str, Any]]],
-                           amendments: list[dict[str, Any]] | None) -> list[Problem]:
-    """Each superseded position must be an `interrupted` row whose request is chained again later, final,
-    with a hash that binds this very entry; a valid one is listed in `amendments`."""
-    if not entries:
-        return []
-    finals = _rows_by_request(db, p, sorted({e["request_id"] for e in entries}))
-    out: list[Problem] = []
-    for e in entries:
-        row = finals.get(e["request_id"])
-        why = _unfounded(e, row)
-        if why is not None:
-            out.append(Problem("unfounded_supersession", p, e["seq"], e["request_id"],
-                               f"position {e['seq']} is marked superseded, but {why}: a row deleted and "
-                               "disguised as superseded, or the entry was edited"))
-        elif amendments is not None:
-            assert row is not None
-            amendments.append({"partition": p, "seq": e["seq"], "request_id": e["request_id"],
-                               "old_status": e["old_status"], "rechained_at": row["chain_seq"],
-                               "status": row["status"], "superseded_at": _iso(e["superseded_at"])})
+def unreadable_problems(db: Db, p: str) -> list[Problem]:
+    """What of partition `p` verify cannot read and the chain walk does not meet: its head, its superseded
+    entries, and rows whose position itself is unreadable (a row at a readable position is named there)."""
+    out = [Problem("head_mismatch", p, None, None, f"the head cannot be read: {describe(h['columns'])}")
+           for h in unreadable(db, HEADS, ["partition"], HEADS.c.partition == p)]
+    out += [Problem("unfounded_supersession", p, s["seq"] if type(s["seq"]) is int else None, s["request_id"],
+                    f"a superseded entry cannot be read: {describe(s['columns'])}")
+            for s in unreadable(db, SUPERSEDED, ["seq", "request_id"], SUPERSEDED.c.partition == p)]
+    out += [Problem("edited", p, None, r["request_id"], describe(r["columns"]))
+            for r in unreadable(db, LEDGER, ["request_id", "chain_seq"], LEDGER.c.tenant == p)
+            if "chain_seq" in r["columns"]]
     return out
-
-
-def _unfounded(entry: Mapping[str, Any], row: Mapping[str, Any] | None) -> str | None:
-    """Why a superseded entry is not a legitimate amendment (None: it is one)."""
-    if entry["old_status"] != "interrupted":
-        return f"only an interrupted row is ever chained again (its old status reads {entry['old_status']!r})"
-    if row is None or row["chain_seq"] is None:
-        return "its request has no chained row in this tenant"
-    if row["chain_seq"] <= entry["seq"] or row["status"] in (RUNNING_STATUS, "interrupted"):
-        return (f"its request's row (position {row['chain_seq']}, {row['status']}) is not a final row chained "
-                "after it")
-    if row["prev_hash"] is None or not hash_holds(row["row_hash"], row["prev_hash"], row, entry):
-        return f"the hash of its request's row (position {row['chain_seq']}) does not bind this position"
-    return None
-
-
-def _iso(v: Any) -> str | None:
-    return v.isoformat() if isinstance(v, datetime) else None
-
-
-def check_checkpoints(db: Db, p: str, hmac_key: bytes | None) -> tuple[list[dict[str, Any]], list[Problem]]:
-    """The partition's prune checkpoints, oldest first: those accepted, and the problems of the others."""
-    cps = db.execute(select(CHECKPOINTS).where(CHECKPOINTS.c.partition == p).order_by(CHECKPOINTS.c.id)).mappings()
-    accepted: list[dict[str, Any]] = []
-    problems: list[Problem] = []
-    last_seq = 0
-    for cp in cps:
-        why = None
-        if cp["seq"] <= last_seq:
-            why = f"its position {cp['seq']} is not after the previous checkpoint's ({last_seq})"
-        elif cp["older_than"] > cp["created_at"]:
-            why = "its cutoff is later than the time it was made"
-        elif hmac_key is not None and not mac_ok(hmac_key, dict(cp)):
-            why = ("its mac is missing or wrong under FINSERVE_LEDGER_HMAC_KEY (made up, edited, or made by a "
-                   "prune without the key)")
-        last_seq = max(last_seq, cp["seq"])
-        if why is not None:
-            problems.append(Problem("forged_checkpoint", p, cp["seq"], None, f"the checkpoint at position "
-                                    f"{cp['seq']} cannot be trusted: {why}; it may hide deleted rows"))
-            continue
-        accepted.append({"partition": p, "seq": cp["seq"], "rows_pruned": cp["rows_pruned"],
-                         "older_than": _iso(cp["older_than"]), "created_at": _iso(cp["created_at"]),
-                         "authenticated": hmac_key is not None})
-    return accepted, problems
 
 
 def _partitions(db: Db, tenant: str | None) -> list[str]:
@@ -335,14 +278,16 @@ def _partitions(db: Db, tenant: str | None) -> list[str]:
 
 
 def _max_seq(db: Db, p: str) -> int:
-    rows = db.scalar(select(func.max(LEDGER.c.chain_seq)).where(LEDGER.c.tenant == p)) or 0
-    sups = db.scalar(select(func.max(SUPERSEDED.c.seq)).where(SUPERSEDED.c.partition == p)) or 0
+    rows = db.scalar(select(func.max(LEDGER.c.chain_seq)).where(LEDGER.c.tenant == p,
+                                                                fits(db, LEDGER.c.chain_seq))) or 0
+    sups = db.scalar(select(func.max(SUPERSEDED.c.seq)).where(SUPERSEDED.c.partition == p,
+                                                              fits(db, SUPERSEDED.c.seq))) or 0
     return max(int(rows), int(sups))
 
 
 def _window_range(db: Db, p: str, base: Base, since: datetime | None, until: datetime | None) -> tuple[int, int]:
     stmt = select(func.min(LEDGER.c.chain_seq), func.max(LEDGER.c.chain_seq)).where(
-        LEDGER.c.tenant == p, LEDGER.c.chain_seq > base.seq)
+        LEDGER.c.tenant == p, LEDGER.c.chain_seq > base.seq, fits(db, LEDGER.c.chain_seq))
     if since is not None:
         stmt = stmt.where(LEDGER.c.arrival_at >= since)
     if until is not None:
@@ -355,23 +300,15 @@ def _load(db: Db, p: str, lo: int, hi: int, timelines: bool) -> tuple[dict[int, 
     cols = [LEDGER.c[n] for n in HASHED_COLUMNS] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
     if timelines:
         cols.append(LEDGER.c.timeline)
-    rows = db.execute(select(*cols).where(LEDGER.c.tenant == p, LEDGER.c.chain_seq.between(lo, hi))).mappings()
-    sups = db.execute(select(SUPERSEDED).where(SUPERSEDED.c.partition == p, SUPERSEDED.c.seq.between(lo, hi))).mappings()
-    return {r["chain_seq"]: dict(r) for r in rows}, {s["seq"]: dict(s) for s in sups}
-
-
-def _superseded_by_request(db: Db, p: str) -> dict[str, list[dict[str, Any]]]:
-    """Every superseded entry of the partition by request id (few: only interrupted requests have one)."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for s in db.execute(select(SUPERSEDED).where(SUPERSEDED.c.partition == p)).mappings():
-        out.setdefault(s["request_id"], []).append(dict(s))
-    return out
-
-
-def _rows_by_request(db: Db, p: str, request_ids: list[str]) -> dict[str, dict[str, Any]]:
-    cols = [LEDGER.c[n] for n in HASHED_COLUMNS] + [LEDGER.c.prev_hash, LEDGER.c.row_hash]
-    rows = db.execute(select(*cols).where(LEDGER.c.tenant == p, LEDGER.c.request_id.in_(request_ids))).mappings()
-    return {r["request_id"]: dict(r) for r in rows}
+    in_range = (LEDGER.c.tenant == p) & LEDGER.c.chain_seq.between(lo, hi)
+    rows = {r["chain_seq"]: dict(r) for r in db.execute(select(*cols).where(in_range, readable(db, LEDGER))).mappings()}
+    # A row verify cannot read keeps its place (its links are still checked) and is named edited.
+    for r in unreadable(db, LEDGER, ["request_id", "chain_seq", "prev_hash", "row_hash"], in_range):
+        if type(r["chain_seq"]) is int:
+            rows[r["chain_seq"]] = {**r, "unreadable": r.pop("columns")}
+    sups = db.execute(select(SUPERSEDED).where(SUPERSEDED.c.partition == p, SUPERSEDED.c.seq.between(lo, hi),
+                                               readable(db, SUPERSEDED))).mappings()
+    return rows, {s["seq"]: dict(s) for s in sups}
 
 
 def _unchained(db: Db, tenant: str | None, since: datetime | None, until: datetime | None) -> int:

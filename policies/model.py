@@ -175,6 +175,12 @@ class ClassPolicy:
     # tenant while both wait. A tenant not listed weighs 1.
     tenant_weights: Mapping[str, float] = field(default_factory=dict, metadata=knob(
         "tenant name -> its weight in the class's fair queueing (unlisted tenants: 1)", optional=True, gt=0))
+    # Batch slots kept for a tenant with none running: a tenant already running a request of the class does not
+    # take the class's last `tenant_reserved_slots` free slots, so another tenant's request arriving while one
+    # tenant's burst holds the rest starts at once instead of waiting for the burst's first finish.
+    tenant_reserved_slots: int = field(default=0, metadata=knob(
+        "of max_running, the last free slots only a tenant with no running request of the class may take",
+        optional=True, ge=0, at_most="max_running"))
 
     # Evidence (ledger/evidence.py, docs/OBSERVABILITY.md): the class's requests' input and output kept
     # encrypted, hashed into the ledger chain, for this many days (then deleted behind a chained tombstone).

@@ -1,6 +1,6 @@
 """Risk rules (policies/model.py `RiskRules`) evaluated on one event, and the verdict a score maps to.
 
-Pure and table-driven: a few dictionary look-ups per rule, microseconds per event (measured by
+Pure and table-driven: a few dictionary look-ups per rule, nothing next to a model step (timed by
 `finserve eval verdict --quality`). The event is the JSON form of the route's `RiskEvent`
 (`event_type`, `amount`, `currency`, `entity`, `attributes`); a fact is read from `attributes`
 first, then from the event's top-level fields. Which rules fired goes into the verdict's

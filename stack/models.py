@@ -16,7 +16,8 @@ ENV_MODEL = "FINSERVE_MODEL (environment or .env)"
 
 
 class ModelUnavailable(Exception):
-    """No readable HF-format model in the folder; the message says where it came from and the fix."""
+    """No readable HF-format model in the folder, or one whose architecture or config.json finserve does not run;
+    the message says where it came from and the fix."""
 
 
 def check_model(folder: str | Path, source: str) -> Path:
@@ -30,7 +31,7 @@ def check_model(folder: str | Path, source: str) -> Path:
         raise ModelUnavailable(f"no model at {path} (run `finserve model prepare`, or pass --model / set "
                                f"FINSERVE_MODEL to an HF-format model folder; this folder came from {source})")
     try:
-        json.loads(config.read_text(encoding="utf-8"))
+        cfg = json.loads(config.read_text(encoding="utf-8"))
         weights = sorted(path.glob("*.safetensors"))
         if not weights:
             raise ModelUnavailable(f"the model at {path} (from {source}) has no *.safetensors weights (run "
@@ -41,6 +42,13 @@ def check_model(folder: str | Path, source: str) -> Path:
     except (OSError, ValueError) as exc:  # unreadable file, broken JSON
         raise ModelUnavailable(f"cannot read the model at {path} (from {source}): {type(exc).__name__}: {exc} "
                                "(fix its permissions or files, or run `finserve model prepare`)") from None
+    from engine.model.families import UnsupportedModel, parse_config
+
+    try:
+        parse_config(cfg)  # the architecture and every config.json field: refused here, before anything loads
+    except UnsupportedModel as exc:
+        raise ModelUnavailable(f"the model at {path} (from {source}) cannot be served: {exc} "
+                               "(docs/MODELS.md lists the families finserve runs)") from None
     return path
 
 

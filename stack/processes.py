@@ -4,7 +4,9 @@
   see the same configuration as this process; configuration travels to children this way only, this
   process's own environment is never rewritten.
 - `start_worker` / `stop_worker`: a Celery worker in its own process group (a terminal Ctrl-C reaches only
-  the parent), stopped with SIGTERM (Celery's warm shutdown), then SIGKILL after a timeout.
+  the parent), stopped with SIGTERM (Celery's warm shutdown), then SIGKILL after a timeout. Workers and
+  engine servers get SIGTERM when the process that started them dies, however it dies (core/parent_death.py):
+  a killed `finserve up` leaves nothing behind.
 - `start_engines` / `wait_engines_ready`: N engine servers (`finserve engine`) on 127.0.0.1, the machine's
   threads split between them, for `finserve up --replicas N`, the replica benchmark and the failover tests.
 - `GatewayThread`: the app behind a real uvicorn server on 127.0.0.1 in a thread, for tests and benchmarks
@@ -24,6 +26,7 @@ from typing import IO
 
 import uvicorn
 
+from core.parent_death import with_parent_death
 from core.processes import stop_process
 from core.settings import Settings
 from engine.client import EngineClient
@@ -56,7 +59,7 @@ def start_worker(settings: Settings, *, concurrency: int, name: str | None = Non
     """`finserve worker`, configured like `settings` (broker, gateway URL, key, database, home; the log level
     too unless `loglevel` is given)."""
     argv = [FINSERVE, "worker", "--concurrency", str(concurrency), "--loglevel", loglevel or settings.log_level.upper()]
-    return subprocess.Popen(argv + (["--name", name] if name else []),
+    return subprocess.Popen(with_parent_death(argv + (["--name", name] if name else [])),
                             env=worker_env(settings, **(extra_env or {})), stdout=log,
                             stderr=subprocess.STDOUT if log is not None else None, start_new_session=True)
 
@@ -84,7 +87,7 @@ def split_threads(total: int, replicas: int) -> list[int]:
 def start_engine(settings: Settings, *, port: int, threads: int, log: IO[bytes] | None = None) -> EngineProcess:
     """One `finserve engine` process on 127.0.0.1:port (its own process group), configured like `settings`."""
     argv = [FINSERVE, "engine", "--host", "127.0.0.1", "--port", str(port), "--threads", str(threads)]
-    proc = subprocess.Popen(argv, env=worker_env(settings, OMP_NUM_THREADS=str(threads)), stdout=log,
+    proc = subprocess.Popen(with_parent_death(argv), env=worker_env(settings, OMP_NUM_THREADS=str(threads)), stdout=log,
                             stderr=subprocess.STDOUT if log is not None else None, start_new_session=True)
     return EngineProcess(f"http://127.0.0.1:{port}", port, threads, proc)
 

@@ -41,6 +41,7 @@ class Supervisor:
             min_backoff_s, max_backoff_s, stable_s, poll_s)
         self.children: list[Child] = []
         self._stop = threading.Event()
+        self._closed = threading.Event()
         self._lock = threading.Lock()  # a restart finishes before stop() returns
         self._thread = threading.Thread(target=self._run, name="finserve-supervisor", daemon=True)
         self._log = structlog.get_logger("finserve.up")
@@ -55,9 +56,17 @@ class Supervisor:
         return self
 
     def stop(self) -> None:
+        """No restart after this returns (one under way finishes first). The thread itself stays, idle, until
+        `close()` or the process's end: a child it restarted gets SIGTERM when the thread that started it ends
+        (PR_SET_PDEATHSIG, core/parent_death.py), so it must outlive the child's orderly stop."""
         self._stop.set()
         with self._lock:
             pass
+
+    def close(self) -> None:
+        """Ends the thread (after the children are stopped)."""
+        self._stop.set()
+        self._closed.set()
         if self._thread.is_alive():
             self._thread.join(5)
 
@@ -101,3 +110,4 @@ class Supervisor:
                 self.check()
             except Exception as exc:  # never let supervision itself die silently
                 self._log.error("supervisor_error", error=f"{type(exc).__name__}: {exc}"[:300])
+        self._closed.wait()  # the children it restarted are bound to this thread (stop())

@@ -8,6 +8,8 @@ import pytest
 
 from core.settings import Settings
 from engine.config import EngineConfig
+from engine.grammar_limits import GrammarLimits
+from engine.grammar_pool import GrammarPoolConfig
 from policies import load_policy
 
 # A value for each EngineConfig field that differs from its default, set through Settings.
@@ -34,7 +36,15 @@ CHANGED = {
     "starvation_steps": ("starvation_steps", 9, 9),
     "fast_forward": ("fast_forward", False, False),
     "seed": ("seed", 5, 5),
+    "grammar_limits": ("grammar_max_ref_chain", 10, GrammarLimits(max_ref_chain=10)),
+    "grammar_pool": ("grammar_workers", 3, GrammarPoolConfig(workers=3)),
 }
+
+
+def test_every_grammar_limit_has_its_setting() -> None:
+    limits = Settings(**{f"grammar_{f.name}": 7 for f in dataclasses.fields(GrammarLimits)}).grammar_limits
+    assert limits == GrammarLimits(**{f.name: 7 for f in dataclasses.fields(GrammarLimits)})
+    assert Settings().grammar_limits == GrammarLimits() and Settings().grammar_pool == GrammarPoolConfig()
 
 
 def test_every_engine_config_field_is_reachable_from_settings() -> None:

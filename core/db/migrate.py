@@ -59,3 +59,10 @@ def current_revision(url: str) -> str | None:
             return MigrationContext.configure(conn).get_current_revision()
     finally:
         engine.dispose()
+
+
+def head_revision() -> str | None:
+    """The newest revision of the Alembic chain this code ships (what `upgrade` migrates to)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()

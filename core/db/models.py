@@ -162,6 +162,10 @@ class RequestLedger(Base):
     input_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     output_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
+    # --- 0010: the event chain's head position when the row was chained (CHAIN_VERSION_ANCHORED hashes it), so
+    # deleting the event chain contradicts every row chained after it (ledger/anchors.py). NULL before 0010.
+    events_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
 
 class LedgerChainHead(Base):
     """The last chained row of each partition (tenant): locked by every writer that extends the chain."""

@@ -2,7 +2,7 @@
 
 Keys are SHA-256-hashed in SQL (gateway/keys.py). Caching a verified key for a few
 seconds keeps the database off the hot path of every request (the gateway's overhead
-budget is ~2 ms); the price is that revoking a key takes up to `ttl_s` to apply.
+budget, `finserve bench gateway`); the price is that revoking a key takes up to `ttl_s` to apply.
 Unknown keys are never cached, so a key created a moment ago works at once.
 """
 from __future__ import annotations

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Annotated, TypeVar
 
 import structlog
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -57,7 +58,19 @@ def raw_api_key(request: HTTPConnection) -> str | None:
     return request.headers.get("x-api-key") or None
 
 
-async def authenticate(request: Request, state: Annotated[CoreState, Depends(get_core_state)]) -> KeyInfo:
+# Declared for the OpenAPI document only, so that /docs ("Authorize", then "Try it out") sends a key: every route
+# that authenticates lists both schemes (either will do). The key itself is read by raw_api_key; auto_error=False
+# leaves a missing or malformed header to the 401 in finserve's error shape.
+BEARER = HTTPBearer(scheme_name="bearerAuth", bearerFormat="fsk_...", auto_error=False,
+                    description="An API key: `Authorization: Bearer fsk_...` (finserve keys create, or the "
+                                "development key finserve up prints).")
+API_KEY_HEADER = APIKeyHeader(name="x-api-key", scheme_name="apiKeyHeader", auto_error=False,
+                              description="The same API key in an `x-api-key` header.")
+
+
+async def authenticate(request: Request, state: Annotated[CoreState, Depends(get_core_state)],
+                       _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)] = None,
+                       _api_key: Annotated[str | None, Security(API_KEY_HEADER)] = None) -> KeyInfo:
     """The identity the request acts as: 401 when the key is missing or unknown. Binds the tenant to the logs.
 
     Normally the caller's key. A worker key (or an admin key) sending X-Finserve-Job-Item acts as

@@ -14,7 +14,9 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 from core.web.context import get_context
 
@@ -31,6 +33,18 @@ ERROR_CODES: dict[str, int] = {
     "invalid_regex": 400,
     "invalid_choice": 400,
     "nested_too_deeply": 400,
+    # Grammar limits (engine/grammar_limits.py): one code per bound, checked before a constraint is compiled.
+    "schema_ref_chain_too_long": 400,
+    "schema_too_many_definitions": 400,
+    "schema_too_many_alternatives": 400,
+    "schema_alternatives_too_deep": 400,
+    "schema_too_many_properties": 400,
+    "pattern_too_long": 400,
+    "pattern_too_deep": 400,
+    "too_many_choices": 400,
+    "too_many_tools": 400,
+    "grammar_compiler_crashed": 400,
+    "grammar_compile_timeout": 400,
     "max_tokens_too_large": 400,
     "context_length_exceeded": 400,
     "missing_api_key": 401,
@@ -46,6 +60,7 @@ ERROR_CODES: dict[str, int] = {
     "file_not_found": 404,
     "batch_not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,
     "idempotency_conflict": 409,
     "job_item_not_running": 409,
     "request_too_large": 413,
@@ -56,6 +71,7 @@ ERROR_CODES: dict[str, int] = {
     "unsupported_media_type": 415,
     "rate_limited": 429,
     "queue_full": 429,
+    "grammar_queue_full": 429,
     "internal_error": 500,
     "engine_error": 500,
     "engine_not_ready": 503,
@@ -135,7 +151,21 @@ def _most_telling(errors: list[dict[str, Any]]) -> dict[str, Any]:
     return next((e for e in errors if not str(e.get("type", "")).endswith("_type")), errors[0]) if errors else {}
 
 
-def _validation_error(errors: list[dict[str, Any]]) -> APIError:
+MAX_REPORTED_ERRORS = 20  # a body's validation problems looked at to choose the one reported (the rest are counted)
+
+
+class CappedValidationError(RequestValidationError):
+    """A RequestValidationError holding only the first MAX_REPORTED_ERRORS problems; `total` counts them all."""
+
+    def __init__(self, errors: list[dict[str, Any]], *, total: int, body: Any = None) -> None:
+        super().__init__(errors[:MAX_REPORTED_ERRORS], body=body)
+        self.total = total
+
+
+def _validation_error(errors: list[dict[str, Any]], total: int | None = None) -> APIError:
+    """The client's error for a body's validation problems: the most telling of `errors` (the first few of them,
+    already capped), with how many there were in all (`total`, default len(errors))."""
+    total = len(errors) if total is None else total
     first = _most_telling(errors)
     kind = first.get("type", "")
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and not _is_union_tag(p)) or "body"
@@ -149,7 +179,7 @@ def _validation_error(errors: list[dict[str, Any]]) -> APIError:
     if kind == "missing" and where == "body":
         return APIError("invalid_request", "request body is required")
     msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
-    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    more = f" (and {total - 1} more problems)" if total > 1 else ""
     return APIError("invalid_request", f"{where}: {msg}{more}", param=param)
 
 
@@ -166,12 +196,27 @@ def _unparsed_body(exc: StarletteHTTPException) -> APIError | None:
 _HTTP_CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
+def _allowed(request: Request) -> str:
+    """Every method some route of the request's path answers. Starlette's 405 names only the first route that
+    matched the path, so a path served by two routes (GET and POST /v1/documents) said `Allow: POST`."""
+    methods: set[str] = set()
+    path = request.url.path
+    for route in iter_route_contexts(request.app.routes):  # the included routers' routes too
+        if route.methods and route.path_format and compile_path(route.path_format)[0].fullmatch(path):
+            methods |= route.methods
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, exc: APIError) -> JSONResponse:
         return error_response(request, exc)
 
     async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(request, _validation_error(list(exc.errors())))
+        # Only the first MAX_REPORTED_ERRORS are read (a body of 500,000 bad items has as many problems): what is
+        # formatted on the event loop stays small whatever the body.
+        errors = exc.errors()
+        total = exc.total if isinstance(exc, CappedValidationError) else len(errors)
+        return error_response(request, _validation_error(list(errors[:MAX_REPORTED_ERRORS]), total))
 
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         unparsed = _unparsed_body(exc)
@@ -183,6 +228,9 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"no route {request.method} {request.url.path}"
         # Starlette's own headers (405's `Allow`) are part of the answer (RFC 9110 requires Allow on 405).
         keep = {k: v for k, v in (exc.headers or {}).items() if k.lower() in ("allow", "www-authenticate")}
+        if exc.status_code == 405:
+            allow = _allowed(request)
+            keep = keep if not allow else {k: v for k, v in keep.items() if k.lower() != "allow"} | {"Allow": allow}
         return error_response(request, APIError(code, message, status=exc.status_code, headers=keep))
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:

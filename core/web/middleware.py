@@ -2,7 +2,9 @@
 
 For every HTTP request it:
 - creates the RequestContext (request id, arrival time) and binds the id to structlog's contextvars;
-- refuses bodies over the size limit with 413 before they are read into memory;
+- refuses bodies over the size limit with 413 before they are read into memory, and answers 408 (and closes
+  the connection) when a body is not complete `body_timeout_s` after its head (uvicorn has no body timeout:
+  a client trickling a body would hold its connection and the request forever; core/web/server.py);
 - refuses a NUL (`%00`) in the path or query with 400: no id, name or filter holds one, and PostgreSQL
   fails on it (a 503 "database unavailable" that invites endless retries of a hopeless request);
 - keeps a client's own `X-Request-Id` when it is a safe token (1-128 of `A-Za-z0-9._:-`, starting with a
@@ -18,6 +20,7 @@ For every HTTP request it:
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable
@@ -59,6 +62,14 @@ class _BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"request body is larger than {limit} bytes")
 
 
+class _BodyTimedOut(StarletteHTTPException):
+    """Raised when the body is not complete in time; becomes a 408 the same way _BodyTooLarge becomes a 413."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(408, f"the request body was not complete {timeout_s:g} s after its headers")
+        self.timeout_s = timeout_s
+
+
 @dataclass(frozen=True)
 class BodyLimit:
     """The most body bytes a request may send, and the error a larger one gets (before it is read)."""
@@ -82,10 +93,12 @@ class RequestContextMiddleware:
     their Content-Length, or as they stream in, never parsed.
     """
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, route_limit: RouteBodyLimit | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, route_limit: RouteBodyLimit | None = None,
+                 body_timeout_s: float | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.route_limit = route_limit
+        self.body_timeout_s = body_timeout_s  # None: wait for a body as long as the client takes
 
     def _limit(self, scope: Scope) -> BodyLimit:
         default = BodyLimit(self.max_body_bytes)
@@ -140,6 +153,9 @@ class RequestContextMiddleware:
         except _BodyTooLarge:
             if not status["started"]:
                 await self._reject_too_large(ctx, send_with_headers, limit)
+        except _BodyTimedOut as exc:
+            if not status["started"]:
+                await _send_error(ctx, send_with_headers, APIError("request_timeout", exc.detail), close=True)
         except BaseException:
             ctx.outcome = ctx.outcome or "error"
             status["code"] = status["code"] or 500
@@ -164,14 +180,25 @@ class RequestContextMiddleware:
         return False
 
     def _limited(self, receive: Receive, limit: BodyLimit) -> Receive:
-        """Counts body bytes as they arrive (chunked uploads have no Content-Length)."""
-        seen = 0
+        """Counts body bytes as they arrive (chunked uploads have no Content-Length), and until the body is
+        complete waits for each part at most until body_timeout_s after the head (later reads wait for a
+        disconnect, as long as the response takes)."""
+        seen, complete = 0, self.body_timeout_s is None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.body_timeout_s or 0.0)
 
         async def wrapped() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete:
+                message = await receive()
+            else:
+                try:
+                    message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    raise _BodyTimedOut(self.body_timeout_s or 0.0) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                complete = complete or not message.get("more_body", False)
                 if seen > limit.max_bytes:
                     raise _BodyTooLarge(limit.max_bytes)
             return message
@@ -239,10 +266,13 @@ def route_template(scope: Scope) -> str | None:
     return path[:len(path) - len(rendered)] + template if path.endswith(rendered) else template
 
 
-async def _send_error(ctx: RequestContext, send: Send, err: APIError) -> None:
-    """The JSON error shape, sent before the app (and its exception handlers) ever sees the request."""
+async def _send_error(ctx: RequestContext, send: Send, err: APIError, *, close: bool = False) -> None:
+    """The JSON error shape, sent before the app (and its exception handlers) ever sees the request; `close`:
+    ask the server to close the connection after it (its request was never read whole)."""
     ctx.error_code = err.code
     body = json.dumps(err.body(ctx.request_id)).encode()
-    await send({"type": "http.response.start", "status": err.status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": err.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -3,7 +3,7 @@
 A block's key covers its parent's key, its own token ids and the cache salt, so two blocks
 share a key only when the whole token prefix up to and including them is identical and
 they belong to the same salt (tenant). SHA-256 keeps a collision, which would serve one
-tenant's KV to another, out of reach; the cost is ~1 us per block.
+tenant's KV to another, out of reach; it costs one hash per full block, small next to the block's prefill.
 """
 from __future__ import annotations
 

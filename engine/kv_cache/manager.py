@@ -340,7 +340,7 @@ class KVCacheManager:
 
     def _chain(self, req: EngineRequest) -> BlockHashChain:
         chain = self._chains.get(req.request_id)
-        if chain is None:
+        if chain is None or chain.salt != req.cache_salt:  # a new salt (Scheduler.recompute): new keys
             chain = self._chains[req.request_id] = BlockHashChain(self.block_size, req.cache_salt)
         return chain
 

@@ -1,18 +1,16 @@
-"""Native CPU kernels, built at install time (setup.py) once per ISA variant, chosen at run time.
+"""Native CPU kernels (engine/model/kernels/), built at install time (setup.py) once per ISA variant, chosen at run
+time, and torch wrappers for them.
 
 Variants: `generic` (no ISA flags), `avx2` (AVX2+FMA+F16C), `avx512` (AVX-512 F/BW/VL/VNNI), `amx` (avx512 plus
-AMX-TILE/INT8 for the 4-bit weights' prefill tiles, where the CPU has them and Linux grants the tile state).
-The generic library answers CPUID (`finserve_cpu_features`); the best variant this CPU can run is
-loaded. So a build shared between machines never runs an instruction the CPU lacks, and no request
-ever pays for a compile. `configure(isa=...)` (EngineConfig.kernel_isa, FINSERVE_KERNEL_ISA through
-Settings) forces a lower variant (tests cover the AVX2 path on an AVX-512 machine);
-`configure(enabled=False)` (FINSERVE_NATIVE_KERNELS=false) disables them all. When no
-library was built (no compiler at install time) the engine logs it and uses the torch paths:
-same results, slower.
+AMX-TILE/INT8 prefill tiles, where the CPU has them and Linux grants the tile state). The generic library answers
+CPUID (`fs_cpu_features`) and the best variant this CPU runs is loaded: a build shared between machines never runs
+an instruction the CPU lacks. Every library is checked against the ABI mirror (kernel_abi.py) when loaded.
+`configure(isa=...)` (EngineConfig.kernel_isa) forces a lower variant (the tests run AVX2 on AVX-512 machines);
+`configure(enabled=False)` (FINSERVE_NATIVE_KERNELS=false) turns them off. Without a built library the engine
+logs it and uses the torch paths: the same results, slower. `test_library()` is the tests' library with the hooks.
 
-Kernels: paged decode attention (K/V read in place from the block pool, fp32, bf16 or fp16), an fp32 skinny GEMM,
-the fused decode step and its thread pool (kernels/decode_step.c), and
-the quantized GEMM of engine/model/quant.py (int8 and 4-bit weights).
+Kernels: the fused step (native_step.py), quantized matmuls and dequantization (quant.py), paged decode attention
+over an fp32, bf16 or fp16 pool, an fp32 skinny GEMM and the greedy argmax, all on the library's thread pool.
 """
 from __future__ import annotations
 
@@ -25,14 +23,14 @@ import structlog
 import torch
 
 from engine.kv_dtypes import KV_DTYPES
-from engine.model.formats import KernelFormat
+from engine.model import kernel_abi
 from engine.model.isas import KERNEL_ISAS
+from engine.model.kernel_abi import KernelFormat, QMat
 
 log = structlog.get_logger(__name__)
 
 ISA_VARIANTS = KERNEL_ISAS  # ascending: each runs wherever the next one does
 _FEATURE_BIT = {"generic": 0, "avx2": 1, "avx512": 2, "amx": 4}
-_P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 # K/V pool dtypes the decode kernel reads in place -> the kernel's kv_type codes (engine/kv_dtypes.py).
 KV_TYPES: dict[torch.dtype, int] = {getattr(torch, d.torch_name): d.kernel_code for d in KV_DTYPES.values()
                                     if d.kernel_code is not None}
@@ -47,50 +45,11 @@ def _library_file(isa: str) -> Path | None:
     return None
 
 
-def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
-    lib.paged_decode.restype = None
-    lib.paged_decode.argtypes = [_P] * 6 + [_I] * 5 + [_F, _I, _I]
-    lib.skinny_gemm_f32.restype = None
-    lib.skinny_gemm_f32.argtypes = [_P] * 4 + [_I] * 4
-    lib.qgemm_f32.restype = None
-    lib.qgemm_f32.argtypes = [_I, _I, _P, _I, _I, _I, _P, _P, _P, _I, _P, _P, _I, _I]
-    lib.finserve_kernel_isa.restype = _I
-    lib.finserve_cpu_features.restype = _I
-    lib.fs_dequant.restype = None
-    lib.fs_dequant_rows.restype = None
-    lib.fs_dequant_rows.argtypes = [_I, _P, _P, _P, _I, _I, _P, _P]
-    lib.fs_argmax_rows.restype = None
-    lib.fs_argmax_rows.argtypes = [_P, _I, _I, ctypes.c_int64, _P]
-    lib.fs_dequant.argtypes = [_I, _P, _P, _P, _I, _I, _P, _I]
-    lib.fs_model_new.restype = _P
-    lib.fs_model_new.argtypes = [_P, _F, _P]
-    lib.fs_model_free.restype = None
-    lib.fs_model_free.argtypes = [_P]
-    lib.fs_forward.restype = _I
-    lib.fs_profile.restype = None
-    lib.fs_profile.argtypes = [_I]
-    lib.fs_profile_read.restype = _I
-    lib.fs_profile_read.argtypes = [_P, _I]
-    lib.fs_forward.argtypes = [_P, _I, _P, _P, _P, _P, _P, _P, _I, _P, ctypes.c_int64, _I, _I, _I, _P, _P]
-    lib.fs_set_spin.restype = None
-    lib.fs_set_spin.argtypes = [_I]
-    lib.fs_set_lend.restype = None
-    lib.fs_set_lend.argtypes = [_I]
-    lib.fs_set_lend_stall.restype = None
-    lib.fs_set_lend_stall.argtypes = [_I]
-    lib.fs_lend_counts.restype = None
-    lib.fs_lend_counts.argtypes = [_P]
-    lib.fs_quiesce.restype = None
-    lib.fs_quiesce.argtypes = []
-    lib.fs_set_avoid.restype = None
-    lib.fs_set_avoid.argtypes = [_I]
-    lib.fs_pool_threads.restype = _I
-    lib.fs_max_batch.restype = _I
-    lib.fs_pool_check.restype = _I
-    lib.fs_pool_check.argtypes = [_I, _I]
-    lib.fs_qgemm.restype = _I
-    lib.fs_qgemm.argtypes = [_I, _I, _P, _I, _I, _I, _P, _P, _P, _I, _P, _P, _I, _I]
-    return lib
+def _open(path: Path) -> ctypes.CDLL:
+    """The library at `path` with its prototypes set, after checking it speaks kernel_abi.py's ABI."""
+    lib = ctypes.CDLL(str(path))
+    kernel_abi.check(lib, str(path))
+    return kernel_abi.declare(lib)
 
 
 @lru_cache(maxsize=1)
@@ -99,7 +58,7 @@ def supported_variants() -> tuple[str, ...]:
     generic = _library_file("generic")
     if generic is None:
         return ()
-    features = ctypes.CDLL(str(generic)).finserve_cpu_features()
+    features = _open(generic).fs_cpu_features()
     return tuple(
         isa for isa in ISA_VARIANTS
         if _library_file(isa) is not None and (isa == "generic" or features & _FEATURE_BIT[isa])
@@ -112,7 +71,15 @@ def load_variant(isa: str) -> ctypes.CDLL | None:
     if isa not in supported_variants():
         return None
     path = _library_file(isa)
-    return None if path is None else _declare(ctypes.CDLL(str(path)))
+    return None if path is None else _open(path)
+
+
+@cache
+def test_library() -> ctypes.CDLL | None:
+    """The `test` library (setup.py): the generic code plus the test hooks fs.h lists (lending switches and counters,
+    the pool check), which the production variants do not export. Tests only; None when it was not built."""
+    path = _library_file("test")
+    return None if path is None else _open(path)
 
 
 _choice: dict[str, object] = {"enabled": True, "isa": None}  # set by configure(); one per process
@@ -149,7 +116,7 @@ def _library() -> ctypes.CDLL | None:
 def kernel_isa() -> str | None:
     """The variant in use ("generic", "avx2", "avx512", "amx"), None when the torch paths are used."""
     lib = _library()
-    return None if lib is None else ISA_VARIANTS[lib.finserve_kernel_isa()]
+    return None if lib is None else ISA_VARIANTS[lib.fs_kernel_isa()]
 
 
 def native_kernels_for(device: torch.device, dtype: torch.dtype) -> bool:
@@ -168,7 +135,7 @@ def native_available(device: torch.device) -> bool:
 
 def paged_decode_kernel() -> object | None:
     lib = _library()
-    return None if lib is None else lib.paged_decode
+    return None if lib is None else lib.fs_paged_decode
 
 
 
@@ -183,14 +150,21 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = 
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty((m, n), dtype=x.dtype)
-    lib.skinny_gemm_f32(x.data_ptr(), w.data_ptr(), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
+    lib.fs_skinny_gemm(x.data_ptr(), w.data_ptr(), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
                         m, n, k, torch.get_num_threads())
     return y
 
 
+def qmat(fmt: KernelFormat, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None, n: int, k: int,
+         bias: torch.Tensor | None = None) -> QMat:
+    """fs_qmat of stored weights W [n, k] (engine/model/quant.py's layout); the tensors must outlive its use."""
+    return QMat(w=packed.data_ptr(), wd=scales.data_ptr(), wm=None if mins is None else mins.data_ptr(),
+                bias=None if bias is None else bias.data_ptr(), n=n, k=k, format=int(fmt))
+
+
 def qgemm(
     lib: ctypes.CDLL,
-    fmt: KernelFormat,  # the weights' layout (the C side's q4 flag)
+    fmt: KernelFormat,  # the weights' layout
     x: torch.Tensor,  # [M, K] fp32 contiguous
     packed: torch.Tensor,  # uint8, layout of engine/model/quant.py
     scales: torch.Tensor,  # fp16 [G, KB, 16]
@@ -198,26 +172,24 @@ def qgemm(
     n: int,
     bias: torch.Tensor | None,
     act16: bool = True,  # int16 activations (precise); False: int8 (faster, Q8_0-like precision)
-) -> torch.Tensor:  # [M, N] fp32
+) -> torch.Tensor:  # [M, N] fp32: the reference matmul (one weight group per task: fs_qgemm_ref)
     m, k = x.shape
     y = torch.empty((m, n), dtype=torch.float32)
-    lib.qgemm_f32(int(fmt), int(act16), x.data_ptr(), m, k, k, packed.data_ptr(), scales.data_ptr(),
-                  0 if mins is None else mins.data_ptr(), n, 0 if bias is None else bias.data_ptr(),
-                  y.data_ptr(), n, torch.get_num_threads())
+    w = qmat(fmt, packed, scales, mins, n, k, bias)
+    rc = lib.fs_qgemm_ref(ctypes.byref(w), int(act16), x.data_ptr(), m, k, y.data_ptr(), n, torch.get_num_threads())
+    kernel_abi.raise_for(rc, "the reference quantized matmul")
     return y
 
 
 def pool_qgemm(
     lib: ctypes.CDLL, fmt: KernelFormat, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
     n: int, bias: torch.Tensor | None, act16: bool, threads: int,
-) -> torch.Tensor:  # [M, N] fp32: qgemm's sums on the kernel library's own thread pool (decode_step.c)
+) -> torch.Tensor:  # [M, N] fp32: paired weight groups (AMX where built), what the fused step's matmuls compute
     m, k = x.shape
     y = torch.empty((m, n), dtype=torch.float32)
-    rc = lib.fs_qgemm(int(fmt), int(act16), x.data_ptr(), m, k, k, packed.data_ptr(), scales.data_ptr(),
-                      0 if mins is None else mins.data_ptr(), n, 0 if bias is None else bias.data_ptr(),
-                      y.data_ptr(), n, threads)
-    if rc != 0:
-        raise MemoryError("the quantized matmul could not allocate its activation buffers")
+    w = qmat(fmt, packed, scales, mins, n, k, bias)
+    rc = lib.fs_qgemm(ctypes.byref(w), int(act16), x.data_ptr(), m, k, y.data_ptr(), n, threads)
+    kernel_abi.raise_for(rc, "the quantized matmul")
     return y
 
 
@@ -225,16 +197,16 @@ def dequant_into(lib: ctypes.CDLL, fmt: KernelFormat, packed: torch.Tensor, scal
                  out: torch.Tensor) -> None:
     """The stored weights, dequantized into `out` [N, K] fp32 contiguous (layout of engine/model/quant.py)."""
     n, k = out.shape
-    lib.fs_dequant(int(fmt), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), n, k,
-                   out.data_ptr(), torch.get_num_threads())
+    w = qmat(fmt, packed, scales, mins, n, k)
+    lib.fs_dequant(ctypes.byref(w), out.data_ptr(), torch.get_num_threads())
 
 
 def dequant_rows(lib: ctypes.CDLL, fmt: KernelFormat, packed: torch.Tensor, scales: torch.Tensor,
                  mins: torch.Tensor | None, k: int, ids: torch.Tensor) -> torch.Tensor:
     """Stored rows `ids` (int64 [T] contiguous, each < N) dequantized: [T, k] fp32, the values dequantize() gives."""
     out = torch.empty((int(ids.shape[0]), k), dtype=torch.float32)
-    lib.fs_dequant_rows(int(fmt), packed.data_ptr(), scales.data_ptr(), 0 if mins is None else mins.data_ptr(), k,
-                        int(ids.shape[0]), ids.data_ptr(), out.data_ptr())
+    w = qmat(fmt, packed, scales, mins, 0, k)  # n unused: the rows are named
+    lib.fs_dequant_rows(ctypes.byref(w), int(ids.shape[0]), ids.data_ptr(), out.data_ptr())
     return out
 
 
@@ -261,6 +233,6 @@ def paged_decode(
     lib = lib or _library()
     assert lib is not None and k_cache.dtype == v_cache.dtype
     b, h, d = q.shape
-    lib.paged_decode(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), ctx.data_ptr(),
+    lib.fs_paged_decode(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), ctx.data_ptr(),
                      out.data_ptr(), b, h, k_cache.shape[1], d, slots.shape[1], d ** -0.5,
                      torch.get_num_threads(), KV_TYPES[k_cache.dtype])

@@ -82,7 +82,7 @@ class DecodeGraphs:
         graph could not be captured (out of memory, say: a warning logged once, eager from then on): the caller runs
         the model eagerly."""
         if (meta.prefills or meta.decode_slots is None or meta.decode_mask is None or meta.native_decode
-                or meta.decode_start != 0):
+                or meta.decode_start != 0 or meta.rope_rows is not None):  # per-sequence RoPE rows: not graph inputs
             return None
         b, keys = int(input_ids.shape[0]), int(meta.decode_slots.shape[1])
         rows_b, keys_b = bucket_rows(b), bucket_keys(keys)

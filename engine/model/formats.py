@@ -8,25 +8,20 @@ docs/ARCHITECTURE.md ("Add a weight format") names the files a new one touches.
 Import-light on purpose (no torch at import): engine/config.py validates with it, and the scheduler,
 which imports the config, stays torch-free. A format's class says how its Linear is made
 (engine/model/linear.py make_linear: DenseFormat -> DenseLinear, QuantizedFormat -> QuantizedLinear),
-so this module imports nothing of the engine and linear.py imports it, one way.
+so this module imports nothing of the engine but the kernel ABI's enums (kernel_abi.py, torch-free), and
+linear.py imports it, one way.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import TYPE_CHECKING
+
+from engine.model.kernel_abi import KernelFormat
 
 if TYPE_CHECKING:
     import torch
 
 AUTO = "auto"  # not a format: resolve_weight_format picks one (engine/model/linear.py)
-
-
-class KernelFormat(IntEnum):
-    """The quantized layout the C kernels take (their `q4` argument: 0 int8 blocks, 1 4-bit blocks)."""
-
-    INT8 = 0
-    Q4 = 1
 
 
 @dataclass(frozen=True)
@@ -62,7 +57,7 @@ class DenseFormat(WeightFormat):
 
 @dataclass(frozen=True)
 class QuantizedFormat(WeightFormat):
-    """Blocks of 32 along K packed for the kernels of kernels/qgemm.c (engine/model/quant.py)."""
+    """Blocks of 32 along K packed for the native kernels (engine/model/quant.py, kernels/tiles.h)."""
 
     kernel: KernelFormat = KernelFormat.INT8
     # Bits the kernels quantize activations to, per block of 32, for the integer dot: 16 (default: within fp32

@@ -1,12 +1,11 @@
 """The engine's large, long-lived CPU buffers (the weights the native step reads, the K/V pool) on transparent huge
 pages where Linux offers them.
 
-A decode step reads every weight once (~90 MB for SmolLM2 in q4) and each running request's K/V. On 4 KiB pages that
-is ~23,000 pages of weights per step, more than the data TLB covers, so the step pays page walks (two-level ones in
-a VM) throughout. With the same bytes on 2 MiB pages a batch-1 step took 3% less on two threads and 4.5% less on one
-(the 2-vCPU AMX Xeon, two engines in one process alternating; docs/BENCHMARKS.md, fifteenth round). Linux backs an anonymous range with huge pages when it is `madvise`d with
-MADV_HUGEPAGE before its pages are first touched (transparent_hugepage `madvise` or `always`); elsewhere (`never`,
-other systems) nothing changes and the buffers stay ordinary memory.
+A decode step reads every weight once and each running request's K/V: on 4 KiB pages that is more pages than the
+data TLB covers, so the step pays page walks (two-level ones in a VM) throughout; on 2 MiB pages it does not
+(docs/BENCHMARKS.md has the measured step times). Linux backs an anonymous range with huge pages when it is
+`madvise`d with MADV_HUGEPAGE before its pages are first touched (transparent_hugepage `madvise` or `always`);
+elsewhere (`never`, other systems) nothing changes and the buffers stay ordinary memory.
 """
 from __future__ import annotations
 

@@ -63,8 +63,8 @@ def resolve_weight_format(
     q4 only when the weights are already 4-bit (`probe`, one matmul weight, passes is_exactly_4bit: q4
     then stores these very weights), and otherwise keeps the checkpoint's precision as dense weights in
     the compute dtype (fp32 on CPU holds fp32, bf16 and fp16 checkpoints exactly). int8 re-quantizes a
-    dense checkpoint: measured within 1% perplexity on SmolLM2, but greedy tokens drift from the
-    reference (HF transformers) on other shapes, so it is used only when asked for. Off the CPU, without
+    dense checkpoint: close in perplexity (bench/quality.py), but greedy tokens drift from the
+    reference (HF transformers), so it is used only when asked for. Off the CPU, without
     the kernels, or with an explicit compute dtype (EngineConfig.dtype != "auto"): dense weights in
     that dtype."""
     check_weights(requested)

@@ -1,18 +1,13 @@
-"""The fused native decode step (kernels/decode_step.c) and the choice of its thread count.
+"""The fused native step (engine/model/kernels/step.c, fs_forward) and the choice of its thread count.
 
-A decode-only batch of a model whose matmuls are all quantized (int8 / q4) runs every layer in one
-native call: no per-op Python or torch dispatch, one thread pool owned by the kernel library. Batches
-with prefill chunks, dense weights, CUDA and machines without the native library use the torch model
-(engine/model/llama.py), which stays the reference the tests compare this path against.
+A model whose matmuls are all quantized (int8 / q4) runs every layer of a step in one native call: no per-op
+Python or torch dispatch, the kernel library's own thread pool. Which steps take it is engine/execution_path.py's
+decision; the torch model (engine/model/llama.py) stays the reference the tests compare it against.
 
-Threads: how many threads a step should use depends on what else runs on the machine. On a quiet
-2-core machine two threads are fastest; with one core busy (another process, the gateway's event loop
-under load) a second thread shares that core. Decode calls of up to 8 tokens lend their tasks (the kernel's
-"Lent phases": the calling thread never waits for a descheduled helper), which keeps two threads ahead of
-one there; larger calls wait for every task, and one thread can then be faster.
-`ThreadGovernor` measures instead of guessing: it keeps the median of the last few step times per thread
-count and batch size, uses the fastest, and re-tries the others now and then so that it notices when
-the machine changes.
+Threads: the best count depends on what else runs on the machine (a busy core shared with a second thread).
+Calls of up to 8 tokens lend their heavy phases (kernels/lend.c: the caller never waits for a descheduled helper);
+larger calls wait for every task. `ThreadGovernor` measures instead of guessing: the median of the last few step
+times per thread count and bucket of steps, the fastest used, the others re-tried now and then.
 """
 from __future__ import annotations
 
@@ -26,19 +21,18 @@ from dataclasses import dataclass, field
 import structlog
 import torch
 
-from engine.model import cpu_kernels, hugepages
+from engine.model import cpu_kernels, hugepages, kernel_abi
 from engine.model.attention import AttentionMetadata
 from engine.model.cpu_kernels import KV_TYPES
+from engine.model.kernel_abi import Batch, Layer, ModelDesc, QMat
 from engine.model.quant import QuantizedLinear
 
 log = structlog.get_logger(__name__)
 
-_I32 = ctypes.c_int32
-
 
 def _bucket(b: int, keys: int = 0) -> int:
-    """Steps of alike cost: by batch size and by the keys a token attends to on average (a step at 4,096 keys
-    of context costs ~4x one at 256 at batch 1, so their times must not share one moving average)."""
+    """Steps of alike cost: by batch size and by the keys a token attends to on average (deep context costs a
+    multiple of shallow, so their times must not share one statistic)."""
     size = 0 if b == 1 else 1 if b <= 4 else 2 if b <= 16 else 3
     depth = keys // max(1, b)
     return 4 * size + (0 if depth < 512 else 1 if depth < 1536 else 2 if depth < 3072 else 3)
@@ -49,10 +43,9 @@ class ThreadGovernor:
     """Chooses the thread count of each step from measured step times (per bucket of batch size and context).
 
     Each (bucket, thread count) keeps its last `window` step times and is judged by their median: one slow step
-    (a page fault, the VM stealing the core for a moment) does not move it, while a lasting change (a CPU hog on
-    the other core) does after window // 2 + 1 steps. A moving average did move on one outlier: on this VM a
-    2-thread batch-1 average pushed past the 1-thread one by a few slow steps kept the engine on one thread
-    (~5.2 ms a step against ~3.9 on two) until the next re-tries had pulled it back, 64 steps apart each."""
+    (a page fault, the VM stealing the core) does not move it, a lasting change (a CPU hog on another core) does
+    after window // 2 + 1 steps. A moving average moved on single outliers and kept the slower count until the
+    next re-tries."""
 
     max_threads: int
     explore_every: int = 64  # steps between re-tries of a thread count that is not the best
@@ -75,9 +68,8 @@ class ThreadGovernor:
         unmeasured = [c for c in self.candidates if (bucket, c) not in self._median]
         if unmeasured:
             # a bucket missing a count (new, or its samples dropped by _machine_changed) runs the count the freshest
-            # fully measured bucket prefers, and measures the other every soon_every steps: a rare prefill bucket's
-            # exploration is a whole prompt (a 256-token prefill on one thread right after a hog ended: 936 input
-            # tok/s against ~1,600 on two)
+            # fully measured bucket prefers and measures the other every soon_every steps: a rare prefill bucket's
+            # exploration costs a whole prompt
             guess = self._latest
             if guess in unmeasured:
                 return guess
@@ -90,9 +82,8 @@ class ThreadGovernor:
             self._best[bucket] = best
             self._machine_changed(bucket, best)
         others = [c for c in self.candidates if c != best]
-        # now and then, measure another again; every 8 steps one with fewer than a majority of its window measured
-        # (its first sample may have been a cold step), or whose last step beat the best's median (the load that
-        # made it slower may be gone: without this, two threads came back ~190 steps after a hog ended, not ~80)
+        # now and then, measure another again; every soon_every steps one with less than a majority of its window
+        # (its first sample may have been cold), or whose last step beat the best's median (its load may be gone)
         soon = [c for c in others if len(self._recent[(bucket, c)]) <= self.window // 2
                 or self._recent[(bucket, c)][-1] < self._median[(bucket, best)]]
         every = self.soon_every if soon else self.explore_every
@@ -102,9 +93,9 @@ class ThreadGovernor:
         return best
 
     def _machine_changed(self, bucket: int, best: int) -> None:
-        """`best` just became the faster count in `bucket` (a load came or went): in the buckets that still prefer
-        another, its samples are from before the change, so they are dropped and it is measured afresh at their next
-        step (a prefill bucket, whose steps are rare, otherwise kept the old choice for its next ~80 steps)."""
+        """`best` just became the faster count in `bucket` (a load came or went): the buckets that still prefer another
+        drop its samples (from before the change) and measure it afresh at their next step (rare prefill buckets
+        otherwise kept the old choice for long)."""
         for other, prev in self._best.items():
             if other != bucket and prev != best:
                 self._recent.pop((other, best), None)
@@ -136,34 +127,46 @@ class NativeDecoder:
         self.governor = ThreadGovernor(max(1, threads))
         first = model.layers[0].qkv
         assert isinstance(first, QuantizedLinear) and isinstance(model.lm_head, QuantizedLinear)
-        layout = first.weight.kernel  # the weights' KernelFormat (the C side's q4 flags)
         head = model.lm_head
-        read: list[torch.Tensor | None] = []  # what the kernel reads, in fs_model_new's order (None: absent)
-        for layer in model.layers:
+        lins = [[layer.qkv, layer.o_proj, layer.gate_up, layer.down] for layer in model.layers]
+        read: list[torch.Tensor | None] = []  # what the kernel reads, layer by layer, then the head and RoPE tables
+        for layer, mats in zip(model.layers, lins, strict=True):
             read += [layer.input_norm, layer.post_norm]
-            for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down):
+            for lin in mats:
                 assert isinstance(lin, QuantizedLinear)
-                qw = lin.weight
-                read += [qw.packed, qw.scales, qw.mins, lin.bias]
+                read += [lin.weight.packed, lin.weight.scales, lin.weight.mins, lin.bias]
         hw = head.weight
         read += [model.norm, hw.packed, hw.scales, hw.mins, model.rope.cos, model.rope.sin]
         # every weight a step streams, on huge pages (engine/model/hugepages.py); the torch model's tensors are moved,
         # not copied, so the torch path and the embedding lookup read the same memory
         self.hugepage_bytes = hugepages.move_to_arena([t for t in read if t is not None])
         self._keep: list[torch.Tensor] = []  # every tensor whose pointer the kernel holds
-        # the K/V pool of the last step: a helper thread late in a lent attention task (decode_step.c, "Lent phases")
-        # may still read it after the step returned, so it is not let go before the kernel says no helper is inside one
+        # the K/V pool of the last step: a helper late in a lent attention task (kernels/lend.c) may still read it
+        # after the step returned, so it is not let go before the kernel says no helper is inside one
         self._kv: torch.Tensor | None = None
-        ptrs = [0 if t is None else self._ptr(t) for t in read]
-        dims = [cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                cfg.intermediate_size, hw.n, int(layout), int(hw.kernel), int(first.act16)]
-        self._dims = (_I32 * len(dims))(*dims)
-        self._ptrs = (ctypes.c_int64 * len(ptrs))(*ptrs)
+        self._layers = (Layer * cfg.num_layers)()
+        for i, (layer, mats) in enumerate(zip(model.layers, lins, strict=True)):
+            qkv, o, gate_up, down = (self._mat(lin) for lin in mats)
+            self._layers[i] = Layer(attn_norm=self._ptr(layer.input_norm), ffn_norm=self._ptr(layer.post_norm),
+                                    qkv=qkv, o=o, gate_up=gate_up, down=down)
+        self._desc = ModelDesc(
+            n_layers=cfg.num_layers, hidden=cfg.hidden_size, n_heads=cfg.num_heads, n_kv_heads=cfg.num_kv_heads,
+            head_dim=cfg.head_dim, ffn=cfg.intermediate_size, vocab=hw.n, act16=int(first.act16),
+            eps=cfg.rms_norm_eps, **kernel_abi.llama_scalars(cfg.head_dim),
+            layers=ctypes.cast(self._layers, ctypes.POINTER(Layer)), final_norm=self._ptr(model.norm),
+            head=self._mat(head), rope_cos=self._ptr(model.rope.cos), rope_sin=self._ptr(model.rope.sin),
+            rope_rows=int(model.rope.cos.shape[0]))
         self.vocab = hw.n
         self.max_batch = int(lib.fs_max_batch())  # tokens per native call (the kernel's tile buffers); more are split
-        self.handle = lib.fs_model_new(self._dims, ctypes.c_float(cfg.rms_norm_eps), self._ptrs)
-        if not self.handle:
-            raise MemoryError("the native decode step could not allocate its model")
+        handle = ctypes.c_void_p()
+        kernel_abi.raise_for(lib.fs_model_new(ctypes.byref(self._desc), ctypes.byref(handle)), "the native step's model")
+        self.handle = handle.value
+
+    def _mat(self, lin: object) -> QMat:
+        assert isinstance(lin, QuantizedLinear)
+        qw = lin.weight
+        return QMat(w=self._ptr(qw.packed), wd=self._ptr(qw.scales), wm=None if qw.mins is None else self._ptr(qw.mins),
+                    bias=None if lin.bias is None else self._ptr(lin.bias), n=qw.n, k=qw.k, format=int(qw.kernel))
 
     def _ptr(self, t: torch.Tensor) -> int:
         assert t.dtype in (torch.float32, torch.float16, torch.uint8) and t.is_contiguous() and t.device.type == "cpu"
@@ -178,11 +181,15 @@ class NativeDecoder:
     @staticmethod
     def eligible(model: object) -> str | None:
         """Why the native step cannot serve this model (None when it can)."""
+        from engine.model.families import native_unsupported
         from engine.model.llama import LlamaModel
 
         assert isinstance(model, LlamaModel)
         cfg = model.cfg
         lins = [lin for layer in model.layers for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
+        unsupported = native_unsupported(cfg)  # a family feature the fused step does not implement
+        if unsupported is not None:
+            return unsupported
         if model.device.type != "cpu" or model.dtype != torch.float32:
             return "the native step runs fp32 compute on CPU"
         if not all(isinstance(lin, QuantizedLinear) and lin.lib is not None for lin in lins + [model.lm_head]):
@@ -208,9 +215,9 @@ class NativeDecoder:
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
                 meta: AttentionMetadata, logits_rows: torch.Tensor,
                 before: Callable[[], None] | None = None) -> torch.Tensor:  # -> logits [R, V] fp32
-        """Any batch (prefill chunks and decode tokens) through the native step: every token computed by
-        the same per-row arithmetic (engine/model/kernels/decode_step.c: fs_forward), so a token's K/V and
-        logits are the same bits whatever else is in the batch and however its prompt was chunked."""
+        """Any batch (prefill chunks and decode tokens) through the native step: every token computed by the same
+        per-row arithmetic (fs_forward), so a token's K/V and logits are the same bits whatever else is in the batch
+        and however its prompt was chunked."""
         t = int(input_ids.shape[0])
         ctx = positions + 1  # a prefill token attends to keys 0..its position
         tables: list[torch.Tensor] = []
@@ -235,8 +242,8 @@ class NativeDecoder:
         return self._run(input_ids, positions, kv_cache, meta.slot_mapping, table, slot_row, ctx, logits_rows, before)
 
     def _embed(self, input_ids: torch.Tensor) -> torch.Tensor:  # [B] -> [B, hidden] fp32
-        """The step's embeddings; a tied table (the quantized LM head) read by the kernel library: the same values
-        as the torch model's embed_tokens, in one native call instead of ~10 torch calls (~0.15 ms a step)."""
+        """The step's embeddings; a tied table (the quantized LM head) read by the kernel library: embed_tokens'
+        values in one native call instead of ~10 torch calls."""
         head = self.model.lm_head
         if self.model.embed is None and isinstance(head, QuantizedLinear):
             hw = head.weight
@@ -268,6 +275,8 @@ class NativeDecoder:
             before()
         t0 = time.perf_counter()
         done = 0  # logits rows written so far
+        call = Batch(kv_type=kv_type, kv=kv_cache.data_ptr(), kv_slots=int(kv_cache.shape[2]), threads=threads,
+                     slots_stride=int(slots.shape[1]), logits=logits.data_ptr())
         for s in range(0, b, self.max_batch):
             e = min(b, s + self.max_batch)
             if rows is None:
@@ -276,15 +285,13 @@ class NativeDecoder:
                 mine = rows[(rows >= s) & (rows < e)] - s
                 n, out_rows = int(mine.numel()), mine.contiguous()
                 out_ptr = logits[done].data_ptr() if n else logits.data_ptr()
-            rc = self.lib.fs_forward(
-                self.handle, e - s, x[s].data_ptr(), pos[s].data_ptr(), slot[s].data_ptr(),
-                slots[s].data_ptr() if slot_row is None else slots.data_ptr(),  # slot_row indexes the whole table
-                None if slot_row is None else slot_row[s].data_ptr(), ctx[s].data_ptr(), int(slots.shape[1]),
-                kv_cache.data_ptr(), int(kv_cache.shape[2]), kv_type, threads, n,
-                None if out_rows is None else out_rows.data_ptr(), out_ptr,
-            )
-            if rc != 0:
-                raise MemoryError("the native step could not allocate its scratch buffers")
+            call.n_tokens, call.n_logits, call.x, call.pos = e - s, n, x[s].data_ptr(), pos[s].data_ptr()
+            call.slot, call.ctx = slot[s].data_ptr(), ctx[s].data_ptr()
+            call.slots = slots[s].data_ptr() if slot_row is None else slots.data_ptr()  # slot_row indexes the table
+            call.slot_row = None if slot_row is None else slot_row[s].data_ptr()
+            call.logit_rows = None if out_rows is None else out_rows.data_ptr()
+            call.logits = out_ptr
+            kernel_abi.raise_for(self.lib.fs_forward(self.handle, ctypes.byref(call)), "the native step")
             done += n
         self.governor.record(b, threads, time.perf_counter() - t0, keys)
         return logits

@@ -3,11 +3,10 @@
 A quantized matmul of a prefill chunk (CACHED_MIN_ROWS / DENSE_MIN_ROWS rows or more, engine/model/quant.py)
 multiplies fp32 weights with MKL's GEMM: decode keeps the integer kernel either way.
   dequantize  each such matmul dequantizes its weights into a per-thread scratch buffer first (the 4-bit
-              weights are all the model holds; every prefill step pays the dequantization: ~25% of a
-              128-token step, 2-core AVX2 EPYC)
+              weights are all the model holds; every prefill step pays the dequantization)
   cached      the dequantized fp32 copy of every layer matmul is made once at load and kept (4 bytes a
-              weight: 424 MB more for SmolLM2-135M), so prefill steps skip the dequantization and batches
-              from 32 rows on (not 128) use MKL
+              weight), so prefill steps skip the dequantization and batches from 32 rows on (not 128)
+              use MKL (`python -m bench.prefill_weights` measures both)
   auto        cached when the copy fits in CACHE_MAX_BYTES and CACHE_MAX_MEMORY_SHARE of this machine's
               (or cgroup's) memory; else dequantize. Never cached for a batch-invariant engine (its prefill
               runs the native step) or without the native kernels.

@@ -1,6 +1,6 @@
 """Quantized weights (int8 and 4-bit, blocks of 32 along K) and the linear layers that use them.
 
-Formats (GGUF's Q8_0 and Q4_1 in values, re-laid out for the kernel in kernels/qgemm.c):
+Formats (GGUF's Q8_0 and Q4_1 in values, re-laid out for the kernels: engine/model/kernels/tiles.h):
   int8: w = d * q,      q in -127..127, one fp16 scale d per block of 32
   q4:   w = d * q + m,  q in 0..15,     fp16 scale d and fp16 min m per block of 32
 Quantizing a tensor that came from a GGUF Q8_0 / Q4_1 block gives back that block's q, d and m
@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.model import cpu_kernels
-from engine.model.formats import KernelFormat, quantized_format
+from engine.model.formats import quantized_format
+from engine.model.kernel_abi import KernelFormat
 
 QK = 32  # values per block
 QR = 16  # rows per interleaved group
@@ -35,7 +36,7 @@ class QuantizedWeight:
     kind: str  # a QuantizedFormat's name (engine/model/formats.py): "int8" | "q4"
     n: int  # output features (rows of W)
     k: int  # input features
-    packed: torch.Tensor  # uint8 [G, KB, 8 (int8) | 4 (q4), 16, 4]: see kernels/qgemm.c
+    packed: torch.Tensor  # uint8 [G, KB, 8 (int8) | 4 (q4), 16, 4]: kernels/tiles.h
     scales: torch.Tensor  # fp16 [G, KB, 16]
     mins: torch.Tensor | None  # fp16 [G, KB, 16], q4 only
 
@@ -127,17 +128,13 @@ def reference_linear(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | 
     return y if bias is None else y + bias
 
 
-# Rows from which a batch (a prefill chunk) multiplies dequantized fp32 weights with MKL's GEMM instead
-# of the integer kernel: measured on AVX-512 (1 thread, SmolLM2 matrices) the dequantization costs
-# 0.2-0.7 ms a matrix, break-even with the kernel at ~64 rows and 1.2-1.5x faster from 256 rows on
-# (on the 2-core AVX2 EPYC, 1 thread: int16 activations through the kernel 1.1-1.35x slower than this).
-# int8 activations were 1.5-2.5x faster than both for 256-row prefills, but changed SmolLM2's answers
-# ("What is the capital of France?" no longer answered Paris, greedy agreement with fp32 59%), so the
-# engine does not use them. bf16 GEMM through torch was slower than fp32 on this CPU (no AMX).
+# Rows from which a batch (a prefill chunk) multiplies dequantized fp32 weights with the dense GEMM instead of
+# the integer kernel: past the crossover where the dequantization's cost is paid back (`python -m
+# bench.prefill_path`; docs/BENCHMARKS.md). int8 activations would be faster still but change answers
+# (bench/quality.py), so prefill keeps int16 ones or fp32.
 DENSE_MIN_ROWS = 128
-# With the dequantized copy kept (EngineConfig.prefill_weights "cached": no per-step dequantization), MKL
-# beats the integer kernel from ~24 rows (2-core AVX2 EPYC, 2 threads: 32 rows 142 vs 179 ms a step, 16 rows
-# 123 vs 92), so cached weights take batches from 32 rows on.
+# With the dequantized copy kept (EngineConfig.prefill_weights "cached": no per-step dequantization) the dense
+# GEMM wins from fewer rows (`python -m bench.prefill_weights`).
 CACHED_MIN_ROWS = 32
 _scratch = threading.local()  # per thread (engines on two threads must not share it): one fp32 buffer
 
@@ -161,9 +158,9 @@ class QuantizedLinear:
         self.lib = lib
         self.act16 = act16
         self.mirror = False  # without lib: True runs reference_linear (tests), False dequantized weights
-        # True: every batch through the integer kernel, never dequantized + MKL (bench/quality.py scores a text
-        # with decode's numerics this way). Not the default for int8 activations either: on an AVX2 machine
-        # without VNNI a 256-row prefill ran 3.2 ms/token through the int8 kernel vs 2.6 dequantized + MKL.
+        # True: every batch through the integer kernel, never dequantized + dense GEMM (bench/quality.py scores a
+        # text with decode's numerics this way). Not the default for int8 activations either: without VNNI the
+        # dense GEMM is faster for prefill batches.
         self.kernel_only = False
         self._dense: torch.Tensor | None = None
         self._cached: torch.Tensor | None = None  # fp32 [N, K] kept for prefill batches (`keep_dense`)
@@ -213,7 +210,7 @@ def embedding_rows(qw: QuantizedWeight, ids: torch.Tensor) -> torch.Tensor:
     """Rows `ids` of the stored matrix, dequantized: [T] -> [T, K] fp32 (a tied lm_head doubling as
     the embedding table, so the fp32 table need not stay in memory). The same float operations as
     dequantize() (q * scale, then + min). In numpy: a decode step looks up one row, and numpy's per-call
-    cost is a few microseconds where each of these torch calls cost tens (~160 us in all, measured)."""
+    cost is a fraction of torch's."""
     idx = ids.cpu().numpy()
     g, r = idx // QR, idx % QR
     rows = qw.packed.numpy()[g, :, :, r, :]  # [T, KB, C, 4]: row r's bytes of every block, in k order

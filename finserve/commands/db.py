@@ -1,8 +1,7 @@
-"""`finserve db upgrade`, `finserve keys create|list|revoke`, `finserve report`."""
+"""`finserve db upgrade`, `finserve keys create|list|revoke` (and the helpers `finserve report` shares)."""
 from __future__ import annotations
 
 import re
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -33,17 +32,23 @@ def parse_time(text: str, now: datetime) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-def _session() -> Session:
+def db_session(*, create: bool = False) -> Session:
+    """A session on the stack's database: created and migrated when `create` (a first `keys create` on a
+    fresh install just works), else only an existing, migrated one (finserve/database.py)."""
     from core.db.base import make_engine, make_session_factory
     from core.db.migrate import upgrade
     from core.settings import Settings
+    from finserve.database import existing_database
 
-    url = Settings().resolved_database_url
-    upgrade(url)  # idempotent and quick: a first `keys create` on a fresh install just works
+    if create:
+        url = Settings().resolved_database_url
+        upgrade(url)  # idempotent and quick
+    else:
+        url = existing_database()
     return make_session_factory(make_engine(url))()
 
 
-def _check_classes(names: list[str]) -> None:
+def check_classes(names: list[str]) -> None:
     """Refuse class names the policy in use (FINSERVE_POLICY) does not define, as the API does."""
     from core.settings import Settings
     from policies import load_policy
@@ -63,6 +68,7 @@ def register(app: typer.Typer) -> None:
     @db_app.command("upgrade")
     def db_upgrade(
         url: Annotated[str | None, typer.Option(help="Database URL (default: FINSERVE_DATABASE_URL)")] = None,
+        output: OutputOpt = Output.table,
     ) -> None:
         """Create or upgrade the schema to the latest revision."""
         from core.db.base import redact_url
@@ -71,7 +77,10 @@ def register(app: typer.Typer) -> None:
 
         url = url or Settings().resolved_database_url
         rev = upgrade(url)
-        typer.echo(f"database at revision {rev} ({redact_url(url)})")
+        if output is Output.json:
+            print_json({"revision": rev, "database": redact_url(url)})
+        else:
+            typer.echo(f"database at revision {rev} ({redact_url(url)})")
 
     @keys_app.command("create")
     def keys_create(
@@ -82,20 +91,32 @@ def register(app: typer.Typer) -> None:
                                              "the job's owner (X-Finserve-Job-Item)")] = False,
         rate_limit: Annotated[float, typer.Option("--rate-limit", help="Requests per second")] = 50.0,
         default_class: Annotated[str | None, typer.Option(help="Class used when a request names none")] = None,
+        file: Annotated[Path | None, typer.Option("--file", metavar="PATH", help="Write the key to this file (mode "
+                                                  "0600; a process reads it with FINSERVE_API_KEY_FILE) instead of "
+                                                  "printing it; a file that already holds an active key of the "
+                                                  "tenant is kept, so an init step may run on every start")] = None,
         output: OutputOpt = Output.table,
     ) -> None:
-        """Create an API key. The key is printed once and stored only as a hash."""
-        from core.keys import create_key
+        """Create an API key. The key is printed once (or written to --file) and stored only as a hash."""
+        from core.keys import create_key, verify_key, write_key_file
 
         class_list = [c.strip() for c in classes.split(",") if c.strip()] if classes else None
         if class_list or default_class:
-            _check_classes((class_list or []) + ([default_class] if default_class else []))
-        with _session() as session:
+            check_classes((class_list or []) + ([default_class] if default_class else []))
+        with db_session(create=True) as session:
+            kept = verify_key(session, file.read_text().strip()) if file is not None and file.is_file() else None
+            if kept is not None and kept.tenant == tenant:
+                typer.echo(f"kept the active key of tenant {tenant} in {file} ({kept.key_id})", err=True)
+                return
             try:
                 raw = create_key(session, tenant, class_list, admin=admin, rate_limit_rps=rate_limit,
                                  default_class=default_class, worker=worker)
             except ValueError as exc:
                 raise CLIError(str(exc)) from None
+        if file is not None:
+            write_key_file(file, raw)
+            typer.echo(f"wrote a new key of tenant {tenant} to {file}", err=True)
+            return
         if output is Output.json:  # for scripts: the key with what it may do, one document on stdout
             print_json({"key": raw, "tenant": tenant, "classes": class_list, "admin": admin, "worker": worker,
                         "rate_limit_rps": rate_limit, "default_class": default_class})
@@ -109,7 +130,7 @@ def register(app: typer.Typer) -> None:
         """List keys (prefix only, never the key)."""
         from core.keys import list_keys
 
-        with _session() as session:
+        with db_session() as session:
             rows = [_key_row(k) for k in list_keys(session, tenant)]
         if output is Output.json:
             print_json(rows)
@@ -117,50 +138,18 @@ def register(app: typer.Typer) -> None:
             _print_keys(rows)
 
     @keys_app.command("revoke")
-    def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (see `finserve keys list`).")]) -> None:
+    def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (see `finserve keys list`).")],
+                    output: OutputOpt = Output.table) -> None:
         """Revoke a key by its id (see `finserve keys list`)."""
         from core.keys import revoke_key
 
-        with _session() as session:
+        with db_session() as session:
             if not revoke_key(session, key_id):
                 raise CLIError(f"no active key {key_id} (see `finserve keys list`)")
-        typer.echo(f"revoked {key_id}")
-
-    @app.command("report")
-    def report(
-        window: Annotated[str | None, typer.Option(metavar="DURATION", help="Rolling window before --until: 24h, 7d, 28d (default 28d)")] = None,
-        since: Annotated[str | None, typer.Option(metavar="TIME", help="Window start instead of --window: ISO 8601 or a duration ago")] = None,
-        until: Annotated[str, typer.Option(metavar="TIME", help="Window end (exclusive): ISO 8601 or 'now'")] = "now",
-        workload_class: Annotated[str | None, typer.Option("--class", metavar="CLASS", help="Only this class")] = None,
-        tenant: Annotated[str | None, typer.Option(help="Only this tenant (default: all, with a per-tenant table)")] = None,
-        fmt: Annotated[str, typer.Option("--format", help="json, csv or html (the report's document format)")] = "json",
-        out: Annotated[Path | None, typer.Option(help="Write here instead of stdout")] = None,
-    ) -> None:
-        """SLO report per workload class from the request ledger: attainment, error budget, burn rates, alerts."""
-        from ledger.reports import DEFAULT_WINDOW, FORMATS, build_report, parse_duration, render_report
-
-        if fmt not in FORMATS:
-            raise CLIError(f"--format must be one of {', '.join(FORMATS)}")
-        if since is not None and window is not None:
-            raise CLIError("give --since or --window, not both")
-        if workload_class is not None:
-            _check_classes([workload_class])
-        now = datetime.now(UTC)
-        t1 = parse_time(until, now)
-        try:
-            t0 = parse_time(since, now) if since is not None else t1 - (parse_duration(window) if window else DEFAULT_WINDOW)
-        except ValueError as exc:
-            raise CLIError(f"--window: {exc}") from None
-        if t1 <= t0:
-            raise CLIError("--until must be after --since")
-        with _session() as session:
-            text = render_report(build_report(session, t0, t1, workload_class, tenant), fmt)
-        if out is None:
-            sys.stdout.write(text)
+        if output is Output.json:
+            print_json({"key_id": key_id, "state": "revoked"})
         else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text)
-            typer.echo(f"wrote {out}", err=True)
+            typer.echo(f"revoked {key_id}")
 
 
 def _key_row(k: Any) -> dict[str, Any]:

@@ -13,11 +13,11 @@ def run_engine_server(settings: Settings) -> None:
     import uvicorn
 
     from core.logging import configure_logging
+    from core.web.server import uvicorn_options
     from gateway.replicas.server import create_engine_app
 
     configure_logging(json=settings.log_json, level=settings.log_level)
-    uvicorn.run(create_engine_app(settings), host=settings.host, port=settings.port, log_config=None,
-                access_log=False, timeout_graceful_shutdown=30)
+    uvicorn.run(create_engine_app(settings), host=settings.host, port=settings.port, **uvicorn_options(settings))
 
 
 def register(app: typer.Typer) -> None:

@@ -49,12 +49,12 @@ class JobState(str, Enum):  # as jobs.service.JobProgress.status names them
 def _client(url: str | None, key: str | None) -> httpx.Client:
     import httpx
 
+    from core.keys import client_api_key
     from core.settings import Settings
-    from jobs.worker import worker_api_key
 
     settings = Settings()  # built per command (FINSERVE_* as they are now)
     try:
-        raw = key or worker_api_key(settings)
+        raw = key or client_api_key(settings)
     except RuntimeError as exc:  # no key anywhere
         raise config_error(str(exc)) from None
     return httpx.Client(base_url=(url or settings.gateway_url).rstrip("/"), timeout=60.0,
@@ -79,10 +79,14 @@ def _watch(client: httpx.Client, job_id: str, interval_s: float) -> dict[str, An
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[detail]}"), TimeElapsedColumn())
     console = stderr()
+    warned = False
     with Progress(*columns, console=console, disable=not console.is_terminal) as bar:
         task = bar.add_task(job_id, total=None, detail="")
         while True:
             job = _check(client.get(f"/v1/extraction-jobs/{job_id}"))
+            if job.get("warning") and not warned:  # e.g. no worker consumes the queue (jobs/presence.py)
+                console.print(f"warning: {job['warning']['message']}", markup=False, highlight=False)
+                warned = True
             c = job["counts"]
             rate = f"{job['items_per_minute']:.1f}/min" if job["items_per_minute"] else "-"
             eta = f"eta {job['eta_s']:.0f}s" if job["eta_s"] is not None else ""
@@ -140,6 +144,8 @@ def submit(
         job = _check(client.post("/v1/extraction-jobs", json=body, headers=headers))
         if output is Output.table:
             typer.echo(f"job {job['id']}: {job['num_items']} items")
+        if job.get("warning") and not wait:  # with --wait, _watch says it
+            typer.echo(f"warning: {job['warning']['message']}", err=True)
         if wait:
             job = _watch(client, job["id"], 0.5)
     if output is Output.json:
@@ -238,10 +244,10 @@ def recent_jobs(states: set[str], tenant: str | None, limit: int) -> list[dict[s
 
     from core.db.base import make_engine, make_session_factory
     from core.db.jobs_models import ExtractionJob
-    from core.settings import Settings
+    from finserve.database import existing_database
     from jobs.service import progress
 
-    engine = make_engine(Settings().resolved_database_url)
+    engine = make_engine(existing_database())
     rows: list[dict[str, Any]] = []
     try:
         with make_session_factory(engine)() as session:
@@ -278,10 +284,18 @@ def resume_unfinished(settings: Settings | None = None) -> int:
 
 
 @jobs_app.command()
-def resume() -> None:
+def resume(output: OutputOpt = Output.table) -> None:
     """Re-enqueue unfinished items (after Redis lost its contents, or workers were lost)."""
-    n = resume_unfinished()
-    typer.echo(f"re-enqueued {n} unfinished items")
+    from core.settings import Settings
+    from finserve.database import existing_database
+
+    settings = Settings()
+    existing_database(settings)
+    n = resume_unfinished(settings)
+    if output is Output.json:
+        print_json({"reenqueued": n})
+    else:
+        typer.echo(f"re-enqueued {n} unfinished items")
 
 
 def register(app: typer.Typer) -> None:

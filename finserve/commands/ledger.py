@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from finserve.commands import ledger_evidence, ledger_replay
-from finserve.console import CLIError, ExitCode, Output, OutputOpt, print_json
+from finserve.console import CLIError, ExitCode, JsonOpt, Output, OutputOpt, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -32,9 +32,6 @@ def register(app: typer.Typer) -> None:
     ledger_app.command("export")(export)
     ledger_app.command("erase")(ledger_evidence.erase)
     ledger_app.command("replay")(ledger_replay.replay)
-
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --output json: one JSON document on stdout.")]
 
 
 def _engine() -> Any:

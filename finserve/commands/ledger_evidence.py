@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from finserve.console import CLIError, ExitCode, print_json
+from finserve.console import CLIError, ExitCode, JsonOpt, Output, OutputOpt, print_json
 
 
 def _settings() -> Any:
@@ -22,13 +22,12 @@ def _settings() -> Any:
 
 
 def db_engine() -> Any:
-    """The ledger database of this process's settings, migrated (idempotent: the chain tables exist before reads)."""
+    """The ledger database of this process's settings: an existing, migrated one (finserve/database.py), never
+    a new empty one that would verify as a clean ledger."""
     from core.db.base import make_engine
-    from core.db.migrate import upgrade
+    from finserve.database import existing_database
 
-    url = _settings().resolved_database_url
-    upgrade(url)
-    return make_engine(url)
+    return make_engine(existing_database(_settings()))
 
 
 def keyring(*, required: bool) -> Any:
@@ -56,7 +55,8 @@ def erase(
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the chained tombstone), e.g. a "
                                         "GDPR Art. 17 request's reference")] = "erasure request",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Name what would go; change nothing")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout")] = False,
+    json_out: JsonOpt = False,
+    output: OutputOpt = Output.table,
 ) -> None:
     """Delete kept evidence (input and output) by request id or tenant; the ledger rows stay, and a chained
     tombstone records the erasure so `finserve ledger verify` still passes and shows it."""
@@ -70,7 +70,7 @@ def erase(
                            hmac_key=_hmac_key())
     finally:
         engine.dispose()
-    if json_out:
+    if json_out or output is Output.json:
         print_json(result.to_dict())
         return
     verb = "would erase" if dry_run else "erased"

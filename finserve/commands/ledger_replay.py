@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from finserve.commands import ledger_evidence
-from finserve.console import CLIError, ExitCode, Output, OutputOpt, print_json
+from finserve.console import CLIError, ExitCode, JsonOpt, Output, OutputOpt, print_json
 
 VERSION_FIELDS = ("model_id", "weights_sha256", "weight_format", "policy_sha256")
 
@@ -52,6 +52,7 @@ def replay(
     request_id: Annotated[str, typer.Argument(help="The request id (X-Request-Id / the ledger row's id)")],
     force: Annotated[bool, typer.Option("--force", help="Replay even when the loaded model, weights, weight "
                                         "format or policy are not the recorded ones")] = False,
+    json_out: JsonOpt = False,
     output: OutputOpt = Output.table,
 ) -> None:
     """Re-run a ledgered request from its evidence, alone, and report identical or different (bitwise)."""
@@ -98,7 +99,7 @@ def replay(
            "tokens": len(rec.output_token_ids), "logprobs_recorded": lps is not None,
            "versions_differ": differs, "engine_differs": engine_differs, "engine": fingerprint,
            "guaranteed": bool(recorded_engine.get("batch_invariant")) and not engine_differs and not differs}
-    if output is Output.json:
+    if json_out or output is Output.json:
         print_json(doc)
     else:
         typer.echo(f"{request_id}: {doc['verdict']} ({doc['tokens']} tokens"

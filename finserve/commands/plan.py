@@ -13,6 +13,7 @@ from rich.table import Table
 
 from engine import kv_dtypes
 from engine.model import formats
+from engine.model.families import UnsupportedModel
 from engine.planner import (
     KV_DTYPES,
     WEIGHT_DTYPES,
@@ -85,6 +86,8 @@ def kv_plan(
         measured = _measure(folder, plan, device) if measure else None
     except FileNotFoundError as e:  # no model folder
         raise config_error(str(e)) from None
+    except UnsupportedModel as e:  # a config.json field or architecture finserve does not run
+        raise config_error(f"the model cannot be served: {e} (docs/MODELS.md lists what finserve runs)") from None
     except ValueError as e:
         raise CLIError(str(e)) from None
     if output is Output.json:
@@ -194,6 +197,12 @@ def _variants_table(plan: KVPlan) -> Table:
         ("  without block rounding", lambda v: _opt(v.max_concurrent_exact, lambda n: f"{n:,}")),
         (f"batch of {plan.inputs.batch} fits", lambda v: _opt(v.batch_fits, lambda b: "yes" if b else "NO")),
     ]
+    if plan.configured.request_bytes_windowed is not None:  # the model has sliding-window layers
+        rows += [
+            ("per request, sliding layers at their window", lambda v: _opt(v.request_bytes_windowed, format_bytes)),
+            ("  max concurrent if freed (engine: not yet)", lambda v: _opt(v.max_concurrent_windowed,
+                                                                           lambda n: f"{n:,}")),
+        ]
     for name, cell in rows:
         t.add_row(name, *(cell(v) for v in plan.variants))
     return t

@@ -19,12 +19,12 @@ def run_server(settings: Settings) -> None:
 
     from core.db.migrate import upgrade
     from core.logging import configure_logging
+    from core.web.server import uvicorn_options
     from stack.app import create_app
 
     configure_logging(json=settings.log_json, level=settings.log_level)
     upgrade(settings.resolved_database_url)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
-                access_log=False, timeout_graceful_shutdown=30)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, **uvicorn_options(settings))
 
 
 def register(app: typer.Typer) -> None:

@@ -61,9 +61,9 @@ def _load(request_id: str) -> Any:
 
     from core.db.base import make_engine, make_session_factory, redact_url
     from core.db.models import RequestLedger
-    from core.settings import Settings
+    from finserve.database import existing_database
 
-    url = Settings().resolved_database_url
+    url = existing_database()
     engine = make_engine(url)
     try:
         with make_session_factory(engine)() as session:

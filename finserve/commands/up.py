@@ -9,6 +9,9 @@ SIGTERM uvicorn drains the gateway, then the worker gets SIGTERM (Celery's warm 
 in flight finish or, unacknowledged, go back to the queue; SQL keeps them pending either way),
 then Redis stops.
 
+Its children die with it, however it dies (kill -9, a crash): Redis, the worker and engine replicas get
+SIGTERM from the kernel when `up` is gone (core/parent_death.py), so a new `up` can take the same ports.
+
 It owns its processes: the HTTP port and a given --redis-port are checked before anything starts or
 the banner prints (a taken port is one line and exit 3), and the Redis it talks to is the one it
 started (jobs/redis_server.py). While it serves, a worker or Redis that dies is started again with
@@ -87,6 +90,7 @@ def register(app: typer.Typer) -> None:
         from finserve.console import CLIError, ExitCode
         from jobs.celery_app import use_broker
         from jobs.redis_server import PortInUse, RedisServer, port_in_use
+        from stack.announce import announce_when_ready
         from stack.processes import (
             EngineProcess,
             start_engines,
@@ -152,7 +156,9 @@ def register(app: typer.Typer) -> None:
                        f"re-enqueued {resumed} unfinished items")
             typer.echo(_examples(url, dev_key))
             supervisor.start()
+            ready = announce_when_ready(url, dev_key)  # one human line on stderr once /readyz answers
             run_server(settings)  # blocks; uvicorn handles SIGINT/SIGTERM and drains
+            ready.set()
         except (KeyboardInterrupt, _Stop):
             pass
         finally:
@@ -166,4 +172,5 @@ def register(app: typer.Typer) -> None:
             for e in engines:
                 stop_engine(e)
             redis.stop()
+            supervisor.close()
             typer.echo("finserve stopped", err=True)

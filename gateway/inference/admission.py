@@ -1,22 +1,23 @@
 """Admission: the gateway's checks between a tokenized prompt and the engine.
 
     classify -> may the key use the class? -> rate limit -> max_tokens resolved -> SamplingParams built
-    (once, here) -> EngineRequest -> the output grammar compiled and probed
+    (once, here) -> EngineRequest -> the output constraint bounded, compiled and probed
 
 A refusal after the class is known is recorded (ledger row, metrics, log) before it is raised.
 """
 from __future__ import annotations
-
-import asyncio
 
 import structlog
 
 from core.keys import KeyInfo
 from core.web.context import RequestContext
 from core.web.errors import APIError
+from engine.grammar_limits import GrammarLimitExceeded, check_sampling, check_tools
+from engine.grammar_pool import GrammarCompilerFailed
 from engine.protocol import EngineClient
 from engine.request import EngineRequest, SamplingParams
-from engine.structured import check_constraint, constraint_kind
+from engine.structured import check_constraint, constraint_kind, ready
+from engine.tokenizer import Tokenizer
 from gateway.inference.errors import GRAMMAR_CODES
 from gateway.inference.inputs import Admitted, Classified, InferenceInput
 from gateway.inference.record import Recorder
@@ -92,16 +93,30 @@ class Admission:
             return inp.sampling(max_tokens=max_tokens, temperature=cls.default_temperature)
         return inp.sampling(max_tokens=max_tokens)
 
-    async def check_grammar(self, adm: Admitted) -> None:
-        """Compile and probe the request's output constraint before the engine sees it (in a worker thread:
-        a regex llguidance gives up on can take seconds). A grammar it cannot decode (invalid, or past
-        llguidance's size limits) is refused as the client's error, 400, not counted against the SLO."""
+    async def check_grammar(self, adm: Admitted, tools: int = 0) -> None:
+        """Bound, compile and probe the request's output constraint before the engine sees it. A constraint past
+        a grammar limit (engine/grammar_limits.py) is refused with that limit's code before anything compiles
+        it; one llguidance cannot decode (invalid, or past its own limits) with the constraint's code; one whose
+        compiler died or ran out of time with `grammar_compiler_crashed` / `grammar_compile_timeout`. All 400s
+        (the client's error, not counted against the SLO), recorded as `rejected`. The work runs on the grammar
+        executor in this tenant's share (gateway/grammar_executor.py); a constraint compiled before skips it."""
         p = adm.request.sampling
-        kind = constraint_kind(p)
-        if kind is None:
-            return
+        tokenizer = self.client.tokenizer
         try:
-            await asyncio.to_thread(check_constraint, self.client.tokenizer, p)
+            check_tools(tools, self.state.settings.grammar_limits)
+            if ready(tokenizer, p):
+                return
+            await self.state.grammar.run(adm.key.tenant, self._check, tokenizer, p)
+        except (GrammarLimitExceeded, GrammarCompilerFailed) as exc:
+            raise self.recorder.reject(adm, APIError(exc.code, str(exc))) from None
         except ValueError as exc:
+            kind = constraint_kind(p) or "json_schema"
             raise self.recorder.reject(adm, APIError(GRAMMAR_CODES[kind], f"output constraint ({kind}) is not "
                                                      f"usable: {exc}")) from None
+        except APIError as exc:  # grammar_queue_full: this tenant's share and queue are taken
+            raise self.recorder.reject(adm, exc) from None
+
+    def _check(self, tokenizer: Tokenizer, p: SamplingParams) -> None:
+        """On a grammar thread: the limits, then the compile and probe (in a grammar child)."""
+        check_sampling(p, self.state.settings.grammar_limits)
+        check_constraint(tokenizer, p)

@@ -3,6 +3,8 @@ code per reason (docs/ERRORS.md), OpenAI's shape on the OpenAI routes."""
 from __future__ import annotations
 
 from core.web.errors import ERROR_CODES, APIError
+from engine.grammar_limits import LIMIT_CODES
+from engine.grammar_pool import COMPILER_CODES
 from engine.outputs import UNWRITABLE, AdmissionError, RequestOutput, is_unwritable
 from engine.request import EngineRequest, SamplingParams
 from engine.structured import constraint_kind
@@ -23,6 +25,8 @@ ADMISSION_CODES = {
     "empty_prompt": "invalid_request",
     "invalid_token": "invalid_request",
     "engine_unavailable": "engine_not_ready",  # the loop is dead or shutting down: 503, not a full queue
+    # A grammar limit, or the grammar child's death or time limit: the engine's reason is the code itself.
+    **{code: code for code in (*LIMIT_CODES, *COMPILER_CODES)},
 }
 
 # The ledger's rejection_reason (and the rejections metric's reason) of a request the engine ended because its

@@ -70,6 +70,7 @@ class InferenceInput:
     classified: Classified | None = None
     temperature_unset: bool = False  # the class's default_temperature (policy) applies, when it has one
     lease_prompt: bool = False  # keep the prompt's KV blocks leased for the class's kv_lease_s (documents)
+    tools: int = 0  # tools the chat request declares (bounded by the grammar limits at admission)
     log_fields: dict[str, Any] = field(default_factory=dict)  # extra canonical-log fields (e.g. document_id)
 
 

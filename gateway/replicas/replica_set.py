@@ -150,7 +150,8 @@ class ReplicaSet:
         if self.mode == "round_robin":
             self._rr += 1
             return pick_round_robin(self._rr, loads)
-        return pick(req.workload_class, req.prompt_token_ids, req.cache_salt, loads, self.routing, self._rng)
+        return pick(req.workload_class, req.prompt_token_ids, req.cache_salt, loads, self.routing, self._rng,
+                    shared_tokens=req.affinity_tokens)
 
     async def generate(self, req: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
         tried: list[str] = []

@@ -6,8 +6,13 @@ Three strategies, chosen per class by the policy file (`routing` in each class's
 - "affinity" (document_qa): the tenant-salted hash of the prompt's leading tokens (the document, which
   comes before the question) ranks the replicas by rendezvous hashing (highest random weight), so every
   question on a document lands where its KV blocks are, and adding or losing a replica moves only the
-  documents that hashed to it. A load bound keeps one hot document from piling up on one replica: a
-  replica is skipped for the next in rank ("affinity_spill") when it holds more than `load_factor` x the
+  documents that hashed to it. The key covers the tokens every question on the document shares, when the
+  caller knows them (`EngineRequest.affinity_tokens`: the documents route does), else at most half the
+  prompt; a key that depended on the question's length sent a longer follow-up to another replica, cold.
+  The first replica in rank is the document's home; a question placed elsewhere says why in its reason
+  ("affinity_home_down": the home failed its probe; "affinity_spill": the home was over the load bound),
+  which the ledger row keeps (`replica_reason`). The load bound keeps one hot document from piling up on
+  one replica: a replica is skipped for the next in rank when it holds more than `load_factor` x the
   mean in-flight load (consistent hashing with bounded loads, Mirrokni et al.) AND at least
   `spill_min_excess` more than the least loaded replica (SGLang's router pairs a relative and an absolute
   threshold the same way). The absolute part matters: a spilled document question pays a cold prefill of
@@ -87,14 +92,20 @@ class ReplicaLoad:
 @dataclass(frozen=True)
 class Decision:
     replica: str | None  # None: no replica (shed, or none healthy)
-    reason: str  # affinity | affinity_spill | p2c | least_kv | shed_saturated | no_healthy_replica
+    # affinity | affinity_home_down | affinity_spill | p2c | least_kv | shed_saturated | no_healthy_replica
+    reason: str
     retry_after_s: float | None = None  # set when shed
 
 
-def affinity_key(prompt_token_ids: Sequence[int], cache_salt: str, cfg: RoutingConfig) -> bytes:
-    """Hash of the tenant salt and the prompt's leading whole blocks (at most half the prompt)."""
-    n = min(cfg.affinity_tokens, len(prompt_token_ids) // 2) // cfg.block_size * cfg.block_size
-    head = prompt_token_ids[:n] if n > 0 else prompt_token_ids
+def affinity_key(prompt_token_ids: Sequence[int], cache_salt: str, cfg: RoutingConfig, shared_tokens: int = 0
+                 ) -> bytes:
+    """Hash of the tenant salt and the prompt's leading whole blocks: of the `shared_tokens` every related
+    request starts with, when known (> 0), else of at most half the prompt."""
+    shared = min(shared_tokens, len(prompt_token_ids)) if shared_tokens > 0 else len(prompt_token_ids) // 2
+    n = min(cfg.affinity_tokens, shared) // cfg.block_size * cfg.block_size
+    if n == 0:  # under one block: the shared tokens as they are, or a short prompt whole
+        n = shared if shared_tokens > 0 else len(prompt_token_ids)
+    head = prompt_token_ids[:n]
     h = hashlib.blake2b(cache_salt.encode("utf-8"), digest_size=16)
     h.update(b"\0" + ",".join(map(str, head)).encode("ascii"))
     return h.digest()
@@ -116,11 +127,17 @@ def pick_affinity(key: bytes, replicas: Sequence[ReplicaLoad], cfg: RoutingConfi
     total = sum(r.in_flight for r in healthy) + 1  # counting this request
     least = min(r.in_flight for r in healthy)
     bound = max(math.ceil(cfg.load_factor * total / len(healthy)), least + cfg.spill_min_excess)
-    order = rendezvous_order(key, list(by_name))
-    for rank, name in enumerate(order):
-        if by_name[name].in_flight + 1 <= bound:
-            return Decision(name, "affinity" if rank == 0 else "affinity_spill")
-    return Decision(order[0], "affinity")  # unreachable: the bound always admits the least loaded
+    # Ranked over every replica, down ones too: the first is the key's home, and a question placed
+    # elsewhere says why (the healthy replicas keep their relative order, so the choice is the same).
+    reason = "affinity"
+    for name in rendezvous_order(key, [r.name for r in replicas]):
+        load = by_name.get(name)
+        if load is not None and load.in_flight + 1 <= bound:
+            return Decision(name, reason)
+        if reason == "affinity":  # the first reason the home was passed over
+            reason = "affinity_home_down" if load is None else "affinity_spill"
+    least_loaded = min(healthy, key=lambda r: r.in_flight)  # unreachable: the bound admits the least loaded
+    return Decision(least_loaded.name, "affinity_spill")
 
 
 def pick_least_waiting(workload_class: str, replicas: Sequence[ReplicaLoad], rng: random.Random) -> Decision:
@@ -144,11 +161,12 @@ def pick_least_kv(replicas: Sequence[ReplicaLoad], cfg: RoutingConfig) -> Decisi
 
 
 def pick(workload_class: str, prompt_token_ids: Sequence[int], cache_salt: str,
-         replicas: Sequence[ReplicaLoad], cfg: RoutingConfig, rng: random.Random) -> Decision:
-    """The replica for one request, by its class's strategy."""
+         replicas: Sequence[ReplicaLoad], cfg: RoutingConfig, rng: random.Random, *, shared_tokens: int = 0
+         ) -> Decision:
+    """The replica for one request, by its class's strategy (`shared_tokens`: see affinity_key)."""
     strategy = cfg.strategy_for(workload_class)
     if strategy == AFFINITY:
-        return pick_affinity(affinity_key(prompt_token_ids, cache_salt, cfg), replicas, cfg)
+        return pick_affinity(affinity_key(prompt_token_ids, cache_salt, cfg, shared_tokens), replicas, cfg)
     if strategy == LEAST_KV:
         return pick_least_kv(replicas, cfg)
     return pick_least_waiting(workload_class, replicas, rng)

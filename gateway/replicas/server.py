@@ -1,7 +1,8 @@
 """The engine server: one engine behind an internal HTTP API (`finserve engine`), for a gateway's replica set.
 
     POST /v1/engine/generate        EngineRequest as JSON -> NDJSON stream of outputs (wire.py);
-                                    an admission refusal is a JSON error with its reason (400/429/503)
+                                    an admission refusal is a JSON error with its reason (400/429/503);
+                                    the output constraint is bounded and compiled first (grammar_refusal)
     POST /v1/engine/abort/{id}      abort a request (a closed stream aborts it too)
     POST /v1/engine/evict-prefix    PrefixEviction as JSON -> PrefixEvicted: a deleted document's cached
                                     blocks and leases go (EngineClient.evict_prefix)
@@ -34,8 +35,11 @@ from core.settings import Settings
 from core.tracing import SERVICE_ENGINE, setup_tracing
 from core.web.middleware import TracingMiddleware
 from engine.client import LocalEngineClient
+from engine.grammar_limits import GrammarLimitExceeded, check_sampling
+from engine.grammar_pool import GrammarCompilerFailed
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import EngineRequest
+from engine.structured import compile_constraint
 from gateway.metrics import GatewayMetrics
 from gateway.replicas import openai_compat, wire
 from policies import check_against_model, load_policy
@@ -66,6 +70,20 @@ def _build(settings: Settings) -> LocalEngineClient:
         return engine
 
     return LocalEngineClient.launch(build)  # loaded and stepped on one thread: one OpenMP team
+
+
+def grammar_refusal(client: LocalEngineClient, req: EngineRequest) -> AdmissionError | None:
+    """The request's output constraint bounded and compiled here, in a worker thread (its compile in a grammar
+    child): the engine loop then finds it compiled, and a constraint past a limit, invalid, or fatal to its
+    compiler is refused with the engine's own reason before the loop sees it. None when it may go on."""
+    try:
+        check_sampling(req.sampling, client.engine.config.grammar_limits)
+        compile_constraint(client.tokenizer, req.sampling)
+    except (GrammarLimitExceeded, GrammarCompilerFailed) as exc:
+        return AdmissionError(exc.code, f"output constraint is not usable: {exc}")
+    except ValueError as exc:
+        return AdmissionError("invalid_schema", f"output constraint is not usable: {exc}")
+    return None
 
 
 def _status_of(exc: AdmissionError) -> int:
@@ -144,6 +162,10 @@ def create_engine_app(settings: Settings, engine_client: LocalEngineClient | Non
         req = await _body(request, wire.request_from_json, "engine request")
         if isinstance(req, JSONResponse):
             return req
+        refusal = await asyncio.to_thread(grammar_refusal, client, req)
+        if refusal is not None:
+            state.metrics.observe_rejection(req.workload_class, refusal.reason)
+            return JSONResponse(wire.admission_to_json(refusal), status_code=_NEVER_FITS)
         outputs = client.generate(req)
         try:
             first = await anext(outputs)

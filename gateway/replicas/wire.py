@@ -48,7 +48,8 @@ def _progress(req: EngineRequest) -> dict[str, Any]:
 def _record(req: EngineRequest) -> dict[str, Any]:
     stop = req.stop_reason
     return {**_progress(req), "token_times": req.token_times, "finish_time": req.finish_time,
-            "stop_reason": stop, "error": req.error, "events": [dataclasses.asdict(e) for e in req.events]}
+            "stop_reason": stop, "error": req.error, "events": [dataclasses.asdict(e) for e in req.events],
+            "num_forced_tokens": req.num_forced_tokens}  # the ledger's TPOT counts sampled tokens only
 
 
 def output_to_json(out: RequestOutput, req: EngineRequest) -> dict[str, Any]:
@@ -67,6 +68,7 @@ def apply_output(d: dict[str, Any], req: EngineRequest) -> RequestOutput:
     if d["finished"]:
         req.token_times = [float(t) for t in r["token_times"]]
         req.finish_time, req.stop_reason, req.error = r["finish_time"], r["stop_reason"], r["error"]
+        req.num_forced_tokens = int(r.get("num_forced_tokens", 0))
         req.events = [StepEvent(**e) for e in r["events"]]
         req.status = RequestStatus(r["status"])  # last: a finished status means the record is complete
     m = d.get("metrics")

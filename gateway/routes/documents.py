@@ -10,6 +10,9 @@ every question: a burst of bulk work cannot evict a document an analyst is still
 Registering computes no KV (that would cost a whole prefill on a replica the document may not be
 routed to yet), so the lease starts with the first question.
 
+Every route checks the key's classes as a question would be (the class serving documents): a key limited to
+other classes (`realtime_risk` only, say) gets 403 `class_forbidden` on list, read and delete as on register.
+
 `GET /v1/documents` lists the tenant's documents (newest first, `limit` and `after` as OpenAI's lists
 page), `DELETE /v1/documents/{id}` removes one (its questions' ledger rows stay: the ledger is an
 audit record) and frees its KV at once: the engine ends its leases and evicts its cached blocks, and
@@ -38,7 +41,7 @@ from engine.request import SamplingParams
 from gateway.answer_stream import answer_events
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
 from gateway.document_answer import prepare_question
-from gateway.document_cache import evict_document
+from gateway.document_cache import evict_document, shared_prefix_tokens
 from gateway.inference.inputs import InferenceInput, Prompt
 from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
 from gateway.schemas.documents import (
@@ -57,6 +60,14 @@ ROUTE = "documents"  # policy route name
 
 def _public(doc: Document) -> DocumentPublic:
     return DocumentPublic(id=doc.id, title=doc.title, num_tokens=doc.token_count, created_at=doc.created_at)
+
+
+def _check_class(service: ServiceDep, key: KeyInfo) -> None:
+    """403 unless `key` may use the class the documents route serves (a route class decides before any prompt
+    exists, so no token count is needed)."""
+    refusal = service.forbidden(key, service.classify(key, route=ROUTE, explicit=None, input_tokens=0), ROUTE)
+    if refusal is not None:
+        raise refusal
 
 
 async def _load(state: StateDep, key: KeyInfo, document_id: str) -> Document:
@@ -101,15 +112,18 @@ async def create_document(body: DocumentCreate, key: TenantDep, service: Service
 
 
 @router.get("/documents/{document_id}", response_model=DocumentPublic, responses=ERROR_RESPONSES)
-async def get_document(document_id: str, key: TenantDep, state: StateDep) -> DocumentPublic:
+async def get_document(document_id: str, key: TenantDep, service: ServiceDep, state: StateDep) -> DocumentPublic:
+    _check_class(service, key)
     return _public(await _load(state, key, document_id))
 
 
 @router.get("/documents", response_model=DocumentList, responses=ERROR_RESPONSES)
-async def list_documents(key: TenantDep, state: StateDep, limit: Annotated[int, Query(ge=1, le=100)] = 20,
+async def list_documents(key: TenantDep, service: ServiceDep, state: StateDep, limit: Annotated[int, Query(ge=1, le=100)] = 20,
                          after: Annotated[str | None, Query(max_length=64, description="List documents older than "
                                                             "this one (the last id of the previous page).")] = None,
                          ) -> DocumentList:
+    _check_class(service, key)
+
     def load(session: Session) -> list[Document]:
         stmt = select(Document).where(Document.tenant == key.tenant)
         if after is not None:
@@ -125,7 +139,10 @@ async def list_documents(key: TenantDep, state: StateDep, limit: Annotated[int, 
 
 
 @router.delete("/documents/{document_id}", response_model=DocumentDeleted, responses=ERROR_RESPONSES)
-async def delete_document(document_id: str, request: Request, key: TenantDep, state: StateDep) -> DocumentDeleted:
+async def delete_document(document_id: str, request: Request, key: TenantDep, service: ServiceDep,
+                          state: StateDep) -> DocumentDeleted:
+    _check_class(service, key)
+
     def delete(session: Session) -> tuple[str, str] | None:
         doc = session.get(Document, document_id)
         if doc is None or doc.tenant != key.tenant:
@@ -154,8 +171,9 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
     found), the grammar holds the model to that plan, and gateway/grounding.py checks what came out."""
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
-    prepared = await asyncio.to_thread(prepare_question, doc.title, doc.text, body.question, quotes=body.quotes,
-                                       tokenizer=service.tokenizer)
+    # Encodes every candidate sentence (only writable ones may be quoted): on the grammar executor.
+    prepared = await service.state.grammar.run(key.tenant, prepare_question, doc.title, doc.text, body.question,
+                                               quotes=body.quotes, tokenizer=service.tokenizer)
     adm = await service.prepare(ctx, key, InferenceInput(
         route=ROUTE, prompt=Prompt(messages=prepared.messages),
         sampling=functools.partial(SamplingParams, temperature=body.temperature, stop_repetition=True,
@@ -164,6 +182,8 @@ async def ask_question(document_id: str, body: QuestionCreate, request: Request,
         max_tokens=body.max_tokens, default_max_tokens=settings.question_max_tokens + prepared.quote_tokens,
         explicit_class=x_workload_class, lease_prompt=True,
         log_fields={"document_id": doc.id, "answer_plan": prepared.plan.reason}))
+    # Replicas route on the document, whatever the question's length (gateway/replicas/router.py).
+    adm.request.affinity_tokens = await asyncio.to_thread(shared_prefix_tokens, service.tokenizer, doc.title, doc.text)
 
     def fields(text: str, reason: str | None) -> dict[str, Any]:
         checked = prepared.check(text, reason)

@@ -7,7 +7,6 @@ client sent its own), so a client can look the request up at /v1/requests/{id}. 
 """
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -55,6 +54,7 @@ from gateway.tools import ToolParser, ToolStream, answer, describe_tools, parser
 
 router = APIRouter(tags=["openai"], route_class=OffLoopJSONRoute)  # large bodies parsed off the event loop
 ChatBody = Annotated[Any, PlainValidator(as_parsed, json_schema_input_type=ChatCompletionRequest), Body()]
+CompletionBody = Annotated[Any, PlainValidator(as_parsed, json_schema_input_type=CompletionRequest), Body()]
 
 
 def _check_model(body: SamplingFields, service: InferenceService) -> None:
@@ -147,11 +147,13 @@ class _Stream:
 
 
 @router.post("/completions", response_model=CompletionResponse, responses=STREAMING_RESPONSES)
-async def create_completion(body: CompletionRequest, request: Request, key: TenantDep, service: ServiceDep,
+async def create_completion(raw: CompletionBody, request: Request, key: TenantDep, service: ServiceDep,
                             x_workload_class: WorkloadClassHeader = None) -> CompletionResponse | Response:
     ctx = get_context(request)
+    body = await validated(CompletionRequest, raw, len(await request.body()))  # large bodies: in a worker thread
     _check_model(body, service)
-    sampling = sampling_params(body, logprobs=body.logprobs)
+    sampling = await service.state.grammar.run(key.tenant, sampling_params, body, logprobs=body.logprobs) \
+        if _constrained(body) else sampling_params(body, logprobs=body.logprobs)  # schemas checked off the loop
     cls = explicit_class(body.workload_class, x_workload_class)
     prompts = body.prompts
     inputs = [InferenceInput(route="completions", prompt=Prompt(text=p) if isinstance(p, str) else Prompt(token_ids=p),
@@ -187,11 +189,12 @@ async def create_chat_completion(raw: ChatBody, request: Request, key: TenantDep
     _check_model(body, service)
     if body.top_logprobs and not body.logprobs:
         raise APIError("invalid_request", "top_logprobs needs logprobs: true", param="top_logprobs")
-    # Tool and output schemas are built and checked in a worker thread when there are any: 500 tools or a
-    # 10,000-item enum take a second, during which the event loop would answer nobody.
+    # Tool and output schemas are built and checked on the grammar executor (this tenant's share of its threads,
+    # gateway/grammar_executor.py) when there are any: 500 tools or a 10,000-item enum take a second, during
+    # which the event loop would answer nobody.
     parser = parser_for(service.model_folder)
     build = functools.partial(_chat_input, body, explicit_class(body.workload_class, x_workload_class), parser)
-    calls, inp = await asyncio.to_thread(build) if body.tools or _constrained(body) else build()
+    calls, inp = await service.state.grammar.run(key.tenant, build) if body.tools or _constrained(body) else build()
     choices = await prepare_choices(service, ctx, key, [inp], body.n)
     tok = service.tokenizer
     if body.stream:
@@ -212,7 +215,7 @@ async def create_chat_completion(raw: ChatBody, request: Request, key: TenantDep
         workload_class=choices[0].admitted.cls.name)
 
 
-def _constrained(body: ChatCompletionRequest) -> bool:
+def _constrained(body: SamplingFields) -> bool:
     return any(f is not None for f in (body.response_format, body.guided_json, body.guided_choice,
                                        body.structured_outputs))
 
@@ -223,7 +226,8 @@ def _chat_input(body: ChatCompletionRequest, workload_class: str | None,
     calls = tool_schema(body)
     return calls, InferenceInput(route="chat", prompt=_chat_prompt(body, parser), max_tokens=body.output_limit,
                                  sampling=sampling_params(body, logprobs=body.num_logprobs, tool_schema=calls),
-                                 explicit_class=workload_class, temperature_unset=body.temperature is None)
+                                 explicit_class=workload_class, temperature_unset=body.temperature is None,
+                                 tools=len(body.tools or []))
 
 
 @router.get("/models", response_model=ModelList, responses=ERROR_RESPONSES)

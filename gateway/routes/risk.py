@@ -22,6 +22,7 @@ from fastapi.responses import Response
 
 from core.keys import KeyInfo
 from core.web.context import get_context
+from core.web.errors import APIError
 from core.web.responses import STREAMING_RESPONSES
 from engine.outputs import RequestOutput, TokenLogprobs
 from engine.request import SamplingParams
@@ -140,6 +141,9 @@ async def _rule_scored(body: RiskAssessRequest, request: Request, key: KeyInfo, 
 def _verdict_schema(body: RiskAssessRequest, class_schema: str) -> str | None:
     """The schema text the answer decodes under, or None for free text."""
     if body.format == "text":
+        if body.response_schema is not None:  # a schema the answer would silently not follow: refused, not ignored
+            raise APIError("invalid_request", "format \"text\" answers in free text: it takes no response_schema "
+                           "(send format \"json\" to decode under the schema)", param="response_schema")
         return None
     if body.response_schema is not None:
         # Checked like the OpenAI routes' schemas (depth, JSON Schema meta-schema) before a prompt is built from it.

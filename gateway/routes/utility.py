@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, parse_body, request_body
@@ -43,7 +43,7 @@ class TokenizeRequest(UtilityModel):
 
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatTurn] | None = None
+    messages: Annotated[list[ChatTurn], Field(fail_fast=True)] | None = None  # first bad turn only (openai.py)
     add_special_tokens: bool = True  # text only: BOS as the completions route adds it
     add_generation_prompt: bool = True  # messages only: end with the assistant's turn opener
     return_token_strs: bool = False
@@ -58,7 +58,7 @@ class TokenizeResponse(BaseModel):
 
 class DetokenizeRequest(UtilityModel):
     model: str | None = None
-    tokens: list[TokenId]
+    tokens: Annotated[list[TokenId], Field(fail_fast=True)]
 
 
 class DetokenizeResponse(BaseModel):

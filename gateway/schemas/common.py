@@ -3,7 +3,7 @@
 
 The bounds are the edge's promise that the engine only ever sees numbers it can compute with
 (docs/ERRORS.md, `invalid_request`): a temperature between 0 and MIN_TEMPERATURE divides the logits
-into infinities, a seed must fit torch's 64-bit generator, and so on.
+into infinities, a seed must fit the sampler's 64-bit seeded stream, and so on.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from policies.model import CLASS_NAME_PATTERN  # the policy's own rule; the app 
 
 MIN_TEMPERATURE = 0.01  # below this (but above 0, greedy) logits / T overflow float32 for ordinary logits
 MAX_TEMPERATURE = 2.0
-SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes [0, 2^64)
+SEED_LIMIT = 2**64  # the sampler's seeded stream (engine/sampler_draw.py) takes [0, 2^64)
 MAX_REPETITION_PENALTY = 10.0
 MIN_REPETITION_PENALTY = 0.01  # logits are divided by it: like a temperature, it must not reach 0
 INT32_LIMIT = 2**31  # token ids, counts: anything larger cannot be a real value and would overflow kernels

@@ -4,7 +4,8 @@ No silent ignores: every field a model declares here is implemented; every other
 OpenAI's or vLLM's request schemas is listed in gateway/schemas/openai_fields.py and accepted
 only with a value that changes nothing, else refused with 400 `unsupported_parameter` naming
 it (`param`); a field of neither is refused the same way. A known field of the wrong type is
-`invalid_request`.
+`invalid_request`. /openapi.json says the same: the request schemas list the not-used fields with the
+values accepted (`enum`) and `additionalProperties: false`.
 """
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ from gateway.schemas.common import (
 from gateway.schemas.openai_fields import CHAT_NOT_USED, COMPLETION_NOT_USED, unsupported_extra
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
-TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+# Request lists stop at their first bad item (fail_fast): a 1.5 MB body of 500,000 `{}` prompts made pydantic
+# build 500,002 errors while the event loop waited (issue 45); one error per list says what is wrong as well.
+TokenIds = Annotated[list[TokenId], Field(min_length=1, fail_fast=True)]
 # Choices per request: n, and prompts x n on /v1/completions. Each choice is one engine request
 # (sharing its prompt's cached blocks); more than a batch's worth from one HTTP request would let
 # one client fill a class's running slots and queue on its own, so separate requests are the way.
@@ -40,13 +43,24 @@ MAX_CHOICES = 8
 Logprobs = Annotated[int, Field(ge=0, le=MAX_LOGPROBS)]
 LogitBias = Annotated[float, Field(ge=-MAX_LOGIT_BIAS, le=MAX_LOGIT_BIAS)]
 MinP = Annotated[float, Field(ge=0.0, le=1.0)]
-Choices = Annotated[list[NonEmptyText], Field(min_length=1)]
+Choices = Annotated[list[NonEmptyText], Field(min_length=1, fail_fast=True)]
+
+
+def _closed(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """The request's JSON Schema as the route enforces it: its fields, each field finserve does not implement
+    with only the values that change nothing, and nothing else (`unsupported_parameter`)."""
+    props = schema.setdefault("properties", {})
+    for name, values in getattr(model, "_not_used", {}).items():
+        props.setdefault(name, {"enum": list(values), "description": "not implemented by finserve: accepted "
+                                "only with a value that changes nothing (gateway/schemas/openai_fields.py)"})
+    schema["additionalProperties"] = False
 
 
 class StructuredOutputs(EdgeModel):
     """vLLM's `structured_outputs`: exactly one constraint (its grammar / structural_tag are not supported)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    # Another key is refused unless it is null (SamplingFields.unsupported), as the schema says.
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"additionalProperties": {"type": "null"}})
     json_: dict[str, Any] | str | None = Field(None, alias="json")
     regex: NonEmptyText | None = None
     choice: Choices | None = None
@@ -78,7 +92,7 @@ class SamplingFields(EdgeModel):
     Extra fields are kept (`model_extra`) so that `unsupported()` can name them; none is ignored.
     """
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra=_closed)
     _not_used: ClassVar[dict[str, tuple[Any, ...]]] = {}
 
     model: str | None = None  # optional: one model is served; a different name is 404 model_not_found
@@ -90,8 +104,8 @@ class SamplingFields(EdgeModel):
     min_tokens: TokenCount = 0
     repetition_penalty: RepetitionPenalty | None = None
     seed: Seed | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[TokenId] | None = None
+    stop: str | Annotated[list[str], Field(fail_fast=True)] | None = None
+    stop_token_ids: Annotated[list[TokenId], Field(fail_fast=True)] | None = None
     ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -130,8 +144,8 @@ class SamplingFields(EdgeModel):
 
 class CompletionRequest(SamplingFields):
     _not_used: ClassVar[dict[str, tuple[Any, ...]]] = COMPLETION_NOT_USED
-    prompt: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1, max_length=MAX_CHOICES)] | TokenIds \
-        | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_CHOICES)]
+    prompt: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1, max_length=MAX_CHOICES, fail_fast=True)] \
+        | TokenIds | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_CHOICES, fail_fast=True)]
     echo: bool = False  # the prompt's text is prepended to each choice's text
     logprobs: Logprobs | None = None  # the chosen token's logprob and this many alternatives per token
 
@@ -175,9 +189,9 @@ class MessageToolCall(EdgeModel):
 class ChatMessage(EdgeModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | Annotated[list[TextPart], Field(fail_fast=True)] | None = None
     name: str | None = None
-    tool_calls: list[MessageToolCall] | None = None  # assistant turns that called tools
+    tool_calls: Annotated[list[MessageToolCall], Field(fail_fast=True)] | None = None  # assistant turns that called tools
     tool_call_id: str | None = None  # a tool's answer: which call it answers
 
     def text(self) -> str:
@@ -221,11 +235,11 @@ class NamedToolChoice(EdgeModel):
 
 class ChatCompletionRequest(SamplingFields):
     _not_used: ClassVar[dict[str, tuple[Any, ...]]] = CHAT_NOT_USED
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, fail_fast=True)
     max_completion_tokens: MaxTokens | None = None  # newer OpenAI name of max_tokens
     logprobs: bool = False
     top_logprobs: Logprobs | None = None  # alternatives per token; needs logprobs: true (OpenAI's rule)
-    tools: list[ToolDef] | None = None  # see gateway/tools.py for what each tool_choice does
+    tools: Annotated[list[ToolDef], Field(fail_fast=True)] | None = None  # see gateway/tools.py for what each tool_choice does
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
 
     @property

@@ -37,7 +37,8 @@ class RiskAssessRequest(EdgeModel):
         "json", description="json: a verdict constrained to the schema (the class's policy schema unless "
                             "response_schema is given); text: a free-text answer.")
     response_schema: dict[str, Any] | None = Field(
-        None, description="A JSON Schema for this request's verdict, instead of the class's policy schema.")
+        None, description="A JSON Schema for this request's verdict, instead of the class's policy schema "
+                          "(format json only: with format text it is refused, 400).")
 
 
 class RiskAssessment(BaseModel):

@@ -20,6 +20,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from core.db.models import LEDGER_STATUSES
+from ledger.csvcell import safe_cell
 from ledger.fields import VERSION_FIELDS
 from ledger.reports import charts
 from ledger.reports.budget import ALERT_RULES, BURN_WINDOWS, EXHAUSTION_WINDOW
@@ -127,9 +128,9 @@ def _csv(report: dict[str, Any]) -> str:
     ledger = _ledger_columns(report["ledger"])
     rows = [{**r, **ledger} for r in rows]
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS)  # CRLF lines (RFC 4180): a CR in a cell is then quoted
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: safe_cell(v) for k, v in r.items()} for r in rows)  # tenant names are the client's text
     return buf.getvalue()
 
 

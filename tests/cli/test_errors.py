@@ -1,6 +1,7 @@
 """Failures a user meets first: one line on stderr with cause and fix, an exit code a script can test."""
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def test_bad_policy_file_is_bad_configuration(cli: Cli, tmp_path: Path) -> None:
     assert one_line(res.stderr).startswith("error: bad policy: ") and "not valid TOML" in res.stderr
 
 
-def test_unmigrated_database_says_upgrade(cli: Cli) -> None:
+def test_unmigrated_database_says_upgrade(cli: Cli, cli_env: dict[str, str]) -> None:
+    Path(cli_env["FINSERVE_DATABASE_URL"].removeprefix("sqlite:///")).touch()  # a database without tables
     res = cli("jobs", "list")
     assert res.exit_code == ExitCode.CONFIG and "run `finserve db upgrade`" in one_line(res.stderr)
 
@@ -78,6 +80,27 @@ def test_usage_errors_exit_1(cli: Cli, args: tuple[str, ...]) -> None:
     res = cli(*args)
     assert res.exit_code == ExitCode.USAGE == 1, res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("args,line", [
+    (("jobs", "list", "--bogus"), "error: No such option: --bogus (see `finserve jobs list --help`)\n"),
+    (("jobs", "submit"), "error: Missing argument 'file' (see `finserve jobs submit --help`)\n"),
+    (("nosuchcommand",), "error: No such command 'nosuchcommand' (see `finserve --help`)\n"),
+])
+def test_usage_errors_are_one_line_with_the_help_to_read(args: tuple[str, ...], line: str) -> None:
+    """The README promises one line per failure; click printed the usage, a hint and a boxed message."""
+    from typer.testing import CliRunner
+
+    from finserve.cli import app
+
+    res = CliRunner().invoke(app, list(args), prog_name="finserve")
+    assert res.exit_code == ExitCode.USAGE and res.stdout == ""
+    assert one_line(res.stderr) == line
+
+
+def test_a_group_without_a_command_still_shows_its_help(cli: Cli) -> None:
+    res = cli("ledger")
+    assert "verify" in res.output and "error:" not in res.output
 
 
 def test_locked_sqlite_database() -> None:
@@ -173,3 +196,28 @@ def test_bad_engine_option_of_generate_is_one_line_exit_1(cli: Cli, tmp_path: Pa
     res = cli("generate", "--prompt", "hi", "--model", str(tmp_path), flag, value)
     assert res.exit_code == ExitCode.USAGE, res.output
     assert one_line(res.stderr).startswith("error: ") and f"not '{value}'" in res.stderr
+
+
+@pytest.mark.parametrize("args", [("generate", "--prompt", "hi"), ("serve",), ("kv-plan",)])
+@pytest.mark.parametrize("config,named", [
+    ({"model_type": "llama", "quantization_config": {"quant_method": "gptq"}}, "'quantization_config'"),
+    ({"model_type": "mamba"}, "model_type 'mamba' is not supported"),
+])
+def test_a_model_finserve_does_not_run_is_one_line_exit_3(cli: Cli, tmp_path: Path, args: tuple[str, ...],
+                                                          config: dict[str, object], named: str) -> None:
+    shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "vocab_size": 100}
+    (tmp_path / "config.json").write_text(json.dumps({**shape, **config}))
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 8)
+    res = cli(*args, "--model", str(tmp_path))
+    assert res.exit_code == ExitCode.CONFIG == 3, res.output
+    line = one_line(res.stderr)
+    assert named in line and "cannot be served" in line and "unexpected" not in line, line
+
+
+def test_an_unsupported_model_met_while_loading_is_a_configuration_error() -> None:
+    """Loaded without stack.models.check_model (an engine built in code): still one line, exit 3."""
+    from engine.model.families import UnsupportedModel
+
+    err = explain(UnsupportedModel("config.json field 'num_experts': not implemented for model_type 'qwen2'"))
+    assert err is not None and err.code == ExitCode.CONFIG and "'num_experts'" in err.message

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from finserve.commands.up import _examples
 from tests.cli.conftest import Cli
 
@@ -29,6 +31,7 @@ def test_generate_streams_text_and_times_on_stderr_by_default(cli: Cli, tiny_mod
 
 
 def test_keys_list_table_and_json(cli: Cli) -> None:
+    assert cli("db", "upgrade").exit_code == 0  # keys list reads an existing database only (tests/cli/test_database.py)
     # The last stderr line: an earlier test's logging setup may still write to stderr (migrations).
     assert cli("keys", "list").stderr.splitlines()[-1].startswith("no keys (create one with `finserve keys create")
     assert json.loads(cli("keys", "list", "--output", "json").stdout) == []
@@ -92,3 +95,59 @@ def test_up_examples_name_the_port_it_started_on() -> None:
 def test_up_help_documents_every_port(cli: Cli) -> None:
     flat = " ".join(cli("up", "--help").stdout.split())
     assert "Ports opened:" in flat and "--port" in flat and "--redis-port" in flat and "The worker opens none" in flat
+
+
+DATA_COMMANDS = [("keys", "create"), ("keys", "list"), ("keys", "revoke"), ("db", "upgrade"), ("jobs", "submit"),
+                 ("jobs", "watch"), ("jobs", "cancel"), ("jobs", "list"), ("jobs", "resume"), ("report",),
+                 ("ledger", "verify"), ("ledger", "prune"), ("ledger", "replay"), ("timeline",), ("generate",),
+                 ("kv-plan",), ("sweep",)]
+
+
+@pytest.mark.parametrize("path", DATA_COMMANDS, ids=" ".join)
+def test_commands_that_print_data_take_output_and_hide_json(cli: Cli, path: tuple[str, ...]) -> None:
+    """One spelling everywhere: `--output table|json`; `--json` (ledger's older flag) works but is not offered."""
+    flat = " ".join(cli(*path, "--help").stdout.split())
+    assert "--output" in flat and "<table|json>" in flat
+    assert "--json " not in flat and "--json│" not in flat.replace(" ", "")
+
+
+def test_the_deprecated_json_flag_still_works(cli: Cli) -> None:
+    assert cli("db", "upgrade").exit_code == 0
+    res = cli("ledger", "verify", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["verified"] is True
+
+
+def test_report_is_a_table_for_people_and_json_for_scripts(cli: Cli, cli_env: dict[str, str]) -> None:
+    """`finserve report` printed its whole JSON document (thousands of lines) to a terminal; a class with no
+    decoded token (TPOT null on every row) shows n/a, not 0.0."""
+    from datetime import UTC, datetime, timedelta
+
+    from core.db.base import make_engine, make_session_factory
+    from core.db.models import RequestLedger
+    from tests.ledger.factories import T0, make_row
+
+    assert cli("db", "upgrade").exit_code == 0
+    ago = (datetime.now(UTC) - timedelta(hours=1) - T0).total_seconds()
+    rows = [make_row(f"risk-{i}", at_s=ago + i) for i in range(3)]
+    rows += [make_row(f"bulk-{i}", at_s=ago + i, tenant="globex", workload_class="bulk_extraction",
+                      route="extraction", tpot_ms=None) for i in range(2)]
+    engine = make_engine(cli_env["FINSERVE_DATABASE_URL"])
+    with make_session_factory(engine)() as s:
+        s.add_all(RequestLedger(**r.to_dict()) for r in rows)
+        s.commit()
+    engine.dispose()
+
+    table = cli("report")
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert len(lines) < 20 and lines[0].startswith("SLO report ")
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if line.startswith(("│", "┃"))]
+    header = [c.strip() for c in next(line for line in lines if line.startswith("┃")).split("┃")[1:-1]]
+    by_row = {(r[0], r[1]): dict(zip(header, r, strict=True)) for r in cells if len(r) == len(header)}
+    assert by_row[("bulk_extraction", "globex")]["TPOT p50"] == "n/a" == by_row[("bulk_extraction", "all")]["TPOT p99"]
+    assert by_row[("realtime_risk", "acme")]["TPOT p50"] == "10.0" and by_row[("realtime_risk", "all")]["requests"] == "3"
+    doc = json.loads(cli("report", "--output", "json").stdout)
+    assert doc["classes"]["bulk_extraction"]["latency_ms"]["tpot"]["p50"] is None
+    assert doc["tenants"]["acme"]["realtime_risk"]["requests"] == 3
+    assert cli("report", "--format", "csv").stdout.startswith("scope,tenant,workload_class")

@@ -11,9 +11,12 @@ import yaml
 
 from core.settings import Settings
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
+DOCKERFILE = DEPLOY / "Dockerfile"
 K8S = DEPLOY / "k8s"
+DEPLOY_DOC = ROOT / "docs" / "DEPLOY.md"
 
 
 def compose() -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Quantized matmuls on the kernel library's thread pool (kernels/decode_step.c fs_qgemm): the same sums
-as the OpenMP qgemm on every ISA variant, for any thread count; two engines' threads using the pool at once."""
+"""Quantized matmuls on the kernel library's thread pool (kernels/gemm.c fs_qgemm, pairing weight groups): the same
+sums as the one-group reference (fs_qgemm_ref) on every ISA variant, for any thread count; two engines' threads using
+the pool at once."""
 from __future__ import annotations
 
 import pytest
@@ -21,7 +22,7 @@ needs_kernels = pytest.mark.skipif(not VARIANTS, reason="native kernels not buil
 # (on `amx`, rows past a multiple of 16 take the AVX-512 tiles: 70 and 130 rows mix both; 48 rows are all tiles)
 @pytest.mark.parametrize("m,n,k", [(1, 48, 64), (5, 37, 72), (70, 200, 96), (130, 17, 33), (70, 520, 96),
                                    (9, 1030, 40), (48, 64, 576)])
-def test_pool_matmul_equals_the_openmp_kernel_on_every_variant(kind: str, act16: bool, m: int, n: int, k: int) -> None:
+def test_pool_matmul_equals_the_reference_kernel_on_every_variant(kind: str, act16: bool, m: int, n: int, k: int) -> None:
     g = torch.Generator().manual_seed(m + n + k)
     qw, x, b = quantize(torch.randn(n, k, generator=g), kind), torch.randn(m, k, generator=g), torch.randn(n, generator=g)
     for isa in VARIANTS:

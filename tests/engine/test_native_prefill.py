@@ -1,6 +1,6 @@
-"""Short-context prefill through the fused native step (engine/model_runner.py NATIVE_PREFILL_MEAN_CONTEXT):
-which chunks take it, that they do in a real engine, and that a prompt computed so gives the bits the
-batch-invariant engine (which runs every token through the native step) gives."""
+"""Short-context prefill through the fused native step (engine/execution_path.py): which chunks take it, that the
+limit is chosen once at load from the kernel ISA, that they do take it in a real engine, and that a prompt computed so
+gives the bits the batch-invariant engine (which runs every token through the native step) gives."""
 from __future__ import annotations
 
 import random
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from engine.engine import LLMEngine
+from engine.execution_path import NATIVE_PREFILL_BY_ISA, ExecutionPath, choose
 from engine.model import cpu_kernels
 from engine.model.attention import AttentionMetadata, PrefillMeta
-from engine.model_runner import NATIVE_PREFILL_BY_ISA, ModelRunner, native_prefill_limit
 from engine.request import EngineRequest, SamplingParams
 from tests.engine.test_native_step import SHAPES, make_engine, needs_kernels
 
@@ -29,19 +29,28 @@ def _meta(*chunks: tuple[int, int]) -> AttentionMetadata:
                              decode_mask=None, decode_ctx=None, native_decode=False)
 
 
-def test_short_context_chunks_take_the_native_step_and_deep_ones_the_torch_model() -> None:
-    limit = native_prefill_limit()
-    assert ModelRunner._native_prefill(_meta((0, 2 * limit)))  # mean context exactly the limit
-    assert not ModelRunner._native_prefill(_meta((0, 2 * limit + 2)))
-    assert ModelRunner._native_prefill(_meta((0, 64), (100, 32)))  # a question after a short cached prefix
-    assert not ModelRunner._native_prefill(_meta((2 * limit, 64)))  # a chunk deep in a document
-    assert not ModelRunner._native_prefill(_meta((0, 16), (2 * limit, 64)))  # weighted by tokens: the deep one rules
-    assert not ModelRunner._native_prefill(_meta())  # decode only: the native decode path, not this one
+@pytest.mark.parametrize("limit", [256, 16384])
+def test_short_context_chunks_take_the_native_step_and_deep_ones_the_torch_model(limit: int) -> None:
+    path = ExecutionPath(native=True, prefill_limit=limit, reason="")
+    assert path.route(_meta((0, 2 * limit))) == "native"  # mean context exactly the limit
+    assert path.route(_meta((0, 2 * limit + 2))) == "torch"
+    assert path.route(_meta((0, 64), (100, 32))) == "native"  # a question after a short cached prefix
+    assert path.route(_meta((2 * limit, 64))) == "torch"  # a chunk deep in a document
+    assert path.route(_meta((0, 16), (2 * limit, 64))) == "torch"  # weighted by tokens: the deep one rules
+    assert path.route(_meta()) == "torch"  # no chunk and no native decode rows: nothing for the native step
 
 
-def _generate(model: Path, prompt: list[int], invariant: bool) -> tuple[list[int], list[float], dict[str, int]]:
+def test_batch_invariance_runs_every_step_natively_and_no_native_step_none() -> None:
+    invariant = choose(why_not_native=None, isa="avx2", batch_invariant=True)
+    assert invariant.prefill_limit is None and invariant.route(_meta((10**6, 64))) == "native"
+    off = choose(why_not_native="dense weights", isa="avx512", batch_invariant=False)
+    assert not off.native and off.route(_meta((0, 8))) == "torch" and "dense weights" in off.reason
+
+
+def _generate(model: Path, prompt: list[int], invariant: bool,
+              native_prefill_context: int | None = None) -> tuple[list[int], list[float], dict[str, int]]:
     """4 greedy tokens and their logprobs; how often the native step and the torch model ran."""
-    engine = make_engine(model, "q4", batch_invariant=invariant)
+    engine = make_engine(model, "q4", batch_invariant=invariant, native_prefill_context=native_prefill_context)
     runner = engine.runner
     native = runner.native_step
     assert native is not None
@@ -79,22 +88,28 @@ def test_a_short_prompt_is_prefilled_natively_with_the_invariant_engines_bits(
     assert _generate(model, prompt, invariant=True)[:2] == (tokens, logprobs)
 
 
+@needs_kernels
 @pytest.mark.parametrize("isa", cpu_kernels.supported_variants())
-def test_the_limit_is_the_kernels_isa_one(isa: str) -> None:
-    """AVX-512 kernels out-run MKL + SDPA to longer contexts than AVX2 ones (engine/model_runner.py)."""
+def test_the_limit_is_the_kernels_isa_one_chosen_at_load(make_tiny_model: Callable[..., Path], isa: str) -> None:
+    """AVX-512 kernels out-run MKL + SDPA to longer contexts than AVX2 ones (engine/execution_path.py)."""
     try:
-        cpu_kernels.configure(isa=isa)
-        assert native_prefill_limit() == NATIVE_PREFILL_BY_ISA[isa]
+        engine = make_engine(make_tiny_model(**SHAPES["gqa"]), "q4", kernel_isa=isa)
+        assert engine.runner.path.native and engine.runner.path.prefill_limit == NATIVE_PREFILL_BY_ISA[isa]
+        assert isa in engine.runner.path.reason
     finally:
         cpu_kernels.configure()
     assert NATIVE_PREFILL_BY_ISA["avx512"] > NATIVE_PREFILL_BY_ISA["avx2"]
 
 
-@pytest.mark.parametrize("limit", [-1])
-def test_the_limit_below_zero_keeps_every_prefill_on_the_torch_model(limit: int,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("engine.model_runner.NATIVE_PREFILL_MEAN_CONTEXT", limit)
-    assert not ModelRunner._native_prefill(_meta((0, 1)))
+@needs_kernels
+def test_a_limit_below_zero_given_at_load_keeps_every_prefill_on_the_torch_model(
+        make_tiny_model: Callable[..., Path]) -> None:
+    model = make_tiny_model(**SHAPES["gqa"])
+    prompt = [random.Random(0).randrange(100, 40000) for _ in range(40)]
+    tokens, logprobs, calls = _generate(model, prompt, invariant=False, native_prefill_context=-1)
+    assert calls["native"] == 0 and calls["torch"] >= 1, calls  # the prefill went to the torch model
+    assert ExecutionPath(True, -1, "").route(_meta((0, 1))) == "torch"
+    assert len(tokens) == 4
 
 
 def _three_tokens(engine: LLMEngine, prompt: list[int]) -> tuple[list[int], list[float]]:
@@ -126,9 +141,9 @@ def test_a_step_past_the_kernels_call_size_is_split_with_the_same_bits(make_tiny
         def __getattr__(self, name: str) -> object:
             return getattr(self.lib, name)
 
-        def fs_forward(self, handle: object, rows: int, *rest: object) -> int:
-            call_rows.append(rows)
-            return int(self.lib.fs_forward(handle, rows, *rest))  # type: ignore[attr-defined]
+        def fs_forward(self, handle: object, call: object) -> int:  # call: byref(kernel_abi.Batch)
+            call_rows.append(call._obj.n_tokens)  # type: ignore[attr-defined]
+            return int(self.lib.fs_forward(handle, call))  # type: ignore[attr-defined]
 
     for budget in (64, max_batch + 40):  # the second: the whole prompt in one step, over two native calls
         engine = make_engine(model, "q4", batch_invariant=True, max_num_batched_tokens=budget)

@@ -33,12 +33,12 @@ SHAPES = {
 }
 
 
-def make_engine(model_dir: Path, weights: str, **kw: object) -> LLMEngine:
+def make_engine(model_dir: Path, weights: str, native_prefill_context: int | None = None, **kw: object) -> LLMEngine:
     cfg: dict[str, object] = {"model": str(model_dir), "policy": load_policy(), "block_size": 4,
                               "num_blocks_override": 256, "max_num_batched_tokens": 64, "num_threads": 2,
                               "weights": weights}
     cfg.update(kw)
-    return LLMEngine(EngineConfig(**cfg))  # type: ignore[arg-type]
+    return LLMEngine(EngineConfig(**cfg), native_prefill_context=native_prefill_context)  # type: ignore[arg-type]
 
 
 def compare_steps(engine: LLMEngine, steps: int = 6) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -232,10 +232,11 @@ def test_a_bucket_missing_a_count_runs_what_the_measured_buckets_prefer() -> Non
 @pytest.mark.parametrize("mode", ["plain", "lent", "lent-helper-stalls"])
 def test_two_thread_steps_are_one_threads_bits_lent_or_not_and_with_a_helper_descheduled(
         make_tiny_model: Callable[..., Path], mode: str) -> None:
-    """Lent phases (kernels/decode_step.c lend_for): a helper's tasks copied into place by the caller, or computed
-    again by it when the helper stops (here made to sleep 300 us after every 3rd claim, then finish into nothing
-    anybody reads, in a later phase or step): the logits of one thread, bit for bit."""
-    lib = cpu_kernels._library()
+    """Lent phases (kernels/lend.c fs_lend_for): a helper's tasks copied into place by the caller, or computed again
+    by it when the helper stops (here made to sleep 300 us after every 3rd claim, then finish into nothing anybody
+    reads, in a later phase or step): the logits of one thread, bit for bit. The switches and counters are test hooks:
+    the step runs on the test library (the generic code with them), built beside the engine's own."""
+    lib = cpu_kernels.test_library()
     assert lib is not None
     model = make_tiny_model(**SHAPES["gqa-ffn-1040"])
     logits = {}
@@ -245,9 +246,7 @@ def test_two_thread_steps_are_one_threads_bits_lent_or_not_and_with_a_helper_des
             lib.fs_set_lend(int(mode != "plain"))
             lib.fs_set_lend_stall(3 if mode == "lent-helper-stalls" and threads == 2 else 0)
             engine = make_engine(model, "q4")
-            native = engine.runner.native_step
-            assert native is not None
-            native.governor = ThreadGovernor(threads)
+            native = engine.runner.native_step = NativeDecoder(lib, engine.runner.model, threads)
             native.governor.pick = lambda *a, t=threads, **k: t  # type: ignore[method-assign]
             lib.fs_lend_counts(counts)
             logits[threads] = [got for _, got in compare_steps(engine, steps=12)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.model.attention import AttentionMetadata, paged_attention
+from engine.model.attention import AttentionMetadata, LayerAttention, paged_attention
 from engine.model.cpu_kernels import paged_decode_kernel
 
 
@@ -44,6 +44,27 @@ def test_native_decode_matches_gather_and_sdpa(heads, kv_heads, head_dim, lens):
     want = paged_attention(q, k, v, kc.clone(), vc.clone(), torch_meta)
     got = paged_attention(q, k, v, kc.clone(), vc.clone(), native_meta)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(paged_decode_kernel() is None, reason="no C compiler on this machine")
+@pytest.mark.parametrize("window", [1, 4, 16, 600])
+def test_a_sliding_window_sees_the_same_keys_on_every_decode_path(window: int) -> None:
+    """A sliding layer's decode: the native kernel over each sequence's last `window` slots, the gather path under a
+    window mask, and a dense reference over exactly the keys q - window < k <= q all agree."""
+    lens = [1, 5, 17, 64, 33, 700]
+    q, k, v, kc, vc, slots, ctx = _case(8, 2, 32, lens)
+    last = slots[torch.arange(len(lens)), ctx - 1]
+    mask = (torch.arange(slots.shape[1])[None, :] < ctx[:, None])[:, None, None, :]
+    layer = LayerAttention(window=window)
+    got_torch = paged_attention(q, k, v, kc.clone(), vc.clone(), AttentionMetadata(last, [], 0, slots, mask), layer)
+    got_native = paged_attention(q, k, v, kc.clone(), vc.clone(),
+                                 AttentionMetadata(last, [], 0, slots, None, decode_ctx=ctx, native_decode=True), layer)
+    for b, n in enumerate(lens):
+        keys = slots[b, max(0, n - window) : n]
+        kd, vd = kc[keys].transpose(0, 1), vc[keys].transpose(0, 1)  # [KVH, L, D]
+        want = torch.nn.functional.scaled_dot_product_attention(q[b].view(2, 4, 32), kd, vd).reshape(8, 32)
+        torch.testing.assert_close(got_torch[b], want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got_native[b], want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.skipif(paged_decode_kernel() is None, reason="no C compiler on this machine")

@@ -153,6 +153,31 @@ def test_shape_from_folder_reads_config_and_counts_safetensors(tmp_path: Path) -
     assert any("max_position" in n for n in _plan(shape, context=513).notes)
 
 
+def test_sliding_window_layers_are_counted_at_their_window_beside_the_engines_capacity() -> None:
+    """Gemma-2-like: 4 layers, every other one sliding over 512 tokens. The model needs 2 layers x 4096 + 2 x 512
+    tokens of K/V a request; the engine's pool (and its capacity figure) still holds all 4 layers in full."""
+    full = ModelShape(num_layers=4, num_kv_heads=2, head_dim=64, num_params=1000)
+    sliding = replace(full, layer_windows=(512, None, 512, None))
+    plan = _plan(sliding, context=4096, memory=1000 * 4 + 64 * 2**20)
+    v, plain = plan.configured, _plan(full, context=4096, memory=1000 * 4 + 64 * 2**20).configured
+    per_layer_token = 2 * 2 * 64 * 4
+    assert v.request_bytes_windowed == per_layer_token * (2 * 4096 + 2 * 512)
+    assert (v.max_concurrent, v.num_blocks) == (plain.max_concurrent, plain.num_blocks)  # what the engine can run
+    assert v.max_concurrent_windowed == (64 * 2**20) // v.request_bytes_windowed > v.max_concurrent
+    assert any("2 of 4 layers attend over a sliding window of 512" in n and "does not free" in n for n in plan.notes)
+    assert plain.request_bytes_windowed is None and not any("sliding" in n for n in _plan(full).notes)
+    short = _plan(sliding, context=256).configured  # within the window: no saving
+    assert short.request_bytes_windowed == short.request_bytes_exact
+
+
+def test_shape_from_folder_reads_the_sliding_layers(tmp_path: Path) -> None:
+    config = {"model_type": "gemma2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 100,
+              "sliding_window": 128}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert shape_from_folder(tmp_path).layer_windows == (128, None, 128, None)
+
+
 def test_planner_imports_no_torch() -> None:
     code = "import sys, engine.planner; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2]).returncode == 0

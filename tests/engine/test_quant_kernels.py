@@ -31,7 +31,7 @@ def test_every_variant_matches_the_torch_mirror(kind: str, act16: bool, m: int, 
     outs = {}
     for isa in VARIANTS:
         lib = cpu_kernels.load_variant(isa)
-        assert lib is not None and cpu_kernels.ISA_VARIANTS[lib.finserve_kernel_isa()] == isa
+        assert lib is not None and cpu_kernels.ISA_VARIANTS[lib.fs_kernel_isa()] == isa
         outs[isa] = cpu_kernels.qgemm(lib, qw.kernel, x, qw.packed, qw.scales, qw.mins, n, b, act16)
         torch.testing.assert_close(outs[isa], want, rtol=1e-5, atol=1e-4)
     # Same integer sums and the same float operations in the same order: identical on every ISA.

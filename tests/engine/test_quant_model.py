@@ -16,6 +16,7 @@ from bench.quality import (
 )
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
+from engine.execution_path import choose
 from engine.model import cpu_kernels
 from engine.model.quant import QuantizedLinear
 from engine.tokenizer import Tokenizer
@@ -38,7 +39,9 @@ def use_torch_mirror(engine: LLMEngine) -> int:
     linears = [model.lm_head] + [lin for layer in model.layers
                                  for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)]
     quantized = [lin for lin in linears if isinstance(lin, QuantizedLinear)]
-    engine.runner.native_step = None  # the fused step calls the kernels directly: off, so the mirror is used
+    # the fused step calls the kernels directly: off (its path chosen again without it), so the mirror is used
+    engine.runner.native_step = None
+    engine.runner.path = choose(why_not_native="the torch mirror (test)", isa=None, batch_invariant=False)
     for lin in quantized:
         lin.lib, lin.mirror = None, True
     return len(quantized)

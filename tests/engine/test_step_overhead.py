@@ -70,9 +70,7 @@ def test_native_embedding_rows_are_the_dequantized_rows(isa: str, kind: str) -> 
     w = torch.randn(200, 72, generator=torch.Generator().manual_seed(1))  # K = 72: a partial last block
     qw = quantize(w, kind)
     ids = torch.tensor([0, 199, 17, 17, 64, 15, 16], dtype=torch.int64)
-    out = torch.empty((ids.numel(), 72))
-    lib.fs_dequant_rows(int(qw.kernel), qw.packed.data_ptr(), qw.scales.data_ptr(),
-                        0 if qw.mins is None else qw.mins.data_ptr(), 72, ids.numel(), ids.data_ptr(), out.data_ptr())
+    out = cpu_kernels.dequant_rows(lib, qw.kernel, qw.packed, qw.scales, qw.mins, 72, ids)
     want = dequantize(qw)[ids]
     assert torch.equal(out, want)
     assert torch.equal(embedding_rows(qw, ids), want)  # the numpy lookup of the torch model

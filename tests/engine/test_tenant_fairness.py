@@ -102,3 +102,47 @@ def test_fair_queueing_stays_inside_a_priority():
         sim.add(f"d{i}", 4, "docs", tenant="a", max_tokens=1)
     sim.add("u0", 4, "urgent", tenant="b", max_tokens=1)
     assert _start_order(sim)[0] == "u0"  # a higher class still goes first, whoever its tenant is
+
+
+def _running_tenants(sim: Sim) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in sim.sched.running.values():
+        out[r.tenant] = out.get(r.tenant, 0) + 1
+    return out
+
+
+def test_a_burst_leaves_the_last_slot_to_a_tenant_with_none_running():
+    # Issue 45 finding 5: one tenant's burst held all of realtime's slots, and another tenant's request waited
+    # for the burst's first finish (~1 s), past its TTFT target. The class keeps its last slot for such a tenant.
+    sim = _sim(max_running=4, queue_limit=64, tenant_reserved_slots=1)
+    for i in range(20):
+        sim.add(f"a{i}", 4, "urgent", tenant="a", max_tokens=16)
+    for _ in range(3):
+        sim.step()
+    assert _running_tenants(sim) == {"a": 3}  # the fourth slot stays free while only "a" has work
+    sim.add("b0", 4, "urgent", tenant="b", max_tokens=16)
+    sim.step()
+    assert _running_tenants(sim) == {"a": 3, "b": 1}  # b0 started in the very next step
+    sim.add("b1", 4, "urgent", tenant="b", max_tokens=16)  # "b" now has one running: it waits its fair turn
+    sim.add("c0", 4, "urgent", tenant="c", max_tokens=16)
+    sim.step()
+    assert "b1" not in sim.sched.running and "c0" not in sim.sched.running  # every slot is taken
+    sim.run()  # and everything still finishes
+
+
+def test_without_reserved_slots_the_burst_holds_every_slot():
+    sim = _sim(max_running=4, queue_limit=64)
+    for i in range(20):
+        sim.add(f"a{i}", 4, "urgent", tenant="a", max_tokens=16)
+    for _ in range(3):
+        sim.step()
+    sim.add("b0", 4, "urgent", tenant="b", max_tokens=16)
+    sim.step()
+    assert _running_tenants(sim) == {"a": 4}
+
+
+def test_the_default_policy_keeps_a_realtime_slot_for_another_tenant():
+    from policies import load_policy
+
+    risk = load_policy().get("realtime_risk")
+    assert 0 < risk.tenant_reserved_slots < risk.max_running

@@ -35,8 +35,10 @@ CASES: list[tuple[str, str, str, Any, dict[str, set[int]]]] = [
      {"none": {401}, "admin": OK, "tenant": OK, "risk_only": {403}, "other": OK}),
     ("register document", "POST", "/v1/documents", {"title": "t", "text": "Banks must hold capital."},
      {"none": {401}, "admin": OK, "tenant": OK, "risk_only": {403}, "other": OK}),
-    ("read document", "GET", "/v1/documents/{doc}", None,
-     {"none": {401}, "admin": OK, "tenant": OK, "risk_only": OK, "other": {404}}),
+    ("read document", "GET", "/v1/documents/{doc}", None,  # issue 45: a class-limited key reads no document
+     {"none": {401}, "admin": OK, "tenant": OK, "risk_only": {403}, "other": {404}}),
+    ("list documents", "GET", "/v1/documents", None,
+     {"none": {401}, "admin": OK, "tenant": OK, "risk_only": {403}, "other": OK}),
     ("ask document", "POST", "/v1/documents/{doc}/questions", {"question": "What?", "max_tokens": 2},
      {"none": {401}, "admin": OK, "tenant": OK, "risk_only": {403}, "other": {404}}),
     ("read request", "GET", "/v1/requests/{req}", None,

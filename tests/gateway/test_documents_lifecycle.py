@@ -35,3 +35,13 @@ async def test_list_get_delete_per_tenant(client: httpx.AsyncClient, keys: Keys)
     assert (await client.delete(f"/v1/documents/{ids[0]}", headers=auth(keys.acme))).status_code == 404
     left = (await client.get("/v1/documents", headers=auth(keys.acme), params={"limit": 100})).json()
     assert ids[0] not in [d["id"] for d in left["data"]]
+
+
+async def test_a_key_limited_to_another_class_may_not_list_read_or_delete_documents(client: httpx.AsyncClient,
+                                                                                    keys: Keys) -> None:
+    doc = await _create(client, keys.acme, "contract")
+    for method, path in (("GET", "/v1/documents"), ("GET", f"/v1/documents/{doc}"), ("DELETE", f"/v1/documents/{doc}"),
+                         ("GET", "/v1/documents/doc-missing")):
+        r = await client.request(method, path, headers=auth(keys.risk_only))
+        assert r.status_code == 403 and r.json()["error"]["code"] == "class_forbidden", (method, path, r.text)
+    assert (await client.get(f"/v1/documents/{doc}", headers=auth(keys.acme))).status_code == 200  # still there

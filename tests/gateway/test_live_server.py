@@ -111,3 +111,47 @@ async def test_clients_that_hang_up_at_once_leave_the_ledger_writer_serving(live
     assert r.status_code == 200, r.text
     stats = live_server.state.ledger.stats()
     assert stats["alive"] and stats["cycle_failures"] == 0 and stats["lost"] == 0
+
+
+def _request_lines(logs: list[dict], rid: str) -> list[dict]:
+    return [e for e in logs if e.get("event") == "request" and e.get("request_id") == rid]
+
+
+async def test_a_completed_stream_is_not_logged_as_a_disconnect(live_server: LiveServer, keys: Keys) -> None:
+    """curl reads a stream to its end and closes: the client did not leave early. Every such request was logged
+    `client_disconnected: true` (the server's disconnect message after the last byte was taken for a hang-up)."""
+    from structlog.contextvars import merge_contextvars
+    from structlog.testing import capture_logs
+
+    with capture_logs(processors=[merge_contextvars]) as logs:
+        rids = []
+        for _ in range(3):
+            async with httpx.AsyncClient(base_url=live_server.url, timeout=30) as c:
+                async with c.stream("POST", "/v1/completions", headers=auth(keys.acme),
+                                    json={"prompt": "Credit spread", "max_tokens": 4, "ignore_eos": True,
+                                          "stream": True}) as r:
+                    body = b"".join([chunk async for chunk in r.aiter_bytes()])
+                    rids.append(r.headers["x-finserve-request-id"])
+            assert body.endswith(b"data: [DONE]\n\n")
+        assert await wait_for(lambda: all(_request_lines(logs, rid) for rid in rids))
+    lines = [line for rid in rids for line in _request_lines(logs, rid)]
+    assert len(lines) == 3 and all(line["status"] == 200 for line in lines)
+    assert [line.get("client_disconnected", False) for line in lines] == [False] * 3
+
+
+async def test_a_stream_left_early_is_logged_as_a_disconnect(live_server: LiveServer, keys: Keys,
+                                                            engine_client: LocalEngineClient) -> None:
+    from structlog.contextvars import merge_contextvars
+    from structlog.testing import capture_logs
+
+    with capture_logs(processors=[merge_contextvars]) as logs:
+        async with httpx.AsyncClient(base_url=live_server.url, timeout=30) as c:
+            async with c.stream("POST", "/v1/completions", headers=auth(keys.acme),
+                                json={"prompt": "Stress scenario", "max_tokens": 512, "ignore_eos": True,
+                                      "stream": True}) as r:
+                rid = r.headers["x-finserve-request-id"]
+                async for _ in r.aiter_bytes():
+                    break
+        assert await wait_for(lambda: bool(_request_lines(logs, rid)))
+    assert _request_lines(logs, rid)[0]["client_disconnected"] is True
+    assert await wait_for(lambda: _idle(engine_client)), engine_client.stats()

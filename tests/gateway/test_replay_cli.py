@@ -67,5 +67,5 @@ async def test_a_risk_decision_replays_identical_and_other_versions_are_refused(
     res = CliRunner().invoke(cli, ["ledger", "replay", rid], env={**env, "FINSERVE_WEIGHTS": "int8"})
     assert res.exit_code == 3 and "weight_format q4 (recorded) vs int8 (loaded)" in res.stderr, res.output
 
-    res = CliRunner().invoke(cli, ["ledger", "replay", "no-such-request"], env=env)
+    res = CliRunner().invoke(cli, ["ledger", "replay", "no-such-request", "--json"], env=env)  # --json: as verify
     assert res.exit_code == 1 and "no ledger row" in res.stderr

@@ -18,6 +18,7 @@ from jobs import batch, service
 from jobs.celery_app import QUEUE, use_broker
 from jobs.ingest import IngestError
 from stack.app import create_app
+from tests.engine.test_grammar_limits import ref_chain
 
 CHAT = "/v1/chat/completions"
 
@@ -92,6 +93,18 @@ def test_upload_then_batch_commits_every_line_as_a_job_item_and_enqueues_them(cl
     (jsonl([{k: v for k, v in line(0).items() if k != "custom_id"}]), "invalid_request", "custom_id"),
     (jsonl([line(i) for i in range(51)]), "invalid_request", "more than 50 requests"),
     (b"\n\n", "invalid_request", "no requests"),
+    # Issue 45: a line that would crash the compiler (or hold it for minutes) is refused at upload, by the grammar
+    # limits admission applies, not retried by the workers into a crash loop.
+    (jsonl([line(0), line(1, messages=[{"role": "user", "content": "x"}], response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": ref_chain(2500)}})]),
+     "schema_too_many_definitions", "line 2: "),
+    (jsonl([line(0, url="/v1/completions", prompt="x", guided_json=json.dumps(ref_chain(300, "anyOf")))]),
+     "schema_ref_chain_too_long", "line 1: "),
+    (jsonl([line(0, prompt="x", url="/v1/completions", guided_choice=[str(i) for i in range(100_000)])]),
+     "too_many_choices", "line 1: 100000 choices"),
+    (jsonl([line(0, messages=[], structured_outputs={"regex": "(" * 100 + ")" * 100})]), "pattern_too_deep", "line 1"),
+    (jsonl([line(0, messages=[], tools=[{"type": "function", "function": {"name": "t", "parameters": ref_chain(
+        300, "property")}}])]), "schema_ref_chain_too_long", "line 1"),
 ])
 def test_an_invalid_file_is_refused_at_upload_and_nothing_is_stored(client, tenant_keys, sessions, content, code,
                                                                      says):

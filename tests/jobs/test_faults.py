@@ -203,7 +203,7 @@ def test_each_tenants_job_items_are_its_own_requests(stack: Stack, sessions):
             assert theirs.status_code == 404 and theirs.json()["error"]["code"] == "request_not_found"
     # The SLO report per tenant counts each tenant's own items, and none under the workers' tenant.
     for tenant in ("acme", "globex", "ops"):
-        report = stack.cli("report", "--since", "1h", "--tenant", tenant)
+        report = stack.cli("report", "--since", "1h", "--tenant", tenant, "--output", "json")
         assert report.returncode == 0, report.stderr
         bulk = json.loads(report.stdout)["classes"].get("bulk_extraction")
         assert (bulk or {}).get("requests", 0) == (0 if tenant == "ops" else 3), (tenant, bulk)

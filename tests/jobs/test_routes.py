@@ -79,6 +79,11 @@ def test_ndjson_upload_and_tenant_scoping(client, tenant_keys):
         (body(2, schema={"type": "object", "properties": {"x": {"type": "array"}}}), 400, "invalid_json_schema"),
         ({"schema": SCHEMA, "items": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}, 400, "invalid_request"),
         ({"schema": SCHEMA, "items": [{"id": "a", "text": "x" * 300_000}]}, 413, "request_too_large"),
+        # Issue 45: a field's pattern nested past the grammar limits (1,000 deep was a RecursionError: 500).
+        (body(2, schema={"type": "object", "properties": {"x": {"type": "string", "pattern": "(" * 1000 + ")" * 1000}}}),
+         400, "pattern_too_deep"),
+        (body(2, schema={"type": "object", "properties": {"x": {"type": "string", "pattern": "a" * 5000}}}),
+         400, "pattern_too_long"),
     ],
 )
 def test_malformed_or_oversized_jobs_are_refused_and_nothing_is_created(

@@ -126,3 +126,52 @@ def _ready(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for whoever adopted it to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return _alive(pid) if not Path("/proc").exists() else False
+    return state != "Z"
+
+
+def test_a_killed_up_takes_redis_and_its_worker_with_it_and_up_starts_again_on_the_same_port(
+        tmp_path: Path, make_tiny_model) -> None:
+    """Issue 45, finding 2: `finserve up` killed (kill -9, or a crash) left Redis and the worker running, so `up` on
+    the same Redis port exited 3. Its children now get SIGTERM from the kernel when it dies."""
+    model, redis_port = make_tiny_model(max_position_embeddings=8192), free_port()
+
+    def start(name: str) -> tuple[subprocess.Popen[bytes], Path, Path, int]:
+        port = free_port()
+        out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+        with out.open("wb") as o, err.open("wb") as e:
+            proc = subprocess.Popen([FINSERVE, "up", "--port", str(port), "--redis-port", str(redis_port),
+                                     "--workers", "1"], env=up_env(tmp_path, model), stdout=o, stderr=e,
+                                    start_new_session=True)
+        return proc, out, err, port
+
+    first, out, err, port = start("first")
+    second = None
+    try:
+        banner = wait_until(lambda: re.search(r"redis: redis://127\.0\.0\.1:(\d+)/0 \(pid (\d+)\); worker pid (\d+)",
+                                              out.read_text()), 120, f"the banner: {err.read_text()[-1500:]}")
+        redis_pid, worker_pid = int(banner[2]), int(banner[3])
+        wait_until(lambda: _ready(port), 120, f"the gateway to be ready: {err.read_text()[-1500:]}")
+        os.kill(first.pid, signal.SIGKILL)  # `up` alone: not its process group
+        first.wait()
+        wait_until(lambda: not _running(redis_pid) and not _running(worker_pid), 60,
+                   "Redis and the worker to stop with their `finserve up`")
+        second, out2, err2, port2 = start("second")
+        wait_until(lambda: second.poll() is not None or _ready(port2), 120,
+                   f"the second `up` to be ready: {err2.read_text()[-1500:]}")
+        assert second.poll() is None, err2.read_text()[-2000:]  # not exit 3: the Redis port was free again
+        assert f"redis: redis://127.0.0.1:{redis_port}/0" in out2.read_text()
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(90) == 0, err2.read_text()[-2000:]
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

@@ -92,6 +92,8 @@ def test_a_tenant_period_pack_with_ed25519_and_a_tampered_one(packed, cli, tmp_p
 
 
 def test_erase_then_verify_and_pack_show_the_erasure(packed, cli, tmp_path):
+    dry = cli("ledger", "erase", "--request-id", "r1", "--dry-run", "--output", "json")  # as verify and prune take it
+    assert dry.exit_code == 0 and [e["request_id"] for e in json.loads(dry.stdout)["erased"]] == ["r1"], dry.output
     res = cli("ledger", "erase", "--request-id", "r1", "--reason", "ticket 7")
     assert res.exit_code == 0 and "erased the evidence of 1 requests" in res.stdout, res.output
     ok = cli("ledger", "verify", "--evidence")

@@ -79,7 +79,7 @@ def test_report_to_file_in_each_format(cli, db_url, tmp_path):
     out = tmp_path / "r.html"
     assert cli("report", *window, "--format", "html", "--out", str(out)).exit_code == 0
     assert "<svg" in out.read_text()
-    assert cli("report", *window, "--class", "document_qa").stdout.count('"requests"') == 0
+    assert cli("report", *window, "--class", "document_qa", "--output", "json").stdout.count('"requests"') == 0
 
 
 def test_parse_time():

@@ -43,6 +43,7 @@ PINNED = {
     1: ("finserve-ledger-chain-v1", V1, False),
     2: ("finserve-ledger-chain-v2", V1, True),
     3: ("finserve-ledger-chain-v3", (*V1, "input_sha256", "output_sha256"), None),
+    4: ("finserve-ledger-chain-v4", (*V1, "input_sha256", "output_sha256", "events_seq"), None),
 }
 
 

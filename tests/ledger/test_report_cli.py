@@ -37,7 +37,7 @@ def report(db_url, monkeypatch, tmp_path):
             s.commit()
     finally:
         engine.dispose()
-    return lambda *args: CliRunner().invoke(app, ["report", *args])
+    return lambda *args: CliRunner().invoke(app, ["report", "--output", "json", *args])
 
 
 def test_default_window_is_28_days_with_budget_and_tenants(report):

@@ -62,11 +62,11 @@ def test_row_round_trips_through_the_database(db_engine, make_writer):
     assert writer.flush()
     with db_engine.connect() as conn:
         stored = conn.execute(select(RequestLedger.__table__)).mappings().one()
-    chained = {"chain_seq", "prev_hash", "row_hash", "timeline_sha256"}
+    chained = {"chain_seq", "prev_hash", "row_hash", "timeline_sha256", "events_seq"}
     assert {k: v for k, v in stored.items() if k not in chained} == \
         {k: v for k, v in original.to_dict().items() if k not in chained}
     # A final row is chained as it is written: the first of its tenant, hashed over what was stored.
-    assert (stored["chain_seq"], stored["prev_hash"]) == (1, chain.GENESIS)
+    assert (stored["chain_seq"], stored["prev_hash"], stored["events_seq"]) == (1, chain.GENESIS, 0)  # no event yet
     assert stored["row_hash"] == chain.row_hash(chain.GENESIS, stored)
     assert stored["timeline_sha256"] == chain.timeline_digest(original.timeline)
 

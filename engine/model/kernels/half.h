@@ -1,4 +1,4 @@
-// Scalar 16-bit float -> fp32 conversions shared by the kernels (the vector ones live with their loops).
+// Scalar fp16 / bf16 <-> fp32 conversions (vector ones live with their loops).
 #ifndef FINSERVE_HALF_H
 #define FINSERVE_HALF_H
 #include <math.h>
@@ -39,8 +39,7 @@ static inline float bf16_to_float(uint16_t h) {  // bfloat16 is the top half of 
     return f;
 }
 
-// fp32 -> IEEE fp16 / bfloat16, round to nearest even (as torch's .to() does): the decode step writes
-// new K/V rows into a 16-bit pool with these.
+// fp32 -> fp16 / bf16, round to nearest even (torch's .to()): new K/V rows into a 16-bit pool.
 static inline uint16_t float_to_half(float f) {
 #if defined(__F16C__)
     return (uint16_t)_cvtss_sh(f, 0);

@@ -1,8 +1,5 @@
-// exp(x) for 8 fp32 lanes (AVX2 + FMA), shared by the attention softmax (paged_decode.c) and the MLP's
-// silu (decode_step.c). x = n ln2 + r (|r| <= ln2/2, ln2 split in two for exactness), e^r by a degree-6
-// polynomial (Cephes' coefficients; relative error ~2e-7), 2^n through the exponent bits. Below -87.3 the
-// result is 0, as expf's; above 88 it is exp(88) (~1.65e38: finite, so silu's x / (1 + e^-x) stays 0 and
-// never NaN for very negative x).
+// exp(x) on 8 fp32 lanes (AVX2 + FMA) for the softmax and silu: x = n ln2 + r (ln2 in two parts), e^r by Cephes'
+// degree-6 polynomial, 2^n via the exponent bits. Below -87.3: 0, as expf; above 88: exp(88), finite (silu never NaN).
 #ifndef FINSERVE_SIMD_EXP_H
 #define FINSERVE_SIMD_EXP_H
 #if defined(__AVX2__) && defined(__FMA__)
@@ -28,7 +25,7 @@ static inline __m256 fs_exp8(__m256 x) {
 }
 
 #if defined(__AVX512F__)
-// fs_exp8's operations on 16 lanes: the same value in every lane.
+// fs_exp8 on 16 lanes: the same value per lane
 static inline __m512 fs_exp16(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.3f);
     const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);

@@ -59,6 +59,28 @@ def test_document_questions_follow_their_replica(gateway: GatewayThread, keys: K
     assert "vllm:kv_cache_usage_perc" in metrics
 
 
+def test_follow_ups_of_any_length_stay_on_the_document_replica(gateway: GatewayThread, keys: Keys, db_url: str
+                                                              ) -> None:
+    """A short document, questions from 2 to 60 words, with and without quotes: one replica, every follow-up
+    reads the document from its cache. The router used to hash half of each prompt, so a longer question
+    changed the key and, one time in two, the replica (issue 49: one follow-up in eight missed)."""
+    h = auth(keys.acme)
+    text = " ".join(f"Article {i}: the bank holds capital of {i + 3} per cent against exposure {i * 7}."
+                    for i in range(6))
+    doc = httpx.post(f"{gateway.url}/v1/documents", headers=h, json={"title": "Short rules", "text": text}).json()
+    questions = ["Capital?", "What capital must the bank hold against exposure 14?",
+                 "Under Article 3, what share of capital does the bank hold, and against which exposure? " * 3,
+                 "Summarise every article that names a per cent figure, with the exposure it covers. " * 6]
+    answers = [httpx.post(f"{gateway.url}/v1/documents/{doc['id']}/questions", headers=h,
+                          json={"question": q, "max_tokens": 3, "quotes": i % 2 == 1}, timeout=60).json()
+               for i, q in enumerate(questions)]
+    gateway.app.state.finserve.ledger.flush(10.0)
+    rows = ledger_rows(db_url, [a["request_id"] for a in answers])
+    assert len({rows[a["request_id"]].replica for a in answers}) == 1, [rows[a["request_id"]].replica for a in answers]
+    assert {rows[a["request_id"]].replica_reason for a in answers} == {"affinity"}
+    assert all(a["usage"]["cached_tokens"] >= doc["num_tokens"] for a in answers[1:]), [a["usage"] for a in answers]
+
+
 def test_no_replica_serving_is_a_503_json_error(settings: Settings, tiny_model_dir: Path, keys: Keys) -> None:
     dead = "http://127.0.0.1:9"  # discard port: nothing listens
     gw = GatewayThread(settings.model_copy(update={"model": tiny_model_dir, "engines": dead}), None).start()

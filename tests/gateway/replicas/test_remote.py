@@ -3,6 +3,7 @@ embedded engine, admission reasons kept, affinity lands on the KV cache, failove
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,8 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from engine.client import LocalEngineClient
 from engine.outputs import AdmissionError, RequestOutput
 from engine.request import RequestStatus
+from gateway.replicas import wire
 from gateway.replicas.replica_set import ReplicaSet
 from gateway.replicas.server import create_engine_app
+from tests.engine.test_grammar_limits import ref_chain
 from tests.gateway.replicas.conftest import ServerThread, engine_settings, make_set, request
 
 pytestmark = pytest.mark.slow
@@ -233,3 +236,20 @@ def test_a_malformed_engine_request_or_eviction_is_refused_with_its_reason(repli
         r = httpx.post(f"{server.url}{path}", json={"not": "a request"}, timeout=30)
         assert r.status_code == 400, (path, r.text)
         assert what in r.text
+
+
+def test_the_engine_server_bounds_a_constraint_before_its_loop_sees_it(replica_servers) -> None:  # type: ignore[no-untyped-def]
+    """Issue 45: /v1/engine/generate takes requests from anyone on its network. The schema that crashed llguidance
+    (a `$ref` chain through 2,500 definitions) is refused with the limit's code; the server answers after it."""
+    (server, _), _ = replica_servers
+    chain = request("chain", doc(3, 20), "realtime_risk")
+    chain = dataclasses.replace(chain, sampling=dataclasses.replace(
+        chain.sampling, json_schema=json.dumps(ref_chain(2500)), max_tokens=4))
+    r = httpx.post(f"{server.url}/v1/engine/generate", json=wire.request_to_json(chain), timeout=120)
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"]["code"] == "schema_too_many_definitions"
+    fine = dataclasses.replace(chain, request_id="fine", sampling=dataclasses.replace(
+        chain.sampling, json_schema=json.dumps({"type": "integer"})))
+    ok = httpx.post(f"{server.url}/v1/engine/generate", json=wire.request_to_json(fine), timeout=120)
+    assert ok.status_code == 200 and '"finished":true' in ok.text.replace(" ", ""), ok.text[-300:]
+    assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200

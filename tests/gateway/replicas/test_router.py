@@ -59,6 +59,28 @@ def test_a_short_prompt_keys_on_its_head_not_its_question() -> None:
     assert affinity_key(short_a, "acme", CFG) == affinity_key(short_b, "acme", CFG)
 
 
+def test_questions_of_any_length_on_a_short_document_share_its_key() -> None:
+    """With at most half the prompt hashed, a longer question moved the key past another block boundary: a
+    follow-up went to another replica and prefilled the document cold (issue 49). The shared prefix the
+    documents route knows keeps one key."""
+    document = SYSTEM + list(range(2000, 2200))
+    questions = [document + [60_000 + i for i in range(n)] for n in (3, 40, 90, 160, 300)]
+    blind = {affinity_key(q, "acme", CFG) for q in questions}
+    told = {affinity_key(q, "acme", CFG, shared_tokens=len(document)) for q in questions}
+    assert len(blind) > 1 and len(told) == 1
+
+
+def test_a_question_away_from_its_home_says_why() -> None:
+    key = affinity_key(doc_prompt(5, 0), "acme", CFG)
+    home, second = rendezvous_order(key, NAMES)[:2]
+    down = [ReplicaLoad(n, healthy=n != home) for n in NAMES]
+    decision = pick_affinity(key, down, CFG)
+    assert (decision.replica, decision.reason) == (second, "affinity_home_down")
+    # down and the next one over the load bound: the first cause is kept
+    both = [ReplicaLoad(n, healthy=n != home, in_flight=20 if n == second else 0) for n in NAMES]
+    assert pick_affinity(key, both, CFG).reason == "affinity_home_down"
+
+
 def test_losing_a_replica_moves_only_its_own_documents() -> None:
     keys = [affinity_key(doc_prompt(d, 0), "acme", CFG) for d in range(200)]
     before = {k: rendezvous_order(k, NAMES)[0] for k in keys}
