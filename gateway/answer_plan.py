@@ -2,27 +2,30 @@
 
 For a question, code ranks the document's sentences (gateway/retrieval.py), reads what kind of answer is
 asked for (textspans/questions.py) and picks the sentence that answers it: the best-ranked of the first
-DEPTH that states a figure of that kind and names, in its line or its article's heading, every domain term
-the question names. That sentence's figures of the kind are the answer's leads: the answer is one of them
-(those whose clause shares most with the question), alone or with the words that follow it in the sentence
-up to the clause's end ("4.5% of risk-weighted assets"), so the model chooses among figures and words the
-document states and cannot write a new one. The answer is NOT_FOUND, written by the grammar,
-when the question names a term the document never mentions (in any form), when it asks outright for a
-figure ("what percentage", "how many days") that the best sentences do not state, or when the answer's
-sentence holds less than MIN_COVERAGE of the question (by weight). gateway/grounding.py checks what came out.
+DEPTH that states a figure of a kind asked for and names, in its line, its article's heading or its table's
+header, every domain term the question names. Of that sentence's figures of those kinds, the ones nearest
+the question are the answer's leads (gateway/figure_choice.py: "what total capital ratio" is the 8% of a
+list of three ratios): the answer is one of them, alone or with the words that follow it in the sentence up
+to the clause's end ("4.5% of risk-weighted assets"), so the model chooses among figures and words the
+document states and cannot write a new one. An abbreviation the document never writes but spells out
+("DPO": "Data Protection Officer") is read as spelled out. The answer is NOT_FOUND, written by the grammar,
+when the question names a term the document never mentions (in any form), or a word of what it asks about
+that the document never uses ("minimum credit score" without "score"), when it asks for a figure that the
+best sentences do not state, or when the answer's sentence holds less than MIN_COVERAGE of the question (by
+weight). gateway/grounding.py checks what came out.
 """
 from __future__ import annotations
 
 import itertools
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions, terms
+from gateway.figure_choice import clause_after, nearest
+from gateway.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions
 from textspans.figures import CURRENCY_CODES, DURATION, Figure
-from textspans.questions import Asked, asked_for
+from textspans.questions import Asked, asked_concept, asked_for
 
 NOT_FOUND = "Not found in the document."  # the whole answer when the document does not say (docs/INTERFACES.md)
 DEPTH = 3  # best-ranked sentences searched for a figure of the kind asked for
@@ -40,15 +43,21 @@ class AnswerPlan:
     tails: tuple[str, ...]  # per lead: the words that may follow it (its clause in the sentence), or ""
     found: bool  # False: the answer is NOT_FOUND
     reason: str  # how it was decided, for the log and the eval
+    question: str = ""  # the question as planned (an abbreviation the document spells out, spelled out)
 
 
 def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str], bool] = lambda _: True,
                 k: int = QUOTE_CANDIDATES) -> AnswerPlan:
+    unknown = _unknown_abbreviations(question, index)
+    for abbr, spelled in [(a, _spelled_out(a, index.text)) for a in unknown]:
+        if spelled:  # "DPO" in the question, "Data Protection Officer" in the document
+            question = re.sub(rf"(?<![\w-]){re.escape(abbr)}s?(?![\w-])", spelled, question)
+            unknown.remove(abbr)
     named = mentions(question, index.concepts)
     expanded = " ".join([question, *(f for c, _ in named for f in index.concepts.forms_of(c[len(CONCEPT):]))])
-    asked = asked_for(expanded)
+    asked = asked_for(expanded, plain=question)
     absent = sorted({c[len(CONCEPT):] for c, written in named if not index.mentions_concept(c, written)})
-    absent += _unknown_abbreviations(question, index)
+    absent += unknown + _unused_words(question, index)
     if absent:
         return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
     ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(question, asked, quotable)),
@@ -58,77 +67,60 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     leads: dict[str, str] = {}  # lead -> its tail
     best, reason = ranked[0], "free"
     if asked.article:
-        leads = {f"Article {m.group(1)}": "" for m in [re.match(r"^(\d+)\.\d+\s", best.sentence)] if m}
+        # A bare paragraph number ("9" from "9.1") is named as the question names it ("Article 9").
+        leads = {f"{asked.noun} {best.label}" if best.label.isdigit() else best.label: ""} if best.label else {}
         reason = "article" if leads else "free"
     elif asked.kinds:
         chosen = _figure_sentence(ranked[:DEPTH], asked, named)
-        if chosen is None:
-            if asked.strict:
-                return AnswerPlan(asked, (), (), (), False, f"no {' or '.join(asked.kinds)} in the best sentences")
+        if chosen is None:  # a figure question is answered with a figure of the document, or not found
+            return AnswerPlan(asked, (), (), (), False, f"no {' or '.join(asked.kinds)} in the best sentences")
         else:
             best, figures = chosen
-            for f in _nearest(figures, best, question, index):
-                leads.setdefault(f.text, _clause_after(best.sentence, f, best.figures))
+            figures = _choose(figures, best, question, index, asked)
+            for f in figures:
+                leads.setdefault(f.text, clause_after(best.sentence, f, best.figures))
             reason = f"{figures[0].kind} ({asked.rule})"
     covered = index.coverage(question, asked, best.context)
     if covered < MIN_COVERAGE:
         return AnswerPlan(asked, (), (), (), False, f"the best sentence holds {covered:.0%} of the question")
     others = [c.sentence for c in ranked[: k + 1] if c.sentence != best.sentence]
-    return AnswerPlan(asked, (best.sentence, *others)[:k], tuple(leads), tuple(leads.values()), True, reason)
+    return AnswerPlan(asked, (best.sentence, *others)[:k], tuple(leads), tuple(leads.values()), True, reason,
+                      question)
 
 
 def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[str, frozenset[str]]],
                      ) -> tuple[Candidate, list[Figure]] | None:
-    """The best-ranked sentence stating a figure of a kind asked for (the earliest kind it has; for a period
-    asked in a unit, in that unit if it has one) whose context names the question's domain terms (in some
-    form, or in the question's words), and those figures."""
+    """The best-ranked sentence stating a figure of a kind asked for whose context names the question's domain
+    terms (in some form, or in the question's words), and its figures of the kinds asked (for a period asked in
+    a unit, those in that unit if it has any): which kind answers is the figures' nearness to the question."""
     for c in ranked:
         if not all(concept in c.context or written and written <= c.context for concept, written in named):
             continue
-        kind = next((kd for kd in asked.kinds if any(f.kind == kd for f in c.figures)), None)
-        if kind is not None:
-            figures = [f for f in c.figures if f.kind == kind]
-            in_unit = [f for f in figures if kind == DURATION and f.unit == asked.unit]
+        figures = [f for f in c.figures if f.kind in asked.kinds]
+        if figures:
+            in_unit = [f for f in figures if f.kind == DURATION and f.unit == asked.unit]
             return c, in_unit or figures
     return None
 
 
-def _nearest(figures: list[Figure], candidate: Candidate, question: str, index: DocumentIndex) -> list[Figure]:
-    """The figures whose own clause shares most with the question; all of them on a tie. A figure's clause is
-    the text since the figure before and its tail (`_clause_after`): "a tier 1 ratio of 6 per cent and a
-    total capital ratio of 8 per cent" gives 8 per cent for "what total capital ratio". The word before the
-    figure counts most when the question asks with it: "within how many hours" is "within four hours", not
-    "for more than two hours"."""
-    wanted = index.question_terms(question, asked_for(question))
-    echo = {m.group(1).casefold() for m in _ASKED_WITH.finditer(question)}
-    sentence, scores = candidate.sentence, []
-    for i, f in enumerate(figures):
-        clause = sentence[figures[i - 1].end if i else 0:f.start] + _clause_after(sentence, f, candidate.figures)
-        before = re.search(r"(\w+)\W*$", sentence[:f.start])
-        bonus = math.log(1 + len(index.sentences)) if before and before.group(1).casefold() in echo else 0.0
-        scores.append(index.idf(wanted & set(terms(clause, index.concepts))) + bonus)
-    top = max(scores)
-    return [f for f, s in zip(figures, scores, strict=True) if math.isclose(s, top)]
+def _choose(figures: list[Figure], best: Candidate, question: str, index: DocumentIndex, asked: Asked,
+            ) -> list[Figure]:
+    """The figures nearest the question (gateway/figure_choice.py); of a tie across kinds, the preferred kind."""
+    near = nearest(figures, best, question, index, asked.bound)
+    kind = min((f.kind for f in near), key=asked.kinds.index)
+    return [f for f in near if f.kind == kind]
 
 
-# "within how many", "above what amount", "after how long": the word a figure's answer is introduced by.
-_ASKED_WITH = re.compile(r"\b(within|for|after|before|above|below|over|under|exceeding|to|from|by|of|"
-                         r"least|most|than)\s+(?:how|what|which)\b", re.IGNORECASE)
-
-
-_CLAUSE_END = re.compile(r"[.;:,()\[\]\"]|\s(?:and|or|but|unless|which|where|whichever|if|provided)\b")
-TAIL_CHARS = 80
-
-
-def _clause_after(sentence: str, fig: Figure, figures: tuple[Figure, ...]) -> str:
-    """The words after `fig` up to the end of its clause (a punctuation mark, a conjunction, the next figure),
-    at most TAIL_CHARS: " of risk-weighted assets" after "4.5%"; "" when the sentence ends there."""
-    rest = sentence[fig.end:min((f.start for f in figures if f.start >= fig.end), default=len(sentence))]
-    end = _CLAUSE_END.search(rest)
-    rest = rest[:end.start() if end else len(rest)].rstrip()
-    if len(rest) > TAIL_CHARS:
-        rest = rest[:rest.rfind(" ", 0, TAIL_CHARS)]
-    return rest if rest[:1] == " " and rest.strip() else ""
+def _unused_words(question: str, index: DocumentIndex) -> list[str]:
+    """Words of what the question is about (textspans/questions.py `asked_concept`) that the document never
+    uses in any form: "What minimum credit score ..." on a document without "score"."""
+    spans = [(s, e) for s, e, c in index.concepts.find(question) if CONCEPT + c in index.df]
+    out = []
+    for m in re.finditer(r"[A-Za-z0-9][A-Za-z0-9'-]*", question):
+        if m.group(0) in asked_concept(question) and not any(s <= m.start() < e for s, e in spans) \
+                and not index.uses(m.group(0)):
+            out.append(m.group(0))
+    return list(dict.fromkeys(out))
 
 
 _ABBREVIATION = re.compile(r"\b[A-Z][A-Z0-9&-]*[A-Z0-9]s?\b")
@@ -147,6 +139,17 @@ def _unknown_abbreviations(question: str, index: DocumentIndex) -> list[str]:
                 and not re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", index.text)):
             out.append(word)
     return out
+
+
+def _spelled_out(abbreviation: str, text: str) -> str | None:
+    """The first run of words in `text` whose initials spell `abbreviation` ("Data Protection Officer" for
+    "DPO"; "of", "and", "for", "the" may sit inside), or None."""
+    letters = [c for c in abbreviation if c.isalpha()]
+    if len(letters) < 2 or len(letters) != len(abbreviation.replace("-", "")):
+        return None
+    words = [rf"(?i:{re.escape(c)})[\w']*" for c in letters]
+    m = re.search(r"(?<![\w-])" + r"[\s-]+(?:(?:of|and|for|the)\s+)?".join(words) + r"(?![\w-])", text)
+    return m.group(0) if m else None
 
 
 # ---- the grammar of the answer --------------------------------------------------------------------

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from gateway.answer_plan import NOT_FOUND, AnswerPlan
 from gateway.prompts import parse_quoted_answer, trim_repetition
+from gateway.retrieval import terms
+from textspans.concepts import ConceptIndex
 from textspans.figures import find_figures, matches, ungrounded
 
 
@@ -43,14 +45,35 @@ def check_answer(plan: AnswerPlan, text: str, finish_reason: str | None, *, quot
     else:
         answer = trim_repetition(text)
         evidence = list(plan.candidates[:1]) if plan.leads else [document]
+    answer = _without_repeated_items(answer)
     evidence += plan.leads
     invented = ungrounded(answer, evidence)
     if plan.leads:
         if invented or not _states_a_lead(answer, plan):
             return CheckedAnswer(plan.leads[0], quotes, True, True)
-    elif invented or not answer.strip():
+    elif invented or not _says_something(answer, plan):
         return CheckedAnswer(NOT_FOUND, quotes, False, True)
     return CheckedAnswer(answer, quotes, True, False)
+
+
+def _without_repeated_items(answer: str) -> str:
+    """`answer` up to the first item of a list that repeats an earlier one ("3.5% of RWA, 1% of RWA, 3.5% of
+    RWA" -> "3.5% of RWA, 1% of RWA")."""
+    items = re.split(r"(,\s+|;\s+|\s+and\s+)", answer)
+    seen: set[str] = set()
+    for i in range(0, len(items), 2):
+        key = items[i].strip(" .").casefold()
+        if key and key in seen:
+            return "".join(items[:max(i - 1, 1)]).rstrip(" ,;")
+        seen.add(key)
+    return answer
+
+
+def _says_something(answer: str, plan: AnswerPlan) -> bool:
+    """A free answer states something of its best sentences that the question does not already say: a word
+    of theirs beyond the question's ("The most likely answer is:" says nothing)."""
+    own = set(terms(" ".join(plan.candidates), _NO_CONCEPTS)) - set(terms(plan.question, _NO_CONCEPTS))
+    return bool(own & set(terms(answer, _NO_CONCEPTS)))
 
 
 def _states_a_lead(answer: str, plan: AnswerPlan) -> bool:
@@ -61,6 +84,7 @@ def _states_a_lead(answer: str, plan: AnswerPlan) -> bool:
     return any(f.kind == lead.kind and matches(f, lead) for f in find_figures(answer, words=True) for lead in leads)
 
 
+_NO_CONCEPTS = ConceptIndex(())
 _ANSWER_SO_FAR = re.compile(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)')
 
 

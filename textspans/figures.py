@@ -37,7 +37,9 @@ _WORD_VALUE = {**{w: i for i, w in enumerate(_UNITS)}, **{w: 20 + 10 * i for i, 
 _SMALL = "|".join(_UNITS + _TENS)
 _WORDS = (rf"\b(?:{_SMALL})\b(?:[\s-]+(?:{_SMALL}|{'|'.join(_SCALES)})\b|[\s-]+and[\s-]+a[\s-]+half\b"
           rf"|(?<=hundred)\s+and\s+(?:{_SMALL})\b)*")
-_DIGITS = r"(?<![\w.,])\d{1,3}(?:[,'\u00a0\u202f]\d{3})+(?:\.\d+)?(?![\d])|(?<![\w.,])\d+(?:[.,]\d+)?(?![\d])"
+# Thousands grouped by a comma, an apostrophe, a (thin or no-break) space or one plain space ("EUR 100 000").
+_DIGITS = r"(?<![\w.,])\d{1,3}(?:(?:[,'\u00a0\u202f]| (?=\d{3}(?![\d.,]\d)))\d{3})+(?:\.\d+)?(?![\d])" \
+          r"|(?<![\w.,])\d+(?:[.,]\d+)?(?![\d])"
 _NUM = rf"(?:{_DIGITS}|{_WORDS})"
 _MULT = r"(?:\s?(?:thousand|million|billion|mn|bn|m|k)\b)"
 _CURRENCY = {"€": "EUR", "$": "USD", "£": "GBP", "¥": "JPY", "euro": "EUR", "euros": "EUR", "dollars": "USD",
@@ -46,9 +48,9 @@ CURRENCY_CODES = frozenset("EUR USD GBP CHF JPY CNY SEK NOK DKK PLN CZK HUF RON 
 _CODE = "|".join(sorted(CURRENCY_CODES))
 _SYMBOL = r"[€$£¥]"
 _NAMED = "|".join(sorted((k for k in _CURRENCY if k[0].isalpha()), key=len, reverse=True))
-_TIME = {"minute": "minute", "hour": "hour", "day": "day", "week": "week", "month": "month", "quarter": "quarter",
+_TIME = {"annum": "year", "second": "second", "minute": "minute", "hour": "hour", "day": "day", "week": "week", "month": "month", "quarter": "quarter",
          "year": "year"}
-_TIME_UNIT = r"(?:minute|hour|day|week|month|quarter|year)s?\b"
+_TIME_UNIT = r"(?:second|minute|hour|day|week|month|quarter|year)s?\b"
 _QUALIFIER = r"(?:(?:calendar|business|working|banking|clear|consecutive|full)\s+)?"
 _MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december"]
@@ -63,15 +65,15 @@ _TIMES = {"once": 1, "twice": 2}
 # In priority order: a span taken by one pattern is not read again by a later one.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (DATE, re.compile(rf"\b{_DAY}(?:\s+of)?\s+{_MONTH},?\s+{_YEAR}\b|\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b"
-                      rf"|\b{_YEAR}-[01]\d-[0-3]\d\b|\b[0-3]?\d[/.][01]?\d[/.]{_YEAR}\b|\b{_MONTH}\s+{_YEAR}\b"
+                      rf"|\b{_YEAR}-[01]\d-[0-3]\d\b|\b[0-3]?\d[/.][0-3]?\d[/.]{_YEAR}\b|\b{_MONTH}\s+{_YEAR}\b"
                       rf"|\b[0-3]?\d(?:st|nd|rd|th)?(?:\s+of)?\s+{_MONTH}(?!\w)")),
-    (DURATION, re.compile(rf"\b(?:once|twice|{_NUM}\s+times)\s+(?:a|an|per|every|each)\s+{_TIME_UNIT}"
+    (DURATION, re.compile(rf"\b(?:once|twice|{_NUM}\s+times)\s+(?:a|an|per|every|each)\s+(?:{_TIME_UNIT}|annum\b)"
                           rf"|\b(?:{'|'.join(_FREQUENCY_WORDS)})\b", re.IGNORECASE)),
     (AMOUNT, re.compile(rf"(?:\b(?:{_CODE})\s?|{_SYMBOL}\s?){_NUM}{_MULT}?"
                         rf"|{_NUM}{_MULT}?\s?(?:\b(?:{_CODE})\b|(?:{_NAMED})\b|{_SYMBOL})", re.IGNORECASE)),
-    (PERCENT, re.compile(rf"{_NUM}\s?(?:%|per\s?cent\b|percent\b|percentage points?\b|basis points?\b|bps\b)",
+    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?\s?(?:%|per\s?cent\b|percent\b|percentage points?\b|basis points?\b|bps\b)",
                          re.IGNORECASE)),
-    (DURATION, re.compile(rf"{_NUM}(?:\s+|-){_QUALIFIER}{_TIME_UNIT}|\b(?:within|for|after|than|under|over)\s+"
+    (DURATION, re.compile(rf"{_NUM}(?:\s*\(\d+\))?(?:\s+|-){_QUALIFIER}{_TIME_UNIT}|\b(?:within|for|after|than|under|over)\s+"
                           rf"(?P<f>an?\s+{_QUALIFIER}{_TIME_UNIT})", re.IGNORECASE)),
     (RATIO, re.compile(rf"(?<![\d:])\d+(?:\.\d+)?\s?:\s?\d+(?:\.\d+)?(?![\d:])|{_NUM}\s+times\b", re.IGNORECASE)),
     (NUMBER, re.compile(rf"(?:{_DIGITS}){_MULT}?", re.IGNORECASE)),
@@ -98,8 +100,11 @@ def find_figures(text: str, *, words: bool = False) -> list[Figure]:
 
 
 def _figure(kind: str, raw: str, start: int, end: int) -> Figure | None:
-    numbers = tuple(v for m in _NUMBER_IN.finditer(raw) if (v := parse_number(m.group(0))) is not None)
+    found = [(m, v) for m in _NUMBER_IN.finditer(raw) if (v := parse_number(m.group(0))) is not None]
+    numbers = tuple(v for _, v in found)
     low = raw.casefold()
+    # "USD one million": the scale is in the number's words already; "EUR 2 bn": after its digits.
+    scale = _multiplier(low[found[0][0].end():]) if found else 1.0
     if kind == DATE:
         return Figure(raw, DATE, _date_value(raw), "", start, end, numbers)
     if kind == DURATION:
@@ -110,10 +115,10 @@ def _figure(kind: str, raw: str, start: int, end: int) -> Figure | None:
         value = numbers[0] / (100 if "basis" in low or "bps" in low else 1)
         return Figure(raw, PERCENT, (value,), "", start, end, numbers)
     if kind == AMOUNT:
-        return Figure(raw, AMOUNT, (numbers[0] * _multiplier(low),), _currency(raw), start, end, numbers)
+        return Figure(raw, AMOUNT, (numbers[0] * scale,), _currency(raw), start, end, numbers)
     if kind == RATIO:
         return Figure(raw, RATIO, numbers[:2] if ":" in raw else (numbers[0], 1.0), "", start, end, numbers)
-    return Figure(raw, NUMBER, (numbers[0] * _multiplier(low),), "", start, end, numbers)
+    return Figure(raw, NUMBER, (numbers[0] * scale,), "", start, end, numbers)
 
 
 def _duration(raw: str, low: str, start: int, end: int, numbers: tuple[float, ...]) -> Figure | None:
@@ -132,7 +137,7 @@ def parse_number(raw: str) -> float | None:
     """"15,000" -> 15000, "4,5" -> 4.5, "thirty-five" -> 35, "two and a half" -> 2.5; None if not a number."""
     s = raw.strip().casefold()
     if s and s[0].isdigit():
-        s = re.sub(r"[,'\u00a0\u202f](?=\d{3}(?!\d))", "", s).replace(",", ".")
+        s = re.sub(r"[,' \u00a0\u202f](?=\d{3}(?!\d))", "", s).replace(",", ".")
         try:
             return float(s)
         except ValueError:
@@ -151,11 +156,13 @@ def parse_number(raw: str) -> float | None:
     return total + current if seen else None
 
 
-def _multiplier(low: str) -> float:
-    for word, scale in (("billion", 1e9), ("bn", 1e9), ("million", 1e6), ("mn", 1e6), ("thousand", 1e3)):
-        if re.search(rf"\d\s?{word}\b|\b{word}\b", low):
+def _multiplier(after: str) -> float:
+    """The scale written right after a number ("bn", " million", "m"), 1 if none."""
+    for word, scale in (("billion", 1e9), ("bn", 1e9), ("million", 1e6), ("mn", 1e6), ("thousand", 1e3),
+                        ("m", 1e6), ("k", 1e3)):
+        if re.match(rf"\s?{word}\b", after):
             return scale
-    return 1e6 if re.search(r"\d\s?m\b", low) else 1e3 if re.search(r"\d\s?k\b", low) else 1.0
+    return 1.0
 
 
 def _currency(raw: str) -> str:
@@ -171,8 +178,9 @@ def _date_value(raw: str) -> tuple[float, ...]:
     if iso:
         return float(iso.group(1)), float(iso.group(2)), float(iso.group(3))
     numeric = re.fullmatch(r"(\d{1,2})[/.](\d{1,2})[/.](\d{4})", raw)
-    if numeric:  # day first, as European rulebooks write it
-        return float(numeric.group(3)), float(numeric.group(2)), float(numeric.group(1))
+    if numeric:  # day first, as European rulebooks write it, unless that cannot be ("01/31/2027": US order)
+        a, b = float(numeric.group(1)), float(numeric.group(2))
+        return (float(numeric.group(3)), a, b) if b > 12 >= a else (float(numeric.group(3)), b, a)
     low = raw.casefold()
     month = next((i + 1 for i, m in enumerate(_MONTHS) if re.search(rf"\b{m[:3]}", low)), 0)
     year = re.search(rf"\b{_YEAR}\b", raw)
@@ -210,6 +218,19 @@ def ungrounded(answer: str, evidence: Iterable[str]) -> list[Figure]:
     odd = [Figure(c, NUMBER, (unicodedata.numeric(c),), "", i, i + 1, ()) for i, c in enumerate(answer)
            if c.isnumeric() and not ("0" <= c <= "9") and not any(c in t for t in texts)]
     return [f for f in find_figures(answer) if not any(matches(f, h) for h in held)] + odd
+
+
+_RANGE_BETWEEN = re.compile(r"^\s*(?:and|to|-|–|—)\s*$", re.IGNORECASE)
+_RANGE_START = re.compile(r"\b(?:between|from|range of|ranging from|in the range)\s*$", re.IGNORECASE)
+
+
+def ranges(source: str, figures: Iterable[Figure]) -> list[tuple[Figure, Figure]]:
+    """The pairs of figures (in `source`, in order) written as a range: "between 1% and 3.5%", "from 5 to 10
+    days", "EUR 1-2 million"."""
+    figs = list(figures)
+    return [(a, b) for a, b in zip(figs, figs[1:], strict=False)
+            if a.kind == b.kind and _RANGE_BETWEEN.match(source[a.end:b.start])
+            and (_RANGE_START.search(source[:a.start]) or source[a.end:b.start].strip() in "-–—")]
 
 
 _REFERENCE = re.compile(r"\b(?:articles?|paragraphs?|sections?|parts?|chapters?|tier|annex(?:es)?|points?|recitals?|"
