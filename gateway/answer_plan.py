@@ -24,7 +24,7 @@ from typing import Any
 
 from gateway.figure_choice import clause_after, nearest
 from gateway.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions
-from textspans.figures import CURRENCY_CODES, DURATION, Figure
+from textspans.figures import CURRENCY_CODES, DURATION, Figure, is_frequency
 from textspans.questions import Asked, asked_concept, asked_for
 
 NOT_FOUND = "Not found in the document."  # the whole answer when the document does not say (docs/INTERFACES.md)
@@ -96,7 +96,8 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
     for c in ranked:
         if not all(concept in c.context or written and written <= c.context for concept, written in named):
             continue
-        figures = [f for f in c.figures if f.kind in asked.kinds]
+        # "how many days" is not answered by how often ("monthly")
+        figures = [f for f in c.figures if f.kind in asked.kinds and not (asked.unit and is_frequency(f))]
         if figures:
             in_unit = [f for f in figures if f.kind == DURATION and f.unit == asked.unit]
             return c, in_unit or figures

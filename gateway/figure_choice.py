@@ -35,10 +35,10 @@ _ASKED_WITH = re.compile(r"\b(within|for|after|before|above|below|over|under|exc
                          r"least|most|than|until)\s+(?:how|what|which)\b", re.IGNORECASE)
 _SEPARATOR = re.compile(r"^[\s,;]*(?:(?:and|or|but|while|whereas)\b)?[\s,]*", re.IGNORECASE)  # between list items
 # The words a figure's bound is drafted with ("at least 4.5%", "may not exceed 3%"), just before it.
-_LOWER_MARK = re.compile(r"\b(?:at least|not less than|no less than|not (?:fall |be )?below|minimum of|floor of|"
-                         r"floored at|no fewer than|not fewer than)\s*$", re.IGNORECASE)
+_LOWER_MARK = re.compile(r"\b(?:at least|(?:not|no|nor) (?:be |fall )?(?:less|lower|fewer) than|not (?:fall |be )?below|"
+                         r"minimum of|floor of|floored at)\s*$", re.IGNORECASE)
 _UPPER_MARK = re.compile(r"\b(?:at most|not more than|no more than|up to|not exceed|nor exceed|not to exceed|"
-                         r"maximum of|capped at|cap of|not be higher than|no higher than|ceiling of|limited to)\s*$",
+                         r"maximum of|capped at|cap of|(?:not|no|nor) (?:be )?(?:higher|greater) than|ceiling of|limited to)\s*$",
                          re.IGNORECASE)
 # The word a question asks with, and the words a document writes it with ("above what": "exceeds 1 percent").
 _ECHOES = {"above": ("above", "exceeds", "exceed", "exceeding", "over", "than"),

@@ -238,6 +238,12 @@ _REFERENCE = re.compile(r"\b(?:articles?|paragraphs?|sections?|parts?|chapters?|
                         r"clauses?|subparagraph)\s*(?:\(?\d[\w./]*\)?\s*)*\(?$", re.IGNORECASE)
 
 
+def is_frequency(fig: Figure) -> bool:
+    """`fig` says how often ("monthly", "twice a year"), not how long: no answer to "how many days"."""
+    return fig.kind == DURATION and bool(re.fullmatch(rf"(?:{'|'.join(_FREQUENCY_WORDS)})|.*\b(?:a|an|per|every|each)"
+                                                      rf"\s+(?:{_TIME_UNIT}|annum)", fig.text, re.IGNORECASE))
+
+
 def is_reference(source: str, fig: Figure) -> bool:
     """A number that names a place (Article 4, tier 1, paragraph "9.1" opening a line), not a quantity."""
     if fig.kind != NUMBER:

@@ -52,7 +52,7 @@ _HEAD_NOUNS: dict[str, str] = {
     **dict.fromkeys("date dates day".split(), "date"),
     **dict.fromkeys("deadline latest earliest".split(), "when"),
     "year": "year",
-    **dict.fromkeys("percentage percent share proportion fraction rate rates ratio weight factor haircut "
+    **dict.fromkeys("percentage percent share proportion portion fraction rate rates ratio weight factor haircut "
                     "coefficient".split(), "share"),
     **dict.fromkeys("multiple multiplier".split(), "multiple"),
     **dict.fromkeys("amount sum fee fees fine fines penalty penalties value price threshold charge cost payment "
@@ -107,7 +107,9 @@ _NP_END = frozenset(
     "apply applies applied make makes trigger triggers count counts need needs require requires qualify "
     "qualifies take takes cover covers deal deals set sets contain contains govern governs say says state states "
     "describe describes specify specifies define defines provide provides lay lays carry carries get gets go goes "
-    "mean means refer refers regulate regulates address addresses".split())
+    "mean means refer refers regulate regulates address addresses "
+    # words that relate the phrase to another, not part of it ("the MCR ceiling relative to the SCR")
+    "relative relatively compared expressed measured calculated stated respectively versus vs".split())
 _DETERMINERS = frozenset("a an the its their his her this that these those each every any such our your".split())
 _WH = re.compile(r"\b(?:what|which)\b", re.IGNORECASE)
 
@@ -175,13 +177,17 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
 # or a who ("a firm", "a bank"). A noun that names what is paid ("fine", "fee") names the subject too.
 FRAME_WORDS = BOUND_WORDS | frozenset(
     "horizon horizons period periods time timeframe interval intervals frequency duration window lifetime date "
-    "dates day year percentage percent share proportion fraction rate rates ratio weight factor coefficient "
+    "dates day year percentage percent share proportion portion fraction rate rates ratio weight factor coefficient "
     "multiple multiplier sum value threshold number count figure much many long often kind type deadline volume "
     "quantity magnitude extent "
     "firm firms bank banks institution institutions entity entities company companies undertaking undertakings "
     "someone anyone person persons authority authorities rule rules policy document part chapter section article "
     "regulation regulations".split())
 _FRAMED_OF = re.compile(r"\b(?:what|which|how many|how much)\s+(?:[\w-]+\s+){0,2}?of\s+", re.IGNORECASE)
+# "how many days' notice", "how much capital": the thing counted or measured, less its unit.
+_HOW_MANY = re.compile(r"\bhow (?:many|much)\s+", re.IGNORECASE)
+_UNIT_WORDS = frozenset("second seconds minute minutes hour hours days weeks months quarters years times basis "
+                        "points business working calendar banking clear consecutive full".split())
 _RESTRICTING = re.compile(r"\b(?:applies|apply|applicable|applying)\s+(?:to|for)\s+|\b(?:for|on)\s+", re.IGNORECASE)
 
 
@@ -194,6 +200,10 @@ def asked_concept(question: str) -> list[str]:
     framed = _FRAMED_OF.search(question)
     if framed and all(w.casefold() in FRAME_WORDS for w in phrases[0]):
         phrases.append(_noun_phrase(_words(question[framed.end():])))
+    counted = _HOW_MANY.search(question)
+    if counted:
+        phrases.append([w for w in _noun_phrase([w.rstrip("'") for w in _words(question[counted.end():])])
+                        if w.casefold() not in _UNIT_WORDS])
     for m in _RESTRICTING.finditer(question):
         rest = _words(question[m.end():])
         if rest and not rest[0][0].isdigit() and rest[0].casefold() not in {"how", "what", "which", "whom"}:

@@ -54,3 +54,32 @@ def test_a_table_row_is_read_with_its_header_and_a_us_subsection_is_labelled() -
     index = DocumentIndex(text)
     assert plan_answer(index, "What is the retention period for call recordings?").leads == ("3 years",)
     assert plan_answer(index, "Which section requires a bank to file a report?").leads == ("Section 3(a)(1)",)
+
+
+MCR = "The minimum capital requirement (MCR) shall be no lower than 25% and no higher than 45% of the SCR."
+
+
+def test_a_bound_drafted_as_no_lower_or_no_higher_than_answers_the_floor_or_the_ceiling() -> None:
+    index = DocumentIndex(MCR)
+    assert plan_answer(index, "What is the MCR ceiling relative to the SCR?").leads == ("45%",)
+    assert plan_answer(index, "What is the floor for the MCR?").leads == ("25%",)
+
+
+def test_a_counted_thing_the_document_never_names_is_not_found() -> None:
+    """"How many days' notice" on a document that never speaks of notice: its "daily" is not an answer."""
+    index = DocumentIndex("Nostro accounts are reconciled daily, and suspense accounts at least weekly.")
+    p = plan_answer(index, "How many days' notice must be given before closing an account?")
+    assert not p.found and "notice" in p.reason
+    assert "weekly" in plan_answer(index, "How often are suspense accounts reconciled?").leads  # how often: yes
+    fees = DocumentIndex("A chargeback fee of $15 applies to each chargeback, and a monthly statement fee of $5 "
+                         "applies to each merchant account.")
+    p = plan_answer(fees, "How many days does the merchant have to dispute a chargeback?")
+    assert not p.found and "no duration" in p.reason  # "monthly" says how often, not how many days
+
+
+def test_a_bonus_is_variable_remuneration() -> None:
+    """A domain synonym from the glossary: the question's word is not the document's."""
+    index = DocumentIndex("3.1 The variable remuneration of a material risk taker shall not exceed 200 per cent of "
+                          "fixed remuneration.\n3.2 Staff complete 20 hours of training a year.")
+    assert plan_answer(index, "What is the bonus cap for material risk takers as a percentage of fixed pay?",
+                       ).leads == ("200 per cent",)
