@@ -24,7 +24,7 @@ from typing import Any
 
 from gateway.figure_choice import clause_after, nearest
 from gateway.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions
-from textspans.figures import CURRENCY_CODES, DURATION, Figure, is_frequency
+from textspans.figures import CURRENCY_CODES, DURATION, NUMBER, Figure, is_frequency
 from textspans.questions import Asked, asked_concept, asked_for
 
 NOT_FOUND = "Not found in the document."  # the whole answer when the document does not say (docs/INTERFACES.md)
@@ -106,7 +106,11 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
 
 def _choose(figures: list[Figure], best: Candidate, question: str, index: DocumentIndex, asked: Asked,
             ) -> list[Figure]:
-    """The figures nearest the question (gateway/figure_choice.py); of a tie across kinds, the preferred kind."""
+    """The figures nearest the question (gateway/figure_choice.py); of a tie across kinds, the preferred kind.
+    A bare number is no amount, share or date where the sentence states one ("more than 25 locations shall
+    maintain a net worth of at least $500,000": the net worth is $500,000)."""
+    if asked.kinds[0] != NUMBER and any(f.kind == asked.kinds[0] for f in figures):
+        figures = [f for f in figures if f.kind != NUMBER]
     near = nearest(figures, best, question, index, asked.bound)
     kind = min((f.kind for f in near), key=asked.kinds.index)
     return [f for f in near if f.kind == kind]

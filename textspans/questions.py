@@ -56,7 +56,7 @@ _HEAD_NOUNS: dict[str, str] = {
                     "coefficient".split(), "share"),
     **dict.fromkeys("multiple multiplier".split(), "multiple"),
     **dict.fromkeys("amount sum fee fees fine fines penalty penalties value price threshold charge cost payment "
-                    "turnover balance salary premium deductible volume quantity".split(), "amount"),
+                    "turnover balance salary premium deductible volume quantity worth".split(), "amount"),
     **dict.fromkeys("number count age".split(), "count"),
 }
 # Words that bound or place a quantity without naming its kind: they decide nothing, and they are not what
@@ -182,7 +182,9 @@ FRAME_WORDS = BOUND_WORDS | frozenset(
     "quantity magnitude extent "
     "firm firms bank banks institution institutions entity entities company companies undertaking undertakings "
     "someone anyone person persons authority authorities rule rules policy document part chapter section article "
-    "regulation regulations".split())
+    "regulation regulations "
+    # modifiers that say which of a kind without naming another thing ("the internal LCR floor")
+    "internal regulatory applicable current standard general normal usual prescribed specified".split())
 _FRAMED_OF = re.compile(r"\b(?:what|which|how many|how much)\s+(?:[\w-]+\s+){0,2}?of\s+", re.IGNORECASE)
 # "how many days' notice", "how much capital": the thing counted or measured, less its unit.
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\s+", re.IGNORECASE)

@@ -83,3 +83,22 @@ def test_a_bonus_is_variable_remuneration() -> None:
                           "fixed remuneration.\n3.2 Staff complete 20 hours of training a year.")
     assert plan_answer(index, "What is the bonus cap for material risk takers as a percentage of fixed pay?",
                        ).leads == ("200 per cent",)
+
+
+LIQUIDITY = ("Group Liquidity Policy\n\n2. Metrics and limits\nThe Group manages liquidity against these limits:\n"
+             "- Liquidity coverage ratio: minimum 120%.\n- Net stable funding ratio: minimum 105%.\n"
+             "- Intraday liquidity buffer: EUR 1.5 billion at all times.\n")
+NET_WORTH = ("Sec. 102. Licensing.\n(a) An applicant shall pay an application fee of $5,000.\n"
+             "(b) A licensee with more than 25 locations shall maintain a net worth of at least $500,000.\n")
+
+
+def test_a_modifier_that_only_says_which_of_a_kind_is_no_subject_of_its_own() -> None:
+    """"internal" does not name a thing the document must speak of: the policy's LCR floor is its own."""
+    assert plan_answer(DocumentIndex(LIQUIDITY), "What is the internal LCR floor?").leads == ("120%",)
+
+
+def test_net_worth_is_an_amount_and_a_count_in_its_sentence_is_not_the_amount() -> None:
+    index = DocumentIndex(NET_WORTH)
+    p = plan_answer(index, "What net worth is required for a licensee with more than 25 locations?")
+    assert p.asked.kinds[0] == "amount" and p.leads == ("$500,000",)
+    assert plan_answer(index, "What net worth must a large licensee maintain?").leads == ("$500,000",)
