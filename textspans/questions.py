@@ -57,7 +57,7 @@ _HEAD_NOUNS: dict[str, str] = {
     **dict.fromkeys("multiple multiplier".split(), "multiple"),
     **dict.fromkeys("amount sum fee fees fine fines penalty penalties value price threshold charge cost payment "
                     "turnover balance salary premium deductible volume quantity worth".split(), "amount"),
-    **dict.fromkeys("number count age".split(), "count"),
+    **dict.fromkeys("number count age score".split(), "count"),
 }
 # Words that bound or place a quantity without naming its kind: they decide nothing, and they are not what
 # a question is about ("the leverage ratio floor" is about the leverage ratio).
@@ -87,7 +87,7 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
                        r"weight)\b|\bpercentage\b|\bper ?cent\b|\bratio\b|\brisk weight\b|\brate\b"),
     ("amount", "amount", r"\bhow much\b|\b(?:what|which) (?:\w+ )?(?:amount|sum|fee|fine|penalty|value|price|"
                          r"threshold)\b|\bamount\b|\bthreshold\b|\b(?:from|above|below|over|under|up to|exceeding|"
-                         r"beyond) what\b|\bfines?\b|\bpenalt(?:y|ies)\b|\bfees?\b"),
+                         r"beyond) what\b|\bfines?\b|\bpenalt(?:y|ies)\b|\bfees?\b|\bcosts?\b|\bcharged?\b"),
     ("share", "share", r"\bhow many (?:basis|percentage) points\b"),
     ("count", "count", r"\bhow many\b|\bnumber of\b|\bhow old\b|\bwhat age\b|\bminimum age\b"),
     ("size", "size", r"\bhow (?:big|large|high|low|small)\b|\b(?:minimum|maximum|largest|smallest|highest|lowest|"

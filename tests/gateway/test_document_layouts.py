@@ -102,3 +102,15 @@ def test_net_worth_is_an_amount_and_a_count_in_its_sentence_is_not_the_amount() 
     p = plan_answer(index, "What net worth is required for a licensee with more than 25 locations?")
     assert p.asked.kinds[0] == "amount" and p.leads == ("$500,000",)
     assert plan_answer(index, "What net worth must a large licensee maintain?").leads == ("$500,000",)
+
+
+CHARGES = ("Service\tCharge\tNotes\nMonthly account fee\tGBP 8.50\twaived for balances above GBP 5,000\n"
+           "Urgent CHAPS payment\tGBP 25\tsame day\n\nPotential matches with a score of 85 or higher are escalated.\n")
+
+
+def test_what_a_thing_costs_is_an_amount_and_a_score_is_a_number() -> None:
+    index = DocumentIndex(CHARGES)
+    cost = plan_answer(index, "What does an urgent CHAPS payment cost?")
+    assert cost.asked.kinds[0] == "amount" and cost.leads == ("GBP 25",)
+    score = plan_answer(index, "What match score triggers escalation?")
+    assert score.asked.kinds[0] == "number" and score.leads == ("85",)
