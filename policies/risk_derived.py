@@ -92,14 +92,16 @@ def _flows(rules: RiskRules, values: dict[str, object], amount: float,
 def amount_facts(rules: RiskRules, values: dict[str, object], amount: float, currency: str | None,
                  stated_threshold: float | None = None) -> None:
     """amount_usd, round_amount, reporting_ratio and aggregate_ratio into `values`; a threshold the event states
-    counts beside its currency's."""
+    counts beside its currency's, and so does the record-keeping line for a monetary instrument bought."""
     usd = rules.usd_value.get(currency or "")
     if usd is not None:
         values["amount_usd"] = amount * usd
     units = amount / rules.round_unit
     values["round_amount"] = amount >= rules.round_unit and abs(units - round(units)) < 1e-9
+    instrument = values.get(rules.instrument_purchase) is True if rules.instrument_purchase else False
     thresholds = sorted({*rules.reporting_thresholds.get(currency or "", ()), *([stated_threshold] if stated_threshold
-                                                                               else [])})
+                                                                               else []),
+                         *(rules.instrument_thresholds.get(currency or "", ()) if instrument else ())})
     if not thresholds:
         return
     above = [t for t in thresholds if t > amount]

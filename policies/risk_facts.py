@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from policies.countries import find_in, resolve, words
+from policies.countries import find_in, postal_country, resolve, words
 from policies.risk_checks import compiled as compiled_checks
 from policies.risk_counts import counts_in
 from policies.risk_derived import (
@@ -266,10 +266,12 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
                 located.append((meaning, codes := _codes(value, name)))
                 seen |= codes
             elif meaning & _ADDRESS_WORDS:
-                seen |= set(find_in(words(value))[-1:])  # the country line; "12 Cuba Street, Wellington, NZ" is NZ
+                postal = postal_country(value)  # "118 Main St, Cuba, MO 65453" is in Missouri
+                seen |= {postal} if postal else set(find_in(words(value))[-1:])  # "12 Cuba Street, Wellington, NZ"
             elif meaning & voc.text_words:
                 seen |= set(find_in(words(value)))
-            elif len(value.strip()) > 3 and (c := resolve(value)):
+            elif len(value.strip()) > 3 and not meaning & voc.listed and (c := resolve(value)):
+                # a screening hit's matched term ({"keyword_hit": "CUBA"}) is the alert to clear, not a country
                 seen.add(c)
         if (value is True or isinstance(value, str) and flag(value) is True) and not name.words & _NEGATIONS:
             pieces.append(" ".join(voc.name_tokens(str(key))))  # {"mixer": true} mentions a mixer; {"not_pep": true}
