@@ -246,7 +246,11 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
         name = voc.name_of(str(key))
         meaning = voc.words_of(name)
         named.append(Named(meaning, name, value))
-        for a in voc.lookup(meaning):
+        carries = voc.lookup(meaning)
+        if not carries and "." in str(key):  # "kyt.mixer_exposure_pct": a vendor's namespace before the dot
+            name = voc.name_of(str(key).rsplit(".", 1)[1])
+            carries = voc.lookup(voc.words_of(name))
+        for a in carries:
             got.add(a, name, value)
         text = voc.tokens_of(value) if isinstance(value, str) else ()
         if not meaning & voc.listed:
