@@ -32,3 +32,12 @@ def test_portuguese_and_french_counts_are_read() -> None:
     burst = facts({"pagamentos_1h": 38, "beneficiarios_novos": 21})
     assert burst["new_payee_count"] == 21.0 and burst["new_payee"] is True
     assert facts({"payeurs_distincts": 180})["distinct_senders"] == 180.0
+
+
+def test_a_value_against_its_own_baseline_is_a_ratio() -> None:
+    assert facts({"cash_30d_vs_90d_ratio": 3.1})["baseline_ratio"] == 3.1
+    assert facts({"price_vs_valuation_pct": 118})["baseline_ratio"] == 1.18
+    paired = facts({"decline_rate": 0.41, "baseline_decline_rate": 0.05})["baseline_ratio"]
+    assert isinstance(paired, float) and abs(paired - 8.2) < 1e-9
+    assert "baseline_ratio" not in facts({"volumes_vs_expected": "within 10%"})  # a deviation, not a multiple
+    assert facts({"unit_price_eur_kg": 6.9, "benchmark_eur_kg": 1.6})["price_deviation"] > 4
