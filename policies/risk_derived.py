@@ -196,3 +196,23 @@ def goods_differ(goods: frozenset[str], documents: frozenset[str], named: Sequen
 
 def _content(value: object) -> frozenset[str]:
     return frozenset(w for w in words(str(value)) if len(w) >= 3 and not w.isdigit() and w not in _NAME_NOISE)
+
+
+_VERSUS = frozenset({"vs", "versus"})  # cash_30d_vs_90d_ratio, refund_ratio_vs_90d
+_BASELINE = frozenset({"baseline", "benchmark"})  # decline_rate beside baseline_decline_rate
+
+
+def baseline_ratio(named: Sequence[Named]) -> float | None:
+    """A value as a multiple of its own baseline, the largest stated: a ratio the name says is one value against
+    another (cash_30d_vs_90d_ratio: 3.1; a percentage when the name says so), or a value beside the same name
+    with a baseline word (decline_rate: 0.41 and baseline_decline_rate: 0.06: 6.8)."""
+    numbers = [(n, v) for n in named if (v := number(n.value)) is not None and v >= 0]
+    ratios = [v / 100 if n.name.percent else v for n, v in numbers  # "within 4%" is a deviation, not a ratio
+              if n.meaning & _VERSUS and len(n.meaning) > 1 and not isinstance(n.value, str)]
+    by_meaning = {n.meaning: v for n, v in numbers}
+    for n, v in numbers:
+        for word in n.meaning & _BASELINE:
+            own = by_meaning.get(n.meaning - {word})
+            if own is not None and v > 0:
+                ratios.append(own / v)
+    return max(ratios, default=None)
