@@ -36,6 +36,8 @@ NOT_SETTINGS = {
     ("bench bulk", "workers"): "Celery worker processes of the benchmark's own stack",
     ("eval extraction", "workers"): "Celery worker processes of the throwaway stack",
     ("bench http-peer", "concurrency"): "concurrent client streams",
+    ("bench make-model", "seed"): "seed of the random weights written",
+    ("bench make-model", "dtype"): "the checkpoint's storage dtype, not the engine's compute dtype",
 }
 
 
