@@ -135,7 +135,9 @@ class DocumentIndex:
                       for s, p in zip(self.sentences, self.places, strict=True)]
         self.df = Counter(t for have in self.terms for t in have)
         self.headings = [set(terms(p.heading, self.concepts)) - _FRAMING for p in self.places]
-        self.context = [frozenset(set(terms(p.line, self.concepts)) | h | set(terms(p.header, self.concepts)))
+        # A sentence's context: its line, its article's heading, its section's and the document's titles, its
+        # table's header row (a line often leaves out the term its section or the document is about).
+        self.context = [frozenset(set(terms(" ".join((p.line, p.header, p.section, p.title)), self.concepts)) | h)
                         for p, h in zip(self.places, self.headings, strict=True)]
         self.figures = [tuple(f for f in find_figures(s, words=True) if not is_reference(s, f))
                         for s in self.sentences]
