@@ -25,7 +25,9 @@ from gateway.retrieval import Candidate, DocumentIndex, mentions, terms
 from textspans.figures import Figure, find_figures, matches, ranges
 from textspans.questions import asked_for, wh_phrase
 
-_CLAUSE_END = re.compile(r"[.;:,()\[\]\"]|\s(?:and|or|but|unless|which|where|whichever|if|provided)\b")
+# "or less", "or more" bound the figure before them: they do not end its clause ("$50 or less at the end of the day").
+_CLAUSE_END = re.compile(r"[.;:,()\[\]\"]|\s(?:and|or(?!\s+(?:less|more|fewer|lower|higher|greater|above|below|over|"
+                         r"under)\b)|but|unless|which|where|whichever|if|provided)\b")
 TAIL_CHARS = 80
 # A tail never ends on a word that needs another after it ("... the annual AML training by").
 _DANGLING = frozenset("a an the of to by for in on at with from than as per within before after until and or "

@@ -21,3 +21,27 @@ def test_a_section_title_and_the_document_title_name_what_their_lines_are_about(
     index = DocumentIndex(text)
     assert plan_answer(index, "In what ratio do the PSPs split the cost of an APP reimbursement?").leads == ("50:50",)
     assert plan_answer(index, "On what date did the CRE policy become effective?").leads == ("2026-04-01",)
+
+
+def test_words_that_frame_a_question_or_name_a_currency_are_not_subjects_the_document_must_write() -> None:
+    """"What happens if ...: within what time" asks the second question; "sterling" is written "£"; "single"
+    is "individual"; a unit counted in ("how many basis points") decides the kind before a "when" clause."""
+    index = DocumentIndex(
+        "Where a PSP's fraud rate exceeds the reference rate of 0.13% for two consecutive quarters, the PSP must "
+        "notify the Authority within 72 hours. Exposure to any single borrower group shall not exceed £25 million "
+        "or 10% of Tier 1 capital, whichever is lower. Lenders shall stress the interest rate by 200 basis points "
+        "when computing the debt service-to-income ratio.")
+    p = plan_answer(index, "What happens if a PSP's fraud rate exceeds the reference rate for two consecutive "
+                           "quarters: within what time must it notify the Authority?")
+    assert p.leads == ("72 hours",), p.reason
+    p = plan_answer(index, "What is the absolute sterling limit on exposure to an individual borrower group?")
+    assert p.found and p.leads[0] == "£25 million", p.reason
+    p = plan_answer(index, "By how many basis points must the interest rate be stressed when computing DSTI?")
+    assert p.leads == ("200 basis points",), p.reason
+
+
+def test_or_less_binds_the_figure_before_it_so_its_clause_still_counts() -> None:
+    index = DocumentIndex("No overdraft fee may be charged where the balance is overdrawn by $50 or less at the end "
+                          "of the business day, or where the transaction that caused the overdraft was $5 or less.")
+    p = plan_answer(index, "At or below what end-of-day overdrawn balance is no overdraft fee allowed?")
+    assert p.leads == ("$50",), p.reason
