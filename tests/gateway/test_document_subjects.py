@@ -45,3 +45,12 @@ def test_or_less_binds_the_figure_before_it_so_its_clause_still_counts() -> None
                           "of the business day, or where the transaction that caused the overdraft was $5 or less.")
     p = plan_answer(index, "At or below what end-of-day overdrawn balance is no overdraft fee allowed?")
     assert p.leads == ("$50",), p.reason
+
+
+def test_a_figure_the_question_states_picks_the_figure_it_qualifies() -> None:
+    index = DocumentIndex("For life undertakings, the absolute floor is USD 3.7 million until 31 December 2027 and "
+                          "USD 4.0 million from 1 January 2028.")
+    p = plan_answer(index, "What absolute floor applies to life undertakings from 1 January 2028?")
+    assert p.leads == ("USD 4.0 million",), p.reason
+    p = plan_answer(index, "What absolute floor applies to life undertakings until 31 December 2027?")
+    assert p.leads == ("USD 3.7 million",), p.reason
