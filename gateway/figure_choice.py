@@ -138,15 +138,14 @@ def _bound_marked(sentence: str, figures: list[Figure], bound: str) -> list[Figu
 def _bound_to_stated(question: str, figures: list[Figure], all_figures: tuple[Figure, ...]) -> list[Figure]:
     """The figures that a figure the question states qualifies: "USD 3.7 million until 31 December 2027 and USD
     4.0 million from 1 January 2028" asked "from 1 January 2028" is USD 4.0 million. A qualifier follows its
-    figure; one that opens the sentence ("Until 31.12.2026 the limit remains 45 per cent") the figure after it."""
+    figure; one that opens the sentence ("Until 31.12.2026 the limit remains 45 per cent") all the figures after it."""
     stated = [s for s in all_figures if s not in figures and re.search(r"\d", s.text)  # "quarterly" names a thing
               and any(matches(q, s) and q.kind == s.kind for q in find_figures(question))]
     out = []
     for s in stated:
         before = [f for f in figures if f.end <= s.start]
         after = [f for f in figures if f.start >= s.end]
-        if before or after:
-            out.append(before[-1] if before else after[0])
+        out.extend(before[-1:] or after)
     return out
 
 

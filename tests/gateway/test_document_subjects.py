@@ -54,3 +54,17 @@ def test_a_figure_the_question_states_picks_the_figure_it_qualifies() -> None:
     assert p.leads == ("USD 4.0 million",), p.reason
     p = plan_answer(index, "What absolute floor applies to life undertakings until 31 December 2027?")
     assert p.leads == ("USD 3.7 million",), p.reason
+
+
+def test_a_term_defined_in_quotes_is_an_abbreviation_and_picks_its_figure_in_a_sentence_of_several() -> None:
+    """"'leverage ratio exposure measure' (LREM)" defines LREM, so a question in the long form meets "5.25% of
+    LREM", not the "13.5% of TREA" before it; "more than EUR 100 bn" opens the clause of both."""
+    index = DocumentIndex(
+        "(1) 'total risk exposure amount' (TREA) means the amount calculated under Article 92(3);\n"
+        "(2) 'leverage ratio exposure measure' (LREM) means the total exposure measure under Article 429(4);\n"
+        "For institutions other than G-SIIs whose total assets exceed EUR 100 bn, MREL shall be not less than "
+        "13.5% of TREA and not less than 5.25% of LREM.\n")
+    assert ("LREM", "leverage ratio exposure measure") in [(g[0], g[1]) for g in index.concepts.groups]
+    p = plan_answer(index, "For a bank that is not a G-SII but has more than EUR 100 bn of total assets, what is "
+                           "the minimum MREL as a percentage of the leverage ratio exposure measure?")
+    assert p.leads == ("5.25%",), p.reason
