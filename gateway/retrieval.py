@@ -92,8 +92,10 @@ def terms(text: str, index: ConceptIndex) -> list[str]:
 
 
 def mentions(text: str, index: ConceptIndex) -> list[tuple[str, frozenset[str]]]:
-    """Each concept `text` names: its term and the stems of the words it is written in there."""
-    return [(CONCEPT + c, frozenset(terms(text[s:e], _NO_CONCEPTS))) for s, e, c in index.find(text)]
+    """Each concept `text` names: its term and the stems of the words it is written in there, its numbers too
+    ("tier 3" is not written in the words of "tier 1")."""
+    return [(CONCEPT + c, frozenset(terms(text[s:e], _NO_CONCEPTS) + re.findall(r"\b\d{1,2}\b", text[s:e])))
+            for s, e, c in index.find(text)]
 
 
 def concept_index(text: str, glossary: Glossary | None = None) -> ConceptIndex:

@@ -71,8 +71,9 @@ def test_a_term_defined_in_quotes_is_an_abbreviation_and_picks_its_figure_in_a_s
 
 
 def test_tier_3_is_a_term_apart_from_tier_1() -> None:
-    index = DocumentIndex("4.1 At least 50 percent of the eligible amount of own funds covering the SCR shall consist "
-                          "of Tier 1 items.\n4.2 The eligible amount of Tier 3 items shall be less than 15 percent of "
+    """"Tier 3" is its own term (policies/glossary.toml), and not written in the words of "Tier 1"."""
+    index = DocumentIndex("Section 4 - Own funds\n4.1 At least 50 percent of the eligible amount of own funds "
+                          "covering the SCR shall consist of Tier 1 items.\n4.2 The eligible amount of Tier 3 items shall be less than 15 percent of "
                           "the SCR.")
     p = plan_answer(index, "Up to what share of the SCR may Tier 3 own funds be counted?")
     assert p.leads == ("15 percent",), p.reason
