@@ -16,7 +16,7 @@ Figures per mode (`quotes`, `plain`):
   repetition_stopped    answers the guard stopped (engine/repetition.py; the answer keeps its first span)
   not_found_right       of the questions labelled null, the share answered "not found"
   not_found_wrong       of the answerable questions, the share answered "not found"
-  quote_is_answer       (quotes) a quote is the labelled sentence or a sentence of the labelled paragraph
+  quote_is_answer       (quotes) a quote holds the labelled sentence or a sentence of the labelled paragraph
   replaced              code replaced the model's answer (a figure not in the evidence, a cut)
 """
 from __future__ import annotations
@@ -115,7 +115,8 @@ def score(q: Labelled, document: str, prepared: PreparedQuestion, raw: str, fini
         "figure_not_in_document": [f.text for f in ungrounded(checked.answer, [document])],
         "loop": repeated_tail(checked.answer) is not None or finish_reason == "length",
         "repetition_stopped": stop_reason == REPETITION, "replaced": checked.replaced,
-        "quote_is_answer": any(s in quotes for s in q.sentences) if prepared.quoted else None,
+        # A quote holds the label's sentence: the route quotes a line with its number ("4.1 ...", "(2) ...").
+        "quote_is_answer": any(s in quote for s in q.sentences for quote in quotes) if prepared.quoted else None,
     }
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from gateway.figure_choice import clause_after, nearest
 from gateway.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions
-from textspans.figures import CURRENCY_CODES, DURATION, NUMBER, Figure, is_frequency
+from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DURATION, NUMBER, Figure, is_frequency
 from textspans.questions import Asked, asked_concept, asked_for
 
 NOT_FOUND = "Not found in the document."  # the whole answer when the document does not say (docs/INTERFACES.md)
@@ -106,11 +106,17 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
 
 def _choose(figures: list[Figure], best: Candidate, question: str, index: DocumentIndex, asked: Asked,
             ) -> list[Figure]:
-    """The figures nearest the question (gateway/figure_choice.py); of a tie across kinds, the preferred kind.
+    """The figures nearest the question (gateway/figure_choice.py); of a tie across kinds, the preferred kind;
+    amounts in a currency the question names before all others.
     A bare number is no amount, share or date where the sentence states one ("more than 25 locations shall
     maintain a net worth of at least $500,000": the net worth is $500,000)."""
     if asked.kinds[0] != NUMBER and any(f.kind == asked.kinds[0] for f in figures):
         figures = [f for f in figures if f.kind != NUMBER]
+    # A currency the question names in a word ("the sterling limit") asks for an amount in it (a code is
+    # usually a condition's: "income below EUR 1,200").
+    named = {CURRENCY_WORDS[w.casefold()] for w in re.findall(r"[A-Za-z]+", question) if w.casefold() in CURRENCY_WORDS}
+    if AMOUNT in asked.kinds:
+        figures = [f for f in figures if f.kind == AMOUNT and f.unit in named] or figures
     near = nearest(figures, best, question, index, asked.bound)
     kind = min((f.kind for f in near), key=asked.kinds.index)
     return [f for f in near if f.kind == kind]

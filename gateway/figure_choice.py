@@ -11,7 +11,9 @@ as many words as the longest phrase of the others. The figures whose phrase shar
 after "the chargeback ratio exceeds") are the answer's leads, all of them on a tie; the word just before a
 figure counts most when the question asks with it ("within how many hours": "within four hours"; "above
 what": "exceeds"). Before that, a figure the question
-itself states is a condition, not the answer ("with a risk weight of 35% or less": 65%), and of a range
+itself states is a condition, not the answer ("with a risk weight of 35% or less": 65%), and the figure it
+qualifies is ("USD 3.7 million until 31 December 2027 and USD 4.0 million from 1 January 2028" asked "from 1
+January 2028": USD 4.0 million), and of a range
 ("between 1% and 3.5%"), or of figures drafted as both bounds ("not fall below 25 per cent nor exceed 45 per
 cent"), the end the question asks for is kept ("the upper end": 3.5%; "the minimum": 25 per cent).
 """
@@ -25,7 +27,9 @@ from gateway.retrieval import Candidate, DocumentIndex, mentions, terms
 from textspans.figures import Figure, find_figures, matches, ranges
 from textspans.questions import asked_for, wh_phrase
 
-_CLAUSE_END = re.compile(r"[.;:,()\[\]\"]|\s(?:and|or|but|unless|which|where|whichever|if|provided)\b")
+# "or less", "or more" bound the figure before them: they do not end its clause ("$50 or less at the end of the day").
+_CLAUSE_END = re.compile(r"[.;:,()\[\]\"]|\s(?:and|or(?!\s+(?:less|more|fewer|lower|higher|greater|above|below|over|"
+                         r"under)\b)|but|unless|which|where|whichever|if|provided)\b")
 TAIL_CHARS = 80
 # A tail never ends on a word that needs another after it ("... the annual AML training by").
 _DANGLING = frozenset("a an the of to by for in on at with from than as per within before after until and or "
@@ -131,6 +135,20 @@ def _bound_marked(sentence: str, figures: list[Figure], bound: str) -> list[Figu
     return figures
 
 
+def _bound_to_stated(question: str, figures: list[Figure], all_figures: tuple[Figure, ...]) -> list[Figure]:
+    """The figures that a figure the question states qualifies: "USD 3.7 million until 31 December 2027 and USD
+    4.0 million from 1 January 2028" asked "from 1 January 2028" is USD 4.0 million. A qualifier follows its
+    figure; one that opens the sentence ("Until 31.12.2026 the limit remains 45 per cent") all the figures after it."""
+    stated = [s for s in all_figures if s not in figures and re.search(r"\d", s.text)  # "quarterly" names a thing
+              and any(matches(q, s) and q.kind == s.kind for q in find_figures(question))]
+    out = []
+    for s in stated:
+        before = [f for f in figures if f.end <= s.start]
+        after = [f for f in figures if f.start >= s.end]
+        out.extend(before[-1:] or after)
+    return out
+
+
 def nearest(figures: list[Figure], candidate: Candidate, question: str, index: DocumentIndex,
             bound: str = "") -> list[Figure]:
     """The figures of `candidate` (in order) that answer `question` (the module's note)."""
@@ -143,6 +161,7 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
                                                                                  (m.group(1).casefold(),))}
     head = set(terms(" ".join(wh_phrase(question)), index.concepts))
     sentence, scores = candidate.sentence, []
+    figures = _bound_to_stated(question, figures, candidate.figures) or figures
     own = _cell_phrases(candidate, figures) if candidate.header else phrases(sentence, figures, candidate.figures)
     for f, phrase in zip(figures, own, strict=True):
         before = re.search(r"(\w+)\W*$", sentence[:f.start])

@@ -6,6 +6,10 @@ Rulebooks are laid out in a few common ways, and a sentence alone often lacks th
   - US style: "Sec. 3. Title." then subsections "(a) Reports required.--(1) A financial institution ..." and
     "(2) ...": labels "Sec. 3(a)(1)", "Sec. 3(a)(2)";
   - numbered paragraphs "9.1 An institution ...": label "Article 9" (the article the number belongs to);
+  - a short unpunctuated line ("PS 5.5 Authorised push payment fraud", "1. Purpose and scope") titles the lines
+    under it up to the next such line: its section; the first block of such lines titles the whole document
+    ("Group Credit Risk Policy CR-07: Commercial Real Estate Lending"), so "the CRE policy's effective date"
+    meets "Effective: 2026-04-01" in a line that never says CRE;
   - tables written as text lines ("Record type | Retention period | Storage", then one row per line, cells
     split by "|", a tab or two spaces or more): each row is read with its table's header row, so "what is the
     retention period for call recordings" meets "Call recordings | 5 years | encrypted store".
@@ -23,6 +27,7 @@ _MARKERS = re.compile(r"^\(([a-z]{1,2}|\d{1,2}|[ivx]{1,4})\)\s*(?:[^.(]{0,80}\.\
                       r"(?:\((\d{1,2})\)\s)?")
 _CELLS = re.compile(r"\s*\|\s*|\t+|\s{2,}")
 TITLE_CHARS = 80
+DOCUMENT_TITLE_CHARS = 160  # a document's title lines may be long ("supplementing the Union framework ...")
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,8 @@ class Place:
     label: str  # "Article 4(1)", "Section 3(a)(2)" (from "Sec. 3"), "9" (from "9.1" with no heading); "" if none
     header: str  # the header row of the table the sentence is a row of; "" if none
     is_heading: bool = False  # the line is an article's heading or its title line, not its text
+    section: str = ""  # the short title line above it ("PS 5.5 Authorised push payment fraud"); "" if none
+    title: str = ""  # the document's title lines (its first block of unpunctuated lines); "" if none
 
 
 def cells(line: str) -> list[tuple[int, int]]:
@@ -58,8 +65,28 @@ def _written_out(label: str) -> str:
     return f"{_ABBREVIATED[word.casefold()]} {rest}" if word.casefold() in _ABBREVIATED else label
 
 
+def _is_title(text: str, limit: int = TITLE_CHARS) -> bool:
+    """A line that titles what follows: short, with a letter, not a sentence (no final stop) nor a table row."""
+    return 0 < len(text) <= limit and bool(re.search(r"[A-Za-z]{3}", text)) and text[-1] not in ".;:,)" \
+        and len(cells(text)) < 2
+
+
+def _document_title(lines: list[str]) -> str:
+    """The document's first lines while they are titles (blank lines between them allowed)."""
+    out = []
+    for line in lines:
+        text = line.strip()
+        if not text:
+            continue
+        if not _is_title(text, DOCUMENT_TITLE_CHARS) or _HEADING.match(text) or _NUMBERED.match(text):
+            break
+        out.append(text)
+    return " ".join(out)
+
+
 def _line_places(lines: list[str]) -> list[Place]:
     out: list[Place] = []
+    title, section = _document_title(lines), ""
     heading = base = para = letter = num = ""
     header, header_cells, title_line = "", 0, -1
     for i, line in enumerate(lines):
@@ -79,6 +106,8 @@ def _line_places(lines: list[str]) -> list[Place]:
                 num = first
             else:
                 letter, num = first, second or ""
+        if _is_title(text) and text not in title:
+            section = text
         n_cells = len(cells(text))
         if n_cells >= 2 and n_cells == header_cells:
             row_header = header
@@ -87,7 +116,7 @@ def _line_places(lines: list[str]) -> list[Place]:
         numbered = _NUMBERED.match(text)
         label = _written_out(base) + "".join(f"({x})" for x in (para, letter, num) if x) if base else \
             numbered.group(1) if numbered else ""
-        out.append(Place(text, heading, label, row_header, bool(m) or i == title_line))
+        out.append(Place(text, heading, label, row_header, bool(m) or i == title_line, section, title))
     return out
 
 

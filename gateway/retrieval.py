@@ -22,7 +22,7 @@ from gateway.layout import places
 from policies.glossary import Glossary, load_glossary
 from textspans import sentence_spans
 from textspans.concepts import ConceptIndex, defined_abbreviations
-from textspans.figures import Figure, find_figures, is_reference, ranges
+from textspans.figures import AMOUNT, CURRENCY_WORDS, Figure, find_figures, is_reference, ranges
 from textspans.questions import FRAME_WORDS, Asked, asked_for
 
 QUOTE_CANDIDATES = 2  # sentences a quote may be: the best is always quoted, the model may add the second
@@ -75,7 +75,8 @@ def _stem(word: str) -> str:
 _DRAFTING = {"minimum": ("least",), "floor": ("least", "minimum"), "maximum": ("exceed", "most"),
              "limit": ("exceed",), "cap": ("exceed", "most", "maximum"), "ceiling": ("exceed", "most", "maximum"),
              "large": ("exceed",), "keep": ("maintain", "hold", "retain"), "hold": ("maintain",), "big": ("equal",),
-             "daily": ("day",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",)}
+             "daily": ("day",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
+             "single": ("individual", "each"), "individual": ("single", "each")}
 _EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}
 
 _QUANTITY_FRAME = frozenset(_stem(w) for w in FRAME_WORDS)
@@ -91,8 +92,10 @@ def terms(text: str, index: ConceptIndex) -> list[str]:
 
 
 def mentions(text: str, index: ConceptIndex) -> list[tuple[str, frozenset[str]]]:
-    """Each concept `text` names: its term and the stems of the words it is written in there."""
-    return [(CONCEPT + c, frozenset(terms(text[s:e], _NO_CONCEPTS))) for s, e, c in index.find(text)]
+    """Each concept `text` names: its term and the stems of the words it is written in there, its numbers too
+    ("tier 3" is not written in the words of "tier 1")."""
+    return [(CONCEPT + c, frozenset(terms(text[s:e], _NO_CONCEPTS) + re.findall(r"\b\d{1,2}\b", text[s:e])))
+            for s, e, c in index.find(text)]
 
 
 def concept_index(text: str, glossary: Glossary | None = None) -> ConceptIndex:
@@ -135,10 +138,13 @@ class DocumentIndex:
                       for s, p in zip(self.sentences, self.places, strict=True)]
         self.df = Counter(t for have in self.terms for t in have)
         self.headings = [set(terms(p.heading, self.concepts)) - _FRAMING for p in self.places]
-        self.context = [frozenset(set(terms(p.line, self.concepts)) | h | set(terms(p.header, self.concepts)))
+        # A sentence's context: its line, its article's heading, its section's and the document's titles, its
+        # table's header row (a line often leaves out the term its section or the document is about).
+        self.context = [frozenset(set(terms(" ".join((p.line, p.header, p.section, p.title)), self.concepts)) | h)
                         for p, h in zip(self.places, self.headings, strict=True)]
         self.figures = [tuple(f for f in find_figures(s, words=True) if not is_reference(s, f))
                         for s in self.sentences]
+        self.currencies = {f.unit for have in self.figures for f in have if f.kind == AMOUNT and f.unit}
 
     def mentions_concept(self, concept: str, written: frozenset[str]) -> bool:
         """The document names `concept` (a term of `mentions`): in some form, or a sentence holds every word
@@ -146,7 +152,10 @@ class DocumentIndex:
         return concept in self.df or bool(written) and any(written <= have for have in self.terms)
 
     def uses(self, word: str) -> bool:
-        """The document writes `word` in some form: its stem, or a drafting form ("daily" as "per day")."""
+        """The document writes `word` in some form: its stem, a drafting form ("daily" as "per day"), or, for a
+        currency's name ("sterling"), an amount in that currency ("£25 million")."""
+        if CURRENCY_WORDS.get(word.casefold()) in self.currencies:
+            return True
         return all(t in self.df or any(x in self.df for x in _EXPANSIONS.get(t, ()))
                    for t in terms(word, _NO_CONCEPTS))
 

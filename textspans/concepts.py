@@ -100,7 +100,9 @@ def defined_abbreviations(text: str) -> list[tuple[str, str]]:
         letters = [c.casefold() for c in abbr if c.isalnum()]
         if not is_abbreviation(abbr) or len(letters) < 2:
             continue
-        before = re.findall(r"[\w']+(?:-[\w']+)*", text[max(0, m.start() - 200):m.start()])
+        # Words with their inner apostrophes and hyphens, less the quotes around a defined term ("'leverage
+        # ratio exposure measure' (LREM)").
+        before = re.findall(r"\w+(?:['-]\w+)*", text[max(0, m.start() - 200):m.start()])
         long_form = _long_form(letters, before[-(len(letters) + 5):])
         if long_form:
             out.setdefault(abbr, long_form)

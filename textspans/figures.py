@@ -44,6 +44,9 @@ _NUM = rf"(?:{_DIGITS}|{_WORDS})"
 _MULT = r"(?:\s?(?:thousand|million|billion|mn|bn|m|k)\b)"
 _CURRENCY = {"€": "EUR", "$": "USD", "£": "GBP", "¥": "JPY", "euro": "EUR", "euros": "EUR", "dollars": "USD",
              "pounds": "GBP", "pounds sterling": "GBP", "francs": "CHF", "swiss francs": "CHF", "yen": "JPY"}
+# A currency named by a word of its own ("the sterling limit", "a euro threshold"): the code of its amounts.
+CURRENCY_WORDS = {"sterling": "GBP", "pound": "GBP", "pounds": "GBP", "euro": "EUR", "euros": "EUR",
+                  "dollar": "USD", "dollars": "USD", "yen": "JPY", "franc": "CHF", "francs": "CHF"}
 CURRENCY_CODES = frozenset("EUR USD GBP CHF JPY CNY SEK NOK DKK PLN CZK HUF RON BGN CAD AUD NZD SGD HKD INR".split())
 _CODE = "|".join(sorted(CURRENCY_CODES))
 _SYMBOL = r"[€$£¥]"

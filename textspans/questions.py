@@ -73,6 +73,8 @@ _TIME = r"(?:minutes?|hours?|days?|weeks?|months?|quarters?|years?)"
 _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
     ("article", "", r"\b(?:which|what) (?:article|section|paragraph|part|clause|chapter|annex|regulation|rule|"
                     r"subsection|provision)s?\b"),
+    # The unit a question counts in decides before any clause of its own ("... stressed when computing DSTI").
+    ("share", "share", r"\bhow many (?:basis|percentage) points\b"),
     ("period", "period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|often|"
                          r"frequently|far in advance|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
@@ -88,7 +90,6 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
     ("amount", "amount", r"\bhow much\b|\b(?:what|which) (?:\w+ )?(?:amount|sum|fee|fine|penalty|value|price|"
                          r"threshold)\b|\bamount\b|\bthreshold\b|\b(?:from|above|below|over|under|up to|exceeding|"
                          r"beyond) what\b|\bfines?\b|\bpenalt(?:y|ies)\b|\bfees?\b|\bcosts?\b|\bcharged?\b"),
-    ("share", "share", r"\bhow many (?:basis|percentage) points\b"),
     ("count", "count", r"\bhow many\b|\bnumber of\b|\bhow old\b|\bwhat age\b|\bminimum age\b"),
     ("size", "size", r"\bhow (?:big|large|high|low|small)\b|\b(?:minimum|maximum|largest|smallest|highest|lowest|"
                      r"longest|shortest|at least|at most|limit|cap|ceiling|floor|requirement|upper|lower|range|level|"
@@ -130,9 +131,20 @@ def _noun_phrase(words: list[str]) -> list[str]:
     return out
 
 
+# "What happens if X: within what time must it ...": the question after the colon is the one asked.
+_SECOND_QUESTION = re.compile(r"[:;]\s+(?=(?:[\w-]+\s+){0,3}(?:what|which|how|when)\b)", re.IGNORECASE)
+
+
+def asked_part(question: str) -> str:
+    """The part of `question` that asks: after a colon that introduces a second wh-question, else all of it."""
+    cut = list(_SECOND_QUESTION.finditer(question))
+    return question[cut[-1].end():] if cut else question
+
+
 def wh_phrase(question: str) -> list[str]:
     """The noun phrase a "what"/"which" question asks about: "What stress horizon ..." -> [stress, horizon];
     "What is the latest point at which ..." -> [latest, point]; [] when there is none ("How long ...")."""
+    question = asked_part(question)
     m = _WH.search(question)
     if m is None:
         return []
@@ -155,6 +167,9 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
     """The kind of answer `question` asks for. `plain`: the question as written, when `question` carries
     extra words (the forms of the terms it names, for the rules below): the wh-phrase is read there."""
     written = plain if plain is not None else question
+    if asked_part(written) != written:  # the kind is read in the question asked, not in its preamble
+        question = question[len(written) - len(asked_part(written)):]
+        written = asked_part(written)
     unit = _UNIT.search(question)
     bound = "upper" if _UPPER.search(written) else "lower" if _LOWER.search(written) else ""
     name = "share" if _AS_SHARE.search(written) else _by_head(written)
@@ -184,7 +199,9 @@ FRAME_WORDS = BOUND_WORDS | frozenset(
     "someone anyone person persons authority authorities rule rules policy document part chapter section article "
     "regulation regulations "
     # modifiers that say which of a kind without naming another thing ("the internal LCR floor")
-    "internal regulatory applicable current standard general normal usual prescribed specified".split())
+    "internal regulatory applicable current standard general normal usual prescribed specified absolute "
+    # "what happens if ...": the frame of a question about a consequence, not its subject
+    "happen happens".split())
 _FRAMED_OF = re.compile(r"\b(?:what|which|how many|how much)\s+(?:[\w-]+\s+){0,2}?of\s+", re.IGNORECASE)
 # "how many days' notice", "how much capital": the thing counted or measured, less its unit.
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\s+", re.IGNORECASE)
