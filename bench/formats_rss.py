@@ -1,7 +1,7 @@
 """Resident memory per weight format, each measured in a fresh process (`finserve bench formats`).
 
 A child process imports the engine, reads its RSS (baseline), loads the model in one format with a
-small KV pool, reads RSS again (and the peak so far: getrusage's ru_maxrss, the load's own peak), then runs one
+small KV pool, reads RSS again (and the peak so far: VmHWM, the load's own peak), then runs one
 128-token prefill and reads it a third time. "weights" is RSS after load minus the baseline, the KV pool and the
 fp32 prefill copy (reported apart as `prefill_copy_bytes`: EngineConfig.prefill_weights, cached by default where
 it fits): what the weights (and anything the load left behind) cost the process. `load_peak_over_held_bytes` is
@@ -23,20 +23,27 @@ from typing import Any
 KV_BYTES = 32 << 20  # a small KV pool (subtracted): the figure is about weights
 
 
-def rss_bytes() -> int:
-    """This process's resident set (Linux /proc; 0 where it does not exist)."""
+def _status_bytes(field: str) -> int:
+    """A `VmXXX:` line of Linux's /proc/self/status in bytes (0 where it does not exist)."""
     status = Path("/proc/self/status")
     if not status.exists():
         return 0
     for line in status.read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
     return 0
 
 
+def rss_bytes() -> int:
+    """This process's resident set."""
+    return _status_bytes("VmRSS")
+
+
 def peak_rss_bytes() -> int:
-    """This process's peak resident set so far (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's peak resident set so far: VmHWM, the peak of this process's own address space.
+    getrusage's ru_maxrss is not used: Linux keeps it across fork and exec, so a child started by a large parent
+    (a test run that grew to gigabytes) reports the parent's size as its own peak."""
+    return _status_bytes("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _child(fmt: str, model: str, threads: int, kv_bytes: int = KV_BYTES, prefill: str = "auto") -> dict[str, object]:

@@ -7,7 +7,9 @@ the next starts (A B C, A B C, ...): never two servers running at once, and a fr
 per repetition. Both bind to 127.0.0.1 with the same thread count.
 
 Client (the same for every system): async httpx, streamed `POST /v1/completions`, the same body
-(prompt, max_tokens = min_tokens = output_tokens, ignore_eos, temperature 0, include_usage); finserve also
+(prompt, max_tokens = min_tokens = output_tokens, ignore_eos, include_usage, and the sampling fields of `--sampling`:
+temperature 0 by default, e.g. {"temperature": 0.7, "top_p": 0.9}, or none at all, each server's own defaults, as
+guidellm sends them); finserve also
 gets an `X-Workload-Class` header (llama_cpp.server ignores headers and the fields it does not know).
 Closed loop: `c` streams each send `rounds` requests back to back. Prompts are ~prompt_tokens-token
 windows of the shipped regulatory text, each with a line of its own first, so no request of a run shares a
@@ -56,6 +58,8 @@ class Shape:
     finserve_class: str = "bulk_extraction"
     prefixes: int = 0  # > 0: the prefix workload (shared documents, each prompt one of them + its question)
     prefix_tokens: int = 2048
+    # the sampling fields every request carries, to every system alike; None: no sampling field at all
+    sampling: tuple[tuple[str, float], ...] | None = (("temperature", 0.0),)
 
     @property
     def context_tokens(self) -> int:  # the longest sequence a request makes
@@ -121,12 +125,13 @@ async def stream_once(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[s
             "finish_reason": rec.finish_reason, "server_timings": rec.timings}
 
 
-def request_body(prompt: str, output_tokens: int) -> dict[str, Any]:
+def request_body(prompt: str, output_tokens: int,
+                 sampling: tuple[tuple[str, float], ...] | None = (("temperature", 0.0),)) -> dict[str, Any]:
     return {"prompt": prompt, "max_tokens": output_tokens, "min_tokens": output_tokens, "ignore_eos": True,
-            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+            **dict(sampling or ()), "stream": True, "stream_options": {"include_usage": True}}
 
 
-async def _closed_loop(server: Server, prompts: list[str], concurrency: int, output_tokens: int,
+async def _closed_loop(server: Server, prompts: list[str], concurrency: int, shape: Shape,
                        headers: dict[str, str]) -> tuple[list[dict[str, Any]], float]:
     queue = list(reversed(prompts))
     results: list[dict[str, Any]] = []
@@ -137,7 +142,7 @@ async def _closed_loop(server: Server, prompts: list[str], concurrency: int, out
                                  timeout=httpx.Timeout(900.0, connect=10.0)) as client:
         async def stream() -> None:
             while queue:
-                results.append(await stream_once(client, request_body(queue.pop(), output_tokens)))
+                results.append(await stream_once(client, request_body(queue.pop(), shape.output_tokens, shape.sampling)))
 
         t0 = time.perf_counter()
         await asyncio.gather(*(stream() for _ in range(concurrency)))
@@ -149,7 +154,7 @@ def measure(server: Server, prompts: list[str], concurrency: int, shape: Shape,
             headers: dict[str, str]) -> dict[str, Any]:
     """One run: `concurrency` streams over `prompts`; the requests and the wall time."""
     load = os.getloadavg()
-    results, wall = asyncio.run(_closed_loop(server, prompts, concurrency, shape.output_tokens, headers))
+    results, wall = asyncio.run(_closed_loop(server, prompts, concurrency, shape, headers))
     tokens = sum(r["output_tokens"] for r in results)
     return {"system": server.name, "concurrency": concurrency, "load_avg_before": [round(x, 2) for x in load],
             "wall_s": wall, "requests": len(results), "output_tokens": tokens, "output_tokens_per_s": tokens / wall,
@@ -305,7 +310,8 @@ def report(runs: list[dict[str, Any]], shape: Shape, info: dict[str, Any]) -> di
         for r in run["results"]:
             r.pop("itl_ms", None)
     return {
-        "benchmark": "http-peer", "shape": {**asdict(shape), "concurrency": list(shape.concurrency)},
+        "benchmark": "http-peer", "shape": {**asdict(shape), "concurrency": list(shape.concurrency),
+                                           "sampling": None if shape.sampling is None else dict(shape.sampling)},
         "servers": info, "systems": systems,
         "ratios_finserve_over_peer": compare(systems, runs, shape.concurrency) if FINSERVE in systems else {},
         "targets": targets(systems, shape.concurrency) if FINSERVE in systems else {},

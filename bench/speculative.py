@@ -36,7 +36,8 @@ from evals.common import environment, summary, write_json
 from evals.configured import engine_config, threads_of
 from evals.contracts_gen import generate as generated_contracts
 from evals.quotes import load_sets
-from gateway.domain.prompts import document_messages, quoted_answer_schema, relevant_sentences, verdict_messages
+from gateway.domain.document_answer import prepare_question
+from gateway.domain.prompts import verdict_messages
 from gateway.domain.risk_schemas import DEFAULT_QUESTION, RiskEvent
 from jobs.extraction import plan_item
 from policies import Policy
@@ -95,11 +96,10 @@ def document_work(tok: Tokenizer, max_tokens: int) -> list[Work]:
     out = []
     for doc in load_sets():
         for i, q in enumerate(doc.questions):
-            candidates = relevant_sentences(doc.text, q.question)
-            schema = json.dumps(quoted_answer_schema(candidates, q.question), ensure_ascii=False)
-            prompt = tok.encode_chat(document_messages(doc.title, doc.text, q.question, candidates=candidates))
-            out.append(Work(f"doc:{doc.name}:{i}", prompt, SamplingParams(
-                max_tokens=max_tokens, json_schema=schema, stop_repetition=True), "document_qa"))
+            prepared = prepare_question(doc.title, doc.text, q.question, quotes=True, tokenizer=tok)
+            out.append(Work(f"doc:{doc.name}:{i}", tok.encode_chat(prepared.messages), SamplingParams(
+                max_tokens=max_tokens + prepared.quote_tokens, json_schema=prepared.json_schema,
+                regex=prepared.regex, stop_repetition=True), "document_qa"))
     return out
 
 

@@ -316,7 +316,7 @@ class LLMEngine:
                 live.text += live.detok.push(t)
             tokens += group
             stop = live.cut_at_stop_string(prev_len) if p.stop else None  # cut even when already finished
-            if stop is None and p.stop_repetition and not req.is_finished:
+            if stop is None and p.stop_repetition:  # a loop that ran into max_tokens is cut too
                 stop = live.cut_at_repetition()
             done = stop is not None or (live.grammar is not None and live.grammar.is_terminated())
             if done:

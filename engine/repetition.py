@@ -1,7 +1,10 @@
 """Degenerate repetition: a text whose tail is one span repeated over and over.
 
 A small model decoding greedily can fall into a loop ("8% 8% 8% ...", the same sentence again and
-again, a digit repeated to the token limit). `repeated_tail(text)` finds such a tail; the engine
+again, a digit repeated to the token limit). A short span that holds a digit ("2026.", "8% ") counts
+after DIGIT_COPIES copies, well before MIN_SPAN characters: one token per digit, a figure loop would
+otherwise run past a small answer budget before the guard saw it (a date question answered
+"2026.2026.2026..." to max_tokens, issue 49). `repeated_tail(text)` finds such a tail; the engine
 stops a request that asks for it (`SamplingParams.stop_repetition`) and the caller keeps the text
 up to the end of the span's first occurrence. Only the last `WINDOW` characters are examined, so
 the check costs the same on every token however long the answer grows.
@@ -12,12 +15,21 @@ REPETITION = "repetition"  # the stop_reason of a request the guard finished
 MAX_PERIOD = 120  # the longest repeated span looked for (about two sentences)
 MIN_SPAN = 32  # a repetition counts once the repeated region covers this many characters ...
 LONG_PERIOD = 24  # ... and a span of at least this length has come twice, a shorter one three times
+DIGIT_COPIES = 4  # copies of a short span holding a digit that count
 WINDOW = 2 * MAX_PERIOD + MIN_SPAN
 
 
-def _needed(period: int) -> int:
-    """Characters the periodic tail must cover for a span of `period` characters to count."""
-    return max(MIN_SPAN, period * (2 if period >= LONG_PERIOD else 3))
+def _needed(period: int, span: str) -> int:
+    """Characters the periodic tail must cover for `span` (its last `period` characters) to count."""
+    need = max(MIN_SPAN, period * (2 if period >= LONG_PERIOD else 3))
+    if period >= 2 and any(c.isdigit() for c in span) and not _digit_group(span):
+        need = min(need, period * DIGIT_COPIES)
+    return need
+
+
+def _digit_group(span: str) -> bool:
+    """",000" in any rotation: 1,000,000,000 repeats it, and is one number."""
+    return len(span) == 4 and sum(c.isdigit() for c in span) == 3 and any(c in ",.' " for c in span)
 
 
 def repeated_tail(text: str) -> int | None:
@@ -27,9 +39,9 @@ def repeated_tail(text: str) -> int | None:
     tail = text[offset:]
     n = len(tail)
     for period in range(1, MAX_PERIOD + 1):
-        need = _needed(period)
+        need = _needed(period, tail[n - period:])
         if need > n:
-            break
+            continue
         if tail[n - need + period:] != tail[n - need: n - period]:
             continue
         start = n - need  # extend the periodic region backwards as far as it goes

@@ -1,8 +1,9 @@
 """Quoted document answers on a labelled question set (examples/document_questions.json), engine in-process.
 
-Each question goes through the route's own prompt and grammar (gateway/domain/prompts.py: the document
+Each question goes through the route's own prompt and grammar (gateway/domain/document_answer.py: the document
 first, the question, then the quoted-answer instructions; the quotes are an enum of the sentences
-that code retrieved for the question). Figures per question and overall:
+that code retrieved for the question). The raw answer is scored here; `finserve eval documents`
+(evals/documents.py) scores the answer the route shows, after its figures are checked. Figures per question and overall:
   answer_contains_expected  the answer text holds the labelled figure (any listed form, any case);
   quote_cites_clause        a quote is a sentence of the labelled clause (the paragraph its number opens);
   quote_supports            a quote holds the labelled figure: the evidence a reader would check;
@@ -26,7 +27,9 @@ from typing import Any
 from engine.engine import LLMEngine
 from engine.repetition import REPETITION
 from engine.request import EngineRequest, RequestMetrics, SamplingParams
-from gateway.domain.prompts import document_messages, parse_quoted_answer, quoted_answer_schema, relevant_sentences
+from gateway.domain.document_answer import prepare_question
+from gateway.domain.prompts import parse_quoted_answer
+from gateway.domain.retrieval import relevant_sentences
 from textspans import sentence_spans
 
 CLASS = "document_qa"
@@ -95,11 +98,11 @@ def score(q: Question, document: str, raw: str, finish_reason: str | None) -> di
     }
 
 
-def _ask(engine: LLMEngine, title: str, text: str, q: Question, candidates: list[str], schema: str,
+def _ask(engine: LLMEngine, messages: list[dict[str, str]], schema: str | None, regex: str | None,
          max_tokens: int) -> tuple[str, str | None, RequestMetrics, int, str | int | None]:
-    prompt = engine.tokenizer.encode_chat(document_messages(title, text, q.question, candidates=candidates))
-    req = EngineRequest(f"quotes-{uuid.uuid4().hex[:10]}", prompt,
-                        SamplingParams(max_tokens=max_tokens, json_schema=schema, stop_repetition=True), CLASS)
+    prompt = engine.tokenizer.encode_chat(messages)
+    req = EngineRequest(f"quotes-{uuid.uuid4().hex[:10]}", prompt, SamplingParams(
+        max_tokens=max_tokens, json_schema=schema, regex=regex, stop_repetition=True), CLASS)
     engine.add_request(req)
     parts: list[str] = []
     while engine.has_unfinished():
@@ -140,10 +143,10 @@ def run(engine: LLMEngine, *, path: Path = DEFAULT_SET, max_tokens: int = 160) -
     for doc in load_sets(path):
         doc_rows = []
         for q in doc.questions:
-            candidates = relevant_sentences(doc.text, q.question)
-            schema = json.dumps(quoted_answer_schema(candidates, q.question), ensure_ascii=False)
-            raw, reason, m, n_steps, stop_reason = _ask(engine, doc.title, doc.text, q, candidates, schema,
-                                                        max_tokens)
+            prepared = prepare_question(doc.title, doc.text, q.question, quotes=True, tokenizer=engine.tokenizer)
+            candidates = prepared.plan.candidates
+            raw, reason, m, n_steps, stop_reason = _ask(engine, prepared.messages, prepared.json_schema,
+                                                        prepared.regex, max_tokens + prepared.quote_tokens)
             row = score(q, doc.text, raw, reason)
             rank = _rank_of_clause(doc.text, q)
             row.update(document=doc.name, finish_reason=reason, clause_rank=rank, ranked_first=rank == 1,

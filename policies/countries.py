@@ -75,3 +75,20 @@ def find_in(tokens: Sequence[str]) -> list[str]:
         else:
             i += 1
     return found
+
+
+# USPS Publication 28: a US address ends "CITY, ST 12345" (or ZIP+4); the territories have ISO codes of their own.
+_US_STATES = frozenset(
+    "AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY NC ND OH OK "
+    "OR PA RI SC SD TN TX UT VT VA WA WV WI WY".split())
+_US_TERRITORIES = frozenset({"PR", "GU", "VI", "AS", "MP"})
+_US_LAST_LINE = re.compile(r"(?:^|[\s,])([A-Z]{2})\.?\s+\d{5}(?:-\d{4})?\s*$")
+
+
+def postal_country(address: str) -> str | None:
+    """The country a US-format last line names ("Cuba, MO 65453" is Missouri), or None for any other format."""
+    m = _US_LAST_LINE.search(address.strip())
+    if m is None:
+        return None
+    state = m.group(1)
+    return "US" if state in _US_STATES else state if state in _US_TERRITORIES else None

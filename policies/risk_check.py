@@ -85,6 +85,8 @@ def _check_pack(r: Reader, rules: RiskRules, key: str) -> None:
         fact = getattr(rules, knob)
         if fact and known.get(fact) not in _NUMERIC:
             raise r.error(f"{key}.{knob}", f"{fact!r} is not a count or number fact of the vocabulary")
+    if rules.instrument_purchase and known.get(rules.instrument_purchase) is not FactKind.FLAG:
+        raise r.error(f"{key}.instrument_purchase", f"{rules.instrument_purchase!r} is not a flag fact of the vocabulary")
     expected = rules.facts.get(rules.expected_amount)
     if rules.expected_amount and (expected is None or expected.kind is not FactKind.NUMBER or not expected.per_day):
         raise r.error(f"{key}.expected_amount", f"{rules.expected_amount!r} is not a per_day number fact")

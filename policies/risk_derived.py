@@ -92,14 +92,16 @@ def _flows(rules: RiskRules, values: dict[str, object], amount: float,
 def amount_facts(rules: RiskRules, values: dict[str, object], amount: float, currency: str | None,
                  stated_threshold: float | None = None) -> None:
     """amount_usd, round_amount, reporting_ratio and aggregate_ratio into `values`; a threshold the event states
-    counts beside its currency's."""
+    counts beside its currency's, and so does the record-keeping line for a monetary instrument bought."""
     usd = rules.usd_value.get(currency or "")
     if usd is not None:
         values["amount_usd"] = amount * usd
     units = amount / rules.round_unit
     values["round_amount"] = amount >= rules.round_unit and abs(units - round(units)) < 1e-9
+    instrument = values.get(rules.instrument_purchase) is True if rules.instrument_purchase else False
     thresholds = sorted({*rules.reporting_thresholds.get(currency or "", ()), *([stated_threshold] if stated_threshold
-                                                                               else [])})
+                                                                               else []),
+                         *(rules.instrument_thresholds.get(currency or "", ()) if instrument else ())})
     if not thresholds:
         return
     above = [t for t in thresholds if t > amount]
@@ -194,3 +196,23 @@ def goods_differ(goods: frozenset[str], documents: frozenset[str], named: Sequen
 
 def _content(value: object) -> frozenset[str]:
     return frozenset(w for w in words(str(value)) if len(w) >= 3 and not w.isdigit() and w not in _NAME_NOISE)
+
+
+_VERSUS = frozenset({"vs", "versus"})  # cash_30d_vs_90d_ratio, refund_ratio_vs_90d
+_BASELINE = frozenset({"baseline", "benchmark"})  # decline_rate beside baseline_decline_rate
+
+
+def baseline_ratio(named: Sequence[Named]) -> float | None:
+    """A value as a multiple of its own baseline, the largest stated: a ratio the name says is one value against
+    another (cash_30d_vs_90d_ratio: 3.1; a percentage when the name says so), or a value beside the same name
+    with a baseline word (decline_rate: 0.41 and baseline_decline_rate: 0.06: 6.8)."""
+    numbers = [(n, v) for n in named if (v := number(n.value)) is not None and v >= 0]
+    ratios = [v / 100 if n.name.percent else v for n, v in numbers  # "within 4%" is a deviation, not a ratio
+              if n.meaning & _VERSUS and len(n.meaning) > 1 and not isinstance(n.value, str)]
+    by_meaning = {n.meaning: v for n, v in numbers}
+    for n, v in numbers:
+        for word in n.meaning & _BASELINE:
+            own = by_meaning.get(n.meaning - {word})
+            if own is not None and v > 0:
+                ratios.append(own / v)
+    return max(ratios, default=None)

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from policies.countries import find_in, resolve, words
+from policies.countries import find_in, postal_country, resolve, words
 from policies.risk_checks import compiled as compiled_checks
 from policies.risk_counts import counts_in
 from policies.risk_derived import (
     Named,
+    baseline_ratio,
     derive,
     goods_differ,
     identifiers_differ,
@@ -56,7 +57,7 @@ DERIVED: dict[str, FactKind] = {
     "price_deviation": FactKind.NUMBER, "countries": FactKind.COUNTRY, "distinct_countries": FactKind.COUNT,
     "names_differ": FactKind.FLAG, "location_mismatch": FactKind.FLAG, "identifiers_differ": FactKind.FLAG,
     "profile_months": FactKind.NUMBER, "goods_differ": FactKind.FLAG, "risk_score": FactKind.NUMBER,
-    "usual_ratio": FactKind.NUMBER,
+    "usual_ratio": FactKind.NUMBER, "baseline_ratio": FactKind.NUMBER,
 }
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
@@ -246,7 +247,11 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
         name = voc.name_of(str(key))
         meaning = voc.words_of(name)
         named.append(Named(meaning, name, value))
-        for a in voc.lookup(meaning):
+        carries = voc.lookup(meaning)
+        if not carries and "." in str(key):  # "kyt.mixer_exposure_pct": a vendor's namespace before the dot
+            name = voc.name_of(str(key).rsplit(".", 1)[1])
+            carries = voc.lookup(voc.words_of(name))
+        for a in carries:
             got.add(a, name, value)
         text = voc.tokens_of(value) if isinstance(value, str) else ()
         if not meaning & voc.listed:
@@ -266,10 +271,12 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
                 located.append((meaning, codes := _codes(value, name)))
                 seen |= codes
             elif meaning & _ADDRESS_WORDS:
-                seen |= set(find_in(words(value))[-1:])  # the country line; "12 Cuba Street, Wellington, NZ" is NZ
+                postal = postal_country(value)  # "118 Main St, Cuba, MO 65453" is in Missouri
+                seen |= {postal} if postal else set(find_in(words(value))[-1:])  # "12 Cuba Street, Wellington, NZ"
             elif meaning & voc.text_words:
                 seen |= set(find_in(words(value)))
-            elif len(value.strip()) > 3 and (c := resolve(value)):
+            elif len(value.strip()) > 3 and not meaning & voc.listed and (c := resolve(value)):
+                # a screening hit's matched term ({"keyword_hit": "CUBA"}) is the alert to clear, not a country
                 seen.add(c)
         if (value is True or isinstance(value, str) and flag(value) is True) and not name.words & _NEGATIONS:
             pieces.append(" ".join(voc.name_tokens(str(key))))  # {"mixer": true} mentions a mixer; {"not_pep": true}
@@ -289,4 +296,6 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     values["location_mismatch"] = location_mismatch(voc.location, voc.home, located)
     values["identifiers_differ"] = identifiers_differ(voc.listed, voc.identifiers, named, resolve)
     values["goods_differ"] = goods_differ(voc.goods, voc.documents, named)
+    if (ratio := baseline_ratio(named)) is not None:
+        values["baseline_ratio"] = ratio
     return Facts(values, details)

@@ -207,6 +207,13 @@ class RiskRules:
     reporting_thresholds: Mapping[str, tuple[float, ...]] = field(default_factory=dict, metadata=knob(
         "currency -> cash reporting / identification thresholds in that currency (reporting_ratio)", gt=0,
         key_pattern=CURRENCY_PATTERN, key_rule=_CURRENCY_RULE))
+    instrument_thresholds: Mapping[str, tuple[float, ...]] = field(default_factory=dict, metadata=knob(
+        "currency -> record-keeping thresholds for monetary instruments bought with cash (reporting_ratio, on an "
+        "event whose `instrument_purchase` fact holds)", gt=0, key_pattern=CURRENCY_PATTERN, key_rule=_CURRENCY_RULE,
+        optional=True))
+    instrument_purchase: str = field(default="", metadata=knob(
+        "the flag fact of an event that buys a monetary instrument (money order, cashier's check, bank draft)",
+        optional=True))
     round_unit: float = field(default=1000.0, metadata=knob(
         "an amount that is a whole multiple of this (in its currency) is round", gt=0))
     recent_days: float = field(default=7.0, metadata=knob(
@@ -264,5 +271,5 @@ class RiskRules:
 
     def __post_init__(self) -> None:
         for name in ("facts", "name_synonyms", "translations", "checks", "rating_values", "country_lists", "usd_value",
-                     "reporting_thresholds", "price_pairs", "name_pairs", "rules", "mitigations"):
+                     "reporting_thresholds", "instrument_thresholds", "price_pairs", "name_pairs", "rules", "mitigations"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

@@ -94,6 +94,10 @@ def http_peer_bench(
     build: Annotated[bool, typer.Option("--build", help="Build llama.cpp first when it is not cached.")] = False,
     model: ModelOpt = None,
     gguf: GgufOpt = None,
+    sampling: Annotated[str, typer.Option(
+        "--sampling", help='The sampling fields of every request, to every system: a JSON object such as '
+                           '\'{"temperature": 0.7, "top_p": 0.9}\', or "none" (no field: each server\'s defaults).')]
+    = '{"temperature": 0}',
 ) -> None:
     """finserve serve vs llama.cpp's llama-server -np 8 over HTTP, one streaming client: output tok/s, TTFT, ITL."""
     from pathlib import Path
@@ -112,15 +116,37 @@ def http_peer_bench(
         parse_flash_attn(server_flash_attn)
     except ValueError as e:
         raise CLIError(f"--server-flash-attn: {e}") from None
+    fields = _sampling_fields(sampling)
     settings = command_settings(threads=threads, weights=weights)
     folder, source = _model_and_gguf(model, gguf, settings)
     shape = Shape(prompt_tokens=prompt_tokens, output_tokens=output_tokens, concurrency=levels, rounds=rounds,
                   reps=reps, threads=_threads(settings), finserve_class=finserve_class, prefixes=prefixes,
-                  prefix_tokens=prefix_tokens)
+                  prefix_tokens=prefix_tokens, sampling=fields)
     with status(f"bench http-peer: {reps} repetitions at {concurrency} streams ..."):
         run(json_file, model=folder, shape=shape, weights=settings.weights, peer_python=peer_python,
             peer_gguf_types=peer_gguf_types, log_path=Path(log_file) if log_file else None,
             server_gguf_types=server_gguf_types, build=build, server_flash_attn=server_flash_attn, gguf=source)
+
+
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "presence_penalty",
+                    "frequency_penalty")
+
+
+def _sampling_fields(text: str) -> tuple[tuple[str, float], ...] | None:
+    """`--sampling`: "none", or a JSON object of numeric sampling fields both servers implement."""
+    import json
+
+    if text.strip().lower() == "none":
+        return None
+    try:
+        fields = json.loads(text)
+    except ValueError as e:
+        raise CLIError(f"--sampling takes a JSON object or none: {e}") from None
+    if not isinstance(fields, dict) or not all(
+            k in _SAMPLING_FIELDS and isinstance(v, int | float) and not isinstance(v, bool) for k, v in fields.items()):
+        raise CLIError(f"--sampling takes numeric fields among {', '.join(_SAMPLING_FIELDS)}, e.g. "
+                       '\'{"temperature": 0.7, "top_p": 0.9}\'')
+    return tuple(fields.items())
 
 
 @bench_app.command("llamacpp")

@@ -300,3 +300,39 @@ def quotes(
 
     engine = LLMEngine(_engine_config(model, _settings(model, threads, 512 << 20)))
     _emit(run(engine, path=questions or DEFAULT_SET, max_tokens=max_tokens), json_path)
+
+
+@eval_app.command("documents")
+def documents(
+    question_set: Path = typer.Option(None, "--set", "--questions",
+                                      help="Labelled question set (default: examples/document_questions.json); "
+                                           "see evals/documents.py for the two formats."),
+    modes: str = typer.Option("quotes,plain", "--modes", help="Comma-separated: quotes and/or plain."),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1,
+                                   help="Answer budget per question (forced quotes come on top, as on the route)."),
+    json_path: str = typer.Option(None, "--json-file", "--json",
+                                  help="Write the whole report, with every answer, here (default: "
+                                       "FINSERVE_HOME/evals/documents.json, outside the repository's tracked files)."),
+    model: str = typer.Option(None, "--model", help=MODEL_HELP),
+    threads: int = typer.Option(None, "--threads", help=THREADS_HELP),
+) -> None:
+    """Document answers: right figure, figures absent from the document, loops, not-found accuracy, with
+    quotes and without; prints the figures, writes every answer to a file."""
+    from engine.engine import LLMEngine
+    from evals.documents import DEFAULT_SET, MODES, load, run
+
+    chosen = tuple(_choices(modes, MODES, "--modes"))
+    path = question_set or DEFAULT_SET
+    try:
+        load(path)  # a set that cannot be read is refused before the model loads
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise typer.BadParameter(f"{path}: not a labelled question set ({type(exc).__name__}: {exc})",
+                                 param_hint="--set") from None
+    settings = _settings(model, threads, 512 << 20)
+    engine = LLMEngine(_engine_config(model, settings))
+    report = run(engine, path=path, modes=chosen, max_tokens=max_tokens)
+    target = Path(json_path) if json_path else settings.home / "evals" / "documents.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    summary = {k: v for k, v in report.items() if k != "rows"}
+    typer.echo(json.dumps({**summary, "report": str(target)}, indent=2, ensure_ascii=False))

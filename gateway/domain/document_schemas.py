@@ -56,11 +56,15 @@ class Answer(BaseModel):
     request_id: str
     document_id: str
     workload_class: str
-    answer: str
-    quotes: list[Quote] | None = Field(None, description="With quotes=true: the supporting sentences; null "
-                                                         "otherwise, when the answer was cut at max_tokens, or "
-                                                         "when no sentence of the document can be written in "
-                                                         "the model's tokens (then the answer is plain).")
+    answer: str = Field(description="Every figure in it occurs in the quoted sentences (without quotes: in the "
+                                    "document); \"Not found in the document.\" when the document does not hold "
+                                    "what was asked, or the model's answer held a figure the evidence does not.")
+    quotes: list[Quote] | None = Field(None, description="With quotes=true: the supporting sentences (none when "
+                                                         "not found); null otherwise, when the answer was cut "
+                                                         "before its quotes closed, or when no sentence of the "
+                                                         "document can be written in the model's tokens (then "
+                                                         "the answer is plain).")
+    grounded: bool = Field(description="false when the answer is \"Not found in the document.\"")
     finish_reason: str
     usage: Usage
     timings: Timings

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import uuid
 from typing import Annotated, Any
 
@@ -39,9 +38,9 @@ from core.web.context import get_context
 from core.web.errors import APIError
 from core.web.responses import ERROR_RESPONSES, STREAMING_RESPONSES
 from engine.request import SamplingParams
-from engine.structured import writable
 from gateway.deps import ServiceDep, SettingsDep, StateDep, TenantDep, run_db
 from gateway.domain.answer_stream import answer_events
+from gateway.domain.document_answer import prepare_question
 from gateway.domain.document_cache import evict_document, shared_prefix_tokens
 from gateway.domain.document_schemas import (
     Answer,
@@ -50,13 +49,6 @@ from gateway.domain.document_schemas import (
     DocumentList,
     DocumentPublic,
     QuestionCreate,
-)
-from gateway.domain.prompts import (
-    document_messages,
-    parse_quoted_answer,
-    quoted_answer_schema,
-    relevant_sentences,
-    trim_repetition,
 )
 from gateway.inference.inputs import InferenceInput, Prompt
 from gateway.schemas.common import Timings, Usage, WorkloadClassHeader
@@ -175,49 +167,39 @@ async def delete_document(document_id: str, request: Request, key: TenantDep, se
 async def ask_question(document_id: str, body: QuestionCreate, request: Request, key: TenantDep,
                        service: ServiceDep, state: StateDep, settings: SettingsDep,
                        x_workload_class: WorkloadClassHeader = None) -> Answer | Response:
+    """Code plans the answer (gateway/domain/answer_plan.py: the sentence and the figures it may state, or not
+    found), the grammar holds the model to that plan, and gateway/domain/grounding.py checks what came out."""
     ctx = get_context(request)
     doc = await _load(state, key, document_id)
-    candidates = None
-    if body.quotes:  # sentences the model can write (a quote is forced token by token); none: a plain answer
-        writes = functools.partial(writable, service.tokenizer)  # encodes every candidate: on the grammar executor
-        candidates = await service.state.grammar.run(key.tenant, relevant_sentences, doc.text, body.question,
-                                                     quotable=writes) or None
-    schema = json.dumps(quoted_answer_schema(candidates, body.question), ensure_ascii=False) \
-        if candidates is not None else None
+    # Encodes every candidate sentence (only writable ones may be quoted): on the grammar executor.
+    prepared = await service.state.grammar.run(key.tenant, prepare_question, doc.title, doc.text, body.question,
+                                               quotes=body.quotes, tokenizer=service.tokenizer)
     adm = await service.prepare(ctx, key, InferenceInput(
-        route=ROUTE, prompt=Prompt(messages=document_messages(doc.title, doc.text, body.question,
-                                                              candidates=candidates)),
-        sampling=functools.partial(SamplingParams, temperature=body.temperature, json_schema=schema,
-                                   stop_repetition=True),
-        max_tokens=body.max_tokens, default_max_tokens=settings.question_max_tokens, explicit_class=x_workload_class,
-        lease_prompt=True, log_fields={"document_id": doc.id}))
+        route=ROUTE, prompt=Prompt(messages=prepared.messages),
+        sampling=functools.partial(SamplingParams, temperature=body.temperature, stop_repetition=True,
+                                   json_schema=prepared.json_schema, regex=prepared.regex),
+        # Forced quotes come on top of the answer's own budget, so they never cut it.
+        max_tokens=body.max_tokens, default_max_tokens=settings.question_max_tokens + prepared.quote_tokens,
+        explicit_class=x_workload_class, lease_prompt=True,
+        log_fields={"document_id": doc.id, "answer_plan": prepared.plan.reason}))
     # Replicas route on the document, whatever the question's length (gateway/replicas/router.py).
     adm.request.affinity_tokens = await asyncio.to_thread(shared_prefix_tokens, service.tokenizer, doc.title, doc.text)
+
+    def fields(text: str, reason: str | None) -> dict[str, Any]:
+        checked = prepared.check(text, reason)
+        return {"answer": checked.answer, "quotes": _offsets(doc.text, checked.quotes), "grounded": checked.grounded}
+
     if body.stream:
-        fields = None if schema is None else (lambda text, reason: _quoted(doc.text, text, reason))
         return EventStreamResponse(answer_events(service.generate(adm), fields))
     done = await cancel_on_disconnect(request, service.collect(adm))
-    answer, quotes = trim_repetition(done.text), None
-    if schema is not None:
-        parsed = _quoted(doc.text, done.text, done.finish_reason)
-        answer, quotes = parsed["answer"], parsed["quotes"]
-    return Answer(request_id=ctx.request_id, document_id=doc.id, workload_class=adm.cls.name, answer=answer,
-                  quotes=quotes, finish_reason=done.finish_reason, usage=Usage.of(done.metrics),
-                  timings=Timings.of(done.metrics))
+    return Answer(request_id=ctx.request_id, document_id=doc.id, workload_class=adm.cls.name,
+                  **fields(done.text, done.finish_reason), finish_reason=done.finish_reason,
+                  usage=Usage.of(done.metrics), timings=Timings.of(done.metrics))
 
 
-def _quoted(document: str, text: str, finish_reason: str | None) -> dict[str, Any]:
-    """{"answer", "quotes": [{text, start, end}]} from a quoted answer; the raw text and no quotes if it was cut.
-
-    The grammar only admits sentences of the document, so every quote is found in it; the offsets
-    are those of its first occurrence. A sentence is quoted once (prompts.parse_quoted_answer).
-    """
-    doc = parse_quoted_answer(text, finish_reason)
-    if doc is None:
-        return {"answer": text, "quotes": None}
-    quotes = []
-    for q in doc["quotes"]:
-        start = document.find(q)
-        if start >= 0:
-            quotes.append({"text": q, "start": start, "end": start + len(q)})
-    return {"answer": doc["answer"], "quotes": quotes}
+def _offsets(document: str, quotes: list[str] | None) -> list[dict[str, Any]] | None:
+    """Each quote with its offsets (its first occurrence: the grammar only admits sentences of the document)."""
+    if quotes is None:
+        return None
+    found = ((q, document.find(q)) for q in quotes)
+    return [{"text": q, "start": at, "end": at + len(q)} for q, at in found if at >= 0]

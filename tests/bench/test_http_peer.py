@@ -24,7 +24,8 @@ def tiny_8k(make_tiny_model: Callable[..., Path]) -> Path:
 
 
 def test_finserve_alone_every_answer_has_exactly_the_asked_tokens(tiny_8k: Path, tmp_path: Path) -> None:
-    shape = Shape(prompt_tokens=40, output_tokens=6, concurrency=(1, 3), rounds=2, reps=1, threads=1)
+    shape = Shape(prompt_tokens=40, output_tokens=6, concurrency=(1, 3), rounds=2, reps=1, threads=1,
+                  sampling=(("temperature", 0.7), ("top_p", 0.9)))  # sampled: exact lengths all the same
     out = run(str(tmp_path / "http_peer.json"), model=str(tiny_8k), shape=shape, weights="fp32",
               peer_python=sys.executable, log_path=tmp_path / "servers.log", server_gguf_types="")
 
@@ -45,6 +46,22 @@ def test_finserve_alone_every_answer_has_exactly_the_asked_tokens(tiny_8k: Path,
     assert all(q["output_tokens"] == 6 and q["finish_reason"] == "length" for r in runs for q in r["results"])
     assert out["ratios_finserve_over_peer"] == {} and out["targets"] == {}
     assert out["table"][2].startswith("| finserve | 1 |")
+    assert out["shape"]["sampling"] == {"temperature": 0.7, "top_p": 0.9}
+
+
+def test_the_sampling_fields_reach_every_request_as_given_or_not_at_all() -> None:
+    from bench.http_peer import request_body
+    from finserve.commands.bench_peers import _sampling_fields
+
+    assert request_body("p", 4)["temperature"] == 0.0  # the default: greedy on every server
+    fields = _sampling_fields('{"temperature": 0.7, "top_p": 0.9, "seed": 3}')
+    body = request_body("p", 4, fields)
+    assert (body["temperature"], body["top_p"], body["seed"]) == (0.7, 0.9, 3) and isinstance(body["seed"], int)
+    none = request_body("p", 4, _sampling_fields("none"))  # guidellm's way: each server's own defaults
+    assert not {"temperature", "top_p", "top_k", "min_p"} & none.keys() and none["max_tokens"] == 4
+    for bad in ('{"temperature": "hot"}', '{"logit_bias": 1}', "[0.7]", "{"):
+        with pytest.raises(Exception, match="--sampling"):
+            _sampling_fields(bad)
 
 
 def test_the_projects_python_is_refused_as_peer_with_the_reason() -> None:

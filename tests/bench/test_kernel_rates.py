@@ -27,7 +27,7 @@ def test_qgemm_rate_times_both_activation_widths_for_every_row_count() -> None:
 def test_streams_run_every_request_to_its_length_and_refill_each_stream(make_tiny_model: Callable[..., Path]) -> None:
     engine = LLMEngine(EngineConfig(model=str(make_tiny_model()), policy=load_policy(), block_size=4,
                                     kv_cache_num_blocks=256, max_num_batched_tokens=64, threads=1, weights="fp32",
-                                    speculative="off"))  # one token a step: the step count below holds
+                                    speculative="off"))  # one token per decode step: the step count below holds
     out = run_streams(engine, 3, random.Random(0), rounds=2, prompt_tokens=20, output_tokens=5)
     assert out["output_tokens"] == 3 * 2 * 5  # 3 streams x 2 requests x 5 tokens: nothing lost, nothing extra
     assert out["output_tokens_per_s"] > 0 and out["steps"] >= 2 * 5

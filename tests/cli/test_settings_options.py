@@ -36,8 +36,8 @@ NOT_SETTINGS = {
     ("bench bulk", "workers"): "Celery worker processes of the benchmark's own stack",
     ("eval extraction", "workers"): "Celery worker processes of the throwaway stack",
     ("bench http-peer", "concurrency"): "concurrent client streams",
-    ("bench make-model", "dtype"): "the dtype the random checkpoint is written in",
-    ("bench make-model", "seed"): "seed of the random weights",
+    ("bench make-model", "seed"): "seed of the random weights written",
+    ("bench make-model", "dtype"): "the checkpoint's storage dtype, not the engine's compute dtype",
 }
 
 
@@ -130,6 +130,7 @@ COMMANDS = {
     "bench gateway": ["bench", "gateway", "--n", "1"],
     "eval verdict": ["eval", "verdict", "--no-compare-fast-forward"],
     "eval quotes": ["eval", "quotes"],
+    "eval documents": ["eval", "documents"],
     "eval extraction": ["eval", "extraction", "--direct", "--items", "1"],
 }
 
@@ -189,7 +190,7 @@ def test_a_bad_flag_value_is_a_usage_error_naming_the_flag(engine_env: list[Engi
 MODEL_COMMANDS = [["generate", "--prompt", "hi"], ["serve"], ["engine"], ["up", "--port", "8209"],
                   ["bench", "engine"], ["bench", "formats"], ["bench", "quality"], ["bench", "isolation"],
                   ["bench", "gateway"], ["bench", "bulk"], ["bench", "replicas"], ["bench", "http-peer"],
-                  ["eval", "verdict"], ["eval", "quotes"], ["eval", "extraction", "--direct"],
+                  ["eval", "verdict"], ["eval", "quotes"], ["eval", "documents"], ["eval", "extraction", "--direct"],
                   ["sweep", "--vary", "input", "--out", "sweep-out"]]
 
 

@@ -1,5 +1,5 @@
 """Issue 47's memory rule, measured: loading a bf16 checkpoint as q4 never holds more than the loaded engine's own
-weights and KV pool plus 0.5 GB, at its peak (getrusage), after load and through a prefill. A load that read the
+weights and KV pool plus 0.5 GB, at its peak (VmHWM), after load and through a prefill. A load that read the
 whole checkpoint (or a fused bf16 copy of it) first peaks about a checkpoint above that; this model's is 0.44 GB."""
 from __future__ import annotations
 

@@ -239,26 +239,36 @@ def test_two_thread_steps_are_one_threads_bits_lent_or_not_and_with_a_helper_des
     lib = cpu_kernels.test_library()
     assert lib is not None
     model = make_tiny_model(**SHAPES["gqa-ffn-1040"])
-    logits = {}
     counts = (ctypes.c_int64 * 3)()
-    try:
-        for threads in (1, 2):
-            lib.fs_set_lend(int(mode != "plain"))
-            lib.fs_set_lend_stall(3 if mode == "lent-helper-stalls" and threads == 2 else 0)
-            engine = make_engine(model, "q4")
-            native = engine.runner.native_step = NativeDecoder(lib, engine.runner.model, threads)
-            native.governor.pick = lambda *a, t=threads, **k: t  # type: ignore[method-assign]
-            lib.fs_lend_counts(counts)
-            logits[threads] = [got for _, got in compare_steps(engine, steps=12)]
-            lib.fs_lend_counts(counts)
+
+    def run(threads: int) -> list[torch.Tensor]:
+        lib.fs_set_lend(int(mode != "plain"))
+        lib.fs_set_lend_stall(3 if mode == "lent-helper-stalls" and threads == 2 else 0)
+        engine = make_engine(model, "q4")
+        native = engine.runner.native_step = NativeDecoder(lib, engine.runner.model, threads)
+        native.governor.pick = lambda *a, t=threads, **k: t  # type: ignore[method-assign]
+        lib.fs_lend_counts(counts)  # read and reset: what follows counts this run alone
+        out = [got for _, got in compare_steps(engine, steps=12)]
+        lib.fs_lend_counts(counts)
+        return out
+
+    def helped() -> bool:
         own, copied, again = counts
+        return own > 0 and copied + again > 0 and (again > 0 or mode != "lent-helper-stalls")
+
+    try:
+        one = run(1)
+        # On a busy machine the OS may not run the helper at all during 12 steps (the caller then computes every
+        # task: the protocol working): run again until the helper took tasks, the bits of every run checked.
+        for _ in range(20):
+            two = run(2)
+            assert all(torch.equal(a, b) for a, b in zip(one, two, strict=True))
+            if mode == "plain" or helped():
+                break
         if mode == "plain":
-            assert own == copied == again == 0
+            assert tuple(counts) == (0, 0, 0)
         else:
-            assert own > 0 and copied + again > 0  # the helper took tasks
-            if mode == "lent-helper-stalls":
-                assert again > 0  # ... and some of them the caller computed again
+            assert helped(), tuple(counts)  # the helper took tasks (and, stalled, some were computed again)
     finally:
         lib.fs_set_lend(1)
         lib.fs_set_lend_stall(0)
-    assert all(torch.equal(a, b) for a, b in zip(logits[1], logits[2], strict=True))

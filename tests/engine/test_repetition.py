@@ -51,3 +51,21 @@ def test_the_engine_stops_a_looping_request_when_asked(tiny_model_dir: Path) -> 
     assert len(req.output_token_ids) < 100  # stopped early, not at the grammar's end
     text, req = _run(engine, SamplingParams(max_tokens=200, regex=loop))  # without the guard: the whole loop
     assert text == "ab " * 40 and req.stop_reason != REPETITION
+
+
+def test_a_short_figure_loop_is_found_after_four_copies() -> None:
+    """Issue 49: "2026.2026.2026..." ran a date answer to its token limit: one token per digit, the loop filled
+    the budget before it covered the 32 characters the guard needed."""
+    assert cut("By 2026.2026.2026.2026.") == "By 2026."
+    assert cut("It is 8% 8% 8% 8%") == "It is 8%"
+    for text in ("EUR 1,000,000,000,000", "paragraph 1.1.1 applies", "By 2026.2026.2026"):
+        assert repeated_tail(text) is None, text  # one number; a reference; three copies are not yet a loop
+
+
+def test_a_figure_loop_that_runs_into_max_tokens_is_cut(tiny_model_dir: Path) -> None:
+    torch.set_num_threads(1)
+    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), policy=load_policy(), kv_cache_memory_bytes=4 << 20,
+                                    threads=1))
+    # Jump-forward writes the forced loop to the budget in one step: the guard still cuts it.
+    text, req = _run(engine, SamplingParams(max_tokens=30, regex=r"(2026\.){40}", stop_repetition=True))
+    assert text == "2026." and req.status.finish_reason == "length"

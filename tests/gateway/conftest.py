@@ -51,6 +51,17 @@ def engine_client(tiny_model_dir: Path) -> Iterator[LocalEngineClient]:
     client.shutdown()
 
 
+@pytest.fixture(scope="session")
+def smollm2(default_model_dir: Path) -> Iterator[LocalEngineClient]:
+    """The REAL default model (SmolLM2-135M-Instruct), for tests of what it answers."""
+    torch.set_num_threads(2)
+    config = EngineConfig(model=str(default_model_dir), policy=load_policy(), kv_cache_memory_bytes=256 << 20,
+                          threads=2)
+    client = LocalEngineClient(LLMEngine(config)).start()
+    yield client
+    client.shutdown()
+
+
 @dataclass
 class Keys:
     acme: str  # tenant acme, every class

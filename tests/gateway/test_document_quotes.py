@@ -6,16 +6,13 @@ import re
 
 import httpx
 
-from gateway.domain.prompts import (
-    answer_leads,
-    document_messages,
-    parse_quoted_answer,
-    quoted_answer_schema,
-    relevant_sentences,
-)
+from gateway.domain.answer_plan import AnswerPlan, plan_answer, quoted_schema
+from gateway.domain.prompts import document_messages, parse_quoted_answer
+from gateway.domain.retrieval import DocumentIndex, relevant_sentences
 from tests.gateway.conftest import Keys, auth
 from tests.gateway.test_openai_api import sse_events
 from textspans import sentence_spans
+from textspans.questions import asked_for
 
 DOC = ("Article 92. Own funds requirements.\nInstitutions shall at all times satisfy a Common Equity Tier 1 "
        "capital ratio of 4.5%. They shall satisfy a Tier 1 capital ratio of 6%. The total capital ratio "
@@ -36,7 +33,9 @@ def test_the_sentences_a_quote_may_be_are_those_retrieved_for_the_question() -> 
     assert relevant_sentences(DOC, "What initial capital applies on going concern?", k=1) == [
         "Initial capital requirement on going concern."]
     candidates = relevant_sentences(DOC, "What is the total capital ratio?")
-    quotes = quoted_answer_schema(candidates)["properties"]["quotes"]
+    plan = plan_answer(DocumentIndex(DOC), "What is the total capital ratio?")
+    assert plan.candidates == tuple(candidates)
+    quotes = quoted_schema(plan)["properties"]["quotes"]
     assert quotes["prefixItems"] == [{"const": "The total capital ratio shall be 8%."}]  # the best one, always quoted
     assert quotes["items"]["enum"] == candidates[1:] and quotes["maxItems"] == 2
     assert set(candidates) <= set(sentence_spans(DOC))
@@ -103,10 +102,14 @@ def test_an_article_question_ranks_a_paragraph_of_the_article_whose_heading_fits
     assert relevant_sentences(RULEBOOK, "Which article sets the capital ratios?", k=1)[0].startswith("4.")
 
 
+def _plan(*candidates: str) -> AnswerPlan:
+    return AnswerPlan(asked_for(""), candidates, (), (), True, "free")
+
+
 def test_a_sentence_is_never_quoted_twice() -> None:
-    schema = quoted_answer_schema(["A.", "A.", "B."])["properties"]["quotes"]
+    schema = quoted_schema(_plan("A.", "A.", "B."))["properties"]["quotes"]
     assert schema["prefixItems"] == [{"const": "A."}] and schema["items"] == {"enum": ["B."]}
-    assert quoted_answer_schema(["A.", "A."])["properties"]["quotes"]["items"] is False  # nothing else to add
+    assert quoted_schema(_plan("A.", "A."))["properties"]["quotes"]["items"] is False  # nothing else to add
     parsed = parse_quoted_answer(json.dumps({"quotes": ["A.", "A.", "B."], "answer": "8%."}), "stop")
     assert parsed == {"quotes": ["A.", "B."], "answer": "8%."}
 
@@ -119,22 +122,19 @@ def test_an_answer_the_repetition_guard_stopped_keeps_its_quotes_and_first_words
     assert parse_quoted_answer(raw, "length") is None  # cut by the token budget: no answer to show
 
 
-def test_a_figure_answer_starts_with_a_figure_the_candidates_hold() -> None:
-    candidates = ["4.1 An institution shall maintain a common equity tier 1 ratio of at least 4.5 per cent under Article 4.",
-                  "8.4 A capital conservation plan is due within five business days."]
+def test_a_figure_answer_starts_with_a_figure_its_sentence_holds() -> None:
+    rulebook = RULEBOOK + "\n8.4 A capital conservation plan is due within five business days.\n"
+    index = DocumentIndex(rulebook)
     # A size question is answered by a share or an amount, a period question by a period.
-    assert answer_leads("What is the minimum ratio?", candidates) == ["4.5 per cent"]
-    assert answer_leads("Within how many days?", candidates) == ["five business days"]
-    assert answer_leads("How many are there?", candidates) == ["4.5 per cent", "five business days"]
-    assert answer_leads("Which article sets the ratio?", candidates) == ["Article 4", "Article 8"]
-    assert answer_leads("What must banks hold?", candidates) == []  # not a figure question: the answer is free
-    answer = quoted_answer_schema(candidates, "What is the minimum ratio?")["properties"]["answer"]
-    pattern = re.compile(answer["pattern"])
-    assert pattern.match("4.5 per cent of its total risk exposure amount.")
+    ratio = plan_answer(index, "What is the minimum ratio to report?")
+    assert ratio.leads == ("4.5 per cent",) and ratio.tails == (" of its total risk exposure amount",)
+    assert plan_answer(index, "Within how many days is a capital conservation plan due?").leads == (
+        "five business days",)
+    assert plan_answer(index, "How quickly must a major incident be notified?").leads == ("four hours",)
+    assert plan_answer(index, "Which article sets the capital ratios?").leads == ("Article 4",)
+    assert plan_answer(index, "What must the notification describe?").leads == ()  # not a figure question: free
+    pattern = re.compile(quoted_schema(ratio)["properties"]["answer"]["pattern"])
+    assert pattern.match("4.5 per cent of its total risk exposure amount")
     assert not pattern.match("The ratio is 4.5 per cent.")
     assert not pattern.match("4.5 per cent, 4.5.1.2.3.4.5.6")  # no counting on after the figure
-    assert not pattern.match("five business days")  # a figure of the second candidate, not of the quote
-    assert answer_leads("How quickly is the plan due?", candidates[1:] + candidates[:1]) == ["five business days"]
-    assert answer_leads("How often is it reviewed?", ["Reviewed once a year and kept five years."]) == [
-        "five years", "once a year"]
-    assert "pattern" not in quoted_answer_schema(candidates, "What must banks hold?")["properties"]["answer"]
+    assert not pattern.match("five business days")  # a figure of another sentence

@@ -18,7 +18,8 @@ from engine.request import SamplingParams
 from engine.sampler import SamplingRow, sample
 from engine.structured import check_constraint, compile_json_schema, writable
 from engine.tokenizer import Tokenizer
-from gateway.domain.prompts import quoted_answer_schema, relevant_sentences
+from gateway.domain.answer_plan import NOT_FOUND, plan_answer, quoted_schema
+from gateway.domain.retrieval import DocumentIndex
 from textspans import grounded_schema, is_grounded
 
 MAX_STEPS = 400
@@ -66,11 +67,12 @@ def test_quoted_answers_decode_without_a_mask_accept_disagreement(default_model_
                                                                  seed: int, temperature: float) -> None:
     torch.set_num_threads(1)
     tok = _tokenizer(default_model_dir)
-    candidates = relevant_sentences(text, question, quotable=lambda s: writable(tok, s))  # as the route does
-    if not candidates:
+    plan = plan_answer(DocumentIndex(text), question, quotable=lambda s: writable(tok, s))  # as the route does
+    answer = json.loads(decode(tok, quoted_schema(plan), seed, temperature))
+    if not plan.found:
+        assert answer == {"quotes": [], "answer": NOT_FOUND}
         return
-    answer = json.loads(decode(tok, quoted_answer_schema(candidates), seed, temperature))
-    assert answer["quotes"] and all(q in candidates for q in answer["quotes"])
+    assert answer["quotes"] and all(q in plan.candidates for q in answer["quotes"])
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,

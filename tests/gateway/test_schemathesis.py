@@ -54,7 +54,9 @@ def _examples(op: Any, mode: GenerationMode, headers: dict[str, str], statuses: 
               suppress_health_check=list(HealthCheck))
     @given(case=op.as_strategy(generation_mode=mode))
     def run(case: Any) -> None:
-        r = case.call_and_validate(headers={**headers, **(case.headers or {})}, checks=checks)
+        # A list of prompts decodes each to the class's max_tokens: on a loaded 2-core runner that outlasts
+        # schemathesis' 10 s default, which would report a slow answer as a failure.
+        r = case.call_and_validate(headers={**headers, **(case.headers or {})}, checks=checks, timeout=120)
         statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
 
     return run

@@ -9,13 +9,10 @@ from pathlib import Path
 
 import openai
 import pytest
-import torch
 
 from core.settings import Settings
 from core.web.errors import APIError
 from engine.client import LocalEngineClient
-from engine.config import EngineConfig
-from engine.engine import LLMEngine
 from gateway.openai.schemas import ChatCompletionRequest
 from gateway.openai.tools import (
     GraniteParser,
@@ -28,7 +25,6 @@ from gateway.openai.tools import (
     describe_tools,
     parser_for,
 )
-from policies import load_policy
 from stack.processes import GatewayThread
 from tests.gateway.conftest import Keys
 
@@ -129,16 +125,6 @@ def test_prefixed_formats_keep_text_before_the_call_and_report_cuts() -> None:
     content, calls, finish = answer(_body(), MistralParser(), cut, "length", False)
     assert finish == "length" and calls is not None and calls[0].function.name == "get_weather"
     assert answer(_body(), MistralParser(), "No call here.", "stop", False) == ("No call here.", None, "stop")
-
-
-@pytest.fixture(scope="module")
-def smollm2(default_model_dir: Path) -> Iterator[LocalEngineClient]:
-    torch.set_num_threads(2)
-    config = EngineConfig(model=str(default_model_dir), policy=load_policy(), kv_cache_memory_bytes=256 << 20,
-                          threads=2)
-    client = LocalEngineClient(LLMEngine(config)).start()
-    yield client
-    client.shutdown()
 
 
 @pytest.fixture

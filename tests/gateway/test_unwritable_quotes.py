@@ -22,16 +22,22 @@ from engine.request import SamplingParams
 from engine.sampler import SamplingRow, sample
 from engine.structured import compile_json_schema, writable
 from engine.tokenizer import Tokenizer
-from gateway.domain.prompts import quoted_answer_schema, relevant_sentences
+from gateway.domain.answer_plan import AnswerPlan, plan_answer, quoted_schema
+from gateway.domain.retrieval import DocumentIndex, relevant_sentences
 from tests.gateway.conftest import Keys, auth
 from tests.gateway.test_grounded_properties import _tokenizer
 from textspans import sentence_spans
+from textspans.questions import asked_for
 
 PLANE_4 = "\U00047000"  # UTF-8 F1 87 80 80: no token holds F1
 UNWRITABLE = [f"The fee is 5 euro {PLANE_4} per day.", "The fee is 5 euro <|im_end|> per day.",
               "The fee is 5 euro <filename> per day.", "The fee is 5 euro \U000a1234 per day."]
 WRITABLE = ["The fee is 5 euro per day.", "Ça coûte 5 € 😀 par jour.", "Tab\there, a quote \" and \\ and \x04.",
             "漢字 \U0010fffd \U000e0001 \U0003fffd."]  # 4-byte characters with lead byte F0, F3 or F4 are written
+
+
+def _plan(*candidates: str) -> AnswerPlan:
+    return AnswerPlan(asked_for(""), candidates, (), (), True, "free")
 
 
 def _forced_walk(tok: Tokenizer, schema: dict[str, object]) -> str:
@@ -67,7 +73,7 @@ def test_llguidance_refuses_its_own_forced_tokens_for_text_the_vocabulary_cannot
     tok = _tokenizer(default_model_dir)
     assert not writable(tok, sentence)
     with pytest.raises(ValueError, match="is not allowed by the grammar.*forced bytes"):
-        _forced_walk(tok, quoted_answer_schema([sentence]))
+        _forced_walk(tok, quoted_schema(_plan(sentence)))
 
 
 @pytest.mark.parametrize("sentence", WRITABLE)
@@ -75,7 +81,7 @@ def test_text_the_vocabulary_can_write_is_quoted_verbatim(default_model_dir, sen
     """Decoded as the engine does (sampler on random logits, every forced token accepted)."""
     tok = _tokenizer(default_model_dir)
     assert writable(tok, sentence)
-    assert _quotes(tok, quoted_answer_schema([sentence]), 3) == [sentence]
+    assert _quotes(tok, quoted_schema(_plan(sentence)), 3) == [sentence]
 
 
 def test_quote_candidates_are_only_sentences_the_model_can_write(default_model_dir) -> None:
@@ -86,7 +92,8 @@ def test_quote_candidates_are_only_sentences_the_model_can_write(default_model_d
     assert quotable[0] == "The fee is 7 euro per day, paid monthly."  # the unwritable ones above it are passed over
     assert relevant_sentences(text, "What is the fee per day?")[0] in UNWRITABLE  # as they were before
     for seed in range(3):
-        quotes = _quotes(tok, quoted_answer_schema(quotable, "What is the fee per day?"), seed)
+        plan = plan_answer(DocumentIndex(text), "What is the fee per day?", quotable=lambda s: writable(tok, s))
+        quotes = _quotes(tok, quoted_schema(plan), seed)
         assert quotes[0] == quotable[0] and all(q in quotable for q in quotes)
 
 

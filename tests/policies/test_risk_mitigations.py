@@ -136,3 +136,26 @@ def test_a_group_with_a_block_rule_may_be_offset_but_the_block_rule_is_kept() ->
     score = evaluate(RULES, {"event_type": "card_payment", "amount": 1, "currency": "USD",
                              "attributes": {"declines_1h": 25, "card_not_present": True, "recurring": True}})
     assert [f.rule for f in score.fired] == ["card_testing_in_progress"]
+
+
+def test_a_business_whose_cash_is_reported_every_week_is_not_structuring_one_deposit() -> None:
+    reported = judged("cash_deposit", 9_700, ctrs_filed_12m=48)
+    assert reported["recommended_action"] == "approve" and "cash reported regularly" in reported["reasons"]
+    assert judged("cash_deposit", 9_700, ctrs_filed_12m=0)["recommended_action"] == "review"
+    # the reports do not clear a split: three deposits under the line on one day
+    assert judged("cash_deposit", 9_700, ctrs_filed_12m=48, deposits_today=3)["recommended_action"] == "review"
+
+
+def test_a_registered_charity_paying_its_programme_is_not_blanket_high_risk() -> None:
+    relief = judged("wire_out", 120_000, npo_status="registered charity, audited", bene_country="SY",
+                    purpose="flood relief in Syria", grant_agreement="on file", bene_note="conflict zone partner")
+    plain = judged("wire_out", 120_000, bene_note="conflict zone partner", purpose="support")
+    assert plain["recommended_action"] == "review"
+    assert "registered charity programme" not in plain["reasons"]
+    assert relief["recommended_action"] == "block"  # an embargoed country stays a floor, whoever pays
+    zone = judged("wire_out", 120_000, npo_status="registered charity", grant_agreement="on file",
+                  bene_note="conflict zone partner")
+    assert zone["recommended_action"] == "approve" and "registered charity programme" in zone["reasons"]
+    # a charity raising cash for fighters is no programme
+    assert judged("wire_out", 120_000, npo_status="registered charity", grant_agreement="on file",
+                  bene_note="conflict zone partner", memo="crowdfunding for fighters")["recommended_action"] != "approve"

@@ -4,6 +4,8 @@ incoming credit was passed on as, the usual amount, a currency in a name). Event
 the ways different upstream systems write them."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,6 +121,19 @@ def test_an_address_is_in_the_country_it_names_last() -> None:
     assert facts({"memo": "payment for Cuba tour, booked in New Zealand"})["countries"] == frozenset({"CU", "NZ"})
 
 
+def test_a_us_last_line_names_the_state_not_a_country() -> None:
+    town = facts({"bene_address": "118 W Washington St, Cuba, MO 65453"})
+    assert town["countries"] == frozenset({"US"}) and town["sanctioned"] is False  # Cuba, Missouri (USPS Pub 28)
+    assert facts({"bene_address": "Calle 23 No. 105, Vedado, Havana, Cuba"})["sanctioned"] is True
+    assert facts({"bene_address": "PO Box 3, Hagatna, GU 96910-0003"})["countries"] == frozenset({"GU"})
+
+
+def test_a_screening_hit_term_is_the_alert_not_a_country_of_the_event() -> None:
+    assert facts({"keyword_hit": "CUBA", "payment_details": "feed invoice 2231"})["sanctioned"] is False
+    assert facts({"keyword_hit": "CUBA", "bene_country": "CU"})["sanctioned"] is True  # the event's own field
+    assert facts({"payment_corridor": "Cuba"})["sanctioned"] is True
+
+
 # ---- vendor scores ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("attributes", "score"), [
     ({"fraud_score": 0.93}, 0.93), ({"fraud_score": 87}, 0.87), ({"fraud_score": 912}, 0.912),
@@ -224,3 +239,40 @@ def test_the_loader_refuses_a_vocabulary_name_that_is_only_filler(write_policy: 
 
     with pytest.raises(PolicyError, match="names nothing"):
         load_policy(write_policy(mutate))
+
+
+def test_identifier_and_abbreviated_names_carry_their_concept() -> None:
+    assert facts({"device_id_linked_apps_24h": 9})["accounts_linked"] == 9.0  # applications seen on one device
+    assert facts({"ip_id_linked_apps": 4})["accounts_linked"] == 4.0
+    assert facts({"remitter_related_to_buyer": False}, "trade_payment")["third_party_payment"] is True
+    assert facts({"remitter_related_to_buyer": True}, "trade_payment")["third_party_payment"] is False
+    assert facts({"money_orders_today": 4}, "cash_purchase", amount=2_900, currency="USD")["similar_count"] == 4.0
+
+
+def test_placeholder_originators_and_proven_own_wallets() -> None:
+    assert facts({"f50k_ordering_customer": "VARIAS EMPRESAS CLIENTES"})["missing_originator"] is False  # firms named
+    assert facts({"f50k_ordering_customer": "DIVERSOS CLIENTES"})["missing_originator"] is True  # Wolfsberg PTS
+    assert facts({"ordering_customer": "one of our clients"})["missing_originator"] is True
+    assert facts({"wallet_check": "satoshi test passed"}, "crypto_withdrawal")["own_account"] is True
+    assert facts({"destination": "self-hosted wallet"}, "crypto_withdrawal")["own_account"] is False
+
+
+def test_a_wish_to_hide_assets_is_a_secrecy_request() -> None:
+    assert facts({"rm_comment": "client wants privacy from his business partners"})["secrecy_request"] is True
+    assert facts({"rm_comment": "privacy policy acknowledged"})["secrecy_request"] is False
+
+
+def test_a_monetary_instrument_bought_is_measured_against_its_record_keeping_line() -> None:
+    bought = facts({"product": "money order", "bought_today": 3}, "teller_sale", amount=2_950, currency="USD")
+    assert bought["reporting_ratio"] == pytest.approx(2_950 / 3_000)  # 31 CFR 1010.415
+    assert facts({}, "cash_deposit", amount=2_950, currency="USD")["reporting_ratio"] == pytest.approx(0.295)
+    assert judged_action({"product": "money order", "money_orders_today": 4, "paid_in": "cash"}, "teller_sale",
+                         amount=2_900, currency="USD") == "review"
+
+
+
+def test_the_instrument_purchase_knob_names_a_flag_fact(write_policy: Callable[..., Path]) -> None:
+    def numeric(d: dict[str, Any]) -> None:
+        d["classes"]["realtime_risk"]["risk_rules"]["instrument_purchase"] = "similar_total"
+    with pytest.raises(PolicyError, match="instrument_purchase.*not a flag fact"):
+        load_policy(write_policy(numeric))

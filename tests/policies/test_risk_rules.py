@@ -212,7 +212,8 @@ def test_every_concept_of_the_vocabulary_feeds_a_rule_mitigation_or_check() -> N
         read.update(f for c in (*entry.when, *entry.unless) for a in parse(c) for f in a.facts)
     read.update(f for c in RULES.checks.values() for f in (c.failed, c.passed))
     read.update(getattr(RULES, k) for k in ("similar_count", "similar_total", "expected_amount", "inflow_amount",
-                                            "threshold_amount", "usual_amount", "outflow_amount"))
+                                            "threshold_amount", "usual_amount", "outflow_amount",
+                                            "instrument_purchase"))
     read.update([*RULES.price_pairs, *RULES.price_pairs.values()])
     read.update(f for f, spec in RULES.facts.items() if spec.kind is FactKind.DEVIATION)  # price_deviation
     assert sorted(set(RULES.facts) - read) == []

@@ -102,3 +102,41 @@ def test_elder_exploitation_by_an_agent_and_crypto_kiosks() -> None:
     assert judged("ach_out", 5_000, account_holder_age=88, initiated_by="power of attorney (daughter)",
                   bene="Sunrise Care Home", bene_since="2021-02") == LOW
     assert judged("cash_withdrawal", 300, cust_age=29, merchant_descriptor="BITCOIN DEPOT 113") == LOW
+
+
+def test_bank_details_changed_from_a_lookalike_domain() -> None:
+    assert judged("ach_vendor_payment", 61_000, remit_change_source="email", sender_domain_note="typosquat of the "
+                  "supplier's domain", bank_details_updated_hrs=30) == BLOCK
+    # look-alike: a change confirmed by call-back on the number already on file, from the supplier's own domain
+    assert judged("ach_vendor_payment", 61_000, bank_details_updated_hrs=30, callback_result="confirmed") != BLOCK
+
+
+def test_a_platform_that_wants_a_tax_before_paying_out() -> None:
+    assert judged("wire", 30_000, memo="contact began as a wrong number text; now must pay taxes before withdrawal "
+                  "of the profits") == BLOCK
+    assert judged("wire", 30_000, memo="wrong number text became a friend") in (MEDIUM, HIGH)  # one sign: review
+
+
+def test_altered_check_into_a_new_account_and_a_kite() -> None:
+    assert judged("mobile_check_deposit", 4_300, account_opened_days=9, ocr_note="amount alteration detected") == BLOCK
+    assert judged("mobile_check_deposit", 4_300, account_opened_days=900, ocr_note="amount alteration detected") \
+        == HIGH  # an altered item on an old account: review
+    assert judged("check_deposit", 12_000, drawn_on_uncollected_pct=85) in (MEDIUM, HIGH)
+    assert judged("check_deposit", 12_000, drawn_on_uncollected_pct=3) == LOW  # ordinary float
+
+
+def test_an_impaired_older_customer_and_an_agent() -> None:
+    assert judged("check_paid", 7_000, holder_age=84, dementia_noted=True, payments_to_caregiver_30d=4) == HIGH
+    assert judged("check_paid", 7_000, holder_age=84, payments_to_caregiver_30d=0) == LOW  # no agent dealing
+
+
+def test_transaction_laundering_and_human_smuggling() -> None:
+    assert judged("card_auth", 800, mcc="5816", mcc_mismatch=True, note="sells chips of an offshore casino") == MEDIUM
+    assert judged("card_auth", 800, mcc="5816") == LOW  # a games merchant under its own category
+    assert judged("p2p_receive", 900, distinct_senders_7d=14, memo="cruce de mi hermano") == HIGH
+    assert judged("p2p_receive", 900, memo="crossing fee") in (LOW, MEDIUM)  # one payer's memo alone: not the pattern
+
+
+def test_remote_work_is_no_remote_access_tool() -> None:
+    assert judged("payroll_credit", 4_000, cust_stated_job="remote software engineer", dest="crypto exchange") == LOW
+    assert judged("online_transfer", 4_000, session="AnyDesk remote support software running", bene_new=True) == BLOCK

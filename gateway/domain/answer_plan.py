@@ -1,0 +1,212 @@
+"""What a document answer may say: code finds the candidates, the model chooses among them, code checks.
+
+For a question, code ranks the document's sentences (gateway/domain/retrieval.py), reads what kind of answer is
+asked for (textspans/questions.py) and picks the sentence that answers it: the best-ranked of the first
+DEPTH that states a figure of a kind asked for and names, in its line, its article's heading or its table's
+header, every domain term the question names. Of that sentence's figures of those kinds, the ones nearest
+the question are the answer's leads (gateway/domain/figure_choice.py: "what total capital ratio" is the 8% of a
+list of three ratios): the answer is one of them, alone or with the words that follow it in the sentence up
+to the clause's end ("4.5% of risk-weighted assets"), so the model chooses among figures and words the
+document states and cannot write a new one. An abbreviation the document never writes but spells out
+("DPO": "Data Protection Officer") is read as spelled out. The answer is NOT_FOUND, written by the grammar,
+when the question names a term the document never mentions (in any form), or a word of what it asks about
+that the document never uses ("minimum credit score" without "score"), when it asks for a figure that the
+best sentences do not state, or when the answer's sentence holds less than MIN_COVERAGE of the question (by
+weight). gateway/domain/grounding.py checks what came out.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.domain.figure_choice import clause_after, nearest
+from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions
+from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DURATION, NUMBER, Figure, is_frequency
+from textspans.questions import Asked, asked_concept, asked_for
+
+NOT_FOUND = "Not found in the document."  # the whole answer when the document does not say (docs/INTERFACES.md)
+DEPTH = 3  # best-ranked sentences searched for a figure of the kind asked for
+# The answer's sentence (with its line and heading) must hold at least this share of the question's weight:
+# below it, the best sentence only shares a word or two ("Commission") with a question about something else.
+MIN_COVERAGE = 0.25
+FREE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class AnswerPlan:
+    asked: Asked
+    candidates: tuple[str, ...]  # quotable sentences, the answer's first; () when not found
+    leads: tuple[str, ...]  # what the answer starts with (figures as written, or "Article N"); () when free
+    tails: tuple[str, ...]  # per lead: the words that may follow it (its clause in the sentence), or ""
+    found: bool  # False: the answer is NOT_FOUND
+    reason: str  # how it was decided, for the log and the eval
+    question: str = ""  # the question as planned (an abbreviation the document spells out, spelled out)
+
+
+def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str], bool] = lambda _: True,
+                k: int = QUOTE_CANDIDATES) -> AnswerPlan:
+    unknown = _unknown_abbreviations(question, index)
+    for abbr, spelled in [(a, _spelled_out(a, index.text)) for a in unknown]:
+        if spelled:  # "DPO" in the question, "Data Protection Officer" in the document
+            question = re.sub(rf"(?<![\w-]){re.escape(abbr)}s?(?![\w-])", spelled, question)
+            unknown.remove(abbr)
+    named = mentions(question, index.concepts)
+    expanded = " ".join([question, *(f for c, _ in named for f in index.concepts.forms_of(c[len(CONCEPT):]))])
+    asked = asked_for(expanded, plain=question)
+    absent = sorted({c[len(CONCEPT):] for c, written in named if not index.mentions_concept(c, written)})
+    absent += unknown + _unused_words(question, index)
+    if absent:
+        return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
+    ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(question, asked, quotable)),
+                                   max(DEPTH, k + 1)))
+    if not ranked:
+        return AnswerPlan(asked, (), (), (), False, "no sentence shares a word with the question")
+    leads: dict[str, str] = {}  # lead -> its tail
+    best, reason = ranked[0], "free"
+    if asked.article:
+        # A bare paragraph number ("9" from "9.1") is named as the question names it ("Article 9").
+        leads = {f"{asked.noun} {best.label}" if best.label.isdigit() else best.label: ""} if best.label else {}
+        reason = "article" if leads else "free"
+    elif asked.kinds:
+        chosen = _figure_sentence(ranked[:DEPTH], asked, named)
+        if chosen is None:  # a figure question is answered with a figure of the document, or not found
+            return AnswerPlan(asked, (), (), (), False, f"no {' or '.join(asked.kinds)} in the best sentences")
+        else:
+            best, figures = chosen
+            figures = _choose(figures, best, question, index, asked)
+            for f in figures:
+                leads.setdefault(f.text, clause_after(best.sentence, f, best.figures))
+            reason = f"{figures[0].kind} ({asked.rule})"
+    covered = index.coverage(question, asked, best.context)
+    if covered < MIN_COVERAGE:
+        return AnswerPlan(asked, (), (), (), False, f"the best sentence holds {covered:.0%} of the question")
+    others = [c.sentence for c in ranked[: k + 1] if c.sentence != best.sentence]
+    return AnswerPlan(asked, (best.sentence, *others)[:k], tuple(leads), tuple(leads.values()), True, reason,
+                      question)
+
+
+def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[str, frozenset[str]]],
+                     ) -> tuple[Candidate, list[Figure]] | None:
+    """The best-ranked sentence stating a figure of a kind asked for whose context names the question's domain
+    terms (in some form, or in the question's words), and its figures of the kinds asked (for a period asked in
+    a unit, those in that unit if it has any): which kind answers is the figures' nearness to the question."""
+    for c in ranked:
+        if not all(concept in c.context or written and written <= c.context for concept, written in named):
+            continue
+        # "how many days" is not answered by how often ("monthly")
+        figures = [f for f in c.figures if f.kind in asked.kinds and not (asked.unit and is_frequency(f))]
+        if figures:
+            in_unit = [f for f in figures if f.kind == DURATION and f.unit == asked.unit]
+            return c, in_unit or figures
+    return None
+
+
+def _choose(figures: list[Figure], best: Candidate, question: str, index: DocumentIndex, asked: Asked,
+            ) -> list[Figure]:
+    """The figures nearest the question (gateway/domain/figure_choice.py); of a tie across kinds, the preferred kind;
+    amounts in a currency the question names before all others.
+    A bare number is no amount, share or date where the sentence states one ("more than 25 locations shall
+    maintain a net worth of at least $500,000": the net worth is $500,000)."""
+    if asked.kinds[0] != NUMBER and any(f.kind == asked.kinds[0] for f in figures):
+        figures = [f for f in figures if f.kind != NUMBER]
+    # A currency the question names in a word ("the sterling limit") asks for an amount in it (a code is
+    # usually a condition's: "income below EUR 1,200").
+    named = {CURRENCY_WORDS[w.casefold()] for w in re.findall(r"[A-Za-z]+", question) if w.casefold() in CURRENCY_WORDS}
+    if AMOUNT in asked.kinds:
+        figures = [f for f in figures if f.kind == AMOUNT and f.unit in named] or figures
+    near = nearest(figures, best, question, index, asked.bound)
+    kind = min((f.kind for f in near), key=asked.kinds.index)
+    return [f for f in near if f.kind == kind]
+
+
+def _unused_words(question: str, index: DocumentIndex) -> list[str]:
+    """Words of what the question is about (textspans/questions.py `asked_concept`) that the document never
+    uses in any form: "What minimum credit score ..." on a document without "score"."""
+    spans = [(s, e) for s, e, c in index.concepts.find(question) if CONCEPT + c in index.df]
+    out = []
+    for m in re.finditer(r"[A-Za-z0-9][A-Za-z0-9'-]*", question):
+        if m.group(0) in asked_concept(question) and not any(s <= m.start() < e for s, e in spans) \
+                and not index.uses(m.group(0)):
+            out.append(m.group(0))
+    return list(dict.fromkeys(out))
+
+
+_ABBREVIATION = re.compile(r"\b[A-Z][A-Z0-9&-]*[A-Z0-9]s?\b")
+_ROMAN = re.compile(r"^[IVXLC]+$")
+
+
+def _unknown_abbreviations(question: str, index: DocumentIndex) -> list[str]:
+    """Abbreviations of three or more characters in the question that neither the glossary nor the document
+    knows: the question is about something the document does not mention."""
+    known = " ".join(question[s:e] for s, e, _ in index.concepts.find(question))
+    out = []
+    for m in _ABBREVIATION.finditer(question):
+        word = m.group(0).rstrip("s")
+        if (len(word) >= 3 and sum(c.isupper() for c in word) >= 2 and word not in CURRENCY_CODES
+                and not _ROMAN.match(word) and word not in known
+                and not re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", index.text)):
+            out.append(word)
+    return out
+
+
+def _spelled_out(abbreviation: str, text: str) -> str | None:
+    """The first run of words in `text` whose initials spell `abbreviation` ("Data Protection Officer" for
+    "DPO"; "of", "and", "for", "the" may sit inside), or None."""
+    letters = [c for c in abbreviation if c.isalpha()]
+    if len(letters) < 2 or len(letters) != len(abbreviation.replace("-", "")):
+        return None
+    words = [rf"(?i:{re.escape(c)})[\w']*" for c in letters]
+    m = re.search(r"(?<![\w-])" + r"[\s-]+(?:(?:of|and|for|the)\s+)?".join(words) + r"(?![\w-])", text)
+    return m.group(0) if m else None
+
+
+# ---- the grammar of the answer --------------------------------------------------------------------
+def _literal(text: str) -> str:
+    return "".join("\\" + c if c in ".^$*+?()[]{}|\\/-" else c for c in text)
+
+
+def lead_pattern(plan: AnswerPlan) -> str:
+    """One of the leads, alone or with its tail: words of the document only (a small model otherwise goes
+    on after the figure, "3% is the maximum credit limit ...", or counts on, "Article 11.1.1.2.3 ...")."""
+    return "(" + "|".join(_literal(lead) + (f"({_literal(tail)})?" if tail else "")
+                          for lead, tail in zip(plan.leads, plan.tails, strict=True)) + ")"
+
+
+# Not a digit, nor a character that writes a number another way (superscripts, fractions, circled numbers).
+_WORD_CHAR = "[^0-9\\n\u00b2\u00b3\u00b9\u00bc-\u00be\u2070-\u209f\u2150-\u218b\u2460-\u24ff\uff10-\uff19]"
+
+
+def free_pattern(evidence: str) -> str:
+    """Any text whose numbers are numbers `evidence` writes (each followed by a non-digit)."""
+    numbers = sorted(set(re.findall(r"\d+(?:[.,'/:]\d+)*", evidence)), key=len, reverse=True)
+    if not numbers:
+        return f"{_WORD_CHAR}*"
+    number = "(" + "|".join(_literal(n) for n in numbers) + ")"
+    return f"{_WORD_CHAR}*({number}{_WORD_CHAR}+)*{number}?"
+
+
+def quoted_schema(plan: AnswerPlan) -> dict[str, Any]:
+    """{"quotes", "answer"}: the answer's sentence is the first quote (forced), the model may add another
+    candidate; the answer starts with a lead, or is free text whose numbers are the first quote's. Not found:
+    no quotes and NOT_FOUND, all forced."""
+    if not plan.found:
+        quotes: dict[str, Any] = {"type": "array", "maxItems": 0}
+        answer: dict[str, Any] = {"const": NOT_FOUND}
+    else:
+        first, rest = plan.candidates[0], [c for c in plan.candidates[1:] if c != plan.candidates[0]]
+        quotes = {"type": "array", "prefixItems": [{"const": first}], "minItems": 1, "maxItems": 1 + min(len(rest), 1),
+                  "items": {"enum": rest} if rest else False}
+        pattern = lead_pattern(plan) if plan.leads else free_pattern(first)
+        answer = {"type": "string", "minLength": 1, "maxLength": FREE_CHARS, "pattern": f"^{pattern}$"}
+    return {"type": "object", "properties": {"quotes": quotes, "answer": answer}, "required": ["quotes", "answer"],
+            "additionalProperties": False}
+
+
+def plain_pattern(plan: AnswerPlan) -> str | None:
+    """The regex a plain answer must match: a lead first, or NOT_FOUND; None: free text (checked after)."""
+    if not plan.found:
+        return _literal(NOT_FOUND)
+    return lead_pattern(plan) if plan.leads else None

@@ -1,0 +1,172 @@
+"""Which figures of the answer's sentence answer the question: "a CET1 ratio of at least 4.5% of RWA, a tier 1
+ratio of at least 6% of RWA and a total capital ratio of at least 8% of RWA" answers "what total capital ratio"
+with 8%, not with its first figure.
+
+Each figure owns its phrase: the words between the figure before it (less that figure's own clause) and
+itself, and its clause after it ("for medium-risk customers"). In a list of parallel figures ("every 12 months
+for high-risk customers, every 36 months for medium-risk customers") the words before the first figure's own
+phrase govern them all ("Customer files are refreshed"), so they count for none: the first figure's phrase is
+as many words as the longest phrase of the others. The figures whose phrase shares most with the question
+(IDF-weighted, the words of the noun the question asks with twice: "above what chargeback ratio" is the figure
+after "the chargeback ratio exceeds") are the answer's leads, all of them on a tie; the word just before a
+figure counts most when the question asks with it ("within how many hours": "within four hours"; "above
+what": "exceeds"). Before that, a figure the question
+itself states is a condition, not the answer ("with a risk weight of 35% or less": 65%), and the figure it
+qualifies is ("USD 3.7 million until 31 December 2027 and USD 4.0 million from 1 January 2028" asked "from 1
+January 2028": USD 4.0 million), and of a range
+("between 1% and 3.5%"), or of figures drafted as both bounds ("not fall below 25 per cent nor exceed 45 per
+cent"), the end the question asks for is kept ("the upper end": 3.5%; "the minimum": 25 per cent).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from gateway.domain.layout import cells
+from gateway.domain.retrieval import Candidate, DocumentIndex, mentions, terms
+from textspans.figures import Figure, find_figures, matches, ranges
+from textspans.questions import asked_for, wh_phrase
+
+# "or less", "or more" bound the figure before them: they do not end its clause ("$50 or less at the end of the day").
+_CLAUSE_END = re.compile(r"[.;:,()\[\]\"]|\s(?:and|or(?!\s+(?:less|more|fewer|lower|higher|greater|above|below|over|"
+                         r"under)\b)|but|unless|which|where|whichever|if|provided)\b")
+TAIL_CHARS = 80
+# A tail never ends on a word that needs another after it ("... the annual AML training by").
+_DANGLING = frozenset("a an the of to by for in on at with from than as per within before after until and or "
+                      "its their is are be must may shall".split())
+# "within how many", "above what amount", "after how long": the word a figure's answer is introduced by.
+_ASKED_WITH = re.compile(r"\b(within|for|after|before|above|below|over|under|exceeding|to|from|by|of|"
+                         r"least|most|than|until)\s+(?:how|what|which)\b", re.IGNORECASE)
+_SEPARATOR = re.compile(r"^[\s,;]*(?:(?:and|or|but|while|whereas)\b)?[\s,]*", re.IGNORECASE)  # between list items
+# The words a figure's bound is drafted with ("at least 4.5%", "may not exceed 3%"), just before it.
+_LOWER_MARK = re.compile(r"\b(?:at least|(?:not|no|nor) (?:be |fall )?(?:less|lower|fewer) than|not (?:fall |be )?below|"
+                         r"minimum of|floor of|floored at)\s*$", re.IGNORECASE)
+_UPPER_MARK = re.compile(r"\b(?:at most|not more than|no more than|up to|not exceed|nor exceed|not to exceed|"
+                         r"maximum of|capped at|cap of|(?:not|no|nor) (?:be )?(?:higher|greater) than|ceiling of|limited to)\s*$",
+                         re.IGNORECASE)
+# The word a question asks with, and the words a document writes it with ("above what": "exceeds 1 percent").
+_ECHOES = {"above": ("above", "exceeds", "exceed", "exceeding", "over", "than"),
+           "over": ("over", "above", "exceeds", "exceed", "exceeding", "than"),
+           "exceeding": ("exceeding", "exceeds", "exceed", "above", "over", "than"),
+           "below": ("below", "under", "than"), "under": ("under", "below", "than")}
+# A later figure introduced by one of these is in a clause of its own, not a list with the first.
+_SUBORDINATE = re.compile(r"(?:provided|unless|if|where|when|whereas|except|subject|save|which|that|so|because|"
+                          r"although|though|while)\b", re.IGNORECASE)
+
+
+def clause_after(sentence: str, fig: Figure, figures: tuple[Figure, ...]) -> str:
+    """The words after `fig` up to the end of its clause (a punctuation mark, a conjunction, the next figure),
+    at most TAIL_CHARS, never ending on a word that needs another: " of risk-weighted assets" after "4.5%";
+    "" when the sentence ends there."""
+    rest = sentence[fig.end:min((f.start for f in figures if f.start >= fig.end), default=len(sentence))]
+    end = _CLAUSE_END.search(rest)
+    rest = rest[:end.start() if end else len(rest)].rstrip()
+    if len(rest) > TAIL_CHARS:
+        rest = rest[:rest.rfind(" ", 0, TAIL_CHARS)]
+    words = rest.split(" ")
+    while len(words) > 1 and words[-1].casefold() in _DANGLING:
+        words.pop()
+    rest = " ".join(words)
+    return rest if rest[:1] == " " and rest.strip() else ""
+
+
+def phrases(sentence: str, figures: list[Figure], all_figures: tuple[Figure, ...]) -> list[str]:
+    """Each figure's own phrase (see the module's note): the words before it that are its own, and its clause.
+    In a list, the words before the first figure's own phrase and those after the last one's own clause (as
+    long as the longest clause of the others) are the list's, not a figure's."""
+    tails = [clause_after(sentence, f, all_figures) for f in figures]
+    before, listed = [], len(figures) > 1
+    for i, f in enumerate(figures):
+        start = figures[i - 1].end + len(tails[i - 1]) if i else 0
+        text = sentence[start:f.start]
+        if i:
+            sep = _SEPARATOR.match(text)
+            text = text[sep.end():] if sep else text
+            listed = listed and bool(sep and re.search(r",|\b(?:and|or)\b", sep.group(0))) \
+                and not _SUBORDINATE.match(text)
+        before.append(text)
+    if listed:
+        n = max(len(b.split()) for b in before[1:])
+        first = before[0].split()
+        before[0] = " ".join(first[max(0, len(first) - n):]) if n else ""
+        longest = max(len(t.split()) for t in tails[:-1])
+        tails[-1] = " ".join(tails[-1].split(" ")[:longest + 1])
+    return [b + t for b, t in zip(before, tails, strict=True)]
+
+
+def _cell_phrases(candidate: Candidate, figures: list[Figure]) -> list[str]:
+    """In a table's row, each figure's phrase is its cell and its column's header cell ("Medium" over "24
+    months" in a row of review frequencies by risk rating)."""
+    row, header = candidate.sentence, candidate.header
+    row_cells, head_cells = cells(row), cells(header)
+    out = []
+    for f in figures:
+        j = next((j for j, (a, b) in enumerate(row_cells) if a <= f.start < b), -1)
+        column = header[slice(*head_cells[j])] if 0 <= j < len(head_cells) == len(row_cells) else ""
+        out.append(f"{column} {row[slice(*row_cells[j])] if j >= 0 else f.text}")
+    return out
+
+
+def _not_stated_by(question: str, figures: list[Figure]) -> list[Figure]:
+    stated = find_figures(question)
+    rest = [f for f in figures if not any(matches(q, f) and q.kind == f.kind for q in stated)]
+    return rest or figures
+
+
+def _range_end(sentence: str, figures: list[Figure], bound: str) -> list[Figure]:
+    """Of two figures written as a range ("between 1% and 3.5%"), the one at the end `bound` asks for."""
+    for a, b in ranges(sentence, figures):
+        low, high = sorted((a, b), key=lambda f: f.value)
+        drop = low if bound == "upper" else high
+        return [f for f in figures if f is not drop]
+    return figures
+
+
+def _bound_marked(sentence: str, figures: list[Figure], bound: str) -> list[Figure]:
+    """The figures drafted as the bound asked for ("not fall below 25 per cent nor exceed 45 per cent": 25
+    for a minimum), when the sentence marks both bounds; else all of them."""
+    def mark(f: Figure) -> str:
+        before = sentence[max(0, f.start - 40):f.start]
+        return "lower" if _LOWER_MARK.search(before) else "upper" if _UPPER_MARK.search(before) else ""
+
+    marks = [mark(f) for f in figures]
+    if bound in marks and {"lower", "upper"} <= set(marks):
+        return [f for f, m in zip(figures, marks, strict=True) if m == bound]
+    return figures
+
+
+def _bound_to_stated(question: str, figures: list[Figure], all_figures: tuple[Figure, ...]) -> list[Figure]:
+    """The figures that a figure the question states qualifies: "USD 3.7 million until 31 December 2027 and USD
+    4.0 million from 1 January 2028" asked "from 1 January 2028" is USD 4.0 million. A qualifier follows its
+    figure; one that opens the sentence ("Until 31.12.2026 the limit remains 45 per cent") all the figures after it."""
+    stated = [s for s in all_figures if s not in figures and re.search(r"\d", s.text)  # "quarterly" names a thing
+              and any(matches(q, s) and q.kind == s.kind for q in find_figures(question))]
+    out = []
+    for s in stated:
+        before = [f for f in figures if f.end <= s.start]
+        after = [f for f in figures if f.start >= s.end]
+        out.extend(before[-1:] or after)
+    return out
+
+
+def nearest(figures: list[Figure], candidate: Candidate, question: str, index: DocumentIndex,
+            bound: str = "") -> list[Figure]:
+    """The figures of `candidate` (in order) that answer `question` (the module's note)."""
+    figures = _not_stated_by(question, figures)
+    if bound:
+        figures = _bound_marked(candidate.sentence, _range_end(candidate.sentence, figures, bound), bound)
+    wanted = index.question_terms(question, asked_for(question))
+    written = dict(mentions(question, index.concepts))
+    echo = {form for m in _ASKED_WITH.finditer(question) for form in _ECHOES.get(m.group(1).casefold(),
+                                                                                 (m.group(1).casefold(),))}
+    head = set(terms(" ".join(wh_phrase(question)), index.concepts))
+    sentence, scores = candidate.sentence, []
+    figures = _bound_to_stated(question, figures, candidate.figures) or figures
+    own = _cell_phrases(candidate, figures) if candidate.header else phrases(sentence, figures, candidate.figures)
+    for f, phrase in zip(figures, own, strict=True):
+        before = re.search(r"(\w+)\W*$", sentence[:f.start])
+        bonus = math.log(1 + len(index.sentences)) if before and before.group(1).casefold() in echo else 0.0
+        held = index.held(wanted, set(terms(phrase, index.concepts)), written)
+        scores.append(index.idf(held) + index.idf(held & head) + bonus)
+    top = max(scores)
+    return [f for f, s in zip(figures, scores, strict=True) if math.isclose(s, top)]

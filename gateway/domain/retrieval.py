@@ -1,0 +1,231 @@
+"""Which sentences of a document may answer a question: lexical retrieval that knows the domain's terms.
+
+A 135M model asked to pick the answering sentence among a document's hundred or more chose a wrong one
+for every labelled question (evals/quotes.py), so code retrieves: IDF-weighted overlap of stemmed
+words, lightly favouring short sentences, weighted by how well a sentence's shape fits the kind of answer
+asked for (a figure of that kind, a numbered paragraph). A term of the glossary (policies/glossary.toml)
+or one the document defines ("net stable funding ratio (NSFR)") is one term in whichever form it is
+written, so "CET1" in a question meets "common equity tier 1" in the rulebook, and "tier 1" stays apart
+from "common equity tier 1".
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from gateway.domain.layout import places
+from policies.glossary import Glossary, load_glossary
+from textspans import sentence_spans
+from textspans.concepts import ConceptIndex, defined_abbreviations
+from textspans.figures import AMOUNT, CURRENCY_WORDS, Figure, find_figures, is_reference, ranges
+from textspans.questions import FRAME_WORDS, Asked, asked_for
+
+QUOTE_CANDIDATES = 2  # sentences a quote may be: the best is always quoted, the model may add the second
+
+_STOPWORDS = frozenset(
+    "a an the of to in on for by with and or is are be shall must may what which how who when where within its "
+    "it their this that as at from than any each over under does do many much long".split())
+_SUFFIXES = (("ations", ""), ("ation", ""), ("ings", ""), ("ing", ""), ("ions", ""), ("ion", ""), ("ies", "y"),
+             ("ied", "y"), ("es", ""), ("ed", ""), ("ly", ""), ("s", ""))
+_DEFINITION = re.compile(r"\bmeans\b|\bshall mean\b|\bhas the meaning\b|\bis defined as\b|\brefers to\b|"
+                         r"^In th(?:is|ese) \w+,", re.IGNORECASE)
+CONCEPT = "§"  # prefix of a concept's term: never a stem of a word
+CONCEPT_WEIGHT = 2.0
+_NO_CONCEPTS = ConceptIndex(())
+
+
+# Irregular verb forms a suffix rule cannot reach ("capital must be held" asks about "holds capital").
+_IRREGULAR = {"held": "hold", "kept": "keep", "paid": "pay", "made": "make", "given": "give", "gave": "give",
+              "taken": "take", "took": "take", "sent": "send", "met": "meet", "sold": "sell", "bought": "buy",
+              "lent": "lend", "spent": "spend", "built": "build", "brought": "bring", "laid": "lay", "told": "tell",
+              "found": "find", "began": "begin", "begun": "begin", "written": "write", "wrote": "write",
+              "chosen": "choose", "known": "know", "shown": "show", "borne": "bear", "drawn": "draw"}
+
+
+_VERB_SUFFIXES = frozenset(("ed", "ing", "ings"))
+_DOUBLED = re.compile(r"([b-df-hj-kmnp-rtv-y])\1$")  # a doubled final consonant, not l, s or z ("filled", "passed")
+# Words whose "ed" is their root's, not a past tense ("exceed" meets "exceeds").
+_ROOT_ED = frozenset("exceed proceed succeed need speed feed heed breed bleed".split())
+
+
+def _stem(word: str) -> str:
+    """A crude stem: irregular forms to their verb, one common suffix off (and a consonant it doubled), a final
+    "e" off, then five letters, so "notify", "notified" and "notification" meet at "notif", and "fine"/"fined",
+    "held"/"holds", "cap"/"capped", "apply"/"applies", "loss"/"losses" meet too."""
+    word = _IRREGULAR.get(word, word)
+    for suffix, repl in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and word not in _ROOT_ED \
+                and not (suffix == "ly" and word.endswith("ply")) and not (suffix == "s" and word.endswith("ss")):
+            word = word[: len(word) - len(suffix)] + repl
+            if suffix in _VERB_SUFFIXES and len(word) > 3 and _DOUBLED.search(word):  # "capped": "cap"
+                word = word[:-1]
+            break
+    if word.endswith("e") and len(word) > 3:
+        word = word[:-1]
+    return word[:5]
+
+
+# Regulatory drafting says "at least" for a minimum and "not exceed" / "up to" for a maximum, a cap or a limit,
+# and "per day" for daily. Words here, stemmed below.
+_DRAFTING = {"minimum": ("least",), "floor": ("least", "minimum"), "maximum": ("exceed", "most"),
+             "limit": ("exceed",), "cap": ("exceed", "most", "maximum"), "ceiling": ("exceed", "most", "maximum"),
+             "large": ("exceed",), "keep": ("maintain", "hold", "retain"), "hold": ("maintain",), "big": ("equal",),
+             "daily": ("day",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
+             "single": ("individual", "each"), "individual": ("single", "each")}
+_EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}
+
+_QUANTITY_FRAME = frozenset(_stem(w) for w in FRAME_WORDS)
+_FRAMING = frozenset(_stem(w) for w in "article section paragraph part clause chapter set sets out deal deals "
+                     "contain contains cover covers rule rules govern governs".split())
+
+
+def terms(text: str, index: ConceptIndex) -> list[str]:
+    """The concepts `text` names (CONCEPT + id), then the stems of all its words (a concept's too: "tier 1 ratio"
+    still shares "tier" with "common equity tier 1 ratio", though less than with another "tier 1 ratio")."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    return [CONCEPT + c for _, _, c in index.find(text)] + [_stem(w) for w in words if w not in _STOPWORDS and len(w) > 2]
+
+
+def mentions(text: str, index: ConceptIndex) -> list[tuple[str, frozenset[str]]]:
+    """Each concept `text` names: its term and the stems of the words it is written in there, its numbers too
+    ("tier 3" is not written in the words of "tier 1")."""
+    return [(CONCEPT + c, frozenset(terms(text[s:e], _NO_CONCEPTS) + re.findall(r"\b\d{1,2}\b", text[s:e])))
+            for s, e, c in index.find(text)]
+
+
+def concept_index(text: str, glossary: Glossary | None = None) -> ConceptIndex:
+    """The glossary's terms plus the abbreviations `text` defines for itself."""
+    base = _packaged_index() if glossary is None else ConceptIndex(glossary.groups())
+    return base.with_groups(defined_abbreviations(text))
+
+
+@functools.cache
+def _packaged_index() -> ConceptIndex:
+    return ConceptIndex(load_glossary().groups())
+
+
+@functools.lru_cache(maxsize=32)
+def document_index(text: str) -> DocumentIndex:
+    """The index of `text` under the packaged glossary, kept for the next question: a document is asked many."""
+    return DocumentIndex(text)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    sentence: str
+    score: float  # 0: shares no term with the question
+    figures: tuple[Figure, ...]  # the quantities it states (references such as "Article 4" left out)
+    context: frozenset[str]  # the terms of its line, its article's heading and its table's header row
+    label: str = ""  # where it is: "Article 4(1)", "Section 3(a)(2)", "9" (gateway/domain/layout.py); "" if unlabelled
+    header: str = ""  # the header row of its table, when it is a table's row
+
+
+class DocumentIndex:
+    """A document's sentences, terms and figures, ready to rank for questions."""
+
+    def __init__(self, text: str, glossary: Glossary | None = None) -> None:
+        self.text = text
+        self.concepts = concept_index(text, glossary)
+        self.sentences = sentence_spans(text)
+        self.places = places(text, self.sentences)
+        # A table's row is read with its header row ("Call recordings | 5 years" under "Retention period").
+        self.terms = [set(terms(s, self.concepts)) | set(terms(p.header, self.concepts))
+                      for s, p in zip(self.sentences, self.places, strict=True)]
+        self.df = Counter(t for have in self.terms for t in have)
+        self.headings = [set(terms(p.heading, self.concepts)) - _FRAMING for p in self.places]
+        # A sentence's context: its line, its article's heading, its section's and the document's titles, its
+        # table's header row (a line often leaves out the term its section or the document is about).
+        self.context = [frozenset(set(terms(" ".join((p.line, p.header, p.section, p.title)), self.concepts)) | h)
+                        for p, h in zip(self.places, self.headings, strict=True)]
+        self.figures = [tuple(f for f in find_figures(s, words=True) if not is_reference(s, f))
+                        for s in self.sentences]
+        self.currencies = {f.unit for have in self.figures for f in have if f.kind == AMOUNT and f.unit}
+
+    def mentions_concept(self, concept: str, written: frozenset[str]) -> bool:
+        """The document names `concept` (a term of `mentions`): in some form, or a sentence holds every word
+        the question wrote it in ("a report of each cash transaction" for "cash transaction report")."""
+        return concept in self.df or bool(written) and any(written <= have for have in self.terms)
+
+    def uses(self, word: str) -> bool:
+        """The document writes `word` in some form: its stem, a drafting form ("daily" as "per day"), or, for a
+        currency's name ("sterling"), an amount in that currency ("£25 million")."""
+        if CURRENCY_WORDS.get(word.casefold()) in self.currencies:
+            return True
+        return all(t in self.df or any(x in self.df for x in _EXPANSIONS.get(t, ()))
+                   for t in terms(word, _NO_CONCEPTS))
+
+    def idf(self, words: set[str]) -> float:
+        """The words' weight: inverse document frequency, twice over for a domain term (one term for several
+        words, and the most specific thing a question names)."""
+        return sum(math.log(1 + len(self.sentences) / max(self.df[t], 1)) * (CONCEPT_WEIGHT if t[0] == CONCEPT else 1)
+                   for t in words)
+
+    @staticmethod
+    def held(wanted: set[str], have: set[str] | frozenset[str], written: dict[str, frozenset[str]]) -> set[str]:
+        """The question's terms `have` holds; a term it holds also holds the words the question wrote it in, so
+        "high-cost short-term credit" in a question meets "HCSTC" as fully as its own long form."""
+        held = wanted & have
+        return held | {w for c in held if c in written for w in written[c]} & wanted
+
+    def question_terms(self, question: str, asked: Asked) -> set[str]:
+        wanted = set(terms(question, self.concepts))
+        if asked.article:
+            wanted -= _FRAMING
+        return wanted | {x for t in wanted for x in _EXPANSIONS.get(t, ())}
+
+    def coverage(self, question: str, asked: Asked, context: frozenset[str]) -> float:
+        """The share of the question's weight (IDF) that `context` holds; a word counts as held when one of
+        its drafting forms is ("minimum": "at least"). A word the document never uses weighs most, unless it
+        only frames the quantity asked ("the upper end of the range"): then it weighs nothing."""
+        wanted = set(terms(question, self.concepts)) - (_FRAMING if asked.article else set())
+        wanted -= {t for t in wanted & _QUANTITY_FRAME if not self.uses(t)}
+        held = {t for t in wanted if t in context or any(x in context for x in _EXPANSIONS.get(t, ()))}
+        held = self.held(held, held, dict(mentions(question, self.concepts)))
+        total = self.idf(wanted)
+        return self.idf(held) / total if total else 0.0
+
+    def rank(self, question: str, asked: Asked | None = None,
+             quotable: Callable[[str], bool] = lambda _: True) -> Iterator[Candidate]:
+        """Every sentence `quotable` accepts, best first (lazily: `quotable` tokenizes, and few are read)."""
+        asked = asked or asked_for(question)
+        wanted = self.question_terms(question, asked)
+        written = dict(mentions(question, self.concepts))
+
+        def score(i: int) -> float:
+            own = self.idf(self.held(wanted, self.terms[i], written)) + (
+                2 * self.idf(wanted & self.headings[i]) if asked.article else 0)
+            return own / (1 + 0.02 * len(self.sentences[i].split())) * self._kind_weight(asked, i)
+
+        scored = sorted(((score(i), i) for i in range(len(self.sentences))), key=lambda si: -si[0])
+        return (Candidate(self.sentences[i], s, self.figures[i], self.context[i], self.places[i].label,
+                          self.places[i].header) for s, i in scored if quotable(self.sentences[i]))
+
+    def _kind_weight(self, asked: Asked, i: int) -> float:
+        """A figure question prefers sentences stating a figure of the kind asked for (the preferred kind most),
+        then any figure, a range when the question names one ("the upper end of the range"), and sentences
+        that say what a term means least (a definition names the term a
+        question asks about, rarely the figure it asks for); an article question prefers numbered paragraphs."""
+        weight = 1.0
+        if asked.kinds:
+            kinds = {f.kind for f in self.figures[i]}
+            weight *= 2.0 if asked.kinds[0] in kinds else 1.7 if kinds & set(asked.kinds) else 1.2 if kinds else 0.5
+            if _DEFINITION.search(self.sentences[i]):
+                weight *= 0.6
+            if asked.range and ranges(self.sentences[i], self.figures[i]):
+                weight *= 1.5
+        if asked.article:
+            weight *= 1.5 if self.places[i].label and not self.places[i].is_heading else 0.6
+        return weight
+
+
+def relevant_sentences(text: str, question: str, k: int = QUOTE_CANDIDATES,
+                       quotable: Callable[[str], bool] = lambda _: True, glossary: Glossary | None = None,
+                       ) -> list[str]:
+    """The `k` sentences of `text` most likely to answer `question`, best first."""
+    ranked = DocumentIndex(text, glossary).rank(question, quotable=quotable)
+    return [c.sentence for c in itertools.islice(ranked, k)]

@@ -1,0 +1,95 @@
+"""The domain glossary: the forms one term is written in ("CET1", "common equity tier 1"), as policy data.
+
+Document answers rank a document's sentences for a question (gateway/domain/retrieval.py); a question that says
+"CET1" must find the sentence that says "common equity tier 1". Each `[terms.<name>]` table lists the other
+forms of one term; the name is a form too (usually the abbreviation). A form written in capitals is matched
+as written ("PEP" is not "pep"), any other ignoring case (textspans/concepts.py). The packaged file is
+policies/glossary.toml; `load_glossary(path)` reads another, validated as strictly as the policy.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from types import MappingProxyType
+from typing import Any
+
+from policies.errors import PolicyError
+from policies.reader import Reader
+from policies.schema import knob
+
+TERM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 &'-]{0,63}$"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Term:
+    name: str = field(metadata=knob("the term's name, itself a form: the key of its [terms.<name>] table",
+                                    from_key=True))
+    forms: tuple[str, ...] = field(metadata=knob("the other forms documents write it in (long forms, synonyms)"))
+
+    @property
+    def all_forms(self) -> tuple[str, ...]:
+        return (self.name, *self.forms)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Glossary:
+    terms: Mapping[str, Term] = field(metadata=knob(
+        "the domain's terms by name", key_pattern=TERM_NAME_PATTERN, nonempty=True,
+        key_rule="term names are letters, digits, spaces, '&', apostrophes and hyphens, at most 64 long"))
+    source: str = field(default="<memory>", metadata=knob("file the glossary was loaded from", in_file=False))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "terms", MappingProxyType(dict(self.terms)))
+
+    def groups(self) -> tuple[tuple[str, ...], ...]:
+        """Each term's forms, its name first (the form a concept is reported by)."""
+        return tuple(t.all_forms for t in self.terms.values())
+
+
+def glossary_from_dict(data: Mapping[str, Any], *, source: str = "<memory>") -> Glossary:
+    """Validate a parsed glossary: known keys only, a form is never blank nor another term's form."""
+    r = Reader(source)
+    glossary = r.build(Glossary, data, "", {"source": source})
+    owner: dict[str, str] = {}
+    for name, term in glossary.terms.items():
+        for i, form in enumerate(term.all_forms):
+            key = re.sub(r"[\s-]+", " ", form.strip()).casefold()
+            where = f"terms.{name}" if i == 0 else f"terms.{name}.forms[{i - 1}]"
+            if not key:
+                raise r.error(where, "a form may not be blank")
+            if key in owner and owner[key] != name:
+                raise r.error(where, f"{form!r} is also a form of term {owner[key]!r}; a form names one term")
+            owner[key] = name
+    return glossary
+
+
+def load_glossary(path: str | os.PathLike[str] | None = None) -> Glossary:
+    """Read and validate a glossary file (default: the packaged policies/glossary.toml)."""
+    if path is None:
+        return _packaged()
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise PolicyError(f"cannot read glossary file: {exc.strerror}", source=source) from None
+    return _parse(text, source)
+
+
+@functools.cache
+def _packaged() -> Glossary:
+    resource = resources.files("policies").joinpath("glossary.toml")
+    return _parse(resource.read_text(encoding="utf-8"), str(resource))
+
+
+def _parse(text: str, source: str) -> Glossary:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"not valid TOML: {exc}", source=source) from None
+    return glossary_from_dict(data, source=source)

@@ -1,0 +1,109 @@
+"""Figures in text (textspans/figures.py) and what a question asks for (textspans/questions.py)."""
+from __future__ import annotations
+
+import pytest
+
+from textspans.figures import (
+    AMOUNT,
+    DATE,
+    DURATION,
+    NUMBER,
+    PERCENT,
+    RATIO,
+    find_figures,
+    is_reference,
+    parse_number,
+    ungrounded,
+)
+from textspans.questions import asked_for
+
+
+def kinds(text: str, words: bool = False) -> list[tuple[str, str]]:
+    return [(f.kind, f.text) for f in find_figures(text, words=words)]
+
+
+def test_each_kind_of_figure_is_found_as_written() -> None:
+    assert kinds("at least 4.5% of assets, a buffer of 2.5 per cent and thirty-five per cent") == [
+        (PERCENT, "4.5%"), (PERCENT, "2.5 per cent"), (PERCENT, "thirty-five per cent")]
+    assert kinds("EUR 15,000, 15,000 euro, €5m and 300 million euro") == [
+        (AMOUNT, "EUR 15,000"), (AMOUNT, "15,000 euro"), (AMOUNT, "€5m"), (AMOUNT, "300 million euro")]
+    assert kinds("by 1 January 2026, on 2026-06-30, by 31 March. December 31, 2027") == [
+        (DATE, "1 January 2026"), (DATE, "2026-06-30"), (DATE, "31 March"), (DATE, "December 31, 2027")]
+    assert kinds("within four hours, 42 days, five business days, a 30-day period, once a year, annually") == [
+        (DURATION, "four hours"), (DURATION, "42 days"), (DURATION, "five business days"), (DURATION, "30-day"),
+        (DURATION, "once a year"), (DURATION, "annually")]
+    assert kinds("a ratio of 3:1, covered 1.5 times") == [(RATIO, "3:1"), (RATIO, "1.5 times")]
+    assert kinds("in 2026 there were 12 cases") == [(NUMBER, "2026"), (NUMBER, "12")]
+
+
+def test_numbers_in_words_are_figures_only_with_a_unit_unless_asked() -> None:
+    assert kinds("two directors, one of the members, four hours") == [(DURATION, "four hours")]
+    assert kinds("two directors, four hours", words=True) == [(NUMBER, "two"), (DURATION, "four hours")]
+    assert [parse_number(w) for w in ("two and a half", "one hundred and fifty", "15,000", "4,5", "1,234.5")] == [
+        2.5, 150, 15000, 4.5, 1234.5]
+
+
+def test_a_reference_is_not_a_quantity() -> None:
+    text = "9.1 Under Article 4(2) an institution shall hold tier 1 capital of 3 per cent and keep 2 copies."
+    refs = [(f.text, is_reference(text, f)) for f in find_figures(text)]
+    assert refs == [("9.1", True), ("4", True), ("2", True), ("1", True), ("3 per cent", False), ("2", False)]
+    law = "Regulation (EU) No 575/2013 and Directive 2015/849 apply."
+    assert all(is_reference(law, f) for f in find_figures(law))
+
+
+@pytest.mark.parametrize(("answer", "evidence"), [
+    ("3%", "The leverage ratio must be at least 3 per cent."),
+    ("eight per cent", "capital of at least 8%"),
+    ("5 business days", "within five business days"),
+    ("EUR 15,000", "transactions of 15,000 euro or more"),
+    ("1 January 2026", "from 2026-01-01"),
+    ("January 2026", "by 1 January 2026"),
+    ("2026", "by 1 January 2026"),  # a bare year is written there; whether it answers is another question
+    ("0.5%", "50 basis points"),
+])
+def test_a_figure_in_another_form_is_grounded(answer: str, evidence: str) -> None:
+    assert ungrounded(answer, [evidence]) == []
+
+
+@pytest.mark.parametrize(("answer", "evidence"), [
+    ("3.5%", "The leverage ratio must be at least 3%."),  # issue 49's answer
+    ("1.00%", "Banks must hold 4.5%. The buffer is 2.5%. The leverage ratio must be at least 3%."),
+    ("USD 15,000", "15,000 euro"),
+    ("five hours", "within four hours"),
+    ("5 days", "within 5 months"),
+    ("2 January 2026", "by 1 January 2026"),
+    ("about ¼ of it", "a quarter of it"),
+])
+def test_a_figure_the_evidence_does_not_state_is_ungrounded(answer: str, evidence: str) -> None:
+    assert ungrounded(answer, [evidence]) != []
+
+
+@pytest.mark.parametrize(("question", "rule", "first_kind", "strict"), [
+    ("What is the leverage ratio requirement?", "share", PERCENT, True),
+    ("What is the minimum CET1 ratio?", "share", PERCENT, True),
+    ("What percentage of deposits is covered?", "share", PERCENT, True),
+    ("By what date must banks comply?", "date", DATE, True),
+    ("When does the rule apply?", "when", DATE, False),
+    ("How long must records be kept?", "period", DURATION, True),
+    ("How many days does a bank have?", "period", DURATION, True),
+    ("How much advance notice is needed?", "period", DURATION, True),
+    ("What is the longest notice period?", "period", DURATION, True),
+    ("From what date does the notice apply?", "date", DATE, True),  # "the notice" is the document here
+    ("Within how many days of the reference date is it due?", "period", DURATION, True),
+    ("How much must be paid?", "amount", AMOUNT, True),
+    ("What is the reporting threshold?", "amount", AMOUNT, True),
+    ("What is the largest fine?", "amount", AMOUNT, True),
+    ("How many directors must sign?", "count", NUMBER, True),
+    ("How big is the buffer?", "size", PERCENT, False),
+    ("What must banks hold?", "free", None, False),
+])
+def test_what_a_question_asks_for(question: str, rule: str, first_kind: str | None, strict: bool) -> None:
+    asked = asked_for(question)
+    assert (asked.rule, asked.kinds[0] if asked.kinds else None, asked.strict) == (rule, first_kind, strict)
+
+
+def test_a_period_asked_in_a_unit_names_it() -> None:
+    assert asked_for("How many business days does a bank have?").unit == "day"
+    assert asked_for("Within how many hours must it be reported?").unit == "hour"
+    assert asked_for("How long must records be kept?").unit == ""
+    assert asked_for("Which article covers outsourcing?").article

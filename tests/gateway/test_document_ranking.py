@@ -1,0 +1,61 @@
+"""Sentence ranking that knows the domain's terms: the glossary (policies/glossary.toml) and the abbreviations a
+document defines itself (gateway/domain/retrieval.py, textspans/concepts.py)."""
+from __future__ import annotations
+
+from gateway.domain.retrieval import DocumentIndex, relevant_sentences
+from policies.glossary import glossary_from_dict
+from textspans.concepts import ConceptIndex, defined_abbreviations
+
+CAPITAL = ("Banks must hold common equity tier 1 capital of at least 4.5% of risk-weighted assets. "
+           "The capital conservation buffer is 2.5%. The leverage ratio must be at least 3%.")
+
+
+def test_an_abbreviation_in_the_question_finds_the_long_form_in_the_document() -> None:
+    """Issue 49: "CET1" did not meet "common equity tier 1", and the leverage sentence ranked first."""
+    assert relevant_sentences(CAPITAL, "What is the minimum CET1 ratio?", k=1) == [
+        "Banks must hold common equity tier 1 capital of at least 4.5% of risk-weighted assets."]
+    assert relevant_sentences(CAPITAL, "How much CET1 must be held against RWA?", k=1)[0].startswith("Banks must hold")
+
+
+def test_a_long_form_in_the_question_finds_the_abbreviation_in_the_document() -> None:
+    text = "The LCR shall be at least 100%. Deposits are covered up to 100,000 euro. The NSFR shall be at least 100%."
+    assert relevant_sentences(text, "What is the minimum net stable funding ratio?", k=1) == [
+        "The NSFR shall be at least 100%."]
+    assert relevant_sentences(text, "What is the minimum liquidity coverage ratio?", k=1) == [
+        "The LCR shall be at least 100%."]
+
+
+def test_tier_1_stays_apart_from_common_equity_tier_1() -> None:
+    text = ("Institutions shall satisfy a Common Equity Tier 1 capital ratio of 4.5%. "
+            "They shall satisfy a Tier 1 capital ratio of 6%. The total capital ratio shall be 8%.")
+    assert relevant_sentences(text, "What Tier 1 ratio is required?", k=1) == [
+        "They shall satisfy a Tier 1 capital ratio of 6%."]
+    assert relevant_sentences(text, "What CET1 ratio is required?", k=1) == [
+        "Institutions shall satisfy a Common Equity Tier 1 capital ratio of 4.5%."]
+
+
+def test_an_abbreviation_the_document_defines_is_one_term_with_its_long_form() -> None:
+    text = ("The minimum requirement for own funds and eligible liabilities (MREL) is set by the resolution authority. "
+            "The widget stability quotient (WSQ) shall be at least 110%. Other quotients shall be at least 90%.")
+    assert defined_abbreviations(text) == [
+        ("MREL", "minimum requirement for own funds and eligible liabilities"), ("WSQ", "widget stability quotient")]
+    index = DocumentIndex(text)
+    assert index.concepts.find("the WSQ and the widget stability quotients")[0][2] == "WSQ"
+    assert relevant_sentences(text, "What is the minimum WSQ?", k=1) == [
+        "The widget stability quotient (WSQ) shall be at least 110%."]
+    assert defined_abbreviations("Banks (the Bank) in the EU (see Article 5) and the Authority (EBA).") == []
+
+
+def test_forms_match_across_case_hyphens_and_plurals_but_abbreviations_as_written() -> None:
+    index = ConceptIndex((("PEP", "politically exposed person"), ("RWA", "risk-weighted assets"),
+                          ("G-SII", "G-SIB", "global systemically important institution")))
+    found = [c for _, _, c in index.find("PEPs and Politically Exposed Persons hold risk weighted assets; a pep "
+                                         "is not one. G-SIIs and G-SIBs too.")]
+    assert found == ["PEP", "PEP", "RWA", "G-SII", "G-SII"]
+
+
+def test_a_glossary_of_its_own_replaces_the_packaged_one() -> None:
+    glossary = glossary_from_dict({"terms": {"WSQ": {"forms": ["widget stability quotient"]}}})
+    text = "The widget stability quotient shall be at least 110%. The ratio shall be at least 90%."
+    assert relevant_sentences(text, "What is the minimum WSQ?", k=1, glossary=glossary) == [
+        "The widget stability quotient shall be at least 110%."]

@@ -1,0 +1,79 @@
+"""The answer plan (gateway/domain/answer_plan.py) finds what a question is about where a document writes it: in a
+section's or the document's title, in a synonym, an abbreviation or a currency's sign; and it takes, of several
+figures in one sentence, the one nearest the words the question names. Without a model: the lead code offers."""
+from __future__ import annotations
+
+from gateway.domain.answer_plan import plan_answer
+from gateway.domain.layout import places
+from gateway.domain.retrieval import DocumentIndex
+from textspans import sentence_spans
+
+
+def test_a_section_title_and_the_document_title_name_what_their_lines_are_about() -> None:
+    text = ("NORTHWIND BANK\nCommercial Real Estate (CRE) Lending Policy\n"
+            "Version 2.0 | Owner: Chief Risk Officer | Effective: 2026-04-01\n\n"
+            "PS 5.5 Authorised push payment (APP) fraud\n"
+            "PS 5.5.1 Reimbursement must be made within five business days of the claim.\n"
+            "PS 5.5.2 The sending PSP and the receiving PSP shall share the cost in the ratio 50:50.\n")
+    at = places(text, sentence_spans(text))
+    assert at[-1].section == "PS 5.5 Authorised push payment (APP) fraud"
+    assert "Commercial Real Estate (CRE) Lending Policy" in at[-1].title
+    index = DocumentIndex(text)
+    assert plan_answer(index, "In what ratio do the PSPs split the cost of an APP reimbursement?").leads == ("50:50",)
+    assert plan_answer(index, "On what date did the CRE policy become effective?").leads == ("2026-04-01",)
+
+
+def test_words_that_frame_a_question_or_name_a_currency_are_not_subjects_the_document_must_write() -> None:
+    """"What happens if ...: within what time" asks the second question; "sterling" is written "£"; "single"
+    is "individual"; a unit counted in ("how many basis points") decides the kind before a "when" clause."""
+    index = DocumentIndex(
+        "Where a PSP's fraud rate exceeds the reference rate of 0.13% for two consecutive quarters, the PSP must "
+        "notify the Authority within 72 hours. Exposure to any single borrower group shall not exceed £25 million "
+        "or 10% of Tier 1 capital, whichever is lower. Lenders shall stress the interest rate by 200 basis points "
+        "when computing the debt service-to-income ratio.")
+    p = plan_answer(index, "What happens if a PSP's fraud rate exceeds the reference rate for two consecutive "
+                           "quarters: within what time must it notify the Authority?")
+    assert p.leads == ("72 hours",), p.reason
+    p = plan_answer(index, "What is the absolute sterling limit on exposure to an individual borrower group?")
+    assert p.found and p.leads[0] == "£25 million", p.reason
+    p = plan_answer(index, "By how many basis points must the interest rate be stressed when computing DSTI?")
+    assert p.leads == ("200 basis points",), p.reason
+
+
+def test_or_less_binds_the_figure_before_it_so_its_clause_still_counts() -> None:
+    index = DocumentIndex("No overdraft fee may be charged where the balance is overdrawn by $50 or less at the end "
+                          "of the business day, or where the transaction that caused the overdraft was $5 or less.")
+    p = plan_answer(index, "At or below what end-of-day overdrawn balance is no overdraft fee allowed?")
+    assert p.leads == ("$50",), p.reason
+
+
+def test_a_figure_the_question_states_picks_the_figure_it_qualifies() -> None:
+    index = DocumentIndex("For life undertakings, the absolute floor is USD 3.7 million until 31 December 2027 and "
+                          "USD 4.0 million from 1 January 2028.")
+    p = plan_answer(index, "What absolute floor applies to life undertakings from 1 January 2028?")
+    assert p.leads == ("USD 4.0 million",), p.reason
+    p = plan_answer(index, "What absolute floor applies to life undertakings until 31 December 2027?")
+    assert p.leads == ("USD 3.7 million",), p.reason
+
+
+def test_a_term_defined_in_quotes_is_an_abbreviation_and_picks_its_figure_in_a_sentence_of_several() -> None:
+    """"'leverage ratio exposure measure' (LREM)" defines LREM, so a question in the long form meets "5.25% of
+    LREM", not the "13.5% of TREA" before it; "more than EUR 100 bn" opens the clause of both."""
+    index = DocumentIndex(
+        "(1) 'total risk exposure amount' (TREA) means the amount calculated under Article 92(3);\n"
+        "(2) 'leverage ratio exposure measure' (LREM) means the total exposure measure under Article 429(4);\n"
+        "For institutions other than G-SIIs whose total assets exceed EUR 100 bn, MREL shall be not less than "
+        "13.5% of TREA and not less than 5.25% of LREM.\n")
+    assert ("LREM", "leverage ratio exposure measure") in [(g[0], g[1]) for g in index.concepts.groups]
+    p = plan_answer(index, "For a bank that is not a G-SII but has more than EUR 100 bn of total assets, what is "
+                           "the minimum MREL as a percentage of the leverage ratio exposure measure?")
+    assert p.leads == ("5.25%",), p.reason
+
+
+def test_tier_3_is_a_term_apart_from_tier_1() -> None:
+    """"Tier 3" is its own term (policies/glossary.toml), and not written in the words of "Tier 1"."""
+    index = DocumentIndex("Section 4 - Own funds\n4.1 At least 50 percent of the eligible amount of own funds "
+                          "covering the SCR shall consist of Tier 1 items.\n4.2 The eligible amount of Tier 3 items shall be less than 15 percent of "
+                          "the SCR.")
+    p = plan_answer(index, "Up to what share of the SCR may Tier 3 own funds be counted?")
+    assert p.leads == ("15 percent",), p.reason

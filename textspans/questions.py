@@ -1,0 +1,234 @@
+"""What a question asks for: a figure of some kind (a date, a period, a share, an amount, a count), an article
+number, or free text. The answer's figure is then taken from the evidence in that kind: "by what date" is
+answered by a whole date, never a bare year; "how long" by a period; "what percentage" by a share.
+
+The noun a "what"/"which" phrase asks with decides first when it names a kind of quantity: "over what stress
+horizon" asks for a period, "what number of clients" for a count, "what internal fine" for an amount, "as a
+share of" for a share. A noun that only bounds a quantity ("cap", "floor", "level", "maximum") decides
+nothing; then the rules below are read in order and the first that fits decides. `strict`: the question
+asks for the figure outright ("what percentage", "how many days"); evidence without one means the document
+does not say. A loose question ("when", "how big", "what is the minimum") may be answered in words instead.
+
+`asked_concept` gives the words of what the question is about ("minimum credit score", "position limit",
+"late submission"): the noun phrase the wh-word asks about and the phrases that restrict it, without the
+words that only frame a quantity. A document that never uses one of them does not answer the question.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, RATIO
+
+
+@dataclass(frozen=True)
+class Asked:
+    kinds: tuple[str, ...] = ()  # figure kinds that answer it, the preferred first; () when none does
+    strict: bool = False  # a figure is asked for outright (see the module's note)
+    article: bool = False  # which article/section holds something
+    unit: str = ""  # the time unit a period is asked in ("how many business days": "day"), "" if none
+    rule: str = "free"  # the rule that decided, for logs and the eval
+    bound: str = ""  # "upper" or "lower": which end of a range is asked for ("the upper end", "the lowest")
+    range: bool = False  # the question names a range or its end ("the upper end of the range")
+    noun: str = ""  # what an article question calls the place it asks for ("Section"); "" for other questions
+
+
+# name -> (kinds, strict)
+_KINDS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "period": ((DURATION,), True),
+    "year": ((DATE, NUMBER), True),
+    "date": ((DATE,), True),
+    "when": ((DATE, DURATION), False),
+    "share": ((PERCENT, RATIO), True),
+    "multiple": ((RATIO, PERCENT, NUMBER), True),
+    "amount": ((AMOUNT, NUMBER, PERCENT), True),
+    "count": ((NUMBER, DURATION), True),
+    "size": ((PERCENT, AMOUNT, RATIO, DURATION, NUMBER), False),
+}
+# The noun of a wh-phrase that names the kind of quantity asked ("what stress horizon": a period).
+_HEAD_NOUNS: dict[str, str] = {
+    **dict.fromkeys("horizon horizons period periods time timeframe interval intervals frequency duration window "
+                    "lifetime tenor".split(), "period"),
+    **dict.fromkeys("date dates day".split(), "date"),
+    **dict.fromkeys("deadline latest earliest".split(), "when"),
+    "year": "year",
+    **dict.fromkeys("percentage percent share proportion portion fraction rate rates ratio weight factor haircut "
+                    "coefficient".split(), "share"),
+    **dict.fromkeys("multiple multiplier".split(), "multiple"),
+    **dict.fromkeys("amount sum fee fees fine fines penalty penalties value price threshold charge cost payment "
+                    "turnover balance salary premium deductible volume quantity worth".split(), "amount"),
+    **dict.fromkeys("number count age score".split(), "count"),
+}
+# Words that bound or place a quantity without naming its kind: they decide nothing, and they are not what
+# a question is about ("the leverage ratio floor" is about the leverage ratio).
+BOUND_WORDS = frozenset(
+    "minimum maximum max min cap caps ceiling floor limit limits level levels size amount upper lower end range top "
+    "bottom point highest lowest largest smallest longest shortest greatest least most latest earliest first last "
+    "total overall required requirement applicable relevant permitted allowed".split())
+_UPPER = re.compile(r"\b(?:upper|top|highest|maximum|max|largest|greatest|ceiling|cap)\b", re.IGNORECASE)
+_RANGE = re.compile(r"\brange\b|\b(?:upper|lower|top|bottom) (?:end|bound)\b|\bband\b", re.IGNORECASE)
+_LOWER = re.compile(r"\b(?:lower|bottom|lowest|minimum|min|smallest|floor)\b", re.IGNORECASE)
+
+_TIME = r"(?:minutes?|hours?|days?|weeks?|months?|quarters?|years?)"
+_RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
+    ("article", "", r"\b(?:which|what) (?:article|section|paragraph|part|clause|chapter|annex|regulation|rule|"
+                    r"subsection|provision)s?\b"),
+    # The unit a question counts in decides before any clause of its own ("... stressed when computing DSTI").
+    ("share", "share", r"\bhow many (?:basis|percentage) points\b"),
+    ("period", "period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|often|"
+                         r"frequently|far in advance|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
+                         r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
+    ("multiple", "multiple", r"\bhow many times\b"),
+    ("year", "year", r"\b(?:what|which) year\b"),
+    ("date", "date", r"\b(?:what|which) (?:date|day)\b|\bdate\b"),
+    # After the date rule: "the notice" is often the document itself ("from what date does the notice apply").
+    ("period", "period", r"\bperiods?\b|\btime limit\b|\bintervals?\b|\bfrequency\b|\b(?:advance|prior|minimum) "
+                         r"notice\b|\bin advance\b|\bhorizon\b"),
+    ("when", "when", r"\bwhen\b|\bby when\b|\bdeadline\b|\b(?:latest|earliest)\b|\bno later than\b"),
+    ("share", "share", r"\b(?:what|which) (?:\w+ )?(?:percentage|percent|per cent|share|proportion|fraction|rate|"
+                       r"weight)\b|\bpercentage\b|\bper ?cent\b|\bratio\b|\brisk weight\b|\brate\b"),
+    ("amount", "amount", r"\bhow much\b|\b(?:what|which) (?:\w+ )?(?:amount|sum|fee|fine|penalty|value|price|"
+                         r"threshold)\b|\bamount\b|\bthreshold\b|\b(?:from|above|below|over|under|up to|exceeding|"
+                         r"beyond) what\b|\bfines?\b|\bpenalt(?:y|ies)\b|\bfees?\b|\bcosts?\b|\bcharged?\b"),
+    ("count", "count", r"\bhow many\b|\bnumber of\b|\bhow old\b|\bwhat age\b|\bminimum age\b"),
+    ("size", "size", r"\bhow (?:big|large|high|low|small)\b|\b(?:minimum|maximum|largest|smallest|highest|lowest|"
+                     r"longest|shortest|at least|at most|limit|cap|ceiling|floor|requirement|upper|lower|range|level|"
+                     r"size)\b"),
+]
+_COMPILED = [(name, kind, re.compile(rx, re.IGNORECASE)) for name, kind, rx in _RULES]
+_AS_SHARE = re.compile(r"\bas an? (?:share|percentage|proportion|fraction|per ?cent|multiple) of\b", re.IGNORECASE)
+_UNIT = re.compile(r"\bhow many (?:\w+ )?(minute|hour|day|week|month|quarter|year)s?\b", re.IGNORECASE)
+
+# Words that end a noun phrase in a question: auxiliaries, modals, prepositions, relative words, verbs that
+# questions put after their subject.
+_NP_END = frozenset(
+    "is are was were be been being must may might can could shall should will would do does did has have had "
+    "of for on to in at by with within from under over above below after before until between during without "
+    "than as against per into upon about that which who whom whose where when while whether if so and or "
+    "apply applies applied make makes trigger triggers count counts need needs require requires qualify "
+    "qualifies take takes cover covers deal deals set sets contain contains govern governs say says state states "
+    "describe describes specify specifies define defines provide provides lay lays carry carries get gets go goes "
+    "mean means refer refers regulate regulates address addresses "
+    # words that relate the phrase to another, not part of it ("the MCR ceiling relative to the SCR")
+    "relative relatively compared expressed measured calculated stated respectively versus vs".split())
+_DETERMINERS = frozenset("a an the its their his her this that these those each every any such our your".split())
+_WH = re.compile(r"\b(?:what|which)\b", re.IGNORECASE)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[A-Za-z0-9][A-Za-z0-9'-]*", text)
+
+
+def _noun_phrase(words: list[str]) -> list[str]:
+    """The words of the noun phrase `words` starts with (determiners skipped), up to _NP_END."""
+    out: list[str] = []
+    for w in words:
+        low = w.casefold()
+        if low in _NP_END or (out and low in _DETERMINERS):
+            break
+        if low not in _DETERMINERS:
+            out.append(w)
+    return out
+
+
+# "What happens if X: within what time must it ...": the question after the colon is the one asked.
+_SECOND_QUESTION = re.compile(r"[:;]\s+(?=(?:[\w-]+\s+){0,3}(?:what|which|how|when)\b)", re.IGNORECASE)
+
+
+def asked_part(question: str) -> str:
+    """The part of `question` that asks: after a colon that introduces a second wh-question, else all of it."""
+    cut = list(_SECOND_QUESTION.finditer(question))
+    return question[cut[-1].end():] if cut else question
+
+
+def wh_phrase(question: str) -> list[str]:
+    """The noun phrase a "what"/"which" question asks about: "What stress horizon ..." -> [stress, horizon];
+    "What is the latest point at which ..." -> [latest, point]; [] when there is none ("How long ...")."""
+    question = asked_part(question)
+    m = _WH.search(question)
+    if m is None:
+        return []
+    rest = _words(question[m.end():])
+    if rest and rest[0].casefold() in {"is", "are", "was", "were"}:
+        rest = rest[1:]
+    return _noun_phrase(rest)
+
+
+def _by_head(question: str) -> str | None:
+    """The kind named by the wh-phrase's own nouns, the head (last) first; None when none names one."""
+    for word in reversed(wh_phrase(question)):
+        name = _HEAD_NOUNS.get(word.casefold())
+        if name is not None:
+            return name
+    return None
+
+
+def asked_for(question: str, *, plain: str | None = None) -> Asked:
+    """The kind of answer `question` asks for. `plain`: the question as written, when `question` carries
+    extra words (the forms of the terms it names, for the rules below): the wh-phrase is read there."""
+    written = plain if plain is not None else question
+    if asked_part(written) != written:  # the kind is read in the question asked, not in its preamble
+        question = question[len(written) - len(asked_part(written)):]
+        written = asked_part(written)
+    unit = _UNIT.search(question)
+    bound = "upper" if _UPPER.search(written) else "lower" if _LOWER.search(written) else ""
+    name = "share" if _AS_SHARE.search(written) else _by_head(written)
+    rule = name or "free"
+    if name is None:
+        rule, name = next(((r, kind) for r, kind, rx in _COMPILED if rx.search(question)), ("free", None))
+    if rule == "article":
+        noun = re.search(r"\b(?:which|what) (\w+)", question, re.IGNORECASE)
+        return Asked(article=True, rule=rule, noun=noun.group(1).rstrip("s").capitalize() if noun else "Article")
+    if name is None:
+        return Asked(bound=bound, range=bool(_RANGE.search(written)))
+    kinds, strict = _KINDS[name]
+    return Asked(kinds=kinds, strict=strict, rule=rule,
+                 unit=unit.group(1).lower() if unit and DURATION in kinds else "", bound=bound,
+                 range=bool(_RANGE.search(written)))
+
+
+# ---- what the question is about --------------------------------------------------------------------
+# Words that frame a question rather than name its subject: a quantity's frame ("what share", "the upper end")
+# or a who ("a firm", "a bank"). A noun that names what is paid ("fine", "fee") names the subject too.
+FRAME_WORDS = BOUND_WORDS | frozenset(
+    "horizon horizons period periods time timeframe interval intervals frequency duration window lifetime date "
+    "dates day year percentage percent share proportion portion fraction rate rates ratio weight factor coefficient "
+    "multiple multiplier sum value threshold number count figure much many long often kind type deadline volume "
+    "quantity magnitude extent "
+    "firm firms bank banks institution institutions entity entities company companies undertaking undertakings "
+    "someone anyone person persons authority authorities rule rules policy document part chapter section article "
+    "regulation regulations "
+    # modifiers that say which of a kind without naming another thing ("the internal LCR floor")
+    "internal regulatory applicable current standard general normal usual prescribed specified absolute "
+    # "what happens if ...": the frame of a question about a consequence, not its subject
+    "happen happens".split())
+_FRAMED_OF = re.compile(r"\b(?:what|which|how many|how much)\s+(?:[\w-]+\s+){0,2}?of\s+", re.IGNORECASE)
+# "how many days' notice", "how much capital": the thing counted or measured, less its unit.
+_HOW_MANY = re.compile(r"\bhow (?:many|much)\s+", re.IGNORECASE)
+_UNIT_WORDS = frozenset("second seconds minute minutes hour hours days weeks months quarters years times basis "
+                        "points business working calendar banking clear consecutive full".split())
+_RESTRICTING = re.compile(r"\b(?:applies|apply|applicable|applying)\s+(?:to|for)\s+|\b(?:for|on)\s+", re.IGNORECASE)
+
+
+def asked_concept(question: str) -> list[str]:
+    """The words naming what `question` is about: the wh-phrase's and those of each phrase after "for", "on"
+    or "applies to", less the words that frame a quantity or an actor (FRAME_WORDS). A phrase that starts
+    with a number or "how"/"what" is a figure's frame, not a subject ("for how long", "on 1 May")."""
+    phrases = [wh_phrase(question)]
+    # "what share of X", "how many years of X": a frame's "of" names the subject
+    framed = _FRAMED_OF.search(question)
+    if framed and all(w.casefold() in FRAME_WORDS for w in phrases[0]):
+        phrases.append(_noun_phrase(_words(question[framed.end():])))
+    counted = _HOW_MANY.search(question)
+    if counted:
+        phrases.append([w for w in _noun_phrase([w.rstrip("'") for w in _words(question[counted.end():])])
+                        if w.casefold() not in _UNIT_WORDS])
+    for m in _RESTRICTING.finditer(question):
+        rest = _words(question[m.end():])
+        if rest and not rest[0][0].isdigit() and rest[0].casefold() not in {"how", "what", "which", "whom"}:
+            phrases.append(_noun_phrase(rest))
+    out: list[str] = []
+    for phrase in phrases:
+        words = (re.sub(r"'s$", "", w) for w in phrase)
+        out.extend(w for w in words if w.casefold() not in FRAME_WORDS and not w[0].isdigit() and len(w) > 2)
+    return list(dict.fromkeys(out))
