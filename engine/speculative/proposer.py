@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from engine.structured import GrammarState
 
 
+MAX_BACKOFF = 16  # most steps a request goes without a draft after its one-token drafts are refused
+
+
 def drafts_for(params: SamplingParams, policy: Speculation, mode: str) -> bool:
     """Whether a request with these parameters speculates: the engine's mode (EngineConfig.speculative), its
     class's policy, and never for seeded random sampling, whose tokens must be the same alone or batched
@@ -37,17 +40,28 @@ class Drafter:
         self.fast_forward = fast_forward
         self.index = NgramIndex(policy.ngram_min, policy.ngram_max)
         # The draft length adapts to how the request's drafts fare, as transformers' assisted generation does:
-        # +2 after a draft accepted whole, -1 after one that was not, within [1, max_draft]. Text that does not
-        # copy its prompt then costs one verified token a step, and a quote grows its drafts within a few steps.
+        # +2 after a draft accepted whole, -1 after one that was not, within [1, max_draft]; a quote grows its
+        # drafts within a few steps. A one-token draft refused outright backs off: no draft for the next 1, 2,
+        # 4 .. MAX_BACKOFF steps (reset by a draft accepted whole), so text that does not copy its prompt (or
+        # sampling that rarely takes the copied token) pays a verification row only every few steps.
         self.length = policy.max_draft
         self._counted = (0, 0)  # the request's (draft, accepted) tokens when it was last drafted for
+        self._backoff = 0  # steps the next refused one-token draft skips
+        self._idle = 0  # steps left without a draft
 
     def _adapt(self, req: EngineRequest) -> None:
         drafted = req.num_draft_tokens - self._counted[0]
         accepted = req.num_accepted_tokens - self._counted[1]
         self._counted = (req.num_draft_tokens, req.num_accepted_tokens)
-        if drafted:
-            self.length = min(self.policy.max_draft, self.length + 2) if accepted >= drafted else max(1, self.length - 1)
+        if not drafted:
+            return
+        if accepted >= drafted:
+            self.length, self._backoff = min(self.policy.max_draft, self.length + 2), 0
+        elif self.length == 1 and accepted == 0:
+            self._backoff = min(MAX_BACKOFF, max(1, 2 * self._backoff))
+            self._idle = self._backoff
+        else:
+            self.length = max(1, self.length - 1)
 
     def draft(self, req: EngineRequest, grammar: GrammarState | None, running: int) -> Draft | None:
         """Up to max_draft tokens to follow `req`'s tokens, or None: none found, or the running batch of
@@ -56,6 +70,9 @@ class Drafter:
             return None
         self._catch_up(req)
         self._adapt(req)
+        if self._idle:
+            self._idle -= 1
+            return None
         # Room: the draft plus the token after it stay within max_tokens and the context.
         k = min(self.length, req.sampling.max_tokens - len(req.output_token_ids) - 1,
                 self.max_model_len - req.num_tokens - 1)

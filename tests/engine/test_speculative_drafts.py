@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.request import EngineRequest, SamplingParams
 from engine.speculative.ngram import NgramIndex
-from engine.speculative.proposer import Drafter, drafts_for
+from engine.speculative.proposer import MAX_BACKOFF, Drafter, drafts_for
 from engine.structured import compile_json_schema
 from engine.tokenizer import Tokenizer
 from policies.model import Speculation
@@ -76,3 +76,29 @@ def test_a_grammar_cuts_the_draft_and_marks_what_it_forces(default_model_dir: Pa
     assert forced == [t == "n" for t in text]  # the key after '","' is forced, the rest is the model's to verify
     text, _ = draft_after('Acme Corp","n":twelve} and more', '":"Ac')
     assert "".join(text) == 'me Corp","n":'  # "tw" is no integer: the grammar cuts the draft before it
+
+
+def test_refused_one_token_drafts_back_off_and_a_whole_accept_resumes() -> None:
+    drafter = Drafter(ON, max_model_len=4096, fast_forward=True)
+    prompt = list(range(100, 400))  # the output copies the prompt: a draft is always found
+    req = EngineRequest("r", prompt, SamplingParams(max_tokens=4096), "document_qa")
+    req.output_token_ids = [100]
+
+    def step(accept: bool) -> int:
+        """One engine step: the draft offered (its length, 0 for none), the model refusing or taking all of it."""
+        draft = drafter.draft(req, None, running=1)
+        n = 0 if draft is None else len(draft.token_ids)
+        req.num_draft_tokens += n
+        req.num_accepted_tokens += n if accept else 0
+        req.output_token_ids.append(prompt[len(req.output_token_ids)])
+        return n
+
+    lengths = [step(False) for _ in range(8 + 1 + 2 + 4)]
+    # 8, 7 .. 2 shrink by one; the refused one-token draft skips 1 step, the next 2, then 4
+    assert lengths == [8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 0, 0, 1, 0, 0]
+    assert [step(False) for _ in range(3)] == [0, 0, 1]
+    skipped = [step(False) for _ in range(40)]
+    assert max(len(run) for run in "".join("x" if n == 0 else " " for n in skipped).split()) == MAX_BACKOFF
+    while step(True) == 0:  # the next draft offered is taken whole: drafts grow again, no skipped step
+        pass
+    assert [step(True) for _ in range(3)] == [3, 5, 7]
