@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -251,6 +251,9 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
         if not carries and "." in str(key):  # "kyt.mixer_exposure_pct": a vendor's namespace before the dot
             name = voc.name_of(str(key).rsplit(".", 1)[1])
             carries = voc.lookup(voc.words_of(name))
+        if not carries and meaning & _NEGATIONS:  # "payer_not_buyer": true says what "!payer_is_buyer" says
+            carries = tuple(replace(a, inverted=not a.inverted) for a in voc.lookup(meaning - _NEGATIONS)
+                            if a.kind is FactKind.FLAG)
         for a in carries:
             got.add(a, name, value)
         text = voc.tokens_of(value) if isinstance(value, str) else ()

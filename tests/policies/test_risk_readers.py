@@ -276,3 +276,10 @@ def test_the_instrument_purchase_knob_names_a_flag_fact(write_policy: Callable[.
         d["classes"]["realtime_risk"]["risk_rules"]["instrument_purchase"] = "similar_total"
     with pytest.raises(PolicyError, match="instrument_purchase.*not a flag fact"):
         load_policy(write_policy(numeric))
+
+
+# ---- a name that denies another -------------------------------------------------------------------------
+def test_a_name_with_a_negation_reads_the_named_flag_inverted() -> None:
+    assert facts({"payer_not_buyer": True})["third_party_payment"] is True  # "!payer_is_buyer" in the vocabulary
+    assert facts({"payer_not_buyer": False})["third_party_payment"] is False
+    assert facts({"payer_is_buyer": False})["third_party_payment"] is True
