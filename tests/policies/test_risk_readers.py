@@ -283,3 +283,9 @@ def test_a_name_with_a_negation_reads_the_named_flag_inverted() -> None:
     assert facts({"payer_not_buyer": True})["third_party_payment"] is True  # "!payer_is_buyer" in the vocabulary
     assert facts({"payer_not_buyer": False})["third_party_payment"] is False
     assert facts({"payer_is_buyer": False})["third_party_payment"] is True
+
+
+def test_portuguese_and_spanish_names_of_fan_in_and_payers() -> None:
+    read_pt = facts({"qtd_depositantes_distintos": 14, "saque_posterior_pct": 92, "ufs_distintas": 9})
+    assert read_pt["distinct_senders"] == 14.0 and read_pt["distinct_cities"] == 9.0
+    assert facts({"pagadores_terceiros": 25})["distinct_senders"] == 25.0

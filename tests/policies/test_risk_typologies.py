@@ -54,6 +54,7 @@ def test_velocity() -> None:
     # look-alikes: an employer's payroll run; a busy week at an ordinary pace
     assert judged("payroll_batch", 180_000, "GBP", payments_today=140, employer="Acme Ltd") == LOW
     assert judged("card_payment", 35, transactions_7d=20) == LOW
+    assert judged("card_payment", 4, txn_count_day=11, merchant="transit operators") == LOW  # a count alone
 
 
 def test_new_and_dormant_accounts_with_large_movements() -> None:
@@ -99,6 +100,8 @@ def test_sanctioned_jurisdictions_block() -> None:
 
 def test_crypto_off_ramps_mixers_privacy_coins_unhosted_wallets() -> None:
     assert judged("crypto_withdrawal", 200_000, destination="Tornado Cash mixer") == HIGH
+    assert judged("crypto_deposit", 14_500, chain_category="darknet_market", direct_exposure_pct=100) == BLOCK
+    assert judged("crypto_deposit", 81_000, asset="BTC", mixer_exposure_indirect_pct=22) == HIGH  # hops away: review
     assert judged("crypto_purchase", 5_000, asset="XMR") == MEDIUM  # a privacy coin
     assert judged("crypto_withdrawal", 750_000, asset="BTC") == MEDIUM  # a very large off-ramp: size counts once
     assert judged("crypto_transfer", 15_000, asset="USDT", wallet_type="unhosted") == MEDIUM
@@ -137,9 +140,18 @@ def test_large_cash_withdrawals() -> None:
     assert judged("atm_withdrawal", 300) == LOW
 
 
+def test_funnel_account() -> None:
+    funnel = judged("cash_deposit", 2_400, "GBP", depositors_distinct_7d=14, depositor_towns=9, withdrawn_atm_abroad=True)
+    assert funnel == MEDIUM  # many depositors in many towns, taken out abroad
+    # look-alike: wedding gifts from many guests, nothing moved out
+    assert judged("instant_credit", 150, "EUR", distinct_senders_72h=37, outflows_72h=0, customer_tenure_years=9) == LOW
+
+
 def test_pep_involvement() -> None:
     assert judged("wire_transfer", 60_000, memo="consulting fee, beneficiary is a government minister") == MEDIUM
-    assert judged("wire_transfer", 3_000, beneficiary_pep="Y") == MEDIUM
+    assert judged("wire_transfer", 60_000, beneficiary_pep="Y") == MEDIUM
+    # an ordinary payment of a PEP is the relationship's due diligence, not an alert
+    assert judged("wire_transfer", 3_000, beneficiary_pep="Y") == LOW
     assert judged("wire_transfer", 3_000, pep_status="none") == LOW
 
 
