@@ -125,6 +125,8 @@ class _Read:
         unit = name.unit or a.unit
         if unit is not None or moment(value) is not None:
             age = elapsed(value, "day", self.now, unit)
+            if age is None and flag(value) is not None and not isinstance(value, int | float):
+                return flag(value), False  # off_hrs_flg: "Y" is a yes, not an age
             return (None if age is None else age <= self.rules.recent_days), True
         got = flag(value)
         if got is None and isinstance(value, str) and value.strip():

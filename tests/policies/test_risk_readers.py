@@ -289,3 +289,12 @@ def test_portuguese_and_spanish_names_of_fan_in_and_payers() -> None:
     read_pt = facts({"qtd_depositantes_distintos": 14, "saque_posterior_pct": 92, "ufs_distintas": 9})
     assert read_pt["distinct_senders"] == 14.0 and read_pt["distinct_cities"] == 9.0
     assert facts({"pagadores_terceiros": 25})["distinct_senders"] == 25.0
+
+
+def test_core_banking_column_abbreviations() -> None:
+    read = facts({"SANC_HIT_IND": "Y", "DIST_SNDR_CNT_7D": 14, "BENE_NM_MATCH": "N", "PWD_RST_FLG": "Y",
+                  "SHELL_CO_IND": "Y", "FRAUD_SCR": 920, "OFF_HRS_FLG": "Y"})
+    assert read["sanctions_hit"] is True and read["name_mismatch"] is True and read["credentials_changed"] is True
+    assert read["distinct_senders"] == 14.0 and read["shell_company"] is True and read["risk_score"] == 0.92
+    assert read["off_hours"] is True  # a yes under a name with a unit in it is a yes, not an age
+    assert key_name("INC_MTH").unit == "month"
