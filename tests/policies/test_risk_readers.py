@@ -298,3 +298,12 @@ def test_core_banking_column_abbreviations() -> None:
     assert read["distinct_senders"] == 14.0 and read["shell_company"] is True and read["risk_score"] == 0.92
     assert read["off_hours"] is True  # a yes under a name with a unit in it is a yes, not an age
     assert key_name("INC_MTH").unit == "month"
+
+
+def test_words_read_in_their_own_domain_only() -> None:
+    assert facts({"cargo": "fuel oil"}, "trade_payment")["preauthorisation"] is False  # a cargo, not a fuel pump
+    assert facts({"reason": "product recall kettle model KX-2"})["fraud_recall"] is False
+    assert facts({"funds_recall_requested": True})["fraud_recall"] is True
+    assert facts({"staff_note": "brought enrolment letter from the university"})["opening"] is False
+    assert facts({"vessel_designated": True})["sanctions_hit"] is True
+    assert facts({"listed_parent": True})["regulated_counterparty"] is True

@@ -48,6 +48,19 @@ def test_card_testing() -> None:
     assert judged("card_payment", 1.20, merchant="bakery", card_present=True) == LOW
 
 
+def test_card_testing_by_enumeration_and_its_terminal_look_alike() -> None:
+    attack = judged("card_auth", 0.5, "GBP", auths_10m=640, sequential_pan_pattern=True, avs_fail_rate=0.92)
+    assert attack == BLOCK
+    ev_charger = judged("card_auth", 1.0, "EUR", authCount10m=38, distinctPans=38, auth_type="pre_authorisation")
+    assert ev_charger == LOW  # each car a different card at an unattended charger
+
+
+def test_third_party_funding_of_a_purchase() -> None:
+    assert judged("property_completion", 3_150_000, "GBP", funding_from="unrelated third party in CY") == MEDIUM
+    assert judged("mortgage_closing", 350_000, "CAD", down_payment_sources=6, unrelated_third_parties=4) == MEDIUM
+    assert judged("property_completion", 400_000, "GBP", funding_from="buyer's own savings account") == LOW
+
+
 def test_velocity() -> None:
     assert judged("p2p_transfer", 150, transfers_1h=8) == MEDIUM  # 8 in an hour
     assert judged("transfer", 80, txn_count_24h=40) == MEDIUM
