@@ -307,3 +307,9 @@ def test_words_read_in_their_own_domain_only() -> None:
     assert facts({"staff_note": "brought enrolment letter from the university"})["opening"] is False
     assert facts({"vessel_designated": True})["sanctions_hit"] is True
     assert facts({"listed_parent": True})["regulated_counterparty"] is True
+
+
+def test_denied_and_qualified_names_in_portuguese_and_spanish() -> None:
+    assert facts({"carteiras_nao_hospedadas_origem": 17})["unhosted_wallet"] is True  # wallets not hosted, origin
+    assert facts({"origen_fondos_documentado": False})["unsupported_purpose"] is True  # funds' origin not documented
+    assert facts({"phone_source": "Law Society register"})["coached"] is False  # a source is no qualifier
