@@ -61,6 +61,13 @@ def test_third_party_funding_of_a_purchase() -> None:
     assert judged("property_completion", 400_000, "GBP", funding_from="buyer's own savings account") == LOW
 
 
+def test_p2p_crypto_trader_and_casino_minimal_play() -> None:
+    p2p = judged("inbound_credit", 480, "EUR", payeurs_distincts=180, libelles="USDT;p2p refs")
+    assert p2p == MEDIUM  # a personal account paid by many people for crypto
+    assert judged("casino_flow", 19_000, "EUR", cash_deposit_before=True, play_through_ratio=0.1) == HIGH
+    assert judged("gambling_payout", 3_200, "GBP", play_through_ratio=6.4, withdrawal_to_same_card=True) == LOW
+
+
 def test_velocity() -> None:
     assert judged("p2p_transfer", 150, transfers_1h=8) == MEDIUM  # 8 in an hour
     assert judged("transfer", 80, txn_count_24h=40) == MEDIUM
