@@ -64,6 +64,7 @@ _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attrib
 _NEGATIONS = frozenset({"not", "no", "non", "without", "never", "none", "nor"})
 _NEGATIVE_WORDS = frozenset({"below", "under", "discount", "less", "underpricing", "undervaluation"})
 _AVERAGE_WORDS = frozenset({"average", "mean", "typical", "usual", "normal"})
+_MONEY_WORDS = frozenset({"amount", "amt", "sum"})  # a count named with one of these is a sum of money
 MAX_PHRASE_WORDS = 6
 NAMED_VALUE_WORDS = 4  # a text value this short is also read after its attribute's name
 _ADDRESS_WORDS = frozenset({"address"})  # a postal address names its country last (UPU S42); earlier names are streets
@@ -108,8 +109,8 @@ class _Read:
                 self.texts.setdefault(a.fact, value.strip())
         elif not self._beyond_window(a, name):
             if a.kind is FactKind.COUNT and _in_money(name, value):
-                if a.fact != self.rules.similar_count:
-                    return  # incoming_from_exchanges_eur: 18,400 is a sum, not 18,400 exchanges
+                if a.fact != self.rules.similar_count or name.window_hours is None and name.words & _MONEY_WORDS:
+                    return  # incoming_from_exchanges_eur: 18,400 is a sum, not 18,400 exchanges; CASH_WDL_AMT this one
                 a = Alias(self.rules.similar_total, FactKind.NUMBER, a.unit, False)  # weekly_withdrawals_eur: a total
             n = self._number(a, name, value)
             if n is not None:
@@ -177,8 +178,11 @@ class _Read:
 
 
 def _in_money(name: KeyName, value: object) -> bool:
-    """An amount of money: a currency in the name ("withdrawals_eur") or in the value ("EUR 1,280")."""
-    return name.currency is not None or isinstance(value, str) and (m := money(value)) is not None and bool(m[1])
+    """An amount of money: a currency in the name ("withdrawals_eur"), an amount ("CASH_WDL_AMT") or a currency in
+    the value ("EUR 1,280")."""
+    if name.currency is not None or name.words & _MONEY_WORDS:
+        return True
+    return isinstance(value, str) and (m := money(value)) is not None and bool(m[1])
 
 
 def _denied(text: str, voc: Vocabulary | None = None) -> bool:

@@ -313,3 +313,12 @@ def test_denied_and_qualified_names_in_portuguese_and_spanish() -> None:
     assert facts({"carteiras_nao_hospedadas_origem": 17})["unhosted_wallet"] is True  # wallets not hosted, origin
     assert facts({"origen_fondos_documentado": False})["unsupported_purpose"] is True  # funds' origin not documented
     assert facts({"phone_source": "Law Society register"})["coached"] is False  # a source is no qualifier
+
+
+def test_more_core_banking_columns() -> None:
+    read = facts({"KYC_DOC_VERIFIED": "N", "SRC_OF_FUNDS": "unknown", "ONBOARD_DT": "2025-05-30", "STRUCT_FLG": "Y",
+                  "LOGIN_FAIL_CNT_1H": 12, "ADV_MEDIA_FLG": "Y"})
+    assert read["identity_check_failed"] is True and read["unsupported_purpose"] is True
+    assert read["reporting_avoidance"] is True and read["adverse_media"] is True and read["failed_logins"] == 12.0
+    assert float(str(read["account_age"])) < 4
+    assert "similar_count" not in facts({"CASH_WDL_AMT": 9_500})  # this withdrawal's amount, not 9,500 withdrawals
