@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -64,6 +64,7 @@ _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attrib
 _NEGATIONS = frozenset({"not", "no", "non", "without", "never", "none", "nor"})
 _NEGATIVE_WORDS = frozenset({"below", "under", "discount", "less", "underpricing", "undervaluation"})
 _AVERAGE_WORDS = frozenset({"average", "mean", "typical", "usual", "normal"})
+_MONEY_WORDS = frozenset({"amount", "amt", "sum"})  # a count named with one of these is a sum of money
 MAX_PHRASE_WORDS = 6
 NAMED_VALUE_WORDS = 4  # a text value this short is also read after its attribute's name
 _ADDRESS_WORDS = frozenset({"address"})  # a postal address names its country last (UPU S42); earlier names are streets
@@ -108,8 +109,8 @@ class _Read:
                 self.texts.setdefault(a.fact, value.strip())
         elif not self._beyond_window(a, name):
             if a.kind is FactKind.COUNT and _in_money(name, value):
-                if a.fact != self.rules.similar_count:
-                    return  # incoming_from_exchanges_eur: 18,400 is a sum, not 18,400 exchanges
+                if a.fact != self.rules.similar_count or name.window_hours is None and name.words & _MONEY_WORDS:
+                    return  # incoming_from_exchanges_eur: 18,400 is a sum, not 18,400 exchanges; CASH_WDL_AMT this one
                 a = Alias(self.rules.similar_total, FactKind.NUMBER, a.unit, False)  # weekly_withdrawals_eur: a total
             n = self._number(a, name, value)
             if n is not None:
@@ -125,6 +126,8 @@ class _Read:
         unit = name.unit or a.unit
         if unit is not None or moment(value) is not None:
             age = elapsed(value, "day", self.now, unit)
+            if age is None and flag(value) is not None and not isinstance(value, int | float):
+                return flag(value), False  # off_hrs_flg: "Y" is a yes, not an age
             return (None if age is None else age <= self.rules.recent_days), True
         got = flag(value)
         if got is None and isinstance(value, str) and value.strip():
@@ -175,8 +178,11 @@ class _Read:
 
 
 def _in_money(name: KeyName, value: object) -> bool:
-    """An amount of money: a currency in the name ("withdrawals_eur") or in the value ("EUR 1,280")."""
-    return name.currency is not None or isinstance(value, str) and (m := money(value)) is not None and bool(m[1])
+    """An amount of money: a currency in the name ("withdrawals_eur"), an amount ("CASH_WDL_AMT") or a currency in
+    the value ("EUR 1,280")."""
+    if name.currency is not None or name.words & _MONEY_WORDS:
+        return True
+    return isinstance(value, str) and (m := money(value)) is not None and bool(m[1])
 
 
 def _denied(text: str, voc: Vocabulary | None = None) -> bool:
@@ -251,6 +257,9 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
         if not carries and "." in str(key):  # "kyt.mixer_exposure_pct": a vendor's namespace before the dot
             name = voc.name_of(str(key).rsplit(".", 1)[1])
             carries = voc.lookup(voc.words_of(name))
+        if not carries and meaning & _NEGATIONS:  # "payer_not_buyer": true says what "!payer_is_buyer" says
+            carries = tuple(replace(a, inverted=not a.inverted) for a in voc.lookup(meaning - _NEGATIONS)
+                            if a.kind is FactKind.FLAG)
         for a in carries:
             got.add(a, name, value)
         text = voc.tokens_of(value) if isinstance(value, str) else ()

@@ -21,13 +21,14 @@ UNIT_HOURS = {"minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0, "month"
 _UNIT_WORDS = {
     "m": "minute", "min": "minute", "mins": "minute", "minute": "minute", "h": "hour", "hr": "hour", "hrs": "hour",
     "hour": "hour", "d": "day", "day": "day", "w": "week", "wk": "week", "wks": "week", "week": "week",
-    "mo": "month", "mon": "month", "month": "month", "y": "year", "yr": "year", "yrs": "year", "year": "year",
+    "mo": "month", "mon": "month", "month": "month", "mth": "month", "mths": "month", "mos": "month", "y": "year",
+    "yr": "year", "yrs": "year", "year": "year",
 }
 _WINDOW_WORDS = {"today": "day", "daily": "day", "hourly": "hour", "weekly": "week", "monthly": "month",
                  "yearly": "year", "annual": "year", "annually": "year"}
 _WINDOW_LEADS = frozenset({"last", "past", "previous", "prior", "this", "same"})  # "last_hour", "same_day": a span
-_BARE_UNITS = frozenset({"minute", "hour", "hr", "day", "week", "month", "year", "yr"})  # "min" is too often "minimum"
-_FILLER = frozenset("is has was flag ind indicator count cnt num number nbr nb of the a an at ago on in per last past "
+_BARE_UNITS = frozenset({"minute", "hour", "hr", "day", "week", "month", "mth", "year", "yr"})  # "min" is too often "minimum"
+_FILLER = frozenset("is has was flag flg ind indicator count cnt num number nbr nb of the a an at ago on in per last past "
                     "previous prior within with qty bool yn status time".split())
 _FILLER |= frozenset("unit item piece pc ton tonne kg kilo lb oz ounce barrel bbl".split())  # price_per_kg is a price
 _PERCENT_WORDS = frozenset({"pct", "percent", "percentage"})
@@ -109,7 +110,7 @@ def key_name(raw: str) -> KeyName:
         elif t in _WINDOW_LEADS and i + 1 < len(tokens) and singular(tokens[i + 1]) in _UNIT_WORDS:  # "last_hour"
             window = UNIT_HOURS[_UNIT_WORDS[singular(tokens[i + 1])]]
             i += 1
-        elif singular(t) in _BARE_UNITS or t in ("mins", "hrs", "yrs", "wks"):  # "min" alone is too often minimum
+        elif singular(t) in _BARE_UNITS or t in ("mins", "hrs", "yrs", "wks", "mths", "mos"):  # "min" alone is too often minimum
             unit = _UNIT_WORDS[t] if t in _UNIT_WORDS else _UNIT_WORDS[singular(t)]
         elif t in ("before", "earlier") and i > 0 and singular(tokens[i - 1]) in _BARE_UNITS:
             pass  # "payee_added_minutes_before" is "..._minutes_ago"

@@ -116,7 +116,7 @@ def test_keep_is_the_share_of_points_left(write_policy: WritePolicy) -> None:
             "when": ["recurring"], "offsets": ["pep"], "keep": 0.5, "reason": "half cleared", "source": "test"}}
     rules = load_policy(write_policy(half)).get("realtime_risk").risk_rules
     score = evaluate(rules, {"event_type": "payment", "attributes": {"pep": True, "recurring": True}})
-    assert [(f.rule, f.points) for f in score.fired] == [("pep_involved", 15)]
+    assert [(f.rule, f.points) for f in score.fired] == [("pep_involved", 10)]
 
 
 @pytest.mark.parametrize(("offsets", "says"), [(["sanctions_list_hit"], "no context may lower it"),

@@ -276,3 +276,49 @@ def test_the_instrument_purchase_knob_names_a_flag_fact(write_policy: Callable[.
         d["classes"]["realtime_risk"]["risk_rules"]["instrument_purchase"] = "similar_total"
     with pytest.raises(PolicyError, match="instrument_purchase.*not a flag fact"):
         load_policy(write_policy(numeric))
+
+
+# ---- a name that denies another -------------------------------------------------------------------------
+def test_a_name_with_a_negation_reads_the_named_flag_inverted() -> None:
+    assert facts({"payer_not_buyer": True})["third_party_payment"] is True  # "!payer_is_buyer" in the vocabulary
+    assert facts({"payer_not_buyer": False})["third_party_payment"] is False
+    assert facts({"payer_is_buyer": False})["third_party_payment"] is True
+
+
+def test_portuguese_and_spanish_names_of_fan_in_and_payers() -> None:
+    read_pt = facts({"qtd_depositantes_distintos": 14, "saque_posterior_pct": 92, "ufs_distintas": 9})
+    assert read_pt["distinct_senders"] == 14.0 and read_pt["distinct_cities"] == 9.0
+    assert facts({"pagadores_terceiros": 25})["distinct_senders"] == 25.0
+
+
+def test_core_banking_column_abbreviations() -> None:
+    read = facts({"SANC_HIT_IND": "Y", "DIST_SNDR_CNT_7D": 14, "BENE_NM_MATCH": "N", "PWD_RST_FLG": "Y",
+                  "SHELL_CO_IND": "Y", "FRAUD_SCR": 920, "OFF_HRS_FLG": "Y"})
+    assert read["sanctions_hit"] is True and read["name_mismatch"] is True and read["credentials_changed"] is True
+    assert read["distinct_senders"] == 14.0 and read["shell_company"] is True and read["risk_score"] == 0.92
+    assert read["off_hours"] is True  # a yes under a name with a unit in it is a yes, not an age
+    assert key_name("INC_MTH").unit == "month"
+
+
+def test_words_read_in_their_own_domain_only() -> None:
+    assert facts({"cargo": "fuel oil"}, "trade_payment")["preauthorisation"] is False  # a cargo, not a fuel pump
+    assert facts({"reason": "product recall kettle model KX-2"})["fraud_recall"] is False
+    assert facts({"funds_recall_requested": True})["fraud_recall"] is True
+    assert facts({"staff_note": "brought enrolment letter from the university"})["opening"] is False
+    assert facts({"vessel_designated": True})["sanctions_hit"] is True
+    assert facts({"listed_parent": True})["regulated_counterparty"] is True
+
+
+def test_denied_and_qualified_names_in_portuguese_and_spanish() -> None:
+    assert facts({"carteiras_nao_hospedadas_origem": 17})["unhosted_wallet"] is True  # wallets not hosted, origin
+    assert facts({"origen_fondos_documentado": False})["unsupported_purpose"] is True  # funds' origin not documented
+    assert facts({"phone_source": "Law Society register"})["coached"] is False  # a source is no qualifier
+
+
+def test_more_core_banking_columns() -> None:
+    read = facts({"KYC_DOC_VERIFIED": "N", "SRC_OF_FUNDS": "unknown", "ONBOARD_DT": "2025-05-30", "STRUCT_FLG": "Y",
+                  "LOGIN_FAIL_CNT_1H": 12, "ADV_MEDIA_FLG": "Y"})
+    assert read["identity_check_failed"] is True and read["unsupported_purpose"] is True
+    assert read["reporting_avoidance"] is True and read["adverse_media"] is True and read["failed_logins"] == 12.0
+    assert float(str(read["account_age"])) < 4
+    assert "similar_count" not in facts({"CASH_WDL_AMT": 9_500})  # this withdrawal's amount, not 9,500 withdrawals

@@ -140,3 +140,17 @@ def test_transaction_laundering_and_human_smuggling() -> None:
 def test_remote_work_is_no_remote_access_tool() -> None:
     assert judged("payroll_credit", 4_000, cust_stated_job="remote software engineer", dest="crypto exchange") == LOW
     assert judged("online_transfer", 4_000, session="AnyDesk remote support software running", bene_new=True) == BLOCK
+
+
+def test_scam_and_mule_signs_in_french_spanish_and_vendor_field_order() -> None:
+    rules = load_policy().get("realtime_risk").risk_rules
+
+    def action(event_type: str, amount: float, currency: str, **attributes: object) -> str:
+        event = {"event_type": event_type, "amount": amount, "currency": currency, "attributes": attributes}
+        return str(verdict(rules, evaluate(rules, event))["recommended_action"])
+
+    assert action("transfert_sortant", 32_000, "CAD", motif_client="compte sécuritaire demandé par le service de fraude",
+                  beneficiaire_signale_mule=True) == "block"
+    assert action("vendor_payment", 1_850_000, "MXN", vendor_bank_change_days_ago=2, change_request_domain="lookalike",
+                  callback_done=False) == "block"
+    assert action("transferencia_saliente", 9_000, "USD", comision_retenida_pct=8, ingresos_terceros_7d=12) == "review"

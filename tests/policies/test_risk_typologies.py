@@ -48,12 +48,33 @@ def test_card_testing() -> None:
     assert judged("card_payment", 1.20, merchant="bakery", card_present=True) == LOW
 
 
+def test_card_testing_by_enumeration_and_its_terminal_look_alike() -> None:
+    attack = judged("card_auth", 0.5, "GBP", auths_10m=640, sequential_pan_pattern=True, avs_fail_rate=0.92)
+    assert attack == BLOCK
+    ev_charger = judged("card_auth", 1.0, "EUR", authCount10m=38, distinctPans=38, auth_type="pre_authorisation")
+    assert ev_charger == LOW  # each car a different card at an unattended charger
+
+
+def test_third_party_funding_of_a_purchase() -> None:
+    assert judged("property_completion", 3_150_000, "GBP", funding_from="unrelated third party in CY") == MEDIUM
+    assert judged("mortgage_closing", 350_000, "CAD", down_payment_sources=6, unrelated_third_parties=4) == MEDIUM
+    assert judged("property_completion", 400_000, "GBP", funding_from="buyer's own savings account") == LOW
+
+
+def test_p2p_crypto_trader_and_casino_minimal_play() -> None:
+    p2p = judged("inbound_credit", 480, "EUR", payeurs_distincts=180, libelles="USDT;p2p refs")
+    assert p2p == MEDIUM  # a personal account paid by many people for crypto
+    assert judged("casino_flow", 19_000, "EUR", cash_deposit_before=True, play_through_ratio=0.1) == HIGH
+    assert judged("gambling_payout", 3_200, "GBP", play_through_ratio=6.4, withdrawal_to_same_card=True) == LOW
+
+
 def test_velocity() -> None:
     assert judged("p2p_transfer", 150, transfers_1h=8) == MEDIUM  # 8 in an hour
     assert judged("transfer", 80, txn_count_24h=40) == MEDIUM
     # look-alikes: an employer's payroll run; a busy week at an ordinary pace
     assert judged("payroll_batch", 180_000, "GBP", payments_today=140, employer="Acme Ltd") == LOW
     assert judged("card_payment", 35, transactions_7d=20) == LOW
+    assert judged("card_payment", 4, txn_count_day=11, merchant="transit operators") == LOW  # a count alone
 
 
 def test_new_and_dormant_accounts_with_large_movements() -> None:
@@ -99,6 +120,8 @@ def test_sanctioned_jurisdictions_block() -> None:
 
 def test_crypto_off_ramps_mixers_privacy_coins_unhosted_wallets() -> None:
     assert judged("crypto_withdrawal", 200_000, destination="Tornado Cash mixer") == HIGH
+    assert judged("crypto_deposit", 14_500, chain_category="darknet_market", direct_exposure_pct=100) == BLOCK
+    assert judged("crypto_deposit", 81_000, asset="BTC", mixer_exposure_indirect_pct=22) == HIGH  # hops away: review
     assert judged("crypto_purchase", 5_000, asset="XMR") == MEDIUM  # a privacy coin
     assert judged("crypto_withdrawal", 750_000, asset="BTC") == MEDIUM  # a very large off-ramp: size counts once
     assert judged("crypto_transfer", 15_000, asset="USDT", wallet_type="unhosted") == MEDIUM
@@ -137,9 +160,18 @@ def test_large_cash_withdrawals() -> None:
     assert judged("atm_withdrawal", 300) == LOW
 
 
+def test_funnel_account() -> None:
+    funnel = judged("cash_deposit", 2_400, "GBP", depositors_distinct_7d=14, depositor_towns=9, withdrawn_atm_abroad=True)
+    assert funnel == MEDIUM  # many depositors in many towns, taken out abroad
+    # look-alike: wedding gifts from many guests, nothing moved out
+    assert judged("instant_credit", 150, "EUR", distinct_senders_72h=37, outflows_72h=0, customer_tenure_years=9) == LOW
+
+
 def test_pep_involvement() -> None:
     assert judged("wire_transfer", 60_000, memo="consulting fee, beneficiary is a government minister") == MEDIUM
-    assert judged("wire_transfer", 3_000, beneficiary_pep="Y") == MEDIUM
+    assert judged("wire_transfer", 60_000, beneficiary_pep="Y") == MEDIUM
+    # an ordinary payment of a PEP is the relationship's due diligence, not an alert
+    assert judged("wire_transfer", 3_000, beneficiary_pep="Y") == LOW
     assert judged("wire_transfer", 3_000, pep_status="none") == LOW
 
 
