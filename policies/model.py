@@ -47,6 +47,9 @@ class Speculation:
     ngram_max: int = field(default=3, metadata=knob("longest tail matched (tried first)", ge=1, le=16))
     max_batch: int = field(default=4, metadata=knob(
         "no drafts in a step whose running batch is larger: verifying costs more than it saves there", ge=1))
+    sampled: bool = field(default=False, metadata=knob(
+        "also draft for randomly sampled (temperature > 0, unseeded) requests; their drafts are verified one "
+        "position at a time, which can cost more than the accepted tokens save"))
 
 
 class RoutingStrategy(str, enum.Enum):

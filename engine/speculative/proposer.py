@@ -28,9 +28,10 @@ MAX_BACKOFF = 16  # most steps a request goes without a draft after its one-toke
 
 def drafts_for(params: SamplingParams, policy: Speculation, mode: str) -> bool:
     """Whether a request with these parameters speculates: the engine's mode (EngineConfig.speculative), its
-    class's policy, and never for seeded random sampling, whose tokens must be the same alone or batched
-    (docs/DETERMINISM.md): whether a step drafts depends on the batch, and verification draws otherwise."""
-    return mode == "auto" and policy.enabled and (params.greedy or params.seed is None)
+    class's policy (random sampling only where `policy.sampled`), and never for seeded random sampling, whose
+    tokens must be the same alone or batched (docs/DETERMINISM.md): whether a step drafts depends on the batch,
+    and verification draws otherwise."""
+    return mode == "auto" and policy.enabled and (params.greedy or (policy.sampled and params.seed is None))
 
 
 class Drafter:

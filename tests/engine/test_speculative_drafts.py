@@ -3,6 +3,7 @@ grows with the request instead of being rebuilt, the policy and the request's sa
 at all, and a grammar cuts the draft where it would refuse a token and marks the tokens it forces."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -40,7 +41,8 @@ def test_the_index_grows_with_the_request() -> None:
 
 def test_who_drafts_and_when() -> None:
     greedy, seeded = SamplingParams(), SamplingParams(temperature=0.7, seed=3)
-    assert drafts_for(greedy, ON, "auto") and drafts_for(SamplingParams(temperature=0.7), ON, "auto")
+    assert drafts_for(greedy, ON, "auto") and not drafts_for(SamplingParams(temperature=0.7), ON, "auto")
+    assert drafts_for(SamplingParams(temperature=0.7), dataclasses.replace(ON, sampled=True), "auto")
     assert not drafts_for(seeded, ON, "auto")  # seeded sampling stays the same alone and batched
     assert not drafts_for(greedy, ON, "off") and not drafts_for(greedy, Speculation(), "auto")
     drafter = Drafter(ON, max_model_len=4096, fast_forward=True)
