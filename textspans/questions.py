@@ -110,7 +110,14 @@ _NP_END = frozenset(
     "describe describes specify specifies define defines provide provides lay lays carry carries get gets go goes "
     "mean means refer refers regulate regulates address addresses "
     # words that relate the phrase to another, not part of it ("the MCR ceiling relative to the SCR")
-    "relative relatively compared expressed measured calculated stated respectively versus vs".split())
+    "relative relatively compared expressed measured calculated stated respectively versus vs "
+    # prepositions that start another phrase ("the open FX position across all currencies")
+    "across beyond through throughout via among along toward towards inside outside except like near".split())
+# Past participles a suffix does not mark ("shares sold in year one"): with the -ed and -ing forms, a
+# participle after a noun and before a preposition or a determiner starts a clause that restricts the noun
+# ("loans secured by", "positions maturing beyond"); it names no subject of its own.
+_PARTICIPLES = frozenset("sold held kept paid made given taken sent met bought lent spent built brought laid told found "
+                         "written chosen known shown borne drawn put set done granted issued".split())
 _DETERMINERS = frozenset("a an the its their his her this that these those each every any such our your".split())
 _WH = re.compile(r"\b(?:what|which)\b", re.IGNORECASE)
 
@@ -120,15 +127,25 @@ def _words(text: str) -> list[str]:
 
 
 def _noun_phrase(words: list[str]) -> list[str]:
-    """The words of the noun phrase `words` starts with (determiners skipped), up to _NP_END."""
+    """The words of the noun phrase `words` starts with (determiners skipped), up to _NP_END, a verb (a word
+    after a plural noun and before a determiner: "exceptions put the model"; after a singular one it may end
+    the phrase: "the cash payment a dealer may accept"), or a participle's clause."""
     out: list[str] = []
-    for w in words:
+    for i, w in enumerate(words):
         low = w.casefold()
         if low in _NP_END or (out and low in _DETERMINERS):
+            break
+        following = words[i + 1].casefold() if i + 1 < len(words) else ""
+        plural = bool(out) and out[-1].endswith("s") and not out[-1].endswith("ss")
+        if out and (plural and following in _DETERMINERS or following in _NP_END and _is_participle(low)):
             break
         if low not in _DETERMINERS:
             out.append(w)
     return out
+
+
+def _is_participle(word: str) -> bool:
+    return word in _PARTICIPLES or len(word) > 4 and (word.endswith("ed") or word.endswith("ing"))
 
 
 # "What happens if X: within what time must it ...": the question after the colon is the one asked.
@@ -197,9 +214,13 @@ FRAME_WORDS = BOUND_WORDS | frozenset(
     "quantity magnitude extent "
     "firm firms bank banks institution institutions entity entities company companies undertaking undertakings "
     "someone anyone person persons authority authorities rule rules policy document part chapter section article "
-    "regulation regulations "
+    "regulation regulations provision provisions paragraph paragraphs clause clauses "
     # modifiers that say which of a kind without naming another thing ("the internal LCR floor")
-    "internal regulatory applicable current standard general normal usual prescribed specified absolute "
+    "internal regulatory applicable current standard general normal usual prescribed specified absolute basic "
+    "legal statutory headline ordinary principal main "
+    # words that compare or count without naming a thing ("the higher limit", "in year one", "advance notice")
+    "higher lower greater larger smaller more less fewer extra additional further advance prior "
+    "one two three four five six seven eight nine ten first second third fourth fifth "
     # "what happens if ...": the frame of a question about a consequence, not its subject
     "happen happens".split())
 _FRAMED_OF = re.compile(r"\b(?:what|which|how many|how much)\s+(?:[\w-]+\s+){0,2}?of\s+", re.IGNORECASE)

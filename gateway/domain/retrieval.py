@@ -76,12 +76,12 @@ _DRAFTING = {"minimum": ("least",), "floor": ("least", "minimum"), "maximum": ("
              "limit": ("exceed",), "cap": ("exceed", "most", "maximum"), "ceiling": ("exceed", "most", "maximum"),
              "large": ("exceed",), "keep": ("maintain", "hold", "retain"), "hold": ("maintain",), "big": ("equal",),
              "daily": ("day",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
-             "single": ("individual", "each"), "individual": ("single", "each")}
+             "single": ("individual", "each", "one", "any"), "individual": ("single", "each")}
 _EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}
 
 _QUANTITY_FRAME = frozenset(_stem(w) for w in FRAME_WORDS)
 _FRAMING = frozenset(_stem(w) for w in "article section paragraph part clause chapter set sets out deal deals "
-                     "contain contains cover covers rule rules govern governs".split())
+                     "contain contains cover covers rule rules govern governs provision provisions".split())
 
 
 def terms(text: str, index: ConceptIndex) -> list[str]:
