@@ -75,7 +75,7 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
                     r"subsection|provision)s?\b"),
     # The unit a question counts in decides before any clause of its own ("... stressed when computing DSTI").
     ("share", "share", r"\bhow many (?:basis|percentage) points\b"),
-    ("period", "period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|often|"
+    ("period", "period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|fast|often|"
                          r"frequently|far in advance|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
     ("multiple", "multiple", r"\bhow many times\b"),
@@ -208,7 +208,8 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
 # Words that frame a question rather than name its subject: a quantity's frame ("what share", "the upper end")
 # or a who ("a firm", "a bank"). A noun that names what is paid ("fine", "fee") names the subject too.
 FRAME_WORDS = BOUND_WORDS | frozenset(
-    "horizon horizons period periods time timeframe interval intervals frequency duration window lifetime date "
+    "horizon horizons period periods time timeframe interval intervals frequency duration window lifetime date quickly "
+    "fast soon frequently "
     "dates day year percentage percent share proportion portion fraction rate rates ratio weight factor coefficient "
     "multiple multiplier sum value threshold number count figure much many long often kind type deadline volume "
     "quantity magnitude extent "

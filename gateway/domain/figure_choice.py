@@ -107,6 +107,16 @@ def _cell_phrases(candidate: Candidate, figures: list[Figure]) -> list[str]:
     return out
 
 
+def row_values(candidate: Candidate, figures: list[Figure]) -> list[Figure]:
+    """In a table's row, the figures of its value cells: a figure in the row's first cell labels the row ("VaR
+    (99%, 1-day)"), unless no other cell holds one. Outside a table, all of them."""
+    if not candidate.header:
+        return figures
+    first = cells(candidate.sentence)[:1]
+    values = [f for f in figures if not (first and first[0][0] <= f.start < first[0][1])]
+    return values or figures
+
+
 def _not_stated_by(question: str, figures: list[Figure]) -> list[Figure]:
     stated = find_figures(question)
     rest = [f for f in figures if not any(matches(q, f) and q.kind == f.kind for q in stated)]
