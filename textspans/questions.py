@@ -232,6 +232,17 @@ _UNIT_WORDS = frozenset("second seconds minute minutes hour hours days weeks mon
 _RESTRICTING = re.compile(r"\b(?:applies|apply|applicable|applying)\s+(?:to|for)\s+|\b(?:for|on)\s+", re.IGNORECASE)
 
 
+def restricting_phrases(question: str) -> list[list[str]]:
+    """The noun phrases after "for", "on" or "applies to" that say which case the question asks about ("for
+    USD positions", "for a continuing offence"); a figure's frame is none ("for how long", "on 1 May")."""
+    out = []
+    for m in _RESTRICTING.finditer(question):
+        rest = _words(question[m.end():])
+        if rest and not rest[0][0].isdigit() and rest[0].casefold() not in {"how", "what", "which", "whom"}:
+            out.append(_noun_phrase(rest))
+    return out
+
+
 def asked_concept(question: str) -> list[str]:
     """The words naming what `question` is about: the wh-phrase's and those of each phrase after "for", "on"
     or "applies to", less the words that frame a quantity or an actor (FRAME_WORDS). A phrase that starts
@@ -245,10 +256,7 @@ def asked_concept(question: str) -> list[str]:
     if counted:
         phrases.append([w for w in _noun_phrase([w.rstrip("'") for w in _words(question[counted.end():])])
                         if w.casefold() not in _UNIT_WORDS])
-    for m in _RESTRICTING.finditer(question):
-        rest = _words(question[m.end():])
-        if rest and not rest[0][0].isdigit() and rest[0].casefold() not in {"how", "what", "which", "whom"}:
-            phrases.append(_noun_phrase(rest))
+    phrases.extend(restricting_phrases(question))
     out: list[str] = []
     for phrase in phrases:
         words = (re.sub(r"'s$", "", w) for w in phrase)

@@ -67,3 +67,14 @@ def test_domain_synonyms_of_the_glossary_meet() -> None:
     assert plan_answer(index, "What is the maximum front-end load on Class R shares?").leads[0] == "4.50%"
     assert plan_answer(index, "What is the OCF of Class R?").leads[0] == "1.35%"
     assert plan_answer(index, "What monthly uptime must an SLA provide?").leads[0] == "99.9%"
+
+
+def test_the_case_a_question_restricts_to_picks_among_parallel_figures() -> None:
+    """"for a repeated breach" names the case: the second of two penalties, though both phrases name a
+    penalty and a breach and the first holds the question's "hearing"."""
+    index = DocumentIndex("1. Every breach and every penalty imposed is recorded in the breach register.\n"
+                          "2. A firm that breaches this rule is liable after a hearing to a penalty not exceeding EUR "
+                          "80,000 and, in the case of a repeated breach, to a further penalty not exceeding EUR 8,000 "
+                          "for each week the breach persists.")
+    p = plan_answer(index, "What is the maximum weekly penalty for a repeated breach decided at a hearing?")
+    assert p.leads == ("EUR 8,000",), p.reason
