@@ -10,6 +10,7 @@ from "common equity tier 1".
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -77,7 +78,8 @@ _DRAFTING = {"minimum": ("least",), "floor": ("least", "minimum"), "maximum": ("
              "limit": ("exceed",), "cap": ("exceed", "most", "maximum"), "ceiling": ("exceed", "most", "maximum"),
              "large": ("exceed",), "keep": ("maintain", "hold", "retain"), "hold": ("maintain",), "big": ("equal",),
              "daily": ("day",), "force": ("effect", "effective"), "effective": ("force",), "home": ("residential",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
-             "single": ("individual", "each", "one", "any"), "inform": ("notify",), "tell": ("notify",), "individual": ("single", "each")}
+             "single": ("individual", "each", "one", "any"), "inform": ("notify",), "tell": ("notify",),
+             "phase": ("transition", "transitional"), "return": ("report", "form"), "individual": ("single", "each")}
 _EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}
 
 _QUANTITY_FRAME = frozenset(_stem(w) for w in FRAME_WORDS)
@@ -142,6 +144,14 @@ def document_index(text: str) -> DocumentIndex:
     return DocumentIndex(text)
 
 
+def _is_reference(sentence: str, fig: Figure, line: str) -> bool:
+    """`fig` names a place (textspans/figures.py `is_reference`); a number opening a sentence in the middle of
+    its line ("... by Model Validation. 10 or more exceptions ...") is no paragraph's number."""
+    if fig.start == 0 and not line.lstrip().startswith(sentence[:20]):
+        return is_reference("." + sentence, dataclasses.replace(fig, start=1, end=fig.end + 1))
+    return is_reference(sentence, fig)
+
+
 @dataclass(frozen=True)
 class Candidate:
     sentence: str
@@ -160,8 +170,8 @@ class DocumentIndex:
         self.concepts = concept_index(text, glossary)
         self.sentences = sentence_spans(text)
         self.places = places(text, self.sentences)
-        self.figures = [tuple(f for f in find_figures(s, words=True) if not is_reference(s, f))
-                        for s in self.sentences]
+        self.figures = [tuple(f for f in find_figures(s, words=True) if not _is_reference(s, f, p.line))
+                        for s, p in zip(self.sentences, self.places, strict=True)]
         # A table's row is read with its header row ("Call recordings | 5 years" under "Retention period"); an
         # amount names its currency ("£25 million": GBP, a term of the glossary).
         money = [{CONCEPT + f.unit for f in have if f.kind == AMOUNT and f.unit} for have in self.figures]

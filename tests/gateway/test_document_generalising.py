@@ -78,3 +78,21 @@ def test_the_case_a_question_restricts_to_picks_among_parallel_figures() -> None
                           "for each week the breach persists.")
     p = plan_answer(index, "What is the maximum weekly penalty for a repeated breach decided at a hearing?")
     assert p.leads == ("EUR 8,000",), p.reason
+
+
+def test_a_number_opening_a_sentence_inside_a_line_is_a_figure() -> None:
+    """Only a number opening its line numbers a paragraph: "... reviewed weekly. 6 or more overrides ..." counts."""
+    index = DocumentIndex("5.2 Credit Risk reviews the scorecard weekly against realised defaults. 6 or more "
+                          "manual overrides trigger a scorecard recalibration.")
+    p = plan_answer(index, "How many manual overrides trigger a recalibration of the scorecard?")
+    assert p.leads[:1] == ("6",), p.reason
+
+
+def test_a_phase_in_is_a_transitional_period_and_a_return_is_a_report() -> None:
+    index = DocumentIndex("7 A newly authorised insurer may be granted a transitional period of no more than 24 "
+                          "months to meet the solvency ratio. 8 The quarterly solvency report is due within 20 "
+                          "business days of the quarter end.")
+    assert plan_answer(index, "What is the longest phase-in a newly authorised insurer can get?").leads[:1] == \
+        ("24 months",)
+    assert plan_answer(index, "What is the deadline for the quarterly solvency return?").leads[:1] == \
+        ("20 business days",)
