@@ -132,3 +132,14 @@ def _spells(letters: list[str], words: list[str]) -> bool:
         elif i == 0 or (skipped := skipped + 1) > 2:
             return False
     return i == len(letters) and last_used
+
+
+def spelled_out(abbreviation: str, text: str) -> str | None:
+    """The first run of words in `text` whose initials spell `abbreviation` ("Data Protection Officer" for
+    "DPO"; "of", "and", "for", "the" may sit inside), or None."""
+    letters = [c for c in abbreviation if c.isalpha()]
+    if len(letters) < 2 or len(letters) != len(abbreviation.replace("-", "")):
+        return None
+    words = [rf"(?i:{re.escape(c)})[\w']*" for c in letters]
+    m = re.search(r"(?<![\w-])" + r"[\s-]+(?:(?:of|and|for|the)\s+)?".join(words) + r"(?![\w-])", text)
+    return m.group(0) if m else None

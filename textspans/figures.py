@@ -248,9 +248,12 @@ def is_frequency(fig: Figure) -> bool:
 
 
 def is_reference(source: str, fig: Figure) -> bool:
-    """A number that names a place (Article 4, tier 1, paragraph "9.1" opening a line), not a quantity."""
+    """A number that names a place (Article 4, tier 1, paragraph "9.1" opening a line) or is part of a code
+    ("Notice FXR-09", "MR-POL-003"), not a quantity."""
     if fig.kind != NUMBER:
         return False
+    if re.search(r"[A-Za-z][-/]$", source[max(0, fig.start - 2):fig.start]):
+        return True
     line_start = source.rfind("\n", 0, fig.start) + 1
     if not source[line_start:fig.start].strip() and re.match(r"\s", source[fig.end:fig.end + 1] or " "):
         return True  # the paragraph's own number

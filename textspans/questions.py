@@ -75,7 +75,7 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
                     r"subsection|provision)s?\b"),
     # The unit a question counts in decides before any clause of its own ("... stressed when computing DSTI").
     ("share", "share", r"\bhow many (?:basis|percentage) points\b"),
-    ("period", "period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|often|"
+    ("period", "period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|fast|often|"
                          r"frequently|far in advance|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
     ("multiple", "multiple", r"\bhow many times\b"),
@@ -110,7 +110,14 @@ _NP_END = frozenset(
     "describe describes specify specifies define defines provide provides lay lays carry carries get gets go goes "
     "mean means refer refers regulate regulates address addresses "
     # words that relate the phrase to another, not part of it ("the MCR ceiling relative to the SCR")
-    "relative relatively compared expressed measured calculated stated respectively versus vs".split())
+    "relative relatively compared expressed measured calculated stated respectively versus vs "
+    # prepositions that start another phrase ("the open FX position across all currencies")
+    "across beyond through throughout via among along toward towards inside outside except like near".split())
+# Past participles a suffix does not mark ("shares sold in year one"): with the -ed and -ing forms, a
+# participle after a noun and before a preposition or a determiner starts a clause that restricts the noun
+# ("loans secured by", "positions maturing beyond"); it names no subject of its own.
+_PARTICIPLES = frozenset("sold held kept paid made given taken sent met bought lent spent built brought laid told found "
+                         "written chosen known shown borne drawn put set done granted issued".split())
 _DETERMINERS = frozenset("a an the its their his her this that these those each every any such our your".split())
 _WH = re.compile(r"\b(?:what|which)\b", re.IGNORECASE)
 
@@ -120,15 +127,25 @@ def _words(text: str) -> list[str]:
 
 
 def _noun_phrase(words: list[str]) -> list[str]:
-    """The words of the noun phrase `words` starts with (determiners skipped), up to _NP_END."""
+    """The words of the noun phrase `words` starts with (determiners skipped), up to _NP_END, a verb (a word
+    after a plural noun and before a determiner: "exceptions put the model"; after a singular one it may end
+    the phrase: "the cash payment a dealer may accept"), or a participle's clause."""
     out: list[str] = []
-    for w in words:
+    for i, w in enumerate(words):
         low = w.casefold()
         if low in _NP_END or (out and low in _DETERMINERS):
+            break
+        following = words[i + 1].casefold() if i + 1 < len(words) else ""
+        plural = bool(out) and out[-1].endswith("s") and not out[-1].endswith("ss")
+        if out and (plural and following in _DETERMINERS or following in _NP_END and _is_participle(low)):
             break
         if low not in _DETERMINERS:
             out.append(w)
     return out
+
+
+def _is_participle(word: str) -> bool:
+    return word in _PARTICIPLES or len(word) > 4 and (word.endswith("ed") or word.endswith("ing"))
 
 
 # "What happens if X: within what time must it ...": the question after the colon is the one asked.
@@ -191,15 +208,20 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
 # Words that frame a question rather than name its subject: a quantity's frame ("what share", "the upper end")
 # or a who ("a firm", "a bank"). A noun that names what is paid ("fine", "fee") names the subject too.
 FRAME_WORDS = BOUND_WORDS | frozenset(
-    "horizon horizons period periods time timeframe interval intervals frequency duration window lifetime date "
+    "horizon horizons period periods time timeframe interval intervals frequency duration window lifetime date quickly "
+    "fast soon frequently "
     "dates day year percentage percent share proportion portion fraction rate rates ratio weight factor coefficient "
     "multiple multiplier sum value threshold number count figure much many long often kind type deadline volume "
     "quantity magnitude extent "
     "firm firms bank banks institution institutions entity entities company companies undertaking undertakings "
     "someone anyone person persons authority authorities rule rules policy document part chapter section article "
-    "regulation regulations "
+    "regulation regulations provision provisions paragraph paragraphs clause clauses "
     # modifiers that say which of a kind without naming another thing ("the internal LCR floor")
-    "internal regulatory applicable current standard general normal usual prescribed specified absolute "
+    "internal regulatory applicable current standard general normal usual prescribed specified absolute basic "
+    "legal statutory headline ordinary principal main "
+    # words that compare or count without naming a thing ("the higher limit", "in year one", "advance notice")
+    "higher lower greater larger smaller more less fewer extra additional further advance prior "
+    "one two three four five six seven eight nine ten first second third fourth fifth "
     # "what happens if ...": the frame of a question about a consequence, not its subject
     "happen happens".split())
 _FRAMED_OF = re.compile(r"\b(?:what|which|how many|how much)\s+(?:[\w-]+\s+){0,2}?of\s+", re.IGNORECASE)
@@ -208,6 +230,17 @@ _HOW_MANY = re.compile(r"\bhow (?:many|much)\s+", re.IGNORECASE)
 _UNIT_WORDS = frozenset("second seconds minute minutes hour hours days weeks months quarters years times basis "
                         "points business working calendar banking clear consecutive full".split())
 _RESTRICTING = re.compile(r"\b(?:applies|apply|applicable|applying)\s+(?:to|for)\s+|\b(?:for|on)\s+", re.IGNORECASE)
+
+
+def restricting_phrases(question: str) -> list[list[str]]:
+    """The noun phrases after "for", "on" or "applies to" that say which case the question asks about ("for
+    USD positions", "for a continuing offence"); a figure's frame is none ("for how long", "on 1 May")."""
+    out = []
+    for m in _RESTRICTING.finditer(question):
+        rest = _words(question[m.end():])
+        if rest and not rest[0][0].isdigit() and rest[0].casefold() not in {"how", "what", "which", "whom"}:
+            out.append(_noun_phrase(rest))
+    return out
 
 
 def asked_concept(question: str) -> list[str]:
@@ -223,10 +256,7 @@ def asked_concept(question: str) -> list[str]:
     if counted:
         phrases.append([w for w in _noun_phrase([w.rstrip("'") for w in _words(question[counted.end():])])
                         if w.casefold() not in _UNIT_WORDS])
-    for m in _RESTRICTING.finditer(question):
-        rest = _words(question[m.end():])
-        if rest and not rest[0][0].isdigit() and rest[0].casefold() not in {"how", "what", "which", "whom"}:
-            phrases.append(_noun_phrase(rest))
+    phrases.extend(restricting_phrases(question))
     out: list[str] = []
     for phrase in phrases:
         words = (re.sub(r"'s$", "", w) for w in phrase)

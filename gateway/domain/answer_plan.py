@@ -22,8 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.domain.figure_choice import clause_after, nearest
+from gateway.domain.figure_choice import clause_after, nearest, row_values
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions
+from textspans.concepts import is_abbreviation, spelled_out
 from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DURATION, NUMBER, Figure, is_frequency
 from textspans.questions import Asked, asked_concept, asked_for
 
@@ -49,13 +50,16 @@ class AnswerPlan:
 def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str], bool] = lambda _: True,
                 k: int = QUOTE_CANDIDATES) -> AnswerPlan:
     unknown = _unknown_abbreviations(question, index)
-    for abbr, spelled in [(a, _spelled_out(a, index.text)) for a in unknown]:
+    for abbr, spelled in [(a, spelled_out(a, index.text)) for a in unknown]:
         if spelled:  # "DPO" in the question, "Data Protection Officer" in the document
             question = re.sub(rf"(?<![\w-]){re.escape(abbr)}s?(?![\w-])", spelled, question)
             unknown.remove(abbr)
     named = mentions(question, index.concepts)
-    expanded = " ".join([question, *(f for c, _ in named for f in index.concepts.forms_of(c[len(CONCEPT):]))])
-    asked = asked_for(expanded, plain=question)
+    # The kind is read with each abbreviation spelled out ("the minimum LCR ... outside a stress period" asks
+    # for a ratio, not a period)
+    inline = _long_forms(question, index)
+    expanded = " ".join([inline, *(f for c, _ in named for f in index.concepts.forms_of(c[len(CONCEPT):]))])
+    asked = asked_for(expanded, plain=inline)
     absent = sorted({c[len(CONCEPT):] for c, written in named if not index.mentions_concept(c, written)})
     absent += unknown + _unused_words(question, index)
     if absent:
@@ -80,6 +84,13 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
             for f in figures:
                 leads.setdefault(f.text, clause_after(best.sentence, f, best.figures))
             reason = f"{figures[0].kind} ({asked.rule})"
+    elif best.header and row_values(best, list(best.figures)):
+        # A table's row answers in one of its cells even when the question names no kind of figure ("what is
+        # the impact tolerance for retail payments"): the cell under the column the question names.
+        figures = nearest(row_values(best, list(best.figures)), best, question, index, asked.bound)
+        for f in figures:
+            leads.setdefault(f.text, "")
+        reason = f"{figures[0].kind} (table cell)"
     covered = index.coverage(question, asked, best.context)
     if covered < MIN_COVERAGE:
         return AnswerPlan(asked, (), (), (), False, f"the best sentence holds {covered:.0%} of the question")
@@ -97,7 +108,8 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
         if not all(concept in c.context or written and written <= c.context for concept, written in named):
             continue
         # "how many days" is not answered by how often ("monthly")
-        figures = [f for f in c.figures if f.kind in asked.kinds and not (asked.unit and is_frequency(f))]
+        figures = [f for f in row_values(c, list(c.figures)) if f.kind in asked.kinds
+                   and not (asked.unit and is_frequency(f))]
         if figures:
             in_unit = [f for f in figures if f.kind == DURATION and f.unit == asked.unit]
             return c, in_unit or figures
@@ -120,6 +132,15 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     near = nearest(figures, best, question, index, asked.bound)
     kind = min((f.kind for f in near), key=asked.kinds.index)
     return [f for f in near if f.kind == kind]
+
+
+def _long_forms(question: str, index: DocumentIndex) -> str:
+    """`question` with each abbreviation of a term written in the term's first long form."""
+    for s, e, concept in reversed(index.concepts.find(question)):
+        long = next((f for f in index.concepts.forms_of(concept) if not is_abbreviation(f)), None)
+        if long and is_abbreviation(question[s:e].rstrip("s")):
+            question = question[:s] + long + question[e:]
+    return question
 
 
 def _unused_words(question: str, index: DocumentIndex) -> list[str]:
@@ -150,17 +171,6 @@ def _unknown_abbreviations(question: str, index: DocumentIndex) -> list[str]:
                 and not re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", index.text)):
             out.append(word)
     return out
-
-
-def _spelled_out(abbreviation: str, text: str) -> str | None:
-    """The first run of words in `text` whose initials spell `abbreviation` ("Data Protection Officer" for
-    "DPO"; "of", "and", "for", "the" may sit inside), or None."""
-    letters = [c for c in abbreviation if c.isalpha()]
-    if len(letters) < 2 or len(letters) != len(abbreviation.replace("-", "")):
-        return None
-    words = [rf"(?i:{re.escape(c)})[\w']*" for c in letters]
-    m = re.search(r"(?<![\w-])" + r"[\s-]+(?:(?:of|and|for|the)\s+)?".join(words) + r"(?![\w-])", text)
-    return m.group(0) if m else None
 
 
 # ---- the grammar of the answer --------------------------------------------------------------------

@@ -25,7 +25,7 @@ import re
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, mentions, terms
 from textspans.figures import Figure, find_figures, matches, ranges
-from textspans.questions import asked_for, wh_phrase
+from textspans.questions import asked_for, restricting_phrases, wh_phrase
 
 # "or less", "or more" bound the figure before them: they do not end its clause ("$50 or less at the end of the day").
 _CLAUSE_END = re.compile(r"[.;:,()\[\]\"]|\s(?:and|or(?!\s+(?:less|more|fewer|lower|higher|greater|above|below|over|"
@@ -107,6 +107,16 @@ def _cell_phrases(candidate: Candidate, figures: list[Figure]) -> list[str]:
     return out
 
 
+def row_values(candidate: Candidate, figures: list[Figure]) -> list[Figure]:
+    """In a table's row, the figures of its value cells: a figure in the row's first cell labels the row ("VaR
+    (99%, 1-day)"), unless no other cell holds one. Outside a table, all of them."""
+    if not candidate.header:
+        return figures
+    first = cells(candidate.sentence)[:1]
+    values = [f for f in figures if not (first and first[0][0] <= f.start < first[0][1])]
+    return values or figures
+
+
 def _not_stated_by(question: str, figures: list[Figure]) -> list[Figure]:
     stated = find_figures(question)
     rest = [f for f in figures if not any(matches(q, f) and q.kind == f.kind for q in stated)]
@@ -160,6 +170,9 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
     echo = {form for m in _ASKED_WITH.finditer(question) for form in _ECHOES.get(m.group(1).casefold(),
                                                                                  (m.group(1).casefold(),))}
     head = set(terms(" ".join(wh_phrase(question)), index.concepts))
+    # The case the question restricts to ("for a continuing offence") tells parallel figures apart as much as
+    # the noun it asks with: "a fine not exceeding 250,000 and, in the case of a continuing offence, ... 25,000".
+    head |= set(terms(" ".join(w for p in restricting_phrases(question) for w in p), index.concepts))
     sentence, scores = candidate.sentence, []
     figures = _bound_to_stated(question, figures, candidate.figures) or figures
     own = _cell_phrases(candidate, figures) if candidate.header else phrases(sentence, figures, candidate.figures)

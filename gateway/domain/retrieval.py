@@ -10,6 +10,7 @@ from "common equity tier 1".
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from gateway.domain.layout import places
 from policies.glossary import Glossary, load_glossary
 from textspans import sentence_spans
-from textspans.concepts import ConceptIndex, defined_abbreviations
+from textspans.concepts import ConceptIndex, defined_abbreviations, spelled_out
 from textspans.figures import AMOUNT, CURRENCY_WORDS, Figure, find_figures, is_reference, ranges
 from textspans.questions import FRAME_WORDS, Asked, asked_for
 
@@ -29,7 +30,8 @@ QUOTE_CANDIDATES = 2  # sentences a quote may be: the best is always quoted, the
 
 _STOPWORDS = frozenset(
     "a an the of to in on for by with and or is are be shall must may what which how who when where within its "
-    "it their this that as at from than any each over under does do many much long".split())
+    "it their this that as at from than any each over under does do many much long has have had was were been "
+    "being can will would should could might into upon once".split())
 _SUFFIXES = (("ations", ""), ("ation", ""), ("ings", ""), ("ing", ""), ("ions", ""), ("ion", ""), ("ies", "y"),
              ("ied", "y"), ("es", ""), ("ed", ""), ("ly", ""), ("s", ""))
 _DEFINITION = re.compile(r"\bmeans\b|\bshall mean\b|\bhas the meaning\b|\bis defined as\b|\brefers to\b|"
@@ -75,20 +77,35 @@ def _stem(word: str) -> str:
 _DRAFTING = {"minimum": ("least",), "floor": ("least", "minimum"), "maximum": ("exceed", "most"),
              "limit": ("exceed",), "cap": ("exceed", "most", "maximum"), "ceiling": ("exceed", "most", "maximum"),
              "large": ("exceed",), "keep": ("maintain", "hold", "retain"), "hold": ("maintain",), "big": ("equal",),
-             "daily": ("day",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
-             "single": ("individual", "each"), "individual": ("single", "each")}
+             "daily": ("day",), "force": ("effect", "effective"), "effective": ("force",), "home": ("residential",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
+             "single": ("individual", "each", "one", "any"), "inform": ("notify",), "tell": ("notify",),
+             "phase": ("transition", "transitional"), "return": ("report", "form"), "individual": ("single", "each")}
 _EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}
 
 _QUANTITY_FRAME = frozenset(_stem(w) for w in FRAME_WORDS)
 _FRAMING = frozenset(_stem(w) for w in "article section paragraph part clause chapter set sets out deal deals "
-                     "contain contains cover covers rule rules govern governs".split())
+                     "contain contains cover covers rule rules govern governs provision provisions".split())
 
 
 def terms(text: str, index: ConceptIndex) -> list[str]:
     """The concepts `text` names (CONCEPT + id), then the stems of all its words (a concept's too: "tier 1 ratio"
     still shares "tier" with "common equity tier 1 ratio", though less than with another "tier 1 ratio")."""
     words = re.findall(r"[a-z0-9]+", text.lower())
-    return [CONCEPT + c for _, _, c in index.find(text)] + [_stem(w) for w in words if w not in _STOPWORDS and len(w) > 2]
+    return [CONCEPT + c for _, _, c in index.find(text)] + [_stem(w) for w in words if w not in _STOPWORDS and len(w) > 2] \
+        + identifiers(text)
+
+
+# A member of a series named by a letter ("Class Z", "Level B"), or a table's cell that is one letter (the row of
+# class Z in a fee table); a short code mixing a digit and a letter ("Level 2B", "1A").
+_LETTER = re.compile(r"\b[A-Za-z][a-z]+ ([A-Z])(?![\w'-])|(?:^|\|)[ \t]*([A-Z])[ \t]*(?=\||$)", re.MULTILINE)
+_MIXED = re.compile(r"(?<![\w-])(\d[A-Za-z]|[A-Za-z]\d)(?![\w-])")
+
+
+def identifiers(text: str) -> list[str]:
+    """The short names of members of a series in `text`, lower-cased: words are terms only from three letters
+    on, and "Class Z" is told from "Class A" by its letter alone."""
+    return [(m.group(1) or m.group(2)).lower() for m in _LETTER.finditer(text)] + \
+        [m.group(1).lower() for m in _MIXED.finditer(text)]
 
 
 def mentions(text: str, index: ConceptIndex) -> list[tuple[str, frozenset[str]]]:
@@ -99,9 +116,21 @@ def mentions(text: str, index: ConceptIndex) -> list[tuple[str, frozenset[str]]]
 
 
 def concept_index(text: str, glossary: Glossary | None = None) -> ConceptIndex:
-    """The glossary's terms plus the abbreviations `text` defines for itself."""
+    """The glossary's terms plus the abbreviations `text` defines for itself, and those it uses and spells out
+    elsewhere without defining them ("escalated to the CRO", "Owner: Chief Risk Officer")."""
     base = _packaged_index() if glossary is None else ConceptIndex(glossary.groups())
-    return base.with_groups(defined_abbreviations(text))
+    defined = defined_abbreviations(text)
+    known = {a for a, _ in defined} | {a for a in abbreviations(text) if base.find(a)}
+    used = [(a, spelled) for a in abbreviations(text) - known if (spelled := spelled_out(a, text))]
+    return base.with_groups([*defined, *used])
+
+
+_CAPITALS = re.compile(r"(?<![\w-])[A-Z]{3,6}(?![\w-])")
+
+
+def abbreviations(text: str) -> set[str]:
+    """The words of three to six capitals `text` writes ("CRO"); a line in capitals (a title) holds none."""
+    return {m.group(0) for line in text.splitlines() if not line.isupper() for m in _CAPITALS.finditer(line)}
 
 
 @functools.cache
@@ -113,6 +142,14 @@ def _packaged_index() -> ConceptIndex:
 def document_index(text: str) -> DocumentIndex:
     """The index of `text` under the packaged glossary, kept for the next question: a document is asked many."""
     return DocumentIndex(text)
+
+
+def _is_reference(sentence: str, fig: Figure, line: str) -> bool:
+    """`fig` names a place (textspans/figures.py `is_reference`); a number opening a sentence in the middle of
+    its line ("... by Model Validation. 10 or more exceptions ...") is no paragraph's number."""
+    if fig.start == 0 and not line.lstrip().startswith(sentence[:20]):
+        return is_reference("." + sentence, dataclasses.replace(fig, start=1, end=fig.end + 1))
+    return is_reference(sentence, fig)
 
 
 @dataclass(frozen=True)
@@ -133,22 +170,25 @@ class DocumentIndex:
         self.concepts = concept_index(text, glossary)
         self.sentences = sentence_spans(text)
         self.places = places(text, self.sentences)
-        # A table's row is read with its header row ("Call recordings | 5 years" under "Retention period").
-        self.terms = [set(terms(s, self.concepts)) | set(terms(p.header, self.concepts))
-                      for s, p in zip(self.sentences, self.places, strict=True)]
+        self.figures = [tuple(f for f in find_figures(s, words=True) if not _is_reference(s, f, p.line))
+                        for s, p in zip(self.sentences, self.places, strict=True)]
+        # A table's row is read with its header row ("Call recordings | 5 years" under "Retention period"); an
+        # amount names its currency ("£25 million": GBP, a term of the glossary).
+        money = [{CONCEPT + f.unit for f in have if f.kind == AMOUNT and f.unit} for have in self.figures]
+        self.terms = [set(terms(s, self.concepts)) | set(terms(p.header, self.concepts)) | m
+                      for s, p, m in zip(self.sentences, self.places, money, strict=True)]
         self.df = Counter(t for have in self.terms for t in have)
         self.headings = [set(terms(p.heading, self.concepts)) - _FRAMING for p in self.places]
         # A sentence's context: its line, its article's heading, its section's and the document's titles, its
         # table's header row (a line often leaves out the term its section or the document is about).
-        self.context = [frozenset(set(terms(" ".join((p.line, p.header, p.section, p.title)), self.concepts)) | h)
-                        for p, h in zip(self.places, self.headings, strict=True)]
-        self.figures = [tuple(f for f in find_figures(s, words=True) if not is_reference(s, f))
-                        for s in self.sentences]
+        self.context = [frozenset(set(terms(" ".join((p.line, p.header, p.section, p.title)), self.concepts)) | h | m)
+                        for p, h, m in zip(self.places, self.headings, money, strict=True)]
         self.currencies = {f.unit for have in self.figures for f in have if f.kind == AMOUNT and f.unit}
 
     def mentions_concept(self, concept: str, written: frozenset[str]) -> bool:
         """The document names `concept` (a term of `mentions`): in some form, or a sentence holds every word
-        the question wrote it in ("a report of each cash transaction" for "cash transaction report")."""
+        the question wrote it in ("a report of each cash transaction" for "cash transaction report"); a
+        currency (policies/glossary.toml names them by code) is named by an amount in it ("£25 million")."""
         return concept in self.df or bool(written) and any(written <= have for have in self.terms)
 
     def uses(self, word: str) -> bool:
@@ -185,7 +225,7 @@ class DocumentIndex:
         wanted = set(terms(question, self.concepts)) - (_FRAMING if asked.article else set())
         wanted -= {t for t in wanted & _QUANTITY_FRAME if not self.uses(t)}
         held = {t for t in wanted if t in context or any(x in context for x in _EXPANSIONS.get(t, ()))}
-        held = self.held(held, held, dict(mentions(question, self.concepts)))
+        held = self.held(wanted, held, dict(mentions(question, self.concepts)))
         total = self.idf(wanted)
         return self.idf(held) / total if total else 0.0
 

@@ -77,3 +77,23 @@ def test_tier_3_is_a_term_apart_from_tier_1() -> None:
                           "the SCR.")
     p = plan_answer(index, "Up to what share of the SCR may Tier 3 own funds be counted?")
     assert p.leads == ("15 percent",), p.reason
+
+
+def test_verbs_participles_prepositions_and_counting_words_are_not_subjects_the_document_must_write() -> None:
+    """A verb after a plural noun ("claims push the"), a participle's clause ("bonds bought in"), a preposition
+    ("across"), a comparative or numeral ("higher", "one") and a framing word ("provision") name no subject: the
+    question is answered from the sentence that holds its subject, not refused as "never mentions"."""
+    index = DocumentIndex(
+        "1 Open claims above 30 count towards the escalation threshold. "
+        "2 The aggregate exposure to all counterparties may not exceed 25% of eligible capital. "
+        "3 Bonds redeemed within the first year carry a 3% exit fee. "
+        "4 A firm with deposits below $50 million may apply a limit of 40% instead.")
+    cases = {"How many open claims push the desk into escalation?": "30",
+             "What is the cap on aggregate exposure across all counterparties?": "25%",
+             "What exit fee applies to bonds sold in year one?": "3%",
+             "What is the higher limit for a firm with deposits below $50 million?": "40%"}
+    for question, lead in cases.items():
+        p = plan_answer(index, question)
+        assert p.found and p.leads[:1] == (lead,), (question, p.reason)
+    assert plan_answer(DocumentIndex("Article 7 Capital\nA bank shall hold capital of 8%."),
+                       "Under which provision must a bank hold capital?").leads == ("Article 7",)

@@ -1,0 +1,98 @@
+"""General causes of misses on rulebooks the project never saw, each on a document written for the test: a
+table's cell answers a question that names no kind of figure, a figure in a row's label is not a value, a
+series member named by a letter, a number inside a code, a currency named by its amounts, an abbreviation a
+document uses and spells out elsewhere, the kind read from an abbreviation's long form, glossary synonyms."""
+from __future__ import annotations
+
+from gateway.domain.answer_plan import plan_answer
+from gateway.domain.retrieval import DocumentIndex
+from textspans.figures import find_figures, is_reference
+
+TABLE = ("Table 2 - Desk limits\n"
+         "Measure          | Desk          | Hard limit | Soft trigger\n"
+         "Loss (95%, 10-day) | Equity desk | USD 12m    | USD 10m\n"
+         "Loss (95%, 10-day) | Credit desk | USD 8m     | USD 6.5m\n")
+
+
+def test_a_row_answers_in_the_column_the_question_names_and_its_label_figures_are_no_values() -> None:
+    index = DocumentIndex(TABLE)
+    assert plan_answer(index, "What is the soft trigger for the credit desk?").leads == ("USD 6.5m",)
+    assert plan_answer(index, "What is the hard limit for the equity desk?").leads == ("USD 12m",)
+
+
+def test_a_member_of_a_series_named_by_a_letter_or_a_short_code_picks_its_row_or_figure() -> None:
+    fees = DocumentIndex("Share class | Entry fee | Running cost\n"
+                         "P     | 3.00%  | 1.10%\n"
+                         "Q     | None   | 0.45%\n")
+    assert plan_answer(fees, "What is the running cost of share class Q?").leads == ("0.45%",)
+    levels = DocumentIndex("Tier 4 items may not exceed 30% of the pool, and Tier 4C items may not exceed 12% of the pool.")
+    assert plan_answer(levels, "What is the cap on Tier 4C items as a share of the pool?").leads == ("12%",)
+
+
+def test_a_number_inside_a_code_is_no_figure() -> None:
+    text = "This Circular shall take effect on 3 March 2028 and replaces Circular KQ-07 issued on 9 May 2016."
+    codes = [f.text for f in find_figures(text, words=True) if is_reference(text, f)]
+    assert codes == ["07"]
+    p = plan_answer(DocumentIndex(text), "When does the Circular come into force?")
+    assert p.leads == ("3 March 2028",), p.reason
+
+
+def test_a_currency_named_in_words_is_met_by_an_amount_in_it() -> None:
+    index = DocumentIndex("No client may hold more than ¥40 million in the omnibus account at any time.")
+    p = plan_answer(index, "What is the yen limit on a client's holding in the omnibus account?")
+    assert p.found and p.leads == ("¥40 million",), p.reason
+    p = plan_answer(index, "What is the JPY limit on a client's holding in the omnibus account?")
+    assert p.found and p.leads == ("¥40 million",), p.reason
+
+
+def test_an_abbreviation_used_and_spelled_out_elsewhere_is_one_term() -> None:
+    text = ("Policy owner: Head of Treasury Operations\n"
+            "1. A funding shortfall must be escalated to the HTO within 4 hours of detection.\n"
+            "2. Treasury staff review collateral haircuts quarterly.")
+    p = plan_answer(DocumentIndex(text), "How fast must a funding shortfall reach the Head of Treasury Operations?")
+    assert p.leads == ("4 hours",), p.reason
+
+
+def test_the_kind_asked_is_read_from_an_abbreviations_long_form() -> None:
+    """"the minimum NSFR ... outside a transition period" asks for a ratio, not for a period."""
+    index = DocumentIndex("Banks must keep a net stable funding ratio of at least 100% except during a transition "
+                          "period of 6 months.")
+    p = plan_answer(index, "What is the minimum NSFR a bank must keep outside a transition period?")
+    assert p.leads == ("100%",), p.reason
+
+
+def test_domain_synonyms_of_the_glossary_meet() -> None:
+    index = DocumentIndex("Class R shares carry an initial sales charge of up to 4.50% and an ongoing charges figure "
+                          "of 1.35%. Service level agreements must provide for availability of 99.9% per month.")
+    assert plan_answer(index, "What is the maximum front-end load on Class R shares?").leads[0] == "4.50%"
+    assert plan_answer(index, "What is the OCF of Class R?").leads[0] == "1.35%"
+    assert plan_answer(index, "What monthly uptime must an SLA provide?").leads[0] == "99.9%"
+
+
+def test_the_case_a_question_restricts_to_picks_among_parallel_figures() -> None:
+    """"for a repeated breach" names the case: the second of two penalties, though both phrases name a
+    penalty and a breach and the first holds the question's "hearing"."""
+    index = DocumentIndex("1. Every breach and every penalty imposed is recorded in the breach register.\n"
+                          "2. A firm that breaches this rule is liable after a hearing to a penalty not exceeding EUR "
+                          "80,000 and, in the case of a repeated breach, to a further penalty not exceeding EUR 8,000 "
+                          "for each week the breach persists.")
+    p = plan_answer(index, "What is the maximum weekly penalty for a repeated breach decided at a hearing?")
+    assert p.leads == ("EUR 8,000",), p.reason
+
+
+def test_a_number_opening_a_sentence_inside_a_line_is_a_figure() -> None:
+    """Only a number opening its line numbers a paragraph: "... reviewed weekly. 6 or more overrides ..." counts."""
+    index = DocumentIndex("5.2 Credit Risk reviews the scorecard weekly against realised defaults. 6 or more "
+                          "manual overrides trigger a scorecard recalibration.")
+    p = plan_answer(index, "How many manual overrides trigger a recalibration of the scorecard?")
+    assert p.leads[:1] == ("6",), p.reason
+
+
+def test_a_phase_in_is_a_transitional_period_and_a_return_is_a_report() -> None:
+    index = DocumentIndex("7 A newly authorised insurer may be granted a transitional period of no more than 24 "
+                          "months to meet the solvency ratio. 8 The quarterly solvency report is due within 20 "
+                          "business days of the quarter end.")
+    assert plan_answer(index, "What is the longest phase-in a newly authorised insurer can get?").leads[:1] == \
+        ("24 months",)
+    assert plan_answer(index, "What is the deadline for the quarterly solvency return?").leads[:1] == \
+        ("20 business days",)
