@@ -6,9 +6,9 @@ The only liberties: pip may use its cache and the wheels this machine's pip conf
 locally, and when the CPU torch index (TORCH_INDEX_URL) cannot be reached from here, the same wheel
 is served from a local index folder -- the ARG exists for exactly that (a mirror). pip does not
 byte-compile what it installs (--no-compile: the same files; Python compiles a module when it is first
-imported). The native kernels this checkout already built (engine/model/_kernels_*.so, `make install`)
-are put where setuptools looks for its own earlier build (build/lib.<platform>/): setuptools reuses one
-only when it is newer than every kernel source, header and setup.py, else compiles it as the image does.
+imported). The native kernels this checkout already built (engine/model/_kernels_*.so, `make install`),
+when all are newer than every kernel source, header and setup.py, are put where setuptools looks for its
+own earlier build (build/lib.<platform>/) and reused; otherwise they are compiled as the image does.
 The installed package must then load the same kernel variants as this checkout.
 """
 from __future__ import annotations
@@ -89,10 +89,15 @@ def _local_torch_index(tmp: Path) -> str | None:
 
 def _reuse_built_kernels(app: Path) -> None:
     """The checkout's kernel libraries where `pip install .` (an in-tree setuptools build) finds its earlier
-    build; build_ext skips an extension only when it is newer than its sources and `depends` (setup.py)."""
+    build, when each is newer than every kernel source, header and setup.py: build_ext then skips it. Older ones
+    are not put there, since a variant that then failed to compile (optional=True) would be packaged stale."""
     built = sorted((ROOT / "engine" / "model").glob("_kernels_*.so"))
+    sources = [*(ROOT / "engine" / "model" / "kernels").glob("*.[ch]"), ROOT / "setup.py"]
+    newest = max(p.stat().st_mtime for p in sources)
+    if not built or any(so.stat().st_mtime <= newest for so in built):
+        return
     lib = app / "build" / f"lib.{sysconfig.get_platform()}-{sys.implementation.cache_tag}" / "engine" / "model"
-    lib.mkdir(parents=True, exist_ok=True)
+    lib.mkdir(parents=True)
     for so in built:
         shutil.copy2(so, lib / so.name)  # keeps the mtime setuptools compares
 
