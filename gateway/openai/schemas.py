@@ -284,15 +284,23 @@ class CompletionChoice(BaseModel):
     logprobs: CompletionLogprobs | None = None
 
 
-class CompletionResponse(BaseModel):
+class _Answer(BaseModel):
+    """What both routes' answers hold, in OpenAI's order; each route's model narrows `object` and `choices` (a field
+    redeclared in a subclass keeps its place, so the JSON and /openapi.json order stays id, object, created, ...)."""
+
     id: str
-    object: Literal["text_completion"] = "text_completion"
+    object: str
     created: int
     model: str
-    choices: list[CompletionChoice]
+    choices: list[Any]
     usage: Usage
     timings: Timings
     workload_class: str
+
+
+class CompletionResponse(_Answer):
+    object: Literal["text_completion"] = "text_completion"
+    choices: list[CompletionChoice]
 
 
 class ToolCallFunction(BaseModel):
@@ -319,15 +327,9 @@ class ChatChoice(BaseModel):
     logprobs: ChatLogprobs | None = None
 
 
-class ChatCompletionResponse(BaseModel):
-    id: str
+class ChatCompletionResponse(_Answer):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
     choices: list[ChatChoice]
-    usage: Usage
-    timings: Timings
-    workload_class: str
 
 
 class ModelWeights(BaseModel):

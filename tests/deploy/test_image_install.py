@@ -4,7 +4,12 @@ prepare` runs from that venv. This is what the compose `model` service and the k
 
 The only liberties: pip may use its cache and the wheels this machine's pip configuration finds
 locally, and when the CPU torch index (TORCH_INDEX_URL) cannot be reached from here, the same wheel
-is served from a local index folder -- the ARG exists for exactly that (a mirror).
+is served from a local index folder -- the ARG exists for exactly that (a mirror). pip does not
+byte-compile what it installs (--no-compile: the same files; Python compiles a module when it is first
+imported). The native kernels this checkout already built (engine/model/_kernels_*.so, `make install`),
+when all are newer than every kernel source, header and setup.py, are put where setuptools looks for its
+own earlier build (build/lib.<platform>/) and reused; otherwise they are compiled as the image does.
+The installed package must then load the same kernel variants as this checkout.
 """
 from __future__ import annotations
 
@@ -14,11 +19,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from engine.model import cpu_kernels
 from engine.model.prepare import default_model_dir, is_prepared
 
 pytestmark = pytest.mark.slow
@@ -80,6 +87,21 @@ def _local_torch_index(tmp: Path) -> str | None:
     return None
 
 
+def _reuse_built_kernels(app: Path) -> None:
+    """The checkout's kernel libraries where `pip install .` (an in-tree setuptools build) finds its earlier
+    build, when each is newer than every kernel source, header and setup.py: build_ext then skips it. Older ones
+    are not put there, since a variant that then failed to compile (optional=True) would be packaged stale."""
+    built = sorted((ROOT / "engine" / "model").glob("_kernels_*.so"))
+    sources = [*(ROOT / "engine" / "model" / "kernels").glob("*.[ch]"), ROOT / "setup.py"]
+    newest = max(p.stat().st_mtime for p in sources)
+    if not built or any(so.stat().st_mtime <= newest for so in built):
+        return
+    lib = app / "build" / f"lib.{sysconfig.get_platform()}-{sys.implementation.cache_tag}" / "engine" / "model"
+    lib.mkdir(parents=True)
+    for so in built:
+        shutil.copy2(so, lib / so.name)  # keeps the mtime setuptools compares
+
+
 def test_dockerfile_installs_what_model_prepare_needs() -> None:
     args, _, runs = dockerfile()
     steps = pip_steps(args, runs)
@@ -104,14 +126,19 @@ def test_image_install_steps_then_model_prepare(tmp_path: Path) -> None:
             shutil.copytree(src, target if dest not in ("./", ".") else app / source, ignore=IGNORED)
         else:
             shutil.copy2(src, app / src.name if dest.endswith("/") else target)
+    _reuse_built_kernels(app)
     venv = tmp_path / "venv"
     subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FINSERVE_", "PYTHON", "VIRTUAL_ENV"))}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     for step in pip_steps(args, runs):
-        done = subprocess.run([str(venv / "bin" / "pip"), *step, "-q"], cwd=app, env=env, capture_output=True,
-                              text=True, timeout=STEP_TIMEOUT_S)
+        done = subprocess.run([str(venv / "bin" / "pip"), *step, "-q", "--no-compile"], cwd=app, env=env,
+                              capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
         assert done.returncode == 0, f"pip {' '.join(step)}: {done.stderr[-2000:]}"
+    variants = subprocess.run([str(venv / "bin" / "python"), "-c", "from engine.model import cpu_kernels; "
+                               "print(' '.join(cpu_kernels.supported_variants()))"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+    assert variants.stdout.split() == list(cpu_kernels.supported_variants()), variants.stderr[-2000:]
     home = tmp_path / "data"  # FINSERVE_HOME=/data
     try:
         done = subprocess.run([str(venv / "bin" / "finserve"), "model", "prepare"], cwd=tmp_path,

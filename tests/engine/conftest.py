@@ -1,7 +1,8 @@
 """Fixtures of the engine tests."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,3 +17,23 @@ def _default_kernels() -> Iterator[None]:
     found no library)."""
     yield
     cpu_kernels.configure()
+
+
+@pytest.fixture(scope="session")
+def family_dir(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> Callable[[str], Path]:
+    """`family_dir(case)`: the tiny random model of test_family_parity.CASES[case], written once a session and shared
+    by the tests that only read it (parity, native step, batch invariance). Its seed is the case's index in CASES, so
+    a case is the same model whichever test or file asks first."""
+    from tests.engine.family_models import write_family  # imports transformers (skips where it is missing)
+    from tests.engine.test_family_parity import CASES
+
+    made: dict[str, Path] = {}
+
+    def make(case: str) -> Path:
+        if case not in made:
+            cls, kw = CASES[case]
+            made[case] = write_family(tmp_path_factory.mktemp(case), cls, default_model_dir, seed=list(CASES).index(case),
+                                      **kw)
+        return made[case]
+
+    return make

@@ -25,19 +25,6 @@ VARIANTS = cpu_kernels.supported_variants()
 pytestmark = pytest.mark.skipif(not VARIANTS, reason="native kernels not built")
 
 
-@pytest.fixture(scope="module")
-def family_dir(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path):
-    made: dict[str, Path] = {}
-
-    def make(case: str) -> Path:
-        if case not in made:
-            cls, kw = CASES[case]
-            made[case] = write_family(tmp_path_factory.mktemp(case), cls, default_model_dir, seed=len(made), **kw)
-        return made[case]
-
-    return make
-
-
 def native_engine(model_dir: Path, weights: str, threads: int = 1, **kw: object):  # type: ignore[no-untyped-def]
     """An engine whose every step (prefill chunks too) takes the fused native step."""
     engine = make_engine(model_dir, weights=weights, threads=threads, max_num_batched_tokens=16, **kw)

@@ -9,14 +9,13 @@ logprobs check what greedy tokens cannot see (a final soft-cap or logits scale k
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine.model import cpu_kernels
 from engine.request import EngineRequest, SamplingParams
-from tests.engine.family_models import hf_generate, write_family
+from tests.engine.family_models import hf_generate
 from tests.engine.test_engine_parity import make_engine, random_prompts
 
 W = 8  # sliding window (tokens)
@@ -46,19 +45,6 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                       logits_scaling=4.0)),
 }
 N = 16
-
-
-@pytest.fixture(scope="module")
-def family_dir(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path):
-    made: dict[str, Path] = {}
-
-    def make(case: str) -> Path:
-        if case not in made:
-            cls, kw = CASES[case]
-            made[case] = write_family(tmp_path_factory.mktemp(case), cls, default_model_dir, seed=len(made), **kw)
-        return made[case]
-
-    return make
 
 
 def run(engine, arrivals: dict[int, list[EngineRequest]]) -> dict[str, tuple[list[int], list[float]]]:

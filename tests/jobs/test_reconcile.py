@@ -103,15 +103,6 @@ def test_a_backlog_too_long_to_read_enqueues_nothing(sessions, tenant_keys, redi
     assert _pass(r, sessions).suspects == 1 and _pass(r, sessions).reenqueued == [ids[3]]
 
 
-def _pass_with(r, sessions, epoch):
-    deadline = time.monotonic() + 5
-    while (done := reconcile_once(r, sessions, enqueue_items, queue=QUEUE, task=EXTRACT_TASK,
-                                  interval_s=INTERVAL_S, epoch=epoch)) is None:
-        assert time.monotonic() < deadline, "the reconcile lock never expired"
-        time.sleep(0.05)
-    return done
-
-
 def test_redis_that_lost_its_data_is_repaired_in_one_pass(sessions, tenant_keys, redis_server):
     """Issue 23 finding 8: after Redis restarts empty, one pass (not two) puts every unfinished item back."""
     use_broker(redis_server.url)
@@ -121,12 +112,12 @@ def test_redis_that_lost_its_data_is_repaired_in_one_pass(sessions, tenant_keys,
         ids = service.item_ids(s, job.id)
     enqueue_items(ids)
     epoch = EpochWatch()
-    assert _pass_with(r, sessions, epoch).reenqueued == []  # leaves its marker in Redis
+    assert _pass(r, sessions, epoch=epoch).reenqueued == []  # leaves its marker in Redis
     r.flushall()  # what a restart without persistence looks like: queue, unacked, marker, lock all gone
-    repaired = _pass_with(r, sessions, epoch)
+    repaired = _pass(r, sessions, epoch=epoch)
     assert repaired.data_lost and repaired.reenqueued == sorted(ids) and repaired.suspects == 0
     assert queued_item_ids(r, QUEUE, EXTRACT_TASK) == set(ids)
-    settled = _pass_with(r, sessions, epoch)
+    settled = _pass(r, sessions, epoch=epoch)
     assert not settled.data_lost and settled.reenqueued == [] and r.llen(QUEUE) == 5
 
 
@@ -137,11 +128,11 @@ def test_another_worker_that_saw_the_marker_notices_the_loss(sessions, tenant_ke
         job, _ = create(s, "acme", spec(2), None)
         ids = service.item_ids(s, job.id)
     first, second = EpochWatch(), EpochWatch()
-    _pass_with(r, sessions, first)  # worker 1 makes the passes; worker 2 only observes the marker
+    _pass(r, sessions, epoch=first)  # worker 1 makes the passes; worker 2 only observes the marker
     second.observe(r)
     r.flushall()
-    assert _pass_with(r, sessions, second).reenqueued == sorted(ids)
-    assert _pass_with(r, sessions, first).reenqueued == []  # the marker was renewed: no second repair
+    assert _pass(r, sessions, epoch=second).reenqueued == sorted(ids)
+    assert _pass(r, sessions, epoch=first).reenqueued == []  # the marker was renewed: no second repair
 
 
 def test_a_fresh_redis_is_not_mistaken_for_a_loss(sessions, tenant_keys, redis_server):
@@ -149,7 +140,7 @@ def test_a_fresh_redis_is_not_mistaken_for_a_loss(sessions, tenant_keys, redis_s
     r = redis.Redis.from_url(redis_server.url)
     with sessions() as s:
         job, _ = create(s, "acme", spec(2), None)
-    first = _pass_with(r, sessions, EpochWatch())  # no marker yet, and this worker never saw one
+    first = _pass(r, sessions, epoch=EpochWatch())  # no marker yet, and this worker never saw one
     assert not first.data_lost and first.reenqueued == [] and first.suspects == 2
 
 
