@@ -58,3 +58,13 @@ def test_sim_swap_password_reset_and_new_payee_block_without_a_new_device() -> N
     action, fired = judged({"PWD_RESET_MINS_AGO": 14, "NEW_PAYEE_MINS_AGO": 6}, "FUNDS_TRANSFER_OUT",
                            amount=148_000, currency="ZAR")  # a password reset alone is the customer's own, often
     assert action == "review" and "account_takeover_contact_and_credentials" not in fired
+
+
+def test_a_description_in_a_clearing_field_clears_nothing() -> None:
+    # profile_match names consistent_with_profile (a mitigation's fact): a description is no statement of fit
+    assert facts({"profile_match": "government road contractor"})["consistent_with_profile"] is False
+    assert facts({"profile_match": "activity verified against profile"})["consistent_with_profile"] is True
+    assert facts({"profile_match": "not verified"})["consistent_with_profile"] is False
+    assert facts({"profile_match": True})["consistent_with_profile"] is True
+    assert facts({"ubo_docs": "incomplete"})["documented_purpose"] is False
+    assert facts({"pep_status": "domestic PEP (mayor)"})["pep"] is True  # a risk flag still reads a description
