@@ -68,3 +68,10 @@ def test_a_description_in_a_clearing_field_clears_nothing() -> None:
     assert facts({"profile_match": True})["consistent_with_profile"] is True
     assert facts({"ubo_docs": "incomplete"})["documented_purpose"] is False
     assert facts({"pep_status": "domestic PEP (mayor)"})["pep"] is True  # a risk flag still reads a description
+
+
+def test_a_payroll_batch_loading_many_cards_is_no_card_attack() -> None:
+    _, fired = judged({"CARD_CNT": 1204, "WPS_FILE_MATCH": "Y"}, "PAYROLL_CARD_LOAD", amount=1_843_000, currency="AED")
+    assert "card_many_cards" not in fired
+    _, fired = judged({"CARD_CNT": 12}, "CARD_AUTH", amount=40, currency="AED")
+    assert "card_many_cards" in fired
