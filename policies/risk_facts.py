@@ -20,6 +20,7 @@ from typing import Any
 
 from policies.countries import find_in, postal_country, resolve, words
 from policies.risk_checks import compiled as compiled_checks
+from policies.risk_clearing import affirms, clearing_facts
 from policies.risk_counts import counts_in
 from policies.risk_derived import (
     Named,
@@ -131,6 +132,8 @@ class _Read:
             return (None if age is None else age <= self.rules.recent_days), True
         got = flag(value)
         if got is None and isinstance(value, str) and value.strip():
+            if a.fact in clearing_facts(self.rules):  # ubo_docs: "incomplete" documents nothing
+                return affirms(self.rules, value), False
             got = not _denied(value, self.voc)  # "domestic PEP (mayor)" says yes, "not a PEP", "none found" no
         return got, False
 
@@ -271,7 +274,8 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
             counted.append(str(key))
         if isinstance(value, str):
             pieces.append(value)
-            if len(value.split()) <= NAMED_VALUE_WORDS and flag(value) is not False and not _denied(value, voc):
+            if (len(value.split()) <= NAMED_VALUE_WORDS and flag(value) is not False and not _denied(value, voc)
+                    and affirms(rules, value) is not False):  # ubo_docs: "incomplete" mentions no documents
                 spelled = " ".join(voc.name_tokens(str(key)))
                 pieces += [f"{spelled} {value}", f"{value} {spelled}"]  # {"device": "new"}: "new device"
             for fact, count in counts_in(value, carried):

@@ -40,9 +40,10 @@ CURRENCY_WORDS = frozenset(
     "usd eur gbp chf jpy cny rmb hkd sgd aud nzd cad inr brl mxn zar rub aed qar kwd bhd ils sek nok dkk pln czk "
     "huf ron krw twd thb myr idr php vnd pkr bdt ngn kes egp clp uah kzt".split())
 _TRUE = frozenset("true yes y t 1 on added changed new present detected match matched hit positive confirmed "
-                  "ja oui si tak".split())  # yes in German, French, Spanish and Italian, Polish
+                  "ja oui si sim tak ya evet hai ano igen ndiyo".split())  # yes in German and Nordic, French, Spanish
+# and Italian, Portuguese, Polish, Malay and Indonesian, Turkish, Japanese, Czech, Hungarian, Swahili
 _FALSE = frozenset("false no n f 0 off none null nil not negative clear cleared unchanged absent na passed "
-                   "nein non nie nej".split()) | {
+                   "nein non nie nej nao tidak bukan belum hayir iie ne nem hapana".split()) | {
     "no match", "no hit", "no hits", "not found", "n a", "not applicable", "not listed", "no record"}
 _SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₽": "RUB", "₩": "KRW", "₺": "TRY"}
 _HEDGE = re.compile(r"^(?:within|about|approx\.?|approximately|around|circa|ca\.|roughly|nearly|almost|some|~|±|\+/-)\s*",
