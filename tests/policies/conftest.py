@@ -1,4 +1,5 @@
-"""Helpers that write policy variants to disk, so the tests exercise the real file loader."""
+"""Helpers that write policy variants to disk, so the tests exercise the real file loader; and the shipped risk
+pack's verdict on one event, for the typology tests."""
 from __future__ import annotations
 
 import copy
@@ -6,9 +7,15 @@ import tomllib
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
+
+from policies import load_policy
+from policies.risk import evaluate, verdict
+
+# (risk_level, recommended_action) pairs a verdict can give
+LOW, MEDIUM, HIGH, BLOCK = ("low", "approve"), ("medium", "review"), ("high", "review"), ("high", "block")
 
 
 def default_policy_dict() -> dict[str, Any]:
@@ -58,3 +65,25 @@ def write_policy(tmp_path: Path) -> Callable[[Callable[[dict[str, Any]], None] |
         return path
 
     return write
+
+
+class Judge(Protocol):
+    def __call__(self, event_type: str, amount: float | None = None, currency: str = "USD",
+                 **attributes: Any) -> tuple[str, str]: ...
+
+
+def judge_at(timestamp: str) -> Judge:
+    """judged(event_type, amount, currency, **attributes) -> (risk_level, recommended_action): the shipped pack's
+    verdict on one event at `timestamp`, the keyword arguments as its attributes (amount and currency only when an
+    amount is given)."""
+    rules = load_policy().get("realtime_risk").risk_rules
+
+    def judged(event_type: str, amount: float | None = None, currency: str = "USD",
+               **attributes: Any) -> tuple[str, str]:
+        event: dict[str, Any] = {"event_type": event_type, "attributes": attributes, "timestamp": timestamp}
+        if amount is not None:
+            event.update(amount=amount, currency=currency)
+        v = verdict(rules, evaluate(rules, event))
+        return v["risk_level"], v["recommended_action"]
+
+    return judged

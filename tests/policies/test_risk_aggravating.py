@@ -6,21 +6,9 @@ The events are written from the guidance each rule cites (OFAC FAQ 5 and the 202
 FIN-2022-A002 and FIN-2023-Alert005, the FFIEC ATM cash-out statement, FFIEC App. F)."""
 from __future__ import annotations
 
-from typing import Any
+from tests.policies.conftest import BLOCK, HIGH, LOW, MEDIUM, judge_at
 
-from policies import load_policy
-from policies.risk import evaluate, verdict
-
-RULES = load_policy().get("realtime_risk").risk_rules
-LOW, MEDIUM, HIGH, BLOCK = ("low", "approve"), ("medium", "review"), ("high", "review"), ("high", "block")
-
-
-def judged(event_type: str, amount: float | None = None, currency: str = "USD", **attributes: Any) -> tuple[str, str]:
-    event: dict[str, Any] = {"event_type": event_type, "attributes": attributes, "timestamp": "2025-06-02T10:00:00Z"}
-    if amount is not None:
-        event.update(amount=amount, currency=currency)
-    v = verdict(RULES, evaluate(RULES, event))
-    return v["risk_level"], v["recommended_action"]
+judged = judge_at("2025-06-02T10:00:00Z")
 
 
 def test_a_screening_hit_that_contradicts_the_listed_party_is_released_not_blocked() -> None:

@@ -6,21 +6,9 @@ woken remotely. Each with a benign look-alike; the mitigations that clear them (
 a PEP's due diligence done) are here too. Events written for these tests from the indicators the rules cite."""
 from __future__ import annotations
 
-from typing import Any
+from tests.policies.conftest import BLOCK, HIGH, LOW, MEDIUM, judge_at
 
-from policies import load_policy
-from policies.risk import evaluate, verdict
-
-RULES = load_policy().get("realtime_risk").risk_rules
-LOW, MEDIUM, HIGH, BLOCK = ("low", "approve"), ("medium", "review"), ("high", "review"), ("high", "block")
-
-
-def judged(event_type: str, amount: float | None = None, currency: str = "USD", **attributes: Any) -> tuple[str, str]:
-    event: dict[str, Any] = {"event_type": event_type, "attributes": attributes, "timestamp": "2025-09-01T10:00:00Z"}
-    if amount is not None:
-        event.update(amount=amount, currency=currency)
-    v = verdict(RULES, evaluate(RULES, event))
-    return v["risk_level"], v["recommended_action"]
+judged = judge_at("2025-09-01T10:00:00Z")
 
 
 def test_terrorist_financing_crowdfunding_and_foreign_fighters() -> None:

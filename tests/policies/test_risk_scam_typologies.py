@@ -6,21 +6,11 @@ The events are written for these tests in the ways a US or APAC bank's systems m
 names, free text in obi / payment_details / case notes), from the public indicators the rules cite."""
 from __future__ import annotations
 
-from typing import Any
-
 from policies import load_policy
 from policies.risk import evaluate, verdict
+from tests.policies.conftest import BLOCK, HIGH, LOW, MEDIUM, judge_at
 
-RULES = load_policy().get("realtime_risk").risk_rules
-LOW, MEDIUM, HIGH, BLOCK = ("low", "approve"), ("medium", "review"), ("high", "review"), ("high", "block")
-
-
-def judged(event_type: str, amount: float | None = None, currency: str = "USD", **attributes: Any) -> tuple[str, str]:
-    event: dict[str, Any] = {"event_type": event_type, "attributes": attributes, "timestamp": "2025-09-01T10:00:00Z"}
-    if amount is not None:
-        event.update(amount=amount, currency=currency)
-    v = verdict(RULES, evaluate(RULES, event))
-    return v["risk_level"], v["recommended_action"]
+judged = judge_at("2025-09-01T10:00:00Z")
 
 
 def test_impersonation_and_safe_account_scams() -> None:

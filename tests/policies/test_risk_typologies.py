@@ -5,26 +5,9 @@ with attribute names as different upstream systems spell them; the expected leve
 that guidance asks for (review a red flag, block only sanctions and fraud in progress)."""
 from __future__ import annotations
 
-from typing import Any
+from tests.policies.conftest import BLOCK, HIGH, LOW, MEDIUM, judge_at
 
-from policies import load_policy
-from policies.risk import evaluate, verdict
-
-RULES = load_policy().get("realtime_risk").risk_rules
-
-
-def judged(event_type: str, amount: float | None = None, currency: str = "USD", **attributes: Any) -> tuple[str, str]:
-    event: dict[str, Any] = {"event_type": event_type, "attributes": attributes, "timestamp": "2025-06-02T10:00:00Z"}
-    if amount is not None:
-        event.update(amount=amount, currency=currency)
-    v = verdict(RULES, evaluate(RULES, event))
-    return v["risk_level"], v["recommended_action"]
-
-
-LOW = ("low", "approve")
-MEDIUM = ("medium", "review")
-HIGH = ("high", "review")
-BLOCK = ("high", "block")
+judged = judge_at("2025-06-02T10:00:00Z")
 
 
 def test_structuring_under_cash_reporting_thresholds() -> None:
