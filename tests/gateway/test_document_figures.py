@@ -22,18 +22,23 @@ def kinds(text: str, words: bool = False) -> list[tuple[str, str]]:
     return [(f.kind, f.text) for f in find_figures(text, words=words)]
 
 
-def test_each_kind_of_figure_is_found_as_written() -> None:
-    assert kinds("at least 4.5% of assets, a buffer of 2.5 per cent and thirty-five per cent") == [
-        (PERCENT, "4.5%"), (PERCENT, "2.5 per cent"), (PERCENT, "thirty-five per cent")]
-    assert kinds("EUR 15,000, 15,000 euro, €5m and 300 million euro") == [
-        (AMOUNT, "EUR 15,000"), (AMOUNT, "15,000 euro"), (AMOUNT, "€5m"), (AMOUNT, "300 million euro")]
-    assert kinds("by 1 January 2026, on 2026-06-30, by 31 March. December 31, 2027") == [
-        (DATE, "1 January 2026"), (DATE, "2026-06-30"), (DATE, "31 March"), (DATE, "December 31, 2027")]
-    assert kinds("within four hours, 42 days, five business days, a 30-day period, once a year, annually") == [
-        (DURATION, "four hours"), (DURATION, "42 days"), (DURATION, "five business days"), (DURATION, "30-day"),
-        (DURATION, "once a year"), (DURATION, "annually")]
-    assert kinds("a ratio of 3:1, covered 1.5 times") == [(RATIO, "3:1"), (RATIO, "1.5 times")]
-    assert kinds("in 2026 there were 12 cases") == [(NUMBER, "2026"), (NUMBER, "12")]
+@pytest.mark.parametrize(("text", "found"), [
+    pytest.param("at least 4.5% of assets, a buffer of 2.5 per cent and thirty-five per cent",
+                 [(PERCENT, "4.5%"), (PERCENT, "2.5 per cent"), (PERCENT, "thirty-five per cent")], id="percent"),
+    pytest.param("EUR 15,000, 15,000 euro, €5m and 300 million euro",
+                 [(AMOUNT, "EUR 15,000"), (AMOUNT, "15,000 euro"), (AMOUNT, "€5m"), (AMOUNT, "300 million euro")],
+                 id="amount"),
+    pytest.param("by 1 January 2026, on 2026-06-30, by 31 March. December 31, 2027",
+                 [(DATE, "1 January 2026"), (DATE, "2026-06-30"), (DATE, "31 March"), (DATE, "December 31, 2027")],
+                 id="date"),
+    pytest.param("within four hours, 42 days, five business days, a 30-day period, once a year, annually",
+                 [(DURATION, "four hours"), (DURATION, "42 days"), (DURATION, "five business days"),
+                  (DURATION, "30-day"), (DURATION, "once a year"), (DURATION, "annually")], id="duration"),
+    pytest.param("a ratio of 3:1, covered 1.5 times", [(RATIO, "3:1"), (RATIO, "1.5 times")], id="ratio"),
+    pytest.param("in 2026 there were 12 cases", [(NUMBER, "2026"), (NUMBER, "12")], id="number"),
+])
+def test_each_kind_of_figure_is_found_as_written(text: str, found: list[tuple[str, str]]) -> None:
+    assert kinds(text) == found
 
 
 def test_numbers_in_words_are_figures_only_with_a_unit_unless_asked() -> None:
