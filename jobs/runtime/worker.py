@@ -207,12 +207,7 @@ def _run_claimed(rt: WorkerRuntime, item_id: int, claim: service.Claim, retries:
             temperature=RETRY_TEMPERATURE if sampled else 0.0,
             seed=item_id * 1000 + claim.invalid_outputs if sampled else None)
     except Saturated as exc:
-        with rt.sessions() as s:
-            if retries >= cfg.jobs_transient_retries:
-                service.fail_item(s, item_id, f"engine unavailable after {retries} retries: {exc}")
-                return Step("failed", detail=str(exc))
-            service.release_item(s, item_id, claim.attempt, f"retrying: {exc}")
-        return Step("retry", backoff_s(cfg, retries, exc.retry_after_s), str(exc))
+        return _saturated(rt, item_id, retries, claim, exc)
     except ClaimLost as exc:  # our lease ran out and the item moved on: whoever holds it now finishes it
         return Step("skipped", detail=str(exc))
     except GatewayLost as exc:
@@ -248,7 +243,6 @@ def run_line(rt: WorkerRuntime, item_id: int, retries: int, claim: Claim) -> Ste
     body (error file), never retried: the same body would be refused again. Capacity trouble (429,
     503, unreachable) is retried with backoff like any item, then recorded as a failure.
     """
-    cfg = rt.settings
     url, body = batch.line_request(claim.text)
     if body.get("stream"):  # an event stream is not an answer a batch file can hold
         refusal = {"error": {"message": "stream is not supported in a batch; every answer is stored whole",
@@ -260,12 +254,7 @@ def run_line(rt: WorkerRuntime, item_id: int, retries: int, claim: Claim) -> Ste
     try:
         answer = rt.gateway.forward(url, body, item_id=item_id, workload_class=claim.workload_class)
     except Saturated as exc:
-        with rt.sessions() as s:
-            if retries >= cfg.jobs_transient_retries:
-                service.fail_item(s, item_id, f"engine unavailable after {retries} retries: {exc}")
-                return Step("failed", detail=str(exc))
-            service.release_item(s, item_id, claim.attempt, f"retrying: {exc}")
-        return Step("retry", backoff_s(cfg, retries, exc.retry_after_s), str(exc))
+        return _saturated(rt, item_id, retries, claim, exc)
     except ClaimLost as exc:
         return Step("skipped", detail=str(exc))
     except GatewayLost as exc:
@@ -282,6 +271,18 @@ def run_line(rt: WorkerRuntime, item_id: int, retries: int, claim: Claim) -> Ste
                                        request_id=answer.request_id, input_tokens=answer.input_tokens,
                                        output_tokens=answer.output_tokens)
     return Step("done" if stored else "skipped", detail="" if stored else "result already stored")
+
+
+def _saturated(rt: WorkerRuntime, item_id: int, retries: int, claim: Claim, exc: Saturated) -> Step:
+    """Capacity trouble (429, 503, unreachable): released for a retry with backoff, failed once the retries
+    are spent."""
+    cfg = rt.settings
+    with rt.sessions() as s:
+        if retries >= cfg.jobs_transient_retries:
+            service.fail_item(s, item_id, f"engine unavailable after {retries} retries: {exc}")
+            return Step("failed", detail=str(exc))
+        service.release_item(s, item_id, claim.attempt, f"retrying: {exc}")
+    return Step("retry", backoff_s(cfg, retries, exc.retry_after_s), str(exc))
 
 
 def _lost(rt: WorkerRuntime, item_id: int, exc: GatewayLost) -> Step:
