@@ -185,7 +185,7 @@ def gguf(tools: Tools, gguf_type: str, cache: Path | None = None, source: str | 
 
 
 def llama_bench(tools: Tools, model: Path, *, threads: int, reps: int = 3, prompt: str = "256,2048",
-                gen: int = 128, depth: int = 0, flash_attn: str = "") -> list[dict[str, Any]]:
+                gen: int | str = 128, depth: int = 0, flash_attn: str = "") -> list[dict[str, Any]]:
     """`llama-bench -o json`; one row per test: {test: 'pp256' | 'tg128' | 'tg32@d4096', tokens_per_s, ...}.
 
     `flash_attn` is llama-bench's `-fa` list ("0,1": each test with and without; one row each); "" its default."""

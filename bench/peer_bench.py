@@ -19,6 +19,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -33,6 +34,24 @@ from bench.llamacpp import GGUF_TYPES, Tools, ensure_built, find_built, gguf, ll
 from evals.common import write_json
 
 TESTS = ("pp256", "pp2048", "tg128", "tg32@d4096")
+_TEST = re.compile(r"pp([1-9][0-9]*)|tg([1-9][0-9]*)(?:@d([1-9][0-9]*))?")
+
+
+def parse_tests(text: str) -> tuple[str, ...]:
+    """`--tests`: llama-bench's test names, comma-separated: ppN (a prompt of N tokens), tgN (N tokens generated from
+    an empty context), tgN@dM (N tokens generated after an M-token context)."""
+    tests = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    bad = [t for t in tests if not _TEST.fullmatch(t)]
+    if not tests or bad:
+        raise ValueError(f"unknown test(s) {bad}: give ppN, tgN or tgN@dM, comma-separated")
+    return tests
+
+
+def _split(test: str) -> tuple[str, int, int]:
+    """("pp" | "tg", tokens, depth) of a test name parse_tests accepted."""
+    m = _TEST.fullmatch(test)
+    assert m is not None
+    return ("pp", int(m[1]), 0) if m[1] else ("tg", int(m[2]), int(m[3] or 0))
 
 
 @dataclass(frozen=True)
@@ -44,6 +63,7 @@ class PeerShape:
     kv_dtype: str = "auto"
     also_weights: tuple[str, ...] = ()  # more finserve formats, each its own system ("finserve q4a8")
     gguf: str | None = None  # llama.cpp's source GGUF (None: the shipped Q4_1); each type is made from it
+    tests: tuple[str, ...] = TESTS  # parse_tests' names
 
 
 def _engine(model: str, weights: str, threads: int, kv_dtype: str) -> Any:
@@ -88,17 +108,19 @@ def _decode_s(engine: Any, prompt: list[int], gen: int) -> float:
     return (time.perf_counter() - t0) * gen / max(1, steps)
 
 
-def finserve_rows(engine: Any, rng: random.Random) -> list[dict[str, Any]]:
+def finserve_rows(engine: Any, rng: random.Random, tests: tuple[str, ...] = TESTS) -> list[dict[str, Any]]:
     """One repetition of every test on finserve's engine."""
     rows = []
-    for n in (256, 2048):
-        s = _prefill_s(engine, _prompt(rng, n))
-        rows.append({"test": f"pp{n}", "tokens_per_s": n / s, "ms_per_token": s * 1e3 / n})
-    s = _decode_s(engine, _prompt(rng, 4), 128)
-    rows.append({"test": "tg128", "tokens_per_s": 128 / s, "ms_per_token": s * 1e3 / 128})
-    _prefill_s(engine, ctx := _prompt(rng, 4096))  # the context, cached; then 32 tokens decoded after it
-    s = _decode_s(engine, ctx + _prompt(rng, 1), 32)
-    rows.append({"test": "tg32@d4096", "tokens_per_s": 32 / s, "ms_per_token": s * 1e3 / 32})
+    for test in tests:
+        kind, n, depth = _split(test)
+        if kind == "pp":
+            s = _prefill_s(engine, _prompt(rng, n))
+        elif depth:
+            _prefill_s(engine, ctx := _prompt(rng, depth))  # the context, cached; then n tokens decoded after it
+            s = _decode_s(engine, ctx + _prompt(rng, 1), n)
+        else:
+            s = _decode_s(engine, _prompt(rng, 4), n)
+        rows.append({"test": test, "tokens_per_s": n / s, "ms_per_token": s * 1e3 / n})
     return rows
 
 
@@ -108,13 +130,19 @@ def _decoding(engine: Any) -> bool:
     return bool(running) and all(r.num_computed_tokens >= r.num_prompt_tokens for r in running)
 
 
-def peer_rows(tools: Tools, model: Path, threads: int) -> list[dict[str, Any]]:
-    """One repetition of every test from llama-bench (one call for pp/tg, one with -d 4096), each with flash attention
-    off and on (`-fa 0,1`; its default, auto, turned it on for every test on an Intel Xeon here, where off decoded 2.6x
-    faster at depth 4,096): the faster row of each test is the peer's figure."""
-    rows = llama_bench(tools, model, threads=threads, reps=1, prompt="256,2048", gen=128, flash_attn="0,1")
-    rows += llama_bench(tools, model, threads=threads, reps=1, prompt="0", gen=32, depth=4096, flash_attn="0,1")
-    return fastest_per_test([r for r in rows if r["test"] in TESTS])
+def peer_rows(tools: Tools, model: Path, threads: int, tests: tuple[str, ...] = TESTS) -> list[dict[str, Any]]:
+    """One repetition of every test from llama-bench (one call for the prompt tests and the generation tests from an
+    empty context, one per depth), each with flash attention off and on (`-fa 0,1`; its default, auto, turned it on
+    for every test on an Intel Xeon here, where off decoded 2.6x faster at depth 4,096): the faster row of each test
+    is the peer's figure."""
+    parts = [_split(t) for t in tests]
+    rows: list[dict[str, Any]] = []
+    for depth in dict.fromkeys(d for _, _, d in parts):
+        pp = [str(n) for k, n, d in parts if k == "pp" and d == depth]
+        tg = [str(n) for k, n, d in parts if k == "tg" and d == depth]
+        rows += llama_bench(tools, model, threads=threads, reps=1, prompt=",".join(pp) or "0",
+                            gen=",".join(tg) or "0", depth=depth, flash_attn="0,1")
+    return fastest_per_test([r for r in rows if r["test"] in tests])
 
 
 def fastest_per_test(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -167,7 +195,7 @@ def measure(model: str, shape: PeerShape, tools: Tools, hogs: tuple[bool, ...] =
     engine = engines["finserve"]
     rng = random.Random(0)
     for e in engines.values():
-        finserve_rows(e, rng)  # warm-up: allocation, kernel selection, the thread governor's first samples
+        finserve_rows(e, rng, shape.tests)  # warm-up: allocation, kernel selection, the thread governor's first samples
     ggufs = {t: gguf(tools, t, source=shape.gguf) for t in shape.gguf_types}
     runs: dict[bool, dict[str, list[list[dict[str, Any]]]]] = {h: {name: [] for name in engines} for h in hogs}
     governor = getattr(engine.runner.native_step, "governor", None)
@@ -179,21 +207,22 @@ def measure(model: str, shape: PeerShape, tools: Tools, hogs: tuple[bool, ...] =
                     _decode_s(e, _prompt(rng, 4), 128)  # settle, unmeasured
                 load = os.getloadavg()[0]
                 for name, e in engines.items():
-                    runs[hog][name].append(finserve_rows(e, rng))
+                    runs[hog][name].append(finserve_rows(e, rng, shape.tests))
                 for t, path in ggufs.items():
-                    runs[hog].setdefault(f"llama.cpp {t}", []).append(peer_rows(tools, path, shape.threads))
+                    runs[hog].setdefault(f"llama.cpp {t}", []).append(peer_rows(tools, path, shape.threads, shape.tests))
             snapshots[hog] = governor.snapshot() if governor is not None else None
             if progress is not None:
                 print(f"rep {rep} (hog={hog}, load {load:.2f}): "
-                      + ", ".join(f"{name} tg128 {next(r['ms_per_token'] for r in rows[-1] if r['test'] == 'tg128'):.2f} ms"
+                      + ", ".join(f"{name} " + " ".join(f"{r['test']} {r['ms_per_token']:.2f}" for r in rows[-1]) + " ms/token"
                                   for name, rows in runs[hog].items()), file=progress, flush=True)
-    return {h: {"medians": _medians(runs[h]), "runs": runs[h], "thread_governor_ms": snapshots.get(h)} for h in hogs}
+    return {h: {"medians": _medians(runs[h], shape.tests), "runs": runs[h], "thread_governor_ms": snapshots.get(h)}
+            for h in hogs}
 
 
-def _medians(runs: dict[str, list[list[dict[str, Any]]]]) -> dict[str, dict[str, float]]:
+def _medians(runs: dict[str, list[list[dict[str, Any]]]], tests: tuple[str, ...] = TESTS) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for name, reps in runs.items():
-        for test in TESTS:
+        for test in tests:
             vals = [r["tokens_per_s"] for rows in reps for r in rows if r["test"] == test]
             if vals:
                 out.setdefault(name, {})[test] = statistics.median(vals)
@@ -206,7 +235,7 @@ def ratios(medians: dict[str, dict[str, float]], gated: set[str] | None = None) 
     the quality gate of the shipped weights, bench/peer_quality.py), also over the best of those."""
     out: dict[str, dict[str, Any]] = {}
     peers_all = {n: m for n, m in medians.items() if not n.startswith("finserve")}
-    for test in TESTS:
+    for test in _tests_of(medians):
         peers = {n: m[test] for n, m in peers_all.items() if test in m}
         if not peers:
             continue
@@ -225,6 +254,11 @@ def ratios(medians: dict[str, dict[str, float]], gated: set[str] | None = None) 
     return out
 
 
+def _tests_of(medians: dict[str, dict[str, float]]) -> list[str]:
+    """The tests in `medians`, in the order they first appear."""
+    return list(dict.fromkeys(t for m in medians.values() for t in m))
+
+
 def quality_gate(path: str = "results/peer_quality.json") -> dict[str, Any] | None:
     """The peer systems within the quality gate, from `finserve bench peer-quality`'s JSON (None when absent)."""
     try:
@@ -240,7 +274,7 @@ def quality_gate(path: str = "results/peer_quality.json") -> dict[str, Any] | No
 def table(medians: dict[str, dict[str, float]]) -> str:
     names = list(medians)
     lines = ["| test | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for test in TESTS:
+    for test in _tests_of(medians):
         cells = [f"{medians[n][test]:.1f} ({1e3 / medians[n][test]:.2f} ms)" if test in medians[n] else "-" for n in names]
         lines.append(f"| {test} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -172,17 +172,25 @@ def llamacpp_bench(
         "--build", help="Build llama.cpp first when it is not cached (~10 minutes on 2 cores).")] = False,
     model: ModelOpt = None,
     gguf: GgufOpt = None,
+    tests: Annotated[str, typer.Option(
+        "--tests", help="llama-bench's tests, comma-separated: ppN (prompt of N tokens), tgN (N generated), tgN@dM "
+                        "(N generated after M tokens of context).")] = "pp256,pp2048,tg128,tg32@d4096",
 ) -> None:
     """finserve's engine vs llama.cpp's own llama-bench: pp256, pp2048, tg128, tg32 at depth 4,096 (tokens/s)."""
     need_checkout("llamacpp")
-    from bench.peer_bench import PeerShape, run
+    from bench.peer_bench import PeerShape, parse_tests, run
+
+    try:
+        chosen = parse_tests(tests)
+    except ValueError as e:
+        raise CLIError(f"--tests: {e}") from None
 
     settings = command_settings(threads=threads, weights=weights, kv_cache_dtype=kv_cache_dtype)
     types = _gguf_types(gguf_types)
     extra = _weight_list(also_weights, "--also-weights")
     folder, source = _model_and_gguf(model, gguf, settings)
     shape = PeerShape(reps=reps, threads=_threads(settings), gguf_types=types, weights=settings.weights,
-                      kv_dtype=settings.kv_cache_dtype, also_weights=extra, gguf=source)
+                      kv_dtype=settings.kv_cache_dtype, also_weights=extra, gguf=source, tests=chosen)
     with status(f"bench llamacpp: {reps} repetitions{' (each quiet and with a CPU hog, interleaved)' if hog else ''} ..."):
         try:
             run(json_file, model=folder, shape=shape, hog=hog, build=build)

@@ -182,8 +182,8 @@ def test_quiet_and_hog_repetitions_interleave_each_after_a_settling_decode(monke
     monkeypatch.setattr(peer_bench, "cpu_hog", fake_hog)
     monkeypatch.setattr(peer_bench, "gguf", lambda tools, t, source=None: Path(f"{t}.gguf"))
     monkeypatch.setattr(peer_bench, "_decode_s", lambda *a: events.append("settle") or 0.0)
-    monkeypatch.setattr(peer_bench, "finserve_rows", lambda e, rng: rows("finserve", 6.0 if state["hog"] else 4.0))
-    monkeypatch.setattr(peer_bench, "peer_rows", lambda tools, path, threads: rows("peer", 90.0 if state["hog"] else 8.0))
+    monkeypatch.setattr(peer_bench, "finserve_rows", lambda e, rng, tests: rows("finserve", 6.0 if state["hog"] else 4.0))
+    monkeypatch.setattr(peer_bench, "peer_rows", lambda tools, path, threads, tests: rows("peer", 90.0 if state["hog"] else 8.0))
     shape = peer_bench.PeerShape(reps=3, gguf_types=("Q4_0",))
     parts = peer_bench.measure("m", shape, llamacpp.Tools(Path("/nonexistent")), (False, True), progress=None)
     turns = [e for e in events if e.startswith("hog=")]
@@ -194,3 +194,39 @@ def test_quiet_and_hog_repetitions_interleave_each_after_a_settling_decode(monke
             assert after[i + 1 : i + 4] == ["settle", "finserve", "peer"]  # the governor settles before each turn
     assert parts[False]["medians"]["finserve"]["tg128"] == 250.0 and parts[True]["medians"]["finserve"]["tg128"] == 1e3 / 6
     assert len(parts[True]["runs"]["llama.cpp Q4_0"]) == 3
+
+
+def test_chosen_tests_group_into_one_llama_bench_call_per_depth(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from bench import peer_bench
+
+    assert peer_bench.parse_tests(" pp512, tg128,pp512 ,tg16@d8192") == ("pp512", "tg128", "tg16@d8192")
+    for bad in ("", "pp0", "tg128@4096", "pp512,qq1"):
+        with pytest.raises(ValueError, match="give ppN, tgN or tgN@dM"):
+            peer_bench.parse_tests(bad)
+    calls: list[tuple[str, str, int]] = []
+
+    def fake_bench(tools, model, *, threads, reps, prompt, gen, depth=0, flash_attn=""):  # type: ignore[no-untyped-def]
+        calls.append((prompt, gen, depth))
+        names = [f"pp{p}" for p in prompt.split(",") if p != "0"] + [f"tg{g}" for g in gen.split(",") if g != "0"]
+        return [{"test": n + (f"@d{depth}" if depth and n.startswith("tg") else ""), "tokens_per_s": 1.0}
+                for n in names]
+
+    monkeypatch.setattr(peer_bench, "llama_bench", fake_bench)
+    rows = peer_bench.peer_rows(llamacpp.Tools(Path("/x")), Path("m.gguf"), 2, ("pp512", "tg128", "tg16@d8192"))
+    assert calls == [("512", "128", 0), ("0", "16", 8192)]
+    assert [r["test"] for r in rows] == ["pp512", "tg128", "tg16@d8192"]
+    calls.clear()
+    peer_bench.peer_rows(llamacpp.Tools(Path("/x")), Path("m.gguf"), 2, ("pp512",))
+    assert calls == [("512", "0", 0)]  # no generation test: llama-bench is not asked for one
+
+
+def test_the_cli_refuses_an_unknown_test_before_starting_anything() -> None:
+    from typer.testing import CliRunner
+
+    from finserve.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "llamacpp", "--tests", "pp512,tg"], env={"COLUMNS": "250"})
+    assert result.exit_code != 0
+    assert "--tests: unknown test(s) ['tg']" in result.output
