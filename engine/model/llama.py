@@ -55,8 +55,22 @@ def _table_dtype(stored: torch.dtype, compute: torch.dtype) -> torch.dtype:
     return stored if exact else compute
 
 
+class _LayerTensors:
+    """Layer `index`'s tensors of `weights` by their short names ("qkv", "down", ...), each read on lookup and moved
+    to `device`; nothing is kept, so a tensor's source is released as soon as the caller has converted it."""
+
+    def __init__(self, weights: Mapping[str, torch.Tensor], index: int, device: torch.device):
+        self._weights, self._prefix, self._device = weights, f"{index}.", device
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._weights[self._prefix + name].to(self._device)
+
+    def get(self, name: str) -> torch.Tensor | None:
+        return self[name] if self._prefix + name in self._weights else None
+
+
 class LlamaLayer:
-    def __init__(self, w: dict[str, torch.Tensor], cfg: ModelConfig, index: int, linear: Callable[..., Linear],
+    def __init__(self, w: _LayerTensors, cfg: ModelConfig, index: int, linear: Callable[..., Linear],
                  norm_dtype: torch.dtype):
         self.cfg = cfg
         self.input_norm = _norm_weight(w["input_norm"], cfg, norm_dtype)  # before attention
@@ -129,12 +143,10 @@ class LlamaModel:
             weights["embed"].dtype, dtype), copy=True)
         self.device, self.dtype = device, dtype
         self.norm = _norm_weight(weights["norm"], cfg, dtype, device)
-        # one layer's tensors looked up at a time: a streamed checkpoint (loader.py) reads only those
-        self.layers = [
-            LlamaLayer({k.split(".", 1)[1]: weights[k].to(device) for k in weights if k.startswith(f"{i}.")},
-                       cfg, i, linear, dtype)
-            for i in range(cfg.num_layers)
-        ]
+        # one tensor looked up at a time, each converted before the next is read: a streamed checkpoint (loader.py)
+        # holds one source tensor besides what the load built, never a whole layer's
+        self.layers = [LlamaLayer(_LayerTensors(weights, i, device), cfg, i, linear, dtype)
+                       for i in range(cfg.num_layers)]
         rows = max_positions or min(cfg.max_position_embeddings, MAX_CONTEXT_CAP)
         self.rope = RotaryEmbedding(cfg.rope_spec, cfg.head_dim, cfg.max_position_embeddings, rows, device, dtype)
         # the sliding-window layers' own RoPE (Gemma 3's local base); None: every layer rotates with `rope`

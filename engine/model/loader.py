@@ -86,8 +86,23 @@ class FusedWeights(Mapping[str, torch.Tensor]):
             raise ValueError(f"checkpoint {what} {got}, config.json says ({rows}, {cols})")
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        tensors = [self._ckpt.tensor(n) for n in self._parts[key]]
-        return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)
+        names = self._parts[key]
+        if len(names) == 1:
+            return self._ckpt.tensor(names[0])
+        # stacked along rows one source at a time, each released before the next is read (not torch.cat of all)
+        shapes = [self._ckpt.shape(n) for n in names]
+        first = self._ckpt.tensor(names[0])
+        out = torch.empty((sum(s[0] for s in shapes), *shapes[0][1:]), dtype=first.dtype)
+        out[: shapes[0][0]].copy_(first)
+        del first
+        row = shapes[0][0]
+        for name, shape in zip(names[1:], shapes[1:], strict=True):
+            out[row : row + shape[0]].copy_(self._ckpt.tensor(name))
+            row += shape[0]
+        return out
+
+    def __contains__(self, key: object) -> bool:  # Mapping's default would read the tensor
+        return key in self._parts
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._parts)
