@@ -23,7 +23,7 @@ def test_every_rule_and_mitigation_says_which_set_it_was_written_for(rules: Risk
     sets = {p.stem for p in event_sets()}
     assert set(rules.rules) <= set(log["rules"]), "add the new rules to evals/data/risk_rule_provenance.json"
     assert set(rules.mitigations) <= set(log["mitigations"])
-    assert {s for kind in ("rules", "mitigations", "facts") for s in log[kind].values()} <= sets
+    assert {s for kind in ("rules", "mitigations", "facts", "readers") for s in log[kind].values()} <= sets
 
 
 def test_sets_come_in_the_order_they_arrived() -> None:
