@@ -200,15 +200,21 @@ def _content(value: object) -> frozenset[str]:
 
 _VERSUS = frozenset({"vs", "versus"})  # cash_30d_vs_90d_ratio, refund_ratio_vs_90d
 _BASELINE = frozenset({"baseline", "benchmark"})  # decline_rate beside baseline_decline_rate
+# A value written as a multiple ("15x", "x15", "15×", "15 times"): a ratio against a baseline whatever language
+# the name is in (belopp_vs_normal: "15x"), so the name need not say which value it compares.
+_MULTIPLE = re.compile(r"\s*(?:[x×]\s*(\d+(?:[.,]\d+)?)|(\d+(?:[.,]\d+)?)\s*(?:[x×]|times))\s*", re.IGNORECASE)
 
 
 def baseline_ratio(named: Sequence[Named]) -> float | None:
     """A value as a multiple of its own baseline, the largest stated: a ratio the name says is one value against
-    another (cash_30d_vs_90d_ratio: 3.1; a percentage when the name says so), or a value beside the same name
+    another (cash_30d_vs_90d_ratio: 3.1; a percentage when the name says so), a value written as a multiple in any
+    name ("15x"), or a value beside the same name
     with a baseline word (decline_rate: 0.41 and baseline_decline_rate: 0.06: 6.8)."""
     numbers = [(n, v) for n in named if (v := number(n.value)) is not None and v >= 0]
     ratios = [v / 100 if n.name.percent else v for n, v in numbers  # "within 4%" is a deviation, not a ratio
               if n.meaning & _VERSUS and len(n.meaning) > 1 and not isinstance(n.value, str)]
+    ratios += [float((m.group(1) or m.group(2)).replace(",", ".")) for n in named if isinstance(n.value, str)
+               and (m := _MULTIPLE.fullmatch(n.value))]
     by_meaning = {n.meaning: v for n, v in numbers}
     for n, v in numbers:
         for word in n.meaning & _BASELINE:

@@ -27,6 +27,7 @@ _UNIT_WORDS = {
 _WINDOW_WORDS = {"today": "day", "daily": "day", "hourly": "hour", "weekly": "week", "monthly": "month",
                  "yearly": "year", "annual": "year", "annually": "year"}
 _WINDOW_LEADS = frozenset({"last", "past", "previous", "prior", "this", "same"})  # "last_hour", "same_day": a span
+_AGO = frozenset({"ago", "before", "earlier"})  # after a unit, even an abbreviated one: the name is an elapsed time
 _BARE_UNITS = frozenset({"minute", "hour", "hr", "day", "week", "month", "mth", "year", "yr"})  # "min" is too often "minimum"
 _FILLER = frozenset("is has was flag flg ind indicator count cnt num number nbr nb of the a an at ago on in per last past "
                     "previous prior within with qty bool yn status time".split())
@@ -111,6 +112,8 @@ def key_name(raw: str) -> KeyName:
         elif t in _WINDOW_LEADS and i + 1 < len(tokens) and singular(tokens[i + 1]) in _UNIT_WORDS:  # "last_hour"
             window = UNIT_HOURS[_UNIT_WORDS[singular(tokens[i + 1])]]
             i += 1
+        elif t in _UNIT_WORDS and i + 1 < len(tokens) and tokens[i + 1] in _AGO:  # "reset_min_ago", "sim_swap_h_ago"
+            unit = _UNIT_WORDS[t]
         elif singular(t) in _BARE_UNITS or t in ("mins", "hrs", "yrs", "wks", "mths", "mos"):  # "min" alone is too often minimum
             unit = _UNIT_WORDS[t] if t in _UNIT_WORDS else _UNIT_WORDS[singular(t)]
         elif t in ("before", "earlier") and i > 0 and singular(tokens[i - 1]) in _BARE_UNITS:

@@ -1,0 +1,145 @@
+"""Leave-one-writer-out figures of the risk pack: judge each labelled set by what was not written for it.
+
+Every labelled set (evals/data/risk_events*.json) was written by a different person. The pack's rules and
+mitigations were written after some of them arrived; evals/data/risk_rule_provenance.json says which set was
+the newest when each entry was first committed (the set it may have been tuned on). Per set this reports:
+
+- `pack`: the pack as shipped (what `finserve eval verdict --quality --rules-only` reports);
+- `without_own`: the pack less the rules and mitigations written for this set: the figure a change must
+  hold on sets it was not written for;
+- `held_out_thresholds`: the score-to-verdict thresholds (medium_at, high_at, review_at) fitted on the
+  other sets only (`fit_thresholds`), then applied to this one.
+
+`fit_thresholds` over all sets gives the thresholds the pack ships (the calibration is fitted on the union,
+checked on each set held out). Run: `python -m evals.risk_lowo [--json-file F]`.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evals.verdict_quality import as_route_reads, figures, load_events
+from policies.risk import ACTIONS, LEVELS, RuleScore, evaluate, verdict
+from policies.risk_model import RiskRules
+
+DATA = Path(__file__).resolve().parent / "data"
+PROVENANCE = DATA / "risk_rule_provenance.json"
+SUMMARY = ("spearman", "risk_level_accuracy", "recommended_action_accuracy")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scored:
+    """One labelled set read and scored once: thresholds can then be tried without scoring again."""
+
+    name: str  # the file's stem, e.g. "risk_events_independent7"
+    rows: tuple[dict[str, Any], ...]  # the labelled events
+    scores: tuple[RuleScore | None, ...]  # per event; None where the route would refuse the event
+
+
+def event_sets(folder: Path = DATA) -> list[Path]:
+    """The labelled sets, the project's own first, then the writers' in the order they arrived."""
+    def order(p: Path) -> tuple[int, str]:
+        tail = p.stem.removeprefix("risk_events").removeprefix("_independent")
+        return (0 if p.stem == "risk_events" else 1, tail.zfill(3))
+    return sorted(folder.glob("risk_events*.json"), key=order)
+
+
+def score_set(rules: RiskRules, path: Path) -> Scored:
+    rows = load_events(path)
+    read = [as_route_reads(r) for r in rows]
+    return Scored(path.stem, tuple(rows), tuple(None if isinstance(e, str) else evaluate(rules, e) for e in read))
+
+
+def set_figures(rules: RiskRules, scored: Scored) -> dict[str, Any]:
+    """Spearman, level and action accuracy of `rules`' thresholds on a set scored with the same pack."""
+    verdicts = [verdict(rules, s) if s is not None else None for s in scored.scores]
+    full = figures(scored.rows, verdicts)
+    return {k: full[k] for k in SUMMARY}
+
+
+def without(rules: RiskRules, names: Iterable[str]) -> RiskRules:
+    """The pack less the named rules and mitigations."""
+    drop = set(names)
+    return dataclasses.replace(rules, rules={n: r for n, r in rules.rules.items() if n not in drop},
+                               mitigations={n: m for n, m in rules.mitigations.items() if n not in drop})
+
+
+def written_for(provenance: Mapping[str, Any], set_name: str) -> list[str]:
+    """The rules and mitigations written while `set_name` was the newest set."""
+    return sorted(n for kind in ("rules", "mitigations") for n, s in provenance.get(kind, {}).items()
+                  if s == set_name)
+
+
+def fit_thresholds(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
+    """The pack with the medium_at, high_at and review_at (even values, 10-90) that get most levels and actions
+    right over `sets`, each set weighted alike (a large set must not outvote a small writer); ties keep the
+    values nearest the shipped ones. The verdict's rule (policies/risk.py `verdict`), on arrays: action = the
+    score's action raised to the fired rules' floor, level = the score's level raised to the action."""
+    grid = np.arange(10, 91, 2)
+    points, floor, level_label, action_label, weight = (np.array(a) for a in zip(*(
+        (s.points if s else -1, ACTIONS.index(s.action.value) if s else 0, LEVELS.index(row["risk_level"]),
+         ACTIONS.index(row["recommended_action"]), 1 / len(one.rows))
+        for one in sets for row, s in zip(one.rows, one.scores, strict=True)), strict=True))
+    valid = points >= 0
+    at = (points[None, :] >= grid[:, None]).astype(int)  # [G, N]: the score reaches each threshold
+    action = np.maximum(at, floor[None, :])  # [R, N]
+    level = np.maximum((at[:, None, :] + at[None, :, :])[None], action[:, None, None, :])  # [R, M, H, N]
+    right_action = ((action == action_label) & valid) @ weight  # [R]
+    right_level = ((level == level_label) & valid) @ weight  # [R, M, H]
+    got = right_level + right_action[:, None, None]
+    review, medium, high = np.meshgrid(grid, grid, grid, indexing="ij")
+    drift = abs(medium - rules.medium_at) + abs(high - rules.high_at) + abs(review - rules.review_at)
+    got = np.where(high > medium, np.round(got, 9), -1.0)
+    best = np.lexsort((drift.ravel(), -got.ravel()))[0]
+    r, m, h = np.unravel_index(best, got.shape)
+    return dataclasses.replace(rules, review_at=int(grid[r]), medium_at=int(grid[m]), high_at=int(grid[h]))
+
+
+def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any]) -> dict[str, Any]:
+    """Per set: the pack's figures, without the entries written for it, and with thresholds fitted elsewhere."""
+    scored = [score_set(rules, p) for p in paths]
+    report: dict[str, Any] = {}
+    for i, s in enumerate(scored):
+        own = written_for(provenance, s.name)
+        ablated = without(rules, own)
+        others = [o for j, o in enumerate(scored) if j != i]
+        fitted = fit_thresholds(rules, others) if others else rules
+        report[s.name] = {
+            "events": len(s.rows), "pack": set_figures(rules, s),
+            "without_own": {"dropped": len(own), **set_figures(ablated, score_set(ablated, paths[i]))},
+            "held_out_thresholds": {"medium_at": fitted.medium_at, "high_at": fitted.high_at,
+                                    "review_at": fitted.review_at, **set_figures(fitted, s)},
+        }
+    union = fit_thresholds(rules, scored)
+    return {"shipped": {"medium_at": rules.medium_at, "high_at": rules.high_at, "review_at": rules.review_at},
+            "fitted_on_all": {"medium_at": union.medium_at, "high_at": union.high_at, "review_at": union.review_at},
+            "sets": report}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from policies import load_policy
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--policy", default=None, help="policy TOML (default: the shipped one)")
+    parser.add_argument("--json-file", default=None, help="write the report here too")
+    args = parser.parse_args(argv)
+    policy = load_policy(args.policy)
+    rules = policy.get(policy.classification.routes["risk"]).risk_rules
+    report = lowo(rules, event_sets(), json.loads(PROVENANCE.read_text(encoding="utf-8")))
+    print(f"{'set':26s} {'pack rho/level/action':>24s} {'without own':>24s} {'held-out thresholds':>24s}")
+    for name, r in report["sets"].items():
+        cols = [" / ".join(f"{r[c][k]:.3f}" for k in SUMMARY) for c in ("pack", "without_own", "held_out_thresholds")]
+        print(f"{name:26s} {cols[0]:>24s} {cols[1]:>24s} {cols[2]:>24s}")
+    print("thresholds shipped", report["shipped"], "fitted on all sets", report["fitted_on_all"])
+    if args.json_file:
+        Path(args.json_file).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
