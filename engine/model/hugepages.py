@@ -24,6 +24,10 @@ _ALIGN = 64  # each tensor moved into an arena starts on a cache line
 
 
 TRIM_EVERY = 64 << 20  # bytes move_to_arena copies between handing the freed originals back (release_freed_memory)
+# A tensor at least this big is allocated on huge pages of its own (`empty_large`) and left where it is by
+# move_to_arena: copying it would hold it twice for a moment (an 8B model's int8 LM head is 0.5 GB).
+OWN_PAGES_MIN = 64 << 20
+_OWN: dict[int, int] = {}  # data_ptr -> bytes of each `empty` result: huge-page aligned and advised
 
 
 @functools.cache
@@ -74,12 +78,26 @@ def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return _advised(shape, dtype)[0]
 
 
+def empty_large(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """`empty` for a tensor of at least OWN_PAGES_MIN bytes (move_to_arena then leaves it in place), else
+    torch.empty."""
+    nbytes = math.prod(int(d) for d in shape) * dtype.itemsize
+    return empty(shape, dtype) if nbytes >= OWN_PAGES_MIN else torch.empty(tuple(shape), dtype=dtype)
+
+
 def _advised(shape: Sequence[int], dtype: torch.dtype) -> tuple[torch.Tensor, int]:  # empty's tensor, bytes advised
     nbytes = math.prod(int(d) for d in shape) * dtype.itemsize
     raw = torch.empty(nbytes + HUGE_PAGE, dtype=torch.uint8)
     off = -raw.data_ptr() % HUGE_PAGE
     out = raw[off : off + nbytes].view(dtype).view(tuple(shape))
-    return out, advise(out.data_ptr(), nbytes)
+    advised = advise(out.data_ptr(), nbytes)
+    _OWN[out.data_ptr()] = advised  # a later allocation at this (huge-page aligned) address replaces the entry
+    return out, advised
+
+
+def _on_own_pages(t: torch.Tensor) -> bool:
+    """t is a large `empty` result, whole: already on advised huge pages of its own."""
+    return t.nbytes >= OWN_PAGES_MIN and _OWN.get(t.data_ptr(), -1) >= t.nbytes - 2 * HUGE_PAGE
 
 
 def zeros(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -93,16 +111,21 @@ def move_to_arena(tensors: Sequence[torch.Tensor]) -> int:
     bytes Linux was asked to back with huge pages (0 when there was nothing to move or the system said no)."""
     seen: set[int] = set()
     todo: list[torch.Tensor] = []
+    in_place = 0  # bytes already on huge pages of their own (empty_large): not copied
     for t in tensors:
         if id(t) in seen or t.device.type != "cpu" or not t.is_contiguous() or t.numel() == 0:
             continue
         seen.add(id(t))
+        if _on_own_pages(t):
+            in_place += _OWN[t.data_ptr()]
+            continue
         todo.append(t)
     sizes = [(t.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN for t in todo]
     total = sum(sizes)
     if total == 0:
-        return 0
+        return in_place
     arena, advised = _advised((total,), torch.uint8)
+    advised += in_place
     off = trimmed = 0
     with torch.no_grad():
         for t, size in zip(todo, sizes, strict=True):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.model import cpu_kernels
+from engine.model import cpu_kernels, hugepages
 from engine.model.formats import quantized_format
 from engine.model.kernel_abi import KernelFormat
 
@@ -79,7 +79,8 @@ def quantize(w: torch.Tensor, kind: str, chunk_rows: int = QUANTIZE_ROWS) -> Qua
         raise ValueError(f"chunk_rows must be a positive multiple of {QR}, not {chunk_rows}")
     n, k = w.shape
     groups, kb = -(-n // QR), _pad_k(k) // QK
-    packed = torch.empty((groups, kb, 8 if layout == KernelFormat.INT8 else 4, QR, 4), dtype=torch.uint8)
+    # a large matrix is packed straight onto huge pages (the native step would otherwise copy it there later)
+    packed = hugepages.empty_large((groups, kb, 8 if layout == KernelFormat.INT8 else 4, QR, 4), torch.uint8)
     scales = torch.empty((groups, kb, QR), dtype=torch.float16)
     mins = torch.empty_like(scales) if layout == KernelFormat.Q4 else None
     for r0 in range(0, n, chunk_rows):

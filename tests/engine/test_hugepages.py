@@ -73,3 +73,20 @@ def test_the_native_step_reads_its_weights_from_one_arena(tiny_model_dir: Path) 
     assert isinstance(first, QuantizedLinear) and any(t is first.weight.packed for t in step._keep)
     if thp_offered():
         assert step.hugepage_bytes > 0 or arena_bytes < 2 * hugepages.HUGE_PAGE
+
+
+@pytest.mark.skipif(not thp_offered(), reason="transparent huge pages not offered")
+def test_a_large_packed_matrix_is_quantized_onto_its_own_huge_pages_and_never_copied(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.model.quant import quantize
+
+    monkeypatch.setattr(hugepages, "OWN_PAGES_MIN", 4 << 20)
+    big = quantize(torch.randn(2048, 4096), "q4")  # packed: 4 MiB
+    small = quantize(torch.randn(64, 64), "q4")
+    assert big.packed.nbytes >= 4 << 20 and big.packed.data_ptr() % hugepages.HUGE_PAGE == 0
+    ptr, before, small_ptr = big.packed.data_ptr(), big.packed.clone(), small.packed.data_ptr()
+    advised = hugepages.move_to_arena([big.packed, big.scales, small.packed])
+    # left in place (an 8B model's int8 head would otherwise be held twice while it is copied), counted as advised
+    assert big.packed.data_ptr() == ptr and torch.equal(big.packed, before)
+    assert advised >= (big.packed.nbytes // hugepages.HUGE_PAGE) * hugepages.HUGE_PAGE
+    assert small.packed.data_ptr() != small_ptr  # a small one is copied into the arena as before
