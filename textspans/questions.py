@@ -76,7 +76,7 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
     # The unit a question counts in decides before any clause of its own ("... stressed when computing DSTI").
     ("share", "share", r"\bhow many (?:basis|percentage) points\b"),
     ("period", "period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|fast|often|"
-                         r"frequently|far in advance|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
+                         r"frequently|far in advance|far ahead|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
     ("multiple", "multiple", r"\bhow many times\b"),
     ("year", "year", r"\b(?:what|which) year\b"),
@@ -180,6 +180,12 @@ def _by_head(question: str) -> str | None:
     return None
 
 
+# A clause that states a condition inside a what/which/how question ("... when more than a year of the term
+# remains"): its "when" is a conjunction, not what is asked.
+_CONDITION = re.compile(r"^(?:what|which|how)\b.*?(,?\s+\b(?:when|whenever|once|if|unless|where)\b[^?]*)",
+                        re.IGNORECASE)
+
+
 def asked_for(question: str, *, plain: str | None = None) -> Asked:
     """The kind of answer `question` asks for. `plain`: the question as written, when `question` carries
     extra words (the forms of the terms it names, for the rules below): the wh-phrase is read there."""
@@ -187,6 +193,9 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
     if asked_part(written) != written:  # the kind is read in the question asked, not in its preamble
         question = question[len(written) - len(asked_part(written)):]
         written = asked_part(written)
+    condition = _CONDITION.search(written)
+    if condition:  # "what is the cap ... when more than a year remains" asks for a cap, not a time
+        question = question[:condition.start(1)] + question[condition.end(1):]
     unit = _UNIT.search(question)
     bound = "upper" if _UPPER.search(written) else "lower" if _LOWER.search(written) else ""
     name = "share" if _AS_SHARE.search(written) else _by_head(written)
@@ -228,7 +237,7 @@ _FRAMED_OF = re.compile(r"\b(?:what|which|how many|how much)\s+(?:[\w-]+\s+){0,2
 # "how many days' notice", "how much capital": the thing counted or measured, less its unit.
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\s+", re.IGNORECASE)
 _UNIT_WORDS = frozenset("second seconds minute minutes hour hours days weeks months quarters years times basis "
-                        "points business working calendar banking clear consecutive full".split())
+                        "points business working calendar banking trading settlement clear consecutive full".split())
 _RESTRICTING = re.compile(r"\b(?:applies|apply|applicable|applying)\s+(?:to|for)\s+|\b(?:for|on)\s+", re.IGNORECASE)
 
 

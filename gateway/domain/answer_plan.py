@@ -120,9 +120,10 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
             ) -> list[Figure]:
     """The figures nearest the question (gateway/domain/figure_choice.py); of a tie across kinds, the preferred kind;
     amounts in a currency the question names before all others.
-    A bare number is no amount, share or date where the sentence states one ("more than 25 locations shall
-    maintain a net worth of at least $500,000": the net worth is $500,000)."""
-    if asked.kinds[0] != NUMBER and any(f.kind == asked.kinds[0] for f in figures):
+    A bare number is no amount, share or date where the sentence states a figure of another kind asked for
+    ("more than 25 locations shall maintain a net worth of at least $500,000": the net worth is $500,000; "GBP
+    250,000 for IRG 4 and 5 counterparties": the limit is no "4")."""
+    if asked.kinds[0] != NUMBER and any(f.kind != NUMBER for f in figures):
         figures = [f for f in figures if f.kind != NUMBER]
     # A currency the question names in a word ("the sterling limit") asks for an amount in it (a code is
     # usually a condition's: "income below EUR 1,200").
