@@ -73,11 +73,14 @@ def _stem(word: str) -> str:
 
 
 # Regulatory drafting says "at least" for a minimum and "not exceed" / "up to" for a maximum, a cap or a limit,
-# and "per day" for daily. Words here, stemmed below.
+# and "per day" for daily; a rule "takes effect", "comes into force" or "commences" on the day it starts to
+# apply. Words here, stemmed below.
 _DRAFTING = {"minimum": ("least",), "floor": ("least", "minimum"), "maximum": ("exceed", "most"),
              "limit": ("exceed",), "cap": ("exceed", "most", "maximum"), "ceiling": ("exceed", "most", "maximum"),
              "large": ("exceed",), "keep": ("maintain", "hold", "retain"), "hold": ("maintain",), "big": ("equal",),
-             "daily": ("day",), "force": ("effect", "effective"), "effective": ("force",), "home": ("residential",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
+             "daily": ("day",), "force": ("effect", "effective", "commence"), "effective": ("force", "commence"),
+             "effect": ("force", "commence"), "commence": ("effect", "effective", "force"),
+             "start": ("commence", "effect", "effective"), "begin": ("commence", "effect", "effective"), "home": ("residential",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
              "single": ("individual", "each", "one", "any"), "inform": ("notify",), "tell": ("notify",),
              "phase": ("transition", "transitional"), "return": ("report", "form"), "individual": ("single", "each")}
 _EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}

@@ -1,0 +1,51 @@
+"""The kind a question asks for agrees with the figure that answers it, and the figure a sentence gives for it is
+the one its own words govern: each test on a document written for it, in wording no labelled set uses."""
+from __future__ import annotations
+
+from gateway.domain.answer_plan import plan_answer
+from gateway.domain.retrieval import DocumentIndex
+from textspans.questions import asked_for
+
+
+def test_a_condition_clause_inside_a_what_question_does_not_make_it_a_when_question() -> None:
+    """"... when more than three years remain" states which case: the question asks for a fee, not a time."""
+    index = DocumentIndex("An exit fee of no more than 2% of the balance may be charged where more than 3 years of "
+                          "the plan remain, and 1% where they do not.")
+    assert asked_for("What is the cap on the exit fee when more than three years of the plan remain?").rule != "when"
+    assert plan_answer(index, "What is the cap on the exit fee when more than three years of the plan remain?"
+                       ).leads[0] == "2%"
+    assert asked_for("When must the fee be refunded?").rule == "when"
+
+
+def test_how_far_ahead_asks_for_the_period_counted_forward() -> None:
+    index = DocumentIndex("1. A dealer must hold a licence. 2. Limits are set by the exchange each quarter. 3. A dealer "
+                          "must tell the exchange within 2 hours if a position breaches its limit, or if it expects a "
+                          "position to breach its limit within the next 5 trading days. 4. Records are kept for 6 years.")
+    p = plan_answer(index, "How far ahead must a dealer warn the exchange of an expected breach?")
+    assert p.leads == ("5 trading days",), p.reason
+
+
+def test_a_bare_number_is_no_answer_where_the_sentence_states_an_amount() -> None:
+    """"grade 3 and 4 clients" labels the amounts; the question's "grade 4" picks the amount it qualifies."""
+    index = DocumentIndex("Margin calls must not exceed EUR 400,000 for grade 1 and 2 clients and EUR 150,000 for "
+                          "grade 3 and 4 clients.")
+    assert plan_answer(index, "What is the largest margin call for grade 4 clients?").leads == ("EUR 150,000",)
+
+
+def test_a_rule_commences_takes_effect_or_comes_into_force_on_the_day_it_starts_to_apply() -> None:
+    index = DocumentIndex("Standard TS 9 - Treasury\n1. This Standard commences on 1 March 2029.\n"
+                          "2. Reports are due by 15 April each year.\n")
+    p = plan_answer(index, "When does TS 9 start to apply?")
+    assert p.leads == ("1 March 2029",), p.reason
+
+
+def test_a_line_of_labelled_fields_gives_each_date_its_own_label() -> None:
+    index = DocumentIndex("Issued: 2 May 2028 | Owner: Treasury | Effective from: 1 June 2028 | Next review: 1 June 2029\n"
+                          "1. The policy sets the bank's funding limits.\n")
+    assert plan_answer(index, "When is the policy next due for review?").leads == ("1 June 2029",)
+    assert plan_answer(index, "From what date is the policy effective?").leads == ("1 June 2028",)
+
+
+def test_a_date_of_another_code_of_the_same_series_is_not_the_asked_one() -> None:
+    index = DocumentIndex("3 Guideline GL-31 takes effect on 1 April 2029 and replaces Guideline GL-12 dated 6 June 2020.")
+    assert plan_answer(index, "When does Guideline GL-31 come into force?").leads == ("1 April 2029",)
