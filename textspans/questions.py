@@ -118,7 +118,7 @@ _NP_END = frozenset(
 # ("loans secured by", "positions maturing beyond"); it names no subject of its own.
 _PARTICIPLES = frozenset("sold held kept paid made given taken sent met bought lent spent built brought laid told found "
                          "written chosen known shown borne drawn put set done granted issued".split())
-_DETERMINERS = frozenset("a an the its their his her this that these those each every any such our your".split())
+_DETERMINERS = frozenset("a an the its their his her this that these those each every any such our your other another".split())
 _WH = re.compile(r"\b(?:what|which)\b", re.IGNORECASE)
 
 
@@ -137,7 +137,9 @@ def _noun_phrase(words: list[str]) -> list[str]:
             break
         following = words[i + 1].casefold() if i + 1 < len(words) else ""
         plural = bool(out) and out[-1].endswith("s") and not out[-1].endswith("ss")
-        if out and (plural and following in _DETERMINERS or following in _NP_END and _is_participle(low)):
+        # "funds using swing pricing": an -ing word after a plural noun is a participle's clause, not a noun
+        if out and (plural and (following in _DETERMINERS or low.endswith("ing") and len(low) > 4)
+                    or following in _NP_END and _is_participle(low)):
             break
         if low not in _DETERMINERS:
             out.append(w)
@@ -241,14 +243,24 @@ _UNIT_WORDS = frozenset("second seconds minute minutes hour hours days weeks mon
 _RESTRICTING = re.compile(r"\b(?:applies|apply|applicable|applying)\s+(?:to|for)\s+|\b(?:for|on)\s+", re.IGNORECASE)
 
 
+# "What uptime must SLAs for IBS systems guarantee?": a question whose subject follows its modal ends on its verb.
+_INVERTED = re.compile(r"^(?:what|which)\b[^?]*?\b(?:must|should|may|can|shall|will|do|does|did|would|could)\b",
+                       re.IGNORECASE)
+
+
 def restricting_phrases(question: str) -> list[list[str]]:
     """The noun phrases after "for", "on" or "applies to" that say which case the question asks about ("for
-    USD positions", "for a continuing offence"); a figure's frame is none ("for how long", "on 1 May")."""
+    USD positions", "for a continuing offence"); a figure's frame is none ("for how long", "on 1 May"). A phrase
+    that ends an inverted question ends before its verb ("... must SLAs for IBS systems guarantee?")."""
     out = []
     for m in _RESTRICTING.finditer(question):
         rest = _words(question[m.end():])
         if rest and not rest[0][0].isdigit() and rest[0].casefold() not in {"how", "what", "which", "whom"}:
-            out.append(_noun_phrase(rest))
+            phrase = _noun_phrase(rest)
+            last = phrase[-1] if phrase else ""
+            if len(phrase) == len(rest) > 1 and last.islower() and not last.endswith("s") and _INVERTED.match(question):
+                phrase = phrase[:-1]
+            out.append(phrase)
     return out
 
 

@@ -197,7 +197,7 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
     figures = _bound_to_stated(question, figures, candidate.figures) or figures
     own = _cell_phrases(candidate, figures) if candidate.header else _field_phrases(sentence, figures) \
         or phrases(sentence, figures, candidate.figures)
-    codes = {series: number for series, number in _CODE.findall(question)}
+    codes: dict[str, str] = dict(_CODE.findall(question))
     for f, phrase in zip(figures, own, strict=True):
         before = re.search(r"(\w+)\W*$", sentence[:f.start])
         bonus = math.log(1 + len(index.sentences)) if before and before.group(1).casefold() in echo else 0.0

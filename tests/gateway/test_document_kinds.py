@@ -49,3 +49,36 @@ def test_a_line_of_labelled_fields_gives_each_date_its_own_label() -> None:
 def test_a_date_of_another_code_of_the_same_series_is_not_the_asked_one() -> None:
     index = DocumentIndex("3 Guideline GL-31 takes effect on 1 April 2029 and replaces Guideline GL-12 dated 6 June 2020.")
     assert plan_answer(index, "When does Guideline GL-31 come into force?").leads == ("1 April 2029",)
+
+
+# ---- what the question is about: words the document must use, and words it need not ----
+def test_a_participle_clause_or_an_inverted_questions_verb_is_not_what_the_question_is_about() -> None:
+    """"for desks running leverage" restricts the desks; "must ... ensure" is the question's verb: neither word
+    has to be in the document, whose rule answers the question."""
+    index = DocumentIndex("1. Where leverage is run by a trading desk, the gross exposure must not exceed 250% of the "
+                          "desk's capital allocation. 2. Desk heads report monthly.")
+    p = plan_answer(index, "What is the maximum gross exposure for desks running leverage?")
+    assert p.leads == ("250%",), p.reason
+    sla = DocumentIndex("C4. Contracts for critical vendors must provide for a recovery time of at most 4 hours.")
+    p = plan_answer(sla, "What maximum recovery time must contracts for critical vendors ensure?")
+    assert p.leads == ("4 hours",), p.reason
+
+
+def test_a_word_glossed_in_brackets_is_used_when_its_gloss_is() -> None:
+    index = DocumentIndex("Maximum LTV | Insured | Uninsured\nBuy-to-let loan | 90% | 75%\n")
+    p = plan_answer(index, "What is the maximum LTV for a conventional (uninsured) buy-to-let loan?")
+    assert p.leads == ("75%",), p.reason
+    assert not plan_answer(index, "What is the maximum LTV for a conventional bridging loan?").found
+
+
+def test_a_term_the_question_excludes_need_not_be_in_the_answers_sentence() -> None:
+    index = DocumentIndex("5.1 A bank's exposure to one counterparty must not exceed 25% of its tier 1 capital.\n"
+                          "5.2 An exposure of a G-SIB to another G-SIB must not exceed 15% of its tier 1 capital.\n")
+    p = plan_answer(index, "What is the counterparty exposure limit for banks other than G-SIBs?")
+    assert p.leads == ("25%",), p.reason
+
+
+def test_a_payment_institution_is_a_pi() -> None:
+    index = DocumentIndex("9.1 A payment institution that holds funds overnight must insure them up to EUR 2 million.")
+    p = plan_answer(index, "What insurance limit applies to PIs holding funds overnight?")
+    assert p.leads == ("EUR 2 million",), p.reason
