@@ -104,11 +104,18 @@ _LETTER = re.compile(r"\b[A-Za-z][a-z]+ ([A-Z])(?![\w'-])|(?:^|\|)[ \t]*([A-Z])[
 _MIXED = re.compile(r"(?<![\w-])(\d[A-Za-z]|[A-Za-z]\d)(?![\w-])")
 
 
+# A credit rating grade: notched ("BB+", "A-"), or named as a rating ("rated BB", "A-rated"); its notch is left
+# off, so "a counterparty rated BB" meets the row "BB+ to BB-".
+_GRADE = re.compile(r"(?<![\w+-])(AAA|AA|A|BBB|BB|B|CCC|CC|C)(?:[+-](?![\w])|(?=-rated\b))|(?<=\brated )(AAA|AA|A|BBB|BB|"
+                    r"B|CCC|CC|C)(?![\w])")
+
+
 def identifiers(text: str) -> list[str]:
     """The short names of members of a series in `text`, lower-cased: words are terms only from three letters
-    on, and "Class Z" is told from "Class A" by its letter alone."""
+    on, and "Class Z" is told from "Class A" by its letter alone; a rating grade ("BB+") by its letters."""
     return [(m.group(1) or m.group(2)).lower() for m in _LETTER.finditer(text)] + \
-        [m.group(1).lower() for m in _MIXED.finditer(text)]
+        [m.group(1).lower() for m in _MIXED.finditer(text)] + \
+        ["grade:" + (m.group(1) or m.group(2)).lower() for m in _GRADE.finditer(text)]
 
 
 def mentions(text: str, index: ConceptIndex) -> list[tuple[str, frozenset[str]]]:

@@ -82,3 +82,11 @@ def test_a_payment_institution_is_a_pi() -> None:
     index = DocumentIndex("9.1 A payment institution that holds funds overnight must insure them up to EUR 2 million.")
     p = plan_answer(index, "What insurance limit applies to PIs holding funds overnight?")
     assert p.leads == ("EUR 2 million",), p.reason
+
+
+def test_a_rating_grade_meets_its_notched_row() -> None:
+    """"rated BBB" is the row "BBB+ to BBB-", not the "BB+ to BB-" row nor the first one."""
+    index = DocumentIndex("Counterparty grade | Ratings | Maximum tenor\n1 | AAA to AA- | 15 years\n2 | BBB+ to BBB- | 5 years\n"
+                          "3 | BB+ to BB- | 2 years\n")
+    assert plan_answer(index, "What is the maximum tenor for an counterparty rated BBB?").leads == ("5 years",)
+    assert plan_answer(index, "What is the maximum tenor for a BB-rated counterparty?").leads == ("2 years",)
