@@ -76,7 +76,7 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
     # The unit a question counts in decides before any clause of its own ("... stressed when computing DSTI").
     ("share", "share", r"\bhow many (?:basis|percentage) points\b"),
     ("period", "period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|fast|often|"
-                         r"frequently|far in advance|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
+                         r"frequently|far in advance|far ahead|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
     ("multiple", "multiple", r"\bhow many times\b"),
     ("year", "year", r"\b(?:what|which) year\b"),
@@ -118,7 +118,7 @@ _NP_END = frozenset(
 # ("loans secured by", "positions maturing beyond"); it names no subject of its own.
 _PARTICIPLES = frozenset("sold held kept paid made given taken sent met bought lent spent built brought laid told found "
                          "written chosen known shown borne drawn put set done granted issued".split())
-_DETERMINERS = frozenset("a an the its their his her this that these those each every any such our your".split())
+_DETERMINERS = frozenset("a an the its their his her this that these those each every any such our your other another".split())
 _WH = re.compile(r"\b(?:what|which)\b", re.IGNORECASE)
 
 
@@ -137,7 +137,9 @@ def _noun_phrase(words: list[str]) -> list[str]:
             break
         following = words[i + 1].casefold() if i + 1 < len(words) else ""
         plural = bool(out) and out[-1].endswith("s") and not out[-1].endswith("ss")
-        if out and (plural and following in _DETERMINERS or following in _NP_END and _is_participle(low)):
+        # "funds using swing pricing": an -ing word after a plural noun is a participle's clause, not a noun
+        if out and (plural and (following in _DETERMINERS or low.endswith("ing") and len(low) > 4)
+                    or following in _NP_END and _is_participle(low)):
             break
         if low not in _DETERMINERS:
             out.append(w)
@@ -180,6 +182,12 @@ def _by_head(question: str) -> str | None:
     return None
 
 
+# A clause that states a condition inside a what/which/how question ("... when more than a year of the term
+# remains"): its "when" is a conjunction, not what is asked.
+_CONDITION = re.compile(r"^(?:what|which|how)\b.*?(,?\s+\b(?:when|whenever|once|if|unless|where)\b[^?]*)",
+                        re.IGNORECASE)
+
+
 def asked_for(question: str, *, plain: str | None = None) -> Asked:
     """The kind of answer `question` asks for. `plain`: the question as written, when `question` carries
     extra words (the forms of the terms it names, for the rules below): the wh-phrase is read there."""
@@ -187,6 +195,9 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
     if asked_part(written) != written:  # the kind is read in the question asked, not in its preamble
         question = question[len(written) - len(asked_part(written)):]
         written = asked_part(written)
+    condition = _CONDITION.search(written)
+    if condition:  # "what is the cap ... when more than a year remains" asks for a cap, not a time
+        question = question[:condition.start(1)] + question[condition.end(1):]
     unit = _UNIT.search(question)
     bound = "upper" if _UPPER.search(written) else "lower" if _LOWER.search(written) else ""
     name = "share" if _AS_SHARE.search(written) else _by_head(written)
@@ -228,18 +239,28 @@ _FRAMED_OF = re.compile(r"\b(?:what|which|how many|how much)\s+(?:[\w-]+\s+){0,2
 # "how many days' notice", "how much capital": the thing counted or measured, less its unit.
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\s+", re.IGNORECASE)
 _UNIT_WORDS = frozenset("second seconds minute minutes hour hours days weeks months quarters years times basis "
-                        "points business working calendar banking clear consecutive full".split())
+                        "points business working calendar banking trading settlement clear consecutive full".split())
 _RESTRICTING = re.compile(r"\b(?:applies|apply|applicable|applying)\s+(?:to|for)\s+|\b(?:for|on)\s+", re.IGNORECASE)
+
+
+# "What uptime must SLAs for IBS systems guarantee?": a question whose subject follows its modal ends on its verb.
+_INVERTED = re.compile(r"^(?:what|which)\b[^?]*?\b(?:must|should|may|can|shall|will|do|does|did|would|could)\b",
+                       re.IGNORECASE)
 
 
 def restricting_phrases(question: str) -> list[list[str]]:
     """The noun phrases after "for", "on" or "applies to" that say which case the question asks about ("for
-    USD positions", "for a continuing offence"); a figure's frame is none ("for how long", "on 1 May")."""
+    USD positions", "for a continuing offence"); a figure's frame is none ("for how long", "on 1 May"). A phrase
+    that ends an inverted question ends before its verb ("... must SLAs for IBS systems guarantee?")."""
     out = []
     for m in _RESTRICTING.finditer(question):
         rest = _words(question[m.end():])
         if rest and not rest[0][0].isdigit() and rest[0].casefold() not in {"how", "what", "which", "whom"}:
-            out.append(_noun_phrase(rest))
+            phrase = _noun_phrase(rest)
+            last = phrase[-1] if phrase else ""
+            if len(phrase) == len(rest) > 1 and last.islower() and not last.endswith("s") and _INVERTED.match(question):
+                phrase = phrase[:-1]
+            out.append(phrase)
     return out
 
 

@@ -55,6 +55,13 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
             question = re.sub(rf"(?<![\w-]){re.escape(abbr)}s?(?![\w-])", spelled, question)
             unknown.remove(abbr)
     named = mentions(question, index.concepts)
+    # "banks that are not G-SIBs": a term named to be excluded neither ranks sentences nor need be in the answer's
+    # context
+    excluded = [(s, e, CONCEPT + c) for s, e, c in index.concepts.find(question) if _NEGATION.search(question[:s])]
+    negated = {c for _, _, c in excluded}
+    ranking = question
+    for s, e, _ in reversed(excluded):
+        ranking = ranking[:s] + ranking[e:]
     # The kind is read with each abbreviation spelled out ("the minimum LCR ... outside a stress period" asks
     # for a ratio, not a period)
     inline = _long_forms(question, index)
@@ -64,7 +71,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     absent += unknown + _unused_words(question, index)
     if absent:
         return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
-    ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(question, asked, quotable)),
+    ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(ranking, asked, quotable)),
                                    max(DEPTH, k + 1)))
     if not ranked:
         return AnswerPlan(asked, (), (), (), False, "no sentence shares a word with the question")
@@ -75,7 +82,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
         leads = {f"{asked.noun} {best.label}" if best.label.isdigit() else best.label: ""} if best.label else {}
         reason = "article" if leads else "free"
     elif asked.kinds:
-        chosen = _figure_sentence(ranked[:DEPTH], asked, named)
+        chosen = _figure_sentence(ranked[:DEPTH], asked, [(c, w) for c, w in named if c not in negated])
         if chosen is None:  # a figure question is answered with a figure of the document, or not found
             return AnswerPlan(asked, (), (), (), False, f"no {' or '.join(asked.kinds)} in the best sentences")
         else:
@@ -120,9 +127,10 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
             ) -> list[Figure]:
     """The figures nearest the question (gateway/domain/figure_choice.py); of a tie across kinds, the preferred kind;
     amounts in a currency the question names before all others.
-    A bare number is no amount, share or date where the sentence states one ("more than 25 locations shall
-    maintain a net worth of at least $500,000": the net worth is $500,000)."""
-    if asked.kinds[0] != NUMBER and any(f.kind == asked.kinds[0] for f in figures):
+    A bare number is no amount, share or date where the sentence states a figure of another kind asked for
+    ("more than 25 locations shall maintain a net worth of at least $500,000": the net worth is $500,000; "GBP
+    250,000 for IRG 4 and 5 counterparties": the limit is no "4")."""
+    if asked.kinds[0] != NUMBER and any(f.kind != NUMBER for f in figures):
         figures = [f for f in figures if f.kind != NUMBER]
     # A currency the question names in a word ("the sterling limit") asks for an amount in it (a code is
     # usually a condition's: "income below EUR 1,200").
@@ -143,15 +151,26 @@ def _long_forms(question: str, index: DocumentIndex) -> str:
     return question
 
 
+_NEGATION = re.compile(r"\b(?:not|non|other than|except|excluding|without)\W+(?:\w+\W+)?$", re.IGNORECASE)
+# "a conventional (uninsured) mortgage": the word in brackets is another name of the word before them.
+_GLOSSED = re.compile(r"([A-Za-z][\w'-]*)\s*\(([^()]+)\)")
+
+
 def _unused_words(question: str, index: DocumentIndex) -> list[str]:
     """Words of what the question is about (textspans/questions.py `asked_concept`) that the document never
-    uses in any form: "What minimum credit score ..." on a document without "score"."""
+    uses in any form: "What minimum credit score ..." on a document without "score"; a word glossed in brackets
+    is used when its gloss is, and the gloss when the word is."""
     spans = [(s, e) for s, e, c in index.concepts.find(question) if CONCEPT + c in index.df]
+    other: dict[str, list[str]] = {}
+    for m in _GLOSSED.finditer(question):
+        other.setdefault(m.group(1), []).extend(m.group(2).split())
+        other.setdefault(m.group(2).split()[-1], []).append(m.group(1))
     out = []
     for m in re.finditer(r"[A-Za-z0-9][A-Za-z0-9'-]*", question):
-        if m.group(0) in asked_concept(question) and not any(s <= m.start() < e for s, e in spans) \
-                and not index.uses(m.group(0)):
-            out.append(m.group(0))
+        word = m.group(0)
+        if word in asked_concept(question) and not any(s <= m.start() < e for s, e in spans) \
+                and not index.uses(word) and not any(index.uses(w) for w in other.get(word, [])):
+            out.append(word)
     return list(dict.fromkeys(out))
 
 

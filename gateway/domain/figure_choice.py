@@ -15,7 +15,9 @@ itself states is a condition, not the answer ("with a risk weight of 35% or less
 qualifies is ("USD 3.7 million until 31 December 2027 and USD 4.0 million from 1 January 2028" asked "from 1
 January 2028": USD 4.0 million), and of a range
 ("between 1% and 3.5%"), or of figures drafted as both bounds ("not fall below 25 per cent nor exceed 45 per
-cent"), the end the question asks for is kept ("the upper end": 3.5%; "the minimum": 25 per cent).
+cent"), the end the question asks for is kept ("the upper end": 3.5%; "the minimum": 25 per cent). In a line of
+labelled fields ("Approved on 18 May 2028 | Next review: 1 June 2029") a figure's phrase is its field; a phrase
+naming another code of the series the question names ("Notice FXR-09" for "Notice FXR-14") answers nothing.
 """
 from __future__ import annotations
 
@@ -49,6 +51,14 @@ _ECHOES = {"above": ("above", "exceeds", "exceed", "exceeding", "over", "than"),
            "over": ("over", "above", "exceeds", "exceed", "exceeding", "than"),
            "exceeding": ("exceeding", "exceeds", "exceed", "above", "over", "than"),
            "below": ("below", "under", "than"), "under": ("under", "below", "than")}
+# "how far ahead", "how far in advance": a period counted forward, written "within the next 10 days".
+_AHEAD = re.compile(r"\bhow far (?:ahead|in advance)\b", re.IGNORECASE)
+_AHEAD_ECHOES = ("next", "advance", "ahead", "prior", "before", "following")
+# A document's code ("FXR-14", "CCR-POL-004"): a phrase naming another code of the same series ("Notice FXR-09")
+# is about another document, whatever words it shares with the question.
+_CODE = re.compile(r"\b([A-Z][A-Z0-9]*(?:-[A-Z]+)*)-(\d+)\b")
+# A field of a line of fields ("Date: October 2024 | Effective date: January 31, 2025"): its label names its value.
+_FIELD = re.compile(r"^\s*[A-Za-z][\w ()'-]{0,40}:\s")
 # A later figure introduced by one of these is in a clause of its own, not a list with the first.
 _SUBORDINATE = re.compile(r"(?:provided|unless|if|where|when|whereas|except|subject|save|which|that|so|because|"
                           r"although|though|while)\b", re.IGNORECASE)
@@ -105,6 +115,15 @@ def _cell_phrases(candidate: Candidate, figures: list[Figure]) -> list[str]:
         column = header[slice(*head_cells[j])] if 0 <= j < len(head_cells) == len(row_cells) else ""
         out.append(f"{column} {row[slice(*row_cells[j])] if j >= 0 else f.text}")
     return out
+
+
+def _field_phrases(sentence: str, figures: list[Figure]) -> list[str]:
+    """In a line of fields ("Approved on 18 September 2024 | Next review: 30 September 2025"), each figure's phrase
+    is its field; [] when `sentence` is no such line (fewer than two cells, none labelled "Label:")."""
+    spans = cells(sentence)
+    if len(spans) < 2 or not any(_FIELD.match(sentence[a:b]) for a, b in spans):
+        return []
+    return [next((sentence[a:b] for a, b in spans if a <= f.start < b), f.text) for f in figures]
 
 
 def row_values(candidate: Candidate, figures: list[Figure]) -> list[Figure]:
@@ -169,17 +188,21 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
     written = dict(mentions(question, index.concepts))
     echo = {form for m in _ASKED_WITH.finditer(question) for form in _ECHOES.get(m.group(1).casefold(),
                                                                                  (m.group(1).casefold(),))}
+    echo |= set(_AHEAD_ECHOES) if _AHEAD.search(question) else set()
     head = set(terms(" ".join(wh_phrase(question)), index.concepts))
     # The case the question restricts to ("for a continuing offence") tells parallel figures apart as much as
     # the noun it asks with: "a fine not exceeding 250,000 and, in the case of a continuing offence, ... 25,000".
     head |= set(terms(" ".join(w for p in restricting_phrases(question) for w in p), index.concepts))
     sentence, scores = candidate.sentence, []
     figures = _bound_to_stated(question, figures, candidate.figures) or figures
-    own = _cell_phrases(candidate, figures) if candidate.header else phrases(sentence, figures, candidate.figures)
+    own = _cell_phrases(candidate, figures) if candidate.header else _field_phrases(sentence, figures) \
+        or phrases(sentence, figures, candidate.figures)
+    codes: dict[str, str] = dict(_CODE.findall(question))
     for f, phrase in zip(figures, own, strict=True):
         before = re.search(r"(\w+)\W*$", sentence[:f.start])
         bonus = math.log(1 + len(index.sentences)) if before and before.group(1).casefold() in echo else 0.0
         held = index.held(wanted, set(terms(phrase, index.concepts)), written)
-        scores.append(index.idf(held) + index.idf(held & head) + bonus)
+        other = any(codes.get(series, number) != number for series, number in _CODE.findall(phrase))
+        scores.append(0.0 if other else index.idf(held) + index.idf(held & head) + bonus)
     top = max(scores)
     return [f for f, s in zip(figures, scores, strict=True) if math.isclose(s, top)]

@@ -73,11 +73,14 @@ def _stem(word: str) -> str:
 
 
 # Regulatory drafting says "at least" for a minimum and "not exceed" / "up to" for a maximum, a cap or a limit,
-# and "per day" for daily. Words here, stemmed below.
+# and "per day" for daily; a rule "takes effect", "comes into force" or "commences" on the day it starts to
+# apply. Words here, stemmed below.
 _DRAFTING = {"minimum": ("least",), "floor": ("least", "minimum"), "maximum": ("exceed", "most"),
              "limit": ("exceed",), "cap": ("exceed", "most", "maximum"), "ceiling": ("exceed", "most", "maximum"),
              "large": ("exceed",), "keep": ("maintain", "hold", "retain"), "hold": ("maintain",), "big": ("equal",),
-             "daily": ("day",), "force": ("effect", "effective"), "effective": ("force",), "home": ("residential",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
+             "daily": ("day",), "force": ("effect", "effective", "commence"), "effective": ("force", "commence"),
+             "effect": ("force", "commence"), "commence": ("effect", "effective", "force"),
+             "start": ("commence", "effect", "effective"), "begin": ("commence", "effect", "effective"), "home": ("residential",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
              "single": ("individual", "each", "one", "any"), "inform": ("notify",), "tell": ("notify",),
              "phase": ("transition", "transitional"), "return": ("report", "form"), "individual": ("single", "each")}
 _EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}
@@ -101,11 +104,18 @@ _LETTER = re.compile(r"\b[A-Za-z][a-z]+ ([A-Z])(?![\w'-])|(?:^|\|)[ \t]*([A-Z])[
 _MIXED = re.compile(r"(?<![\w-])(\d[A-Za-z]|[A-Za-z]\d)(?![\w-])")
 
 
+# A credit rating grade: notched ("BB+", "A-"), or named as a rating ("rated BB", "A-rated"); its notch is left
+# off, so "a counterparty rated BB" meets the row "BB+ to BB-".
+_GRADE = re.compile(r"(?<![\w+-])(AAA|AA|A|BBB|BB|B|CCC|CC|C)(?:[+-](?![\w])|(?=-rated\b))|(?<=\brated )(AAA|AA|A|BBB|BB|"
+                    r"B|CCC|CC|C)(?![\w])")
+
+
 def identifiers(text: str) -> list[str]:
     """The short names of members of a series in `text`, lower-cased: words are terms only from three letters
-    on, and "Class Z" is told from "Class A" by its letter alone."""
+    on, and "Class Z" is told from "Class A" by its letter alone; a rating grade ("BB+") by its letters."""
     return [(m.group(1) or m.group(2)).lower() for m in _LETTER.finditer(text)] + \
-        [m.group(1).lower() for m in _MIXED.finditer(text)]
+        [m.group(1).lower() for m in _MIXED.finditer(text)] + \
+        ["grade:" + (m.group(1) or m.group(2)).lower() for m in _GRADE.finditer(text)]
 
 
 def mentions(text: str, index: ConceptIndex) -> list[tuple[str, frozenset[str]]]:

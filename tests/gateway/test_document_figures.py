@@ -34,6 +34,8 @@ def kinds(text: str, words: bool = False) -> list[tuple[str, str]]:
     pytest.param("within four hours, 42 days, five business days, a 30-day period, once a year, annually",
                  [(DURATION, "four hours"), (DURATION, "42 days"), (DURATION, "five business days"),
                   (DURATION, "30-day"), (DURATION, "once a year"), (DURATION, "annually")], id="duration"),
+    pytest.param("within the next 5 trading days, 2 settlement days",
+                 [(DURATION, "5 trading days"), (DURATION, "2 settlement days")], id="duration-market-days"),
     pytest.param("a ratio of 3:1, covered 1.5 times", [(RATIO, "3:1"), (RATIO, "1.5 times")], id="ratio"),
     pytest.param("in 2026 there were 12 cases", [(NUMBER, "2026"), (NUMBER, "12")], id="number"),
 ])

@@ -1,0 +1,92 @@
+"""The kind a question asks for agrees with the figure that answers it, and the figure a sentence gives for it is
+the one its own words govern: each test on a document written for it, in wording no labelled set uses."""
+from __future__ import annotations
+
+from gateway.domain.answer_plan import plan_answer
+from gateway.domain.retrieval import DocumentIndex
+from textspans.questions import asked_for
+
+
+def test_a_condition_clause_inside_a_what_question_does_not_make_it_a_when_question() -> None:
+    """"... when more than three years remain" states which case: the question asks for a fee, not a time."""
+    index = DocumentIndex("An exit fee of no more than 2% of the balance may be charged where more than 3 years of "
+                          "the plan remain, and 1% where they do not.")
+    assert asked_for("What is the cap on the exit fee when more than three years of the plan remain?").rule != "when"
+    assert plan_answer(index, "What is the cap on the exit fee when more than three years of the plan remain?"
+                       ).leads[0] == "2%"
+    assert asked_for("When must the fee be refunded?").rule == "when"
+
+
+def test_how_far_ahead_asks_for_the_period_counted_forward() -> None:
+    index = DocumentIndex("1. A dealer must hold a licence. 2. Limits are set by the exchange each quarter. 3. A dealer "
+                          "must tell the exchange within 2 hours if a position breaches its limit, or if it expects a "
+                          "position to breach its limit within the next 5 trading days. 4. Records are kept for 6 years.")
+    p = plan_answer(index, "How far ahead must a dealer warn the exchange of an expected breach?")
+    assert p.leads == ("5 trading days",), p.reason
+
+
+def test_a_bare_number_is_no_answer_where_the_sentence_states_an_amount() -> None:
+    """"grade 3 and 4 clients" labels the amounts; the question's "grade 4" picks the amount it qualifies."""
+    index = DocumentIndex("Margin calls must not exceed EUR 400,000 for grade 1 and 2 clients and EUR 150,000 for "
+                          "grade 3 and 4 clients.")
+    assert plan_answer(index, "What is the largest margin call for grade 4 clients?").leads == ("EUR 150,000",)
+
+
+def test_a_rule_commences_takes_effect_or_comes_into_force_on_the_day_it_starts_to_apply() -> None:
+    index = DocumentIndex("Standard TS 9 - Treasury\n1. This Standard commences on 1 March 2029.\n"
+                          "2. Reports are due by 15 April each year.\n")
+    p = plan_answer(index, "When does TS 9 start to apply?")
+    assert p.leads == ("1 March 2029",), p.reason
+
+
+def test_a_line_of_labelled_fields_gives_each_date_its_own_label() -> None:
+    index = DocumentIndex("Issued: 2 May 2028 | Owner: Treasury | Effective from: 1 June 2028 | Next review: 1 June 2029\n"
+                          "1. The policy sets the bank's funding limits.\n")
+    assert plan_answer(index, "When is the policy next due for review?").leads == ("1 June 2029",)
+    assert plan_answer(index, "From what date is the policy effective?").leads == ("1 June 2028",)
+
+
+def test_a_date_of_another_code_of_the_same_series_is_not_the_asked_one() -> None:
+    index = DocumentIndex("3 Guideline GL-31 takes effect on 1 April 2029 and replaces Guideline GL-12 dated 6 June 2020.")
+    assert plan_answer(index, "When does Guideline GL-31 come into force?").leads == ("1 April 2029",)
+
+
+# ---- what the question is about: words the document must use, and words it need not ----
+def test_a_participle_clause_or_an_inverted_questions_verb_is_not_what_the_question_is_about() -> None:
+    """"for desks running leverage" restricts the desks; "must ... ensure" is the question's verb: neither word
+    has to be in the document, whose rule answers the question."""
+    index = DocumentIndex("1. Where leverage is run by a trading desk, the gross exposure must not exceed 250% of the "
+                          "desk's capital allocation. 2. Desk heads report monthly.")
+    p = plan_answer(index, "What is the maximum gross exposure for desks running leverage?")
+    assert p.leads == ("250%",), p.reason
+    sla = DocumentIndex("C4. Contracts for critical vendors must provide for a recovery time of at most 4 hours.")
+    p = plan_answer(sla, "What maximum recovery time must contracts for critical vendors ensure?")
+    assert p.leads == ("4 hours",), p.reason
+
+
+def test_a_word_glossed_in_brackets_is_used_when_its_gloss_is() -> None:
+    index = DocumentIndex("Maximum LTV | Insured | Uninsured\nBuy-to-let loan | 90% | 75%\n")
+    p = plan_answer(index, "What is the maximum LTV for a conventional (uninsured) buy-to-let loan?")
+    assert p.leads == ("75%",), p.reason
+    assert not plan_answer(index, "What is the maximum LTV for a conventional bridging loan?").found
+
+
+def test_a_term_the_question_excludes_need_not_be_in_the_answers_sentence() -> None:
+    index = DocumentIndex("5.1 A bank's exposure to one counterparty must not exceed 25% of its tier 1 capital.\n"
+                          "5.2 An exposure of a G-SIB to another G-SIB must not exceed 15% of its tier 1 capital.\n")
+    p = plan_answer(index, "What is the counterparty exposure limit for banks other than G-SIBs?")
+    assert p.leads == ("25%",), p.reason
+
+
+def test_a_payment_institution_is_a_pi() -> None:
+    index = DocumentIndex("9.1 A payment institution that holds funds overnight must insure them up to EUR 2 million.")
+    p = plan_answer(index, "What insurance limit applies to PIs holding funds overnight?")
+    assert p.leads == ("EUR 2 million",), p.reason
+
+
+def test_a_rating_grade_meets_its_notched_row() -> None:
+    """"rated BBB" is the row "BBB+ to BBB-", not the "BB+ to BB-" row nor the first one."""
+    index = DocumentIndex("Counterparty grade | Ratings | Maximum tenor\n1 | AAA to AA- | 15 years\n2 | BBB+ to BBB- | 5 years\n"
+                          "3 | BB+ to BB- | 2 years\n")
+    assert plan_answer(index, "What is the maximum tenor for an counterparty rated BBB?").leads == ("5 years",)
+    assert plan_answer(index, "What is the maximum tenor for a BB-rated counterparty?").leads == ("2 years",)
