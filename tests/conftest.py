@@ -5,6 +5,7 @@ Area-specific fixtures belong in tests/<area>/conftest.py.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,12 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: takes tens of seconds (run by default; deselect with -m 'not slow')")
+    # Logging as every finserve process configures it (JSON off a terminal). Left unconfigured, structlog renders a
+    # logged exception with rich, every frame's locals included: seconds each, on the event loop of the app under
+    # test (an app whose engine fails to load waited 10-20 s in its lifespan for that log line alone).
+    from core.logging import configure_logging
+
+    configure_logging(json=True, level="info")
 
 
 def _test_cache() -> Path:
@@ -59,3 +66,25 @@ def gguf_family(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Pat
 
     root = tmp_path_factory.mktemp("gguf_families")
     return lambda case: imported_model(root, case, default_model_dir)
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], str]:
+    """Factory: migrated_sqlite(path) -> the URL of a new SQLite database file at `path`, at the migration chain's head.
+
+    Each is a copy of one database migrated once a session: an Alembic upgrade costs a fraction of a second and
+    hundreds of tests each start from a fresh migrated database. The chain itself still runs from an empty database
+    in tests/ledger/test_migrations.py, test_batch_migration.py and every test that starts `finserve serve`."""
+    from core.db.migrate import upgrade
+
+    template = tmp_path_factory.mktemp("migrated_sqlite") / "template.db"
+    assert upgrade(f"sqlite:///{template}") is not None
+    # Every connection is closed: the WAL is checkpointed into the file and removed, so the file alone is the database.
+    assert not template.with_name(template.name + "-wal").exists()
+
+    def make(path: Path) -> str:
+        assert not path.exists(), f"{path} exists: a copy would overwrite a database"
+        shutil.copyfile(template, path)
+        return f"sqlite:///{path}"
+
+    return make

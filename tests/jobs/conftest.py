@@ -1,7 +1,7 @@
 """Jobs fixtures: a migrated SQLite ledger, API keys, a real redis-server, and the whole stack."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -9,7 +9,6 @@ import torch
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.db.base import make_engine, make_session_factory
-from core.db.migrate import upgrade
 from core.keys import create_key
 from engine.client import LocalEngineClient
 from engine.config import EngineConfig
@@ -27,10 +26,9 @@ SCHEMA = {
 
 
 @pytest.fixture()
-def db_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    upgrade(url)
-    return url
+def db_url(tmp_path: Path, migrated_sqlite: Callable[[Path], str]) -> str:
+    """A fresh migrated SQLite database (a copy of one migrated once a session)."""
+    return migrated_sqlite(tmp_path / "jobs.db")
 
 
 @pytest.fixture()

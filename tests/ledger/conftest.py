@@ -53,9 +53,26 @@ def db_url(db_backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> s
     return server.create_database()
 
 
+@pytest.fixture(scope="session")
+def pg_migrated_template(pg_server: PostgresServer) -> str:
+    """The name of a PostgreSQL database migrated once a session, which migrated_url copies."""
+    url = pg_server.create_database()
+    assert upgrade(url) is not None
+    return str(make_url(url).database)
+
+
 @pytest.fixture
-def migrated_url(db_url: str) -> str:
-    assert upgrade(db_url) is not None
+def migrated_url(db_url: str, db_backend: str, request: pytest.FixtureRequest,
+                 migrated_sqlite: Callable[[Path], str]) -> str:
+    """db_url's database (still untouched) at the migration chain's head: a copy of one migrated once a session
+    (tests/conftest.py's migrated_sqlite; on PostgreSQL CREATE DATABASE ... TEMPLATE). test_migrations.py and
+    test_batch_migration.py run the chain itself on db_url."""
+    database = str(make_url(db_url).database)
+    if db_backend == "sqlite":
+        migrated_sqlite(Path(database))
+    else:
+        server: PostgresServer = request.getfixturevalue("pg_server")
+        server.replace_with_copy(database, request.getfixturevalue("pg_migrated_template"))
     return db_url
 
 

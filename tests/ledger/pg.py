@@ -96,6 +96,13 @@ class PostgresServer:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def replace_with_copy(self, dbname: str, template: str) -> None:
+        """Make database `dbname` a copy of database `template` (PostgreSQL's CREATE DATABASE ... TEMPLATE, a file
+        copy). Neither may have a connection open: PostgreSQL refuses to drop or copy a database in use."""
+        with psycopg.connect(self.admin_conninfo(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}"')
+            conn.execute(f'CREATE DATABASE "{dbname}" TEMPLATE "{template}"')
+
     def set_connections_allowed(self, dbname: str, allowed: bool) -> None:
         """Take a database 'down' (refuse and drop every connection) or bring it back."""
         with psycopg.connect(self.admin_conninfo(), autocommit=True) as conn:
