@@ -8,8 +8,15 @@ otherwise run past a small answer budget before the guard saw it (a date questio
 stops a request that asks for it (`SamplingParams.stop_repetition`) and the caller keeps the text
 up to the end of the span's first occurrence. Only the last `WINDOW` characters are examined, so
 the check costs the same on every token however long the answer grows.
+
+A loop can also vary its figures: a free answer working "520 billion / 2 = 260 billion" line after line,
+each line new. When a line ends, the last TEMPLATE_COPIES lines that are the same but for their figures (digit
+runs read as one placeholder) and at least TEMPLATE_MIN characters long count too; the text is kept up to the
+end of the first of them.
 """
 from __future__ import annotations
+
+import re
 
 REPETITION = "repetition"  # the stop_reason of a request the guard finished
 MAX_PERIOD = 120  # the longest repeated span looked for (about two sentences)
@@ -17,6 +24,10 @@ MIN_SPAN = 32  # a repetition counts once the repeated region covers this many c
 LONG_PERIOD = 24  # ... and a span of at least this length has come twice, a shorter one three times
 DIGIT_COPIES = 4  # copies of a short span holding a digit that count
 WINDOW = 2 * MAX_PERIOD + MIN_SPAN
+TEMPLATE_COPIES = 4  # lines the same but for their figures that count as a loop ...
+TEMPLATE_MIN = 24  # ... each at least this long (a short list row, "Tier 1: 6%", is not one)
+TEMPLATE_WINDOW = 8 * MAX_PERIOD  # characters searched for those lines
+_FIGURE = re.compile(r"\d[\d.,]*")
 
 
 def _needed(period: int, span: str) -> int:
@@ -32,9 +43,33 @@ def _digit_group(span: str) -> bool:
     return len(span) == 4 and sum(c.isdigit() for c in span) == 3 and any(c in ",.' " for c in span)
 
 
+def repeated_template(text: str) -> int | None:
+    """Where to cut `text` (just past the first of the lines) if it ends with TEMPLATE_COPIES complete lines that
+    differ only in their figures; None otherwise (also while a line is still being written)."""
+    if not text.endswith("\n"):
+        return None
+    offset = max(0, len(text) - TEMPLATE_WINDOW)
+    # each non-blank line with the offset of its end (one cut by the window's start differs from the rest: no count)
+    lines = [(m.group(), offset + m.end()) for m in re.finditer(r"[^\n]*\S[^\n]*", text[offset:])]
+    if len(lines) < TEMPLATE_COPIES:
+        return None
+    forms = [_FIGURE.sub("#", line.strip()) for line, _ in lines]
+    form = forms[-1]
+    if len(form) < TEMPLATE_MIN or "#" not in form or any(f != form for f in forms[-TEMPLATE_COPIES:]):
+        return None
+    first = len(forms) - TEMPLATE_COPIES  # the run extended backwards as far as it goes
+    while first > 0 and forms[first - 1] == form:
+        first -= 1
+    return lines[first][1]
+
+
 def repeated_tail(text: str) -> int | None:
     """Where to cut `text` (just past the first occurrence of the repeated span) if its tail is a
-    degenerate repetition; None otherwise. The shortest repeating period wins."""
+    degenerate repetition; None otherwise. The shortest repeating period wins; a run of lines that differ only in
+    their figures (repeated_template) counts too."""
+    template = repeated_template(text)
+    if template is not None:
+        return template
     offset = max(0, len(text) - WINDOW)
     tail = text[offset:]
     n = len(tail)

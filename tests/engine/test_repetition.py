@@ -7,7 +7,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.engine import LLMEngine
-from engine.repetition import REPETITION, repeated_tail
+from engine.repetition import REPETITION, repeated_tail, repeated_template
 from engine.request import EngineRequest, SamplingParams
 from policies import load_policy
 
@@ -30,6 +30,21 @@ def test_ordinary_text_is_left_alone() -> None:
                  "1.1 This notice applies. 1.2 It applies again to branches. 1.3 It applies to agents.",
                  "Name" + " " * 60 + "Value", "ab" * 10):
         assert repeated_tail(text) is None, text
+
+
+def test_lines_that_differ_only_in_their_figures_are_a_loop_cut_after_the_first() -> None:
+    halving = "".join(f"The minimum short position in sovereign bonds is {n} billion / 2 = {n / 2:g} billion.\n"
+                      for n in (520, 260, 130, 65, 32.5))
+    text = "To determine the position, we divide.\n\n" + halving
+    assert cut(text) == ("To determine the position, we divide.\n\n"
+                         "The minimum short position in sovereign bonds is 520 billion / 2 = 260 billion.")
+    assert repeated_template(text[:-1]) is None  # a line still being written is not judged
+    three = "".join(halving.splitlines(keepends=True)[:3])
+    for ordinary in (three,  # three such lines are an answer, not yet a loop
+                     "Tier 1: 6%\nTier 2: 2%\nTier 3: 1%\nTier 4: 0%\n",  # short rows of a list
+                     "Banks hold 4.5% of RWA.\nThe buffer adds 2.5% on top.\nLeverage must be 3% at least.\n"
+                     "Reports are due within 30 days.\n"):
+        assert repeated_tail(ordinary) is None, ordinary
 
 
 def _run(engine: LLMEngine, sampling: SamplingParams) -> tuple[str, EngineRequest]:
