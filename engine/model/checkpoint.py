@@ -3,7 +3,7 @@
 Opening the folder reads the files' headers only (names, shapes, dtypes). `tensor(name)` memory-maps that one
 tensor (safetensors' safe_open with torch: a private file mapping per tensor) and holds nothing itself: its pages
 are resident while the caller keeps the tensor and leave the process's RSS with it. So a load that builds the model
-one layer at a time holds one layer's source tensors, never the whole checkpoint (an 8B model's is 16 GB in bf16).
+one tensor at a time holds one source tensor, never the whole checkpoint (an 8B model's is 16 GB in bf16).
 """
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ class FusedWeights(Mapping[str, torch.Tensor]):
     attention, post_norm before the FFN, Gemma's attn_out_norm / ffn_out_norm on the two outputs).
 
     Lazy: each lookup reads (and concatenates) its source tensors from the checkpoint and keeps nothing, and
-    LlamaModel looks up one layer at a time, so a load holds one layer's source tensors besides what it already
-    built. Names and shapes are checked against config.json from the headers, before any tensor is read."""
+    LlamaModel looks up one tensor at a time and converts it before the next, so a load holds one source tensor
+    (stacked parts are copied into one buffer a source at a time) besides what it already built. Names and shapes are checked against config.json from the headers, before any tensor is read."""
 
     def __init__(self, ckpt: Checkpoint, cfg: ModelConfig):
         self._ckpt = ckpt
@@ -119,7 +119,7 @@ def load_model(
     positions the engine serves (its max_model_len; None: LlamaModel's default). A config.json field the engine
     does not implement raises families.UnsupportedModel (a ValueError naming it), and so does auto when its dense
     copy would not fit this machine (check_dense_fits). The checkpoint is streamed (FusedWeights): the load holds
-    what it built so far plus one layer's source tensors."""
+    what it built so far plus one source tensor."""
     folder = Path(folder)
     t0 = time.perf_counter()
     cfg = read_config(folder)
@@ -129,7 +129,7 @@ def load_model(
     del probe
     if weights == AUTO and device.type == "cpu":
         check_dense_fits(cfg, fmt)
-    model = LlamaModel(cfg, fused, device, dtype, fmt, max_positions)  # streamed: one layer's sources at a time
+    model = LlamaModel(cfg, fused, device, dtype, fmt, max_positions)  # streamed: one source tensor at a time
     release_freed_memory()  # the freed source tensors and quantization temporaries
     log.info("model_loaded", folder=str(folder), layers=cfg.num_layers, weights=fmt, weights_reason=reason,
              weight_mb=round(weight_bytes(model) / 2**20, 1), seconds=round(time.perf_counter() - t0, 2))
