@@ -132,9 +132,8 @@ def _decoding(engine: Any) -> bool:
 
 def peer_rows(tools: Tools, model: Path, threads: int, tests: tuple[str, ...] = TESTS) -> list[dict[str, Any]]:
     """One repetition of every test from llama-bench (one call for the prompt tests and the generation tests from an
-    empty context, one per depth), each with flash attention off and on (`-fa 0,1`; its default, auto, turned it on
-    for every test on an Intel Xeon here, where off decoded 2.6x faster at depth 4,096): the faster row of each test
-    is the peer's figure."""
+    empty context, one per depth), each with flash attention off and on (`-fa 0,1`: its default, auto, can pick the
+    slower setting; docs/BENCHMARKS.md has the measured case): the faster row of each test is the peer's figure."""
     parts = [_split(t) for t in tests]
     rows: list[dict[str, Any]] = []
     for depth in dict.fromkeys(d for _, _, d in parts):

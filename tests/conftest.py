@@ -16,7 +16,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: takes tens of seconds (run by default; deselect with -m 'not slow')")
     # Logging as every finserve process configures it (JSON off a terminal). Left unconfigured, structlog renders a
     # logged exception with rich, every frame's locals included: seconds each, on the event loop of the app under
-    # test (an app whose engine fails to load waited 10-20 s in its lifespan for that log line alone).
+    # test (an app whose engine fails to load waited in its lifespan for that log line alone).
     from core.logging import configure_logging
 
     configure_logging(json=True, level="info")

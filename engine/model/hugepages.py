@@ -27,7 +27,8 @@ TRIM_EVERY = 64 << 20  # bytes move_to_arena copies between handing the freed or
 # A tensor at least this big is allocated on huge pages of its own (`empty_large`) and left where it is by
 # move_to_arena: copying it would hold it twice for a moment (an 8B model's int8 LM head is 0.5 GB).
 OWN_PAGES_MIN = 64 << 20
-_OWN: dict[int, int] = {}  # data_ptr -> bytes of each `empty` result: huge-page aligned and advised
+_OWN: dict[int, int] = {}  # data_ptr -> bytes advised of each `empty` result (huge-page aligned: no other allocation
+# starts there, and a later `empty` at the same address replaces the entry)
 
 
 @functools.cache
@@ -91,13 +92,13 @@ def _advised(shape: Sequence[int], dtype: torch.dtype) -> tuple[torch.Tensor, in
     off = -raw.data_ptr() % HUGE_PAGE
     out = raw[off : off + nbytes].view(dtype).view(tuple(shape))
     advised = advise(out.data_ptr(), nbytes)
-    _OWN[out.data_ptr()] = advised  # a later allocation at this (huge-page aligned) address replaces the entry
+    _OWN[out.data_ptr()] = advised
     return out, advised
 
 
 def _on_own_pages(t: torch.Tensor) -> bool:
     """t is a large `empty` result, whole: already on advised huge pages of its own."""
-    return t.nbytes >= OWN_PAGES_MIN and _OWN.get(t.data_ptr(), -1) >= t.nbytes - 2 * HUGE_PAGE
+    return t.nbytes >= OWN_PAGES_MIN and _OWN.get(t.data_ptr(), 0) > 0
 
 
 def zeros(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
