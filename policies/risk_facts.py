@@ -64,6 +64,7 @@ INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabular
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
 _NEGATIONS = frozenset({"not", "no", "non", "without", "never", "none", "nor"})
 _NEGATIVE_WORDS = frozenset({"below", "under", "discount", "less", "underpricing", "undervaluation"})
+_AGAINST = frozenset({"vs", "versus", "ratio", "x", "times"})  # a value named one against another is a multiple
 _AVERAGE_WORDS = frozenset({"average", "mean", "typical", "usual", "normal"})
 _MONEY_WORDS = frozenset({"amount", "amt", "sum"})  # a count named with one of these is a sum of money
 MAX_PHRASE_WORDS = 6
@@ -162,6 +163,8 @@ class _Read:
         if a.kind is FactKind.RATIO and (is_percent_text(value) or n > 1.5 or name.percent and n > 1):
             return n / 100  # 90, "90%" and outflow_pct: 5 are percentages; outflow_pct: 0.96 is a share
         if a.kind is FactKind.DEVIATION:
+            if name.words & _AGAINST and 0 < n < 5 and not (name.percent or is_percent_text(value)):
+                return n - 1  # price_vs_market: 1.03 is the price as a multiple of the market's, 3% over
             n = n / 100 if name.percent or is_percent_text(value) or abs(n) >= 5 else n
             return -abs(n) if name.words & _NEGATIVE_WORDS else n
         if a.fact == self.rules.usual_amount and name.rate:

@@ -322,3 +322,10 @@ def test_more_core_banking_columns() -> None:
     assert read["reporting_avoidance"] is True and read["adverse_media"] is True and read["failed_logins"] == 12.0
     assert float(str(read["account_age"])) < 4
     assert "similar_count" not in facts({"CASH_WDL_AMT": 9_500})  # this withdrawal's amount, not 9,500 withdrawals
+
+
+def test_a_price_named_against_the_market_is_a_multiple_not_a_deviation() -> None:
+    assert facts({"unit_price_vs_market": 1.03})["price_deviation"] == pytest.approx(1.03)  # 3% over
+    assert facts({"price_vs_market": 0.5})["price_deviation"] == pytest.approx(2.0)  # half the market price
+    assert facts({"price_vs_benchmark_pct": 3.0})["price_deviation"] == pytest.approx(1.03)  # a percentage
+    assert facts({"price_deviation": 0.4})["price_deviation"] == pytest.approx(1.4)  # a deviation stays one

@@ -22,6 +22,16 @@ def test_structuring_under_cash_reporting_thresholds() -> None:
     assert judged("cash_deposit", 12_000) == LOW
 
 
+def test_structuring_under_the_thresholds_of_other_currencies() -> None:
+    # each currency's own cash report line (BCB Circ. 3.978 art. 49, FMU CTR, BFIU CTR, UAE DPMS), not USD 10,000's
+    assert judged("deposito_especie", 49_500, "BRL") == MEDIUM  # "em especie": in cash, under BRL 50,000
+    assert judged("cash_deposit", 1_950_000, "PKR") == MEDIUM
+    assert judged("cash_deposit", 980_000, "BDT") == MEDIUM
+    assert judged("cash_deposit", 54_000, "AED") == MEDIUM
+    assert judged("cash_deposit", 30_000, "BRL") == LOW  # well under: no sign
+    assert judged("cash_deposit", 9_500, "BRL") == LOW  # under USD 10,000's number, far under BRL's line
+
+
 def test_card_testing() -> None:
     assert judged("card_authorization", 1.00, channel="e-commerce") == MEDIUM  # a one-unit online charge
     assert judged("card_auth", 0.5, "EUR", cardPresent=False, declinesLastHour=14) == BLOCK  # a run in progress
