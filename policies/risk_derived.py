@@ -222,3 +222,21 @@ def baseline_ratio(named: Sequence[Named]) -> float | None:
             if own is not None and v > 0:
                 ratios.append(own / v)
     return max(ratios, default=None)
+
+
+_MATCH_SCORE = frozenset({"score", "confidence", "similarity", "strength", "probability"})
+_MATCH_PARTS = _MATCH_SCORE | frozenset({"match", "name", "fuzzy", "hit", "entry", "best", "top", "overall", "beneficiary",
+                                         "counterparty", "party", "entity", "customer", "client", "payee", "payer",
+                                         "originator", "recipient", "sender", "vessel"})
+
+
+def list_match(listed: frozenset[str], named: Sequence[Named], context: frozenset[str]) -> float | None:
+    """How closely a screened party matches its list entry, on 0-1: a number named as a match score (match_score:
+    0.97, name_match_pct: 97), in an event about a list (the event type or a name has a listed word: sdn,
+    watchlist, screening). Only a name's match: a face, device or address match score is another check."""
+    if not (context & listed or any(n.meaning & listed for n in named)):
+        return None
+    found = [v / 100 if v > 1 else v for n in named if "match" in n.meaning and (n.meaning & _MATCH_SCORE or n.name.percent)
+             and not (n.meaning - _MATCH_PARTS - listed) and not isinstance(n.value, bool)
+             and (v := number(n.value)) is not None and 0 <= v <= 100]
+    return max(found, default=None)

@@ -28,6 +28,7 @@ from policies.risk_derived import (
     derive,
     goods_differ,
     identifiers_differ,
+    list_match,
     location_mismatch,
     names_differ,
 )
@@ -58,7 +59,7 @@ DERIVED: dict[str, FactKind] = {
     "price_deviation": FactKind.NUMBER, "countries": FactKind.COUNTRY, "distinct_countries": FactKind.COUNT,
     "names_differ": FactKind.FLAG, "location_mismatch": FactKind.FLAG, "identifiers_differ": FactKind.FLAG,
     "profile_months": FactKind.NUMBER, "goods_differ": FactKind.FLAG, "risk_score": FactKind.NUMBER,
-    "usual_ratio": FactKind.NUMBER, "baseline_ratio": FactKind.NUMBER,
+    "usual_ratio": FactKind.NUMBER, "baseline_ratio": FactKind.NUMBER, "list_match": FactKind.NUMBER,
 }
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
@@ -312,6 +313,9 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     values["location_mismatch"] = location_mismatch(voc.location, voc.home, located)
     values["identifiers_differ"] = identifiers_differ(voc.listed, voc.identifiers, named, resolve)
     values["goods_differ"] = goods_differ(voc.goods, voc.documents, named)
+    context = voc.words_of(voc.name_of(str(event.get("event_type", ""))))
+    if (match := list_match(voc.listed, named, context)) is not None:
+        values["list_match"] = match
     if (ratio := baseline_ratio(named)) is not None:
         values["baseline_ratio"] = ratio
     return Facts(values, details)

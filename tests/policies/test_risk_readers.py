@@ -329,3 +329,16 @@ def test_a_price_named_against_the_market_is_a_multiple_not_a_deviation() -> Non
     assert facts({"price_vs_market": 0.5})["price_deviation"] == pytest.approx(2.0)  # half the market price
     assert facts({"price_vs_benchmark_pct": 3.0})["price_deviation"] == pytest.approx(1.03)  # a percentage
     assert facts({"price_deviation": 0.4})["price_deviation"] == pytest.approx(1.4)  # a deviation stays one
+
+
+def test_a_screening_match_score_is_read_whatever_the_hit_is_called() -> None:
+    strong = {"bene_name": "Orion Trading FZE", "screening": "exact match on entry 4471", "match_score": 1.0}
+    assert facts(strong)["list_match"] == 1.0 and judged_action(strong, "WIRE_OUT", amount=84_000) == "block"
+    assert facts({"list": "UN consolidated", "name_match_pct": 97})["list_match"] == pytest.approx(0.97)
+    # a fuzzy hit whose date of birth differs is the screening system's alert, not a match
+    fuzzy = {"list": "SDN", "match_score": 0.81, "dob_match": False}
+    assert judged_action(fuzzy, "screening_alert") == "approve"
+    assert judged_action({**fuzzy, "match_score": 0.99}, "screening_alert") == "approve"  # contradicted
+    # no list in the event, or another check's score: no list match
+    assert "list_match" not in facts({"payee_name_match_score": 0.97, "batch": "payroll"})
+    assert "list_match" not in facts({"face_match_score": 0.99, "watchlist": "clear"})
