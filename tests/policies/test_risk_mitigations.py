@@ -159,3 +159,14 @@ def test_a_registered_charity_paying_its_programme_is_not_blanket_high_risk() ->
     # a charity raising cash for fighters is no programme
     assert judged("wire_out", 120_000, npo_status="registered charity", grant_agreement="on file",
                   bene_note="conflict zone partner", memo="crowdfunding for fighters")["recommended_action"] != "approve"
+
+
+def test_a_supervised_counterparty_and_a_reverified_customer_explain_what_they_answer() -> None:
+    # a licensed exchange house's settlement batch: its volume is its licensed business (FATF R.10 lower-risk factor)
+    batch = {"tx_count": 3120, "corridors": "PH"}
+    assert judged("EXCH_HOUSE_SETTLEMENT", 1_240_000, "AED", **batch)["score"] >= 45
+    assert judged("EXCH_HOUSE_SETTLEMENT", 1_240_000, "AED", licensed_by="Central Bank", **batch)["score"] < 30
+    # a dormant account reactivated after a KYC refresh in branch: the reactivation is the customer's own
+    dormant = {"dormant_months": 38, "credit_source": "provident fund final settlement"}
+    assert action(judged("account_reactivation", 1_850_000, "INR", **dormant)) == ("medium", "review")
+    assert action(judged("account_reactivation", 1_850_000, "INR", kyc_refresh_done=True, **dormant)) == ("low", "approve")
