@@ -205,11 +205,13 @@ _BASELINE = frozenset({"baseline", "benchmark"})  # decline_rate beside baseline
 _MULTIPLE = re.compile(r"\s*(?:[x×]\s*(\d+(?:[.,]\d+)?)|(\d+(?:[.,]\d+)?)\s*(?:[x×]|times))\s*", re.IGNORECASE)
 
 
-def baseline_ratio(named: Sequence[Named]) -> float | None:
+def baseline_ratio(named: Sequence[Named], amount: float | None = None) -> float | None:
     """A value as a multiple of its own baseline, the largest stated: a ratio the name says is one value against
     another (cash_30d_vs_90d_ratio: 3.1; a percentage when the name says so), a value written as a multiple in any
-    name ("15x"), or a value beside the same name
-    with a baseline word (decline_rate: 0.41 and baseline_decline_rate: 0.06: 6.8)."""
+    name ("15x"), a value beside the same name with a baseline word (decline_rate: 0.41 and
+    baseline_decline_rate: 0.06: 6.8), a value beside its history per the same period (atm_withdrawals_30d: 27
+    and historical_atm_monthly: 2: 13.5), or the amount against the largest the customer used to move
+    (cash_history_max: 800 for 15,000: 18.75)."""
     numbers = [(n, v) for n in named if (v := number(n.value)) is not None and v >= 0]
     ratios = [v / 100 if n.name.percent else v for n, v in numbers  # "within 4%" is a deviation, not a ratio
               if n.meaning & _VERSUS and len(n.meaning) > 1 and not isinstance(n.value, str)]
@@ -221,7 +223,34 @@ def baseline_ratio(named: Sequence[Named]) -> float | None:
             own = by_meaning.get(n.meaning - {word})
             if own is not None and v > 0:
                 ratios.append(own / v)
+    ratios += _against_history(numbers, amount)
     return max(ratios, default=None)
+
+
+_HISTORY = frozenset({"historical", "history", "prior", "previous", "past", "usual", "typical", "ever"})
+_LARGEST = frozenset({"max", "maximum", "largest", "highest", "biggest"})
+_GENERIC = frozenset({"amount", "value", "total", "sum", "count", "number", "transaction", "average"})
+
+
+def _against_history(numbers: Sequence[tuple[Named, float]], amount: float | None) -> list[float]:
+    """Values over their own history: a value beside the same words with a history word, both per a period
+    (27 in 30 days against 2 a month) or both without one; the amount over the largest it used to be."""
+    def per_hour(n: Named, v: float) -> float:
+        return v / n.name.window_hours if n.name.window_hours else v
+
+    ratios = []
+    for n, v in numbers:
+        if not n.meaning & _HISTORY or v <= 0:
+            continue
+        if n.meaning & _LARGEST and not n.name.counted and amount:
+            ratios.append(amount / v)  # the largest amount before, against this one
+            continue
+        core = n.meaning - _HISTORY - _LARGEST
+        if not core - _GENERIC:
+            continue
+        ratios += [per_hour(p, x) / per_hour(n, v) for p, x in numbers if p is not n and not p.meaning & _HISTORY
+                   and core <= p.meaning and bool(p.name.window_hours) == bool(n.name.window_hours)]
+    return ratios
 
 
 _MATCH_SCORE = frozenset({"score", "confidence", "similarity", "strength", "probability"})

@@ -316,6 +316,7 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     context = voc.words_of(voc.name_of(str(event.get("event_type", ""))))
     if (match := list_match(voc.listed, named, context)) is not None:
         values["list_match"] = match
-    if (ratio := baseline_ratio(named)) is not None:
+    amount = values.get("amount")
+    if (ratio := baseline_ratio(named, amount if isinstance(amount, float) else None)) is not None:
         values["baseline_ratio"] = ratio
     return Facts(values, details)

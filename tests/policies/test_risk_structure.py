@@ -3,6 +3,8 @@ baseline in any language (FFIEC Appendix F: activity inconsistent with the custo
 for these tests."""
 from __future__ import annotations
 
+import pytest
+
 from policies import load_policy
 from policies.risk_facts import read
 from tests.policies.conftest import BLOCK, MEDIUM, judge_at
@@ -35,3 +37,21 @@ def test_an_abbreviated_unit_before_ago_makes_the_name_an_elapsed_time() -> None
     assert judged("payment_out", 148000, "NOK", sim_swap_h_ago=2, new_payee_h_ago=1)[1] != "approve"
     assert read(RULES, {"event_type": "payment", "timestamp": "2025-06-02T10:00:00Z",
                         "attributes": {"new_payee_d_ago": 400}}).values["new_payee"] is False
+
+
+def ratio_of(amount: float, **attributes: object) -> object:
+    return read(RULES, {"event_type": "payment", "amount": amount, "currency": "USD",
+                        "attributes": attributes}).values.get("baseline_ratio")
+
+
+def test_a_value_beside_its_own_history_is_a_multiple_of_it() -> None:
+    # the same count per the same period: 27 in 30 days against 2 a month is 13.5 times
+    assert ratio_of(500, atm_withdrawals_30d=27, historical_atm_monthly=2) == pytest.approx(13.5, rel=0.02)
+    # the amount against the largest the customer moved before, in any language the translations read
+    assert ratio_of(15000, cash_history_max=800) == 18.75
+    assert ratio_of(45000, maior_valor_historico=6000) == 7.5
+    assert judged("teller_withdrawal", 15000, cash_history_max=800)[1] == "review"
+    # near its history, or history without a partner of the same words and period: no multiple
+    assert ratio_of(500, atm_withdrawals_30d=2, historical_atm_monthly=2) == pytest.approx(1.0, rel=0.02)
+    assert ratio_of(900, prior_transfers_to_bene=7, transfers_to_bene_24h=5) is None
+    assert ratio_of(9000, max_single_in=600) is None  # a largest in this window, not in the customer's history
