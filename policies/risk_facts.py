@@ -245,7 +245,8 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     voc = vocabulary(rules)
     checks = compiled_checks(rules)
     got = _Read(reference_time(event.get("timestamp")), rules, voc)
-    pieces = [v for v in (event.get("event_type"), event.get("entity")) if isinstance(v, str)]
+    kind = [v for v in (event.get("event_type"),) if isinstance(v, str)]  # names what happens, documents nothing
+    pieces = [v for v in (event.get("entity"),) if isinstance(v, str)]
     counted: list[str] = []  # names of attributes holding a positive number (RiskFact.from_counts)
     checked: set[str] = set()  # flag facts a check's outcome made true (policies/risk_checks.py)
     scores: list[float] = []  # vendor risk scores on 0-1 (policies/risk_scores.py)
@@ -301,6 +302,8 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     values: dict[str, object] = {**got.numbers, **got.durations, **got.texts}
     values.update({f: frozenset(c) for f, c in got.countries.items()})
     mentioned = {f for gram in _ngrams(pieces, voc) for f in voc.phrases.get(gram, ())}
+    evidence = {c.passed for c in rules.checks.values()}  # a passed check's fact (documented, verified) needs evidence
+    mentioned |= {f for gram in _ngrams(kind, voc) for f in voc.phrases.get(gram, ()) if f not in evidence}
     mentioned |= {f for gram in _ngrams(counted, voc) for f in voc.phrases.get(gram, ()) if f in voc.counted}
     for fact in voc.flags:
         values[fact] = got.flags.get(fact, fact in mentioned) or fact in checked

@@ -170,3 +170,11 @@ def test_a_supervised_counterparty_and_a_reverified_customer_explain_what_they_a
     dormant = {"dormant_months": 38, "credit_source": "provident fund final settlement"}
     assert action(judged("account_reactivation", 1_850_000, "INR", **dormant)) == ("medium", "review")
     assert action(judged("account_reactivation", 1_850_000, "INR", kyc_refresh_done=True, **dormant)) == ("low", "approve")
+
+
+def test_an_event_type_names_a_purpose_without_documenting_it() -> None:
+    # "propertyPurchaseAllCash" says what happens; the documents the mitigation asks for are not in the event
+    bare = judged("propertyPurchaseAllCash", 1_350_000, buyer_entity_age_days=21, ubo_disclosed=False)
+    assert bare["recommended_action"] == "review"
+    documented = judged("property_purchase", 1_350_000, note="completion statement on file")
+    assert documented["recommended_action"] == "approve"
