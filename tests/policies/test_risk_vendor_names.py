@@ -41,3 +41,10 @@ def test_a_value_against_its_own_baseline_is_a_ratio() -> None:
     assert isinstance(paired, float) and abs(paired - 8.2) < 1e-9
     assert "baseline_ratio" not in facts({"volumes_vs_expected": "within 10%"})  # a deviation, not a multiple
     assert facts({"unit_price_eur_kg": 6.9, "benchmark_eur_kg": 1.6})["price_deviation"] > 4
+
+
+def test_a_mule_flag_and_a_sanctioned_exchange_are_read_as_written() -> None:
+    assert facts({"bene_bank_flagged_mule": True})["payee_flagged"] is True
+    assert facts({"beneficiary_status": "flagged as a mule by the consortium"})["payee_flagged"] is True
+    assert facts({"dest_cluster": "sanctioned exchange (SDN listing)"})["sanctioned_service"] is True
+    assert facts({"dest_cluster": "regulated exchange"})["sanctioned_service"] is False
