@@ -50,7 +50,12 @@ _SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "�
 _HEDGE = re.compile(r"^(?:within|about|approx\.?|approximately|around|circa|ca\.|roughly|nearly|almost|some|~|±|\+/-)\s*",
                    re.IGNORECASE)  # "within 4%", "about 12", "~5": the number is what counts
 _RANGE = re.compile(r"\s*(\d[\d,.]{2,})\s*(?:-|–|to)\s*(\d[\d,.]{2,}\s*[a-zA-Z]*)\s*")
-_SCALE = {"k": 1e3, "m": 1e6, "mm": 1e6, "mn": 1e6, "million": 1e6, "b": 1e9, "bn": 1e9, "billion": 1e9}
+_SCALE = {"k": 1e3, "m": 1e6, "mm": 1e6, "mn": 1e6, "million": 1e6, "b": 1e9, "bn": 1e9, "billion": 1e9,
+          "lakh": 1e5, "lakhs": 1e5, "lac": 1e5, "lacs": 1e5, "crore": 1e7, "crores": 1e7}  # South Asian scale words
+# Currency prefixes written as letters, not ISO codes: Kenyan, Tanzanian and Ugandan shillings, dirhams; "Rs" is
+# the rupee of India, Pakistan, Sri Lanka and Nepal alike, so it names no one currency.
+_LOCAL_PREFIX = re.compile(r"^(ksh|kshs|tsh|ush|dhs|dh|rs|₨|৳)\.?\s*(?=\d)", re.IGNORECASE)
+_LOCAL_CODES = {"ksh": "KES", "kshs": "KES", "tsh": "TZS", "ush": "UGX", "dhs": "AED", "dh": "AED", "৳": "BDT"}
 
 
 def singular(token: str) -> str:
@@ -144,10 +149,14 @@ def number(value: object) -> float | None:
 def money(text: str) -> tuple[float, str | None] | None:
     """(amount, ISO currency or None) from text such as "$9,500", "EUR 9.500,00", "750k USD", "12%", "+310%"."""
     t = _HEDGE.sub("", text.strip().replace("\u00a0", " "))
+    local = _LOCAL_PREFIX.match(t)
+    if local:  # "KSh 950,000", "Rs 9,50,000"
+        t = t[local.end():]
     span = _RANGE.fullmatch(t)
     if span:  # "9,000 - 11,000": the upper end, the most the customer said to expect
         t = span.group(2)
-    currency = next((c for s, c in _SYMBOLS.items() if s in t), None)
+    currency = next((c for s, c in _SYMBOLS.items() if s in t), _LOCAL_CODES.get(local.group(1).casefold()) if local
+                    else None)
     code = re.search(r"\b([A-Z]{3})\b", t)
     if code:
         currency = code.group(1)
@@ -161,7 +170,8 @@ def money(text: str) -> tuple[float, str | None] | None:
         digits = digits.replace(",", "") if digits.rfind(".") > digits.rfind(",") else \
             digits.replace(".", "").replace(",", ".")
     elif "," in digits:
-        digits = digits.replace(",", "") if re.fullmatch(r"-?\d{1,3}(,\d{3})+", digits) else digits.replace(",", ".")
+        grouped = re.fullmatch(r"-?\d{1,3}(,\d{3})+|-?\d{1,2}(,\d{2})*,\d{3}", digits)  # 9,500 or 9,50,000 (lakh)
+        digits = digits.replace(",", "") if grouped else digits.replace(",", ".")
     elif digits.count(".") > 1:
         digits = digits.replace(".", "")
     try:
@@ -171,7 +181,7 @@ def money(text: str) -> tuple[float, str | None] | None:
     return (value, currency) if math.isfinite(value) else None
 
 
-_LEADING_AMOUNT = re.compile(r"^\s*(?:[A-Z]{3}\s*|[$€£¥₹₽₩₺]\s*)?\d[\d,.']*(?:\s*(?:k|m|mn|bn|million|billion))?"
+_LEADING_AMOUNT = re.compile(r"^\s*(?:[A-Z]{3}\s*|[$€£¥₹₽₩₺]\s*)?\d[\d,.']*(?:\s*(?:k|m|mn|bn|million|billion|lakhs?|lacs?|crores?))?"
                              r"(?:\s*[A-Z]{3})?(?=\s|[,;(]|$)")
 
 

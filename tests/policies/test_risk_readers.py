@@ -342,3 +342,13 @@ def test_a_screening_match_score_is_read_whatever_the_hit_is_called() -> None:
     # no list in the event, or another check's score: no list match
     assert "list_match" not in facts({"payee_name_match_score": 0.97, "batch": "payroll"})
     assert "list_match" not in facts({"face_match_score": 0.99, "watchlist": "clear"})
+
+
+def test_south_asian_grouping_scale_words_and_letter_currency_prefixes_are_amounts() -> None:
+    from policies.risk_text import money
+    assert money("Rs 9,50,000") == (950_000.0, None)  # India, Pakistan, Sri Lanka, Nepal: no one currency
+    assert money("9.5 lakh") == (950_000.0, None) and money("INR 1.2 crore") == (12_000_000.0, "INR")
+    assert money("KSh 950,000") == (950_000.0, "KES") and money("Dhs 54,000") == (54_000.0, "AED")
+    assert money("12,5") == (12.5, None) and money("1,234,567") == (1_234_567.0, None)
+    # an amount in lakh beside its currency meets that currency's reporting line (BFIU CTR: BDT 10 lakh)
+    assert facts({"amount": "9.8 lakh"}, "cash_deposit", currency="BDT")["reporting_ratio"] == pytest.approx(0.98)
