@@ -147,6 +147,8 @@ class _Read:
         n: float | None
         if name.currency:
             self.currency_of[a.fact] = name.currency
+        if a.kind is FactKind.COUNT and (items := _listed(value)) is not None:
+            return float(items)  # depositor_states: "GA|NC|IL|NY" names four
         if isinstance(value, str):
             parsed = money(value) or (leading_money(value) if a.kind is FactKind.NUMBER else None)
             if parsed is None:
@@ -182,6 +184,18 @@ class _Read:
             if window is not None and window <= 1:
                 return n * self.rules.short_window_weight
         return n
+
+
+def _listed(value: object) -> int | None:
+    """How many different things a list names: a JSON list, or text of two or more names split by | ; or ,
+    ("GA|NC|IL|NY": 4); None for anything else (a number, a sentence, "9,500")."""
+    if isinstance(value, list):
+        return len({str(v).strip().casefold() for v in value})
+    if not isinstance(value, str) or not (parts := [p.strip().casefold() for p in re.split(r"[|;,]", value)])[1:]:
+        return None
+    if any(not p or len(p.split()) > 3 or number(p) is not None for p in parts):
+        return None
+    return len(set(parts))
 
 
 def _in_money(name: KeyName, value: object) -> bool:

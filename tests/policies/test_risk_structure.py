@@ -55,3 +55,13 @@ def test_a_value_beside_its_own_history_is_a_multiple_of_it() -> None:
     assert ratio_of(500, atm_withdrawals_30d=2, historical_atm_monthly=2) == pytest.approx(1.0, rel=0.02)
     assert ratio_of(900, prior_transfers_to_bene=7, transfers_to_bene_24h=5) is None
     assert ratio_of(9000, max_single_in=600) is None  # a largest in this window, not in the customer's history
+
+
+def test_a_list_under_a_count_name_counts_its_different_items() -> None:
+    def count(**attributes: object) -> object:
+        return read(RULES, {"event_type": "cash_in", "attributes": attributes}).values
+    assert count(deposit_states="GA|NC|IL|NY")["distinct_cities"] == 4.0
+    assert count(senders=["Ann", "Bob", "Cy", "Ann"])["distinct_senders"] == 3.0
+    assert count(senders="Ann; Bob; Cy")["distinct_senders"] == 3.0
+    assert count(distinct_senders="9,500")["distinct_senders"] == 9500.0  # a number with a separator stays one
+    assert "distinct_senders" not in count(senders="paid by the customer's father, weekly")
