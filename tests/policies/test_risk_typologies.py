@@ -189,3 +189,12 @@ def test_geographic_and_volume_risk_factors_with_a_known_reason_stay_low() -> No
     assert judged("ach_debit", 2_400, account_type="business account", payments_today=12) == LOW
     assert judged("trade_finance_invoice", 2_000_000, goods="CNC milling machines", unit_price=250_000,
                   market_price=240_000) == LOW  # round, large, at the market price: no TBML flag
+
+
+def test_a_country_named_by_its_listing_and_a_split_invoice_request() -> None:
+    # the beneficiary's country given as its FATF listing, not a code
+    assert judged("swift_out", 275_000, bene_ctry="grey-listed jurisdiction (FATF increased monitoring)") == MEDIUM
+    assert judged("swift_out", 275_000, bene_ctry="DE") == LOW
+    # a dealer's cash sale split on request (UAE MoE DPMS guidance: splitting to stay under AED 55,000)
+    assert judged("gold_cash_sale", 180_000, "AED", payment="cash",
+                  split_request="asked for 3 separate invoices")[1] == "review"
