@@ -198,3 +198,12 @@ def test_a_country_named_by_its_listing_and_a_split_invoice_request() -> None:
     # a dealer's cash sale split on request (UAE MoE DPMS guidance: splitting to stay under AED 55,000)
     assert judged("gold_cash_sale", 180_000, "AED", payment="cash",
                   split_request="asked for 3 separate invoices")[1] == "review"
+
+
+def test_an_elder_s_money_moved_to_the_carer_holding_the_power_of_attorney() -> None:
+    # FinCEN FIN-2022-A002 (elder financial exploitation): an agent paying themselves from the older customer's funds
+    moved = {"requester": "paid carer with POA", "dest": "carer's personal account", "customer_age": 88}
+    assert judged("fd_premature_withdrawal", 4_200_000, "INR", **moved)[1] == "review"
+    assert judged("fd_premature_withdrawal", 4_200_000, "INR", **{**moved, "dest": "customer's own savings"})[1] \
+        == "approve"
+    assert judged("atm_series", 500, customer_age=79, caregiver=True, bill_pay_missed=True)[1] == "review"
