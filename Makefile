@@ -37,8 +37,12 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy --strict util policies core engine ledger textspans contracts gateway jobs stack finserve evals bench
 
+# The suite in two runs: every test but the wall-clock ones on $(TEST_WORKERS) processes (pytest-xdist; a file's tests
+# stay on one worker, so its module fixtures are built once), then the tests marked `timing` alone on the machine.
+TEST_WORKERS ?= 2
 test: lint
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not timing" tests
+	$(PY) -m pytest -q --durations=5 -m timing tests
 
 # The everyday loop (under 2 minutes on 2 cores: 1 min 54 s measured): ruff, then the layer and settings rules, the policies and the
 # engine's unit tests, without live servers, job stacks or the tests marked slow. `make test` stays the gate.

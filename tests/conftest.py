@@ -14,6 +14,8 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: takes tens of seconds (run by default; deselect with -m 'not slow')")
+    config.addinivalue_line("markers", "timing: asserts a wall-clock bound; `make test` runs these alone, after the "
+                            "parallel run, so another test process never shares the cores with them")
     # Logging as every finserve process configures it (JSON off a terminal). Left unconfigured, structlog renders a
     # logged exception with rich, every frame's locals included: seconds each, on the event loop of the app under
     # test (an app whose engine fails to load waited in its lifespan for that log line alone).

@@ -14,9 +14,12 @@ import time
 from collections.abc import Awaitable, Callable
 
 import httpx
+import pytest
 
 from engine.tokenizer import Tokenizer
 from tests.gateway.conftest import Keys, LiveServer, auth
+
+pytestmark = pytest.mark.timing  # every test here bounds /healthz latency in milliseconds
 
 SENTENCE = "Banks must hold common equity tier 1 capital of at least 4.5 percent of risk-weighted assets. "
 

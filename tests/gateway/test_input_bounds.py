@@ -140,6 +140,7 @@ async def test_a_class_limited_key_cannot_move_a_routes_class_with_the_header(cl
     assert r.status_code == 200, r.text
 
 
+@pytest.mark.timing
 # ---- finding 6: big inputs off the event loop ---------------------------------------------------------------
 async def test_detokenize_of_a_million_ids_runs_off_the_event_loop(live_server: LiveServer, keys: Keys,
                                                                    monkeypatch) -> None:
@@ -166,6 +167,7 @@ async def test_detokenize_of_a_million_ids_runs_off_the_event_loop(live_server: 
     assert min(worst) < LOOP_BOUND_MS, f"/healthz took up to {worst} ms during /detokenize"
 
 
+@pytest.mark.timing
 async def test_tool_schemas_are_built_off_the_event_loop(live_server: LiveServer, keys: Keys, monkeypatch) -> None:
     threads: list[bool] = []
     original = openai_routes._chat_input
@@ -214,6 +216,7 @@ async def test_the_routes_that_need_no_key_are_the_documented_ones(client: httpx
     assert open_routes == _keyless_routes_in_the_doc()
 
 
+@pytest.mark.timing
 # ---- issue 45: a body of half a million bad items --------------------------------------------------------
 @pytest.mark.parametrize(("path", "field", "item"), [("/v1/completions", "prompt", {}), (CHAT, "messages", {})])
 async def test_half_a_million_bad_items_are_one_problem_checked_off_the_event_loop(

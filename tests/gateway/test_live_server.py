@@ -6,6 +6,7 @@ import time
 
 import httpx
 import openai
+import pytest
 from sqlalchemy import select
 
 from core.db.models import RequestLedger
@@ -72,6 +73,7 @@ async def test_disconnect_mid_stream_aborts_the_engine_request(live_server: Live
     assert 1 <= rec["tokens"]["output"] < 512
 
 
+@pytest.mark.timing
 async def test_disconnect_while_waiting_for_a_whole_answer_aborts_too(live_server: LiveServer, keys: Keys,
                                                                       engine_client: LocalEngineClient) -> None:
     async with httpx.AsyncClient(base_url=live_server.url, timeout=0.3) as c:

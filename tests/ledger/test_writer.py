@@ -135,6 +135,7 @@ def test_close_during_outage_spools_and_next_start_writes(db_engine, make_writer
     assert count_rows(db_engine) == 26
 
 
+@pytest.mark.timing
 def test_submit_never_blocks_when_the_queue_is_full(db_engine, make_writer):
     writer = make_writer(max_queue=5)  # not started: nothing drains the queue
     t0 = time.monotonic()

@@ -120,6 +120,7 @@ def test_the_models_judgement_adds_at_most_model_points() -> None:
     assert verdict(RULES, score, 0.0)["score"] == 0
 
 
+@pytest.mark.timing
 def test_evaluation_takes_well_under_a_model_step() -> None:
     event = wire(950_000, country="KY", new_beneficiary=True, account_age_days=3, deposits_7d=3,
                  memo="invoice for used clothing shipped via Dubai", device_first_seen="2025-01-01")
