@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.domain.case_lookup import lookup
 from gateway.domain.figure_choice import clause_after, nearest, row_values
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions
 from textspans.concepts import is_abbreviation, spelled_out
@@ -68,7 +69,14 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     expanded = " ".join([inline, *(f for c, _ in named for f in index.concepts.forms_of(c[len(CONCEPT):]))])
     asked = asked_for(expanded, plain=inline)
     absent = sorted({c[len(CONCEPT):] for c, written in named if not index.mentions_concept(c, written)})
-    absent += unknown + _unused_words(question, index)
+    absent += unknown
+    # A case the question states ("for a score of 700") is read from the table row whose band holds it, even
+    # when the question names the column in other words ("deposit" for "down payment").
+    case = None if absent else lookup(index, question, asked, quotable)
+    if case is not None:
+        return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
+                          case.reason, question)
+    absent += _unused_words(question, index)
     if absent:
         return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
     ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(ranking, asked, quotable)),

@@ -1,0 +1,48 @@
+"""A case the question states ("for a score of 640", "a loan 95 days past due") looked up in the band that holds
+it (textspans/bands.py, gateway/domain/case_lookup.py): in a table of bands, and in a clause's conditions."""
+from __future__ import annotations
+
+from gateway.domain.answer_plan import plan_answer
+from gateway.domain.retrieval import DocumentIndex
+from textspans.bands import band, bands, holds, stated_values
+
+TABLE = ("Provisioning schedule\n"
+         "Days past due        | Stage   | Provision rate | Review cycle\n"
+         "0-30 days            | Stage 1 | 1%             | 12 months\n"
+         "31 to 90 days        | Stage 2 | 15%            | 6 months\n"
+         "more than 90 days    | Stage 3 | 60%            | 1 month\n")
+
+
+def test_a_band_is_read_from_a_range_or_a_bound_word_and_holds_its_values() -> None:
+    (v,) = stated_values("a loan 95 days past due")
+    assert [holds(b, v) for b in (band("0-30 days"), band("31 to 90 days"), band("more than 90 days"))] \
+        == [False, False, True]
+    (pct,) = stated_values("an excess of 4% of capital")
+    above = band("Above 2% and up to 5%")
+    assert above is not None and holds(above, pct)
+    assert band("0.3%") is None and band("5 minutes") is None  # a value with no bound word is no band
+    (eighth,) = stated_values("in its eighth month")  # an ordinal period is its count
+    assert [b.low for b in bands("from the fourth month, and from the seventh month")] == [4, 7]
+    assert holds(bands("from the seventh month")[0], eighth)
+
+
+def test_the_row_whose_band_holds_the_stated_value_answers_in_the_column_asked() -> None:
+    index = DocumentIndex(TABLE)
+    assert plan_answer(index, "What provision rate applies to a loan 95 days past due?").leads == ("60%",)
+    assert plan_answer(index, "What provision rate applies to a loan 45 days past due?").leads == ("15%",)
+    # the column named in other words than its header is still the only duration column
+    assert plan_answer(index, "How often is a loan 10 days past due looked at again?").leads == ("12 months",)
+    scores = DocumentIndex("Band | Applicant score | Maximum loan | Down payment\n"
+                           "A    | 800 or above    | EUR 90,000   | 5%\n"
+                           "B    | 650-799         | EUR 60,000   | 10%\n"
+                           "C    | below 650       | EUR 20,000   | 20%\n")
+    # "deposit" is nowhere in the document: the case's row and the column named by "down" answer
+    assert plan_answer(scores, "How much deposit must an applicant with a score of 700 put down?").leads == ("10%",)
+    assert plan_answer(scores, "What is the maximum loan for an applicant score of 820?").leads == ("EUR 90,000",)
+
+
+def test_a_cell_without_a_figure_of_the_kind_asked_is_no_answer() -> None:
+    index = DocumentIndex("Bucket | Time to sell | Indicative share\nLiquid | 2 to 7 days | no indicative share\n"
+                          "Less liquid | 8 to 30 days | no more than 20%\n")
+    p = plan_answer(index, "What share should be in assets sold within 7 days?")
+    assert not p.reason.startswith("case"), p.reason
