@@ -112,10 +112,12 @@ def bands(text: str) -> list[Band]:
             continue
         if (m := _BELOW.search(before)) or _AFTER_DOWN.match(after):
             inclusive = not m or bool(_INCLUSIVE.match(m.group(0).strip()))
-            out.append(Band(None, v.value, True, inclusive, v.kind, v.unit, m.start() if m else v.start, v.end))
+            out.append(Band(None, v.value, True, inclusive, v.kind, v.unit, v.start - len(before) + m.start() if m else v.start,
+                            v.end))
         elif (m := _ABOVE.search(before)) or _AFTER_UP.match(after):
             inclusive = not m or bool(_INCLUSIVE.match(m.group(0).strip()))
-            out.append(Band(v.value, None, inclusive, True, v.kind, v.unit, m.start() if m else v.start, v.end))
+            out.append(Band(v.value, None, inclusive, True, v.kind, v.unit, v.start - len(before) + m.start() if m else v.start,
+                            v.end))
         i += 1
     return out
 
@@ -142,3 +144,25 @@ def holds(b: Band, v: Value) -> bool:
     if b.low is not None and (x < b.low or x == b.low and not b.low_in):
         return False
     return not (b.high is not None and (x > b.high or x == b.high and not b.high_in))
+
+
+def _tightness(b: Band) -> tuple[float, float, float]:
+    """Narrowest first; of open bands, the one with the highest floor ("from the seventh month" before "from the
+    fourth month" for the eighth), or the lowest ceiling."""
+    return b.width, -(b.low if b.low is not None else -math.inf), b.high if b.high is not None else math.inf
+
+
+def qualified(question: str, sentence: str, figures: list[Figure]) -> list[Figure]:
+    """Of `figures` (in order, a sentence's answers), those whose condition in `sentence` is the band that holds a
+    value the question states: "0.15% where that debt is below MRN 400 billion, and 0.3% where it is MRN 400
+    billion or above", asked of a debt of MRN 520 billion, is 0.3%. A condition qualifies the answer just before
+    it, or, opening the sentence, the first one after it; [] when no band of the sentence holds a stated value."""
+    values = stated_values(question)
+    holding = [b for b in bands(sentence) if any(holds(b, v) for v in values)]
+    if not values or not holding:
+        return []
+    b = min(holding, key=_tightness)
+    figures = [f for f in figures if not b.start <= f.start < b.end]  # the condition's own figure answers nothing
+    before = [f for f in figures if f.end <= b.start]
+    after = [f for f in figures if f.start >= b.end]
+    return before[-1:] or after[:1]

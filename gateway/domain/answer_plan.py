@@ -25,6 +25,7 @@ from typing import Any
 from gateway.domain.case_lookup import lookup
 from gateway.domain.figure_choice import clause_after, nearest, row_values
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions
+from textspans.bands import qualified
 from textspans.concepts import is_abbreviation, spelled_out
 from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DURATION, NUMBER, Figure, is_frequency
 from textspans.questions import Asked, asked_concept, asked_for
@@ -99,6 +100,10 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
             for f in figures:
                 leads.setdefault(f.text, clause_after(best.sentence, f, best.figures))
             reason = f"{figures[0].kind} ({asked.rule})"
+    elif held := qualified(question, best.sentence, list(best.figures)):
+        # "at what position, for a debt of MRN 520 billion": the figure whose condition's band holds the case
+        leads = {held[0].text: clause_after(best.sentence, held[0], best.figures)}
+        reason = f"{held[0].kind} (band)"
     elif best.header and row_values(best, list(best.figures)):
         # A table's row answers in one of its cells even when the question names no kind of figure ("what is
         # the impact tolerance for retail payments"): the cell under the column the question names.

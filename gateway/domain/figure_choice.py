@@ -26,6 +26,7 @@ import re
 
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, mentions, terms
+from textspans.bands import qualified
 from textspans.figures import Figure, find_figures, matches, ranges
 from textspans.questions import asked_for, restricting_phrases, wh_phrase
 
@@ -194,7 +195,8 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
     # the noun it asks with: "a fine not exceeding 250,000 and, in the case of a continuing offence, ... 25,000".
     head |= set(terms(" ".join(w for p in restricting_phrases(question) for w in p), index.concepts))
     sentence, scores = candidate.sentence, []
-    figures = _bound_to_stated(question, figures, candidate.figures) or figures
+    figures = _bound_to_stated(question, figures, candidate.figures) or qualified(question, sentence, figures) \
+        or figures
     own = _cell_phrases(candidate, figures) if candidate.header else _field_phrases(sentence, figures) \
         or phrases(sentence, figures, candidate.figures)
     codes: dict[str, str] = dict(_CODE.findall(question))

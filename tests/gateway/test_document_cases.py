@@ -46,3 +46,14 @@ def test_a_cell_without_a_figure_of_the_kind_asked_is_no_answer() -> None:
                           "Less liquid | 8 to 30 days | no more than 20%\n")
     p = plan_answer(index, "What share should be in assets sold within 7 days?")
     assert not p.reason.startswith("case"), p.reason
+
+
+def test_a_clause_whose_condition_holds_the_stated_value_picks_its_figure() -> None:
+    index = DocumentIndex("A levy applies to each dealer. The levy is 2% of turnover where turnover is below EUR 10 "
+                          "million, and 1% where it is EUR 10 million or more.\n"
+                          "A dormant account pays a fee of EUR 10 from the second year of dormancy, rising to EUR 20 "
+                          "from the fifth year.\n")
+    assert plan_answer(index, "What levy applies to a dealer with a turnover of EUR 25 million?").leads[0] == "1%"
+    assert plan_answer(index, "What levy applies to a dealer with a turnover of EUR 4 million?").leads[0] == "2%"
+    assert plan_answer(index, "What fee does a dormant account pay in its sixth year?").leads[0] == "EUR 20"
+    assert plan_answer(index, "What fee does a dormant account pay in its third year?").leads[0] == "EUR 10"
