@@ -24,7 +24,7 @@ from typing import Any
 
 from gateway.domain.case_lookup import lookup
 from gateway.domain.figure_choice import clause_after, nearest, row_values
-from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions
+from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, identifiers, mentions
 from textspans.bands import qualified
 from textspans.concepts import is_abbreviation, spelled_out
 from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DURATION, NUMBER, Figure, is_frequency
@@ -80,6 +80,11 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     absent += _unused_words(question, index)
     if absent:
         return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
+    # A member the question names ("a B2-rated lessee") is read from its table row, when every word is the
+    # document's: the column's header may share only its bound with the question ("maximum": "Max.").
+    if (case := lookup(index, question, asked, quotable, labels=True)) is not None:
+        return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
+                          case.reason, question)
     ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(ranking, asked, quotable)),
                                    max(DEPTH, k + 1)))
     if not ranked:
@@ -181,8 +186,11 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
     out = []
     for m in re.finditer(r"[A-Za-z0-9][A-Za-z0-9'-]*", question):
         word = m.group(0)
+        # "a B2-rated lessee": a code the document writes names the member, whatever word qualifies it
+        named = [i for i in identifiers(word) if "-" in word]
         if word in asked_concept(question) and not any(s <= m.start() < e for s, e in spans) \
-                and not index.uses(word) and not any(index.uses(w) for w in other.get(word, [])):
+                and not index.uses(word) and not any(index.uses(w) for w in other.get(word, [])) \
+                and not (named and all(i in index.df for i in named)):
             out.append(word)
     return list(dict.fromkeys(out))
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.domain.layout import cells
-from gateway.domain.retrieval import Candidate, DocumentIndex, mentions, terms
+from gateway.domain.retrieval import Candidate, DocumentIndex, identifiers, mentions, terms
 from textspans.bands import Band, Value, band, comparable, holds, stated_values
 from textspans.figures import Figure
 from textspans.questions import Asked
@@ -64,9 +64,9 @@ def _text(index: DocumentIndex, i: int, j: int) -> str:
     return index.sentences[i][a:b].strip()
 
 
-def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tuple[int, int, Value] | None:
-    """(row, band column, value): the row whose band holds a stated value, the narrowest of several."""
-    best: tuple[float, int, int, Value] | None = None
+def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tuple[int, int] | None:
+    """(row, band column): the row whose band holds a stated value, the narrowest of several."""
+    best: tuple[float, int, int] | None = None
     for j in range(len(cells(table.header))):
         found: list[tuple[int, Band]] = [(i, b) for i in table.rows if (b := band(_text(index, i, j))) is not None]
         for v in values:
@@ -75,8 +75,24 @@ def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tu
                 continue
             for i, b in comparable_rows:
                 if holds(b, v) and (best is None or b.width < best[0]):
-                    best = (b.width, i, j, v)
+                    best = (b.width, i, j)
     return None if best is None else best[1:]
+
+
+_LOWER = frozenset("min minimum lowest least floor shortest smallest".split())
+_UPPER = frozenset("max maximum highest most cap ceiling longest largest".split())
+
+
+def _bound(word: str) -> str:
+    w = word.casefold()
+    return "lower" if w in _LOWER else "upper" if w in _UPPER else ""
+
+
+def _labelled_row(index: DocumentIndex, table: _Table, named: set[str]) -> tuple[int, int] | None:
+    """(row, 0): the one row of `table` whose first cell is a member the question names ("B2" for "a B2-rated
+    lessee", "P2" for "P2 alerts")."""
+    rows = [i for i in table.rows if named & set(identifiers(_text(index, i, 0)))]
+    return (rows[0], 0) if len(rows) == 1 else None
 
 
 def _cell_figures(index: DocumentIndex, i: int, j: int) -> list[Figure]:
@@ -98,10 +114,11 @@ def _leads(index: DocumentIndex, i: int, j: int) -> dict[str, str]:
 
 
 def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable[[str], bool] = lambda _: True,
-           ) -> Case | None:
+           *, labels: bool = False) -> Case | None:
     """The table cell that answers `question` for the case it states (the module's note), or None."""
-    values = stated_values(question)
-    if not values:
+    values = [] if labels else stated_values(question)
+    named = set(identifiers(question)) if labels else set()
+    if not values and not named:
         return None
     stated = "".join(question[v.start:v.end] for v in values)
     wanted = index.question_terms(question, asked) - set(terms(stated, index.concepts))
@@ -112,12 +129,12 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
 
     best: tuple[float, _Table, int, int] | None = None
     for table in _tables(index):
-        hit = _holding_row(index, table, values)
+        hit = _holding_row(index, table, values) if values else _labelled_row(index, table, named)
         if hit is None:
             continue
-        i, j, _ = hit
+        i, j = hit
         place = index.places[i]
-        relevance = shared(" ".join((table.header, _text(index, i, j), place.section, place.heading)))
+        relevance = shared(" ".join((table.header, _text(index, i, j), place.section, place.heading))) + labels
         if relevance > 0 and (best is None or relevance > best[0]):
             best = (relevance, table, i, j)
     if best is None:
@@ -125,14 +142,20 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
     _, table, i, band_column = best
     header = cells(table.header)
     columns = [k for k in range(len(header)) if k != band_column]
+    # A column bounded the other way than the question asks ("Maximum ..." for "the minimum ...") answers nothing.
+    bound = {_bound(w) for w in re.findall(r"[A-Za-z]+", question)} - {""}
+    columns = [k for k in columns if not ({_bound(w) for w in re.findall(r"[A-Za-z]+", table.header[slice(
+        *header[k])])} - {""}) & ({"lower", "upper"} - bound) or not bound]
     scores = {k: shared(table.header[slice(*header[k])]) for k in columns}
     top = max(scores.values(), default=0.0)
     if top > 0:
         chosen = [k for k in columns if scores[k] == top]
-    elif len(columns) == 1:
+    elif len(columns) == 1 and values:
         chosen = columns
     else:
-        chosen = [k for k in columns if any(f.kind in asked.kinds for f in _cell_figures(index, i, k))]
+        chosen = columns if values else []
+    if len(chosen) > 1:  # of columns named alike ("Max. financing", "Max. term"), the one of the kind asked
+        chosen = [k for k in chosen if any(f.kind in asked.kinds for f in _cell_figures(index, i, k))]
     if len(chosen) != 1 or not quotable(index.sentences[i]):
         return None
     # A figure question is answered with a figure of a kind asked for ("no indicative share" answers no share).

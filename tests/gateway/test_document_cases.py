@@ -57,3 +57,15 @@ def test_a_clause_whose_condition_holds_the_stated_value_picks_its_figure() -> N
     assert plan_answer(index, "What levy applies to a dealer with a turnover of EUR 4 million?").leads[0] == "2%"
     assert plan_answer(index, "What fee does a dormant account pay in its sixth year?").leads[0] == "EUR 20"
     assert plan_answer(index, "What fee does a dormant account pay in its third year?").leads[0] == "EUR 10"
+
+
+def test_a_member_named_with_a_qualifying_word_reads_its_row_in_the_column_of_the_bound_and_kind_asked() -> None:
+    index = DocumentIndex("Tier | Max. advance (% of value) | Max. maturity | Min. haircut\n"
+                          "T1   | 90%                       | 60 months     | 2%\n"
+                          "T2   | 70%                       | 36 months     | 5%\n"
+                          "Advances against securities of one sector may not exceed 30% of the book.\n")
+    # "T2-eligible" names the row T2; "maximum" meets "Max." in two headers, the share asked picks the first
+    p = plan_answer(index, "What is the maximum advance rate for T2-eligible securities?")
+    assert p.leads == ("70%",), p.reason
+    # "minimum" never reads a "Max." column
+    assert plan_answer(index, "What is the minimum haircut for T1 securities?").leads == ("2%",)
