@@ -179,6 +179,26 @@ def _bound_to_stated(question: str, figures: list[Figure], all_figures: tuple[Fi
     return out
 
 
+# "10% of its capital funds, save that the limit for the United States dollar shall be 15%": an exception.
+_EXCEPTION = re.compile(r"^\W*(?:save|except|but|however|other than that)\b", re.IGNORECASE)
+
+
+def _exceptions(sentence: str, figures: list[Figure], own: list[str], case: set[str], index: DocumentIndex,
+                ) -> list[str]:
+    """An exception to the rule before it ("..., save that for X it is 15%") is that rule for the case it
+    names: when the question's case (`case`, the terms of its restricting phrases) is named by the exception's
+    phrase and not by the rule's, the exception's phrase holds the rule's words too, so it answers "the same
+    limit for X"; a question naming no such case is answered by the rule."""
+    out = list(own)
+    for i in range(1, len(figures)):
+        between = sentence[figures[i - 1].end:figures[i].start]
+        tail = clause_after(sentence, figures[i - 1], tuple(figures))
+        rule, exception = set(terms(out[i - 1], index.concepts)), set(terms(out[i], index.concepts))
+        if _EXCEPTION.match(between[len(tail):]) and (exception - rule) & case:
+            out[i] = f"{out[i - 1]} {out[i]}"
+    return out
+
+
 def nearest(figures: list[Figure], candidate: Candidate, question: str, index: DocumentIndex,
             bound: str = "") -> list[Figure]:
     """The figures of `candidate` (in order) that answer `question` (the module's note)."""
@@ -193,12 +213,15 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
     head = set(terms(" ".join(wh_phrase(question)), index.concepts))
     # The case the question restricts to ("for a continuing offence") tells parallel figures apart as much as
     # the noun it asks with: "a fine not exceeding 250,000 and, in the case of a continuing offence, ... 25,000".
-    head |= set(terms(" ".join(w for p in restricting_phrases(question) for w in p), index.concepts))
+    case = set(terms(" ".join(w for p in restricting_phrases(question) for w in p), index.concepts))
+    head |= case
     sentence, scores = candidate.sentence, []
     figures = _bound_to_stated(question, figures, candidate.figures) or qualified(question, sentence, figures) \
         or figures
     own = _cell_phrases(candidate, figures) if candidate.header else _field_phrases(sentence, figures) \
         or phrases(sentence, figures, candidate.figures)
+    if not candidate.header:
+        own = _exceptions(sentence, figures, own, case, index)
     codes: dict[str, str] = dict(_CODE.findall(question))
     for f, phrase in zip(figures, own, strict=True):
         before = re.search(r"(\w+)\W*$", sentence[:f.start])

@@ -69,3 +69,12 @@ def test_a_member_named_with_a_qualifying_word_reads_its_row_in_the_column_of_th
     assert p.leads == ("70%",), p.reason
     # "minimum" never reads a "Max." column
     assert plan_answer(index, "What is the minimum haircut for T1 securities?").leads == ("2%",)
+
+
+def test_an_exception_answers_for_the_case_it_names_and_the_rule_for_any_other() -> None:
+    index = DocumentIndex("4 A firm's exposure to any single counterparty shall not exceed 25% of its eligible "
+                          "capital, save that the limit for a central government shall be 100% of its eligible "
+                          "capital.\n5 Exposures are reported quarterly.\n")
+    assert plan_answer(index, "What is the single-counterparty exposure limit for central government exposures?"
+                       ).leads == ("100%",)
+    assert plan_answer(index, "What is the maximum exposure to a single counterparty?").leads == ("25%",)
