@@ -80,15 +80,18 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     absent += _unused_words(question, index)
     if absent:
         return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
-    # A member the question names ("a B2-rated lessee") is read from its table row, when every word is the
-    # document's: the column's header may share only its bound with the question ("maximum": "Max.").
-    if (case := lookup(index, question, asked, quotable, labels=True)) is not None:
-        return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
-                          case.reason, question)
     ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(ranking, asked, quotable)),
                                    max(DEPTH, k + 1)))
     if not ranked:
         return AnswerPlan(asked, (), (), (), False, "no sentence shares a word with the question")
+    # A member the question names ("a B2-rated lessee") is read from its table row, when every word is the
+    # document's and the row holds as much of the question as the best sentence: the column's header may
+    # share only its bound with the question ("maximum": "Max.").
+    case = lookup(index, question, asked, quotable, labels=True)
+    if case is not None and index.coverage(question, asked, case.row.context) >= \
+            index.coverage(question, asked, ranked[0].context):
+        return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
+                          case.reason, question)
     leads: dict[str, str] = {}  # lead -> its tail
     best, reason = ranked[0], "free"
     if asked.article:
@@ -150,6 +153,8 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     250,000 for IRG 4 and 5 counterparties": the limit is no "4")."""
     if asked.kinds[0] != NUMBER and any(f.kind != NUMBER for f in figures):
         figures = [f for f in figures if f.kind != NUMBER]
+    # "3-month EURIBOR", "a 10-year bond": a figure hyphenated to the noun after it names that noun's kind
+    figures = [f for f in figures if not _MODIFIER.match(best.sentence[f.start:f.end + 2])] or figures
     # A currency the question names in a word ("the sterling limit") asks for an amount in it (a code is
     # usually a condition's: "income below EUR 1,200").
     named = {CURRENCY_WORDS[w.casefold()] for w in re.findall(r"[A-Za-z]+", question) if w.casefold() in CURRENCY_WORDS}
@@ -158,6 +163,9 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     near = nearest(figures, best, question, index, asked.bound)
     kind = min((f.kind for f in near), key=asked.kinds.index)
     return [f for f in near if f.kind == kind]
+
+
+_MODIFIER = re.compile(r"^[\w.,]+-[a-z]+ [A-Za-z]")
 
 
 def _long_forms(question: str, index: DocumentIndex) -> str:

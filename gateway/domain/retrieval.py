@@ -83,7 +83,14 @@ _DRAFTING = {"minimum": ("least", "min"), "floor": ("least", "minimum"), "maximu
              "effect": ("force", "commence"), "commence": ("effect", "effective", "force"),
              "start": ("commence", "effect", "effective"), "begin": ("commence", "effect", "effective"), "home": ("residential",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
              "single": ("individual", "each", "one", "any"), "inform": ("notify",), "tell": ("notify",),
-             "phase": ("transition", "transitional"), "return": ("report", "form"), "individual": ("single", "each")}
+             "phase": ("transition", "transitional"), "return": ("report", "form"),
+             "individual": ("single", "each", "natural"),
+             # General finance synonyms: a loan's tenor is its term, a spread its margin, a deposit its down
+             # payment; an individual is a natural person and a company a legal one; records retained are kept.
+             "tenor": ("term", "maturity"), "spread": ("margin",), "margin": ("spread",), "deposit": ("down",),
+             "corporate": ("legal", "company"), "company": ("legal", "corporate"), "retention": ("keep", "retain"),
+             "premium": ("plus",), "bound": ("maximum", "minimum", "max", "min"), "neutral": ("strategic", "target"),
+             "annual": ("year", "annum"), "outer": ("max", "maximum"), "attainment": ("meet", "achieve")}
 _EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}
 
 _QUANTITY_FRAME = frozenset(_stem(w) for w in FRAME_WORDS)

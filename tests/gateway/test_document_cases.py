@@ -78,3 +78,16 @@ def test_an_exception_answers_for_the_case_it_names_and_the_rule_for_any_other()
     assert plan_answer(index, "What is the single-counterparty exposure limit for central government exposures?"
                        ).leads == ("100%",)
     assert plan_answer(index, "What is the maximum exposure to a single counterparty?").leads == ("25%",)
+
+
+def test_a_company_is_a_legal_person_and_a_hyphenated_period_names_its_noun() -> None:
+    index = DocumentIndex("Breach                              | Natural persons | Legal persons\n"
+                          "Late filing (up to 10 days)         | EUR 1,000       | EUR 8,000\n"
+                          "Late filing (more than 10 days)     | EUR 3,000       | EUR 25,000\n"
+                          "Grade | Min. term\nA | 6 months\nC | 24 months\n"
+                          "For grade C the minimum margin over 6-month SOFR is 380 basis points.\n")
+    assert plan_answer(index, "What fine does a corporate filer pay for a report filed 14 days late?").leads \
+        == ("EUR 25,000",)
+    # the row of grade C holds less of the question than the sentence about margins (a spread): the sentence
+    # answers, with its figure, not the "6-month" that names the rate
+    assert plan_answer(index, "What is the minimum spread over SOFR for grade C?").leads == ("380 basis points",)
