@@ -90,7 +90,8 @@ _DRAFTING = {"minimum": ("least", "min"), "floor": ("least", "minimum"), "maximu
              "tenor": ("term", "maturity"), "spread": ("margin",), "margin": ("spread",), "deposit": ("down",),
              "corporate": ("legal", "company"), "company": ("legal", "corporate"), "retention": ("keep", "retain"),
              "premium": ("plus",), "bound": ("maximum", "minimum", "max", "min"), "neutral": ("strategic", "target"),
-             "annual": ("year", "annum"), "outer": ("max", "maximum"), "attainment": ("meet", "achieve")}
+             "annual": ("year", "annum"), "outer": ("max", "maximum"), "attainment": ("meet", "achieve"),
+             "borrower": ("customer", "debtor")}
 _EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}
 
 _QUANTITY_FRAME = frozenset(_stem(w) for w in FRAME_WORDS)
