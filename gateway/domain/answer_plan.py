@@ -68,7 +68,8 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     # for a ratio, not a period)
     inline = _long_forms(question, index)
     expanded = " ".join([inline, *(f for c, _ in named for f in index.concepts.forms_of(c[len(CONCEPT):]))])
-    asked = asked_for(expanded, plain=inline)
+    # "How much can one issuer raise in a 12-month period": the period is the case's, not what is asked
+    asked = asked_for(_STATED_PERIOD.sub("", expanded), plain=_STATED_PERIOD.sub("", inline))
     absent = sorted({c[len(CONCEPT):] for c, written in named if not index.mentions_concept(c, written)})
     absent += unknown
     # A case the question states ("for a score of 700") is read from the table row whose band holds it, even
@@ -165,6 +166,8 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     return [f for f in near if f.kind == kind]
 
 
+_STATED_PERIOD = re.compile(r"\b(?:in|over|within|during|for)?\s*(?:a|an|the|any|each)?\s*\d+[- ](?:hour|day|week|month|"
+                            r"quarter|year)s?[- ](?:period|window|horizon|span|cycle)\b", re.IGNORECASE)
 _MODIFIER = re.compile(r"^[\w.,]+-[a-z]+ [A-Za-z]")
 
 

@@ -137,10 +137,15 @@ def row_values(candidate: Candidate, figures: list[Figure]) -> list[Figure]:
     return values or figures
 
 
-def _not_stated_by(question: str, figures: list[Figure]) -> list[Figure]:
+def _not_stated_by(question: str, figures: list[Figure], sentence: str = "") -> list[Figure]:
+    """`figures` less those the question states, and less a scale's top ("a score below 80 out of 100": 80)."""
     stated = find_figures(question)
-    rest = [f for f in figures if not any(matches(q, f) and q.kind == f.kind for q in stated)]
+    rest = [f for f in figures if not any(matches(q, f) and q.kind == f.kind for q in stated)
+            and not _SCALE.search(sentence[:f.start])]
     return rest or figures
+
+
+_SCALE = re.compile(r"\d\s*(?:out of|of a possible|on a scale of)\s*$", re.IGNORECASE)
 
 
 def _range_end(sentence: str, figures: list[Figure], bound: str) -> list[Figure]:
@@ -202,7 +207,7 @@ def _exceptions(sentence: str, figures: list[Figure], own: list[str], case: set[
 def nearest(figures: list[Figure], candidate: Candidate, question: str, index: DocumentIndex,
             bound: str = "") -> list[Figure]:
     """The figures of `candidate` (in order) that answer `question` (the module's note)."""
-    figures = _not_stated_by(question, figures)
+    figures = _not_stated_by(question, figures, candidate.sentence)
     if bound:
         figures = _bound_marked(candidate.sentence, _range_end(candidate.sentence, figures, bound), bound)
     wanted = index.question_terms(question, asked_for(question))

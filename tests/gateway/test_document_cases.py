@@ -91,3 +91,11 @@ def test_a_company_is_a_legal_person_and_a_hyphenated_period_names_its_noun() ->
     # the row of grade C holds less of the question than the sentence about margins (a spread): the sentence
     # answers, with its figure, not the "6-month" that names the rate
     assert plan_answer(index, "What is the minimum spread over SOFR for grade C?").leads == ("380 basis points",)
+
+
+def test_a_stated_period_is_no_kind_asked_and_a_scales_top_is_no_answer() -> None:
+    index = DocumentIndex("A member may borrow no more than EUR 40,000 over any period of 24 months.\n"
+                          "7.2 Internal audit samples 5% of closed files per team per month; an IA score below 70 "
+                          "out of 100 triggers a remediation plan.\n")
+    assert plan_answer(index, "How much can a member borrow in a 24-month period?").leads[0] == "EUR 40,000"
+    assert plan_answer(index, "Below what IA score is a team put on a remediation plan?").leads == ("70",)
