@@ -168,7 +168,7 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
 
 _STATED_PERIOD = re.compile(r"\b(?:in|over|within|during|for)?\s*(?:a|an|the|any|each)?\s*\d+[- ](?:hour|day|week|month|"
                             r"quarter|year)s?[- ](?:period|window|horizon|span|cycle)\b", re.IGNORECASE)
-_MODIFIER = re.compile(r"^[\w.,]+-[a-z]+ [A-Za-z]")
+_MODIFIER = re.compile(r"^\d[\d.,]*-[a-z]+ [A-Za-z]")  # "3-month EURIBOR", not "thirty-five per cent"
 
 
 def _long_forms(question: str, index: DocumentIndex) -> str:

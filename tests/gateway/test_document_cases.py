@@ -99,3 +99,10 @@ def test_a_stated_period_is_no_kind_asked_and_a_scales_top_is_no_answer() -> Non
                           "out of 100 triggers a remediation plan.\n")
     assert plan_answer(index, "How much can a member borrow in a 24-month period?").leads[0] == "EUR 40,000"
     assert plan_answer(index, "Below what IA score is a team put on a remediation plan?").leads == ("70",)
+
+
+def test_a_number_written_in_hyphenated_words_is_no_modifier() -> None:
+    index = DocumentIndex("Exposures secured by a first charge on a home shall carry a risk weight of thirty-five per "
+                          "cent, provided that the loan does not exceed eighty per cent of the value of the home.\n")
+    assert plan_answer(index, "What risk weight do exposures secured by a first charge on a home carry?").leads \
+        == ("thirty-five per cent",)
