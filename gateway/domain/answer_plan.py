@@ -152,8 +152,10 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     A bare number is no amount, share or date where the sentence states a figure of another kind asked for
     ("more than 25 locations shall maintain a net worth of at least $500,000": the net worth is $500,000; "GBP
     250,000 for IRG 4 and 5 counterparties": the limit is no "4")."""
+    # A number after a currency code the figure reader does not know ("MRN 100,000", not "IRG 4") is an amount.
+    coded = [f for f in figures if f.kind == NUMBER and _CODED.search(best.sentence[:f.start]) and f.value[0] >= 1000]
     if asked.kinds[0] != NUMBER and any(f.kind != NUMBER for f in figures):
-        figures = [f for f in figures if f.kind != NUMBER]
+        figures = [f for f in figures if f.kind != NUMBER or AMOUNT in asked.kinds and f in coded]
     # "3-month EURIBOR", "a 10-year bond": a figure hyphenated to the noun after it names that noun's kind
     figures = [f for f in figures if not _MODIFIER.match(best.sentence[f.start:f.end + 2])] or figures
     # A currency the question names in a word ("the sterling limit") asks for an amount in it (a code is
@@ -166,6 +168,7 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     return [f for f in near if f.kind == kind]
 
 
+_CODED = re.compile(r"(?<![\w-])[A-Z]{3}\s?$")
 _STATED_PERIOD = re.compile(r"\b(?:in|over|within|during|for)?\s*(?:a|an|the|any|each)?\s*\d+[- ](?:hour|day|week|month|"
                             r"quarter|year)s?[- ](?:period|window|horizon|span|cycle)\b", re.IGNORECASE)
 _MODIFIER = re.compile(r"^\d[\d.,]*-[a-z]+ [A-Za-z]")  # "3-month EURIBOR", not "thirty-five per cent"

@@ -106,3 +106,11 @@ def test_a_number_written_in_hyphenated_words_is_no_modifier() -> None:
                           "cent, provided that the loan does not exceed eighty per cent of the value of the home.\n")
     assert plan_answer(index, "What risk weight do exposures secured by a first charge on a home carry?").leads \
         == ("thirty-five per cent",)
+
+
+def test_a_number_after_an_unknown_currency_code_is_an_amount() -> None:
+    index = DocumentIndex("Penalty schedule\nOffence              | Natural persons | Legal persons\n"
+                          "Failure to register  | ZQD 40,000      | ZQD 900,000 or 3% of turnover\n"
+                          "Collateral from IRG 4 and 5 counterparties is capped at GBP 250,000.\n")
+    assert plan_answer(index, "What is the penalty for an individual who fails to register?").leads == ("40,000",)
+    assert plan_answer(index, "What is the cap on collateral from IRG 5 counterparties?").leads == ("GBP 250,000",)
