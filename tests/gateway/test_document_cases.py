@@ -114,3 +114,10 @@ def test_a_number_after_an_unknown_currency_code_is_an_amount() -> None:
                           "Collateral from IRG 4 and 5 counterparties is capped at GBP 250,000.\n")
     assert plan_answer(index, "What is the penalty for an individual who fails to register?").leads == ("40,000",)
     assert plan_answer(index, "What is the cap on collateral from IRG 5 counterparties?").leads == ("GBP 250,000",)
+
+
+def test_ig_is_investment_grade() -> None:
+    index = DocumentIndex("Asset class              Target    Minimum    Maximum\n"
+                          "Sovereign bonds           30%       25%        35%\n"
+                          "Investment-grade credit   20%       15%        25%\n")
+    assert plan_answer(index, "What is the target weight for IG bonds?").leads[0] == "20%"
