@@ -12,7 +12,9 @@ document states and cannot write a new one. An abbreviation the document never w
 when the question names a term the document never mentions (in any form), or a word of what it asks about
 that the document never uses ("minimum credit score" without "score"), when it asks for a figure that the
 best sentences do not state, or when the answer's sentence holds less than MIN_COVERAGE of the question (by
-weight). gateway/domain/grounding.py checks what came out.
+weight). A question that states a case ("for a score of 680") or names a table's member ("a B2-rated lessee")
+is first looked up in the row that holds it (gateway/domain/case_lookup.py). gateway/domain/grounding.py checks
+what came out.
 """
 from __future__ import annotations
 
