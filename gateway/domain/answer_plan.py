@@ -12,7 +12,9 @@ document states and cannot write a new one. An abbreviation the document never w
 when the question names a term the document never mentions (in any form), or a word of what it asks about
 that the document never uses ("minimum credit score" without "score"), when it asks for a figure that the
 best sentences do not state, or when the answer's sentence holds less than MIN_COVERAGE of the question (by
-weight). gateway/domain/grounding.py checks what came out.
+weight). A question that states a case ("for a score of 680") or names a table's member ("a B2-rated lessee")
+is first looked up in the row that holds it (gateway/domain/case_lookup.py). gateway/domain/grounding.py checks
+what came out.
 """
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.domain.case_lookup import lookup
 from gateway.domain.figure_choice import clause_after, nearest, row_values
-from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, mentions
+from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, identifiers, mentions
+from textspans.bands import qualified
 from textspans.concepts import is_abbreviation, spelled_out
 from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DURATION, NUMBER, Figure, is_frequency
 from textspans.questions import Asked, asked_concept, asked_for
@@ -66,15 +70,31 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     # for a ratio, not a period)
     inline = _long_forms(question, index)
     expanded = " ".join([inline, *(f for c, _ in named for f in index.concepts.forms_of(c[len(CONCEPT):]))])
-    asked = asked_for(expanded, plain=inline)
+    # "How much can one issuer raise in a 12-month period": the period is the case's, not what is asked
+    asked = asked_for(_STATED_PERIOD.sub("", expanded), plain=_STATED_PERIOD.sub("", inline))
     absent = sorted({c[len(CONCEPT):] for c, written in named if not index.mentions_concept(c, written)})
-    absent += unknown + _unused_words(question, index)
+    absent += unknown
+    # A case the question states ("for a score of 700") is read from the table row whose band holds it, even
+    # when the question names the column in other words ("deposit" for "down payment").
+    case = None if absent else lookup(index, question, asked, quotable)
+    if case is not None:
+        return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
+                          case.reason, question)
+    absent += _unused_words(question, index)
     if absent:
         return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
     ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(ranking, asked, quotable)),
                                    max(DEPTH, k + 1)))
     if not ranked:
         return AnswerPlan(asked, (), (), (), False, "no sentence shares a word with the question")
+    # A member the question names ("a B2-rated lessee") is read from its table row, when every word is the
+    # document's and the row holds as much of the question as the best sentence: the column's header may
+    # share only its bound with the question ("maximum": "Max.").
+    case = lookup(index, question, asked, quotable, labels=True)
+    if case is not None and index.coverage(question, asked, case.row.context) >= \
+            index.coverage(question, asked, ranked[0].context):
+        return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
+                          case.reason, question)
     leads: dict[str, str] = {}  # lead -> its tail
     best, reason = ranked[0], "free"
     if asked.article:
@@ -91,6 +111,10 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
             for f in figures:
                 leads.setdefault(f.text, clause_after(best.sentence, f, best.figures))
             reason = f"{figures[0].kind} ({asked.rule})"
+    elif held := qualified(question, best.sentence, list(best.figures)):
+        # "at what position, for a debt of MRN 520 billion": the figure whose condition's band holds the case
+        leads = {held[0].text: clause_after(best.sentence, held[0], best.figures)}
+        reason = f"{held[0].kind} (band)"
     elif best.header and row_values(best, list(best.figures)):
         # A table's row answers in one of its cells even when the question names no kind of figure ("what is
         # the impact tolerance for retail payments"): the cell under the column the question names.
@@ -130,8 +154,12 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     A bare number is no amount, share or date where the sentence states a figure of another kind asked for
     ("more than 25 locations shall maintain a net worth of at least $500,000": the net worth is $500,000; "GBP
     250,000 for IRG 4 and 5 counterparties": the limit is no "4")."""
+    # A number after a currency code the figure reader does not know ("MRN 100,000", not "IRG 4") is an amount.
+    coded = [f for f in figures if f.kind == NUMBER and _CODED.search(best.sentence[:f.start]) and f.value[0] >= 1000]
     if asked.kinds[0] != NUMBER and any(f.kind != NUMBER for f in figures):
-        figures = [f for f in figures if f.kind != NUMBER]
+        figures = [f for f in figures if f.kind != NUMBER or AMOUNT in asked.kinds and f in coded]
+    # "3-month EURIBOR", "a 10-year bond": a figure hyphenated to the noun after it names that noun's kind
+    figures = [f for f in figures if not _MODIFIER.match(best.sentence[f.start:f.end + 2])] or figures
     # A currency the question names in a word ("the sterling limit") asks for an amount in it (a code is
     # usually a condition's: "income below EUR 1,200").
     named = {CURRENCY_WORDS[w.casefold()] for w in re.findall(r"[A-Za-z]+", question) if w.casefold() in CURRENCY_WORDS}
@@ -140,6 +168,12 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     near = nearest(figures, best, question, index, asked.bound)
     kind = min((f.kind for f in near), key=asked.kinds.index)
     return [f for f in near if f.kind == kind]
+
+
+_CODED = re.compile(r"(?<![\w-])[A-Z]{3}\s?$")
+_STATED_PERIOD = re.compile(r"\b(?:in|over|within|during|for)?\s*(?:a|an|the|any|each)?\s*\d+[- ](?:hour|day|week|month|"
+                            r"quarter|year)s?[- ](?:period|window|horizon|span|cycle)\b", re.IGNORECASE)
+_MODIFIER = re.compile(r"^\d[\d.,]*-[a-z]+ [A-Za-z]")  # "3-month EURIBOR", not "thirty-five per cent"
 
 
 def _long_forms(question: str, index: DocumentIndex) -> str:
@@ -168,8 +202,11 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
     out = []
     for m in re.finditer(r"[A-Za-z0-9][A-Za-z0-9'-]*", question):
         word = m.group(0)
+        # "a B2-rated lessee": a code the document writes names the member, whatever word qualifies it
+        named = [i for i in identifiers(word) if "-" in word]
         if word in asked_concept(question) and not any(s <= m.start() < e for s, e in spans) \
-                and not index.uses(word) and not any(index.uses(w) for w in other.get(word, [])):
+                and not index.uses(word) and not any(index.uses(w) for w in other.get(word, [])) \
+                and not (named and all(i in index.df for i in named)):
             out.append(word)
     return list(dict.fromkeys(out))
 

@@ -26,6 +26,7 @@ import re
 
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, mentions, terms
+from textspans.bands import qualified
 from textspans.figures import Figure, find_figures, matches, ranges
 from textspans.questions import asked_for, restricting_phrases, wh_phrase
 
@@ -136,10 +137,15 @@ def row_values(candidate: Candidate, figures: list[Figure]) -> list[Figure]:
     return values or figures
 
 
-def _not_stated_by(question: str, figures: list[Figure]) -> list[Figure]:
+def _not_stated_by(question: str, figures: list[Figure], sentence: str = "") -> list[Figure]:
+    """`figures` less those the question states, and less a scale's top ("a score below 80 out of 100": 80)."""
     stated = find_figures(question)
-    rest = [f for f in figures if not any(matches(q, f) and q.kind == f.kind for q in stated)]
+    rest = [f for f in figures if not any(matches(q, f) and q.kind == f.kind for q in stated)
+            and not _SCALE.search(sentence[:f.start])]
     return rest or figures
+
+
+_SCALE = re.compile(r"\d\s*(?:out of|of a possible|on a scale of)\s*$", re.IGNORECASE)
 
 
 def _range_end(sentence: str, figures: list[Figure], bound: str) -> list[Figure]:
@@ -178,10 +184,30 @@ def _bound_to_stated(question: str, figures: list[Figure], all_figures: tuple[Fi
     return out
 
 
+# "10% of its capital funds, save that the limit for the United States dollar shall be 15%": an exception.
+_EXCEPTION = re.compile(r"^\W*(?:save|except|but|however|other than that)\b", re.IGNORECASE)
+
+
+def _exceptions(sentence: str, figures: list[Figure], own: list[str], case: set[str], index: DocumentIndex,
+                ) -> list[str]:
+    """An exception to the rule before it ("..., save that for X it is 15%") is that rule for the case it
+    names: when the question's case (`case`, the terms of its restricting phrases) is named by the exception's
+    phrase and not by the rule's, the exception's phrase holds the rule's words too, so it answers "the same
+    limit for X"; a question naming no such case is answered by the rule."""
+    out = list(own)
+    for i in range(1, len(figures)):
+        between = sentence[figures[i - 1].end:figures[i].start]
+        tail = clause_after(sentence, figures[i - 1], tuple(figures))
+        rule, exception = set(terms(out[i - 1], index.concepts)), set(terms(out[i], index.concepts))
+        if _EXCEPTION.match(between[len(tail):]) and (exception - rule) & case:
+            out[i] = f"{out[i - 1]} {out[i]}"
+    return out
+
+
 def nearest(figures: list[Figure], candidate: Candidate, question: str, index: DocumentIndex,
             bound: str = "") -> list[Figure]:
     """The figures of `candidate` (in order) that answer `question` (the module's note)."""
-    figures = _not_stated_by(question, figures)
+    figures = _not_stated_by(question, figures, candidate.sentence)
     if bound:
         figures = _bound_marked(candidate.sentence, _range_end(candidate.sentence, figures, bound), bound)
     wanted = index.question_terms(question, asked_for(question))
@@ -192,11 +218,15 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
     head = set(terms(" ".join(wh_phrase(question)), index.concepts))
     # The case the question restricts to ("for a continuing offence") tells parallel figures apart as much as
     # the noun it asks with: "a fine not exceeding 250,000 and, in the case of a continuing offence, ... 25,000".
-    head |= set(terms(" ".join(w for p in restricting_phrases(question) for w in p), index.concepts))
+    case = set(terms(" ".join(w for p in restricting_phrases(question) for w in p), index.concepts))
+    head |= case
     sentence, scores = candidate.sentence, []
-    figures = _bound_to_stated(question, figures, candidate.figures) or figures
+    figures = _bound_to_stated(question, figures, candidate.figures) or qualified(question, sentence, figures) \
+        or figures
     own = _cell_phrases(candidate, figures) if candidate.header else _field_phrases(sentence, figures) \
         or phrases(sentence, figures, candidate.figures)
+    if not candidate.header:
+        own = _exceptions(sentence, figures, own, case, index)
     codes: dict[str, str] = dict(_CODE.findall(question))
     for f, phrase in zip(figures, own, strict=True):
         before = re.search(r"(\w+)\W*$", sentence[:f.start])

@@ -75,14 +75,23 @@ def _stem(word: str) -> str:
 # Regulatory drafting says "at least" for a minimum and "not exceed" / "up to" for a maximum, a cap or a limit,
 # and "per day" for daily; a rule "takes effect", "comes into force" or "commences" on the day it starts to
 # apply. Words here, stemmed below.
-_DRAFTING = {"minimum": ("least",), "floor": ("least", "minimum"), "maximum": ("exceed", "most"),
+_DRAFTING = {"minimum": ("least", "min"), "floor": ("least", "minimum"), "maximum": ("exceed", "most", "max"),
+             "longest": ("maximum", "max"), "shortest": ("minimum", "min"),
              "limit": ("exceed",), "cap": ("exceed", "most", "maximum"), "ceiling": ("exceed", "most", "maximum"),
              "large": ("exceed",), "keep": ("maintain", "hold", "retain"), "hold": ("maintain",), "big": ("equal",),
              "daily": ("day",), "force": ("effect", "effective", "commence"), "effective": ("force", "commence"),
              "effect": ("force", "commence"), "commence": ("effect", "effective", "force"),
              "start": ("commence", "effect", "effective"), "begin": ("commence", "effect", "effective"), "home": ("residential",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
              "single": ("individual", "each", "one", "any"), "inform": ("notify",), "tell": ("notify",),
-             "phase": ("transition", "transitional"), "return": ("report", "form"), "individual": ("single", "each")}
+             "phase": ("transition", "transitional"), "return": ("report", "form"),
+             "individual": ("single", "each", "natural"),
+             # General finance synonyms: a loan's tenor is its term, a spread its margin, a deposit its down
+             # payment; an individual is a natural person and a company a legal one; records retained are kept.
+             "tenor": ("term", "maturity"), "spread": ("margin",), "margin": ("spread",), "deposit": ("down",),
+             "corporate": ("legal", "company"), "company": ("legal", "corporate"), "retention": ("keep", "retain"),
+             "premium": ("plus",), "bound": ("maximum", "minimum", "max", "min"), "neutral": ("strategic", "target"),
+             "annual": ("year", "annum"), "outer": ("max", "maximum"), "attainment": ("meet", "achieve"),
+             "borrower": ("customer", "debtor")}
 _EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}
 
 _QUANTITY_FRAME = frozenset(_stem(w) for w in FRAME_WORDS)
@@ -101,7 +110,8 @@ def terms(text: str, index: ConceptIndex) -> list[str]:
 # A member of a series named by a letter ("Class Z", "Level B"), or a table's cell that is one letter (the row of
 # class Z in a fee table); a short code mixing a digit and a letter ("Level 2B", "1A").
 _LETTER = re.compile(r"\b[A-Za-z][a-z]+ ([A-Z])(?![\w'-])|(?:^|\|)[ \t]*([A-Z])[ \t]*(?=\||$)", re.MULTILINE)
-_MIXED = re.compile(r"(?<![\w-])(\d[A-Za-z]|[A-Za-z]\d)(?![\w-])")
+# "B2-rated": a code followed by a word it qualifies is the code.
+_MIXED = re.compile(r"(?<![\w-])(\d[A-Za-z]|[A-Za-z]\d)(?![\w]|-[A-Z0-9])")
 
 
 # A credit rating grade: notched ("BB+", "A-"), or named as a rating ("rated BB", "A-rated"); its notch is left

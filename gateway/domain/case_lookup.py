@@ -1,0 +1,169 @@
+"""A case the question states, looked up in a table of bands: "What is the resolution SLA for an alert with a
+Sentinel score of 680?" on
+
+    Priority | Sentinel score | First response SLA | Resolution SLA
+    P2       | 750-899        | 15 minutes         | 24 hours
+    P3       | 600-749        | 2 hours            | 3 business days
+
+is the cell of the row whose band holds 680 (600-749) under the column whose header holds the question's words
+(Resolution SLA): 3 business days. A table is a block of text rows under one header row (gateway/domain/layout.py);
+a column of bands is one where two rows or more write a band of values comparable with the question's value
+(textspans/bands.py: "600-749", "below 450", "Above 2% and up to 5%", "Late notification (over 5 trading days)").
+Of the tables with a row holding the value, the one sharing most with the question (header, band cells, section)
+answers; of several rows, the narrowest band. The answer's column is the one whose header shares most with the
+question; with no shared word, the table's only other column, or the only one whose cell states a figure of the
+kind asked for. No row holding the value, or no column to read: no case is found, and the plan goes on as for
+any question.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.domain.layout import cells
+from gateway.domain.retrieval import Candidate, DocumentIndex, identifiers, mentions, terms
+from textspans.bands import Band, Value, band, comparable, holds, stated_values
+from textspans.figures import Figure
+from textspans.questions import Asked
+
+TAIL_CHARS = 80
+
+
+@dataclass(frozen=True)
+class Case:
+    row: Candidate  # the row holding the value
+    leads: dict[str, str]  # what the answer starts with (the cell's first figure, or its text) -> its tail
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Table:
+    header: str
+    rows: tuple[int, ...]  # sentence indexes of the rows (each a line with as many cells as the header)
+
+
+def _tables(index: DocumentIndex) -> list[_Table]:
+    out: list[_Table] = []
+    for i, p in enumerate(index.places):
+        if not p.header or len(cells(index.sentences[i])) != len(cells(p.header)):
+            continue
+        if out and out[-1].header == p.header and out[-1].rows[-1] == i - 1:
+            out[-1] = _Table(p.header, (*out[-1].rows, i))
+        else:
+            out.append(_Table(p.header, (i,)))
+    return out
+
+
+def _cell(index: DocumentIndex, i: int, j: int) -> tuple[int, int]:
+    return cells(index.sentences[i])[j]
+
+
+def _text(index: DocumentIndex, i: int, j: int) -> str:
+    a, b = _cell(index, i, j)
+    return index.sentences[i][a:b].strip()
+
+
+def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tuple[int, int] | None:
+    """(row, band column): the row whose band holds a stated value, the narrowest of several."""
+    best: tuple[float, int, int] | None = None
+    for j in range(len(cells(table.header))):
+        found: list[tuple[int, Band]] = [(i, b) for i in table.rows if (b := band(_text(index, i, j))) is not None]
+        for v in values:
+            comparable_rows = [(i, b) for i, b in found if comparable(b, v)]
+            if len(comparable_rows) < 2:
+                continue
+            for i, b in comparable_rows:
+                if holds(b, v) and (best is None or b.width < best[0]):
+                    best = (b.width, i, j)
+    return None if best is None else best[1:]
+
+
+_LOWER = frozenset("min minimum lowest least floor shortest smallest".split())
+_UPPER = frozenset("max maximum highest most cap ceiling longest largest".split())
+
+
+def _bound(word: str) -> str:
+    w = word.casefold()
+    return "lower" if w in _LOWER else "upper" if w in _UPPER else ""
+
+
+def _labelled_row(index: DocumentIndex, table: _Table, named: set[str]) -> tuple[int, int] | None:
+    """(row, 0): the one row of `table` whose first cell is a member the question names ("B2" for "a B2-rated
+    lessee", "P2" for "P2 alerts")."""
+    rows = [i for i in table.rows if named & set(identifiers(_text(index, i, 0)))]
+    return (rows[0], 0) if len(rows) == 1 else None
+
+
+def _cell_figures(index: DocumentIndex, i: int, j: int) -> list[Figure]:
+    a, b = _cell(index, i, j)
+    return [f for f in index.figures[i] if a <= f.start < b]
+
+
+def _leads(index: DocumentIndex, i: int, j: int) -> dict[str, str]:
+    """The cell's first figure with the rest of the cell as its tail, or the cell's text when it states none."""
+    a, b = _cell(index, i, j)
+    row = index.sentences[i]
+    figures = _cell_figures(index, i, j)
+    if not figures:
+        text = row[a:b].strip()
+        return {text: ""} if re.search(r"[A-Za-z0-9]", text) else {}
+    first = figures[0]
+    tail = row[first.end:b].rstrip()
+    return {first.text: tail if tail[:1] == " " and len(tail) <= TAIL_CHARS else ""}
+
+
+def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable[[str], bool] = lambda _: True,
+           *, labels: bool = False) -> Case | None:
+    """The table cell that answers `question` for the case it states (the module's note), or None."""
+    values = [] if labels else stated_values(question)
+    named = set(identifiers(question)) if labels else set()
+    if not values and not named:
+        return None
+    stated = "".join(question[v.start:v.end] for v in values)
+    wanted = index.question_terms(question, asked) - set(terms(stated, index.concepts))
+    written = dict(mentions(question, index.concepts))
+
+    def shared(text: str) -> float:
+        return index.idf(index.held(wanted, set(terms(text, index.concepts)), written))
+
+    best: tuple[float, _Table, int, int] | None = None
+    for table in _tables(index):
+        hit = _holding_row(index, table, values) if values else _labelled_row(index, table, named)
+        if hit is None:
+            continue
+        i, j = hit
+        place = index.places[i]
+        relevance = shared(" ".join((table.header, _text(index, i, j), place.section, place.heading))) + labels
+        if relevance > 0 and (best is None or relevance > best[0]):
+            best = (relevance, table, i, j)
+    if best is None:
+        return None
+    _, table, i, band_column = best
+    header = cells(table.header)
+    columns = [k for k in range(len(header)) if k != band_column]
+    # A column bounded the other way than the question asks ("Maximum ..." for "the minimum ...") answers nothing.
+    bound = {_bound(w) for w in re.findall(r"[A-Za-z]+", question)} - {""}
+    columns = [k for k in columns if not ({_bound(w) for w in re.findall(r"[A-Za-z]+", table.header[slice(
+        *header[k])])} - {""}) & ({"lower", "upper"} - bound) or not bound]
+    scores = {k: shared(table.header[slice(*header[k])]) for k in columns}
+    top = max(scores.values(), default=0.0)
+    if top > 0:
+        chosen = [k for k in columns if scores[k] == top]
+    elif len(columns) == 1 and values:
+        chosen = columns
+    else:
+        chosen = columns if values else []
+    if len(chosen) > 1:  # of columns named alike ("Max. financing", "Max. term"), the one of the kind asked
+        chosen = [k for k in chosen if any(f.kind in asked.kinds for f in _cell_figures(index, i, k))]
+    if len(chosen) != 1 or not quotable(index.sentences[i]):
+        return None
+    # A figure question is answered with a figure of a kind asked for ("no indicative share" answers no share).
+    if asked.kinds and not any(f.kind in asked.kinds for f in _cell_figures(index, i, chosen[0])):
+        return None
+    leads = _leads(index, i, chosen[0])
+    if not leads:
+        return None
+    p = index.places[i]
+    row = Candidate(index.sentences[i], 1.0, index.figures[i], index.context[i], p.label, p.header)
+    return Case(row, leads, f"case ({_text(index, i, band_column)}: {table.header[slice(*header[chosen[0]])].strip()})")

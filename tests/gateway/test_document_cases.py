@@ -1,0 +1,123 @@
+"""A case the question states ("for a score of 640", "a loan 95 days past due") looked up in the band that holds
+it (textspans/bands.py, gateway/domain/case_lookup.py): in a table of bands, and in a clause's conditions."""
+from __future__ import annotations
+
+from gateway.domain.answer_plan import plan_answer
+from gateway.domain.retrieval import DocumentIndex
+from textspans.bands import band, bands, holds, stated_values
+
+TABLE = ("Provisioning schedule\n"
+         "Days past due        | Stage   | Provision rate | Review cycle\n"
+         "0-30 days            | Stage 1 | 1%             | 12 months\n"
+         "31 to 90 days        | Stage 2 | 15%            | 6 months\n"
+         "more than 90 days    | Stage 3 | 60%            | 1 month\n")
+
+
+def test_a_band_is_read_from_a_range_or_a_bound_word_and_holds_its_values() -> None:
+    (v,) = stated_values("a loan 95 days past due")
+    assert [holds(b, v) for b in (band("0-30 days"), band("31 to 90 days"), band("more than 90 days"))] \
+        == [False, False, True]
+    (pct,) = stated_values("an excess of 4% of capital")
+    above = band("Above 2% and up to 5%")
+    assert above is not None and holds(above, pct)
+    assert band("0.3%") is None and band("5 minutes") is None  # a value with no bound word is no band
+    (eighth,) = stated_values("in its eighth month")  # an ordinal period is its count
+    assert [b.low for b in bands("from the fourth month, and from the seventh month")] == [4, 7]
+    assert holds(bands("from the seventh month")[0], eighth)
+
+
+def test_the_row_whose_band_holds_the_stated_value_answers_in_the_column_asked() -> None:
+    index = DocumentIndex(TABLE)
+    assert plan_answer(index, "What provision rate applies to a loan 95 days past due?").leads == ("60%",)
+    assert plan_answer(index, "What provision rate applies to a loan 45 days past due?").leads == ("15%",)
+    # the column named in other words than its header is still the only duration column
+    assert plan_answer(index, "How often is a loan 10 days past due looked at again?").leads == ("12 months",)
+    scores = DocumentIndex("Band | Applicant score | Maximum loan | Down payment\n"
+                           "A    | 800 or above    | EUR 90,000   | 5%\n"
+                           "B    | 650-799         | EUR 60,000   | 10%\n"
+                           "C    | below 650       | EUR 20,000   | 20%\n")
+    # "deposit" is nowhere in the document: the case's row and the column named by "down" answer
+    assert plan_answer(scores, "How much deposit must an applicant with a score of 700 put down?").leads == ("10%",)
+    assert plan_answer(scores, "What is the maximum loan for an applicant score of 820?").leads == ("EUR 90,000",)
+
+
+def test_a_cell_without_a_figure_of_the_kind_asked_is_no_answer() -> None:
+    index = DocumentIndex("Bucket | Time to sell | Indicative share\nLiquid | 2 to 7 days | no indicative share\n"
+                          "Less liquid | 8 to 30 days | no more than 20%\n")
+    p = plan_answer(index, "What share should be in assets sold within 7 days?")
+    assert not p.reason.startswith("case"), p.reason
+
+
+def test_a_clause_whose_condition_holds_the_stated_value_picks_its_figure() -> None:
+    index = DocumentIndex("A levy applies to each dealer. The levy is 2% of turnover where turnover is below EUR 10 "
+                          "million, and 1% where it is EUR 10 million or more.\n"
+                          "A dormant account pays a fee of EUR 10 from the second year of dormancy, rising to EUR 20 "
+                          "from the fifth year.\n")
+    assert plan_answer(index, "What levy applies to a dealer with a turnover of EUR 25 million?").leads[0] == "1%"
+    assert plan_answer(index, "What levy applies to a dealer with a turnover of EUR 4 million?").leads[0] == "2%"
+    assert plan_answer(index, "What fee does a dormant account pay in its sixth year?").leads[0] == "EUR 20"
+    assert plan_answer(index, "What fee does a dormant account pay in its third year?").leads[0] == "EUR 10"
+
+
+def test_a_member_named_with_a_qualifying_word_reads_its_row_in_the_column_of_the_bound_and_kind_asked() -> None:
+    index = DocumentIndex("Tier | Max. advance (% of value) | Max. maturity | Min. haircut\n"
+                          "T1   | 90%                       | 60 months     | 2%\n"
+                          "T2   | 70%                       | 36 months     | 5%\n"
+                          "Advances against securities of one sector may not exceed 30% of the book.\n")
+    # "T2-eligible" names the row T2; "maximum" meets "Max." in two headers, the share asked picks the first
+    p = plan_answer(index, "What is the maximum advance rate for T2-eligible securities?")
+    assert p.leads == ("70%",), p.reason
+    # "minimum" never reads a "Max." column
+    assert plan_answer(index, "What is the minimum haircut for T1 securities?").leads == ("2%",)
+
+
+def test_an_exception_answers_for_the_case_it_names_and_the_rule_for_any_other() -> None:
+    index = DocumentIndex("4 A firm's exposure to any single counterparty shall not exceed 25% of its eligible "
+                          "capital, save that the limit for a central government shall be 100% of its eligible "
+                          "capital.\n5 Exposures are reported quarterly.\n")
+    assert plan_answer(index, "What is the single-counterparty exposure limit for central government exposures?"
+                       ).leads == ("100%",)
+    assert plan_answer(index, "What is the maximum exposure to a single counterparty?").leads == ("25%",)
+
+
+def test_a_company_is_a_legal_person_and_a_hyphenated_period_names_its_noun() -> None:
+    index = DocumentIndex("Breach                              | Natural persons | Legal persons\n"
+                          "Late filing (up to 10 days)         | EUR 1,000       | EUR 8,000\n"
+                          "Late filing (more than 10 days)     | EUR 3,000       | EUR 25,000\n"
+                          "Grade | Min. term\nA | 6 months\nC | 24 months\n"
+                          "For grade C the minimum margin over 6-month SOFR is 380 basis points.\n")
+    assert plan_answer(index, "What fine does a corporate filer pay for a report filed 14 days late?").leads \
+        == ("EUR 25,000",)
+    # the row of grade C holds less of the question than the sentence about margins (a spread): the sentence
+    # answers, with its figure, not the "6-month" that names the rate
+    assert plan_answer(index, "What is the minimum spread over SOFR for grade C?").leads == ("380 basis points",)
+
+
+def test_a_stated_period_is_no_kind_asked_and_a_scales_top_is_no_answer() -> None:
+    index = DocumentIndex("A member may borrow no more than EUR 40,000 over any period of 24 months.\n"
+                          "7.2 Internal audit samples 5% of closed files per team per month; an IA score below 70 "
+                          "out of 100 triggers a remediation plan.\n")
+    assert plan_answer(index, "How much can a member borrow in a 24-month period?").leads[0] == "EUR 40,000"
+    assert plan_answer(index, "Below what IA score is a team put on a remediation plan?").leads == ("70",)
+
+
+def test_a_number_written_in_hyphenated_words_is_no_modifier() -> None:
+    index = DocumentIndex("Exposures secured by a first charge on a home shall carry a risk weight of thirty-five per "
+                          "cent, provided that the loan does not exceed eighty per cent of the value of the home.\n")
+    assert plan_answer(index, "What risk weight do exposures secured by a first charge on a home carry?").leads \
+        == ("thirty-five per cent",)
+
+
+def test_a_number_after_an_unknown_currency_code_is_an_amount() -> None:
+    index = DocumentIndex("Penalty schedule\nOffence              | Natural persons | Legal persons\n"
+                          "Failure to register  | ZQD 40,000      | ZQD 900,000 or 3% of turnover\n"
+                          "Collateral from IRG 4 and 5 counterparties is capped at GBP 250,000.\n")
+    assert plan_answer(index, "What is the penalty for an individual who fails to register?").leads == ("40,000",)
+    assert plan_answer(index, "What is the cap on collateral from IRG 5 counterparties?").leads == ("GBP 250,000",)
+
+
+def test_ig_is_investment_grade() -> None:
+    index = DocumentIndex("Asset class              Target    Minimum    Maximum\n"
+                          "Sovereign bonds           30%       25%        35%\n"
+                          "Investment-grade credit   20%       15%        25%\n")
+    assert plan_answer(index, "What is the target weight for IG bonds?").leads[0] == "20%"

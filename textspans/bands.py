@@ -1,0 +1,168 @@
+"""Bands: the range of values a table's cell or a rule's clause applies to, and the values a question states.
+
+A question often states a case to look up ("for a score of 700", "a debt of MRN 520 billion", "in its eighth
+month", "a loan 95 days past due"); a rulebook writes the cases as bands: a table's cells ("600-699", "31 to 90
+days", "below 450", "Above 2% and up to 5%", "EUR 250,001 to EUR 1,500,000", "over 5 trading days") or a
+clause's condition ("where it is MRN 400 billion or above", "from the seventh month"). `band` reads one,
+`stated_values` reads the question's values (ordinals too: "eighth month" is 8 months), and `holds` says whether
+a band holds a value of a kind it can be compared with.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, Figure, find_figures
+
+_ORDINALS = ("first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth "
+             "fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth").split()
+_ORDINAL_VALUE = {w: i + 1 for i, w in enumerate(_ORDINALS)}
+_TIME_UNIT = r"(second|minute|hour|day|week|month|quarter|year)s?\b"
+# "the eighth month", "its 3rd year", "month 8": a count of periods named by its place.
+_ORDINAL = re.compile(rf"\b(?:({'|'.join(_ORDINALS)})|(\d{{1,3}})(?:st|nd|rd|th))\s+(?:\w+\s+)?{_TIME_UNIT}",
+                      re.IGNORECASE)
+# Bound words before a figure and after it; "above 2% and up to 5%" opens low, closes high.
+_BELOW = re.compile(r"(?:\bup to(?: and including)?|\bnot (?:more|greater|higher) than|\bno (?:more|greater|higher) "
+                    r"than|\bat most|\bmaximum(?: of)?|≤|<=|\bbelow|\bless than|\bunder|\blower than|\bfewer than|"
+                    r"\bbeneath|<)(?:\s+(?:the|its|a|[A-Z]{3}))?\s*$", re.IGNORECASE)
+_ABOVE = re.compile(r"(?:\babove|\bover|\bmore than|\bexceeding|\bexceeds|\bin excess of|\bgreater than|\bhigher "
+                    r"than|\bbeyond|\bat least|\bminimum(?: of)?|\bfrom|\bstarting (?:at|from)|≥|>=|>)(?:\s+(?:the|its|a|[A-Z]{3}))?\s*$",
+                    re.IGNORECASE)
+_INCLUSIVE = re.compile(r"(?:up to|not|no|at most|maximum|≤|<=|at least|minimum|from|starting|≥|>=)", re.IGNORECASE)
+_AFTER_UP = re.compile(r"^\s*(?:\+|or (?:more|above|over|higher|greater)\b|and (?:above|over|more)\b|plus\b)",
+                       re.IGNORECASE)
+_AFTER_DOWN = re.compile(r"^\s*(?:or (?:less|below|under|lower|fewer)\b|and (?:below|under|less)\b)", re.IGNORECASE)
+_BETWEEN = re.compile(r"^\s*(?:-|–|—|to|through|and (?:up to|not more than|not exceeding|below|under))\s*$",
+                      re.IGNORECASE)
+_BETWEEN_WORD = re.compile(r"\bbetween\s*$", re.IGNORECASE)  # "between 1% and 3%"
+_COMPARABLE = (AMOUNT, DURATION, NUMBER, PERCENT)
+
+
+@dataclass(frozen=True)
+class Value:
+    """A value a question states, or one end of a band: its number, kind and unit (a currency, a time unit)."""
+    value: float
+    kind: str
+    unit: str
+    start: int = 0
+    end: int = 0
+
+
+@dataclass(frozen=True)
+class Band:
+    """The values from `low` to `high` (None: open); `*_in`: the end itself belongs to the band."""
+    low: float | None
+    high: float | None
+    low_in: bool
+    high_in: bool
+    kind: str
+    unit: str
+    start: int  # where the band is written in its text
+    end: int
+
+    @property
+    def width(self) -> float:
+        return (self.high if self.high is not None else math.inf) - (self.low if self.low is not None else -math.inf)
+
+
+def _values(text: str) -> list[Value]:
+    out = [Value(f.value[0], f.kind, f.unit, f.start, f.end) for f in find_figures(text, words=True)
+           if f.kind in _COMPARABLE and len(f.value) == 1 and not _is_frequency(f)]
+    for m in _ORDINAL.finditer(text):
+        n = _ORDINAL_VALUE[m.group(1).casefold()] if m.group(1) else int(m.group(2))
+        if not any(v.start < m.end() and m.start() < v.end for v in out):
+            out.append(Value(float(n), DURATION, m.group(3).casefold(), m.start(), m.end()))
+    return sorted(out, key=lambda v: v.start)
+
+
+def _is_frequency(f: Figure) -> bool:
+    return f.kind == DURATION and not re.search(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|"
+                                                r"eleven|twelve)\b", f.text, re.IGNORECASE)
+
+
+def stated_values(question: str) -> list[Value]:
+    """The values `question` states: amounts, percentages, counts, periods (an ordinal period as its count)."""
+    return [v for v in _values(question) if v.kind != DATE]
+
+
+def _unit(a: Value, b: Value) -> tuple[str, str]:
+    """The kind and unit of a band written with ends `a` and `b` ("0-30 days": a duration in days)."""
+    end = next((v for v in (b, a) if v.kind != NUMBER), a)
+    return end.kind, end.unit
+
+
+def bands(text: str) -> list[Band]:
+    """Every band written in `text`: two values joined as a range ("600-699", "31 to 90 days", "above 2% and up
+    to 5%"), or one value with a bound word ("below 450", "over 5 trading days", "MRN 400 billion or above",
+    "from the seventh month"). A value with no bound word is no band."""
+    values, out, i = _values(text), [], 0
+    while i < len(values):
+        v = values[i]
+        before, after = text[max(0, v.start - 30):v.start], text[v.end:v.end + 20]
+        nxt = values[i + 1] if i + 1 < len(values) else None
+        joined = nxt and (_BETWEEN.match(text[v.end:nxt.start]) or _BETWEEN_WORD.search(before)
+                          and re.match(r"^\s*and\s*$", text[v.end:nxt.start]))
+        if nxt and joined:
+            kind, unit = _unit(v, nxt)
+            low_open = bool(_ABOVE.search(before)) and not _INCLUSIVE.search(before[-12:])
+            high_open = bool(re.search(r"\b(?:below|under)\s*$", text[v.end:nxt.start]))
+            out.append(Band(v.value, nxt.value, not low_open, not high_open, kind, unit, v.start, nxt.end))
+            i += 2
+            continue
+        if (m := _BELOW.search(before)) or _AFTER_DOWN.match(after):
+            inclusive = not m or bool(_INCLUSIVE.match(m.group(0).strip()))
+            out.append(Band(None, v.value, True, inclusive, v.kind, v.unit, v.start - len(before) + m.start() if m else v.start,
+                            v.end))
+        elif (m := _ABOVE.search(before)) or _AFTER_UP.match(after):
+            inclusive = not m or bool(_INCLUSIVE.match(m.group(0).strip()))
+            out.append(Band(v.value, None, inclusive, True, v.kind, v.unit, v.start - len(before) + m.start() if m else v.start,
+                            v.end))
+        i += 1
+    return out
+
+
+def band(text: str) -> Band | None:
+    """The one band `text` (a table's cell) writes; None when it writes none or several."""
+    found = bands(text)
+    return found[0] if len(found) == 1 else None
+
+
+def comparable(b: Band, v: Value) -> bool:
+    """A value can be placed in a band: the same kind and unit, or a bare number against a band of counts or
+    of an amount whose currency is not read ("MRN 520 billion" against "MRN 400 billion")."""
+    if b.kind == v.kind:
+        return b.unit == v.unit or not b.unit or not v.unit
+    return {b.kind, v.kind} <= {NUMBER, AMOUNT} and not (b.unit and v.unit)
+
+
+def holds(b: Band, v: Value) -> bool:
+    """`v` lies in band `b` (its ends included as written)."""
+    if not comparable(b, v):
+        return False
+    x = v.value
+    if b.low is not None and (x < b.low or x == b.low and not b.low_in):
+        return False
+    return not (b.high is not None and (x > b.high or x == b.high and not b.high_in))
+
+
+def _tightness(b: Band) -> tuple[float, float, float]:
+    """Narrowest first; of open bands, the one with the highest floor ("from the seventh month" before "from the
+    fourth month" for the eighth), or the lowest ceiling."""
+    return b.width, -(b.low if b.low is not None else -math.inf), b.high if b.high is not None else math.inf
+
+
+def qualified(question: str, sentence: str, figures: list[Figure]) -> list[Figure]:
+    """Of `figures` (in order, a sentence's answers), those whose condition in `sentence` is the band that holds a
+    value the question states: "0.15% where that debt is below MRN 400 billion, and 0.3% where it is MRN 400
+    billion or above", asked of a debt of MRN 520 billion, is 0.3%. A condition qualifies the answer just before
+    it, or, opening the sentence, the first one after it; [] when no band of the sentence holds a stated value."""
+    values = stated_values(question)
+    holding = [b for b in bands(sentence) if any(holds(b, v) for v in values)]
+    if not values or not holding:
+        return []
+    b = min(holding, key=_tightness)
+    figures = [f for f in figures if not b.start <= f.start < b.end]  # the condition's own figure answers nothing
+    before = [f for f in figures if f.end <= b.start]
+    after = [f for f in figures if f.start >= b.end]
+    return before[-1:] or after[:1]
