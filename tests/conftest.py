@@ -24,6 +24,14 @@ def pytest_configure(config: pytest.Config) -> None:
     configure_logging(json=True, level="info")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Files holding a test marked slow go first (stable: each file keeps its order): `make test`'s workers take whole
+    # files in collection order, so the longest start first and no worker is left on one at the end while the other
+    # idles.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 def _test_cache() -> Path:
     # Shared across test runs (the conversion takes seconds); CI starts empty and prepares once.
     return Path(os.environ.get("FINSERVE_TEST_CACHE", Path.home() / ".cache" / "finserve-test"))
