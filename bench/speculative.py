@@ -2,7 +2,9 @@
 
 One engine in this process behind its serving loop (LocalEngineClient); the same requests run with speculation
 "auto" (each class's policy) and "off" (`LLMEngine.set_speculative`), A B A B for `reps` repetitions after a
-warm-up of each (grammars compiled, documents in the prefix cache for both), medians and minimums:
+warm-up of each (grammars compiled, documents in the prefix cache for both), medians and minimums. The extraction
+and document parts add a third mode, "plain": no drafts and no jump-forward (`LLMEngine.set_fast_forward`), every
+output token a model step, the decoding the issue's speed-up is counted against (forced tokens count as accepted):
 - extraction: contracts as a job worker sends them (jobs/extraction.py `plan_item`: prompt and grammar, greedy),
   from examples/contracts.ndjson and from the generated set (evals/contracts_gen.py), at 1 and 2 items in
   flight: items per minute;
@@ -46,6 +48,13 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 RISK_EVENTS = ROOT / "evals" / "data" / "risk_events.json"
 MODES = ("auto", "off")
+WITH_PLAIN = (*MODES, "plain")
+
+
+def set_mode(engine: LLMEngine, mode: str) -> None:
+    """auto: drafts by class policy and jump-forward; off: jump-forward alone; plain: neither."""
+    engine.set_speculative("off" if mode == "plain" else mode)
+    engine.set_fast_forward(mode != "plain")
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class Run:
     seconds: float
     items: int
     output_tokens: int
+    model_steps: int
     draft_tokens: int
     accepted_tokens: int
     outputs: dict[str, list[int]] = field(default_factory=dict)
@@ -140,36 +150,43 @@ def run_once(client: LocalEngineClient, work: list[Work], concurrency: int) -> R
 
         return await asyncio.gather(*(gated(w) for w in work))
 
-    t0 = time.perf_counter()
+    t0, steps = time.perf_counter(), client.engine.steps
     done = asyncio.run(main())
     seconds = time.perf_counter() - t0
-    return Run(seconds, len(work), sum(len(t) for t, _, _ in done), sum(d for _, d, _ in done),
+    return Run(seconds, len(work), sum(len(t) for t, _, _ in done), client.engine.steps - steps, sum(d for _, d, _ in done),
                sum(a for _, _, a in done), {w.key: t for w, (t, _, _) in zip(work, done, strict=True)})
 
 
 def compare(engine: LLMEngine, client: LocalEngineClient, work: list[Work], concurrency: int, reps: int,
-            figure: str) -> dict[str, Any]:
-    """`work` at `concurrency` with speculation on and off, alternated after a warm-up of each."""
-    runs: dict[str, list[Run]] = {m: [] for m in MODES}
-    for mode in MODES:  # warm-up: grammars compiled, prompts' shared blocks cached for both modes alike
-        engine.set_speculative(mode)
+            figure: str, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+    """`work` at `concurrency` in each of `modes` (set_mode), alternated after a warm-up of each."""
+    runs: dict[str, list[Run]] = {m: [] for m in modes}
+    for mode in modes:  # warm-up: grammars compiled, prompts' shared blocks cached for every mode alike
+        set_mode(engine, mode)
         run_once(client, work[:max(1, concurrency)], concurrency)
     for _ in range(reps):
-        for mode in MODES:
-            engine.set_speculative(mode)
+        for mode in modes:
+            set_mode(engine, mode)
             runs[mode].append(run_once(client, work, concurrency))
-    engine.set_speculative("auto")
+    set_mode(engine, "auto")
     med = {m: summary([r.figures()[figure] for r in rs]) for m, rs in runs.items()}
     on, off = runs["auto"][0].outputs, runs["off"][0].outputs
     drafted = sum(r.draft_tokens for r in runs["auto"])
-    return {
+    out = {
         "concurrency": concurrency, "requests": len(work), "figure": figure,
         "on": med["auto"], "off": med["off"], "ratio_of_medians": med["auto"]["median"] / med["off"]["median"],
         "output_tokens": {m: [r.output_tokens for r in rs] for m, rs in runs.items()},
+        "model_steps": {m: [r.model_steps for r in rs] for m, rs in runs.items()},
         "draft_tokens": drafted, "accepted_tokens": sum(r.accepted_tokens for r in runs["auto"]),
         "acceptance_rate": sum(r.accepted_tokens for r in runs["auto"]) / drafted if drafted else None,
         "identical_outputs": sum(on[k] == off[k] for k in on), "compared_outputs": len(on),
     }
+    if "plain" in runs:  # a forced token may be another split of the same text than the model's own choice
+        plain = runs["plain"][0].outputs
+        out.update(plain=med["plain"], on_over_plain=med["auto"]["median"] / med["plain"]["median"],
+                   off_over_plain=med["off"]["median"] / med["plain"]["median"],
+                   identical_to_plain=sum(on[k] == plain[k] for k in on))
+    return out
 
 
 def _take(work: list[Work], n: int) -> list[Work]:
@@ -200,10 +217,10 @@ def run(json_path: str | None = None, *, model: str | None = None, threads: int 
                       "generated": limit(extraction_work(tok, generated(generated_items), max_tokens, "generated"))}
         documents = limit(document_work(tok, max_tokens))
         if "extraction" in parts:
-            data["extraction"] = {f"{name}@{n}": compare(engine, client, work, n, reps, "items_per_minute")
+            data["extraction"] = {f"{name}@{n}": compare(engine, client, work, n, reps, "items_per_minute", WITH_PLAIN)
                                   for name, work in extraction.items() for n in (1, 2)}
         if "documents" in parts:
-            data["documents"] = compare(engine, client, documents, 1, reps, "output_tokens_per_s")
+            data["documents"] = compare(engine, client, documents, 1, reps, "output_tokens_per_s", WITH_PLAIN)
         if "streams" in parts:
             by_class = {"realtime_risk": limit(risk_work(tok, config.policy)), "document_qa": documents,
                         "bulk_extraction": extraction["examples"] + extraction["generated"]}

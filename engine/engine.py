@@ -66,6 +66,7 @@ class LLMEngine:
         self.eos_ids = self._eos_ids(Path(config.model))
         self.scheduler = self._new_scheduler()
         self.speculative = config.speculative  # auto | off; benchmarks compare both on one engine (set_speculative)
+        self.fast_forward = config.fast_forward  # jump-forward; likewise (set_fast_forward)
         self._live: dict[str, Live] = {}
         self._pending: list[RequestOutput] = []  # finished outside a step (abort, failed add): sent next step
         self.steps = 0
@@ -142,7 +143,7 @@ class LLMEngine:
 
     def _new_live(self, req: EngineRequest, grammar: GrammarState | None) -> Live:
         spec = self.config.policy.get(req.workload_class).speculative
-        drafter = (Drafter(spec, max_model_len=self.max_model_len, fast_forward=self.config.fast_forward)
+        drafter = (Drafter(spec, max_model_len=self.max_model_len, fast_forward=self.fast_forward)
                    if drafts_for(req.sampling, spec, self.speculative) else None)
         return Live(req, self.tokenizer.incremental(), grammar, drafter)
 
@@ -171,6 +172,11 @@ class LLMEngine:
         if mode not in SPECULATIVE_MODES:
             raise ValueError(f"speculative must be one of {', '.join(SPECULATIVE_MODES)}, not {mode!r}")
         self.speculative = mode
+
+    def set_fast_forward(self, on: bool) -> None:
+        """Jump-forward (grammar-forced tokens taken without a model step) on or off from the next token on; a
+        request added while it was off drafts without it."""
+        self.fast_forward = on
 
     def abort_request(self, request_id: str) -> None:
         live = self._live.pop(request_id, None)
@@ -340,7 +346,7 @@ class LLMEngine:
 
     def _fast_forward(self, req: EngineRequest, grammar: GrammarState) -> list[int]:
         """Jump-forward: the tokens the grammar forces after `req`'s sampled token, taken as outputs."""
-        if not self.config.fast_forward or req.is_finished:
+        if not self.fast_forward or req.is_finished:
             return []
         forced = grammar.forced_tokens()
         taken = forced[: self.scheduler.take_forced(req, forced, req.token_times[-1])]
