@@ -15,6 +15,7 @@ from typing import Any
 
 from policies.countries import words
 from policies.risk_model import RiskRules
+from policies.risk_readers import on
 from policies.risk_text import KeyName, key_name, moment, number
 
 DAYS_PER_MONTH = 30.44
@@ -216,14 +217,15 @@ def baseline_ratio(named: Sequence[Named], amount: float | None = None) -> float
     ratios = [v / 100 if n.name.percent else v for n, v in numbers  # "within 4%" is a deviation, not a ratio
               if n.meaning & _VERSUS and len(n.meaning) > 1 and not isinstance(n.value, str)]
     ratios += [float((m.group(1) or m.group(2)).replace(",", ".")) for n in named if isinstance(n.value, str)
-               and (m := _MULTIPLE.fullmatch(n.value))]
+               and on("multiple_as_ratio") and (m := _MULTIPLE.fullmatch(n.value))]
     by_meaning = {n.meaning: v for n, v in numbers}
     for n, v in numbers:
         for word in n.meaning & _BASELINE:
             own = by_meaning.get(n.meaning - {word})
             if own is not None and v > 0:
                 ratios.append(own / v)
-    ratios += _against_history(numbers, amount)
+    if on("value_against_its_history"):
+        ratios += _against_history(numbers, amount)
     return max(ratios, default=None)
 
 
