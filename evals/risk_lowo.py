@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from evals.risk_provenance import DATA, PROVENANCE, without, written_for
+from evals.risk_provenance import DATA, PROVENANCE, sets_of, without, written_for
 from evals.verdict_quality import as_route_reads, figures, load_events
 from policies.risk import ACTIONS, LEVELS, RuleScore, evaluate, verdict
 from policies.risk_model import RiskRules
@@ -66,7 +66,7 @@ def set_figures(rules: RiskRules, scored: Scored) -> dict[str, Any]:
 
 def readers_for(provenance: Mapping[str, Any], set_name: str) -> list[str]:
     """The code readers written for `set_name`."""
-    return sorted(n for n, s in provenance.get("readers", {}).items() if s == set_name)
+    return sorted(n for n, s in provenance.get("readers", {}).items() if set_name in sets_of(s))
 
 
 def held_out(rules: RiskRules, path: Path, provenance: Mapping[str, Any]) -> dict[str, Any]:

@@ -61,6 +61,7 @@ DERIVED: dict[str, FactKind] = {
     "names_differ": FactKind.FLAG, "location_mismatch": FactKind.FLAG, "identifiers_differ": FactKind.FLAG,
     "profile_months": FactKind.NUMBER, "goods_differ": FactKind.FLAG, "risk_score": FactKind.NUMBER,
     "usual_ratio": FactKind.NUMBER, "baseline_ratio": FactKind.NUMBER, "list_match": FactKind.NUMBER,
+    "list_screened": FactKind.FLAG,
 }
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
@@ -337,6 +338,10 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     context = voc.words_of(voc.name_of(str(event.get("event_type", ""))))
     if on("list_match_score") and (match := list_match(voc.listed, named, context)) is not None:
         values["list_match"] = match
+    # the event is about a screening list (its type or a name has a listed word): a confirmation it states is the
+    # screening's, whatever language the rest is in ("sanctions-screen-hit" with "true match - owner listed")
+    values["list_screened"] = on("screened_event") and bool(context & voc.listed or any(n.meaning & voc.listed
+                                                                                          for n in named))
     amount = values.get("amount")
     if (ratio := baseline_ratio(named, amount if isinstance(amount, float) else None)) is not None:
         values["baseline_ratio"] = ratio
