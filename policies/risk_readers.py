@@ -18,6 +18,7 @@ READERS = frozenset({
     "event_type_documents_nothing",  # policies/risk_facts.py: the event type mentions no documented purpose
     "south_asian_grouping_and_letter_currency_prefixes",  # policies/risk_text.py: 9,50,000, lakh, KSh, Rs
     "list_under_count_name",  # policies/risk_facts.py: "GA|NC|IL|NY" under a count's name counts four
+    "percent_over_hundred_as_growth",  # policies/risk_derived.py: withdrawal_trend_pct: 410 is 5.1 times
     "screened_event",  # policies/risk_facts.py: list_screened, the event is about a screening list
 })
 _OFF: ContextVar[frozenset[str]] = ContextVar("risk_readers_off", default=frozenset())
