@@ -134,7 +134,8 @@ def _drop(node: Any, parts: list[str], items: set[str]) -> Any:
 
 
 def without(rules: RiskRules, dropped: list[tuple[str, str]]) -> RiskRules:
-    """The pack less the entries: whole rules, mitigations and checks first, then items of what is left."""
+    """The pack less the entries: whole rules, mitigations and checks first, then items of what is left; a rule
+    or mitigation left with no `when` condition goes too."""
     by_path: dict[str, set[str]] = {}
     for path, item in dropped:
         by_path.setdefault(path, set()).add(item)
@@ -144,7 +145,10 @@ def without(rules: RiskRules, dropped: list[tuple[str, str]]) -> RiskRules:
         if len(parts) == 3 and parts[0] in _ITEMS and parts[1] not in getattr(out, parts[0]):
             continue  # the whole entry went already
         out = _drop(out, parts, by_path[path])
-    return out
+    # a rule or mitigation whose every `when` condition was written later did not exist before: it goes whole
+    # (an empty `when` would hold on every event)
+    return dataclasses.replace(out, rules={n: r for n, r in out.rules.items() if r.when},
+                               mitigations={n: m for n, m in out.mitigations.items() if m.when})
 
 
 def dump(log: Mapping[str, Any]) -> str:

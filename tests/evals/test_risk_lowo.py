@@ -62,6 +62,9 @@ def test_a_set_is_judged_without_the_words_and_entries_written_for_it(rules: Ris
     assert less.facts["payee_flagged"].names == rules.facts["payee_flagged"].names
     assert "umbral" not in less.translations and "bargeld" in less.translations
     assert less.mitigations["documented_purpose"] == rules.mitigations["documented_purpose"]
+    # a mitigation whose only condition was written for the set did not exist before it: it goes whole
+    whens = {"mitigations.documented_purpose.when": dict.fromkeys(rules.mitigations["documented_purpose"].when, "a")}
+    assert "documented_purpose" not in without(rules, written_for(whens, "a")).mitigations
 
 
 def test_a_reader_written_for_a_set_is_switched_off_for_it(log: dict[str, object]) -> None:
