@@ -1,12 +1,13 @@
 """Leave-one-writer-out figures of the risk pack: judge each labelled set by what was not written for it.
 
-Every labelled set (evals/data/risk_events*.json) was written by a different person. The pack's rules and
-mitigations were written after some of them arrived; evals/data/risk_rule_provenance.json says which set was
-the newest when each entry was first committed (the set it may have been tuned on). Per set this reports:
+Every labelled set (evals/data/risk_events*.json) was written by a different person. The pack's entries and code
+readers were written after some of them arrived; evals/data/risk_rule_provenance.json says which set each was
+written for (evals/risk_provenance.py: every rule, mitigation and check, every name and word of a fact, every
+translation, list word, currency and country, every code reader). Per set this reports:
 
 - `pack`: the pack as shipped (what `finserve eval verdict --quality --rules-only` reports);
-- `without_own`: the pack less the rules and mitigations written for this set: the figure a change must
-  hold on sets it was not written for;
+- `without_own`: the pack less every entry and code reader written for this set: the figure a change must
+  hold on sets it was not written for (the score-to-verdict thresholds stay the shipped ones);
 - `held_out_thresholds`: the score-to-verdict thresholds (medium_at, high_at, review_at) fitted on the
   other sets only (`fit_thresholds`), then applied to this one.
 
@@ -18,18 +19,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from evals.risk_provenance import DATA, PROVENANCE, sets_of, without, written_for
 from evals.verdict_quality import as_route_reads, figures, load_events
 from policies.risk import ACTIONS, LEVELS, RuleScore, evaluate, verdict
 from policies.risk_model import RiskRules
+from policies.risk_readers import off
 
-DATA = Path(__file__).resolve().parent / "data"
-PROVENANCE = DATA / "risk_rule_provenance.json"
 SUMMARY = ("spearman", "risk_level_accuracy", "recommended_action_accuracy")
 
 
@@ -63,17 +64,17 @@ def set_figures(rules: RiskRules, scored: Scored) -> dict[str, Any]:
     return {k: full[k] for k in SUMMARY}
 
 
-def without(rules: RiskRules, names: Iterable[str]) -> RiskRules:
-    """The pack less the named rules and mitigations."""
-    drop = set(names)
-    return dataclasses.replace(rules, rules={n: r for n, r in rules.rules.items() if n not in drop},
-                               mitigations={n: m for n, m in rules.mitigations.items() if n not in drop})
+def readers_for(provenance: Mapping[str, Any], set_name: str) -> list[str]:
+    """The code readers written for `set_name`."""
+    return sorted(n for n, s in provenance.get("readers", {}).items() if set_name in sets_of(s))
 
 
-def written_for(provenance: Mapping[str, Any], set_name: str) -> list[str]:
-    """The rules and mitigations written while `set_name` was the newest set."""
-    return sorted(n for kind in ("rules", "mitigations") for n, s in provenance.get(kind, {}).items()
-                  if s == set_name)
+def held_out(rules: RiskRules, path: Path, provenance: Mapping[str, Any]) -> dict[str, Any]:
+    """A set's figures by the pack less every entry and reader written for it."""
+    own, readers = written_for(provenance["pack"], path.stem), readers_for(provenance, path.stem)
+    ablated = without(rules, own)
+    with off(readers):
+        return {"dropped": len(own), "readers_off": len(readers), **set_figures(ablated, score_set(ablated, path))}
 
 
 def fit_thresholds(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
@@ -106,13 +107,11 @@ def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any])
     scored = [score_set(rules, p) for p in paths]
     report: dict[str, Any] = {}
     for i, s in enumerate(scored):
-        own = written_for(provenance, s.name)
-        ablated = without(rules, own)
         others = [o for j, o in enumerate(scored) if j != i]
         fitted = fit_thresholds(rules, others) if others else rules
         report[s.name] = {
             "events": len(s.rows), "pack": set_figures(rules, s),
-            "without_own": {"dropped": len(own), **set_figures(ablated, score_set(ablated, paths[i]))},
+            "without_own": held_out(rules, paths[i], provenance),
             "held_out_thresholds": {"medium_at": fitted.medium_at, "high_at": fitted.high_at,
                                     "review_at": fitted.review_at, **set_figures(fitted, s)},
         }

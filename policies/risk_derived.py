@@ -15,6 +15,7 @@ from typing import Any
 
 from policies.countries import words
 from policies.risk_model import RiskRules
+from policies.risk_readers import on
 from policies.risk_text import KeyName, key_name, moment, number
 
 DAYS_PER_MONTH = 30.44
@@ -208,7 +209,7 @@ _MULTIPLE = re.compile(r"\s*(?:[x×]\s*(\d+(?:[.,]\d+)?)|(\d+(?:[.,]\d+)?)\s*(?:
 def baseline_ratio(named: Sequence[Named], amount: float | None = None) -> float | None:
     """A value as a multiple of its own baseline, the largest stated: a ratio the name says is one value against
     another (cash_30d_vs_90d_ratio: 3.1; a percentage when the name says so), a value written as a multiple in any
-    name ("15x"), a value beside the same name with a baseline word (decline_rate: 0.41 and
+    name ("15x"), a percentage over 100 as a rise (maasik_naqad_vriddhi_pct: 410 is 5.1 times), a value beside the same name with a baseline word (decline_rate: 0.41 and
     baseline_decline_rate: 0.06: 6.8), a value beside its history per the same period (atm_withdrawals_30d: 27
     and historical_atm_monthly: 2: 13.5), or the amount against the largest the customer used to move
     (cash_history_max: 800 for 15,000: 18.75)."""
@@ -216,14 +217,17 @@ def baseline_ratio(named: Sequence[Named], amount: float | None = None) -> float
     ratios = [v / 100 if n.name.percent else v for n, v in numbers  # "within 4%" is a deviation, not a ratio
               if n.meaning & _VERSUS and len(n.meaning) > 1 and not isinstance(n.value, str)]
     ratios += [float((m.group(1) or m.group(2)).replace(",", ".")) for n in named if isinstance(n.value, str)
-               and (m := _MULTIPLE.fullmatch(n.value))]
+               and on("multiple_as_ratio") and (m := _MULTIPLE.fullmatch(n.value))]
+    if on("percent_over_hundred_as_growth"):  # a share is at most 100%: a percentage over it is a rise, in any language
+        ratios += [1 + v / 100 for n, v in numbers if n.name.percent and v > 100 and not n.meaning & _VERSUS]
     by_meaning = {n.meaning: v for n, v in numbers}
     for n, v in numbers:
         for word in n.meaning & _BASELINE:
             own = by_meaning.get(n.meaning - {word})
             if own is not None and v > 0:
                 ratios.append(own / v)
-    ratios += _against_history(numbers, amount)
+    if on("value_against_its_history"):
+        ratios += _against_history(numbers, amount)
     return max(ratios, default=None)
 
 

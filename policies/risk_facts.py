@@ -33,6 +33,7 @@ from policies.risk_derived import (
     names_differ,
 )
 from policies.risk_model import FactKind, RiskRules
+from policies.risk_readers import on
 from policies.risk_scores import vendor_score
 from policies.risk_text import (
     UNIT_HOURS,
@@ -60,6 +61,7 @@ DERIVED: dict[str, FactKind] = {
     "names_differ": FactKind.FLAG, "location_mismatch": FactKind.FLAG, "identifiers_differ": FactKind.FLAG,
     "profile_months": FactKind.NUMBER, "goods_differ": FactKind.FLAG, "risk_score": FactKind.NUMBER,
     "usual_ratio": FactKind.NUMBER, "baseline_ratio": FactKind.NUMBER, "list_match": FactKind.NUMBER,
+    "list_screened": FactKind.FLAG,
 }
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
@@ -147,7 +149,7 @@ class _Read:
         n: float | None
         if name.currency:
             self.currency_of[a.fact] = name.currency
-        if a.kind is FactKind.COUNT and (items := _listed(value)) is not None:
+        if a.kind is FactKind.COUNT and on("list_under_count_name") and (items := _listed(value)) is not None:
             return float(items)  # depositor_states: "GA|NC|IL|NY" names four
         if isinstance(value, str):
             parsed = money(value) or (leading_money(value) if a.kind is FactKind.NUMBER else None)
@@ -166,7 +168,8 @@ class _Read:
         if a.kind is FactKind.RATIO and (is_percent_text(value) or n > 1.5 or name.percent and n > 1):
             return n / 100  # 90, "90%" and outflow_pct: 5 are percentages; outflow_pct: 0.96 is a share
         if a.kind is FactKind.DEVIATION:
-            if name.words & _AGAINST and 0 < n < 5 and not (name.percent or is_percent_text(value)):
+            if (name.words & _AGAINST and 0 < n < 5 and not (name.percent or is_percent_text(value))
+                    and on("multiple_named_against_as_deviation")):
                 return n - 1  # price_vs_market: 1.03 is the price as a multiple of the market's, 3% over
             n = n / 100 if name.percent or is_percent_text(value) or abs(n) >= 5 else n
             return -abs(n) if name.words & _NEGATIVE_WORDS else n
@@ -261,6 +264,8 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     got = _Read(reference_time(event.get("timestamp")), rules, voc)
     kind = [v for v in (event.get("event_type"),) if isinstance(v, str)]  # names what happens, documents nothing
     pieces = [v for v in (event.get("entity"),) if isinstance(v, str)]
+    if not on("event_type_documents_nothing"):
+        pieces, kind = kind + pieces, []
     counted: list[str] = []  # names of attributes holding a positive number (RiskFact.from_counts)
     checked: set[str] = set()  # flag facts a check's outcome made true (policies/risk_checks.py)
     scores: list[float] = []  # vendor risk scores on 0-1 (policies/risk_scores.py)
@@ -331,8 +336,12 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     values["identifiers_differ"] = identifiers_differ(voc.listed, voc.identifiers, named, resolve)
     values["goods_differ"] = goods_differ(voc.goods, voc.documents, named)
     context = voc.words_of(voc.name_of(str(event.get("event_type", ""))))
-    if (match := list_match(voc.listed, named, context)) is not None:
+    if on("list_match_score") and (match := list_match(voc.listed, named, context)) is not None:
         values["list_match"] = match
+    # the event is about a screening list (its type or a name has a listed word): a confirmation it states is the
+    # screening's, whatever language the rest is in ("sanctions-screen-hit" with "true match - owner listed")
+    values["list_screened"] = on("screened_event") and bool(context & voc.listed or any(n.meaning & voc.listed
+                                                                                          for n in named))
     amount = values.get("amount")
     if (ratio := baseline_ratio(named, amount if isinstance(amount, float) else None)) is not None:
         values["baseline_ratio"] = ratio

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
 from policies.countries import words
+from policies.risk_readers import on
 
 # Hours in one unit; "m" is minutes ("30m"), "mo"/"mon"/"month" months.
 UNIT_HOURS = {"minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0, "month": 730.0, "year": 8766.0}
@@ -52,6 +53,7 @@ _HEDGE = re.compile(r"^(?:within|about|approx\.?|approximately|around|circa|ca\.
 _RANGE = re.compile(r"\s*(\d[\d,.]{2,})\s*(?:-|–|to)\s*(\d[\d,.]{2,}\s*[a-zA-Z]*)\s*")
 _SCALE = {"k": 1e3, "m": 1e6, "mm": 1e6, "mn": 1e6, "million": 1e6, "b": 1e9, "bn": 1e9, "billion": 1e9,
           "lakh": 1e5, "lakhs": 1e5, "lac": 1e5, "lacs": 1e5, "crore": 1e7, "crores": 1e7}  # South Asian scale words
+_SOUTH_ASIAN_SCALE = frozenset({"lakh", "lakhs", "lac", "lacs", "crore", "crores"})
 # Currency prefixes written as letters, not ISO codes: Kenyan, Tanzanian and Ugandan shillings, dirhams; "Rs" is
 # the rupee of India, Pakistan, Sri Lanka and Nepal alike, so it names no one currency.
 _LOCAL_PREFIX = re.compile(r"^(ksh|kshs|tsh|ush|dhs|dh|rs|₨|৳)\.?\s*(?=\d)", re.IGNORECASE)
@@ -90,10 +92,14 @@ class KeyName:
     counted: bool = False  # the name says its value is a count or a number, not money ("usual_payment_count")
 
 
-@functools.lru_cache(maxsize=4096)
 def key_name(raw: str) -> KeyName:
     """How an attribute's name is compared with the policy's names (module docstring); cached, as upstream
     systems send the same few dozen names again and again."""
+    return _key_name(raw, on("abbreviated_unit_before_ago"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_name(raw: str, unit_before_ago: bool) -> KeyName:
     tokens = list(words(_uncamel(raw)))
     unit: str | None = None
     window: float | None = None  # a span ("_24h", "last_hour") ...
@@ -117,7 +123,7 @@ def key_name(raw: str) -> KeyName:
         elif t in _WINDOW_LEADS and i + 1 < len(tokens) and singular(tokens[i + 1]) in _UNIT_WORDS:  # "last_hour"
             window = UNIT_HOURS[_UNIT_WORDS[singular(tokens[i + 1])]]
             i += 1
-        elif t in _UNIT_WORDS and i + 1 < len(tokens) and tokens[i + 1] in _AGO:  # "reset_min_ago", "sim_swap_h_ago"
+        elif unit_before_ago and t in _UNIT_WORDS and i + 1 < len(tokens) and tokens[i + 1] in _AGO:  # "reset_min_ago", "sim_swap_h_ago"
             unit = _UNIT_WORDS[t]
         elif singular(t) in _BARE_UNITS or t in ("mins", "hrs", "yrs", "wks", "mths", "mos"):  # "min" alone is too often minimum
             unit = _UNIT_WORDS[t] if t in _UNIT_WORDS else _UNIT_WORDS[singular(t)]
@@ -149,7 +155,8 @@ def number(value: object) -> float | None:
 def money(text: str) -> tuple[float, str | None] | None:
     """(amount, ISO currency or None) from text such as "$9,500", "EUR 9.500,00", "750k USD", "12%", "+310%"."""
     t = _HEDGE.sub("", text.strip().replace("\u00a0", " "))
-    local = _LOCAL_PREFIX.match(t)
+    south_asian = on("south_asian_grouping_and_letter_currency_prefixes")
+    local = _LOCAL_PREFIX.match(t) if south_asian else None
     if local:  # "KSh 950,000", "Rs 9,50,000"
         t = t[local.end():]
     span = _RANGE.fullmatch(t)
@@ -164,13 +171,14 @@ def money(text: str) -> tuple[float, str | None] | None:
     if not m:
         return None
     digits, suffix = m.group(1).strip().replace("'", "").replace(" ", "").lstrip("+"), m.group(2).casefold()
-    if suffix and suffix not in _SCALE:
+    if suffix and (suffix not in _SCALE or not south_asian and suffix in _SOUTH_ASIAN_SCALE):
         return None
     if "," in digits and "." in digits:  # the later separator is the decimal one
         digits = digits.replace(",", "") if digits.rfind(".") > digits.rfind(",") else \
             digits.replace(".", "").replace(",", ".")
     elif "," in digits:
-        grouped = re.fullmatch(r"-?\d{1,3}(,\d{3})+|-?\d{1,2}(,\d{2})*,\d{3}", digits)  # 9,500 or 9,50,000 (lakh)
+        grouped = re.fullmatch(r"-?\d{1,3}(,\d{3})+|-?\d{1,2}(,\d{2})*,\d{3}" if south_asian else r"-?\d{1,3}(,\d{3})+",
+                               digits)  # 9,500 or 9,50,000 (lakh)
         digits = digits.replace(",", "") if grouped else digits.replace(",", ".")
     elif digits.count(".") > 1:
         digits = digits.replace(".", "")

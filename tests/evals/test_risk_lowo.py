@@ -1,15 +1,21 @@
-"""evals/risk_lowo.py: every pack entry has a provenance line, ablation and the threshold fit do what they say."""
+"""evals/risk_lowo.py and evals/risk_provenance.py: every pack entry and code reader says which set it was written
+for, the ablation drops exactly those, and the threshold fit does what it says."""
 from __future__ import annotations
 
 import dataclasses
 import json
+import tomllib
+from pathlib import Path
 
 import pytest
 
-from evals.risk_lowo import PROVENANCE, Scored, event_sets, fit_thresholds, without, written_for
+from evals.risk_lowo import Scored, event_sets, fit_thresholds, readers_for
+from evals.risk_provenance import PROVENANCE, entries, sets_of, without, written_for
 from policies import load_policy
 from policies.risk import FiredRule, RuleScore
 from policies.risk_model import Action, RiskRules
+from policies.risk_readers import READERS, off, on
+from policies.risk_text import key_name, number
 
 
 @pytest.fixture(scope="module")
@@ -18,12 +24,23 @@ def rules() -> RiskRules:
     return policy.get(policy.classification.routes["risk"]).risk_rules
 
 
-def test_every_rule_and_mitigation_says_which_set_it_was_written_for(rules: RiskRules) -> None:
-    log = json.loads(PROVENANCE.read_text(encoding="utf-8"))
+@pytest.fixture(scope="module")
+def log() -> dict[str, object]:
+    return json.loads(PROVENANCE.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def test_every_entry_and_reader_says_which_set_it_was_written_for(log: dict[str, object]) -> None:
+    toml = Path(__file__).resolve().parents[2] / "policies" / "default.toml"
+    pack = tomllib.loads(toml.read_text(encoding="utf-8"))["classes"]["realtime_risk"]["risk_rules"]
+    table = log["pack"]
+    assert isinstance(table, dict)
+    missing = [e for e in entries(pack) if e[1] not in table.get(e[0], {})]
+    assert not missing, f"run python -m evals.risk_provenance to add {missing[:5]}"
     sets = {p.stem for p in event_sets()}
-    assert set(rules.rules) <= set(log["rules"]), "add the new rules to evals/data/risk_rule_provenance.json"
-    assert set(rules.mitigations) <= set(log["mitigations"])
-    assert {s for kind in ("rules", "mitigations", "facts", "readers") for s in log[kind].values()} <= sets
+    assert {s for items in table.values() for v in items.values() for s in sets_of(v)} <= sets
+    readers = log["readers"]
+    assert isinstance(readers, dict) and set(readers) == READERS
+    assert {s for v in readers.values() for s in sets_of(v)} <= sets
 
 
 def test_sets_come_in_the_order_they_arrived() -> None:
@@ -32,13 +49,35 @@ def test_sets_come_in_the_order_they_arrived() -> None:
     assert names.index("risk_events_independent7") > names.index("risk_events_independent6")
 
 
-def test_a_set_is_judged_without_the_entries_written_for_it(rules: RiskRules) -> None:
-    log = json.loads(PROVENANCE.read_text(encoding="utf-8"))
-    own = written_for(log, "risk_events_independent2")
-    assert own and all(log["rules"].get(n, log["mitigations"].get(n)) == "risk_events_independent2" for n in own)
-    less = without(rules, own)
-    assert not set(own) & (set(less.rules) | set(less.mitigations))
-    assert len(less.rules) + len(less.mitigations) == len(rules.rules) + len(rules.mitigations) - len(own)
+def test_a_set_is_judged_without_the_words_and_entries_written_for_it(rules: RiskRules) -> None:
+    table = {"rules": {"card_many_cards": "a"}, "facts.payee_flagged.words": {"flagged mule": ["b", "a"]},
+             "translations": {"umbral": "a", "bargeld": "b"}, "mitigations.documented_purpose.offsets": {"x": "a"}}
+    assert written_for(table, "a") == [("facts.payee_flagged.words", "flagged mule"),
+                                       ("mitigations.documented_purpose.offsets", "x"), ("rules", "card_many_cards"),
+                                       ("translations", "umbral")]
+    less = without(rules, written_for(table, "a"))
+    assert "card_many_cards" not in less.rules and len(less.rules) == len(rules.rules) - 1
+    assert "flagged mule" in rules.facts["payee_flagged"].words
+    assert "flagged mule" not in less.facts["payee_flagged"].words
+    assert less.facts["payee_flagged"].names == rules.facts["payee_flagged"].names
+    assert "umbral" not in less.translations and "bargeld" in less.translations
+    assert less.mitigations["documented_purpose"] == rules.mitigations["documented_purpose"]
+    # a mitigation whose only condition was written for the set did not exist before it: it goes whole
+    whens = {"mitigations.documented_purpose.when": dict.fromkeys(rules.mitigations["documented_purpose"].when, "a")}
+    assert "documented_purpose" not in without(rules, written_for(whens, "a")).mitigations
+
+
+def test_a_reader_written_for_a_set_is_switched_off_for_it(log: dict[str, object]) -> None:
+    assert readers_for(log, "risk_events_independent8")
+    assert number("Rs 9,50,000") == 950000.0 and key_name("reset_min_ago").unit == "minute"
+    with off(["south_asian_grouping_and_letter_currency_prefixes", "abbreviated_unit_before_ago"]):
+        assert not on("south_asian_grouping_and_letter_currency_prefixes") and on("list_match_score")
+        assert number("Rs 9,50,000") is None and number("9,500") == 9500.0
+        assert key_name("reset_min_ago").unit is None
+    assert number("Rs 9,50,000") == 950000.0 and key_name("reset_min_ago").unit == "minute"
+    with pytest.raises(ValueError, match="no such risk reader"):
+        with off(["south_asian_grouping"]):
+            pass
 
 
 def _row(level: str, action: str) -> dict[str, object]:

@@ -335,10 +335,14 @@ def test_a_screening_match_score_is_read_whatever_the_hit_is_called() -> None:
     strong = {"bene_name": "Orion Trading FZE", "screening": "exact match on entry 4471", "match_score": 1.0}
     assert facts(strong)["list_match"] == 1.0 and judged_action(strong, "WIRE_OUT", amount=84_000) == "block"
     assert facts({"list": "UN consolidated", "name_match_pct": 97})["list_match"] == pytest.approx(0.97)
-    # a fuzzy hit whose date of birth differs is the screening system's alert, not a match
+    # a fuzzy hit whose date of birth differs is no match, but an alert is open until it is dispositioned
     fuzzy = {"list": "SDN", "match_score": 0.81, "dob_match": False}
-    assert judged_action(fuzzy, "screening_alert") == "approve"
-    assert judged_action({**fuzzy, "match_score": 0.99}, "screening_alert") == "approve"  # contradicted
+    assert judged_action(fuzzy, "screening_alert") == "review"
+    assert judged_action({**fuzzy, "match_score": 0.99}, "screening_alert") == "review"  # contradicted: no block
+    assert judged_action({**fuzzy, "resolution": "false positive - cleared L2"}, "screening_alert") == "approve"
+    # the listed party's and the customer's own identifiers, given and differing, clear it as they stand
+    differ = {"list": "UN", "name_match_score": 0.92, "dob_listed": "1961", "dob_bene": "1994-07-03"}
+    assert judged_action(differ, "SEPA_CT", amount=450, currency="EUR") == "approve"
     # no list in the event, or another check's score: no list match
     assert "list_match" not in facts({"payee_name_match_score": 0.97, "batch": "payroll"})
     assert "list_match" not in facts({"face_match_score": 0.99, "watchlist": "clear"})
@@ -352,3 +356,15 @@ def test_south_asian_grouping_scale_words_and_letter_currency_prefixes_are_amoun
     assert money("12,5") == (12.5, None) and money("1,234,567") == (1_234_567.0, None)
     # an amount in lakh beside its currency meets that currency's reporting line (BFIU CTR: BDT 10 lakh)
     assert facts({"amount": "9.8 lakh"}, "cash_deposit", currency="BDT")["reporting_ratio"] == pytest.approx(0.98)
+
+
+def test_a_confirmed_match_stated_by_a_screening_is_blocked_whatever_the_names() -> None:
+    # the screening's result in transliterated Arabic field names: the event is about a list, the match confirmed
+    hit = {"ism_al_mustafid": "Al-Nakheel Petro Logistics LLC", "natijat_al_fahs": "true match - beneficial owner listed"}
+    assert facts(hit, "sanctions-screen-hit")["list_screened"] is True
+    assert judged_action(hit, "sanctions-screen-hit", amount=1_250_000, currency="QAR") == "block"
+    assert judged_action({**hit, "natija": "false positive - cleared"}, "sanctions-screen-hit") != "block"
+    # an exact match of a payee name check is no screening's: no list in the event
+    payee = {"payee_new": True, "payee_name": "Harcourt & Lane Client Account", "cop_result": "exact_match"}
+    assert facts(payee, "payment")["list_screened"] is False
+    assert judged_action(payee, "payment", amount=25_000, currency="GBP") != "block"

@@ -65,3 +65,28 @@ def test_a_list_under_a_count_name_counts_its_different_items() -> None:
     assert count(senders="Ann; Bob; Cy")["distinct_senders"] == 3.0
     assert count(distinct_senders="9,500")["distinct_senders"] == 9500.0  # a number with a separator stays one
     assert "distinct_senders" not in count(senders="paid by the customer's father, weekly")
+
+
+def test_a_percentage_over_a_hundred_is_a_rise_whatever_the_name_says() -> None:
+    # a share is at most 100%: a jeweller's cash "vriddhi" (growth) of 410% is 5.1 times its usual (FFIEC App F)
+    values = read(RULES, {"event_type": "merchant-cash-deposit", "attributes": {"maasik_naqad_vriddhi_pct": 410,
+                                                                             "bikri_bill_uplabdh": False}}).values
+    assert values["baseline_ratio"] == pytest.approx(5.1)
+    assert judged("merchant-cash-deposit", 3_850_000, "INR", maasik_naqad_vriddhi_pct=410)[1] == "review"
+    assert "baseline_ratio" not in read(RULES, {"event_type": "payout", "attributes": {"naqd_nikasi_pct": 70}}).values
+
+
+def test_contact_moved_and_credentials_reset_is_reviewed_before_any_payment() -> None:
+    # FBI IC3 PSA I-020822: a SIM swap hands the attacker the bank's call-back channel; the PIN reset follows it
+    assert judged("mpesa_b2c_transfer", 148000, "KES", sim_swap_hrs=2,
+                  maelezo="PIN reset kupitia USSD baada ya SIM swap")[1] == "review"
+    assert judged("mpesa_b2c_transfer", 148000, "KES", maelezo="PIN reset kupitia USSD")[1] == "approve"
+
+
+def test_a_documented_trade_of_a_long_relationship_clears_a_grey_listed_country() -> None:
+    # FATF R.19 / EBA GL 2021/02: the due diligence a grey-listed country calls for is on file in a documented,
+    # years-long relationship; a new supplier there is still reviewed
+    known = {"bene_country": "fictional grey-list jurisdiction", "relationship_years": 9, "invoice_match_po": True,
+             "goods": "cast aluminium housings", "shipping_docs": True}
+    assert judged("intlPayment", 58000, "EUR", **known) == ("low", "approve")
+    assert judged("intlPayment", 58000, "EUR", **{**known, "relationship_years": 0})[1] == "review"

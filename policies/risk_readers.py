@@ -1,0 +1,47 @@
+"""Code readers of the risk pack that can be switched off by name, so that a labelled set can be judged without
+the readers written for it (evals/risk_lowo.py; evals/data/risk_rule_provenance.json `readers` says which set
+each was written for). A reader is on unless switched off in the current context; production never switches
+one off. Names are listed in READERS; `off` refuses any other, so a typo cannot leave a reader on silently.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
+
+READERS = frozenset({
+    "multiple_as_ratio",  # policies/risk_derived.py: "15x" is a ratio against a baseline
+    "abbreviated_unit_before_ago",  # policies/risk_text.py: "reset_min_ago" is an elapsed time in minutes
+    "multiple_named_against_as_deviation",  # policies/risk_facts.py: price_vs_market 1.03 is 3% over
+    "list_match_score",  # policies/risk_derived.py: a screening hit's name match score
+    "value_against_its_history",  # policies/risk_derived.py: a value over its own history, the largest before
+    "event_type_documents_nothing",  # policies/risk_facts.py: the event type mentions no documented purpose
+    "south_asian_grouping_and_letter_currency_prefixes",  # policies/risk_text.py: 9,50,000, lakh, KSh, Rs
+    "list_under_count_name",  # policies/risk_facts.py: "GA|NC|IL|NY" under a count's name counts four
+    "percent_over_hundred_as_growth",  # policies/risk_derived.py: withdrawal_trend_pct: 410 is 5.1 times
+    "screened_event",  # policies/risk_facts.py: list_screened, the event is about a screening list
+})
+_OFF: ContextVar[frozenset[str]] = ContextVar("risk_readers_off", default=frozenset())
+
+
+def on(name: str) -> bool:
+    """Whether the reader `name` (one of READERS) reads in the current context."""
+    return name not in _OFF.get()
+
+
+def switched_off() -> frozenset[str]:
+    """The readers switched off in the current context (part of any cache key of what they read)."""
+    return _OFF.get()
+
+
+@contextlib.contextmanager
+def off(names: Iterable[str]) -> Iterator[None]:
+    """Within the block, the named readers do not read (and readers of every other name do)."""
+    names = frozenset(names)
+    if unknown := names - READERS:
+        raise ValueError(f"no such risk reader: {', '.join(sorted(unknown))} (policies/risk_readers.py READERS)")
+    token = _OFF.set(names)
+    try:
+        yield
+    finally:
+        _OFF.reset(token)
