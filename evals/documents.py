@@ -22,6 +22,7 @@ Figures per mode (`quotes`, `plain`):
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -79,11 +80,16 @@ def _labelled(q: dict[str, Any], text: str) -> Labelled:
 def states(answer: str, expect: tuple[str, ...]) -> bool:
     """`answer` gives the labelled answer: a listed form in it, or each figure of a form stated exactly."""
     folded = answer.casefold()
-    if any(f.casefold() in folded for f in expect):
+    if any(_written_in(f.casefold(), folded) for f in expect):
         return True
     given = find_figures(answer, words=True)
     return any(figures and all(any(_same(g, f) for g in given) for f in figures)
                for figures in (find_figures(form, words=True) for form in expect))
+
+
+def _written_in(form: str, text: str) -> bool:
+    """`form` in `text` as a whole figure: "5%" is not in "25%", "2.5%" or "15.5%", nor "500" in "1,500"."""
+    return re.search(rf"(?<!\w)(?<!\d[.,]){re.escape(form)}(?!\w|[.,]\d)", text) is not None
 
 
 def _same(a: Figure, b: Figure) -> bool:

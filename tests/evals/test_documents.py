@@ -40,6 +40,13 @@ def test_the_right_figure_is_the_labelled_one_in_any_form() -> None:
     assert states("Article 9", ("Article 9", "9.1"))
 
 
+def test_a_labelled_form_counts_only_as_a_whole_figure_of_the_answer() -> None:
+    # "5%" written inside "25%" is another figure; so are "2.5%" and "1,500" for "5%" and "500"
+    assert not states("The limit is 25%.", ("5%",)) and not states("2.5% of assets", ("5%",))
+    assert not states("EUR 1,500", ("500",)) and not states("within 15 days", ("5 days",))
+    assert states("The limit is 5%.", ("5%",)) and states("(5%)", ("5%",)) and states("EUR 500, paid", ("500",))
+
+
 def test_no_answer_holds_a_figure_absent_from_the_document(tiny_model_dir: Path, tmp_path: Path) -> None:
     """A random model writes anything the grammar lets it: the check still shows no figure it invented."""
     torch.set_num_threads(1)
