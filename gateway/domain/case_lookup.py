@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, identifiers, mentions, terms
-from textspans.bands import Band, Value, band, comparable, holds, stated_values
+from textspans.bands import Band, Value, band, comparable, holds, in_header_unit, stated_values
 from textspans.figures import Figure
 from textspans.questions import Asked
 
@@ -67,8 +67,10 @@ def _text(index: DocumentIndex, i: int, j: int) -> str:
 def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tuple[int, int] | None:
     """(row, band column): the row whose band holds a stated value, the narrowest of several."""
     best: tuple[float, int, int] | None = None
-    for j in range(len(cells(table.header))):
-        found: list[tuple[int, Band]] = [(i, b) for i in table.rows if (b := band(_text(index, i, j))) is not None]
+    for j, (a, z) in enumerate(cells(table.header)):
+        unit = _long_forms(index, table.header[a:z])
+        found: list[tuple[int, Band]] = [(i, in_header_unit(b, unit)) for i in table.rows
+                                         if (b := band(_text(index, i, j))) is not None]
         for v in values:
             comparable_rows = [(i, b) for i, b in found if comparable(b, v)]
             if len(comparable_rows) < 2:
@@ -77,6 +79,11 @@ def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tu
                 if holds(b, v) and (best is None or b.width < best[0]):
                     best = (b.width, i, j)
     return None if best is None else best[1:]
+
+
+def _long_forms(index: DocumentIndex, text: str) -> str:
+    """`text` and the long forms of the terms it names ("DPD": "days past due")."""
+    return " ".join([text, *(f for _, _, c in index.concepts.find(text) for f in index.concepts.forms_of(c))])
 
 
 _LOWER = frozenset("min minimum lowest least floor shortest smallest".split())

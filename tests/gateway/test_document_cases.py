@@ -121,3 +121,14 @@ def test_ig_is_investment_grade() -> None:
                           "Sovereign bonds           30%       25%        35%\n"
                           "Investment-grade credit   20%       15%        25%\n")
     assert plan_answer(index, "What is the target weight for IG bonds?").leads[0] == "20%"
+
+
+def test_a_band_of_bare_numbers_takes_the_time_unit_its_column_header_names() -> None:
+    """"91 - 180" under "DPD" (days past due, defined in the text) holds "95 days past due"."""
+    index = DocumentIndex("Loans are classified by days past due (DPD).\n"
+                          "Bucket | DPD       | Unsecured loans | Secured loans\n"
+                          "1      | 0 - 30    | 1%              | 0.5%\n"
+                          "2      | 31 - 90   | 25%             | 15%\n"
+                          "3      | 91 - 180  | 75%             | 60%\n")
+    assert plan_answer(index, "What provision applies to an unsecured loan 95 days past due?").leads == ("75%",)
+    assert plan_answer(index, "What provision does a secured loan 45 days overdue attract?").leads == ("15%",)
