@@ -132,3 +132,17 @@ def test_a_band_of_bare_numbers_takes_the_time_unit_its_column_header_names() ->
                           "3      | 91 - 180  | 75%             | 60%\n")
     assert plan_answer(index, "What provision applies to an unsecured loan 95 days past due?").leads == ("75%",)
     assert plan_answer(index, "What provision does a secured loan 45 days overdue attract?").leads == ("15%",)
+
+
+def test_a_row_named_by_its_label_words_answers_in_the_column_the_question_names() -> None:
+    """No band and no letter code: "the refined products desk" names the row labelled "Refined products", and
+    "all-months" the column "All-months limit"."""
+    index = DocumentIndex("Table 2 - Desk limits\n"
+                          "Desk              | Spot-month limit (lots) | All-months limit (lots) | Warning level\n"
+                          "Crude oil         | 4,000                   | 12,000                  | 85%\n"
+                          "Refined products  | 2,500                   | 8,000                   | 85%\n"
+                          "Hail/storm        | 1,500                   | 6,000                   | 80%\n"
+                          "Limits are reviewed yearly by the committee.\n")
+    assert plan_answer(index, "What is the all-months cap for the refined products desk?").leads == (
+        "8,000",)
+    assert plan_answer(index, "What spot-month limit applies to hail and storm?").leads == ("1,500",)
