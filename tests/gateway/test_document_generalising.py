@@ -96,3 +96,15 @@ def test_a_phase_in_is_a_transitional_period_and_a_return_is_a_report() -> None:
         ("24 months",)
     assert plan_answer(index, "What is the deadline for the quarterly solvency return?").leads[:1] == \
         ("20 business days",)
+
+
+def test_a_currency_named_in_words_meets_the_amounts_written_in_its_code() -> None:
+    """"zloty" (policies/glossary.toml, ISO 4217 names) is the PLN of the table's amounts, not an unknown word."""
+    index = DocumentIndex("Outgoing payments are reconciled daily.\n"
+                          "Currency | Scheme      | Daily reconciliation tolerance\n"
+                          "EUR      | SEPA        | EUR 500\n"
+                          "PLN      | Elixir      | PLN 1,500\n"
+                          "SEK      | Bankgirot   | SEK 5,000\n")
+    p = plan_answer(index, "What daily reconciliation tolerance applies to zloty payments?")
+    assert p.leads[:1] == ("PLN 1,500",), p.reason
+    assert not plan_answer(index, "What daily reconciliation tolerance applies to forint payments?").found
