@@ -188,6 +188,10 @@ def _long_forms(question: str, index: DocumentIndex) -> str:
 _NEGATION = re.compile(r"\b(?:not|non|other than|except|excluding|without)\W+(?:\w+\W+)?$", re.IGNORECASE)
 # "a conventional (uninsured) mortgage": the word in brackets is another name of the word before them.
 _GLOSSED = re.compile(r"([A-Za-z][\w'-]*)\s*\(([^()]+)\)")
+# Up to four words before a bracket, none of them a function word: a noun phrase the bracket names.
+_GLOSSING = re.compile(r"(?<![\w'-])((?:(?!(?:the|a|an|of|for|to|in|on|by|with|is|are|what|which|how)\b)[A-Za-z][\w'-]*\s+){0,3}"
+                       r"(?!(?:the|a|an|of|for|to|in|on|by|with|is|are|what|which|how)\b)[A-Za-z][\w'-]*)\s*\(([^()]+)\)",
+                       re.IGNORECASE)
 
 
 def _unused_words(question: str, index: DocumentIndex) -> list[str]:
@@ -199,9 +203,15 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
     for m in _GLOSSED.finditer(question):
         other.setdefault(m.group(1), []).extend(m.group(2).split())
         other.setdefault(m.group(2).split()[-1], []).append(m.group(1))
+    # "the maximum data loss window (RPO)": the question glosses a term the document names; its words are the
+    # question's, not the document's
+    glossing = {w for m in _GLOSSING.finditer(question) for s, e in spans if m.start(2) <= s < m.end(2)
+                for w in m.group(1).split()}
     out = []
     for m in re.finditer(r"[A-Za-z0-9][A-Za-z0-9'-]*", question):
         word = m.group(0)
+        if word in glossing:
+            continue
         # "a B2-rated lessee": a code the document writes names the member, whatever word qualifies it
         named = [i for i in identifiers(word) if "-" in word]
         if word in asked_concept(question) and not any(s <= m.start() < e for s, e in spans) \

@@ -108,3 +108,13 @@ def test_a_currency_named_in_words_meets_the_amounts_written_in_its_code() -> No
     p = plan_answer(index, "What daily reconciliation tolerance applies to zloty payments?")
     assert p.leads[:1] == ("PLN 1,500",), p.reason
     assert not plan_answer(index, "What daily reconciliation tolerance applies to forint payments?").found
+
+
+def test_the_words_a_question_glosses_a_known_term_with_need_not_be_the_documents() -> None:
+    """"data loss window (RPO)": the bracket names a term the document states; the words before it are the
+    question's own gloss, not a subject the document lacks."""
+    index = DocumentIndex("6.1 Critical services shall meet a recovery time objective (RTO) of 4 hours and a "
+                          "recovery point objective (RPO) of 15 minutes.")
+    p = plan_answer(index, "What is the maximum data loss window (RPO) allowed for critical services?")
+    assert p.leads[:1] == ("15 minutes",), p.reason
+    assert not plan_answer(index, "What is the maximum data loss window allowed for critical services?").found
