@@ -118,3 +118,16 @@ def test_the_words_a_question_glosses_a_known_term_with_need_not_be_the_document
     p = plan_answer(index, "What is the maximum data loss window (RPO) allowed for critical services?")
     assert p.leads[:1] == ("15 minutes",), p.reason
     assert not plan_answer(index, "What is the maximum data loss window allowed for critical services?").found
+
+
+def test_words_that_only_frame_how_or_how_much_are_not_a_subject_the_document_lacks() -> None:
+    """"on an ongoing basis" says always; "utilisation" and "headroom" frame a share of a limit: a document that
+    never writes them still answers."""
+    index = DocumentIndex("An issuer on the Main Board shall keep a free float of at least 20%. A desk shall alert "
+                          "Market Risk when 80% of its limit is used. Credit fully secured by listed securities may "
+                          "exceed the limit by a further 10 percent.")
+    assert plan_answer(index, "What free float share must a Main Board issuer keep on an ongoing basis?").leads[:1] == (
+        "20%",)
+    assert plan_answer(index, "At what utilisation of its limit must a desk alert Market Risk?").leads[:1] == ("80%",)
+    assert plan_answer(index, "How much extra headroom is allowed for credit fully secured by listed "
+                              "securities?").leads[:1] == ("10 percent",)
