@@ -131,3 +131,15 @@ def test_words_that_only_frame_how_or_how_much_are_not_a_subject_the_document_la
     assert plan_answer(index, "At what utilisation of its limit must a desk alert Market Risk?").leads[:1] == ("80%",)
     assert plan_answer(index, "How much extra headroom is allowed for credit fully secured by listed "
                               "securities?").leads[:1] == ("10 percent",)
+
+
+def test_drafting_synonyms_of_the_glossary_let_a_paraphrased_subject_answer() -> None:
+    """policies/glossary.toml [drafting]: missed instalments are missed payments, a monthly surplus is a disposable
+    income buffer, a concentration limit caps what is held with a single counterparty."""
+    index = DocumentIndex("Issue a default notice only after 3 consecutive missed contractual payments. After the new "
+                          "repayment the applicant must retain a disposable income buffer of at least GBP 150 per "
+                          "month. No more than 35% of relevant funds may be held with a single credit institution.")
+    assert plan_answer(index, "How many missed instalments are needed before a default notice?").leads[:1] == ("3",)
+    assert plan_answer(index, "What is the minimum monthly surplus an applicant must keep?").leads[:1] == ("GBP 150",)
+    assert plan_answer(index, "What is the concentration limit for relevant funds with any one bank?").leads[:1] == (
+        "35%",)
