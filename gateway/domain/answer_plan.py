@@ -133,10 +133,14 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
 def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[str, frozenset[str]]],
                      ) -> tuple[Candidate, list[Figure]] | None:
     """The best-ranked sentence stating a figure of a kind asked for whose context names the question's domain
-    terms (in some form, or in the question's words), and its figures of the kinds asked (for a period asked in
+    terms (in some form, or in the question's words; the first-ranked, when it scores at least twice the second,
+    in one of those words: "safeguarded funds" asked, "Funds may be placed ... with a residual maturity of 90
+    days" the one sentence about it), and its figures of the kinds asked (for a period asked in
     a unit, those in that unit if it has any): which kind answers is the figures' nearness to the question."""
-    for c in ranked:
-        if not all(concept in c.context or written and written <= c.context for concept, written in named):
+    for n, c in enumerate(ranked):
+        lead = n == 0 and (len(ranked) == 1 or c.score >= 2 * ranked[1].score)
+        if not all(concept in c.context or written and written <= c.context or lead and written & c.context
+                   for concept, written in named):
             continue
         # "how many days" is not answered by how often ("monthly")
         figures = [f for f in row_values(c, list(c.figures)) if f.kind in asked.kinds

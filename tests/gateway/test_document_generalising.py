@@ -143,3 +143,16 @@ def test_drafting_synonyms_of_the_glossary_let_a_paraphrased_subject_answer() ->
     assert plan_answer(index, "What is the minimum monthly surplus an applicant must keep?").leads[:1] == ("GBP 150",)
     assert plan_answer(index, "What is the concentration limit for relevant funds with any one bank?").leads[:1] == (
         "35%",)
+
+
+def test_a_sentence_far_ahead_in_rank_answers_when_it_names_the_terms_head_word() -> None:
+    """"safeguarded funds" (a glossary term, relevant funds) asked, "Funds may ... residual maturity": the sentence
+    ranked far ahead of the rest names the term's head word, and a maturity asked for is a period."""
+    index = DocumentIndex("(a) Relevant funds shall be deposited in a designated account no later than 1 business day "
+                          "after receipt.\n"
+                          "(b) No more than 35% of relevant funds may be held with a single credit institution.\n"
+                          "(c) Funds may be placed in low-risk assets with a residual maturity not "
+                          "exceeding 90 days.\n")
+    p = plan_answer(index, "What is the longest remaining maturity permitted for low-risk assets bought with "
+                           "safeguarded funds?")
+    assert p.leads[:1] == ("90 days",), p.reason
