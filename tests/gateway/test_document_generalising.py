@@ -156,3 +156,11 @@ def test_a_sentence_far_ahead_in_rank_answers_when_it_names_the_terms_head_word(
     p = plan_answer(index, "What is the longest remaining maturity permitted for low-risk assets bought with "
                            "safeguarded funds?")
     assert p.leads[:1] == ("90 days",), p.reason
+
+
+def test_a_single_issuer_is_a_single_name() -> None:
+    """UCITS's "single issuer" is the large-exposures "single name" (policies/glossary.toml)."""
+    index = DocumentIndex("4.2 Concentration. No single issuer, other than governments, may exceed 2% of total Fund "
+                          "assets; corporate bonds are eligible. 4.3 Cash may not exceed 5% of total Fund assets.")
+    p = plan_answer(index, "What is the single-name issuer limit for corporate issuers?")
+    assert p.leads[:1] == ("2%",), p.reason
