@@ -174,7 +174,8 @@ def qualified(question: str, sentence: str, figures: list[Figure]) -> list[Figur
     if not values or not holding:
         return []
     b = min(holding, key=_tightness)
-    figures = [f for f in figures if not b.start <= f.start < b.end]  # the condition's own figure answers nothing
+    # the condition's own figure answers nothing, nor a frequency ("monthly" in "net monthly income")
+    figures = [f for f in figures if not b.start <= f.start < b.end and not _is_frequency(f)]
     before = [f for f in figures if f.end <= b.start]
     after = [f for f in figures if f.start >= b.end]
     return before[-1:] or after[:1]

@@ -169,6 +169,10 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     named = {CURRENCY_WORDS[w.casefold()] for w in re.findall(r"[A-Za-z]+", question) if w.casefold() in CURRENCY_WORDS}
     if AMOUNT in asked.kinds:
         figures = [f for f in figures if f.kind == AMOUNT and f.unit in named] or figures
+    # "the DTI cap for take-home pay of GBP 1,600": the figure whose condition holds the case the question states
+    held = qualified(question, best.sentence, figures)
+    if held:
+        return held
     near = nearest(figures, best, question, index, asked.bound)
     kind = min((f.kind for f in near), key=asked.kinds.index)
     return [f for f in near if f.kind == kind]

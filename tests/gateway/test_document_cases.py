@@ -146,3 +146,15 @@ def test_a_row_named_by_its_label_words_answers_in_the_column_the_question_names
     assert plan_answer(index, "What is the all-months cap for the refined products desk?").leads == (
         "8,000",)
     assert plan_answer(index, "What spot-month limit applies to hail and storm?").leads == ("1,500",)
+
+
+def test_a_figure_question_stating_a_case_takes_the_figure_its_condition_holds() -> None:
+    """A figure question (a cap) stating a case (an income): the figure whose clause's condition holds it, not the
+    frequency nearest the question's words ("monthly")."""
+    index = DocumentIndex("Debt-to-income (DTI) limits apply to each applicant. Total monthly credit repayments must "
+                          "not exceed 40% of verified net monthly income, or 35% "
+                          "where verified net monthly income is below GBP 1,800.")
+    p = plan_answer(index, "What DTI cap applies to an applicant with verified take-home pay of GBP 1,600 a month?")
+    assert p.leads[:1] == ("35%",), p.reason
+    p = plan_answer(index, "What DTI cap applies to an applicant with verified take-home pay of GBP 2,600 a month?")
+    assert p.leads[:1] == ("40%",), p.reason
