@@ -3,7 +3,10 @@
 Document answers rank a document's sentences for a question (gateway/domain/retrieval.py); a question that says
 "CET1" must find the sentence that says "common equity tier 1". Each `[terms.<name>]` table lists the other
 forms of one term; the name is a form too (usually the abbreviation). A form written in capitals is matched
-as written ("PEP" is not "pep"), any other ignoring case (textspans/concepts.py). The packaged file is
+as written ("PEP" is not "pep"), any other ignoring case (textspans/concepts.py). The `[drafting]` table holds
+single words a question writes and the words rulebooks draft them with ("minimum": "at least", "tenor": "term"):
+a question's word is also held by a sentence holding one of these (one way: "minimum" finds "least", not back).
+The packaged file is
 policies/glossary.toml; `load_glossary(path)` reads another, validated as strictly as the policy.
 """
 from __future__ import annotations
@@ -23,6 +26,7 @@ from policies.reader import Reader
 from policies.schema import knob
 
 TERM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 &'-]{0,63}$"
+WORD_PATTERN = r"^[a-z]{2,32}$"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,10 +45,14 @@ class Glossary:
     terms: Mapping[str, Term] = field(metadata=knob(
         "the domain's terms by name", key_pattern=TERM_NAME_PATTERN, nonempty=True,
         key_rule="term names are letters, digits, spaces, '&', apostrophes and hyphens, at most 64 long"))
+    drafting: Mapping[str, tuple[str, ...]] = field(default_factory=dict, metadata=knob(
+        "a word a question writes -> the words a document may write it with ('minimum': 'at least'); one way only",
+        optional=True, key_pattern=WORD_PATTERN, key_rule="a drafting entry is one lower-case word, 2-32 letters"))
     source: str = field(default="<memory>", metadata=knob("file the glossary was loaded from", in_file=False))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "terms", MappingProxyType(dict(self.terms)))
+        object.__setattr__(self, "drafting", MappingProxyType(dict(self.drafting)))
 
     def groups(self) -> tuple[tuple[str, ...], ...]:
         """Each term's forms, its name first (the form a concept is reported by)."""
@@ -65,6 +73,14 @@ def glossary_from_dict(data: Mapping[str, Any], *, source: str = "<memory>") -> 
             if key in owner and owner[key] != name:
                 raise r.error(where, f"{form!r} is also a form of term {owner[key]!r}; a form names one term")
             owner[key] = name
+    for word, written in glossary.drafting.items():
+        for i, other in enumerate(written):
+            if not re.fullmatch(WORD_PATTERN, other):
+                raise r.error(f"drafting.{word}[{i}]", f"{other!r} is not one lower-case word of 2-32 letters")
+            if other == word or other in written[:i]:
+                raise r.error(f"drafting.{word}[{i}]", f"{other!r} repeats the word or an earlier entry")
+        if not written:
+            raise r.error(f"drafting.{word}", "lists no word; remove the entry")
     return glossary
 
 

@@ -128,6 +128,18 @@ def band(text: str) -> Band | None:
     return found[0] if len(found) == 1 else None
 
 
+_ONE_TIME_UNIT = re.compile(rf"\b{_TIME_UNIT}", re.IGNORECASE)
+
+
+def in_header_unit(b: Band, header: str) -> Band:
+    """A band of bare numbers under a column header that names one time unit ("91 - 180" under "Days past due",
+    "13-24" under "Age (months)") is a band of that duration; any other band is as written."""
+    found = {m.group(1).casefold() for m in _ONE_TIME_UNIT.finditer(header)}
+    if b.kind != NUMBER or b.unit or len(found) != 1:
+        return b
+    return Band(b.low, b.high, b.low_in, b.high_in, DURATION, found.pop(), b.start, b.end)
+
+
 def comparable(b: Band, v: Value) -> bool:
     """A value can be placed in a band: the same kind and unit, or a bare number against a band of counts or
     of an amount whose currency is not read ("MRN 520 billion" against "MRN 400 billion")."""
@@ -162,7 +174,8 @@ def qualified(question: str, sentence: str, figures: list[Figure]) -> list[Figur
     if not values or not holding:
         return []
     b = min(holding, key=_tightness)
-    figures = [f for f in figures if not b.start <= f.start < b.end]  # the condition's own figure answers nothing
+    # the condition's own figure answers nothing, nor a frequency ("monthly" in "net monthly income")
+    figures = [f for f in figures if not b.start <= f.start < b.end and not _is_frequency(f)]
     before = [f for f in figures if f.end <= b.start]
     after = [f for f in figures if f.start >= b.end]
     return before[-1:] or after[:1]

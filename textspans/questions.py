@@ -48,7 +48,7 @@ _KINDS: dict[str, tuple[tuple[str, ...], bool]] = {
 # The noun of a wh-phrase that names the kind of quantity asked ("what stress horizon": a period).
 _HEAD_NOUNS: dict[str, str] = {
     **dict.fromkeys("horizon horizons period periods time timeframe interval intervals frequency duration window "
-                    "lifetime tenor".split(), "period"),
+                    "lifetime tenor maturity maturities".split(), "period"),
     **dict.fromkeys("date dates day".split(), "date"),
     **dict.fromkeys("deadline latest earliest".split(), "when"),
     "year": "year",
@@ -224,12 +224,16 @@ FRAME_WORDS = BOUND_WORDS | frozenset(
     "dates day year percentage percent share proportion portion fraction rate rates ratio weight factor coefficient "
     "multiple multiplier sum value threshold number count figure much many long often kind type deadline volume "
     "quantity magnitude extent "
+    # how much of a limit is used or left ("at what utilisation of its limit", "how much headroom")
+    "utilisation utilization usage headroom "
     "firm firms bank banks institution institutions entity entities company companies undertaking undertakings "
     "someone anyone person persons authority authorities rule rules policy document part chapter section article "
     "regulation regulations provision provisions paragraph paragraphs clause clauses "
     # modifiers that say which of a kind without naming another thing ("the internal LCR floor")
     "internal regulatory applicable current standard general normal usual prescribed specified absolute basic "
     "legal statutory headline ordinary principal main "
+    # "on an ongoing basis", "on a continuing basis": always, whatever the document calls it
+    "ongoing continuing continuous basis "
     # words that compare or count without naming a thing ("the higher limit", "in year one", "advance notice")
     "higher lower greater larger smaller more less fewer extra additional further advance prior "
     "one two three four five six seven eight nine ten first second third fourth fifth "

@@ -133,10 +133,14 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
 def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[str, frozenset[str]]],
                      ) -> tuple[Candidate, list[Figure]] | None:
     """The best-ranked sentence stating a figure of a kind asked for whose context names the question's domain
-    terms (in some form, or in the question's words), and its figures of the kinds asked (for a period asked in
+    terms (in some form, or in the question's words; the first-ranked, when it scores at least twice the second,
+    in one of those words: "safeguarded funds" asked, "Funds may be placed ... with a residual maturity of 90
+    days" the one sentence about it), and its figures of the kinds asked (for a period asked in
     a unit, those in that unit if it has any): which kind answers is the figures' nearness to the question."""
-    for c in ranked:
-        if not all(concept in c.context or written and written <= c.context for concept, written in named):
+    for n, c in enumerate(ranked):
+        lead = n == 0 and (len(ranked) == 1 or c.score >= 2 * ranked[1].score)
+        if not all(concept in c.context or written and written <= c.context or lead and written & c.context
+                   for concept, written in named):
             continue
         # "how many days" is not answered by how often ("monthly")
         figures = [f for f in row_values(c, list(c.figures)) if f.kind in asked.kinds
@@ -165,6 +169,10 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     named = {CURRENCY_WORDS[w.casefold()] for w in re.findall(r"[A-Za-z]+", question) if w.casefold() in CURRENCY_WORDS}
     if AMOUNT in asked.kinds:
         figures = [f for f in figures if f.kind == AMOUNT and f.unit in named] or figures
+    # "the DTI cap for take-home pay of GBP 1,600": the figure whose condition holds the case the question states
+    held = qualified(question, best.sentence, figures)
+    if held:
+        return held
     near = nearest(figures, best, question, index, asked.bound)
     kind = min((f.kind for f in near), key=asked.kinds.index)
     return [f for f in near if f.kind == kind]
@@ -188,6 +196,10 @@ def _long_forms(question: str, index: DocumentIndex) -> str:
 _NEGATION = re.compile(r"\b(?:not|non|other than|except|excluding|without)\W+(?:\w+\W+)?$", re.IGNORECASE)
 # "a conventional (uninsured) mortgage": the word in brackets is another name of the word before them.
 _GLOSSED = re.compile(r"([A-Za-z][\w'-]*)\s*\(([^()]+)\)")
+# Up to four words before a bracket, none of them a function word: a noun phrase the bracket names.
+_GLOSSING = re.compile(r"(?<![\w'-])((?:(?!(?:the|a|an|of|for|to|in|on|by|with|is|are|what|which|how)\b)[A-Za-z][\w'-]*\s+){0,3}"
+                       r"(?!(?:the|a|an|of|for|to|in|on|by|with|is|are|what|which|how)\b)[A-Za-z][\w'-]*)\s*\(([^()]+)\)",
+                       re.IGNORECASE)
 
 
 def _unused_words(question: str, index: DocumentIndex) -> list[str]:
@@ -199,9 +211,15 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
     for m in _GLOSSED.finditer(question):
         other.setdefault(m.group(1), []).extend(m.group(2).split())
         other.setdefault(m.group(2).split()[-1], []).append(m.group(1))
+    # "the maximum data loss window (RPO)": the question glosses a term the document names; its words are the
+    # question's, not the document's
+    glossing = {w for m in _GLOSSING.finditer(question) for s, e in spans if m.start(2) <= s < m.end(2)
+                for w in m.group(1).split()}
     out = []
     for m in re.finditer(r"[A-Za-z0-9][A-Za-z0-9'-]*", question):
         word = m.group(0)
+        if word in glossing:
+            continue
         # "a B2-rated lessee": a code the document writes names the member, whatever word qualifies it
         named = [i for i in identifiers(word) if "-" in word]
         if word in asked_concept(question) and not any(s <= m.start() < e for s, e in spans) \

@@ -9,7 +9,8 @@ is the cell of the row whose band holds 680 (600-749) under the column whose hea
 (Resolution SLA): 3 business days. A table is a block of text rows under one header row (gateway/domain/layout.py);
 a column of bands is one where two rows or more write a band of values comparable with the question's value
 (textspans/bands.py: "600-749", "below 450", "Above 2% and up to 5%", "Late notification (over 5 trading days)").
-Of the tables with a row holding the value, the one sharing most with the question (header, band cells, section)
+A question naming no value may name a row by its label, written wholly in its words ("the grains desk": the row
+"Grains"). Of the tables with a row holding the value (or so named), the one sharing most with the question (header, band cells, section)
 answers; of several rows, the narrowest band. The answer's column is the one whose header shares most with the
 question; with no shared word, the table's only other column, or the only one whose cell states a figure of the
 kind asked for. No row holding the value, or no column to read: no case is found, and the plan goes on as for
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, identifiers, mentions, terms
-from textspans.bands import Band, Value, band, comparable, holds, stated_values
+from textspans.bands import Band, Value, band, comparable, holds, in_header_unit, stated_values
 from textspans.figures import Figure
 from textspans.questions import Asked
 
@@ -67,8 +68,10 @@ def _text(index: DocumentIndex, i: int, j: int) -> str:
 def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tuple[int, int] | None:
     """(row, band column): the row whose band holds a stated value, the narrowest of several."""
     best: tuple[float, int, int] | None = None
-    for j in range(len(cells(table.header))):
-        found: list[tuple[int, Band]] = [(i, b) for i in table.rows if (b := band(_text(index, i, j))) is not None]
+    for j, (a, z) in enumerate(cells(table.header)):
+        unit = _long_forms(index, table.header[a:z])
+        found: list[tuple[int, Band]] = [(i, in_header_unit(b, unit)) for i in table.rows
+                                         if (b := band(_text(index, i, j))) is not None]
         for v in values:
             comparable_rows = [(i, b) for i, b in found if comparable(b, v)]
             if len(comparable_rows) < 2:
@@ -77,6 +80,11 @@ def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tu
                 if holds(b, v) and (best is None or b.width < best[0]):
                     best = (b.width, i, j)
     return None if best is None else best[1:]
+
+
+def _long_forms(index: DocumentIndex, text: str) -> str:
+    """`text` and the long forms of the terms it names ("DPD": "days past due")."""
+    return " ".join([text, *(f for _, _, c in index.concepts.find(text) for f in index.concepts.forms_of(c))])
 
 
 _LOWER = frozenset("min minimum lowest least floor shortest smallest".split())
@@ -88,11 +96,19 @@ def _bound(word: str) -> str:
     return "lower" if w in _LOWER else "upper" if w in _UPPER else ""
 
 
-def _labelled_row(index: DocumentIndex, table: _Table, named: set[str]) -> tuple[int, int] | None:
-    """(row, 0): the one row of `table` whose first cell is a member the question names ("B2" for "a B2-rated
-    lessee", "P2" for "P2 alerts")."""
-    rows = [i for i in table.rows if named & set(identifiers(_text(index, i, 0)))]
-    return (rows[0], 0) if len(rows) == 1 else None
+def _labelled_row(index: DocumentIndex, table: _Table, named: set[str], words: set[str]) -> tuple[int, int] | None:
+    """(row, label column): the one row of `table` whose first cell is a member the question names ("B2" for "a
+    B2-rated lessee", "P2" for "P2 alerts"); else the one row whose label (its first cell stating no figure) is
+    written wholly in the question's words ("Grains" for "the grains desk", "Hail/convective storm" for "hail and
+    convective storm")."""
+    rows = [(i, 0) for i in table.rows if named & set(identifiers(_text(index, i, 0)))]
+    if not rows:
+        for i in table.rows:
+            j = next((j for j in range(len(cells(index.sentences[i]))) if not _cell_figures(index, i, j)), None)
+            label = set(terms(_text(index, i, j), index.concepts)) if j is not None else set()
+            if j is not None and label and label <= words:
+                rows.append((i, j))
+    return rows[0] if len(rows) == 1 else None
 
 
 def _cell_figures(index: DocumentIndex, i: int, j: int) -> list[Figure]:
@@ -118,18 +134,19 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
     """The table cell that answers `question` for the case it states (the module's note), or None."""
     values = [] if labels else stated_values(question)
     named = set(identifiers(question)) if labels else set()
-    if not values and not named:
+    if not values and not labels:
         return None
     stated = "".join(question[v.start:v.end] for v in values)
     wanted = index.question_terms(question, asked) - set(terms(stated, index.concepts))
     written = dict(mentions(question, index.concepts))
+    asked_words = set(terms(question, index.concepts))
 
     def shared(text: str) -> float:
         return index.idf(index.held(wanted, set(terms(text, index.concepts)), written))
 
     best: tuple[float, _Table, int, int] | None = None
     for table in _tables(index):
-        hit = _holding_row(index, table, values) if values else _labelled_row(index, table, named)
+        hit = _holding_row(index, table, values) if values else _labelled_row(index, table, named, asked_words)
         if hit is None:
             continue
         i, j = hit

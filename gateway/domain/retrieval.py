@@ -72,27 +72,19 @@ def _stem(word: str) -> str:
     return word[:5]
 
 
-# Regulatory drafting says "at least" for a minimum and "not exceed" / "up to" for a maximum, a cap or a limit,
-# and "per day" for daily; a rule "takes effect", "comes into force" or "commences" on the day it starts to
-# apply. Words here, stemmed below.
-_DRAFTING = {"minimum": ("least", "min"), "floor": ("least", "minimum"), "maximum": ("exceed", "most", "max"),
-             "longest": ("maximum", "max"), "shortest": ("minimum", "min"),
-             "limit": ("exceed",), "cap": ("exceed", "most", "maximum"), "ceiling": ("exceed", "most", "maximum"),
-             "large": ("exceed",), "keep": ("maintain", "hold", "retain"), "hold": ("maintain",), "big": ("equal",),
-             "daily": ("day",), "force": ("effect", "effective", "commence"), "effective": ("force", "commence"),
-             "effect": ("force", "commence"), "commence": ("effect", "effective", "force"),
-             "start": ("commence", "effect", "effective"), "begin": ("commence", "effect", "effective"), "home": ("residential",), "fine": ("penalty",), "penalty": ("fine",), "fee": ("charge",), "charge": ("fee",),
-             "single": ("individual", "each", "one", "any"), "inform": ("notify",), "tell": ("notify",),
-             "phase": ("transition", "transitional"), "return": ("report", "form"),
-             "individual": ("single", "each", "natural"),
-             # General finance synonyms: a loan's tenor is its term, a spread its margin, a deposit its down
-             # payment; an individual is a natural person and a company a legal one; records retained are kept.
-             "tenor": ("term", "maturity"), "spread": ("margin",), "margin": ("spread",), "deposit": ("down",),
-             "corporate": ("legal", "company"), "company": ("legal", "corporate"), "retention": ("keep", "retain"),
-             "premium": ("plus",), "bound": ("maximum", "minimum", "max", "min"), "neutral": ("strategic", "target"),
-             "annual": ("year", "annum"), "outer": ("max", "maximum"), "attainment": ("meet", "achieve"),
-             "borrower": ("customer", "debtor")}
-_EXPANSIONS = {_stem(k): tuple(_stem(w) for w in v) for k, v in _DRAFTING.items()}
+Expansions = dict[str, tuple[str, ...]]
+
+
+def expansions(glossary: Glossary) -> Expansions:
+    """The glossary's drafting words, stemmed: a question's stem -> the stems a document may write it with
+    ("minimum": "at least", "daily": "per day"; policies/glossary.toml `[drafting]`)."""
+    return {_stem(k): tuple(_stem(w) for w in v) for k, v in glossary.drafting.items()}
+
+
+@functools.cache
+def _packaged_expansions() -> Expansions:
+    return expansions(load_glossary())
+
 
 _QUANTITY_FRAME = frozenset(_stem(w) for w in FRAME_WORDS)
 _FRAMING = frozenset(_stem(w) for w in "article section paragraph part clause chapter set sets out deal deals "
@@ -188,6 +180,7 @@ class DocumentIndex:
     def __init__(self, text: str, glossary: Glossary | None = None) -> None:
         self.text = text
         self.concepts = concept_index(text, glossary)
+        self.expansions = _packaged_expansions() if glossary is None else expansions(glossary)
         self.sentences = sentence_spans(text)
         self.places = places(text, self.sentences)
         self.figures = [tuple(f for f in find_figures(s, words=True) if not _is_reference(s, f, p.line))
@@ -216,7 +209,7 @@ class DocumentIndex:
         currency's name ("sterling"), an amount in that currency ("£25 million")."""
         if CURRENCY_WORDS.get(word.casefold()) in self.currencies:
             return True
-        return all(t in self.df or any(x in self.df for x in _EXPANSIONS.get(t, ()))
+        return all(t in self.df or any(x in self.df for x in self.expansions.get(t, ()))
                    for t in terms(word, _NO_CONCEPTS))
 
     def idf(self, words: set[str]) -> float:
@@ -236,7 +229,7 @@ class DocumentIndex:
         wanted = set(terms(question, self.concepts))
         if asked.article:
             wanted -= _FRAMING
-        return wanted | {x for t in wanted for x in _EXPANSIONS.get(t, ())}
+        return wanted | {x for t in wanted for x in self.expansions.get(t, ())}
 
     def coverage(self, question: str, asked: Asked, context: frozenset[str]) -> float:
         """The share of the question's weight (IDF) that `context` holds; a word counts as held when one of
@@ -244,7 +237,7 @@ class DocumentIndex:
         only frames the quantity asked ("the upper end of the range"): then it weighs nothing."""
         wanted = set(terms(question, self.concepts)) - (_FRAMING if asked.article else set())
         wanted -= {t for t in wanted & _QUANTITY_FRAME if not self.uses(t)}
-        held = {t for t in wanted if t in context or any(x in context for x in _EXPANSIONS.get(t, ()))}
+        held = {t for t in wanted if t in context or any(x in context for x in self.expansions.get(t, ()))}
         held = self.held(wanted, held, dict(mentions(question, self.concepts)))
         total = self.idf(wanted)
         return self.idf(held) / total if total else 0.0

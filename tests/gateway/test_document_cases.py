@@ -121,3 +121,40 @@ def test_ig_is_investment_grade() -> None:
                           "Sovereign bonds           30%       25%        35%\n"
                           "Investment-grade credit   20%       15%        25%\n")
     assert plan_answer(index, "What is the target weight for IG bonds?").leads[0] == "20%"
+
+
+def test_a_band_of_bare_numbers_takes_the_time_unit_its_column_header_names() -> None:
+    """"91 - 180" under "DPD" (days past due, defined in the text) holds "95 days past due"."""
+    index = DocumentIndex("Loans are classified by days past due (DPD).\n"
+                          "Bucket | DPD       | Unsecured loans | Secured loans\n"
+                          "1      | 0 - 30    | 1%              | 0.5%\n"
+                          "2      | 31 - 90   | 25%             | 15%\n"
+                          "3      | 91 - 180  | 75%             | 60%\n")
+    assert plan_answer(index, "What provision applies to an unsecured loan 95 days past due?").leads == ("75%",)
+    assert plan_answer(index, "What provision does a secured loan 45 days overdue attract?").leads == ("15%",)
+
+
+def test_a_row_named_by_its_label_words_answers_in_the_column_the_question_names() -> None:
+    """No band and no letter code: "the refined products desk" names the row labelled "Refined products", and
+    "all-months" the column "All-months limit"."""
+    index = DocumentIndex("Table 2 - Desk limits\n"
+                          "Desk              | Spot-month limit (lots) | All-months limit (lots) | Warning level\n"
+                          "Crude oil         | 4,000                   | 12,000                  | 85%\n"
+                          "Refined products  | 2,500                   | 8,000                   | 85%\n"
+                          "Hail/storm        | 1,500                   | 6,000                   | 80%\n"
+                          "Limits are reviewed yearly by the committee.\n")
+    assert plan_answer(index, "What is the all-months cap for the refined products desk?").leads == (
+        "8,000",)
+    assert plan_answer(index, "What spot-month limit applies to hail and storm?").leads == ("1,500",)
+
+
+def test_a_figure_question_stating_a_case_takes_the_figure_its_condition_holds() -> None:
+    """A figure question (a cap) stating a case (an income): the figure whose clause's condition holds it, not the
+    frequency nearest the question's words ("monthly")."""
+    index = DocumentIndex("Debt-to-income (DTI) limits apply to each applicant. Total monthly credit repayments must "
+                          "not exceed 40% of verified net monthly income, or 35% "
+                          "where verified net monthly income is below GBP 1,800.")
+    p = plan_answer(index, "What DTI cap applies to an applicant with verified take-home pay of GBP 1,600 a month?")
+    assert p.leads[:1] == ("35%",), p.reason
+    p = plan_answer(index, "What DTI cap applies to an applicant with verified take-home pay of GBP 2,600 a month?")
+    assert p.leads[:1] == ("40%",), p.reason

@@ -96,3 +96,71 @@ def test_a_phase_in_is_a_transitional_period_and_a_return_is_a_report() -> None:
         ("24 months",)
     assert plan_answer(index, "What is the deadline for the quarterly solvency return?").leads[:1] == \
         ("20 business days",)
+
+
+def test_a_currency_named_in_words_meets_the_amounts_written_in_its_code() -> None:
+    """"zloty" (policies/glossary.toml, ISO 4217 names) is the PLN of the table's amounts, not an unknown word."""
+    index = DocumentIndex("Outgoing payments are reconciled daily.\n"
+                          "Currency | Scheme      | Daily reconciliation tolerance\n"
+                          "EUR      | SEPA        | EUR 500\n"
+                          "PLN      | Elixir      | PLN 1,500\n"
+                          "SEK      | Bankgirot   | SEK 5,000\n")
+    p = plan_answer(index, "What daily reconciliation tolerance applies to zloty payments?")
+    assert p.leads[:1] == ("PLN 1,500",), p.reason
+    assert not plan_answer(index, "What daily reconciliation tolerance applies to forint payments?").found
+
+
+def test_the_words_a_question_glosses_a_known_term_with_need_not_be_the_documents() -> None:
+    """"data loss window (RPO)": the bracket names a term the document states; the words before it are the
+    question's own gloss, not a subject the document lacks."""
+    index = DocumentIndex("6.1 Critical services shall meet a recovery time objective (RTO) of 4 hours and a "
+                          "recovery point objective (RPO) of 15 minutes.")
+    p = plan_answer(index, "What is the maximum data loss window (RPO) allowed for critical services?")
+    assert p.leads[:1] == ("15 minutes",), p.reason
+    assert not plan_answer(index, "What is the maximum data loss window allowed for critical services?").found
+
+
+def test_words_that_only_frame_how_or_how_much_are_not_a_subject_the_document_lacks() -> None:
+    """"on an ongoing basis" says always; "utilisation" and "headroom" frame a share of a limit: a document that
+    never writes them still answers."""
+    index = DocumentIndex("An issuer on the Main Board shall keep a free float of at least 20%. A desk shall alert "
+                          "Market Risk when 80% of its limit is used. Credit fully secured by listed securities may "
+                          "exceed the limit by a further 10 percent.")
+    assert plan_answer(index, "What free float share must a Main Board issuer keep on an ongoing basis?").leads[:1] == (
+        "20%",)
+    assert plan_answer(index, "At what utilisation of its limit must a desk alert Market Risk?").leads[:1] == ("80%",)
+    assert plan_answer(index, "How much extra headroom is allowed for credit fully secured by listed "
+                              "securities?").leads[:1] == ("10 percent",)
+
+
+def test_drafting_synonyms_of_the_glossary_let_a_paraphrased_subject_answer() -> None:
+    """policies/glossary.toml [drafting]: missed instalments are missed payments, a monthly surplus is a disposable
+    income buffer, a concentration limit caps what is held with a single counterparty."""
+    index = DocumentIndex("Issue a default notice only after 3 consecutive missed contractual payments. After the new "
+                          "repayment the applicant must retain a disposable income buffer of at least GBP 150 per "
+                          "month. No more than 35% of relevant funds may be held with a single credit institution.")
+    assert plan_answer(index, "How many missed instalments are needed before a default notice?").leads[:1] == ("3",)
+    assert plan_answer(index, "What is the minimum monthly surplus an applicant must keep?").leads[:1] == ("GBP 150",)
+    assert plan_answer(index, "What is the concentration limit for relevant funds with any one bank?").leads[:1] == (
+        "35%",)
+
+
+def test_a_sentence_far_ahead_in_rank_answers_when_it_names_the_terms_head_word() -> None:
+    """"safeguarded funds" (a glossary term, relevant funds) asked, "Funds may ... residual maturity": the sentence
+    ranked far ahead of the rest names the term's head word, and a maturity asked for is a period."""
+    index = DocumentIndex("(a) Relevant funds shall be deposited in a designated account no later than 1 business day "
+                          "after receipt.\n"
+                          "(b) No more than 35% of relevant funds may be held with a single credit institution.\n"
+                          "(c) Funds may be placed in low-risk assets with a residual maturity not "
+                          "exceeding 90 days.\n")
+    p = plan_answer(index, "What is the longest remaining maturity permitted for low-risk assets bought with "
+                           "safeguarded funds?")
+    assert p.leads[:1] == ("90 days",), p.reason
+
+
+def test_a_single_issuer_is_a_single_name() -> None:
+    """UCITS's "single issuer" is the large-exposures "single name" (policies/glossary.toml)."""
+    index = DocumentIndex("4.2 Concentration. No single issuer, other than governments, may exceed 2% of total Fund "
+                          "assets; corporate bonds are eligible. 4.3 Cash may not exceed 5% of total Fund assets.")
+    p = plan_answer(index, "What is the single-name issuer limit for corporate issuers?")
+    assert p.leads[:1] == ("2%",), p.reason

@@ -59,3 +59,15 @@ def test_a_glossary_of_its_own_replaces_the_packaged_one() -> None:
     text = "The widget stability quotient shall be at least 110%. The ratio shall be at least 90%."
     assert relevant_sentences(text, "What is the minimum WSQ?", k=1, glossary=glossary) == [
         "The widget stability quotient shall be at least 110%."]
+
+
+def test_a_glossary_drafting_word_meets_the_document_word_it_names() -> None:
+    """The drafting table is read from the glossary given: "gizmo" in a question meets "widget" in the text only
+    when the glossary says so (one way)."""
+    text = "The gadget levy is 2% of turnover. The widget levy is 4% of turnover."
+    terms_only = {"terms": {"WSQ": {"forms": ["widget stability quotient"]}}}
+    drafted = glossary_from_dict({**terms_only, "drafting": {"gizmo": ["widget"]}})
+    question = "What is the gizmo levy?"
+    assert relevant_sentences(text, question, k=1, glossary=drafted) == ["The widget levy is 4% of turnover."]
+    assert relevant_sentences(text, question, k=1, glossary=glossary_from_dict(terms_only)) != [
+        "The widget levy is 4% of turnover."]

@@ -37,3 +37,24 @@ def test_a_glossary_file_that_is_not_toml_is_refused(tmp_path) -> None:
     bad.write_text("[terms.CET1\n")
     with pytest.raises(PolicyError, match="not valid TOML"):
         load_glossary(bad)
+
+
+def test_the_drafting_words_are_policy_data_validated_at_load() -> None:
+    drafting = load_glossary().drafting
+    assert drafting["minimum"] == ("least", "min") and "term" in drafting["tenor"]
+    with pytest.raises(TypeError):
+        drafting["x"] = ("y",)  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("drafting", "message"), [
+    ({"Minimum": ["least"]}, "drafting.Minimum: a drafting entry is one lower-case word"),
+    ({"minimum": ["at least"]}, "drafting.minimum[0]: 'at least' is not one lower-case word"),
+    ({"minimum": ["least", "least"]}, "drafting.minimum[1]: 'least' repeats"),
+    ({"minimum": ["minimum"]}, "drafting.minimum[0]: 'minimum' repeats the word"),
+    ({"minimum": []}, "drafting.minimum: lists no word"),
+    ({"minimum": "least"}, "drafting.minimum: must be an array"),
+])
+def test_a_bad_drafting_entry_names_the_key_and_the_problem(drafting: dict[str, object], message: str) -> None:
+    data = {"terms": {"CET1": {"forms": ["common equity tier 1"]}}, "drafting": drafting}
+    with pytest.raises(PolicyError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        glossary_from_dict(data, source="g.toml")
