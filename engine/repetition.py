@@ -13,6 +13,11 @@ A loop can also vary its figures: a free answer working "520 billion / 2 = 260 b
 each line new. When a line ends, the last TEMPLATE_COPIES lines that are the same but for their figures (digit
 runs read as one placeholder) and at least TEMPLATE_MIN characters long count too; the text is kept up to the
 end of the first of them.
+
+And a loop can restate itself with a word changed ("The USCCA has set a maximum margin of 1.5% ..." then "The USCCA
+also sets a maximum margin of 1.5% ..."), which no exact span repeats: REHASH_COPIES complete sentences of at least
+REHASH_WORDS words, each with REHASH_SHARE of its word trigrams already written before it, the last of them the
+latest sentence, count too; the text is kept up to the first of them.
 """
 from __future__ import annotations
 
@@ -28,6 +33,11 @@ TEMPLATE_COPIES = 4  # lines the same but for their figures that count as a loop
 TEMPLATE_MIN = 24  # ... each at least this long (a short list row, "Tier 1: 6%", is not one)
 TEMPLATE_WINDOW = 8 * MAX_PERIOD  # characters searched for those lines
 _FIGURE = re.compile(r"\d[\d.,]*")
+REHASH_WORDS = 8  # a restated sentence this long at least ...
+REHASH_SHARE = 0.7  # ... with this share of its word trigrams written before it ...
+REHASH_COPIES = 2  # ... this many times
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
+_WORD = re.compile(r"[\w%]+(?:[.,]\d+)*")  # a word or a figure ("1.5%" is one)
 
 
 def _needed(period: int, span: str) -> int:
@@ -63,13 +73,35 @@ def repeated_template(text: str) -> int | None:
     return lines[first][1]
 
 
+def rehashed_sentences(text: str) -> int | None:
+    """Where to cut `text` (just before the first restated sentence) if its latest complete sentence is the
+    REHASH_COPIES-th that restates what the text already said; None otherwise."""
+    offset = max(0, len(text) - TEMPLATE_WINDOW)
+    window = text[offset:]
+    seen: set[tuple[str, ...]] = set()
+    restated: list[int] = []
+    latest = False  # the latest complete sentence restates
+    start = 0
+    for m in _SENTENCE_END.finditer(window):
+        words = _WORD.findall(window[start:m.end()].casefold())
+        if words:
+            grams = {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
+            latest = len(words) >= REHASH_WORDS and len(grams & seen) >= REHASH_SHARE * len(grams)
+            if latest:
+                restated.append(offset + start)
+            seen |= grams
+        start = m.end()
+    return restated[0] if latest and len(restated) >= REHASH_COPIES else None
+
+
 def repeated_tail(text: str) -> int | None:
     """Where to cut `text` (just past the first occurrence of the repeated span) if its tail is a
     degenerate repetition; None otherwise. The shortest repeating period wins; a run of lines that differ only in
     their figures (repeated_template) counts too."""
-    template = repeated_template(text)
-    if template is not None:
-        return template
+    for guard in (repeated_template, rehashed_sentences):
+        cut = guard(text)
+        if cut is not None:
+            return cut
     offset = max(0, len(text) - WINDOW)
     tail = text[offset:]
     n = len(tail)

@@ -47,6 +47,35 @@ def test_lines_that_differ_only_in_their_figures_are_a_loop_cut_after_the_first(
         assert repeated_tail(ordinary) is None, ordinary
 
 
+# Two free answers of the seventh document set, as the model wrote them to the token limit (issue 49)
+MARGIN = ("The confirmation margin applies to a 150-day USance LC issued by a CRG 4 bank. The confirmation margin is "
+          "set by the USCCA, which is a USC-based regulatory body that sets the maximum allowable confirmation margin "
+          "for USLLCs. The maximum allowable confirmation margin is 1.5% of the LC value, which is 0.20% of the LC "
+          "amount.\n\nThe USCCA has set a maximum allowable confirmation margin of 1.5% for USLLCs, which is 1.5% of "
+          "the LC value. This means that a 150-day USance LC issued by a CRG 4 bank may have a maximum confirmation "
+          "margin of 1.5% of the LC value, which is 0.20% of the LC amount.\n\nThe USCCA also sets a maximum "
+          "allowable confirmation margin of 1.5% for USLLCs, which is 1.5% of the LC value. The")
+OUTFLOW = ("The hypothetical outflow is a hypothetical outflow of 25% of NAV over 5 days, carried forward for no more "
+           "than 10 dealing days. This is a hypothetical outflow that is not a real outflow, but rather a hypothetical "
+           "outflow that is carried forward for no more than 10 dealing days.\n\nThe hypothetical outflow is a "
+           "hypothetical outflow that is carried forward for no more than 10 dealing days, which is a hypothetical "
+           "outflow that is carried forward for no more than 10 days.\n\nThe hypothetical outflow is a hypothetical "
+           "outflow that is carried forward for no more than 10 days, which is a hypothetical outflow that is carried "
+           "forward for no more than 10 days.\n\nThe")
+
+
+def test_sentences_restated_with_a_word_changed_are_a_loop_cut_before_the_first() -> None:
+    assert cut(MARGIN) == MARGIN[:MARGIN.index(" This means")]
+    assert cut(OUTFLOW) == OUTFLOW[:OUTFLOW.index("\n\nThe hypothetical outflow is a hypothetical outflow that")]
+    assert repeated_tail(MARGIN[:MARGIN.index("The USCCA also")]) is None  # one restatement is not yet a loop
+    for ordinary in ("Banks must hold common equity tier 1 capital of at least 4.5% of risk-weighted assets. The "
+                     "capital conservation buffer is 2.5% of risk-weighted assets. The leverage ratio must be at "
+                     "least 3% of the exposure measure. ",
+                     "The limit is 10% of own funds for a single name. The limit is 25% of own funds for a group of "
+                     "connected clients. The limit is 100% of own funds for all large exposures together. "):
+        assert repeated_tail(ordinary) is None, ordinary
+
+
 def _run(engine: LLMEngine, sampling: SamplingParams) -> tuple[str, EngineRequest]:
     req = EngineRequest("r", engine.tokenizer.encode("Say it"), sampling, "document_qa")
     engine.add_request(req)
