@@ -38,6 +38,7 @@ REHASH_SHARE = 0.7  # ... with this share of its word trigrams written before it
 REHASH_COPIES = 2  # ... this many times
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
 _WORD = re.compile(r"[\w%]+(?:[.,]\d+)*")  # a word or a figure ("1.5%" is one)
+_JUST_ENDED = re.compile(r"(?:[.!?]\s+|\n)\S*$")  # a sentence ended within the last word
 
 
 def _needed(period: int, span: str) -> int:
@@ -75,7 +76,10 @@ def repeated_template(text: str) -> int | None:
 
 def rehashed_sentences(text: str) -> int | None:
     """Where to cut `text` (just before the first restated sentence) if its latest complete sentence is the
-    REHASH_COPIES-th that restates what the text already said; None otherwise."""
+    REHASH_COPIES-th that restates what the text already said; None otherwise. Judged only as a sentence has just
+    ended (the guard runs on every token of a request that asks for it): a sentence's verdict does not change later."""
+    if not _JUST_ENDED.search(text[-MAX_PERIOD:]):
+        return None
     offset = max(0, len(text) - TEMPLATE_WINDOW)
     window = text[offset:]
     seen: set[tuple[str, ...]] = set()

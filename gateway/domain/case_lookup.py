@@ -91,9 +91,10 @@ _LOWER = frozenset("min minimum lowest least floor shortest smallest".split())
 _UPPER = frozenset("max maximum highest most cap ceiling longest largest".split())
 
 
-def _bound(word: str) -> str:
-    w = word.casefold()
-    return "lower" if w in _LOWER else "upper" if w in _UPPER else ""
+def _bounds(text: str) -> set[str]:
+    """The bounds `text`'s words name: "lower" (minimum, floor ...), "upper" (maximum, cap ...)."""
+    words = {w.casefold() for w in re.findall(r"[A-Za-z]+", text)}
+    return {name for name, named in (("lower", _LOWER), ("upper", _UPPER)) if words & named}
 
 
 def _labelled_row(index: DocumentIndex, table: _Table, named: set[str], words: set[str]) -> tuple[int, int] | None:
@@ -160,9 +161,10 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
     header = cells(table.header)
     columns = [k for k in range(len(header)) if k != band_column]
     # A column bounded the other way than the question asks ("Maximum ..." for "the minimum ...") answers nothing.
-    bound = {_bound(w) for w in re.findall(r"[A-Za-z]+", question)} - {""}
-    columns = [k for k in columns if not ({_bound(w) for w in re.findall(r"[A-Za-z]+", table.header[slice(
-        *header[k])])} - {""}) & ({"lower", "upper"} - bound) or not bound]
+    asked_bounds = _bounds(question)
+    if asked_bounds:
+        other = {"lower", "upper"} - asked_bounds
+        columns = [k for k in columns if not _bounds(table.header[slice(*header[k])]) & other]
     scores = {k: shared(table.header[slice(*header[k])]) for k in columns}
     top = max(scores.values(), default=0.0)
     if top > 0:
