@@ -2,9 +2,11 @@
 
 One engine in this process behind its serving loop (LocalEngineClient); the same requests run with speculation
 "auto" (each class's policy) and "off" (`LLMEngine.set_speculative`), A B A B for `reps` repetitions after a
-warm-up of each (grammars compiled, documents in the prefix cache for both), medians and minimums. The extraction
-and document parts add a third mode, "plain": no drafts and no jump-forward (`LLMEngine.set_fast_forward`), every
-output token a model step, the decoding the issue's speed-up is counted against (forced tokens count as accepted):
+warm-up of each (grammars compiled), medians and minimums. Each run is a new tenant's work under its own cache
+salt: its prompts share cached blocks with each other (a job's instructions, a document's other questions) and
+never with an earlier run's. The extraction and document parts add a third mode, "plain": no drafts and no
+jump-forward (`LLMEngine.set_fast_forward`), every output token a model step, the decoding the issue's speed-up is
+counted against (forced tokens count as accepted):
 - extraction: contracts as a job worker sends them (jobs/extraction.py `plan_item`: prompt and grammar, greedy),
   from examples/contracts.ndjson and from the generated set (evals/contracts_gen.py), at 1 and 2 items in
   flight: items per minute;
@@ -123,10 +125,10 @@ def risk_work(tok: Tokenizer, policy: Policy) -> list[Work]:
             for i, e in enumerate(events)]
 
 
-async def _one(client: LocalEngineClient, w: Work) -> tuple[list[int], int, int]:
+async def _one(client: LocalEngineClient, w: Work, salt: str) -> tuple[list[int], int, int]:
     """(output tokens, draft tokens, accepted tokens) of one request; a full queue is waited out."""
     while True:
-        req = EngineRequest(uuid.uuid4().hex, list(w.prompt), w.sampling, w.workload_class, cache_salt="bench")
+        req = EngineRequest(uuid.uuid4().hex, list(w.prompt), w.sampling, w.workload_class, cache_salt=salt)
         try:
             tokens: list[int] = []
             async for out in client.generate(req):
@@ -141,12 +143,16 @@ async def _one(client: LocalEngineClient, w: Work) -> tuple[list[int], int, int]
 
 
 def run_once(client: LocalEngineClient, work: list[Work], concurrency: int) -> Run:
+    """One pass over `work` under its own cache salt, as a new tenant's job: its prompts share cached blocks with
+    each other (a job's instructions, a document's other questions), never with an earlier run's."""
+    salt = f"bench-{uuid.uuid4().hex}"
+
     async def main() -> list[tuple[list[int], int, int]]:
         gate = asyncio.Semaphore(concurrency)
 
         async def gated(w: Work) -> tuple[list[int], int, int]:
             async with gate:
-                return await _one(client, w)
+                return await _one(client, w, salt)
 
         return await asyncio.gather(*(gated(w) for w in work))
 

@@ -78,6 +78,12 @@ class ClassPolicy:
         "fraction of every step's token budget reserved while the class has work", ge=0, le=1, pool_share=True))
     preemptible: bool = field(metadata=knob("whether other classes may preempt its requests"))
     prefix_caching: bool = field(metadata=knob("whether its prompts reuse and feed the prefix cache"))
+    # Admission on second use: a computed prompt block enters the prefix cache only once a second prompt has
+    # computed the same block (the same tokens after the same prefix), so the instructions a job's items share
+    # are cached and each item's own text, never asked for again, is not.
+    prefix_cache_reused_only: bool = field(default=False, metadata=knob(
+        "with prefix_caching, cache only blocks a second prompt also computed (shared instructions, not each "
+        "prompt's own text)"))
     # Prefill shield, phase "prefilling": in a step where a request of this class prefills,
     # lower-priority classes get no prefill tokens (their decodes still run), so the step, and the
     # class's TTFT, stay short. (Equivalent to a cap of 0 for that phase; see docs/POLICY.md.)

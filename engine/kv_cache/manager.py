@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -62,7 +63,7 @@ def _cdiv(a: int, b: int) -> int:
 class KVCacheManager:
     def __init__(
         self, num_blocks: int, block_size: int, budget: ClassKVBudget | None = None, enable_caching: bool = True,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, reused_only: frozenset[str] = frozenset(),
     ):
         self.block_size = block_size
         self.pool = BlockPool(num_blocks)
@@ -78,6 +79,13 @@ class KVCacheManager:
         # request id -> index of the first block of its table that an eviction forgot while it ran: from
         # there on its blocks (and what it registers after them) are forgotten when it finishes
         self._evicted_from: dict[str, int] = {}
+        # Classes whose blocks enter the cache on second use (policy `prefix_cache_reused_only`): the keys of
+        # blocks computed once, most recent last, and per request the first block of its own text (from there
+        # on nothing of it is registered, also after a preemption)
+        self.reused_only = reused_only
+        self._seen: OrderedDict[BlockHash, None] = OrderedDict()
+        self._seen_cap = max(4096, 4 * num_blocks)
+        self._own_from: dict[str, int] = {}
 
     # ---- prefix cache -------------------------------------------------------------------
     def get_computed_blocks(self, req: EngineRequest) -> tuple[list[KVBlock], int]:
@@ -119,11 +127,25 @@ class KVCacheManager:
         hashes = self._chain(req).extend(req.all_token_ids)
         tokens, bs = req.all_token_ids, self.block_size
         for i in range(start, num_full):
+            if req.workload_class in self.reused_only and not self._second_use(req.request_id, i, hashes[i]):
+                continue
             parent = hashes[i - 1] if i else None
             cached = self.pool.register(table[i], hashes[i], parent, tuple(tokens[i * bs:(i + 1) * bs]))
             if cached is not table[i]:
                 self._swap(req, i, cached)
         self._num_registered[req.request_id] = num_full
+
+    def _second_use(self, rid: str, index: int, block_hash: BlockHash) -> bool:
+        """Whether block `index` of request `rid` enters the prefix cache under admission on second use: it is
+        cached already or an earlier prompt computed it, and no block before it was the request's own."""
+        first_use = block_hash not in self._seen and self.pool.lookup(block_hash) is None
+        self._seen[block_hash] = None
+        self._seen.move_to_end(block_hash)
+        if len(self._seen) > self._seen_cap:
+            self._seen.popitem(last=False)
+        if first_use and rid not in self._own_from:
+            self._own_from[rid] = index
+        return index < self._own_from.get(rid, index + 1)
 
     # ---- allocation ---------------------------------------------------------------------
     def check(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = ()) -> AllocStatus:
@@ -204,7 +226,7 @@ class KVCacheManager:
         table = self._tables.pop(rid, None)
         cut = self._evicted_from.get(rid) if keep_hashes else self._evicted_from.pop(rid, None)
         if table:
-            registered = self._num_registered.get(rid, 0)
+            registered = min(self._num_registered.get(rid, 0), self._own_from.get(rid, len(table)))
             if not keep_hashes and req.lease_s > 0:
                 self._lease(req, table[: registered if cut is None else min(cut, registered)])
             self.budget.release(req.workload_class, [b.block_id for b in table])
@@ -215,6 +237,7 @@ class KVCacheManager:
         self._num_registered.pop(rid, None)
         if not keep_hashes:
             self._chains.pop(rid, None)
+            self._own_from.pop(rid, None)
 
     # ---- leases -------------------------------------------------------------------------
     def reclaim_leases(self, req: EngineRequest, num_new_tokens: int, computed: Sequence[KVBlock] = (), *,

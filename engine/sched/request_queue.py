@@ -54,6 +54,7 @@ class ClassRules:
     shield_chunk_tokens: int = -1  # in every step, lower classes' prefill cost (token-equivalents; -1: no cap)
     shield_active_s: float = -1.0  # ... within this many seconds of the class's last arrival (-1: always)
     tenant_reserved_slots: int = 0  # the last free slots only a tenant with none running may take
+    prefix_cache_reused_only: bool = False  # its blocks enter the prefix cache on second use only
 
 
 def resolve_class_rules(policy: Policy, mode: SchedulingMode, max_num_seqs: int) -> dict[str, ClassRules]:
@@ -64,10 +65,11 @@ def resolve_class_rules(policy: Policy, mode: SchedulingMode, max_num_seqs: int)
                 c.name, c.priority, min(c.max_running, max_num_seqs), c.step_token_share,
                 c.kv_min_share, c.kv_max_share, c.preemptible, c.prefix_caching, c.prefill_isolation,
                 c.shield_prefill_tokens, c.shield_chunk_tokens, c.shield_active_s,
-                min(c.tenant_reserved_slots, max_num_seqs),
+                min(c.tenant_reserved_slots, max_num_seqs), c.prefix_cache_reused_only,
             )  # fmt: skip
         else:
-            rules[c.name] = ClassRules(c.name, 0, max_num_seqs, 0.0, 0.0, 1.0, True, c.prefix_caching)
+            rules[c.name] = ClassRules(c.name, 0, max_num_seqs, 0.0, 0.0, 1.0, True, c.prefix_caching,
+                                       prefix_cache_reused_only=c.prefix_cache_reused_only)
     return rules
 
 

@@ -94,7 +94,8 @@ class Scheduler:
             for name, r in self.rules.items()
         }
         budget = ClassKVBudget(num_blocks, shares)
-        self.kv = KVCacheManager(num_blocks, config.block_size, budget, config.enable_prefix_caching)
+        self.kv = KVCacheManager(num_blocks, config.block_size, budget, config.enable_prefix_caching,
+                                 reused_only=frozenset(n for n, r in self.rules.items() if r.prefix_cache_reused_only))
         self.waiting = create_request_queue(self.mode, self.rules, config.policy)
         self.running: dict[str, EngineRequest] = {}
         self.admission = Admission(config.policy, max_model_len, config.block_size)
