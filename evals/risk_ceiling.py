@@ -110,7 +110,7 @@ def ceiling(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, An
             by[typology_of(row)][name].append(row)
     misses: dict[str, Any] = {}
     for name, triples in sets.items():
-        counts = Counter({c: 0 for c in CLASSES})
+        counts = Counter(dict.fromkeys(CLASSES, 0))
         disagree = 0
         for row, score, v in triples:
             got = v["recommended_action"] if v else "approve"

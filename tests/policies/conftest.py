@@ -69,7 +69,7 @@ def write_policy(tmp_path: Path) -> Callable[[Callable[[dict[str, Any]], None] |
     return write
 
 
-RULE_THRESHOLDS = {"medium_at": 30, "high_at": 51, "review_at": 30}  # what the rules' points were written against
+RULE_MEDIUM_AT, RULE_HIGH_AT, RULE_REVIEW_AT = 30, 51, 30  # the thresholds the rules' points were written against
 
 
 def rules_layer(rules: RiskRules | None = None) -> RiskRules:
@@ -77,7 +77,8 @@ def rules_layer(rules: RiskRules | None = None) -> RiskRules:
     test_risk_words.py) and the thresholds the rules' points were written against, so that these tests check what
     the rules read, the floors they set and the points they add, as the word model then reads them."""
     rules = rules or load_policy().get("realtime_risk").risk_rules
-    return dataclasses.replace(rules, word_model={}, word_weights={}, **RULE_THRESHOLDS)
+    return dataclasses.replace(rules, word_model={}, word_weights={}, medium_at=RULE_MEDIUM_AT, high_at=RULE_HIGH_AT,
+                               review_at=RULE_REVIEW_AT)
 
 
 class Judge(Protocol):
