@@ -23,6 +23,7 @@ import numpy as np
 
 from evals.verdict_quality import as_route_reads
 from policies.risk import RuleScore
+from policies.risk_facts import read
 from policies.risk_model import RiskRules
 from policies.risk_words import PACK_FEATURES, features, pack_features, word_score
 
@@ -62,7 +63,7 @@ def fit(rules: RiskRules, sets: Sets) -> RiskRules:
             event = _event(row)
             if event is None or score is None:
                 continue
-            rows.append(features(plain, event, pack_of(score)))
+            rows.append(features(plain, event, pack_of(score), read(plain, event).values))
             in_set.update(k for k in rows[-1] if ":" in k)
             y.append(row["label_score"] / 100)
             w.append(1 / len(set_rows) / len(sets))
@@ -102,7 +103,8 @@ def rescored(fitted: RiskRules, rows: Sequence[Mapping[str, Any]],
     for row, score in zip(rows, scores, strict=True):
         event = _event(row)
         out.append(None if score is None or event is None else
-                   dataclasses.replace(score, learned=word_score(fitted, event, pack_of(score))))
+                   dataclasses.replace(score, learned=word_score(fitted, event, pack_of(score),
+                                                                 read(fitted, event).values)))
     return tuple(out)
 
 

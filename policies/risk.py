@@ -113,7 +113,7 @@ def evaluate(rules: RiskRules, event: Mapping[str, Any]) -> RuleScore:
         return score
     pack = pack_features(score.rule_points, max((f.points for f in fired), default=0), len(fired), len(mitigated),
                          score.action.value)
-    return dataclasses.replace(score, learned=word_score(rules, event, pack))
+    return dataclasses.replace(score, learned=word_score(rules, event, pack, facts.values))
 
 
 Parsed = tuple[tuple[str, Any, tuple[Condition, ...], tuple[Condition, ...]], ...]  # (name, rule, when, unless)

@@ -9,7 +9,10 @@ each marked by where it stands, so that a true flag and a false one, a name and 
 - `t:w`: a word of the event type;
 - `k:w`: a word of the name of an attribute holding text; `v:w`: a word of that text;
 - `+:w` / `-:w`: a word of the name of a flag that is true / false;
-- `#:w` / `0:w`: a word of the name of a nonzero / zero or empty number.
+- `#:w` / `0:w`: a word of the name of a nonzero / zero or empty number;
+- `f:fact`: a flag fact of the pack's vocabulary that holds (policies/risk_facts.py): the concept however the
+  writer named it, in any language the vocabulary reads. Numbers the facts read structurally (counts per day,
+  ratios, ages, amounts against the currency's reporting threshold) enter through the rules that test them.
 
 Beside the words: the amount in USD (log scale, `amount`), and the rules' outcome (PACK_FEATURES: their
 combined score, the strongest counted rule, how many counted, how many mitigations lowered one, a review
@@ -79,17 +82,21 @@ def pack_features(rule_points: int, strongest: int, fired: int, mitigated: int, 
             min(mitigated, _MAX_MITIGATED) / _MAX_MITIGATED, float(floor == "review"), float(floor == "block"))
 
 
-def features(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...]) -> dict[str, float]:
-    """Feature -> value of one event: its marked words (1 each), `amount`, and the PACK_FEATURES given."""
-    return {**dict.fromkeys(event_words(rules, event), 1.0), "amount": amount_feature(rules, event),
+def features(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
+             facts: Mapping[str, object] | None = None) -> dict[str, float]:
+    """Feature -> value of one event: its marked words (1 each), the pack's facts that hold (`f:fact`, 1 each),
+    `amount`, and the PACK_FEATURES given."""
+    held = {f"f:{k}": 1.0 for k, v in (facts or {}).items() if v is True}
+    return {**dict.fromkeys(event_words(rules, event), 1.0), **held, "amount": amount_feature(rules, event),
             **dict(zip(PACK_FEATURES, pack, strict=True))}
 
 
-def word_score(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...]) -> int | None:
+def word_score(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
+               facts: Mapping[str, object] | None = None) -> int | None:
     """The word model's score of an event (0-100), or None when the pack has no word model."""
     if not rules.word_model:
         return None
     total = rules.word_model.get("intercept", 0.0)
-    for name, value in features(rules, event, pack).items():
+    for name, value in features(rules, event, pack, facts).items():
         total += value * (rules.word_weights.get(name, 0.0) if ":" in name else rules.word_model.get(name, 0.0))
     return max(0, min(100, math.floor(100 * total + 0.5)))

@@ -28,6 +28,18 @@ def test_words_are_normalised_and_marked_by_where_they_stand() -> None:
     assert "#:decline" in words and "0:alert" in words and "0:prior" in words
 
 
+def test_the_packs_facts_that_hold_are_concepts_of_the_model() -> None:
+    """A fact the vocabulary reads (in any language it knows) is one feature however the writer named it."""
+    assert any(k.startswith("f:") for k in RULES.word_weights)
+    event = {"event_type": "payment", "attributes": {"note": "x"}}
+    pack = pack_features(0, 0, 0, 0, "approve")
+    with_fact = dict.fromkeys(RULES.word_weights, 0.0) | {"f:probe": 0.5}
+    probe = dataclasses.replace(RULES, word_weights=with_fact)
+    plain = word_score(probe, event, pack, {})
+    assert plain is not None and word_score(probe, event, pack, {"probe": True}) == plain + 50
+    assert word_score(probe, event, pack, {"probe": 3.0}) == plain  # flags only
+
+
 def test_the_score_is_the_word_models_and_the_floors_still_hold() -> None:
     event = {"event_type": "wire_transfer", "amount": 4_000, "currency": "USD", "timestamp": AT,
              "attributes": {"screening_result": "confirmed match on OFAC SDN list"}}
