@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evals.risk_lowo import event_sets, readers_for, score_set
-from evals.risk_provenance import PROVENANCE, without, written_for
+from evals.risk_lowo import readers_for, score_set
+from evals.risk_provenance import PROVENANCE, event_sets, without, written_for
 from evals.verdict_quality import spearman
 from policies.risk import ACTIONS, RuleScore, verdict
 from policies.risk_model import RiskRules

@@ -127,14 +127,20 @@ def write(policy_file: Path, tables: str) -> None:
 
 
 def main() -> None:
-    from evals.risk_lowo import event_sets, score_set
+    from evals.risk_provenance import event_sets
+    from evals.verdict_quality import load_events
     from policies import load_policy
+    from policies.risk import evaluate
 
     policy = load_policy(None)
     rules = policy.get(policy.classification.routes["risk"]).risk_rules
     plain = dataclasses.replace(rules, word_model={}, word_weights={})
-    scored = [score_set(plain, p) for p in event_sets()]
-    fitted = fit(plain, [(s.rows, s.scores) for s in scored])
+    sets = []
+    for path in event_sets():
+        rows = load_events(path)
+        events = [_event(r) for r in rows]
+        sets.append((rows, [None if e is None else evaluate(plain, e) for e in events]))
+    fitted = fit(plain, sets)
     write(Path(__file__).resolve().parent.parent / "policies" / "default.toml", toml_tables(fitted))
     print(f"word model: {len(fitted.word_weights)} words; {dict(fitted.word_model)}")
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from evals.risk_fit import fit, rescored
-from evals.risk_provenance import DATA, PROVENANCE, sets_of, without, written_for
+from evals.risk_provenance import PROVENANCE, event_sets, sets_of, without, written_for
 from evals.verdict_quality import as_route_reads, figures, load_events
 from policies.risk import ACTIONS, LEVELS, RuleScore, evaluate, verdict
 from policies.risk_model import RiskRules
@@ -43,14 +43,6 @@ class Scored:
     name: str  # the file's stem, e.g. "risk_events_independent7"
     rows: tuple[dict[str, Any], ...]  # the labelled events
     scores: tuple[RuleScore | None, ...]  # per event; None where the route would refuse the event
-
-
-def event_sets(folder: Path = DATA) -> list[Path]:
-    """The labelled sets, the project's own first, then the writers' in the order they arrived."""
-    def order(p: Path) -> tuple[int, str]:
-        tail = p.stem.removeprefix("risk_events").removeprefix("_independent")
-        return (0 if p.stem == "risk_events" else 1, tail.zfill(3))
-    return sorted(folder.glob("risk_events*.json"), key=order)
 
 
 def score_set(rules: RiskRules, path: Path) -> Scored:

@@ -59,6 +59,14 @@ def entries(pack: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
             yield from ((key, str(i)) for i in value)
 
 
+def event_sets(folder: Path = DATA) -> list[Path]:
+    """The labelled sets, the project's own first, then the writers' in the order they arrived."""
+    def order(p: Path) -> tuple[int, str]:
+        tail = p.stem.removeprefix("risk_events").removeprefix("_independent")
+        return (0 if p.stem == "risk_events" else 1, tail.zfill(3))
+    return sorted(folder.glob("risk_events*.json"), key=order)
+
+
 def _pack_at(commit: str, root: Path) -> Mapping[str, Any] | None:
     shown = subprocess.run(["git", "show", f"{commit}:{POLICY}"], cwd=root, capture_output=True, text=True)
     if shown.returncode:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from evals.risk_fit import WORD_MODEL_BEGIN, fit, rescored, toml_tables
-from evals.risk_lowo import event_sets, score_set
+from evals.risk_lowo import score_set
+from evals.risk_provenance import event_sets
 from policies import load_policy
 from policies.risk import RuleScore, evaluate
 from policies.risk_model import RiskRules
