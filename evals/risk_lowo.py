@@ -7,7 +7,8 @@ translation, list word, currency and country, every code reader). Per set this r
 
 - `pack`: the pack as shipped (what `finserve eval verdict --quality --rules-only` reports);
 - `without_own`: the pack less every entry and code reader written for this set: the figure a change must
-  hold on sets it was not written for (the score-to-verdict thresholds stay the shipped ones);
+  hold on sets it was not written for (the score-to-verdict thresholds stay the shipped ones; with a word
+  model, evals/risk_fit.py, the model and the thresholds are refitted on the other sets read by that pack);
 - `held_out_thresholds`: the score-to-verdict thresholds (medium_at, high_at, review_at) fitted on the
   other sets only (`fit_thresholds`), then applied to this one.
 
@@ -25,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from evals.risk_provenance import DATA, PROVENANCE, sets_of, without, written_for
+from evals.risk_fit import fit, rescored
+from evals.risk_provenance import PROVENANCE, event_sets, sets_of, without, written_for
 from evals.verdict_quality import as_route_reads, figures, load_events
 from policies.risk import ACTIONS, LEVELS, RuleScore, evaluate, verdict
 from policies.risk_model import RiskRules
@@ -41,14 +43,6 @@ class Scored:
     name: str  # the file's stem, e.g. "risk_events_independent7"
     rows: tuple[dict[str, Any], ...]  # the labelled events
     scores: tuple[RuleScore | None, ...]  # per event; None where the route would refuse the event
-
-
-def event_sets(folder: Path = DATA) -> list[Path]:
-    """The labelled sets, the project's own first, then the writers' in the order they arrived."""
-    def order(p: Path) -> tuple[int, str]:
-        tail = p.stem.removeprefix("risk_events").removeprefix("_independent")
-        return (0 if p.stem == "risk_events" else 1, tail.zfill(3))
-    return sorted(folder.glob("risk_events*.json"), key=order)
 
 
 def score_set(rules: RiskRules, path: Path) -> Scored:
@@ -69,12 +63,25 @@ def readers_for(provenance: Mapping[str, Any], set_name: str) -> list[str]:
     return sorted(n for n, s in provenance.get("readers", {}).items() if set_name in sets_of(s))
 
 
-def held_out(rules: RiskRules, path: Path, provenance: Mapping[str, Any]) -> dict[str, Any]:
-    """A set's figures by the pack less every entry and reader written for it."""
+def held_out(rules: RiskRules, path: Path, provenance: Mapping[str, Any], others: Sequence[Path] = ()
+             ) -> dict[str, Any]:
+    """A set's figures by the pack less every entry and reader written for it; a word model (policies/risk_words.py)
+    is refitted on `others`, read by that same pack, and so are the thresholds: nothing of the set's own labels or
+    of what was written for it enters its figure."""
     own, readers = written_for(provenance["pack"], path.stem), readers_for(provenance, path.stem)
     ablated = without(rules, own)
+    counts = {"dropped": len(own), "readers_off": len(readers)}
     with off(readers):
-        return {"dropped": len(own), "readers_off": len(readers), **set_figures(ablated, score_set(ablated, path))}
+        if not rules.word_model:
+            return {**counts, **set_figures(ablated, score_set(ablated, path))}
+        plain = dataclasses.replace(ablated, word_model={}, word_weights={})
+        train = [score_set(plain, p) for p in others]
+        fitted = fit(plain, [(s.rows, s.scores) for s in train])
+        fitted = fit_thresholds(fitted, [dataclasses.replace(s, scores=rescored(fitted, s.rows, s.scores))
+                                         for s in train])
+        mine = score_set(plain, path)
+        return {**counts, **set_figures(fitted, dataclasses.replace(mine, scores=rescored(fitted, mine.rows,
+                                                                                          mine.scores)))}
 
 
 def fit_thresholds(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
@@ -111,7 +118,7 @@ def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any])
         fitted = fit_thresholds(rules, others) if others else rules
         report[s.name] = {
             "events": len(s.rows), "pack": set_figures(rules, s),
-            "without_own": held_out(rules, paths[i], provenance),
+            "without_own": held_out(rules, paths[i], provenance, [p for j, p in enumerate(paths) if j != i]),
             "held_out_thresholds": {"medium_at": fitted.medium_at, "high_at": fitted.high_at,
                                     "review_at": fitted.review_at, **set_figures(fitted, s)},
         }

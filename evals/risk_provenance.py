@@ -35,12 +35,15 @@ _WHOLE = ("rules", "mitigations", "checks")  # tables of named entries, each an 
 _ITEMS = {"rules": ("unless",), "mitigations": ("when", "unless", "offsets"), "checks": ("subjects",),
           "facts": ("names", "words")}  # the parts of a named entry studied item by item
 _SKIP = {"country_lists"}  # handled below: one entry per country of a list
+_FITTED = {"word_model", "word_weights"}  # fitted, no entry: evals/risk_lowo.py refits them without the set judged
 
 
 def entries(pack: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
-    """Every (path, item) of a risk_rules table as TOML parses it; scalar knobs (thresholds) are no entry: the
-    thresholds are fitted held out instead (evals/risk_lowo.py `fit_thresholds`)."""
+    """Every (path, item) of a risk_rules table as TOML parses it; scalar knobs (thresholds) and the fitted word
+    model are no entry: they are fitted held out instead (evals/risk_lowo.py `fit_thresholds`, evals/risk_fit.py)."""
     for key, value in pack.items():
+        if key in _FITTED:
+            continue
         if key in _ITEMS:
             for name, entry in value.items():
                 if key in _WHOLE:
@@ -54,6 +57,14 @@ def entries(pack: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
             yield from ((key, k) for k in value)
         elif isinstance(value, list):
             yield from ((key, str(i)) for i in value)
+
+
+def event_sets(folder: Path = DATA) -> list[Path]:
+    """The labelled sets, the project's own first, then the writers' in the order they arrived."""
+    def order(p: Path) -> tuple[int, str]:
+        tail = p.stem.removeprefix("risk_events").removeprefix("_independent")
+        return (0 if p.stem == "risk_events" else 1, tail.zfill(3))
+    return sorted(folder.glob("risk_events*.json"), key=order)
 
 
 def _pack_at(commit: str, root: Path) -> Mapping[str, Any] | None:

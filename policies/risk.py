@@ -8,6 +8,10 @@ the order of the rules. Which rules
 counted goes into the verdict's `reasons` as short phrases of letters (the shipped schema forbids
 digits there), most points first.
 
+Where the pack has a word model (RiskRules.word_model, policies/risk_words.py), the score is the model's reading
+of the event's words, amount and the rules' outcome instead of the rules' points; the floors, the reasons and
+the thresholds work as before.
+
 Mitigations (RiskRules.mitigations) are the context an analyst uses to clear an alert: each that holds
 lowers the rules it offsets to its `keep` share of their points before the groups are compared, so
 another rule of the group may then count instead. Floors are never lowered, and a rule whose floor is
@@ -18,6 +22,7 @@ order in which a schema lists its enum values cannot change a verdict either.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -27,6 +32,7 @@ from typing import Any
 from policies.risk_conditions import Condition, holds, parse
 from policies.risk_facts import Facts, read
 from policies.risk_model import Action, Combine, RiskMitigation, RiskRule, RiskRules
+from policies.risk_words import pack_features, word_score
 
 # The verdict's enum values, least severe first (the loader checks the class's schema offers them).
 LEVELS = ("low", "medium", "high")
@@ -59,9 +65,16 @@ class RuleScore:
     fired: tuple[FiredRule, ...]  # the rules that count (one per group, points > 0), most points first, then by name
     mitigated: tuple[Mitigated, ...] = ()  # the mitigations that lowered a fired rule, by name
     combine: Combine = Combine.SUM  # how the fired rules' points make the score (RiskRules.combine)
+    learned: int | None = None  # the word model's score (policies/risk_words.py); None: the rules' points stand
 
     @property
     def points(self) -> int:
+        """The event's score: the word model's where the pack has one, else the rules' points."""
+        return self.rule_points if self.learned is None else self.learned
+
+    @property
+    def rule_points(self) -> int:
+        """The counted rules' points combined (RiskRules.combine)."""
         if self.combine is Combine.INDEPENDENT:
             return math.floor(100 * (1 - math.prod(1 - min(f.points, 100) / 100 for f in self.fired)) + 0.5 + 1e-9)
         return min(100, sum(f.points for f in self.fired))
@@ -95,7 +108,12 @@ def evaluate(rules: RiskRules, event: Mapping[str, Any]) -> RuleScore:
             best[group] = (name, rule, points)
     fired = [FiredRule(name, p, _reason(r, facts), r.action, r.source) for name, r, p in best.values()]
     mitigated = tuple(Mitigated(n, _phrase(m.reason), tuple(lowered[n]), m.source) for n, m in holding if n in lowered)
-    return RuleScore(tuple(sorted(fired, key=lambda f: (-f.points, f.rule))), mitigated, rules.combine)
+    score = RuleScore(tuple(sorted(fired, key=lambda f: (-f.points, f.rule))), mitigated, rules.combine)
+    if not rules.word_model:
+        return score
+    pack = pack_features(score.rule_points, max((f.points for f in fired), default=0), len(fired), len(mitigated),
+                         score.action.value)
+    return dataclasses.replace(score, learned=word_score(rules, event, pack, facts.values))
 
 
 Parsed = tuple[tuple[str, Any, tuple[Condition, ...], tuple[Condition, ...]], ...]  # (name, rule, when, unless)

@@ -19,6 +19,10 @@ CURRENCY_PATTERN = r"^[A-Z]{3}$"  # ISO 4217, as RiskEvent.currency is written
 _CURRENCY_RULE = "currency codes are three capital letters (ISO 4217), e.g. USD"
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # facts, lists and rules are named in conditions
 _NAME_RULE = "names are lower-case letters, digits and _ (they are written in rule conditions)"
+WORD_PATTERN = r"^([tkv+#0-]:[a-z0-9]{1,40}|f:[a-z][a-z0-9_]{0,63})$"  # a marked word of the word model (policies/risk_words.py)
+_WORD_RULE = "a mark (t k v + - # 0), a colon and a lower-case word, e.g. v:cash"
+MODEL_PATTERN = r"^(intercept|amount|rule_score|strongest_rule|rules_fired|mitigations_held|review_floor|block_floor)$"
+_MODEL_RULE = "intercept, amount or one of the rules' outcomes (policies/risk_words.py MODEL_KEYS)"
 
 
 class FactKind(str, enum.Enum):
@@ -268,8 +272,16 @@ class RiskRules:
                                                      at_most="block_at"))
     block_at: int | None = field(default=None, metadata=knob(
         "score at which the action is block (none: only a rule's action floor blocks)", ge=1, le=100))
+    word_model: Mapping[str, float] = field(default_factory=dict, metadata=knob(
+        "the word model (policies/risk_words.py): its intercept and the weights of the amount and the rules' "
+        "outcome; fitted by evals/risk_fit.py; empty: the rules' points are the score", key_pattern=MODEL_PATTERN,
+        key_rule=_MODEL_RULE, optional=True))
+    word_weights: Mapping[str, float] = field(default_factory=dict, metadata=knob(
+        "the word model's weight of each marked word of an event (policies/risk_words.py)",
+        key_pattern=WORD_PATTERN, key_rule=_WORD_RULE, optional=True))
 
     def __post_init__(self) -> None:
         for name in ("facts", "name_synonyms", "translations", "checks", "rating_values", "country_lists", "usd_value",
-                     "reporting_thresholds", "instrument_thresholds", "price_pairs", "name_pairs", "rules", "mitigations"):
+                     "reporting_thresholds", "instrument_thresholds", "price_pairs", "name_pairs", "rules", "mitigations",
+                     "word_model", "word_weights"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

@@ -76,7 +76,8 @@ def combine(rules: RiskRules, event: Mapping[str, Any], probabilities: Mapping[s
     sev = severity(probabilities)
     result = verdict(rules, score, sev)
     scoring = {
-        "rule_points": score.points,
+        "rule_points": score.points,  # the score before the model's judgement: the word model's where it has one
+        "counted_rule_points": score.rule_points,  # the counted rules' points combined
         "rules": [{"rule": f.rule, "points": f.points, "reason": f.reason, "action": f.action.value,
                    "source": f.source} for f in score.fired],
         "mitigations": [{"mitigation": m.mitigation, "reason": m.reason, "rules": list(m.rules), "source": m.source}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evals.risk_lowo import Scored, event_sets, fit_thresholds, readers_for
-from evals.risk_provenance import PROVENANCE, entries, sets_of, without, written_for
+from evals.risk_lowo import Scored, fit_thresholds, readers_for
+from evals.risk_provenance import PROVENANCE, entries, event_sets, sets_of, without, written_for
 from policies import load_policy
 from policies.risk import FiredRule, RuleScore
 from policies.risk_model import Action, RiskRules

@@ -3,6 +3,7 @@ pack's verdict on one event, for the typology tests."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import tomllib
 from collections.abc import Callable
 from importlib import resources
@@ -13,6 +14,7 @@ import pytest
 
 from policies import load_policy
 from policies.risk import evaluate, verdict
+from policies.risk_model import RiskRules
 
 # (risk_level, recommended_action) pairs a verdict can give
 LOW, MEDIUM, HIGH, BLOCK = ("low", "approve"), ("medium", "review"), ("high", "review"), ("high", "block")
@@ -67,16 +69,28 @@ def write_policy(tmp_path: Path) -> Callable[[Callable[[dict[str, Any]], None] |
     return write
 
 
+RULE_MEDIUM_AT, RULE_HIGH_AT, RULE_REVIEW_AT = 30, 51, 30  # the thresholds the rules' points were written against
+
+
+def rules_layer(rules: RiskRules | None = None) -> RiskRules:
+    """The pack's rules alone (the shipped one by default): its word model off (policies/risk_words.py; tested in
+    test_risk_words.py) and the thresholds the rules' points were written against, so that these tests check what
+    the rules read, the floors they set and the points they add, as the word model then reads them."""
+    rules = rules or load_policy().get("realtime_risk").risk_rules
+    return dataclasses.replace(rules, word_model={}, word_weights={}, medium_at=RULE_MEDIUM_AT, high_at=RULE_HIGH_AT,
+                               review_at=RULE_REVIEW_AT)
+
+
 class Judge(Protocol):
     def __call__(self, event_type: str, amount: float | None = None, currency: str = "USD",
                  **attributes: Any) -> tuple[str, str]: ...
 
 
 def judge_at(timestamp: str) -> Judge:
-    """judged(event_type, amount, currency, **attributes) -> (risk_level, recommended_action): the shipped pack's
-    verdict on one event at `timestamp`, the keyword arguments as its attributes (amount and currency only when an
+    """judged(event_type, amount, currency, **attributes) -> (risk_level, recommended_action): the shipped rules'
+    verdict (`rules_layer`) on one event at `timestamp`, the keyword arguments as its attributes (amount and currency only when an
     amount is given)."""
-    rules = load_policy().get("realtime_risk").risk_rules
+    rules = rules_layer()
 
     def judged(event_type: str, amount: float | None = None, currency: str = "USD",
                **attributes: Any) -> tuple[str, str]:

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from policies import load_policy
 from policies.risk import evaluate, verdict
 from policies.risk_counts import counts_in
 from policies.risk_facts import read, vocabulary
+from tests.policies.conftest import rules_layer
 
-RULES = load_policy().get("realtime_risk").risk_rules
+RULES = rules_layer()
 AT = "2025-06-02T10:00:00Z"
 
 

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from policies import load_policy
 from policies.countries import find_in, resolve, words
 from policies.risk import evaluate, verdict
 from policies.risk_facts import read
 from policies.risk_text import key_name, money
+from tests.policies.conftest import rules_layer
 
-RULES = load_policy().get("realtime_risk").risk_rules
+RULES = rules_layer()
 AT = "2025-06-02T10:00:00Z"
 
 

@@ -15,9 +15,10 @@ from policies import load_policy
 from policies.errors import PolicyError
 from policies.risk import evaluate, verdict
 from policies.risk_model import RiskMitigation
+from tests.policies.conftest import rules_layer
 
 WritePolicy = Callable[..., Path]
-RULES = load_policy().get("realtime_risk").risk_rules
+RULES = rules_layer()
 AT = "2025-06-02T10:00:00Z"
 
 

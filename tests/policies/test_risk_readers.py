@@ -15,8 +15,9 @@ from policies.risk import evaluate, verdict
 from policies.risk_conditions import ConditionError, holds, parse
 from policies.risk_facts import read
 from policies.risk_text import key_name, leading_money
+from tests.policies.conftest import rules_layer
 
-RULES = load_policy().get("realtime_risk").risk_rules
+RULES = rules_layer()
 AT = "2025-06-02T10:00:00Z"
 
 

@@ -14,8 +14,9 @@ from policies import PolicyError, load_policy
 from policies.risk import NO_RULE, evaluate, verdict
 from policies.risk_conditions import parse
 from policies.risk_model import Action, Combine, FactKind, RiskRule, RiskRules
+from tests.policies.conftest import rules_layer
 
-RULES = load_policy().get("realtime_risk").risk_rules
+RULES = rules_layer()
 
 
 def fired(event: dict[str, Any], rules: RiskRules = RULES) -> set[str]:
@@ -191,7 +192,7 @@ def test_reversed_enum_order_is_accepted(write_policy: Callable[..., Path]) -> N
                 prop["enum"].reverse()
         d["classes"]["realtime_risk"]["response_schema"] = json.dumps(schema)
 
-    assert load_policy(write_policy(reverse)).get("realtime_risk").risk_rules == RULES
+    assert rules_layer(load_policy(write_policy(reverse)).get("realtime_risk").risk_rules) == RULES
 
 
 def test_docs_list_every_rule_of_the_shipped_pack() -> None:

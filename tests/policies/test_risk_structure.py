@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from policies import load_policy
 from policies.risk_facts import read
-from tests.policies.conftest import BLOCK, MEDIUM, judge_at
+from tests.policies.conftest import BLOCK, MEDIUM, judge_at, rules_layer
 
-RULES = load_policy().get("realtime_risk").risk_rules
+RULES = rules_layer()
 judged = judge_at("2025-06-02T10:00:00Z")
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies import load_policy
 from policies.risk_facts import read
+from tests.policies.conftest import rules_layer
 
-RULES = load_policy().get("realtime_risk").risk_rules
+RULES = rules_layer()
 AT = "2025-06-02T10:00:00Z"
 
 

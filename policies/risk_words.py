@@ -1,0 +1,102 @@
+"""The risk pack's word model: an event's normalised words and numbers, and the rules' outcome, combined into a score
+by weights fitted on labelled events (RiskRules.word_model and word_weights; evals/risk_fit.py fits them).
+
+The rules read a fact only where the vocabulary names it; the word model reads every word of an event, as the
+policy's vocabulary normalises it (policies/risk_vocabulary.py: camelCase, snake, kebab and dotted names split,
+case and accents folded, plurals folded, abbreviations spelled out, words of other languages read as English),
+each marked by where it stands, so that a true flag and a false one, a name and a text, are different words:
+
+- `t:w`: a word of the event type;
+- `k:w`: a word of the name of an attribute holding text; `v:w`: a word of that text;
+- `+:w` / `-:w`: a word of the name of a flag that is true / false;
+- `#:w` / `0:w`: a word of the name of a nonzero / zero or empty number;
+- `f:fact`: a flag fact of the pack's vocabulary that holds (policies/risk_facts.py): the concept however the
+  writer named it, in any language the vocabulary reads. Numbers the facts read structurally (counts per day,
+  ratios, ages, amounts against the currency's reporting threshold) enter through the rules that test them.
+
+Beside the words: the amount in USD (log scale, `amount`), and the rules' outcome (PACK_FEATURES: their
+combined score, the strongest counted rule, how many counted, how many mitigations lowered one, a review
+floor, a block floor). The score is 100 x (intercept + the weights of the features present), in 0-100; the
+rules' action floors still hold in the verdict (policies/risk.py `verdict`). An empty word_model leaves the
+rules' points as the score.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from policies.risk_model import WORD_PATTERN, RiskRules
+from policies.risk_vocabulary import vocabulary
+
+PACK_FEATURES = ("rule_score", "strongest_rule", "rules_fired", "mitigations_held", "review_floor", "block_floor")
+MODEL_KEYS = ("intercept", "amount", *PACK_FEATURES)  # the keys of RiskRules.word_model
+_WORD = re.compile(WORD_PATTERN)
+_MAX_FIRED, _MAX_MITIGATED = 5, 3  # counts above these read as these (a sixth rule adds nothing)
+
+
+def _flat(attrs: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted name, value) of every leaf; a list's items read as one text."""
+    for k, v in attrs.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping):
+            yield from _flat(v, key)
+        elif isinstance(v, (list, tuple)):
+            yield key, " ".join(str(i) for i in v)
+        else:
+            yield key, v
+
+
+def event_words(rules: RiskRules, event: Mapping[str, Any]) -> frozenset[str]:
+    """The event's marked words (module docstring), read with `rules`' vocabulary."""
+    voc = vocabulary(rules)
+    out = {f"t:{w}" for w in voc.name_tokens(str(event.get("event_type", "")))}
+    attrs = event.get("attributes")
+    for key, v in _flat(attrs if isinstance(attrs, Mapping) else {}):
+        names = voc.name_tokens(key)
+        if isinstance(v, bool):
+            mark = "+" if v else "-"
+        elif isinstance(v, (int, float)) or v is None or v == "":
+            mark = "#" if v else "0"
+        else:
+            mark = "k"
+            out.update(f"v:{w}" for w in voc.tokens_of(str(v)))
+        out.update(f"{mark}:{w}" for w in names)
+    return frozenset(w for w in out if _WORD.match(w))
+
+
+def amount_feature(rules: RiskRules, event: Mapping[str, Any]) -> float:
+    """log10(1 + the amount in USD) / 8: 0 for nothing, 0.5 for 10,000 USD, 1 for 100 million (a currency
+    without a usd_value reads as USD)."""
+    try:
+        amount = max(float(event.get("amount") or 0.0), 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return math.log10(1 + amount * rules.usd_value.get(str(event.get("currency", "")), 1.0)) / 8
+
+
+def pack_features(rule_points: int, strongest: int, fired: int, mitigated: int, floor: str) -> tuple[float, ...]:
+    """The rules' outcome as PACK_FEATURES, each in 0-1."""
+    return (rule_points / 100, strongest / 100, min(fired, _MAX_FIRED) / _MAX_FIRED,
+            min(mitigated, _MAX_MITIGATED) / _MAX_MITIGATED, float(floor == "review"), float(floor == "block"))
+
+
+def features(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
+             facts: Mapping[str, object] | None = None) -> dict[str, float]:
+    """Feature -> value of one event: its marked words (1 each), the pack's facts that hold (`f:fact`, 1 each),
+    `amount`, and the PACK_FEATURES given."""
+    held = {f"f:{k}": 1.0 for k, v in (facts or {}).items() if v is True}
+    return {**dict.fromkeys(event_words(rules, event), 1.0), **held, "amount": amount_feature(rules, event),
+            **dict(zip(PACK_FEATURES, pack, strict=True))}
+
+
+def word_score(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
+               facts: Mapping[str, object] | None = None) -> int | None:
+    """The word model's score of an event (0-100), or None when the pack has no word model."""
+    if not rules.word_model:
+        return None
+    total = rules.word_model.get("intercept", 0.0)
+    for name, value in features(rules, event, pack, facts).items():
+        total += value * (rules.word_weights.get(name, 0.0) if ":" in name else rules.word_model.get(name, 0.0))
+    return max(0, min(100, math.floor(100 * total + 0.5)))

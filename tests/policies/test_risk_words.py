@@ -1,0 +1,76 @@
+"""The word model (policies/risk_words.py): how an event's words are marked, how the score is made, that the rules'
+outcome stays monotone in it, and that the loader refuses a malformed table."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policies import PolicyError, load_policy
+from policies.risk import evaluate, verdict
+from policies.risk_words import MODEL_KEYS, event_words, pack_features, word_score
+
+RULES = load_policy().get("realtime_risk").risk_rules
+AT = "2025-06-02T10:00:00Z"
+
+
+def test_words_are_normalised_and_marked_by_where_they_stand() -> None:
+    words = event_words(RULES, {"event_type": "cardAuthBurst", "attributes": {
+        "device.isNew": True, "payee_verified": False, "Verwendungszweck": "Bargeld Einzahlung",
+        "declines_1h": 7, "prior_alerts": 0}})
+    assert {"t:card", "t:auth", "t:burst"} <= words  # camelCase split
+    assert {"+:device", "+:new", "-:payee", "-:verified"} <= words  # a flag's polarity is part of the word
+    assert "v:cash" in words and "v:deposit" in words  # German read as English (the pack's translations)
+    assert "k:purpose" in words  # Verwendungszweck, the pack's name synonym
+    assert "#:decline" in words and "0:alert" in words and "0:prior" in words
+
+
+def test_the_packs_facts_that_hold_are_concepts_of_the_model() -> None:
+    """A fact the vocabulary reads (in any language it knows) is one feature however the writer named it."""
+    assert any(k.startswith("f:") for k in RULES.word_weights)
+    event = {"event_type": "payment", "attributes": {"note": "x"}}
+    pack = pack_features(0, 0, 0, 0, "approve")
+    with_fact = dict.fromkeys(RULES.word_weights, 0.0) | {"f:probe": 0.5}
+    probe = dataclasses.replace(RULES, word_weights=with_fact)
+    plain = word_score(probe, event, pack, {})
+    assert plain is not None and word_score(probe, event, pack, {"probe": True}) == plain + 50
+    assert word_score(probe, event, pack, {"probe": 3.0}) == plain  # flags only
+
+
+def test_the_score_is_the_word_models_and_the_floors_still_hold() -> None:
+    event = {"event_type": "wire_transfer", "amount": 4_000, "currency": "USD", "timestamp": AT,
+             "attributes": {"screening_result": "confirmed match on OFAC SDN list"}}
+    score = evaluate(RULES, event)
+    assert score.learned is not None and score.points == score.learned != score.rule_points
+    assert verdict(RULES, score)["recommended_action"] == "block"  # a block floor is no weight to learn
+    plain = dataclasses.replace(RULES, word_model={}, word_weights={})
+    assert evaluate(plain, event).learned is None and evaluate(plain, event).points == score.rule_points
+
+
+def test_the_rules_outcome_never_lowers_the_score_and_mitigations_never_raise_it() -> None:
+    model = RULES.word_model
+    assert set(model) <= set(MODEL_KEYS) and "intercept" in model
+    assert all(model.get(k, 0.0) >= 0 for k in ("rule_score", "strongest_rule", "rules_fired", "review_floor",
+                                                "block_floor"))
+    assert model.get("mitigations_held", 0.0) <= 0
+    event = {"event_type": "payment", "attributes": {"note": "invoice"}}
+    low = word_score(RULES, event, pack_features(10, 10, 1, 0, "approve"))
+    high = word_score(RULES, event, pack_features(70, 60, 3, 0, "approve"))
+    cleared = word_score(RULES, event, pack_features(70, 60, 3, 2, "approve"))
+    assert low is not None and high is not None and cleared is not None
+    assert 0 <= low < high <= 100 and cleared <= high
+
+
+@pytest.mark.parametrize("table, key, why", [
+    ("word_weights", "x:cash", "a mark"), ("word_weights", "v:Cash", "a mark"), ("word_model", "slope", "intercept")])
+def test_a_malformed_word_model_fails_the_load_with_the_key_named(
+        write_policy: Callable[[Callable[[dict[str, Any]], None] | None], Path], table: str, key: str,
+        why: str) -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["classes"]["realtime_risk"]["risk_rules"][table][key] = 0.1
+    with pytest.raises(PolicyError, match=why) as err:
+        load_policy(write_policy(mutate))
+    assert key in str(err.value)
