@@ -222,7 +222,7 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
             continue
         # "a B2-rated lessee": a code the document writes names the member, whatever word qualifies it
         named = [i for i in identifiers(word) if "-" in word]
-        if word in asked_concept(question) and not any(s <= m.start() < e for s, e in spans) \
+        if word in asked_concept(question, index.frame) and not any(s <= m.start() < e for s, e in spans) \
                 and not index.uses(word) and not any(index.uses(w) for w in other.get(word, [])) \
                 and not (named and all(i in index.df for i in named)):
             out.append(word)
