@@ -80,7 +80,16 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     if case is not None:
         return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
                           case.reason, question)
-    absent += _unused_words(question, index)
+    unused = _unused_words(question, index)
+    if not absent and len(unused) == 1:
+        # A table row the question names by its member or label ("an A2 client", "Corporate bonds HY") is
+        # stronger evidence of the subject than one word the document never writes ("the longest tenor
+        # available"): the row's cell answers.
+        case = lookup(index, question, asked, quotable, labels=True)
+        if case is not None:
+            return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
+                              case.reason, question)
+    absent += unused
     if absent:
         return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
     ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(ranking, asked, quotable)),

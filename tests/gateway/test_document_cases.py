@@ -158,3 +158,15 @@ def test_a_figure_question_stating_a_case_takes_the_figure_its_condition_holds()
     assert p.leads[:1] == ("35%",), p.reason
     p = plan_answer(index, "What DTI cap applies to an applicant with verified take-home pay of GBP 2,600 a month?")
     assert p.leads[:1] == ("40%",), p.reason
+
+
+def test_a_row_named_by_its_member_answers_past_one_word_the_document_never_writes() -> None:
+    index = DocumentIndex("Limits by customer verification tier\n"
+                          "Limit            | Tier 0  | Tier 1     | Tier 2\n"
+                          "Maximum balance  | EUR 150 | EUR 5,000  | EUR 25,000\n"
+                          "Card spend a day | EUR 50  | EUR 1,500  | EUR 6,000\n")
+    # "wallet" is nowhere in the document; the row "Maximum balance" and the column "Tier 1" are named
+    plan = plan_answer(index, "What is the maximum wallet balance for a Tier 1 customer?")
+    assert plan.found and plan.leads == ("EUR 5,000",)
+    # two words the document never writes are not one descriptive word: still refused
+    assert not plan_answer(index, "What is the maximum crypto wallet balance for a Tier 1 customer?").found
