@@ -56,10 +56,14 @@ _ROOT_ED = frozenset("exceed proceed succeed need speed feed heed breed bleed".s
 
 
 def _stem(word: str) -> str:
-    """A crude stem: irregular forms to their verb, one common suffix off (and a consonant it doubled), a final
-    "e" off, then five letters, so "notify", "notified" and "notification" meet at "notif", and "fine"/"fined",
-    "held"/"holds", "cap"/"capped", "apply"/"applies", "loss"/"losses" meet too."""
+    """A crude stem: irregular forms to their verb, British spelling to US, one common suffix off (and a consonant
+    it doubled), a final "e" off, an adjective's "al" off a short root, then five letters, so "notify", "notified"
+    and "notification" meet at "notif", and "fine"/"fined", "held"/"holds", "cap"/"capped", "apply"/"applies",
+    "loss"/"losses", "rent"/"rental", "centre"/"center", "labour"/"labor" meet too."""
     word = _IRREGULAR.get(word, word)
+    if len(word) >= 6:  # "labour", "centres" (not "hour", "four", "acre")
+        word = re.sub(r"(?<=[a-z]{2})our(s?)$", r"or\1", word)
+        word = re.sub(r"(?<=[a-z]{3})tre(s?)$", r"ter\1", word)
     for suffix, repl in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3 and word not in _ROOT_ED \
                 and not (suffix == "ly" and word.endswith("ply")) and not (suffix == "s" and word.endswith("ss")):
@@ -69,6 +73,8 @@ def _stem(word: str) -> str:
             break
     if word.endswith("e") and len(word) > 3:
         word = word[:-1]
+    if word.endswith("al") and len(word) >= 6:  # a noun's adjective: "rental" meets "rent"
+        word = word[:-2]
     return word[:5]
 
 

@@ -97,3 +97,13 @@ def test_verbs_participles_prepositions_and_counting_words_are_not_subjects_the_
         assert p.found and p.leads[:1] == (lead,), (question, p.reason)
     assert plan_answer(DocumentIndex("Article 7 Capital\nA bank shall hold capital of 8%."),
                        "Under which provision must a bank hold capital?").leads == ("Article 7",)
+
+
+def test_a_subject_word_meets_its_noun_and_its_us_spelling() -> None:
+    """"rental" is written "rent", "labor" "labour", "center" "centre": the document uses the word."""
+    index = DocumentIndex("ICR: gross monthly rent divided by monthly interest must be at least 125%.\n"
+                          "Each data centre must restore labour-intensive services within 4 hours.")
+    rental = plan_answer(index, "What rental cover ratio must a landlord achieve?")
+    assert rental.found and rental.leads == ("125%",)
+    center = plan_answer(index, "Within how many hours must a data center restore labor-intensive services?")
+    assert center.found and center.leads == ("4 hours",)
