@@ -170,3 +170,12 @@ def test_a_row_named_by_its_member_answers_past_one_word_the_document_never_writ
     assert plan.found and plan.leads == ("EUR 5,000",)
     # two words the document never writes are not one descriptive word: still refused
     assert not plan_answer(index, "What is the maximum crypto wallet balance for a Tier 1 customer?").found
+
+
+def test_a_minimum_the_question_asks_for_is_read_in_a_floor_column() -> None:
+    index = DocumentIndex("Affordability is tested at the higher of the reversion rate plus the add-on and the floor.\n"
+                          "Property type | Max LTV | Stress add-on | Stress floor\n"
+                          "House         | 90%     | 3.00 pp       | 7.00%\n"
+                          "Holiday let   | 65%     | 2.50 pp       | 6.50%\n")
+    plan = plan_answer(index, "For a holiday let, what minimum rate must affordability be tested at?")
+    assert plan.found and plan.leads == ("6.50%",)
