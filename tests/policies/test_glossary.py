@@ -41,7 +41,7 @@ def test_a_glossary_file_that_is_not_toml_is_refused(tmp_path) -> None:
 
 def test_the_drafting_words_are_policy_data_validated_at_load() -> None:
     drafting = load_glossary().drafting
-    assert drafting["minimum"] == ("least", "min") and "term" in drafting["tenor"]
+    assert drafting["minimum"] == ("least", "min", "floor") and "term" in drafting["tenor"]
     with pytest.raises(TypeError):
         drafting["x"] = ("y",)  # type: ignore[index]
 
