@@ -53,6 +53,7 @@ class AnswerPlan:
 
 def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str], bool] = lambda _: True,
                 k: int = QUOTE_CANDIDATES) -> AnswerPlan:
+    question = _named_members(question, index.text)
     unknown = _unknown_abbreviations(question, index)
     for abbr, spelled in [(a, spelled_out(a, index.text)) for a in unknown]:
         if spelled:  # "DPO" in the question, "Data Protection Officer" in the document
@@ -199,6 +200,20 @@ def _long_forms(question: str, index: DocumentIndex) -> str:
         long = next((f for f in index.concepts.forms_of(concept) if not is_abbreviation(f)), None)
         if long and is_abbreviation(question[s:e].rstrip("s")):
             question = question[:s] + long + question[e:]
+    return question
+
+
+# "Tier 2 (Enhanced):", "Class B (Institutional)": a member of a series and the name the document gives it.
+_MEMBER_NAME = re.compile(r"\b([A-Z][a-z]+ (?:\d{1,2}|[A-Z]\d?))\s*\(([A-Z][a-z]+)\)")
+
+
+def _named_members(question: str, text: str) -> str:
+    """`question` with each member it names by the document's name for it ("the Enhanced tier") followed by
+    the member ("the Enhanced (Tier 2) tier"), when it does not name the member itself: a table's column or row
+    is headed by the member, not its name."""
+    for name, member in {m.group(2): m.group(1) for m in _MEMBER_NAME.finditer(text)}.items():
+        if member.casefold() not in question.casefold():
+            question = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w])", rf"\g<0> ({member})", question, count=1)
     return question
 
 

@@ -179,3 +179,15 @@ def test_a_minimum_the_question_asks_for_is_read_in_a_floor_column() -> None:
                           "Holiday let   | 65%     | 2.50 pp       | 6.50%\n")
     plan = plan_answer(index, "For a holiday let, what minimum rate must affordability be tested at?")
     assert plan.found and plan.leads == ("6.50%",)
+
+
+def test_a_member_named_by_the_name_the_document_gives_it_reads_the_members_column() -> None:
+    index = DocumentIndex("1. Plans\n"
+                          "Class A (Starter): one user.\n"
+                          "Class B (Business): up to 20 users.\n\n"
+                          "2. Limits\n"
+                          "Limit                   | Class A    | Class B\n"
+                          "Payments per month      | EUR 2,000  | EUR 40,000\n"
+                          "Card spending per day   | EUR 300    | EUR 5,000\n")
+    plan = plan_answer(index, "How much can a Business-plan user pay out per month?")
+    assert plan.found and plan.leads == ("EUR 40,000",)
