@@ -54,7 +54,7 @@ _NAMED = "|".join(sorted((k for k in _CURRENCY if k[0].isalpha()), key=len, reve
 _TIME = {"annum": "year", "second": "second", "minute": "minute", "hour": "hour", "day": "day", "week": "week", "month": "month", "quarter": "quarter",
          "year": "year"}
 _TIME_UNIT = r"(?:second|minute|hour|day|week|month|quarter|year)s?\b"
-_QUALIFIER = r"(?:(?:calendar|business|working|banking|trading|settlement|clear|consecutive|full)\s+)?"
+_QUALIFIER = r"(?:(?:calendar|business|working|banking|trading|dealing|settlement|clear|consecutive|full)\s+)?"
 _MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december"]
 _MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December" \

@@ -223,7 +223,7 @@ _FRAMED_OF = re.compile(r"\b(?:what|which|how many|how much)\s+(?:[\w-]+\s+){0,2
 # "how many days' notice", "how much capital": the thing counted or measured, less its unit.
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\s+", re.IGNORECASE)
 _UNIT_WORDS = frozenset("second seconds minute minutes hour hours days weeks months quarters years times basis "
-                        "points business working calendar banking trading settlement clear consecutive full".split())
+                        "points business working calendar banking trading dealing settlement clear consecutive full".split())
 _RESTRICTING = re.compile(r"\b(?:applies|apply|applicable|applying)\s+(?:to|for)\s+|\b(?:for|on)\s+", re.IGNORECASE)
 
 
