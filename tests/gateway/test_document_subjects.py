@@ -107,3 +107,11 @@ def test_a_subject_word_meets_its_noun_and_its_us_spelling() -> None:
     assert rental.found and rental.leads == ("125%",)
     center = plan_answer(index, "Within how many hours must a data center restore labor-intensive services?")
     assert center.found and center.leads == ("4 hours",)
+
+
+def test_the_date_a_rule_applies_from_is_its_effective_date() -> None:
+    """"From what date does it apply" meets "Effective date", not the superseded version's date."""
+    index = DocumentIndex("CLIENT MONEY POLICY\nEffective date: 1 July 2025. Supersedes the policy dated 1 March 2023.\n\n"
+                          "1. Scope\nThe policy covers client money held by the firm.")
+    plan = plan_answer(index, "From what date does the current version of the client money policy apply?")
+    assert plan.found and plan.leads == ("1 July 2025",)
