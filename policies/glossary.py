@@ -6,6 +6,8 @@ forms of one term; the name is a form too (usually the abbreviation). A form wri
 as written ("PEP" is not "pep"), any other ignoring case (textspans/concepts.py). The `[drafting]` table holds
 single words a question writes and the words rulebooks draft them with ("minimum": "at least", "tenor": "term"):
 a question's word is also held by a sentence holding one of these (one way: "minimum" finds "least", not back).
+The `frame` list holds the words that frame a question rather than name its subject ("what share", "a firm", "the
+internal limit"): a document need not write them (textspans/questions.py `asked_concept`).
 The packaged file is
 policies/glossary.toml; `load_glossary(path)` reads another, validated as strictly as the policy.
 """
@@ -48,6 +50,9 @@ class Glossary:
     drafting: Mapping[str, tuple[str, ...]] = field(default_factory=dict, metadata=knob(
         "a word a question writes -> the words a document may write it with ('minimum': 'at least'); one way only",
         optional=True, key_pattern=WORD_PATTERN, key_rule="a drafting entry is one lower-case word, 2-32 letters"))
+    frame: tuple[str, ...] = field(default=(), metadata=knob(
+        "words that frame a question (a quantity, an actor, a modifier saying which of a kind), not its subject",
+        optional=True))
     source: str = field(default="<memory>", metadata=knob("file the glossary was loaded from", in_file=False))
 
     def __post_init__(self) -> None:
@@ -81,6 +86,11 @@ def glossary_from_dict(data: Mapping[str, Any], *, source: str = "<memory>") -> 
                 raise r.error(f"drafting.{word}[{i}]", f"{other!r} repeats the word or an earlier entry")
         if not written:
             raise r.error(f"drafting.{word}", "lists no word; remove the entry")
+    for i, word in enumerate(glossary.frame):
+        if not re.fullmatch(WORD_PATTERN, word):
+            raise r.error(f"frame[{i}]", f"{word!r} is not one lower-case word of 2-32 letters")
+        if word in glossary.frame[:i]:
+            raise r.error(f"frame[{i}]", f"{word!r} repeats an earlier entry")
     return glossary
 
 

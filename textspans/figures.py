@@ -54,7 +54,7 @@ _NAMED = "|".join(sorted((k for k in _CURRENCY if k[0].isalpha()), key=len, reve
 _TIME = {"annum": "year", "second": "second", "minute": "minute", "hour": "hour", "day": "day", "week": "week", "month": "month", "quarter": "quarter",
          "year": "year"}
 _TIME_UNIT = r"(?:second|minute|hour|day|week|month|quarter|year)s?\b"
-_QUALIFIER = r"(?:(?:calendar|business|working|banking|trading|settlement|clear|consecutive|full)\s+)?"
+_QUALIFIER = r"(?:(?:calendar|business|working|banking|trading|dealing|settlement|clear|consecutive|full)\s+)?"
 _MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december"]
 _MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December" \
@@ -74,7 +74,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
                           rf"|\b(?:{'|'.join(_FREQUENCY_WORDS)})\b", re.IGNORECASE)),
     (AMOUNT, re.compile(rf"(?:\b(?:{_CODE})\s?|{_SYMBOL}\s?){_NUM}{_MULT}?"
                         rf"|{_NUM}{_MULT}?\s?(?:\b(?:{_CODE})\b|(?:{_NAMED})\b|{_SYMBOL})", re.IGNORECASE)),
-    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?\s?(?:%|per\s?cent\b|percent\b|percentage points?\b|basis points?\b|bps\b)",
+    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?\s?(?:%|per\s?cent\b|percent\b|percentage points?\b|pp\b|basis points?\b|bps\b)",
                          re.IGNORECASE)),
     (DURATION, re.compile(rf"{_NUM}(?:\s*\(\d+\))?(?:\s+|-){_QUALIFIER}{_TIME_UNIT}|\b(?:within|for|after|than|under|over)\s+"
                           rf"(?P<f>an?\s+{_QUALIFIER}{_TIME_UNIT})", re.IGNORECASE)),

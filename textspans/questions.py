@@ -16,6 +16,7 @@ words that only frame a quantity. A document that never uses one of them does no
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, RATIO
@@ -216,34 +217,13 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
 
 
 # ---- what the question is about --------------------------------------------------------------------
-# Words that frame a question rather than name its subject: a quantity's frame ("what share", "the upper end")
-# or a who ("a firm", "a bank"). A noun that names what is paid ("fine", "fee") names the subject too.
-FRAME_WORDS = BOUND_WORDS | frozenset(
-    "horizon horizons period periods time timeframe interval intervals frequency duration window lifetime date quickly "
-    "fast soon frequently "
-    "dates day year percentage percent share proportion portion fraction rate rates ratio weight factor coefficient "
-    "multiple multiplier sum value threshold number count figure much many long often kind type deadline volume "
-    "quantity magnitude extent "
-    # how much of a limit is used or left ("at what utilisation of its limit", "how much headroom")
-    "utilisation utilization usage headroom "
-    "firm firms bank banks institution institutions entity entities company companies undertaking undertakings "
-    "someone anyone person persons authority authorities rule rules policy document part chapter section article "
-    "regulation regulations provision provisions paragraph paragraphs clause clauses "
-    # modifiers that say which of a kind without naming another thing ("the internal LCR floor")
-    "internal regulatory applicable current standard general normal usual prescribed specified absolute basic "
-    "legal statutory headline ordinary principal main "
-    # "on an ongoing basis", "on a continuing basis": always, whatever the document calls it
-    "ongoing continuing continuous basis "
-    # words that compare or count without naming a thing ("the higher limit", "in year one", "advance notice")
-    "higher lower greater larger smaller more less fewer extra additional further advance prior "
-    "one two three four five six seven eight nine ten first second third fourth fifth "
-    # "what happens if ...": the frame of a question about a consequence, not its subject
-    "happen happens".split())
+# The words that frame a question rather than name its subject ("what share", "a firm", "the internal limit") are
+# policy data (policies/glossary.toml `frame`), passed in by the caller; the bound words are grammar (BOUND_WORDS).
 _FRAMED_OF = re.compile(r"\b(?:what|which|how many|how much)\s+(?:[\w-]+\s+){0,2}?of\s+", re.IGNORECASE)
 # "how many days' notice", "how much capital": the thing counted or measured, less its unit.
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\s+", re.IGNORECASE)
 _UNIT_WORDS = frozenset("second seconds minute minutes hour hours days weeks months quarters years times basis "
-                        "points business working calendar banking trading settlement clear consecutive full".split())
+                        "points business working calendar banking trading dealing settlement clear consecutive full".split())
 _RESTRICTING = re.compile(r"\b(?:applies|apply|applicable|applying)\s+(?:to|for)\s+|\b(?:for|on)\s+", re.IGNORECASE)
 
 
@@ -268,14 +248,19 @@ def restricting_phrases(question: str) -> list[list[str]]:
     return out
 
 
-def asked_concept(question: str) -> list[str]:
+def frame_words(frame: Iterable[str]) -> frozenset[str]:
+    """The words that frame a question: the bound words and `frame` (lower-case words, the glossary's)."""
+    return BOUND_WORDS | frozenset(frame)
+
+
+def asked_concept(question: str, frame: frozenset[str]) -> list[str]:
     """The words naming what `question` is about: the wh-phrase's and those of each phrase after "for", "on"
-    or "applies to", less the words that frame a quantity or an actor (FRAME_WORDS). A phrase that starts
-    with a number or "how"/"what" is a figure's frame, not a subject ("for how long", "on 1 May")."""
+    or "applies to", less the words that frame a quantity or an actor (`frame`, from `frame_words`). A phrase
+    that starts with a number or "how"/"what" is a figure's frame, not a subject ("for how long", "on 1 May")."""
     phrases = [wh_phrase(question)]
     # "what share of X", "how many years of X": a frame's "of" names the subject
     framed = _FRAMED_OF.search(question)
-    if framed and all(w.casefold() in FRAME_WORDS for w in phrases[0]):
+    if framed and all(w.casefold() in frame for w in phrases[0]):
         phrases.append(_noun_phrase(_words(question[framed.end():])))
     counted = _HOW_MANY.search(question)
     if counted:
@@ -285,5 +270,5 @@ def asked_concept(question: str) -> list[str]:
     out: list[str] = []
     for phrase in phrases:
         words = (re.sub(r"'s$", "", w) for w in phrase)
-        out.extend(w for w in words if w.casefold() not in FRAME_WORDS and not w[0].isdigit() and len(w) > 2)
+        out.extend(w for w in words if w.casefold() not in frame and not w[0].isdigit() and len(w) > 2)
     return list(dict.fromkeys(out))

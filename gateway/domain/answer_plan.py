@@ -53,6 +53,7 @@ class AnswerPlan:
 
 def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str], bool] = lambda _: True,
                 k: int = QUOTE_CANDIDATES) -> AnswerPlan:
+    question = _named_members(question, index.text)
     unknown = _unknown_abbreviations(question, index)
     for abbr, spelled in [(a, spelled_out(a, index.text)) for a in unknown]:
         if spelled:  # "DPO" in the question, "Data Protection Officer" in the document
@@ -80,7 +81,16 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     if case is not None:
         return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
                           case.reason, question)
-    absent += _unused_words(question, index)
+    unused = _unused_words(question, index)
+    if not absent and len(unused) == 1:
+        # A table row the question names by its member or label ("an A2 client", "Corporate bonds HY") is
+        # stronger evidence of the subject than one word the document never writes ("the longest tenor
+        # available"): the row's cell answers.
+        case = lookup(index, question, asked, quotable, labels=True)
+        if case is not None:
+            return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
+                              case.reason, question)
+    absent += unused
     if absent:
         return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
     ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(ranking, asked, quotable)),
@@ -193,6 +203,20 @@ def _long_forms(question: str, index: DocumentIndex) -> str:
     return question
 
 
+# "Tier 2 (Enhanced):", "Class B (Institutional)": a member of a series and the name the document gives it.
+_MEMBER_NAME = re.compile(r"\b([A-Z][a-z]+ (?:\d{1,2}|[A-Z]\d?))\s*\(([A-Z][a-z]+)\)")
+
+
+def _named_members(question: str, text: str) -> str:
+    """`question` with each member it names by the document's name for it ("the Enhanced tier") followed by
+    the member ("the Enhanced (Tier 2) tier"), when it does not name the member itself: a table's column or row
+    is headed by the member, not its name."""
+    for name, member in {m.group(2): m.group(1) for m in _MEMBER_NAME.finditer(text)}.items():
+        if member.casefold() not in question.casefold():
+            question = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w])", rf"\g<0> ({member})", question, count=1)
+    return question
+
+
 _NEGATION = re.compile(r"\b(?:not|non|other than|except|excluding|without)\W+(?:\w+\W+)?$", re.IGNORECASE)
 # "a conventional (uninsured) mortgage": the word in brackets is another name of the word before them.
 _GLOSSED = re.compile(r"([A-Za-z][\w'-]*)\s*\(([^()]+)\)")
@@ -222,7 +246,7 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
             continue
         # "a B2-rated lessee": a code the document writes names the member, whatever word qualifies it
         named = [i for i in identifiers(word) if "-" in word]
-        if word in asked_concept(question) and not any(s <= m.start() < e for s, e in spans) \
+        if word in asked_concept(question, index.frame) and not any(s <= m.start() < e for s, e in spans) \
                 and not index.uses(word) and not any(index.uses(w) for w in other.get(word, [])) \
                 and not (named and all(i in index.df for i in named)):
             out.append(word)

@@ -24,7 +24,7 @@ from policies.glossary import Glossary, load_glossary
 from textspans import sentence_spans
 from textspans.concepts import ConceptIndex, defined_abbreviations, spelled_out
 from textspans.figures import AMOUNT, CURRENCY_WORDS, Figure, find_figures, is_reference, ranges
-from textspans.questions import FRAME_WORDS, Asked, asked_for
+from textspans.questions import Asked, asked_for, frame_words
 
 QUOTE_CANDIDATES = 2  # sentences a quote may be: the best is always quoted, the model may add the second
 
@@ -56,10 +56,14 @@ _ROOT_ED = frozenset("exceed proceed succeed need speed feed heed breed bleed".s
 
 
 def _stem(word: str) -> str:
-    """A crude stem: irregular forms to their verb, one common suffix off (and a consonant it doubled), a final
-    "e" off, then five letters, so "notify", "notified" and "notification" meet at "notif", and "fine"/"fined",
-    "held"/"holds", "cap"/"capped", "apply"/"applies", "loss"/"losses" meet too."""
+    """A crude stem: irregular forms to their verb, British spelling to US, one common suffix off (and a consonant
+    it doubled), a final "e" off, an adjective's "al" off a short root, then five letters, so "notify", "notified"
+    and "notification" meet at "notif", and "fine"/"fined", "held"/"holds", "cap"/"capped", "apply"/"applies",
+    "loss"/"losses", "rent"/"rental", "centre"/"center", "labour"/"labor" meet too."""
     word = _IRREGULAR.get(word, word)
+    if len(word) >= 6:  # "labour", "centres" (not "hour", "four", "acre")
+        word = re.sub(r"(?<=[a-z]{2})our(s?)$", r"or\1", word)
+        word = re.sub(r"(?<=[a-z]{3})tre(s?)$", r"ter\1", word)
     for suffix, repl in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3 and word not in _ROOT_ED \
                 and not (suffix == "ly" and word.endswith("ply")) and not (suffix == "s" and word.endswith("ss")):
@@ -69,6 +73,8 @@ def _stem(word: str) -> str:
             break
     if word.endswith("e") and len(word) > 3:
         word = word[:-1]
+    if word.endswith("al") and len(word) >= 6:  # a noun's adjective: "rental" meets "rent"
+        word = word[:-2]
     return word[:5]
 
 
@@ -86,7 +92,11 @@ def _packaged_expansions() -> Expansions:
     return expansions(load_glossary())
 
 
-_QUANTITY_FRAME = frozenset(_stem(w) for w in FRAME_WORDS)
+@functools.cache
+def _packaged_frame() -> frozenset[str]:
+    return frame_words(load_glossary().frame)
+
+
 _FRAMING = frozenset(_stem(w) for w in "article section paragraph part clause chapter set sets out deal deals "
                      "contain contains cover covers rule rules govern governs provision provisions".split())
 
@@ -181,6 +191,9 @@ class DocumentIndex:
         self.text = text
         self.concepts = concept_index(text, glossary)
         self.expansions = _packaged_expansions() if glossary is None else expansions(glossary)
+        # The words that frame a question, not its subject (policies/glossary.toml `frame`), and their stems.
+        self.frame = _packaged_frame() if glossary is None else frame_words(glossary.frame)
+        self.quantity_frame = frozenset(_stem(w) for w in self.frame)
         self.sentences = sentence_spans(text)
         self.places = places(text, self.sentences)
         self.figures = [tuple(f for f in find_figures(s, words=True) if not _is_reference(s, f, p.line))
@@ -236,7 +249,7 @@ class DocumentIndex:
         its drafting forms is ("minimum": "at least"). A word the document never uses weighs most, unless it
         only frames the quantity asked ("the upper end of the range"): then it weighs nothing."""
         wanted = set(terms(question, self.concepts)) - (_FRAMING if asked.article else set())
-        wanted -= {t for t in wanted & _QUANTITY_FRAME if not self.uses(t)}
+        wanted -= {t for t in wanted & self.quantity_frame if not self.uses(t)}
         held = {t for t in wanted if t in context or any(x in context for x in self.expansions.get(t, ()))}
         held = self.held(wanted, held, dict(mentions(question, self.concepts)))
         total = self.idf(wanted)

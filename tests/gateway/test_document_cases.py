@@ -158,3 +158,36 @@ def test_a_figure_question_stating_a_case_takes_the_figure_its_condition_holds()
     assert p.leads[:1] == ("35%",), p.reason
     p = plan_answer(index, "What DTI cap applies to an applicant with verified take-home pay of GBP 2,600 a month?")
     assert p.leads[:1] == ("40%",), p.reason
+
+
+def test_a_row_named_by_its_member_answers_past_one_word_the_document_never_writes() -> None:
+    index = DocumentIndex("Limits by customer verification tier\n"
+                          "Limit            | Tier 0  | Tier 1     | Tier 2\n"
+                          "Maximum balance  | EUR 150 | EUR 5,000  | EUR 25,000\n"
+                          "Card spend a day | EUR 50  | EUR 1,500  | EUR 6,000\n")
+    # "wallet" is nowhere in the document; the row "Maximum balance" and the column "Tier 1" are named
+    plan = plan_answer(index, "What is the maximum wallet balance for a Tier 1 customer?")
+    assert plan.found and plan.leads == ("EUR 5,000",)
+    # two words the document never writes are not one descriptive word: still refused
+    assert not plan_answer(index, "What is the maximum crypto wallet balance for a Tier 1 customer?").found
+
+
+def test_a_minimum_the_question_asks_for_is_read_in_a_floor_column() -> None:
+    index = DocumentIndex("Affordability is tested at the higher of the reversion rate plus the add-on and the floor.\n"
+                          "Property type | Max LTV | Stress add-on | Stress floor\n"
+                          "House         | 90%     | 3.00 pp       | 7.00%\n"
+                          "Holiday let   | 65%     | 2.50 pp       | 6.50%\n")
+    plan = plan_answer(index, "For a holiday let, what minimum rate must affordability be tested at?")
+    assert plan.found and plan.leads == ("6.50%",)
+
+
+def test_a_member_named_by_the_name_the_document_gives_it_reads_the_members_column() -> None:
+    index = DocumentIndex("1. Plans\n"
+                          "Class A (Starter): one user.\n"
+                          "Class B (Business): up to 20 users.\n\n"
+                          "2. Limits\n"
+                          "Limit                   | Class A    | Class B\n"
+                          "Payments per month      | EUR 2,000  | EUR 40,000\n"
+                          "Card spending per day   | EUR 300    | EUR 5,000\n")
+    plan = plan_answer(index, "How much can a Business-plan user pay out per month?")
+    assert plan.found and plan.leads == ("EUR 40,000",)

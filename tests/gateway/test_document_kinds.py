@@ -90,3 +90,26 @@ def test_a_rating_grade_meets_its_notched_row() -> None:
                           "3 | BB+ to BB- | 2 years\n")
     assert plan_answer(index, "What is the maximum tenor for an counterparty rated BBB?").leads == ("5 years",)
     assert plan_answer(index, "What is the maximum tenor for a BB-rated counterparty?").leads == ("2 years",)
+
+
+def test_percentage_points_written_pp_are_a_percent_figure() -> None:
+    """"2.50 pp" is a margin in percentage points: a figure of the kind "how many percentage points" asks for."""
+    from textspans.figures import PERCENT, find_figures
+
+    assert [(f.text, f.kind) for f in find_figures("plus 1.75 pp")] == [("1.75 pp", PERCENT)]
+    index = DocumentIndex("Product           | Max LTV | Rate add-on | Floor rate\n"
+                          "Standard purchase | 90%     | 2.50 pp     | 6.00%\n"
+                          "Second home       | 75%     | 3.10 pp     | 6.75%\n")
+    plan = plan_answer(index, "How many percentage points are added to the rate for a second home?")
+    assert plan.found and plan.leads == ("3.10 pp",)
+
+
+def test_dealing_days_are_a_period() -> None:
+    """A fund counts in dealing days as a market counts in trading days."""
+    from textspans.figures import DURATION, find_figures
+
+    assert [(f.text, f.kind) for f in find_figures("within 3 dealing days")] == [("3 dealing days", DURATION)]
+    index = DocumentIndex("The Board may defer redemptions above 10% of NAV, carried forward for no more than 8 dealing "
+                          "days.")
+    plan = plan_answer(index, "For how many dealing days can deferred redemptions be carried forward?")
+    assert plan.found and plan.leads == ("8 dealing days",)

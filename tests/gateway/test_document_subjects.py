@@ -97,3 +97,21 @@ def test_verbs_participles_prepositions_and_counting_words_are_not_subjects_the_
         assert p.found and p.leads[:1] == (lead,), (question, p.reason)
     assert plan_answer(DocumentIndex("Article 7 Capital\nA bank shall hold capital of 8%."),
                        "Under which provision must a bank hold capital?").leads == ("Article 7",)
+
+
+def test_a_subject_word_meets_its_noun_and_its_us_spelling() -> None:
+    """"rental" is written "rent", "labor" "labour", "center" "centre": the document uses the word."""
+    index = DocumentIndex("ICR: gross monthly rent divided by monthly interest must be at least 125%.\n"
+                          "Each data centre must restore labour-intensive services within 4 hours.")
+    rental = plan_answer(index, "What rental cover ratio must a landlord achieve?")
+    assert rental.found and rental.leads == ("125%",)
+    center = plan_answer(index, "Within how many hours must a data center restore labor-intensive services?")
+    assert center.found and center.leads == ("4 hours",)
+
+
+def test_the_date_a_rule_applies_from_is_its_effective_date() -> None:
+    """"From what date does it apply" meets "Effective date", not the superseded version's date."""
+    index = DocumentIndex("CLIENT MONEY POLICY\nEffective date: 1 July 2025. Supersedes the policy dated 1 March 2023.\n\n"
+                          "1. Scope\nThe policy covers client money held by the firm.")
+    plan = plan_answer(index, "From what date does the current version of the client money policy apply?")
+    assert plan.found and plan.leads == ("1 July 2025",)

@@ -41,7 +41,7 @@ def test_a_glossary_file_that_is_not_toml_is_refused(tmp_path) -> None:
 
 def test_the_drafting_words_are_policy_data_validated_at_load() -> None:
     drafting = load_glossary().drafting
-    assert drafting["minimum"] == ("least", "min") and "term" in drafting["tenor"]
+    assert drafting["minimum"] == ("least", "min", "floor") and "term" in drafting["tenor"]
     with pytest.raises(TypeError):
         drafting["x"] = ("y",)  # type: ignore[index]
 
@@ -56,5 +56,32 @@ def test_the_drafting_words_are_policy_data_validated_at_load() -> None:
 ])
 def test_a_bad_drafting_entry_names_the_key_and_the_problem(drafting: dict[str, object], message: str) -> None:
     data = {"terms": {"CET1": {"forms": ["common equity tier 1"]}}, "drafting": drafting}
+    with pytest.raises(PolicyError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        glossary_from_dict(data, source="g.toml")
+
+
+def test_the_frame_words_are_policy_data_that_decide_what_a_question_must_name() -> None:
+    """A question's framing words ("headroom", "internal") come from the glossary's `frame` list: a glossary
+    without them makes the document answer refuse a question whose only unused word is one of them."""
+    from gateway.domain.answer_plan import plan_answer
+    from gateway.domain.retrieval import DocumentIndex
+
+    glossary = load_glossary()
+    assert {"headroom", "internal", "utilisation"} <= set(glossary.frame)
+    text = "4.1 The Bank shall keep its liquidity coverage ratio at or above 110% at all times."
+    question = "What internal liquidity coverage ratio must the Bank keep?"
+    assert plan_answer(DocumentIndex(text, glossary), question).found
+    bare = glossary_from_dict({"terms": {"LCR": {"forms": ["liquidity coverage ratio"]}},
+                               "drafting": {k: list(v) for k, v in glossary.drafting.items()}})
+    assert not plan_answer(DocumentIndex(text, bare), question).found
+
+
+@pytest.mark.parametrize(("frame", "message"), [
+    (["Share"], "frame[0]: 'Share' is not one lower-case word"),
+    (["share", "share"], "frame[1]: 'share' repeats an earlier entry"),
+    ("share", "frame: must be an array"),
+])
+def test_a_bad_frame_list_names_the_entry_and_the_problem(frame: object, message: str) -> None:
+    data = {"terms": {"CET1": {"forms": ["common equity tier 1"]}}, "frame": frame}
     with pytest.raises(PolicyError, match=message.replace("[", r"\[").replace("]", r"\]")):
         glossary_from_dict(data, source="g.toml")
