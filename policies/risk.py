@@ -32,7 +32,7 @@ from typing import Any
 from policies.risk_conditions import Condition, holds, parse
 from policies.risk_facts import Facts, read
 from policies.risk_model import Action, Combine, RiskMitigation, RiskRule, RiskRules
-from policies.risk_words import pack_features, word_score
+from policies.risk_words import clamped, pack_features, word_terms
 
 # The verdict's enum values, least severe first (the loader checks the class's schema offers them).
 LEVELS = ("low", "medium", "high")
@@ -66,6 +66,7 @@ class RuleScore:
     mitigated: tuple[Mitigated, ...] = ()  # the mitigations that lowered a fired rule, by name
     combine: Combine = Combine.SUM  # how the fired rules' points make the score (RiskRules.combine)
     learned: int | None = None  # the word model's score (policies/risk_words.py); None: the rules' points stand
+    terms: tuple[tuple[str, float], ...] = ()  # the word model's nonzero weight x value per feature (word_terms)
 
     @property
     def points(self) -> int:
@@ -113,7 +114,8 @@ def evaluate(rules: RiskRules, event: Mapping[str, Any]) -> RuleScore:
         return score
     pack = pack_features(score.rule_points, max((f.points for f in fired), default=0), len(fired), len(mitigated),
                          score.action.value)
-    return dataclasses.replace(score, learned=word_score(rules, event, pack, facts.values))
+    total, terms = word_terms(rules, event, pack, facts.values)
+    return dataclasses.replace(score, learned=clamped(total), terms=terms)
 
 
 Parsed = tuple[tuple[str, Any, tuple[Condition, ...], tuple[Condition, ...]], ...]  # (name, rule, when, unless)

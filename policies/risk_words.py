@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from policies.risk_model import WORD_PATTERN, RiskRules
@@ -33,6 +33,7 @@ from policies.risk_vocabulary import vocabulary
 PACK_FEATURES = ("rule_score", "strongest_rule", "rules_fired", "mitigations_held", "review_floor", "block_floor")
 MODEL_KEYS = ("intercept", "amount", *PACK_FEATURES)  # the keys of RiskRules.word_model
 _WORD = re.compile(WORD_PATTERN)
+TOP_CONTRIBUTIONS = 5  # the features scoring.model_contributions names one by one
 _MAX_FIRED, _MAX_MITIGATED = 5, 3  # counts above these read as these (a sixth rule adds nothing)
 
 
@@ -91,12 +92,51 @@ def features(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...]
             **dict(zip(PACK_FEATURES, pack, strict=True))}
 
 
+def word_terms(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
+               facts: Mapping[str, object] | None = None) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """(the intercept plus every feature's weight x value, in 0-1 units before the clamp; each feature's nonzero
+    weight x value, in the order features() gives them). The total is summed in that order, so the score
+    word_score rounds from it does not depend on how the terms are reported."""
+    total = rules.word_model.get("intercept", 0.0)
+    terms: list[tuple[str, float]] = []
+    for name, value in features(rules, event, pack, facts).items():
+        term = value * (rules.word_weights.get(name, 0.0) if ":" in name else rules.word_model.get(name, 0.0))
+        total += term
+        if term:
+            terms.append((name, term))
+    return total, tuple(terms)
+
+
 def word_score(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
                facts: Mapping[str, object] | None = None) -> int | None:
     """The word model's score of an event (0-100), or None when the pack has no word model."""
     if not rules.word_model:
         return None
-    total = rules.word_model.get("intercept", 0.0)
-    for name, value in features(rules, event, pack, facts).items():
-        total += value * (rules.word_weights.get(name, 0.0) if ":" in name else rules.word_model.get(name, 0.0))
+    return clamped(word_terms(rules, event, pack, facts)[0])
+
+
+def clamped(total: float) -> int:
+    """The score (0-100) of a raw total in 0-1 units."""
     return max(0, min(100, math.floor(100 * total + 0.5)))
+
+
+def contributions(rules: RiskRules, terms: Sequence[tuple[str, float]], top: int = TOP_CONTRIBUTIONS
+                  ) -> dict[str, Any] | None:
+    """Why the word model scored what it did, in score points (the verdict's scoring.model_contributions):
+    `intercept`; `rules_outcome`, the PACK_FEATURES' part together; `features`, the `top` other features (words,
+    facts, amount) with the largest |weight x value|, each with its signed points and value; `other_features`,
+    the rest of them together; `total`, their sum, which the score is before it is clamped to 0-100 and
+    rounded. None when the pack has no word model."""
+    if not rules.word_model:
+        return None
+    pack = sum(t for n, t in terms if n in PACK_FEATURES)
+    rest = sorted(((n, t) for n, t in terms if n not in PACK_FEATURES), key=lambda nt: (-abs(nt[1]), nt[0]))
+    intercept = rules.word_model.get("intercept", 0.0)
+    return {"intercept": _points(intercept), "rules_outcome": _points(pack),
+            "features": [{"feature": n, "points": _points(t)} for n, t in rest[:top]],
+            "other_features": _points(sum(t for _, t in rest[top:])),
+            "total": _points(intercept + sum(t for _, t in terms))}
+
+
+def _points(term: float) -> float:
+    return round(100 * term, 2)

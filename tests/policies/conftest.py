@@ -86,18 +86,26 @@ class Judge(Protocol):
                  **attributes: Any) -> tuple[str, str]: ...
 
 
-def judge_at(timestamp: str) -> Judge:
-    """judged(event_type, amount, currency, **attributes) -> (risk_level, recommended_action): the shipped rules'
-    verdict (`rules_layer`) on one event at `timestamp`, the keyword arguments as its attributes (amount and currency only when an
-    amount is given)."""
-    rules = rules_layer()
+@dataclasses.dataclass
+class Judged:
+    """judged(event_type, amount, currency, **attributes) -> (risk_level, recommended_action): `rules`' verdict
+    (default: the shipped rules, `rules_layer`) on one event at `timestamp`, the keyword arguments as its attributes
+    (amount and currency only when an amount is given). Every event judged, with its verdict, is kept in `seen`."""
 
-    def judged(event_type: str, amount: float | None = None, currency: str = "USD",
-               **attributes: Any) -> tuple[str, str]:
-        event: dict[str, Any] = {"event_type": event_type, "attributes": attributes, "timestamp": timestamp}
+    timestamp: str
+    rules: RiskRules = dataclasses.field(default_factory=rules_layer)
+    seen: list[tuple[dict[str, Any], tuple[str, str]]] = dataclasses.field(default_factory=list)
+
+    def __call__(self, event_type: str, amount: float | None = None, currency: str = "USD",
+                 **attributes: Any) -> tuple[str, str]:
+        event: dict[str, Any] = {"event_type": event_type, "attributes": attributes, "timestamp": self.timestamp}
         if amount is not None:
             event.update(amount=amount, currency=currency)
-        v = verdict(rules, evaluate(rules, event))
-        return v["risk_level"], v["recommended_action"]
+        v = verdict(self.rules, evaluate(self.rules, event))
+        self.seen.append((event, (v["risk_level"], v["recommended_action"])))
+        return self.seen[-1][1]
 
-    return judged
+
+def judge_at(timestamp: str) -> Judged:
+    """The rules layer's judge of events at `timestamp` (Judged)."""
+    return Judged(timestamp)

@@ -11,7 +11,7 @@ import pytest
 
 from policies import PolicyError, load_policy
 from policies.risk import evaluate, verdict
-from policies.risk_words import MODEL_KEYS, event_words, pack_features, word_score
+from policies.risk_words import MODEL_KEYS, PACK_FEATURES, contributions, event_words, pack_features, word_score
 
 RULES = load_policy().get("realtime_risk").risk_rules
 AT = "2025-06-02T10:00:00Z"
@@ -62,6 +62,33 @@ def test_the_rules_outcome_never_lowers_the_score_and_mitigations_never_raise_it
     cleared = word_score(RULES, event, pack_features(70, 60, 3, 2, "approve"))
     assert low is not None and high is not None and cleared is not None
     assert 0 <= low < high <= 100 and cleared <= high
+
+
+def test_the_contributions_add_up_to_the_score_and_name_the_largest_features() -> None:
+    """scoring.model_contributions: intercept + the rules' outcome + the named features + the rest is the score
+    before the clamp; the features named are the largest by |points|, and taking one away moves the score by
+    its points."""
+    event = {"event_type": "cash_deposit", "amount": 9_500, "currency": "USD", "timestamp": AT,
+             "attributes": {"branch_note": "customer split cash deposits below reporting threshold",
+                            "deposits_7d": 6, "new_account": True}}
+    score = evaluate(RULES, event)
+    why = contributions(RULES, score.terms)
+    assert why is not None and score.learned is not None
+    named = [f["points"] for f in why["features"]]
+    assert 0 < len(named) <= 5 and [abs(p) for p in named] == sorted((abs(p) for p in named), reverse=True)
+    parts = why["intercept"] + why["rules_outcome"] + sum(named) + why["other_features"]
+    assert abs(parts - why["total"]) < 0.05 and score.learned == max(0, min(100, round(why["total"])))
+    names = {f["feature"] for f in why["features"]}
+    rest = [abs(100 * t) for n, t in score.terms if n not in PACK_FEATURES and n not in names]
+    assert all(r <= abs(named[-1]) + 1e-9 for r in rest)
+    assert abs(why["rules_outcome"] - 100 * sum(t for n, t in score.terms if n in PACK_FEATURES)) < 0.01
+    top = next(f for f in why["features"] if ":" in f["feature"])  # the largest word or fact
+    without = dataclasses.replace(RULES, word_weights={k: v for k, v in RULES.word_weights.items()
+                                                       if k != top["feature"]})
+    moved = evaluate(without, event).learned
+    assert moved is not None and abs(score.learned - top["points"] - moved) <= 1
+    plain = dataclasses.replace(RULES, word_model={}, word_weights={})
+    assert contributions(plain, evaluate(plain, event).terms) is None
 
 
 @pytest.mark.parametrize("table, key, why", [
