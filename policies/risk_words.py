@@ -22,6 +22,7 @@ rules' points as the score.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -92,19 +93,26 @@ def features(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...]
             **dict(zip(PACK_FEATURES, pack, strict=True))}
 
 
-def word_terms(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
-               facts: Mapping[str, object] | None = None) -> tuple[float, tuple[tuple[str, float], ...]]:
+def head_terms(model: Mapping[str, float], weights: Mapping[str, float], feats: Mapping[str, float]
+               ) -> tuple[float, tuple[tuple[str, float], ...]]:
     """(the intercept plus every feature's weight x value, in 0-1 units before the clamp; each feature's nonzero
-    weight x value, in the order features() gives them). The total is summed in that order, so the score
-    word_score rounds from it does not depend on how the terms are reported."""
-    total = rules.word_model.get("intercept", 0.0)
+    weight x value, in the order of `feats`) of one head (`model` for the intercept, amount and rules' outcome,
+    `weights` for the words). The total is summed in that order, so the score does not depend on how the terms
+    are reported."""
+    total = model.get("intercept", 0.0)
     terms: list[tuple[str, float]] = []
-    for name, value in features(rules, event, pack, facts).items():
-        term = value * (rules.word_weights.get(name, 0.0) if ":" in name else rules.word_model.get(name, 0.0))
+    for name, value in feats.items():
+        term = value * (weights.get(name, 0.0) if ":" in name else model.get(name, 0.0))
         total += term
         if term:
             terms.append((name, term))
     return total, tuple(terms)
+
+
+def word_terms(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
+               facts: Mapping[str, object] | None = None) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """head_terms of the word model (the score) on one event."""
+    return head_terms(rules.word_model, rules.word_weights, features(rules, event, pack, facts))
 
 
 def word_score(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
@@ -113,6 +121,19 @@ def word_score(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ..
     if not rules.word_model:
         return None
     return clamped(word_terms(rules, event, pack, facts)[0])
+
+
+def review_score(rules: RiskRules, feats: Mapping[str, float]) -> int | None:
+    """The action head's score (0-100: 100 x its estimate that the action is review or block) of an event's
+    features, or None when the pack has no action head (the action then follows the score)."""
+    if not rules.review_model:
+        return None
+    return clamped(head_terms(rules.review_model, rules.review_weights, feats)[0])
+
+
+def without_model(rules: RiskRules) -> RiskRules:
+    """`rules` with no word model and no action head: the rules' points are the score (what the fit reads)."""
+    return dataclasses.replace(rules, word_model={}, word_weights={}, review_model={}, review_weights={})
 
 
 def clamped(total: float) -> int:

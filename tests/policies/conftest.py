@@ -15,6 +15,7 @@ import pytest
 from policies import load_policy
 from policies.risk import evaluate, verdict
 from policies.risk_model import RiskRules
+from policies.risk_words import without_model
 
 # (risk_level, recommended_action) pairs a verdict can give
 LOW, MEDIUM, HIGH, BLOCK = ("low", "approve"), ("medium", "review"), ("high", "review"), ("high", "block")
@@ -77,7 +78,7 @@ def rules_layer(rules: RiskRules | None = None) -> RiskRules:
     test_risk_words.py) and the thresholds the rules' points were written against, so that these tests check what
     the rules read, the floors they set and the points they add, as the word model then reads them."""
     rules = rules or load_policy().get("realtime_risk").risk_rules
-    return dataclasses.replace(rules, word_model={}, word_weights={}, medium_at=RULE_MEDIUM_AT, high_at=RULE_HIGH_AT,
+    return dataclasses.replace(without_model(rules), medium_at=RULE_MEDIUM_AT, high_at=RULE_HIGH_AT,
                                review_at=RULE_REVIEW_AT)
 
 

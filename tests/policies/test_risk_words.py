@@ -91,6 +91,26 @@ def test_the_contributions_add_up_to_the_score_and_name_the_largest_features() -
     assert contributions(plain, evaluate(plain, event).terms) is None
 
 
+def test_the_action_head_decides_the_action_above_the_floors_and_leaves_the_score() -> None:
+    """With an action head (review_model) the action is review when its score plus the model's points reaches
+    review_model_at, whatever the score; the floors still hold and the score is the word model's alone."""
+    event = {"event_type": "card_payment", "amount": 20, "currency": "USD", "timestamp": AT,
+             "attributes": {"merchant": "bakery"}}
+    head = dataclasses.replace(RULES, review_model={"intercept": 0.5}, review_weights={}, review_model_at=50)
+    score = evaluate(head, event)
+    assert score.review == 50 and score.points == evaluate(RULES, event).points
+    assert verdict(head, score)["recommended_action"] == "review"
+    assert verdict(head, score)["risk_level"] != "low"  # a review is at least medium
+    assert verdict(dataclasses.replace(head, review_model_at=51), score)["recommended_action"] == "approve"
+    assert verdict(dataclasses.replace(head, review_model_at=51), score, 1.0)["recommended_action"] == "review"
+    sanctioned = {"event_type": "wire_transfer", "amount": 4_000, "currency": "USD", "timestamp": AT,
+                  "attributes": {"screening_result": "confirmed match on OFAC SDN list"}}
+    silent = dataclasses.replace(head, review_model={"intercept": 0.0})
+    assert verdict(silent, evaluate(silent, sanctioned))["recommended_action"] == "block"
+    no_head = dataclasses.replace(RULES, review_model={}, review_weights={})
+    assert evaluate(no_head, event).review is None  # the action then follows the score (review_at)
+
+
 @pytest.mark.parametrize("table, key, why", [
     ("word_weights", "x:cash", "a mark"), ("word_weights", "v:Cash", "a mark"), ("word_model", "slope", "intercept")])
 def test_a_malformed_word_model_fails_the_load_with_the_key_named(
