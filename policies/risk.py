@@ -10,7 +10,8 @@ digits there), most points first.
 
 Where the pack has a word model (RiskRules.word_model, policies/risk_words.py), the score is the model's reading
 of the event's words, amount and the rules' outcome instead of the rules' points; the floors, the reasons and
-the thresholds work as before.
+the thresholds work as before. Where it also has an action head (RiskRules.review_model), the action is review when
+that head's score reaches review_model_at (the score's review_at is then not read); floors still raise it.
 
 Mitigations (RiskRules.mitigations) are the context an analyst uses to clear an alert: each that holds
 lowers the rules it offsets to its `keep` share of their points before the groups are compared, so

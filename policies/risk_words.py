@@ -18,7 +18,8 @@ Beside the words: the amount in USD (log scale, `amount`), and the rules' outcom
 combined score, the strongest counted rule, how many counted, how many mitigations lowered one, a review
 floor, a block floor). The score is 100 x (intercept + the weights of the features present), in 0-100; the
 rules' action floors still hold in the verdict (policies/risk.py `verdict`). An empty word_model leaves the
-rules' points as the score.
+rules' points as the score. The action head (RiskRules.review_model, review_weights) is a second set of weights
+on the same features, fitted to whether the action is review or block: its score decides the action.
 """
 from __future__ import annotations
 
