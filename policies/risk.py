@@ -33,7 +33,7 @@ from typing import Any
 from policies.risk_conditions import Condition, holds, parse
 from policies.risk_facts import Facts, read
 from policies.risk_model import Action, Combine, RiskMitigation, RiskRule, RiskRules
-from policies.risk_words import clamped, features, head_terms, pack_features, review_score
+from policies.risk_words import clamped, features, head_terms, pack_features, review_terms
 
 # The verdict's enum values, least severe first (the loader checks the class's schema offers them).
 LEVELS = ("low", "medium", "high")
@@ -69,6 +69,7 @@ class RuleScore:
     learned: int | None = None  # the word model's score (policies/risk_words.py); None: the rules' points stand
     terms: tuple[tuple[str, float], ...] = ()  # the word model's nonzero weight x value per feature (head_terms)
     review: int | None = None  # the action head's score (policies/risk_words.py); None: the action follows points
+    review_terms: tuple[tuple[str, float], ...] = ()  # the action head's nonzero weight x value per feature
 
     @property
     def points(self) -> int:
@@ -118,7 +119,8 @@ def evaluate(rules: RiskRules, event: Mapping[str, Any]) -> RuleScore:
                          score.action.value)
     feats = features(rules, event, pack, facts.values)
     total, terms = head_terms(rules.word_model, rules.word_weights, feats)
-    return dataclasses.replace(score, learned=clamped(total), terms=terms, review=review_score(rules, feats))
+    review, review_parts = review_terms(rules, feats)
+    return dataclasses.replace(score, learned=clamped(total), terms=terms, review=review, review_terms=review_parts)
 
 
 Parsed = tuple[tuple[str, Any, tuple[Condition, ...], tuple[Condition, ...]], ...]  # (name, rule, when, unless)

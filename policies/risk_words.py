@@ -124,12 +124,18 @@ def word_score(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ..
     return clamped(word_terms(rules, event, pack, facts)[0])
 
 
-def review_score(rules: RiskRules, feats: Mapping[str, float]) -> int | None:
-    """The action head's score (0-100: 100 x its estimate that the action is review or block) of an event's
-    features, or None when the pack has no action head (the action then follows the score)."""
+def review_terms(rules: RiskRules, feats: Mapping[str, float]) -> tuple[int | None, tuple[tuple[str, float], ...]]:
+    """(the action head's score, 0-100: 100 x its estimate that the action is review or block; its head_terms) of
+    an event's features; (None, ()) when the pack has no action head (the action then follows the score)."""
     if not rules.review_model:
-        return None
-    return clamped(head_terms(rules.review_model, rules.review_weights, feats)[0])
+        return None, ()
+    total, terms = head_terms(rules.review_model, rules.review_weights, feats)
+    return clamped(total), terms
+
+
+def review_score(rules: RiskRules, feats: Mapping[str, float]) -> int | None:
+    """The action head's score of an event's features (review_terms), or None without an action head."""
+    return review_terms(rules, feats)[0]
 
 
 def without_model(rules: RiskRules) -> RiskRules:
@@ -142,18 +148,19 @@ def clamped(total: float) -> int:
     return max(0, min(100, math.floor(100 * total + 0.5)))
 
 
-def contributions(rules: RiskRules, terms: Sequence[tuple[str, float]], top: int = TOP_CONTRIBUTIONS
+def contributions(model: Mapping[str, float], terms: Sequence[tuple[str, float]], top: int = TOP_CONTRIBUTIONS
                   ) -> dict[str, Any] | None:
-    """Why the word model scored what it did, in score points (the verdict's scoring.model_contributions):
-    `intercept`; `rules_outcome`, the PACK_FEATURES' part together; `features`, the `top` other features (words,
-    facts, amount) with the largest |weight x value|, each with its signed points and value; `other_features`,
-    the rest of them together; `total`, their sum, which the score is before it is clamped to 0-100 and
-    rounded. None when the pack has no word model."""
-    if not rules.word_model:
+    """Why a head (`model`: RiskRules.word_model for the score, review_model for the action) scored what it did,
+    in score points (the verdict's scoring.model_contributions and action_contributions): `intercept`;
+    `rules_outcome`, the PACK_FEATURES' part together; `features`, the `top` other features (words, facts, amount)
+    with the largest |weight x value|, each with its signed points; `other_features`, the rest of them together;
+    `total`, their sum, which the head's score is before it is clamped to 0-100 and rounded. None when the pack has
+    no such head."""
+    if not model:
         return None
     pack = sum(t for n, t in terms if n in PACK_FEATURES)
     rest = sorted(((n, t) for n, t in terms if n not in PACK_FEATURES), key=lambda nt: (-abs(nt[1]), nt[0]))
-    intercept = rules.word_model.get("intercept", 0.0)
+    intercept = model.get("intercept", 0.0)
     return {"intercept": _points(intercept), "rules_outcome": _points(pack),
             "features": [{"feature": n, "points": _points(t)} for n, t in rest[:top]],
             "other_features": _points(sum(t for _, t in rest[top:])),

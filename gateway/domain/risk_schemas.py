@@ -52,7 +52,8 @@ class RiskAssessment(BaseModel):
         None, description="With the class's risk rules: the rules that fired with their points, the mitigations "
                           "that lowered rules (the context that explains them), the word model's largest "
                           "contributions (model_contributions: intercept, the rules' outcome, the top features "
-                          "with their signed points; null without a word model), and the model's judgement "
+                          "with their signed points; null without a word model), the action head's score and "
+                          "contributions (action_score, action_contributions), and the model's judgement "
                           "(level probabilities, severity, points added); null otherwise.")
     finish_reason: str
     usage: Usage

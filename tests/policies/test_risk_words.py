@@ -72,7 +72,7 @@ def test_the_contributions_add_up_to_the_score_and_name_the_largest_features() -
              "attributes": {"branch_note": "customer split cash deposits below reporting threshold",
                             "deposits_7d": 6, "new_account": True}}
     score = evaluate(RULES, event)
-    why = contributions(RULES, score.terms)
+    why = contributions(RULES.word_model, score.terms)
     assert why is not None and score.learned is not None
     named = [f["points"] for f in why["features"]]
     assert 0 < len(named) <= 5 and [abs(p) for p in named] == sorted((abs(p) for p in named), reverse=True)
@@ -88,7 +88,9 @@ def test_the_contributions_add_up_to_the_score_and_name_the_largest_features() -
     moved = evaluate(without, event).learned
     assert moved is not None and abs(score.learned - top["points"] - moved) <= 1
     plain = dataclasses.replace(RULES, word_model={}, word_weights={})
-    assert contributions(plain, evaluate(plain, event).terms) is None
+    assert contributions(plain.word_model, evaluate(plain, event).terms) is None
+    action = contributions(RULES.review_model, score.review_terms)  # the action head explained alike
+    assert action is not None and score.review == max(0, min(100, round(action["total"])))
 
 
 def test_the_action_head_decides_the_action_above_the_floors_and_leaves_the_score() -> None:
