@@ -6,7 +6,9 @@ outvote a small writer), a word counts only where at least MIN_SETS sets use it 
 says that writer's style, not a typology), words are shrunk by WORD_RIDGE, the amount and the rules' outcome
 by OUTCOME_RIDGE. Only the rules' outcome is held monotone (a rule that fires, a floor, never lowers the score;
 a mitigation never raises it): a feature that comes out of the fit with the wrong sign is dropped and the fit
-redone. evals/risk_lowo.py refits it without the held-out set (and reads every set with the pack less what was
+redone. Its action head (RiskRules.review_model, review_weights) is the same fit of whether the label's action is
+review or block: the verdict's action follows it (review_model_at) instead of a threshold on the score, which an
+honest leave-one-writer-out comparison preferred (docs/BENCHMARKS.md). evals/risk_lowo.py refits both without the held-out set (and reads every set with the pack less what was
 written for that set), so that no held-out figure saw its own labels.
 
 Run: `python -m evals.risk_fit` fits on every set and rewrites the word model's tables at the end of
@@ -25,7 +27,15 @@ from evals.verdict_quality import as_route_reads
 from policies.risk import RuleScore
 from policies.risk_facts import read
 from policies.risk_model import RiskRules
-from policies.risk_words import PACK_FEATURES, features, pack_features, word_score
+from policies.risk_words import (
+    PACK_FEATURES,
+    clamped,
+    features,
+    head_terms,
+    pack_features,
+    review_score,
+    without_model,
+)
 
 MIN_SETS = 3
 WORD_RIDGE = 0.01
@@ -50,11 +60,12 @@ def _event(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def fit(rules: RiskRules, sets: Sets) -> RiskRules:
-    """`rules` with a word model fitted on `sets` (each scored by `rules` without a word model), words read with
-    `rules`' vocabulary."""
-    plain = dataclasses.replace(rules, word_model={}, word_weights={})
+    """`rules` with a word model and its action head fitted on `sets` (each scored by `rules` without a word model),
+    words read with `rules`' vocabulary: the score's head on label_score / 100, the action head on whether the
+    label's action is review or block (1) or approve (0); the same features, weights and constraints."""
+    plain = without_model(rules)
     rows: list[dict[str, float]] = []
-    y: list[float] = []
+    labels: list[Mapping[str, Any]] = []
     w: list[float] = []
     seen: dict[str, int] = {}
     for set_rows, scores in sets:
@@ -65,17 +76,28 @@ def fit(rules: RiskRules, sets: Sets) -> RiskRules:
                 continue
             rows.append(features(plain, event, pack_of(score), read(plain, event).values))
             in_set.update(k for k in rows[-1] if ":" in k)
-            y.append(row["label_score"] / 100)
+            labels.append(row)
             w.append(1 / len(set_rows) / len(sets))
         for k in in_set:
             seen[k] = seen.get(k, 0) + 1
     names = ["amount", *PACK_FEATURES, *sorted(k for k, n in seen.items() if n >= MIN_SETS)]
     x = np.array([[r.get(n, 0.0) for n in names] for r in rows])  # [N, F]
-    yv, wv = np.array(y), np.array(w) / sum(w)
+    wv = np.array(w) / sum(w)
+    score_model, score_weights = _head(names, x, np.array([r["label_score"] / 100 for r in labels]), wv)
+    review_model, review_weights = _head(names, x, np.array([float(r["recommended_action"] != "approve")
+                                                              for r in labels]), wv)
+    return dataclasses.replace(rules, word_model=score_model, word_weights=score_weights, review_model=review_model,
+                               review_weights=review_weights)
+
+
+def _head(names: Sequence[str], x: np.ndarray, y: np.ndarray, w: np.ndarray
+          ) -> tuple[dict[str, float], dict[str, float]]:
+    """(model, weights) of one head: the ridge fit of y on x ([N, F], columns `names`), the rules' outcome held
+    monotone (a feature with the wrong sign is dropped and the fit redone)."""
     keep = np.ones(len(names), dtype=bool)
+    pen = np.where(np.arange(len(names)) < 1 + len(PACK_FEATURES), OUTCOME_RIDGE, WORD_RIDGE)
     while True:
-        b, a = _ridge(x[:, keep], yv, wv, np.where(np.arange(len(names)) < 1 + len(PACK_FEATURES),
-                                                   OUTCOME_RIDGE, WORD_RIDGE)[keep])
+        b, a = _ridge(x[:, keep], y, w, pen[keep])
         full = np.zeros(len(names))
         full[keep] = b
         wrong = [i for i, n in enumerate(names) if keep[i] and _SIGNS.get(n, 0) * full[i] < 0]
@@ -85,7 +107,7 @@ def fit(rules: RiskRules, sets: Sets) -> RiskRules:
     model = {"intercept": round(a, 5), **{n: round(float(v), 5) for n, v in zip(names, full, strict=True)
                                           if ":" not in n and v}}
     weights = {n: round(float(v), 5) for n, v in zip(names, full, strict=True) if ":" in n and round(float(v), 5)}
-    return dataclasses.replace(rules, word_model=model, word_weights=weights)
+    return model, weights
 
 
 def _ridge(x: np.ndarray, y: np.ndarray, w: np.ndarray, pen: np.ndarray) -> tuple[np.ndarray, float]:
@@ -98,13 +120,18 @@ def _ridge(x: np.ndarray, y: np.ndarray, w: np.ndarray, pen: np.ndarray) -> tupl
 
 def rescored(fitted: RiskRules, rows: Sequence[Mapping[str, Any]],
              scores: Sequence[RuleScore | None]) -> tuple[RuleScore | None, ...]:
-    """`scores` (by the pack without a word model) with the fitted word model's score, as evaluate() would give."""
+    """`scores` (by the pack without a word model) with the fitted word model's score and its action head's, as
+    evaluate() would give."""
     out: list[RuleScore | None] = []
     for row, score in zip(rows, scores, strict=True):
         event = _event(row)
-        out.append(None if score is None or event is None else
-                   dataclasses.replace(score, learned=word_score(fitted, event, pack_of(score),
-                                                                 read(fitted, event).values)))
+        if score is None or event is None:
+            out.append(None)
+            continue
+        feats = features(fitted, event, pack_of(score), read(fitted, event).values)
+        out.append(dataclasses.replace(score, learned=clamped(head_terms(fitted.word_model, fitted.word_weights,
+                                                                         feats)[0]),
+                                       review=review_score(fitted, feats)))
     return tuple(out)
 
 
@@ -115,7 +142,9 @@ def toml_tables(rules: RiskRules, klass: str = "realtime_risk") -> str:
                 *(f'"{k}" = {v!r}' if not k.isidentifier() else f"{k} = {v!r}" for k, v in values.items())]
     lines = [WORD_MODEL_BEGIN, "# Fitted on every labelled set (evals/data/risk_events*.json); judged only by",
              "# evals/risk_lowo.py, which refits it without the set it judges. See policies/risk_words.py.",
-             *table("word_model", rules.word_model), "", *table("word_weights", rules.word_weights), WORD_MODEL_END]
+             *table("word_model", rules.word_model), "", *table("word_weights", rules.word_weights), "",
+             *table("review_model", rules.review_model), "", *table("review_weights", rules.review_weights),
+             WORD_MODEL_END]
     return "\n".join(lines) + "\n"
 
 
@@ -134,7 +163,7 @@ def main() -> None:
 
     policy = load_policy(None)
     rules = policy.get(policy.classification.routes["risk"]).risk_rules
-    plain = dataclasses.replace(rules, word_model={}, word_weights={})
+    plain = without_model(rules)
     sets = []
     for path in event_sets():
         rows = load_events(path)
@@ -142,7 +171,8 @@ def main() -> None:
         sets.append((rows, [None if e is None else evaluate(plain, e) for e in events]))
     fitted = fit(plain, sets)
     write(Path(__file__).resolve().parent.parent / "policies" / "default.toml", toml_tables(fitted))
-    print(f"word model: {len(fitted.word_weights)} words; {dict(fitted.word_model)}")
+    print(f"word model: {len(fitted.word_weights)} words; {dict(fitted.word_model)}; action head: "
+          f"{len(fitted.review_weights)} words; {dict(fitted.review_model)}")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from evals.verdict_quality import as_route_reads, figures, load_events
 from policies.risk import ACTIONS, LEVELS, RuleScore, evaluate, verdict
 from policies.risk_model import RiskRules
 from policies.risk_readers import off
+from policies.risk_words import without_model
 
 SUMMARY = ("spearman", "risk_level_accuracy", "recommended_action_accuracy")
 
@@ -74,7 +75,7 @@ def held_out(rules: RiskRules, path: Path, provenance: Mapping[str, Any], others
     with off(readers):
         if not rules.word_model:
             return {**counts, **set_figures(ablated, score_set(ablated, path))}
-        plain = dataclasses.replace(ablated, word_model={}, word_weights={})
+        plain = without_model(ablated)
         train = [score_set(plain, p) for p in others]
         fitted = fit(plain, [(s.rows, s.scores) for s in train])
         fitted = fit_thresholds(fitted, [dataclasses.replace(s, scores=rescored(fitted, s.rows, s.scores))
@@ -85,28 +86,35 @@ def held_out(rules: RiskRules, path: Path, provenance: Mapping[str, Any], others
 
 
 def fit_thresholds(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
-    """The pack with the medium_at, high_at and review_at (even values, 10-90) that get most levels and actions
+    """The pack with the medium_at, high_at and review_at (review_model_at where the pack has an action head, read
+    on its score; even values, 10-90) that get most levels and actions
     right over `sets`, each set weighted alike (a large set must not outvote a small writer); ties keep the
     values nearest the shipped ones. The verdict's rule (policies/risk.py `verdict`), on arrays: action = the
     score's action raised to the fired rules' floor, level = the score's level raised to the action."""
     grid = np.arange(10, 91, 2)
-    points, floor, level_label, action_label, weight = (np.array(a) for a in zip(*(
-        (s.points if s else -1, ACTIONS.index(s.action.value) if s else 0, LEVELS.index(row["risk_level"]),
+    head = bool(rules.review_model)  # the action follows the action head's score, not the score
+    points, reviews, floor, level_label, action_label, weight = (np.array(a) for a in zip(*(
+        (s.points if s else -1, (s.review if head and s.review is not None else s.points) if s else -1,
+         ACTIONS.index(s.action.value) if s else 0, LEVELS.index(row["risk_level"]),
          ACTIONS.index(row["recommended_action"]), 1 / len(one.rows))
         for one in sets for row, s in zip(one.rows, one.scores, strict=True)), strict=True))
     valid = points >= 0
     at = (points[None, :] >= grid[:, None]).astype(int)  # [G, N]: the score reaches each threshold
-    action = np.maximum(at, floor[None, :])  # [R, N]
+    action = np.maximum((reviews[None, :] >= grid[:, None]).astype(int), floor[None, :])  # [R, N]
     level = np.maximum((at[:, None, :] + at[None, :, :])[None], action[:, None, None, :])  # [R, M, H, N]
     right_action = ((action == action_label) & valid) @ weight  # [R]
     right_level = ((level == level_label) & valid) @ weight  # [R, M, H]
     got = right_level + right_action[:, None, None]
     review, medium, high = np.meshgrid(grid, grid, grid, indexing="ij")
-    drift = abs(medium - rules.medium_at) + abs(high - rules.high_at) + abs(review - rules.review_at)
+    drift = abs(medium - rules.medium_at) + abs(high - rules.high_at) + \
+        abs(review - (rules.review_model_at if head else rules.review_at))
     got = np.where(high > medium, np.round(got, 9), -1.0)
     best = np.lexsort((drift.ravel(), -got.ravel()))[0]
     r, m, h = np.unravel_index(best, got.shape)
-    return dataclasses.replace(rules, review_at=int(grid[r]), medium_at=int(grid[m]), high_at=int(grid[h]))
+    fitted = dataclasses.replace(rules, medium_at=int(grid[m]), high_at=int(grid[h]))
+    if head:
+        return dataclasses.replace(fitted, review_model_at=int(grid[r]))
+    return dataclasses.replace(fitted, review_at=int(grid[r]))
 
 
 def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,13 +127,15 @@ def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any])
         report[s.name] = {
             "events": len(s.rows), "pack": set_figures(rules, s),
             "without_own": held_out(rules, paths[i], provenance, [p for j, p in enumerate(paths) if j != i]),
-            "held_out_thresholds": {"medium_at": fitted.medium_at, "high_at": fitted.high_at,
-                                    "review_at": fitted.review_at, **set_figures(fitted, s)},
+            "held_out_thresholds": {**_thresholds(fitted), **set_figures(fitted, s)},
         }
     union = fit_thresholds(rules, scored)
-    return {"shipped": {"medium_at": rules.medium_at, "high_at": rules.high_at, "review_at": rules.review_at},
-            "fitted_on_all": {"medium_at": union.medium_at, "high_at": union.high_at, "review_at": union.review_at},
-            "sets": report}
+    return {"shipped": _thresholds(rules), "fitted_on_all": _thresholds(union), "sets": report}
+
+
+def _thresholds(rules: RiskRules) -> dict[str, int]:
+    review = ("review_model_at", rules.review_model_at) if rules.review_model else ("review_at", rules.review_at)
+    return {"medium_at": rules.medium_at, "high_at": rules.high_at, review[0]: review[1]}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -279,9 +279,19 @@ class RiskRules:
     word_weights: Mapping[str, float] = field(default_factory=dict, metadata=knob(
         "the word model's weight of each marked word of an event (policies/risk_words.py)",
         key_pattern=WORD_PATTERN, key_rule=_WORD_RULE, optional=True))
+    review_model: Mapping[str, float] = field(default_factory=dict, metadata=knob(
+        "the word model's action head (policies/risk_words.py): as word_model, fitted to whether the action is "
+        "review or block; empty: the action follows the score (review_at)", key_pattern=MODEL_PATTERN,
+        key_rule=_MODEL_RULE, optional=True))
+    review_weights: Mapping[str, float] = field(default_factory=dict, metadata=knob(
+        "the action head's weight of each marked word of an event", key_pattern=WORD_PATTERN, key_rule=_WORD_RULE,
+        optional=True))
+    review_model_at: int = field(default=50, metadata=knob(
+        "with an action head: its score (plus the model's points) at which the action is review", ge=1, le=100,
+        optional=True))
 
     def __post_init__(self) -> None:
         for name in ("facts", "name_synonyms", "translations", "checks", "rating_values", "country_lists", "usd_value",
                      "reporting_thresholds", "instrument_thresholds", "price_pairs", "name_pairs", "rules", "mitigations",
-                     "word_model", "word_weights"):
+                     "word_model", "word_weights", "review_model", "review_weights"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

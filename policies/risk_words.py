@@ -18,13 +18,15 @@ Beside the words: the amount in USD (log scale, `amount`), and the rules' outcom
 combined score, the strongest counted rule, how many counted, how many mitigations lowered one, a review
 floor, a block floor). The score is 100 x (intercept + the weights of the features present), in 0-100; the
 rules' action floors still hold in the verdict (policies/risk.py `verdict`). An empty word_model leaves the
-rules' points as the score.
+rules' points as the score. The action head (RiskRules.review_model, review_weights) is a second set of weights
+on the same features, fitted to whether the action is review or block: its score decides the action.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from policies.risk_model import WORD_PATTERN, RiskRules
@@ -33,6 +35,7 @@ from policies.risk_vocabulary import vocabulary
 PACK_FEATURES = ("rule_score", "strongest_rule", "rules_fired", "mitigations_held", "review_floor", "block_floor")
 MODEL_KEYS = ("intercept", "amount", *PACK_FEATURES)  # the keys of RiskRules.word_model
 _WORD = re.compile(WORD_PATTERN)
+TOP_CONTRIBUTIONS = 5  # the features scoring.model_contributions names one by one
 _MAX_FIRED, _MAX_MITIGATED = 5, 3  # counts above these read as these (a sixth rule adds nothing)
 
 
@@ -91,12 +94,78 @@ def features(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...]
             **dict(zip(PACK_FEATURES, pack, strict=True))}
 
 
+def head_terms(model: Mapping[str, float], weights: Mapping[str, float], feats: Mapping[str, float]
+               ) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """(the intercept plus every feature's weight x value, in 0-1 units before the clamp; each feature's nonzero
+    weight x value, in the order of `feats`) of one head (`model` for the intercept, amount and rules' outcome,
+    `weights` for the words). The total is summed in that order, so the score does not depend on how the terms
+    are reported."""
+    total = model.get("intercept", 0.0)
+    terms: list[tuple[str, float]] = []
+    for name, value in feats.items():
+        term = value * (weights.get(name, 0.0) if ":" in name else model.get(name, 0.0))
+        total += term
+        if term:
+            terms.append((name, term))
+    return total, tuple(terms)
+
+
+def word_terms(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
+               facts: Mapping[str, object] | None = None) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """head_terms of the word model (the score) on one event."""
+    return head_terms(rules.word_model, rules.word_weights, features(rules, event, pack, facts))
+
+
 def word_score(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
                facts: Mapping[str, object] | None = None) -> int | None:
     """The word model's score of an event (0-100), or None when the pack has no word model."""
     if not rules.word_model:
         return None
-    total = rules.word_model.get("intercept", 0.0)
-    for name, value in features(rules, event, pack, facts).items():
-        total += value * (rules.word_weights.get(name, 0.0) if ":" in name else rules.word_model.get(name, 0.0))
+    return clamped(word_terms(rules, event, pack, facts)[0])
+
+
+def review_terms(rules: RiskRules, feats: Mapping[str, float]) -> tuple[int | None, tuple[tuple[str, float], ...]]:
+    """(the action head's score, 0-100: 100 x its estimate that the action is review or block; its head_terms) of
+    an event's features; (None, ()) when the pack has no action head (the action then follows the score)."""
+    if not rules.review_model:
+        return None, ()
+    total, terms = head_terms(rules.review_model, rules.review_weights, feats)
+    return clamped(total), terms
+
+
+def review_score(rules: RiskRules, feats: Mapping[str, float]) -> int | None:
+    """The action head's score of an event's features (review_terms), or None without an action head."""
+    return review_terms(rules, feats)[0]
+
+
+def without_model(rules: RiskRules) -> RiskRules:
+    """`rules` with no word model and no action head: the rules' points are the score (what the fit reads)."""
+    return dataclasses.replace(rules, word_model={}, word_weights={}, review_model={}, review_weights={})
+
+
+def clamped(total: float) -> int:
+    """The score (0-100) of a raw total in 0-1 units."""
     return max(0, min(100, math.floor(100 * total + 0.5)))
+
+
+def contributions(model: Mapping[str, float], terms: Sequence[tuple[str, float]], top: int = TOP_CONTRIBUTIONS
+                  ) -> dict[str, Any] | None:
+    """Why a head (`model`: RiskRules.word_model for the score, review_model for the action) scored what it did,
+    in score points (the verdict's scoring.model_contributions and action_contributions): `intercept`;
+    `rules_outcome`, the PACK_FEATURES' part together; `features`, the `top` other features (words, facts, amount)
+    with the largest |weight x value|, each with its signed points; `other_features`, the rest of them together;
+    `total`, their sum, which the head's score is before it is clamped to 0-100 and rounded. None when the pack has
+    no such head."""
+    if not model:
+        return None
+    pack = sum(t for n, t in terms if n in PACK_FEATURES)
+    rest = sorted(((n, t) for n, t in terms if n not in PACK_FEATURES), key=lambda nt: (-abs(nt[1]), nt[0]))
+    intercept = model.get("intercept", 0.0)
+    return {"intercept": _points(intercept), "rules_outcome": _points(pack),
+            "features": [{"feature": n, "points": _points(t)} for n, t in rest[:top]],
+            "other_features": _points(sum(t for _, t in rest[top:])),
+            "total": _points(intercept + sum(t for _, t in terms))}
+
+
+def _points(term: float) -> float:
+    return round(100 * term, 2)

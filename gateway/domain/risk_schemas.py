@@ -50,8 +50,11 @@ class RiskAssessment(BaseModel):
                           "answer was cut at max_tokens (finish_reason 'length').")
     scoring: dict[str, Any] | None = Field(
         None, description="With the class's risk rules: the rules that fired with their points, the mitigations "
-                          "that lowered rules (the context that explains them), and the model's judgement (level "
-                          "probabilities, severity, points added); null otherwise.")
+                          "that lowered rules (the context that explains them), the word model's largest "
+                          "contributions (model_contributions: intercept, the rules' outcome, the top features "
+                          "with their signed points; null without a word model), the action head's score and "
+                          "contributions (action_score, action_contributions), and the model's judgement "
+                          "(level probabilities, severity, points added); null otherwise.")
     finish_reason: str
     usage: Usage
     timings: Timings

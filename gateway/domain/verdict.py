@@ -22,6 +22,7 @@ from gateway.inference.inputs import SamplingChoice
 from policies.model import ClassPolicy
 from policies.risk import LEVELS, evaluate, verdict
 from policies.risk_model import RiskRules
+from policies.risk_words import contributions
 
 # A choice of three words needs at most a few tokens; the rest of the word is forced.
 JUDGEMENT_MAX_TOKENS = 4
@@ -82,6 +83,9 @@ def combine(rules: RiskRules, event: Mapping[str, Any], probabilities: Mapping[s
                    "source": f.source} for f in score.fired],
         "mitigations": [{"mitigation": m.mitigation, "reason": m.reason, "rules": list(m.rules), "source": m.source}
                         for m in score.mitigated],
+        "model_contributions": contributions(rules.word_model, score.terms),  # why the score; null: no word model
+        "action_score": score.review,  # the action head's score (review at review_model_at); null: no action head
+        "action_contributions": contributions(rules.review_model, score.review_terms),  # why the action head's
         "model": {"probabilities": dict(probabilities) if probabilities else None,
                   "severity": None if sev is None else round(sev, 4),
                   "points": result["score"] - min(100, score.points)},

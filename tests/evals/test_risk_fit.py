@@ -2,7 +2,6 @@
 tables are what it fits now."""
 from __future__ import annotations
 
-import dataclasses
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from evals.risk_provenance import event_sets
 from policies import load_policy
 from policies.risk import RuleScore, evaluate
 from policies.risk_model import RiskRules
+from policies.risk_words import without_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,11 +27,11 @@ def rules() -> RiskRules:
 def labelled(note: str, label: int) -> dict[str, Any]:
     return {"event": {"event_type": "payment", "amount": 100.0, "currency": "USD",
                       "timestamp": "2025-06-02T10:00:00Z", "attributes": {"note": note}},
-            "label_score": label, "risk_level": "low", "recommended_action": "approve"}
+            "label_score": label, "risk_level": "low", "recommended_action": "review" if label >= 50 else "approve"}
 
 
 def test_a_word_counts_only_where_several_writers_use_it(rules: RiskRules) -> None:
-    plain = dataclasses.replace(rules, word_model={}, word_weights={})
+    plain = without_model(rules)
     sets = []
     for n in range(3):
         rows = [labelled("parcel mixer", 90), labelled("parcel invoice", 10),
@@ -40,17 +40,21 @@ def test_a_word_counts_only_where_several_writers_use_it(rules: RiskRules) -> No
     fitted = fit(plain, sets)
     assert fitted.word_weights["v:mixer"] > 0 > fitted.word_weights["v:invoice"]  # three sets read it
     assert "v:zebra0" not in fitted.word_weights  # one writer's word says that writer's style
+    assert fitted.review_weights["v:mixer"] > 0 > fitted.review_weights["v:invoice"]  # the action head: the same
+    assert "v:zebra0" not in fitted.review_weights
     scores = rescored(fitted, sets[0][0], sets[0][1])
-    assert all(isinstance(s, RuleScore) and s.learned is not None for s in scores)
+    assert all(isinstance(s, RuleScore) and s.learned is not None and s.review is not None for s in scores)
     assert scores[0].points > scores[1].points  # type: ignore[union-attr]
+    assert scores[0].review > scores[1].review  # type: ignore[operator,union-attr]
 
 
 def test_the_shipped_word_model_is_what_the_fit_gives_now(rules: RiskRules) -> None:
     """`python -m evals.risk_fit` wrote the tables at the end of policies/default.toml; a change to the pack or a set
     that moves the fit must rewrite them."""
-    plain = dataclasses.replace(rules, word_model={}, word_weights={})
+    plain = without_model(rules)
     scored = [score_set(plain, p) for p in event_sets()]
     fresh = toml_tables(fit(plain, [(s.rows, s.scores) for s in scored]))
     shipped = (ROOT / "policies" / "default.toml").read_text(encoding="utf-8").split(WORD_MODEL_BEGIN)[1]
     assert WORD_MODEL_BEGIN + shipped == fresh
-    assert tomllib.loads(fresh.replace("classes.realtime_risk.risk_rules.", ""))["word_model"] == rules.word_model
+    tables = tomllib.loads(fresh.replace("classes.realtime_risk.risk_rules.", ""))
+    assert tables["word_model"] == rules.word_model and tables["review_model"] == rules.review_model

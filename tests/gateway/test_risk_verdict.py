@@ -127,6 +127,11 @@ async def test_rules_decide_the_readme_wire_and_name_what_fired(client: httpx.As
     assert scoring["mitigations"] == []  # no context lowered a rule
     assert verdict["score"] == scoring["rule_points"] + scoring["model"]["points"]
     assert abs(sum(scoring["model"]["probabilities"].values()) - 1) < 1e-3  # the model's judgement was read
+    why = scoring["model_contributions"]  # the word model's make-up of rule_points, largest features named
+    assert why["features"] and all(set(f) == {"feature", "points"} for f in why["features"])
+    assert scoring["rule_points"] == max(0, min(100, round(why["total"])))
+    action = scoring["action_contributions"]  # the action head's make-up of action_score, alike
+    assert scoring["action_score"] == max(0, min(100, round(action["total"]))) and action["features"]
     calm = (await _verdict(client, keys, EVENTS[1]))["verdict"]  # a EUR 12.50 coffee
     assert calm["recommended_action"] == "approve" and calm["reasons"] == ["no risk rule fired"]
 

@@ -15,6 +15,7 @@ import pytest
 from policies import load_policy
 from policies.risk import evaluate, verdict
 from policies.risk_model import RiskRules
+from policies.risk_words import without_model
 
 # (risk_level, recommended_action) pairs a verdict can give
 LOW, MEDIUM, HIGH, BLOCK = ("low", "approve"), ("medium", "review"), ("high", "review"), ("high", "block")
@@ -77,7 +78,7 @@ def rules_layer(rules: RiskRules | None = None) -> RiskRules:
     test_risk_words.py) and the thresholds the rules' points were written against, so that these tests check what
     the rules read, the floors they set and the points they add, as the word model then reads them."""
     rules = rules or load_policy().get("realtime_risk").risk_rules
-    return dataclasses.replace(rules, word_model={}, word_weights={}, medium_at=RULE_MEDIUM_AT, high_at=RULE_HIGH_AT,
+    return dataclasses.replace(without_model(rules), medium_at=RULE_MEDIUM_AT, high_at=RULE_HIGH_AT,
                                review_at=RULE_REVIEW_AT)
 
 
@@ -86,18 +87,26 @@ class Judge(Protocol):
                  **attributes: Any) -> tuple[str, str]: ...
 
 
-def judge_at(timestamp: str) -> Judge:
-    """judged(event_type, amount, currency, **attributes) -> (risk_level, recommended_action): the shipped rules'
-    verdict (`rules_layer`) on one event at `timestamp`, the keyword arguments as its attributes (amount and currency only when an
-    amount is given)."""
-    rules = rules_layer()
+@dataclasses.dataclass
+class Judged:
+    """judged(event_type, amount, currency, **attributes) -> (risk_level, recommended_action): `rules`' verdict
+    (default: the shipped rules, `rules_layer`) on one event at `timestamp`, the keyword arguments as its attributes
+    (amount and currency only when an amount is given). Every event judged, with its verdict, is kept in `seen`."""
 
-    def judged(event_type: str, amount: float | None = None, currency: str = "USD",
-               **attributes: Any) -> tuple[str, str]:
-        event: dict[str, Any] = {"event_type": event_type, "attributes": attributes, "timestamp": timestamp}
+    timestamp: str
+    rules: RiskRules = dataclasses.field(default_factory=rules_layer)
+    seen: list[tuple[dict[str, Any], tuple[str, str]]] = dataclasses.field(default_factory=list)
+
+    def __call__(self, event_type: str, amount: float | None = None, currency: str = "USD",
+                 **attributes: Any) -> tuple[str, str]:
+        event: dict[str, Any] = {"event_type": event_type, "attributes": attributes, "timestamp": self.timestamp}
         if amount is not None:
             event.update(amount=amount, currency=currency)
-        v = verdict(rules, evaluate(rules, event))
-        return v["risk_level"], v["recommended_action"]
+        v = verdict(self.rules, evaluate(self.rules, event))
+        self.seen.append((event, (v["risk_level"], v["recommended_action"])))
+        return self.seen[-1][1]
 
-    return judged
+
+def judge_at(timestamp: str) -> Judged:
+    """The rules layer's judge of events at `timestamp` (Judged)."""
+    return Judged(timestamp)

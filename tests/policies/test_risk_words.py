@@ -11,7 +11,7 @@ import pytest
 
 from policies import PolicyError, load_policy
 from policies.risk import evaluate, verdict
-from policies.risk_words import MODEL_KEYS, event_words, pack_features, word_score
+from policies.risk_words import MODEL_KEYS, PACK_FEATURES, contributions, event_words, pack_features, word_score
 
 RULES = load_policy().get("realtime_risk").risk_rules
 AT = "2025-06-02T10:00:00Z"
@@ -62,6 +62,55 @@ def test_the_rules_outcome_never_lowers_the_score_and_mitigations_never_raise_it
     cleared = word_score(RULES, event, pack_features(70, 60, 3, 2, "approve"))
     assert low is not None and high is not None and cleared is not None
     assert 0 <= low < high <= 100 and cleared <= high
+
+
+def test_the_contributions_add_up_to_the_score_and_name_the_largest_features() -> None:
+    """scoring.model_contributions: intercept + the rules' outcome + the named features + the rest is the score
+    before the clamp; the features named are the largest by |points|, and taking one away moves the score by
+    its points."""
+    event = {"event_type": "cash_deposit", "amount": 9_500, "currency": "USD", "timestamp": AT,
+             "attributes": {"branch_note": "customer split cash deposits below reporting threshold",
+                            "deposits_7d": 6, "new_account": True}}
+    score = evaluate(RULES, event)
+    why = contributions(RULES.word_model, score.terms)
+    assert why is not None and score.learned is not None
+    named = [f["points"] for f in why["features"]]
+    assert 0 < len(named) <= 5 and [abs(p) for p in named] == sorted((abs(p) for p in named), reverse=True)
+    parts = why["intercept"] + why["rules_outcome"] + sum(named) + why["other_features"]
+    assert abs(parts - why["total"]) < 0.05 and score.learned == max(0, min(100, round(why["total"])))
+    names = {f["feature"] for f in why["features"]}
+    rest = [abs(100 * t) for n, t in score.terms if n not in PACK_FEATURES and n not in names]
+    assert all(r <= abs(named[-1]) + 1e-9 for r in rest)
+    assert abs(why["rules_outcome"] - 100 * sum(t for n, t in score.terms if n in PACK_FEATURES)) < 0.01
+    top = next(f for f in why["features"] if ":" in f["feature"])  # the largest word or fact
+    without = dataclasses.replace(RULES, word_weights={k: v for k, v in RULES.word_weights.items()
+                                                       if k != top["feature"]})
+    moved = evaluate(without, event).learned
+    assert moved is not None and abs(score.learned - top["points"] - moved) <= 1
+    plain = dataclasses.replace(RULES, word_model={}, word_weights={})
+    assert contributions(plain.word_model, evaluate(plain, event).terms) is None
+    action = contributions(RULES.review_model, score.review_terms)  # the action head explained alike
+    assert action is not None and score.review == max(0, min(100, round(action["total"])))
+
+
+def test_the_action_head_decides_the_action_above_the_floors_and_leaves_the_score() -> None:
+    """With an action head (review_model) the action is review when its score plus the model's points reaches
+    review_model_at, whatever the score; the floors still hold and the score is the word model's alone."""
+    event = {"event_type": "card_payment", "amount": 20, "currency": "USD", "timestamp": AT,
+             "attributes": {"merchant": "bakery"}}
+    head = dataclasses.replace(RULES, review_model={"intercept": 0.5}, review_weights={}, review_model_at=50)
+    score = evaluate(head, event)
+    assert score.review == 50 and score.points == evaluate(RULES, event).points
+    assert verdict(head, score)["recommended_action"] == "review"
+    assert verdict(head, score)["risk_level"] != "low"  # a review is at least medium
+    assert verdict(dataclasses.replace(head, review_model_at=51), score)["recommended_action"] == "approve"
+    assert verdict(dataclasses.replace(head, review_model_at=51), score, 1.0)["recommended_action"] == "review"
+    sanctioned = {"event_type": "wire_transfer", "amount": 4_000, "currency": "USD", "timestamp": AT,
+                  "attributes": {"screening_result": "confirmed match on OFAC SDN list"}}
+    silent = dataclasses.replace(head, review_model={"intercept": 0.0})
+    assert verdict(silent, evaluate(silent, sanctioned))["recommended_action"] == "block"
+    no_head = dataclasses.replace(RULES, review_model={}, review_weights={})
+    assert evaluate(no_head, event).review is None  # the action then follows the score (review_at)
 
 
 @pytest.mark.parametrize("table, key, why", [
