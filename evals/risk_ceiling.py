@@ -69,13 +69,19 @@ def honest(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any
     return out
 
 
-def consistency(sets: Mapping[str, list[Any]]) -> dict[str, Any]:
-    """Per typology used by several writers: the writers, events, spread of their mean label_score, and the
-    share of events whose action is not the other writers' majority; plus the typology oracle per set."""
+def by_typology(sets: Mapping[str, list[Any]]) -> dict[str, dict[str, list[Mapping[str, Any]]]]:
+    """Typology -> set name -> its labelled rows of that typology."""
     by: dict[str, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for name, triples in sets.items():
         for row, _, _ in triples:
             by[typology_of(row)][name].append(row)
+    return by
+
+
+def consistency(sets: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """Per typology used by several writers: the writers, events, spread of their mean label_score, and the
+    share of events whose action is not the other writers' majority; plus the typology oracle per set."""
+    by = by_typology(sets)
     table: dict[str, Any] = {}
     for typ, writers in by.items():
         if len(writers) < 2 or not typ:
@@ -104,10 +110,7 @@ def majority(by: Mapping[str, Mapping[str, list[Mapping[str, Any]]]], typ: str, 
 
 def ceiling(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any]) -> dict[str, Any]:
     sets = honest(rules, paths, provenance)
-    by: dict[str, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    for name, triples in sets.items():
-        for row, _, _ in triples:
-            by[typology_of(row)][name].append(row)
+    by = by_typology(sets)
     misses: dict[str, Any] = {}
     for name, triples in sets.items():
         counts = Counter(dict.fromkeys(CLASSES, 0))

@@ -110,18 +110,12 @@ def head_terms(model: Mapping[str, float], weights: Mapping[str, float], feats: 
     return total, tuple(terms)
 
 
-def word_terms(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
-               facts: Mapping[str, object] | None = None) -> tuple[float, tuple[tuple[str, float], ...]]:
-    """head_terms of the word model (the score) on one event."""
-    return head_terms(rules.word_model, rules.word_weights, features(rules, event, pack, facts))
-
-
 def word_score(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
                facts: Mapping[str, object] | None = None) -> int | None:
     """The word model's score of an event (0-100), or None when the pack has no word model."""
     if not rules.word_model:
         return None
-    return clamped(word_terms(rules, event, pack, facts)[0])
+    return clamped(head_terms(rules.word_model, rules.word_weights, features(rules, event, pack, facts))[0])
 
 
 def review_terms(rules: RiskRules, feats: Mapping[str, float]) -> tuple[int | None, tuple[tuple[str, float], ...]]:

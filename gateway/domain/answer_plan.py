@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.domain.case_lookup import lookup
+from gateway.domain.case_lookup import Case, lookup
 from gateway.domain.figure_choice import clause_after, nearest, row_values
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, identifiers, mentions
 from textspans.bands import qualified
@@ -79,8 +79,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     # when the question names the column in other words ("deposit" for "down payment").
     case = None if absent else lookup(index, question, asked, quotable)
     if case is not None:
-        return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
-                          case.reason, question)
+        return _case_plan(asked, case, question)
     unused = _unused_words(question, index)
     if not absent and len(unused) == 1:
         # A table row the question names by its member or label ("an A2 client", "Corporate bonds HY") is
@@ -88,8 +87,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
         # available"): the row's cell answers.
         case = lookup(index, question, asked, quotable, labels=True)
         if case is not None:
-            return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
-                              case.reason, question)
+            return _case_plan(asked, case, question)
     absent += unused
     if absent:
         return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
@@ -103,8 +101,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     case = lookup(index, question, asked, quotable, labels=True)
     if case is not None and index.coverage(question, asked, case.row.context) >= \
             index.coverage(question, asked, ranked[0].context):
-        return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True,
-                          case.reason, question)
+        return _case_plan(asked, case, question)
     leads: dict[str, str] = {}  # lead -> its tail
     best, reason = ranked[0], "free"
     if asked.article:
@@ -137,6 +134,12 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
         return AnswerPlan(asked, (), (), (), False, f"the best sentence holds {covered:.0%} of the question")
     others = [c.sentence for c in ranked[: k + 1] if c.sentence != best.sentence]
     return AnswerPlan(asked, (best.sentence, *others)[:k], tuple(leads), tuple(leads.values()), True, reason,
+                      question)
+
+
+def _case_plan(asked: Asked, case: Case, question: str) -> AnswerPlan:
+    """The plan a looked-up case answers: its row's sentence, the figures its cells lead with."""
+    return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True, case.reason,
                       question)
 
 
