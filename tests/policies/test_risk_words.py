@@ -113,8 +113,25 @@ def test_the_action_head_decides_the_action_above_the_floors_and_leaves_the_scor
     assert evaluate(no_head, event).review is None  # the action then follows the score (review_at)
 
 
+def test_the_block_head_blocks_at_its_threshold_and_nothing_else_does_without_it() -> None:
+    """With a block head (block_model) the action is block when its score plus the model's points reaches
+    block_model_at, whatever the action head says; the level is then high. Without one only floors block."""
+    event = {"event_type": "card_payment", "amount": 20, "currency": "USD", "timestamp": AT,
+             "attributes": {"merchant": "bakery"}}
+    head = dataclasses.replace(RULES, block_model={"intercept": 0.3}, block_weights={}, block_model_at=30)
+    score = evaluate(head, event)
+    assert score.block == 30 and score.points == evaluate(RULES, event).points
+    assert verdict(head, score)["recommended_action"] == "block" and verdict(head, score)["risk_level"] == "high"
+    below = dataclasses.replace(head, block_model_at=31)
+    assert verdict(below, score)["recommended_action"] != "block"
+    assert verdict(below, score, 1.0)["recommended_action"] == "block"  # the model's points count, as for review
+    none = dataclasses.replace(RULES, block_model={}, block_weights={})
+    assert evaluate(none, event).block is None and verdict(none, evaluate(none, event))["recommended_action"] != "block"
+
+
 @pytest.mark.parametrize("table, key, why", [
-    ("word_weights", "x:cash", "a mark"), ("word_weights", "v:Cash", "a mark"), ("word_model", "slope", "intercept")])
+    ("word_weights", "x:cash", "a mark"), ("word_weights", "v:Cash", "a mark"), ("word_model", "slope", "intercept"),
+    ("block_weights", "g:casht", "four-gram"), ("block_model", "ratio", "intercept")])
 def test_a_malformed_word_model_fails_the_load_with_the_key_named(
         write_policy: Callable[[Callable[[dict[str, Any]], None] | None], Path], table: str, key: str,
         why: str) -> None:
