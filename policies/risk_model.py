@@ -15,8 +15,8 @@ from types import MappingProxyType
 
 from policies.schema import knob
 
-CURRENCY_PATTERN = r"^[A-Z]{3}$"  # ISO 4217, as RiskEvent.currency is written
-_CURRENCY_RULE = "currency codes are three capital letters (ISO 4217), e.g. USD"
+CURRENCY_PATTERN = r"^[A-Z][A-Z0-9]{2,5}$"  # ISO 4217 (USD) or a crypto asset's ticker (USDT); RiskEvent.currency
+_CURRENCY_RULE = "currency codes are capital letters: ISO 4217's three (USD) or a crypto ticker of up to six (USDT)"
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # facts, lists and rules are named in conditions
 _NAME_RULE = "names are lower-case letters, digits and _ (they are written in rule conditions)"
 WORD_PATTERN = r"^([tkv+#0n-]:[a-z0-9]{1,40}|f:[a-z][a-z0-9_]{0,63}|g:[a-z0-9_]{4})$"  # a marked word of the word model (policies/risk_words.py)

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.web.text import EdgeModel
 from gateway.schemas.common import MaxTokens, Temperature, Timings, Usage
+from policies.risk_model import CURRENCY_PATTERN
 
 DEFAULT_QUESTION = "How risky is this event? Answer with a risk level (low, medium or high) and one short reason."
 
@@ -20,7 +21,8 @@ class RiskEvent(EdgeModel):
     timestamp: datetime | None = Field(None, strict=False)  # JSON has no datetime: ISO 8601 text is parsed
     entity: str | None = Field(None, max_length=256, description="Account, counterparty or instrument.")
     amount: float | None = None
-    currency: str | None = Field(None, pattern=r"^[A-Z]{3}$")
+    currency: str | None = Field(None, pattern=CURRENCY_PATTERN,
+                                 description="ISO 4217 (USD) or a crypto asset's ticker (USDT, BTC).")
     attributes: dict[str, str | int | float | bool | None] = Field(
         default_factory=dict, max_length=64, description="Further flat facts about the event.")
 

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import httpx
+import pytest
+from pydantic import ValidationError
 
+from gateway.domain.risk_schemas import RiskEvent
 from tests.gateway.conftest import Keys, auth
 from tests.gateway.test_openai_api import sse_events
 
@@ -38,6 +41,15 @@ async def test_risk_refuses_unknown_fields_and_bad_events(client: httpx.AsyncCli
     assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_field"
     r = await client.post("/v1/risk/assess", headers=auth(keys.acme), json={"event": {**EVENT, "currency": "usd"}})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+
+
+def test_a_risk_event_may_name_a_crypto_ticker_as_its_currency() -> None:
+    """ISO 4217's three capital letters, or a crypto asset's ticker of up to six (a VASP's USDT); nothing else."""
+    for code in ("USDT", "USDC", "BTC", "EUR"):
+        assert RiskEvent.model_validate({"event_type": "crypto_withdrawal", "currency": code}).currency == code
+    for code in ("usdt", "US", "1BTC", "TOOLONGX"):
+        with pytest.raises(ValidationError):
+            RiskEvent.model_validate({"event_type": "crypto_withdrawal", "currency": code})
 
 
 async def test_document_questions_reuse_the_prefix_cache(client: httpx.AsyncClient, keys: Keys) -> None:

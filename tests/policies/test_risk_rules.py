@@ -48,6 +48,12 @@ def test_amount_thresholds_are_in_usd_whatever_the_currency() -> None:
     assert fired(wire(12_000, "XAF")) == set()  # a currency the policy has no rate for
 
 
+def test_a_stablecoin_ticker_is_a_currency_at_its_peg() -> None:
+    """A VASP's feed names USDT, not ISO 4217's three letters: its amount is read in dollars at the peg."""
+    assert fired(wire(12_000, "USDT")) == {"large_amount"}
+    assert fired(wire(600_000, "USDC")) == {"very_large_amount"}
+
+
 def test_within_a_group_only_the_most_points_count() -> None:
     score = evaluate(RULES, wire(9_900_000, beneficiary_country="IR", account_age_days=2))
     jurisdiction = [f for f in score.fired if f.rule in ("sanctioned_country", "fatf_call_for_action")]
@@ -137,7 +143,7 @@ def _rules(d: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("mutate", "key", "problem"), [
-    (lambda r: r["usd_value"].update({"usd": 5}), "classes.realtime_risk.risk_rules.usd_value.usd", "three capital"),
+    (lambda r: r["usd_value"].update({"usd": 5}), "classes.realtime_risk.risk_rules.usd_value.usd", "capital letters"),
     (lambda r: r["rules"]["pep_involved"].update(points=150), "classes.realtime_risk.risk_rules.rules.pep_involved.points",
      "in [0, 100]"),
     (lambda r: r.update(country_words="country"), "classes.realtime_risk.risk_rules.country_words", "an array"),
