@@ -119,7 +119,8 @@ def fit_thresholds(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
 
 def fit_block_at(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
     """The pack with the block_model_at (even, 10-90) that gets most actions right over `sets` (each set weighted
-    alike) given its other thresholds; ties keep the value nearest the shipped one. A pack without a block head
+    alike) given its other thresholds, the block head turning a review into a block (policies/risk.py `verdict`);
+    ties keep the value nearest the shipped one. A pack without a block head
     comes back as it is."""
     if not rules.block_model:
         return rules
@@ -131,7 +132,7 @@ def fit_block_at(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
                 continue
             action = ACTIONS.index(verdict(rules, dataclasses.replace(s, block=None))["recommended_action"])
             label = ACTIONS.index(row["recommended_action"])
-            got += np.where(s.block >= grid, label == 2, action == label) / len(one.rows)
+            got += np.where((s.block >= grid) & (action > 0), label == 2, action == label) / len(one.rows)
     best = np.lexsort((abs(grid - rules.block_model_at), -np.round(got, 9)))[0]
     return dataclasses.replace(rules, block_model_at=int(grid[best]))
 

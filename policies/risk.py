@@ -12,7 +12,8 @@ Where the pack has a word model (RiskRules.word_model, policies/risk_words.py), 
 of the event's words, amount and the rules' outcome instead of the rules' points; the floors, the reasons and
 the thresholds work as before. Where it also has an action head (RiskRules.review_model), the action is review when
 that head's score reaches review_model_at (the score's review_at is then not read); floors still raise it. Where it
-has a block head (RiskRules.block_model), the action is block when that head's score reaches block_model_at.
+has a block head (RiskRules.block_model), an action of review (by either head's score or a floor) becomes block
+when the block head's score reaches block_model_at: it never blocks what nothing else would have an analyst look at.
 
 Mitigations (RiskRules.mitigations) are the context an analyst uses to clear an alert: each that holds
 lowers the rules it offsets to its `keep` share of their points before the groups are compared, so
@@ -165,12 +166,13 @@ def verdict(rules: RiskRules, score: RuleScore, model_severity: float | None = N
     model = round(rules.model_points * min(max(model_severity, 0.0), 1.0)) if model_severity is not None else 0
     total = min(100, score.points + model)
     level = 2 if total >= rules.high_at else 1 if total >= rules.medium_at else 0
-    blocks = rules.block_at is not None and total >= rules.block_at or \
-        score.block is not None and min(100, score.block + model) >= rules.block_model_at
+    blocks = rules.block_at is not None and total >= rules.block_at
     reviews = total >= rules.review_at if score.review is None else \
         min(100, score.review + model) >= rules.review_model_at
     action = 2 if blocks else 1 if reviews else 0
     action = max(action, ACTIONS.index(score.action.value))
+    if action and score.block is not None and min(100, score.block + model) >= rules.block_model_at:
+        action = 2  # the block head stops only what an analyst would look at anyway
     level = max(level, action)
     lowered = {r for m in score.mitigated for r in m.rules}  # their residue comes after the context that lowered it
     phrases = [f.reason for f in score.fired if f.rule not in lowered] + [m.reason for m in score.mitigated]
