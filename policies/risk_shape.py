@@ -11,9 +11,11 @@ words change:
   expected, declared, historical, peer, prior, maximum ... in any language the vocabulary reads): log10 of the
   ratio, above 1 / below 1, each capped at two orders of magnitude and read in 0-1 (the one furthest from 1
   counts when several attributes name a usual level);
-- `g:xxxx`: a character four-gram of a marked word of five letters or more, with the word's boundaries as `_`
-  (`_sanc`, `tion`), valued GRAM_VALUE: an unseen spelling or a cognate (sanciones, sanzioni) shares weight with
-  the words seen in training.
+- `g:xxxx`: a character four-gram of a word of five letters or more of the event type or of an attribute's name,
+  with the word's boundaries as `_` (`_sanc`, `tion`), valued GRAM_VALUE: an unseen spelling or a cognate
+  (sanciones, sanzioni) shares weight with the words seen in training. Names only: a writer's schema is where their
+  language shows, while the grams of free text (`v:`) outweighed what the rules read in it (a vague "general
+  merchandise" no longer ranked above no description at all) and ranked worse held out.
 
 Which of them matter, and how much, is fitted with the rest of the word model (evals/risk_fit.py).
 """
@@ -31,7 +33,7 @@ GRAM_MIN_WORD = 5  # shorter words' grams are the word itself, or say nothing
 GRAM_VALUE = 0.3  # a gram's value: many grams of one word must not outweigh the word
 _MAX_DIGITS = 6  # a number of a million or more reads as 1
 _MAX_RATIO_DECADES = 2  # the amount at 100x (or 1/100th) its usual level reads as 1
-_WORD_MARKS = frozenset("tkv+-#0")  # the marks of words read from the event (not facts, not magnitudes)
+_NAME_MARKS = frozenset("tk+-#0")  # the marks of the event type's and the attributes' names' words
 USUAL_WORDS = frozenset({"average", "usual", "baseline", "expected", "typical", "mean", "median", "normal",
                          "declared", "historical", "history", "avg", "prior", "previous", "max", "maximum", "peer",
                          "profile"})
@@ -79,10 +81,11 @@ def shape_features(voc: Vocabulary, event: Mapping[str, Any]) -> dict[str, float
 
 
 def grams(words: Iterable[str]) -> dict[str, float]:
-    """The `g:` four-grams of the marked words (`t:`, `k:`, `v:`, `+:` ...) of GRAM_MIN_WORD letters or more."""
+    """The `g:` four-grams of the marked name words (`t:`, `k:`, `+:`, `-:`, `#:`, `0:`) of GRAM_MIN_WORD letters or
+    more."""
     out: dict[str, float] = {}
     for marked in words:
-        if marked[:1] not in _WORD_MARKS or len(marked) - 2 < GRAM_MIN_WORD:
+        if marked[:1] not in _NAME_MARKS or len(marked) - 2 < GRAM_MIN_WORD:
             continue
         padded = f"_{marked[2:]}_"
         out.update((f"g:{padded[i:i + GRAM]}", GRAM_VALUE) for i in range(len(padded) - GRAM + 1))

@@ -6,9 +6,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import numpy as np
+import pytest
 
 from evals.risk_fit import WORD_MODEL_BEGIN, _ridge, fit, rescored, toml_tables
 from evals.risk_lowo import score_set
