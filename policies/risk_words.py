@@ -13,6 +13,8 @@ each marked by where it stands, so that a true flag and a false one, a name and 
 - `f:fact`: a flag fact of the pack's vocabulary that holds (policies/risk_facts.py): the concept however the
   writer named it, in any language the vocabulary reads. Numbers the facts read structurally (counts per day,
   ratios, ages, amounts against the currency's reporting threshold) enter through the rules that test them.
+- `n:w`, `g:xxxx`, ratio_up / ratio_down: the event's shape, whatever its words (policies/risk_shape.py): a number's
+  size under each word of its name, character four-grams of the names' words, the amount against a usual level.
 
 Beside the words: the amount in USD (log scale, `amount`), and the rules' outcome (PACK_FEATURES: their
 combined score, the strongest counted rule, how many counted, how many mitigations lowered one, a review
