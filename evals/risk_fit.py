@@ -8,8 +8,10 @@ by OUTCOME_RIDGE. Only the rules' outcome is held monotone (a rule that fires, a
 a mitigation never raises it): a feature that comes out of the fit with the wrong sign is dropped and the fit
 redone. Its action head (RiskRules.review_model, review_weights) is the same fit of whether the label's action is
 review or block: the verdict's action follows it (review_model_at) instead of a threshold on the score, which an
-honest leave-one-writer-out comparison preferred (docs/BENCHMARKS.md). evals/risk_lowo.py refits both without the held-out set (and reads every set with the pack less what was
-written for that set), so that no held-out figure saw its own labels.
+honest leave-one-writer-out comparison preferred (docs/BENCHMARKS.md). Its block head (block_model, block_weights)
+is the same fit of whether the label's action is block: at block_model_at it blocks where no rule's floor does. evals/risk_lowo.py refits all three without the held-out set
+(and reads every set with the pack less what was written for that set), so that no held-out figure saw its own
+labels.
 
 Run: `python -m evals.risk_fit` fits on every set and rewrites the word model's tables at the end of
 policies/default.toml (between WORD_MODEL_BEGIN and WORD_MODEL_END).
@@ -27,8 +29,10 @@ from evals.verdict_quality import as_route_reads
 from policies.risk import RuleScore
 from policies.risk_facts import read
 from policies.risk_model import RiskRules
+from policies.risk_shape import SHAPE_KEYS
 from policies.risk_words import (
     PACK_FEATURES,
+    block_terms,
     clamped,
     features,
     head_terms,
@@ -80,14 +84,16 @@ def fit(rules: RiskRules, sets: Sets) -> RiskRules:
             w.append(1 / len(set_rows) / len(sets))
         for k in in_set:
             seen[k] = seen.get(k, 0) + 1
-    names = ["amount", *PACK_FEATURES, *sorted(k for k, n in seen.items() if n >= MIN_SETS)]
+    names = ["amount", *PACK_FEATURES, *SHAPE_KEYS, *sorted(k for k, n in seen.items() if n >= MIN_SETS)]
     x = np.array([[r.get(n, 0.0) for n in names] for r in rows])  # [N, F]
     wv = np.array(w) / sum(w)
     score_model, score_weights = _head(names, x, np.array([r["label_score"] / 100 for r in labels]), wv)
     review_model, review_weights = _head(names, x, np.array([float(r["recommended_action"] != "approve")
                                                               for r in labels]), wv)
+    block_model, block_weights = _head(names, x, np.array([float(r["recommended_action"] == "block")
+                                                            for r in labels]), wv)
     return dataclasses.replace(rules, word_model=score_model, word_weights=score_weights, review_model=review_model,
-                               review_weights=review_weights)
+                               review_weights=review_weights, block_model=block_model, block_weights=block_weights)
 
 
 def _head(names: Sequence[str], x: np.ndarray, y: np.ndarray, w: np.ndarray
@@ -111,10 +117,14 @@ def _head(names: Sequence[str], x: np.ndarray, y: np.ndarray, w: np.ndarray
 
 
 def _ridge(x: np.ndarray, y: np.ndarray, w: np.ndarray, pen: np.ndarray) -> tuple[np.ndarray, float]:
-    """Weighted ridge with an unpenalised intercept: (b, a) minimising sum w (a + x.b - y)^2 + sum pen b^2."""
+    """Weighted ridge with an unpenalised intercept: (b, a) minimising sum w (a + x.b - y)^2 + sum pen b^2. Solved
+    in its dual form, b = P^-1 Xc^T (W Xc P^-1 Xc^T + I)^-1 W yc (the same b): an [N, N] system, where the
+    four-grams make the features (F) outnumber the events (N)."""
     mu = w @ x
-    xc = x - mu
-    b = np.linalg.solve(xc.T @ (w[:, None] * xc) + np.diag(pen), xc.T @ (w * (y - w @ y)))
+    xc = x - mu  # [N, F]
+    inv = 1 / pen  # [F]
+    gram = (w[:, None] * xc) @ (inv[:, None] * xc.T)  # [N, N]
+    b = inv * (xc.T @ np.linalg.solve(gram + np.eye(len(y)), w * (y - w @ y)))
     return b, float(w @ y - mu @ b)
 
 
@@ -131,7 +141,7 @@ def rescored(fitted: RiskRules, rows: Sequence[Mapping[str, Any]],
         feats = features(fitted, event, pack_of(score), read(fitted, event).values)
         out.append(dataclasses.replace(score, learned=clamped(head_terms(fitted.word_model, fitted.word_weights,
                                                                          feats)[0]),
-                                       review=review_score(fitted, feats)))
+                                       review=review_score(fitted, feats), block=block_terms(fitted, feats)[0]))
     return tuple(out)
 
 
@@ -143,7 +153,8 @@ def toml_tables(rules: RiskRules, klass: str = "realtime_risk") -> str:
     lines = [WORD_MODEL_BEGIN, "# Fitted on every labelled set (evals/data/risk_events*.json); judged only by",
              "# evals/risk_lowo.py, which refits it without the set it judges. See policies/risk_words.py.",
              *table("word_model", rules.word_model), "", *table("word_weights", rules.word_weights), "",
-             *table("review_model", rules.review_model), "", *table("review_weights", rules.review_weights),
+             *table("review_model", rules.review_model), "", *table("review_weights", rules.review_weights), "",
+             *table("block_model", rules.block_model), "", *table("block_weights", rules.block_weights),
              WORD_MODEL_END]
     return "\n".join(lines) + "\n"
 
@@ -172,7 +183,8 @@ def main() -> None:
     fitted = fit(plain, sets)
     write(Path(__file__).resolve().parent.parent / "policies" / "default.toml", toml_tables(fitted))
     print(f"word model: {len(fitted.word_weights)} words; {dict(fitted.word_model)}; action head: "
-          f"{len(fitted.review_weights)} words; {dict(fitted.review_model)}")
+          f"{len(fitted.review_weights)} words; {dict(fitted.review_model)}; block head: "
+          f"{len(fitted.block_weights)} words; {dict(fitted.block_model)}")
 
 
 if __name__ == "__main__":

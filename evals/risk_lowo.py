@@ -87,9 +87,9 @@ def held_out(rules: RiskRules, path: Path, provenance: Mapping[str, Any], others
 
 def fit_thresholds(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
     """The pack with the medium_at, high_at and review_at (review_model_at where the pack has an action head, read
-    on its score; even values, 10-90) that get most levels and actions
-    right over `sets`, each set weighted alike (a large set must not outvote a small writer); ties keep the
-    values nearest the shipped ones. The verdict's rule (policies/risk.py `verdict`), on arrays: action = the
+    on its score, then block_model_at where it has a block head, `fit_block_at`; even values, 10-90) that get most
+    levels and actions right over `sets`, each set weighted alike (a large set must not outvote a small writer);
+    ties keep the values nearest the shipped ones. The verdict's rule (policies/risk.py `verdict`), on arrays: action = the
     score's action raised to the fired rules' floor, level = the score's level raised to the action."""
     grid = np.arange(10, 91, 2)
     head = bool(rules.review_model)  # the action follows the action head's score, not the score
@@ -113,8 +113,28 @@ def fit_thresholds(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
     r, m, h = np.unravel_index(best, got.shape)
     fitted = dataclasses.replace(rules, medium_at=int(grid[m]), high_at=int(grid[h]))
     if head:
-        return dataclasses.replace(fitted, review_model_at=int(grid[r]))
+        return fit_block_at(dataclasses.replace(fitted, review_model_at=int(grid[r])), sets)
     return dataclasses.replace(fitted, review_at=int(grid[r]))
+
+
+def fit_block_at(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
+    """The pack with the block_model_at (even, 10-90) that gets most actions right over `sets` (each set weighted
+    alike) given its other thresholds, the block head turning a review into a block (policies/risk.py `verdict`);
+    ties keep the value nearest the shipped one. A pack without a block head
+    comes back as it is."""
+    if not rules.block_model:
+        return rules
+    grid = np.arange(10, 91, 2)
+    got = np.zeros(len(grid))
+    for one in sets:
+        for row, s in zip(one.rows, one.scores, strict=True):
+            if s is None or s.block is None:
+                continue
+            action = ACTIONS.index(verdict(rules, dataclasses.replace(s, block=None))["recommended_action"])
+            label = ACTIONS.index(row["recommended_action"])
+            got += np.where((s.block >= grid) & (action > 0), label == 2, action == label) / len(one.rows)
+    best = np.lexsort((abs(grid - rules.block_model_at), -np.round(got, 9)))[0]
+    return dataclasses.replace(rules, block_model_at=int(grid[best]))
 
 
 def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,7 +155,8 @@ def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any])
 
 def _thresholds(rules: RiskRules) -> dict[str, int]:
     review = ("review_model_at", rules.review_model_at) if rules.review_model else ("review_at", rules.review_at)
-    return {"medium_at": rules.medium_at, "high_at": rules.high_at, review[0]: review[1]}
+    block = {"block_model_at": rules.block_model_at} if rules.block_model else {}
+    return {"medium_at": rules.medium_at, "high_at": rules.high_at, review[0]: review[1], **block}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

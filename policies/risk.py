@@ -11,7 +11,9 @@ digits there), most points first.
 Where the pack has a word model (RiskRules.word_model, policies/risk_words.py), the score is the model's reading
 of the event's words, amount and the rules' outcome instead of the rules' points; the floors, the reasons and
 the thresholds work as before. Where it also has an action head (RiskRules.review_model), the action is review when
-that head's score reaches review_model_at (the score's review_at is then not read); floors still raise it.
+that head's score reaches review_model_at (the score's review_at is then not read); floors still raise it. Where it
+has a block head (RiskRules.block_model), an action of review (by either head's score or a floor) becomes block
+when the block head's score reaches block_model_at: it never blocks what nothing else would have an analyst look at.
 
 Mitigations (RiskRules.mitigations) are the context an analyst uses to clear an alert: each that holds
 lowers the rules it offsets to its `keep` share of their points before the groups are compared, so
@@ -33,7 +35,7 @@ from typing import Any
 from policies.risk_conditions import Condition, holds, parse
 from policies.risk_facts import Facts, read
 from policies.risk_model import Action, Combine, RiskMitigation, RiskRule, RiskRules
-from policies.risk_words import clamped, features, head_terms, pack_features, review_terms
+from policies.risk_words import block_terms, clamped, features, head_terms, pack_features, review_terms
 
 # The verdict's enum values, least severe first (the loader checks the class's schema offers them).
 LEVELS = ("low", "medium", "high")
@@ -70,6 +72,8 @@ class RuleScore:
     terms: tuple[tuple[str, float], ...] = ()  # the word model's nonzero weight x value per feature (head_terms)
     review: int | None = None  # the action head's score (policies/risk_words.py); None: the action follows points
     review_terms: tuple[tuple[str, float], ...] = ()  # the action head's nonzero weight x value per feature
+    block: int | None = None  # the block head's score (policies/risk_words.py); None: only floors block
+    block_terms: tuple[tuple[str, float], ...] = ()  # the block head's nonzero weight x value per feature
 
     @property
     def points(self) -> int:
@@ -120,7 +124,9 @@ def evaluate(rules: RiskRules, event: Mapping[str, Any]) -> RuleScore:
     feats = features(rules, event, pack, facts.values)
     total, terms = head_terms(rules.word_model, rules.word_weights, feats)
     review, review_parts = review_terms(rules, feats)
-    return dataclasses.replace(score, learned=clamped(total), terms=terms, review=review, review_terms=review_parts)
+    block, block_parts = block_terms(rules, feats)
+    return dataclasses.replace(score, learned=clamped(total), terms=terms, review=review, review_terms=review_parts,
+                               block=block, block_terms=block_parts)
 
 
 Parsed = tuple[tuple[str, Any, tuple[Condition, ...], tuple[Condition, ...]], ...]  # (name, rule, when, unless)
@@ -154,8 +160,8 @@ def fires(when: tuple[Condition, ...], unless: tuple[Condition, ...], values: Ma
 def verdict(rules: RiskRules, score: RuleScore, model_severity: float | None = None) -> dict[str, Any]:
     """The verdict of the shipped schema: the rules' score (RuleScore.points) plus the model's (its expected
     severity in [0, 1] x `model_points`), capped at 100, mapped to a level and an action by the policy's thresholds
-    (the action by the action head's score plus the model's points where the pack has one, review_model_at),
-    each raised to the fired rules' floor (block: high; review: at least medium). The reasons name the
+    (the action by the action head's score plus the model's points where the pack has one, review_model_at; block
+    by the block head's, block_model_at), each raised to the fired rules' floor (block: high; review: at least medium). The reasons name the
     counted rules, most points first, then the mitigations that lowered a rule, then the rules they lowered."""
     model = round(rules.model_points * min(max(model_severity, 0.0), 1.0)) if model_severity is not None else 0
     total = min(100, score.points + model)
@@ -165,6 +171,8 @@ def verdict(rules: RiskRules, score: RuleScore, model_severity: float | None = N
         min(100, score.review + model) >= rules.review_model_at
     action = 2 if blocks else 1 if reviews else 0
     action = max(action, ACTIONS.index(score.action.value))
+    if action and score.block is not None and min(100, score.block + model) >= rules.block_model_at:
+        action = 2  # the block head stops only what an analyst would look at anyway
     level = max(level, action)
     lowered = {r for m in score.mitigated for r in m.rules}  # their residue comes after the context that lowered it
     phrases = [f.reason for f in score.fired if f.rule not in lowered] + [m.reason for m in score.mitigated]

@@ -19,9 +19,9 @@ CURRENCY_PATTERN = r"^[A-Z][A-Z0-9]{2,5}$"  # ISO 4217 (USD) or a crypto asset's
 _CURRENCY_RULE = "currency codes are capital letters: ISO 4217's three (USD) or a crypto ticker of up to six (USDT)"
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # facts, lists and rules are named in conditions
 _NAME_RULE = "names are lower-case letters, digits and _ (they are written in rule conditions)"
-WORD_PATTERN = r"^([tkv+#0-]:[a-z0-9]{1,40}|f:[a-z][a-z0-9_]{0,63})$"  # a marked word of the word model (policies/risk_words.py)
-_WORD_RULE = "a mark (t k v + - # 0), a colon and a lower-case word, e.g. v:cash"
-MODEL_PATTERN = r"^(intercept|amount|rule_score|strongest_rule|rules_fired|mitigations_held|review_floor|block_floor)$"
+WORD_PATTERN = r"^([tkv+#0n-]:[a-z0-9]{1,40}|f:[a-z][a-z0-9_]{0,63}|g:[a-z0-9_]{4})$"  # a marked word of the word model (policies/risk_words.py)
+_WORD_RULE = "a mark (t k v + - # 0 n), a colon and a lower-case word (v:cash), or g: and a four-gram (g:_cas)"
+MODEL_PATTERN = r"^(intercept|amount|rule_score|strongest_rule|rules_fired|mitigations_held|review_floor|block_floor|ratio_up|ratio_down)$"
 _MODEL_RULE = "intercept, amount or one of the rules' outcomes (policies/risk_words.py MODEL_KEYS)"
 
 
@@ -289,9 +289,20 @@ class RiskRules:
     review_model_at: int = field(default=50, metadata=knob(
         "with an action head: its score (plus the model's points) at which the action is review", ge=1, le=100,
         optional=True))
+    block_model: Mapping[str, float] = field(default_factory=dict, metadata=knob(
+        "the word model's block head (policies/risk_words.py): as word_model, fitted to whether the action is "
+        "block; empty: only a rule's floor (or block_at) blocks", key_pattern=MODEL_PATTERN, key_rule=_MODEL_RULE,
+        optional=True))
+    block_weights: Mapping[str, float] = field(default_factory=dict, metadata=knob(
+        "the block head's weight of each marked word of an event", key_pattern=WORD_PATTERN, key_rule=_WORD_RULE,
+        optional=True))
+    block_model_at: int = field(default=50, metadata=knob(
+        "with a block head: its score (plus the model's points) at which the action is block", ge=1, le=100,
+        optional=True))
 
     def __post_init__(self) -> None:
         for name in ("facts", "name_synonyms", "translations", "checks", "rating_values", "country_lists", "usd_value",
                      "reporting_thresholds", "instrument_thresholds", "price_pairs", "name_pairs", "rules", "mitigations",
-                     "word_model", "word_weights", "review_model", "review_weights"):
+                     "word_model", "word_weights", "review_model", "review_weights", "block_model",
+                     "block_weights"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

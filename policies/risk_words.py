@@ -13,50 +13,41 @@ each marked by where it stands, so that a true flag and a false one, a name and 
 - `f:fact`: a flag fact of the pack's vocabulary that holds (policies/risk_facts.py): the concept however the
   writer named it, in any language the vocabulary reads. Numbers the facts read structurally (counts per day,
   ratios, ages, amounts against the currency's reporting threshold) enter through the rules that test them.
+- `n:w`, `g:xxxx`, ratio_up / ratio_down: the event's shape, whatever its words (policies/risk_shape.py): a number's
+  size under each word of its name, character four-grams of the names' words, the amount against a usual level.
 
 Beside the words: the amount in USD (log scale, `amount`), and the rules' outcome (PACK_FEATURES: their
 combined score, the strongest counted rule, how many counted, how many mitigations lowered one, a review
 floor, a block floor). The score is 100 x (intercept + the weights of the features present), in 0-100; the
 rules' action floors still hold in the verdict (policies/risk.py `verdict`). An empty word_model leaves the
 rules' points as the score. The action head (RiskRules.review_model, review_weights) is a second set of weights
-on the same features, fitted to whether the action is review or block: its score decides the action.
+on the same features, fitted to whether the action is review or block: its score decides review. The block head
+(block_model, block_weights) is a third, fitted to whether the action is block: at block_model_at it blocks.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies.risk_model import WORD_PATTERN, RiskRules
+from policies.risk_shape import SHAPE_KEYS, flat, grams, shape_features
 from policies.risk_vocabulary import vocabulary
 
 PACK_FEATURES = ("rule_score", "strongest_rule", "rules_fired", "mitigations_held", "review_floor", "block_floor")
-MODEL_KEYS = ("intercept", "amount", *PACK_FEATURES)  # the keys of RiskRules.word_model
+MODEL_KEYS = ("intercept", "amount", *PACK_FEATURES, *SHAPE_KEYS)  # the keys of RiskRules.word_model
 _WORD = re.compile(WORD_PATTERN)
 TOP_CONTRIBUTIONS = 5  # the features scoring.model_contributions names one by one
 _MAX_FIRED, _MAX_MITIGATED = 5, 3  # counts above these read as these (a sixth rule adds nothing)
-
-
-def _flat(attrs: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted name, value) of every leaf; a list's items read as one text."""
-    for k, v in attrs.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, Mapping):
-            yield from _flat(v, key)
-        elif isinstance(v, (list, tuple)):
-            yield key, " ".join(str(i) for i in v)
-        else:
-            yield key, v
 
 
 def event_words(rules: RiskRules, event: Mapping[str, Any]) -> frozenset[str]:
     """The event's marked words (module docstring), read with `rules`' vocabulary."""
     voc = vocabulary(rules)
     out = {f"t:{w}" for w in voc.name_tokens(str(event.get("event_type", "")))}
-    attrs = event.get("attributes")
-    for key, v in _flat(attrs if isinstance(attrs, Mapping) else {}):
+    for key, v in flat(event.get("attributes")):
         names = voc.name_tokens(key)
         if isinstance(v, bool):
             mark = "+" if v else "-"
@@ -88,10 +79,12 @@ def pack_features(rule_points: int, strongest: int, fired: int, mitigated: int, 
 def features(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ...],
              facts: Mapping[str, object] | None = None) -> dict[str, float]:
     """Feature -> value of one event: its marked words (1 each), the pack's facts that hold (`f:fact`, 1 each),
+    its shape (policies/risk_shape.py: `n:` magnitudes, ratio_up / ratio_down, `g:` four-grams of its words),
     `amount`, and the PACK_FEATURES given."""
     held = {f"f:{k}": 1.0 for k, v in (facts or {}).items() if v is True}
-    return {**dict.fromkeys(event_words(rules, event), 1.0), **held, "amount": amount_feature(rules, event),
-            **dict(zip(PACK_FEATURES, pack, strict=True))}
+    words = event_words(rules, event)
+    return {**dict.fromkeys(words, 1.0), **held, **shape_features(vocabulary(rules), event), **grams(sorted(words)),
+            "amount": amount_feature(rules, event), **dict(zip(PACK_FEATURES, pack, strict=True))}
 
 
 def head_terms(model: Mapping[str, float], weights: Mapping[str, float], feats: Mapping[str, float]
@@ -127,14 +120,25 @@ def review_terms(rules: RiskRules, feats: Mapping[str, float]) -> tuple[int | No
     return clamped(total), terms
 
 
+def block_terms(rules: RiskRules, feats: Mapping[str, float]) -> tuple[int | None, tuple[tuple[str, float], ...]]:
+    """(the block head's score, 0-100: 100 x its estimate that the action is block; its head_terms) of an event's
+    features; (None, ()) when the pack has no block head (then only a rule's floor, or block_at, blocks)."""
+    if not rules.block_model:
+        return None, ()
+    total, terms = head_terms(rules.block_model, rules.block_weights, feats)
+    return clamped(total), terms
+
+
 def review_score(rules: RiskRules, feats: Mapping[str, float]) -> int | None:
     """The action head's score of an event's features (review_terms), or None without an action head."""
     return review_terms(rules, feats)[0]
 
 
 def without_model(rules: RiskRules) -> RiskRules:
-    """`rules` with no word model and no action head: the rules' points are the score (what the fit reads)."""
-    return dataclasses.replace(rules, word_model={}, word_weights={}, review_model={}, review_weights={})
+    """`rules` with no word model and no action or block head: the rules' points are the score (what the fit
+    reads)."""
+    return dataclasses.replace(rules, word_model={}, word_weights={}, review_model={}, review_weights={},
+                               block_model={}, block_weights={})
 
 
 def clamped(total: float) -> int:

@@ -55,7 +55,8 @@ class RiskAssessment(BaseModel):
                           "that lowered rules (the context that explains them), the word model's largest "
                           "contributions (model_contributions: intercept, the rules' outcome, the top features "
                           "with their signed points; null without a word model), the action head's score and "
-                          "contributions (action_score, action_contributions), and the model's judgement "
+                          "contributions (action_score, action_contributions), the block head's (block_score, "
+                          "block_contributions), and the model's judgement "
                           "(level probabilities, severity, points added); null otherwise.")
     finish_reason: str
     usage: Usage

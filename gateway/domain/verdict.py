@@ -86,6 +86,8 @@ def combine(rules: RiskRules, event: Mapping[str, Any], probabilities: Mapping[s
         "model_contributions": contributions(rules.word_model, score.terms),  # why the score; null: no word model
         "action_score": score.review,  # the action head's score (review at review_model_at); null: no action head
         "action_contributions": contributions(rules.review_model, score.review_terms),  # why the action head's
+        "block_score": score.block,  # the block head's score (block at block_model_at); null: no block head
+        "block_contributions": contributions(rules.block_model, score.block_terms),  # why the block head's score
         "model": {"probabilities": dict(probabilities) if probabilities else None,
                   "severity": None if sev is None else round(sev, 4),
                   "points": result["score"] - min(100, score.points)},

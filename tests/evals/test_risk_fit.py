@@ -6,9 +6,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from evals.risk_fit import WORD_MODEL_BEGIN, fit, rescored, toml_tables
+from evals.risk_fit import WORD_MODEL_BEGIN, _ridge, fit, rescored, toml_tables
 from evals.risk_lowo import score_set
 from evals.risk_provenance import event_sets
 from policies import load_policy
@@ -25,9 +26,10 @@ def rules() -> RiskRules:
 
 
 def labelled(note: str, label: int) -> dict[str, Any]:
+    action = "block" if label >= 90 else "review" if label >= 50 else "approve"
     return {"event": {"event_type": "payment", "amount": 100.0, "currency": "USD",
                       "timestamp": "2025-06-02T10:00:00Z", "attributes": {"note": note}},
-            "label_score": label, "risk_level": "low", "recommended_action": "review" if label >= 50 else "approve"}
+            "label_score": label, "risk_level": "low", "recommended_action": action}
 
 
 def test_a_word_counts_only_where_several_writers_use_it(rules: RiskRules) -> None:
@@ -42,10 +44,24 @@ def test_a_word_counts_only_where_several_writers_use_it(rules: RiskRules) -> No
     assert "v:zebra0" not in fitted.word_weights  # one writer's word says that writer's style
     assert fitted.review_weights["v:mixer"] > 0 > fitted.review_weights["v:invoice"]  # the action head: the same
     assert "v:zebra0" not in fitted.review_weights
+    assert fitted.block_weights["v:mixer"] > 0 > fitted.block_weights["v:invoice"]  # the block head: mixer blocks
     scores = rescored(fitted, sets[0][0], sets[0][1])
     assert all(isinstance(s, RuleScore) and s.learned is not None and s.review is not None for s in scores)
     assert scores[0].points > scores[1].points  # type: ignore[union-attr]
     assert scores[0].review > scores[1].review  # type: ignore[operator,union-attr]
+    assert scores[0].block > scores[1].block  # type: ignore[operator,union-attr]
+
+
+def test_the_ridge_in_its_dual_form_is_the_ridge() -> None:
+    """The fit solves the [N, N] dual; it must give the primal's weights and intercept."""
+    rng = np.random.default_rng(0)
+    x, y, w = rng.random((30, 50)), rng.random(30), rng.random(30)
+    w /= w.sum()
+    pen = np.where(np.arange(50) < 5, 1e-4, 1e-2)
+    b, a = _ridge(x, y, w, pen)
+    mu = w @ x
+    primal = np.linalg.solve((x - mu).T @ (w[:, None] * (x - mu)) + np.diag(pen), (x - mu).T @ (w * (y - w @ y)))
+    assert np.allclose(b, primal) and a == pytest.approx(float(w @ y - mu @ primal))
 
 
 def test_the_shipped_word_model_is_what_the_fit_gives_now(rules: RiskRules) -> None:
@@ -58,3 +74,4 @@ def test_the_shipped_word_model_is_what_the_fit_gives_now(rules: RiskRules) -> N
     assert WORD_MODEL_BEGIN + shipped == fresh
     tables = tomllib.loads(fresh.replace("classes.realtime_risk.risk_rules.", ""))
     assert tables["word_model"] == rules.word_model and tables["review_model"] == rules.review_model
+    assert tables["block_model"] == rules.block_model

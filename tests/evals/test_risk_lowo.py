@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.risk_lowo import Scored, fit_thresholds, readers_for
+from evals.risk_lowo import Scored, fit_block_at, fit_thresholds, readers_for
 from evals.risk_provenance import PROVENANCE, entries, event_sets, sets_of, without, written_for
 from policies import load_policy
 from policies.risk import FiredRule, RuleScore
@@ -95,6 +95,18 @@ def test_the_fit_finds_the_thresholds_that_separate_the_labels(rules: RiskRules)
     assert (fitted.medium_at, fitted.high_at, fitted.review_at) == (30, 56, 30)
     moved = fit_thresholds(dataclasses.replace(rules, medium_at=30, high_at=80, review_at=30), [one])
     assert moved.high_at == 70  # 80 would call the 70 medium
+
+
+def test_the_block_threshold_is_fitted_to_the_block_labels(rules: RiskRules) -> None:
+    # block head scores 10-40 are review, 70-80 block: any block_model_at in (40, 70] is right on every event.
+    labels = {10: "review", 40: "review", 70: "block", 80: "block"}
+    rows = tuple(_row("high", a) for a in labels.values())
+    one = Scored("synthetic", rows, tuple(dataclasses.replace(_scored(80), block=b) for b in labels))
+    head = dataclasses.replace(rules, medium_at=30, high_at=56, review_model_at=30, block_model={"intercept": 0.0},
+                               review_model={"intercept": 1.0})
+    assert fit_block_at(dataclasses.replace(head, block_model_at=60), [one]).block_model_at == 60
+    assert fit_block_at(dataclasses.replace(head, block_model_at=30), [one]).block_model_at == 42  # nearest right
+    assert fit_block_at(dataclasses.replace(head, block_model={}), [one]).block_model == {}
 
 
 def _scored(points: int) -> RuleScore:

@@ -113,8 +113,29 @@ def test_the_action_head_decides_the_action_above_the_floors_and_leaves_the_scor
     assert evaluate(no_head, event).review is None  # the action then follows the score (review_at)
 
 
+def test_the_block_head_turns_a_review_into_a_block_at_its_threshold() -> None:
+    """With a block head (block_model) an action of review becomes block when the head's score plus the model's
+    points reaches block_model_at; the level is then high. It never blocks what would be approved, and without a
+    block head only floors block."""
+    event = {"event_type": "card_payment", "amount": 20, "currency": "USD", "timestamp": AT,
+             "attributes": {"merchant": "bakery"}}
+    head = dataclasses.replace(RULES, review_model={"intercept": 0.5}, review_weights={}, review_model_at=50,
+                               block_model={"intercept": 0.3}, block_weights={}, block_model_at=30)
+    score = evaluate(head, event)
+    assert score.block == 30 and score.points == evaluate(RULES, event).points
+    assert verdict(head, score)["recommended_action"] == "block" and verdict(head, score)["risk_level"] == "high"
+    below = dataclasses.replace(head, block_model_at=31)
+    assert verdict(below, score)["recommended_action"] == "review"
+    assert verdict(below, score, 1.0)["recommended_action"] == "block"  # the model's points count, as for review
+    approved = dataclasses.replace(head, review_model={"intercept": 0.0})
+    assert verdict(approved, evaluate(approved, event))["recommended_action"] == "approve"
+    none = dataclasses.replace(head, block_model={}, block_weights={})
+    assert evaluate(none, event).block is None and verdict(none, evaluate(none, event))["recommended_action"] == "review"
+
+
 @pytest.mark.parametrize("table, key, why", [
-    ("word_weights", "x:cash", "a mark"), ("word_weights", "v:Cash", "a mark"), ("word_model", "slope", "intercept")])
+    ("word_weights", "x:cash", "a mark"), ("word_weights", "v:Cash", "a mark"), ("word_model", "slope", "intercept"),
+    ("block_weights", "g:casht", "four-gram"), ("block_model", "ratio", "intercept")])
 def test_a_malformed_word_model_fails_the_load_with_the_key_named(
         write_policy: Callable[[Callable[[dict[str, Any]], None] | None], Path], table: str, key: str,
         why: str) -> None:

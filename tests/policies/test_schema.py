@@ -145,7 +145,7 @@ def test_default_toml_gives_a_reason_for_every_knob() -> None:
             section = line.strip("[]")
         elif re.match(r"^[a-z0-9_]+ *=", line) and not section.endswith(
                 ("routes", "country_lists", "translations", "word_model", "word_weights", "review_model",
-                 "review_weights")):
+                 "review_weights", "block_model", "block_weights")):
             key = line.split("=")[0].strip()
             part = next((p for p in pack if f".risk_rules.{p}." in section), None)
             (pack[part] if part else seen).add(key)
@@ -158,7 +158,7 @@ def test_default_toml_gives_a_reason_for_every_knob() -> None:
     assert not undocumented
     tables = ("routes", "slo", "risk_rules", "facts", "country_lists", "rules", "mitigations", "checks",
               "translations", "speculative", "word_model", "word_weights", "review_model",
-              "review_weights")  # [sections]
+              "review_weights", "block_model", "block_weights")  # [sections]
     expected = {f.name for cls in (ClassPolicy, SLOTargets, ClassificationRules, RoutingPolicy, RiskRules, Speculation)
                 for f in dataclasses.fields(cls)
                 if knob_of(f, cls).in_file and not knob_of(f, cls).from_key and f.name not in tables}
