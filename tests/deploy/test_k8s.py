@@ -4,6 +4,7 @@ one InferenceObjective per policy class in the policy's priority order, and the 
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -107,3 +108,17 @@ def test_the_policy_configmap_is_the_packaged_policy() -> None:
                     for c in containers(w)} - {None}
     assert policy_paths == {f"{m}/policy.toml" for m in mounts}
     assert yaml.safe_load(yaml.safe_dump(cm))["data"]["policy.toml"] == text
+
+
+CONFIGMAP_LIMIT = 1 << 20  # a ConfigMap's data may not exceed 1 MiB
+LAST_APPLIED_LIMIT = 256 << 10  # client-side apply copies the object into an annotation of at most 256 KiB
+
+
+def test_the_policy_configmap_fits_and_the_docs_apply_it_the_way_that_works() -> None:
+    """Above 256 KiB `kubectl apply` (client-side) fails on its last-applied annotation; server-side apply
+    keeps no such copy, so the documented command must be it."""
+    size = len(named("ConfigMap", "finserve-policy")["data"]["policy.toml"].encode())
+    assert size < CONFIGMAP_LIMIT
+    deploy = (Path(__file__).resolve().parents[2] / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
+    if size > LAST_APPLIED_LIMIT:
+        assert "kubectl apply --server-side -f deploy/k8s/" in deploy
