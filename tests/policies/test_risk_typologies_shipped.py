@@ -3,7 +3,8 @@
 The typology tests judge the rules layer (conftest.rules_layer). Here every event they write is judged again as
 /v1/risk/assess would: every floor the rules set still holds (sanctions and fraud in progress block), and within
 each test, where it writes both, every red-flag event (one the rules do not judge low) scores above every benign
-look-alike (one they judge low)."""
+look-alike (one they judge low) of the same event type: a look-alike is the same kind of event with the context
+that explains it, not another typology the same test also writes."""
 from __future__ import annotations
 
 import importlib
@@ -67,4 +68,5 @@ def test_the_shipped_verdict_keeps_the_floors_and_ranks_red_flags_above_look_ali
     benign = [(s, e) for s, flagged, e in scored if not flagged]
     for s, e in red:
         for b, look_alike in benign:
-            assert s > b, f"red flag {e} scores {s}, its look-alike {look_alike} {b}"
+            if look_alike["event_type"] == e["event_type"]:
+                assert s > b, f"red flag {e} scores {s}, its look-alike {look_alike} {b}"
