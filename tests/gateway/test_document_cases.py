@@ -210,3 +210,15 @@ def test_a_case_is_read_in_the_column_whose_header_band_holds_it_in_the_row_the_
                               "maturity?").leads == ("10%",)
     assert plan_answer(index, "How much initial margin per contract applies to a 7,500-lot position in the Euro "
                               "Index Future?").leads == ("EUR 2,640",)
+
+
+def test_the_largest_of_a_table_row_is_read_under_its_maximum_column() -> None:
+    """"the largest SME loan" is the row's Maximum cell (policies/glossary.toml drafts "largest" as "maximum"),
+    not its rate."""
+    text = ("5.2 Loan products\n"
+            "| Product             | Minimum     | Maximum       | Term        | Flat rate per month |\n"
+            "| Group Biashara Loan | KES 10,000  | KES 150,000   | 4–12 months | 1.5%                |\n"
+            "| Individual SME Loan | KES 100,000 | KES 1,500,000 | 6–24 months | 1.8%                |\n")
+    index = DocumentIndex(text)
+    assert plan_answer(index, "What is the largest individual SME loan the bank will grant?").leads == ("KES 1,500,000",)
+    assert plan_answer(index, "What is the smallest Group Biashara loan?").leads == ("KES 10,000",)
