@@ -7,7 +7,9 @@ as written ("PEP" is not "pep"), any other ignoring case (textspans/concepts.py)
 single words a question writes and the words rulebooks draft them with ("minimum": "at least", "tenor": "term"):
 a question's word is also held by a sentence holding one of these (one way: "minimum" finds "least", not back).
 The `frame` list holds the words that frame a question rather than name its subject ("what share", "a firm", "the
-internal limit"): a document need not write them (textspans/questions.py `asked_concept`).
+internal limit"): a document need not write them (textspans/questions.py `asked_concept`). The `generic` list
+holds verbs, adjectives and nouns too general to name a subject alone ("used", "quoted", "new", "hard"): a
+question is not refused because the document never writes one, like a frame word.
 The packaged file is
 policies/glossary.toml; `load_glossary(path)` reads another, validated as strictly as the policy.
 """
@@ -53,6 +55,9 @@ class Glossary:
     frame: tuple[str, ...] = field(default=(), metadata=knob(
         "words that frame a question (a quantity, an actor, a modifier saying which of a kind), not its subject",
         optional=True))
+    generic: tuple[str, ...] = field(default=(), metadata=knob(
+        "generic verbs, adjectives and nouns that never name a question's subject alone ('used', 'new', 'hard')",
+        optional=True))
     source: str = field(default="<memory>", metadata=knob("file the glossary was loaded from", in_file=False))
 
     def __post_init__(self) -> None:
@@ -86,11 +91,15 @@ def glossary_from_dict(data: Mapping[str, Any], *, source: str = "<memory>") -> 
                 raise r.error(f"drafting.{word}[{i}]", f"{other!r} repeats the word or an earlier entry")
         if not written:
             raise r.error(f"drafting.{word}", "lists no word; remove the entry")
-    for i, word in enumerate(glossary.frame):
-        if not re.fullmatch(WORD_PATTERN, word):
-            raise r.error(f"frame[{i}]", f"{word!r} is not one lower-case word of 2-32 letters")
-        if word in glossary.frame[:i]:
-            raise r.error(f"frame[{i}]", f"{word!r} repeats an earlier entry")
+    for key, words in (("frame", glossary.frame), ("generic", glossary.generic)):
+        for i, word in enumerate(words):
+            if not re.fullmatch(WORD_PATTERN, word):
+                raise r.error(f"{key}[{i}]", f"{word!r} is not one lower-case word of 2-32 letters")
+            if word in words[:i]:
+                raise r.error(f"{key}[{i}]", f"{word!r} repeats an earlier entry")
+    for i, word in enumerate(glossary.generic):
+        if word in glossary.frame:
+            raise r.error(f"generic[{i}]", f"{word!r} is also a frame word; a word is in one list")
     return glossary
 
 

@@ -136,10 +136,16 @@ def _spells(letters: list[str], words: list[str]) -> bool:
 
 def spelled_out(abbreviation: str, text: str) -> str | None:
     """The first run of words in `text` whose initials spell `abbreviation` ("Data Protection Officer" for
-    "DPO"; "of", "and", "for", "the" may sit inside), or None."""
+    "DPO"; "of", "and", "for", "the" may sit inside), or None. Failing that, a hyphenated compound whose last
+    word, a long one, gives the last letter from its second root too ("anti-procyclicality" for "APC")."""
     letters = [c for c in abbreviation if c.isalpha()]
     if len(letters) < 2 or len(letters) != len(abbreviation.replace("-", "")):
         return None
-    words = [rf"(?i:{re.escape(c)})[\w']*" for c in letters]
+    # The first word is a word, not the article "a" ("a price cap" is no "APC")
+    words = [rf"(?i:{re.escape(c)})[\w']{'+' if i == 0 else '*'}" for i, c in enumerate(letters)]
     m = re.search(r"(?<![\w-])" + r"[\s-]+(?:(?:of|and|for|the)\s+)?".join(words) + r"(?![\w-])", text)
+    if m is None and len(letters) >= 3:
+        *heads, last = words[:-1]
+        inner = rf"(?i:{re.escape(letters[-2])})[a-z]{{2,}}(?i:{re.escape(letters[-1])})[a-z]{{4,}}"
+        m = re.search(r"(?<![\w-])" + "".join(h + "-" for h in heads) + inner + r"(?![\w-])", text)
     return m.group(0) if m else None

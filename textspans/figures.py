@@ -47,8 +47,16 @@ _CURRENCY = {"€": "EUR", "$": "USD", "£": "GBP", "¥": "JPY", "euro": "EUR", 
 # A currency named by a word of its own ("the sterling limit", "a euro threshold"): the code of its amounts.
 CURRENCY_WORDS = {"sterling": "GBP", "pound": "GBP", "pounds": "GBP", "euro": "EUR", "euros": "EUR",
                   "dollar": "USD", "dollars": "USD", "yen": "JPY", "franc": "CHF", "francs": "CHF"}
-CURRENCY_CODES = frozenset("EUR USD GBP CHF JPY CNY SEK NOK DKK PLN CZK HUF RON BGN CAD AUD NZD SGD HKD INR".split())
-_CODE = "|".join(sorted(CURRENCY_CODES))
+_MAJOR_CODES = frozenset("EUR USD GBP CHF JPY CNY SEK NOK DKK PLN CZK HUF RON BGN CAD AUD NZD SGD HKD INR".split())
+# The other ISO 4217 codes, read only as written in capitals ("KES 500", not "kes"), less those that are English
+# words or the domain's abbreviations too ("ALL", "TRY", "SAR" a suspicious activity report, "SCR" a solvency
+# capital requirement, "IRR" an internal rate of return).
+_OTHER_CODES = frozenset("""AED AFN ARS AWG AZN BBD BDT BHD BIF BMD BND BOB BRL BSD BWP BYN BZD CLP COP CRC CVE DJF
+DOP DZD EGP ETB FJD FKP GHS GIP GNF GTQ GYD HNL HTG IDR ILS IQD ISK JMD JOD KES KGS KHR KMF KPW KRW KWD KYD KZT
+LAK LBP LKR LRD LYD MKD MMK MNT MRU MUR MVR MWK MXN MYR MZN NGN NIO NPR OMR PAB PGK PKR PYG QAR RSD RUB RWF SBD
+SDG SLE SRD SYP SZL THB TJS TND TTD TWD TZS UAH UGX UYU UZS VES VND VUV WST XAF XCD XOF XPF YER ZAR ZMW ZWL""".split())
+CURRENCY_CODES = _MAJOR_CODES | _OTHER_CODES
+_CODE = "|".join(sorted(_MAJOR_CODES)) + "|(?-i:" + "|".join(sorted(_OTHER_CODES)) + ")"
 _SYMBOL = r"[€$£¥]"
 _NAMED = "|".join(sorted((k for k in _CURRENCY if k[0].isalpha()), key=len, reverse=True))
 _TIME = {"annum": "year", "second": "second", "minute": "minute", "hour": "hour", "day": "day", "week": "week", "month": "month", "quarter": "quarter",

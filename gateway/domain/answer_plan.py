@@ -155,9 +155,10 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
         if not all(concept in c.context or written and written <= c.context or lead and written & c.context
                    for concept, written in named):
             continue
-        # "how many days" is not answered by how often ("monthly")
+        # "how many days" is not answered by how often ("monthly"), nor is a question asking for another kind
+        # first ("at what utilisation level": not "monitors utilisation daily", but "raised at 85%")
         figures = [f for f in row_values(c, list(c.figures)) if f.kind in asked.kinds
-                   and not (asked.unit and is_frequency(f))]
+                   and not ((asked.unit or asked.kinds[0] != DURATION) and is_frequency(f))]
         if figures:
             in_unit = [f for f in figures if f.kind == DURATION and f.unit == asked.unit]
             return c, in_unit or figures

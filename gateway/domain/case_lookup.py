@@ -11,7 +11,9 @@ a column of bands is one where two rows or more write a band of values comparabl
 (textspans/bands.py: "600-749", "below 450", "Above 2% and up to 5%", "Late notification (over 5 trading days)").
 A question naming no value may name a row by its label, written wholly in its words ("the grains desk": the row
 "Grains"). Of the tables with a row holding the value (or so named), the one sharing most with the question (header, band cells, section)
-answers; of several rows, the narrowest band. The answer's column is the one whose header shares most with the
+answers; of several rows, the narrowest band. A table whose header's cells are the bands ("up to 1 year | over 1 to 5
+years") answers in the column whose band holds the value, in the row whose label shares most with the question.
+The answer's column is the one whose header shares most with the
 question; with no shared word, the table's only other column, or the only one whose cell states a figure of the
 kind asked for. No row holding the value, or no column to read: no case is found, and the plan goes on as for
 any question.
@@ -80,6 +82,18 @@ def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tu
                 if holds(b, v) and (best is None or b.width < best[0]):
                     best = (b.width, i, j)
     return None if best is None else best[1:]
+
+
+def _holding_column(table: _Table, values: list[Value]) -> int | None:
+    """The column whose header's band holds a stated value, where two header cells or more write bands of
+    values comparable with it ("up to 1 year | over 1 to 5 years | over 5 to 10 years" for "seven years left")."""
+    found = [(j, b) for j, (a, z) in enumerate(cells(table.header)) if (b := band(table.header[a:z])) is not None]
+    for v in values:
+        comparable_columns = [(j, b) for j, b in found if comparable(b, v)]
+        holding = [j for j, b in comparable_columns if holds(b, v)]
+        if len(comparable_columns) >= 2 and len(holding) == 1:
+            return holding[0]
+    return None
 
 
 def _long_forms(index: DocumentIndex, text: str) -> str:
@@ -156,7 +170,7 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
         if relevance > 0 and (best is None or relevance > best[0]):
             best = (relevance, table, i, j)
     if best is None:
-        return None
+        return _column_case(index, values, asked, quotable, shared) if values else None
     _, table, i, band_column = best
     header = cells(table.header)
     columns = [k for k in range(len(header)) if k != band_column]
@@ -186,3 +200,32 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
     p = index.places[i]
     row = Candidate(index.sentences[i], 1.0, index.figures[i], index.context[i], p.label, p.header)
     return Case(row, leads, f"case ({_text(index, i, band_column)}: {table.header[slice(*header[chosen[0]])].strip()})")
+
+
+def _column_case(index: DocumentIndex, values: list[Value], asked: Asked, quotable: Callable[[str], bool],
+                 shared: Callable[[str], float]) -> Case | None:
+    """A case read from a table whose header's cells are the bands ("up to 1,000 lots | 1,001-5,000 lots"): the
+    cell under the column whose band holds the value, in the one row whose label shares most with the question
+    ("Power Base-Load Month Future" for "the monthly power base-load future")."""
+    best: tuple[float, int, int] | None = None
+    for table in _tables(index):
+        column = _holding_column(table, values)
+        if not column:  # none, or the labels' column
+            continue
+        labels = [(shared(_text(index, i, 0)), i) for i in table.rows]
+        top = max((score for score, _ in labels), default=0.0)
+        rows = [i for score, i in labels if score == top]
+        if top > 0 and len(rows) == 1 and (best is None or top > best[0]):
+            best = (top, rows[0], column)
+    if best is None:
+        return None
+    _, i, column = best
+    if not quotable(index.sentences[i]) or asked.kinds and not any(
+            f.kind in asked.kinds for f in _cell_figures(index, i, column)):
+        return None
+    leads = _leads(index, i, column)
+    if not leads:
+        return None
+    p = index.places[i]
+    row = Candidate(index.sentences[i], 1.0, index.figures[i], index.context[i], p.label, p.header)
+    return Case(row, leads, f"case ({_text(index, i, 0)}: {p.header[slice(*cells(p.header)[column])].strip()})")

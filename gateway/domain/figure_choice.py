@@ -27,7 +27,7 @@ import re
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, mentions, terms
 from textspans.bands import qualified
-from textspans.figures import Figure, find_figures, matches, ranges
+from textspans.figures import AMOUNT, PERCENT, Figure, find_figures, matches, ranges
 from textspans.questions import asked_for, restricting_phrases, wh_phrase
 
 # "or less", "or more" bound the figure before them: they do not end its clause ("$50 or less at the end of the day").
@@ -43,9 +43,9 @@ _ASKED_WITH = re.compile(r"\b(within|for|after|before|above|below|over|under|exc
 _SEPARATOR = re.compile(r"^[\s,;]*(?:(?:and|or|but|while|whereas)\b)?[\s,]*", re.IGNORECASE)  # between list items
 # The words a figure's bound is drafted with ("at least 4.5%", "may not exceed 3%"), just before it.
 _LOWER_MARK = re.compile(r"\b(?:at least|(?:not|no|nor) (?:be |fall )?(?:less|lower|fewer) than|not (?:fall |be )?below|"
-                         r"minimum of|floor of|floored at)\s*$", re.IGNORECASE)
+                         r"minimum of|floor of|floored at|\(minimum)\s*$", re.IGNORECASE)
 _UPPER_MARK = re.compile(r"\b(?:at most|not more than|no more than|up to|not exceed|nor exceed|not to exceed|"
-                         r"maximum of|capped at|cap of|(?:not|no|nor) (?:be )?(?:higher|greater) than|ceiling of|limited to)\s*$",
+                         r"maximum of|\(maximum|capped at|cap of|(?:not|no|nor) (?:be )?(?:higher|greater) than|ceiling of|limited to)\s*$",
                          re.IGNORECASE)
 # The word a question asks with, and the words a document writes it with ("above what": "exceeds 1 percent").
 _ECHOES = {"above": ("above", "exceeds", "exceed", "exceeding", "over", "than"),
@@ -167,6 +167,11 @@ def _bound_marked(sentence: str, figures: list[Figure], bound: str) -> list[Figu
     marks = [mark(f) for f in figures]
     if bound in marks and {"lower", "upper"} <= set(marks):
         return [f for f, m in zip(figures, marks, strict=True) if m == bound]
+    # "a fee of 1% of the approved amount, subject to a minimum of KES 500": a percentage's floor (or cap) is the
+    # amount drafted as that bound
+    amounts = [f for f, m in zip(figures, marks, strict=True) if m == bound and f.kind == AMOUNT]
+    if amounts and {f.kind for f in figures} == {AMOUNT, PERCENT}:
+        return amounts
     return figures
 
 

@@ -94,7 +94,8 @@ def _packaged_expansions() -> Expansions:
 
 @functools.cache
 def _packaged_frame() -> frozenset[str]:
-    return frame_words(load_glossary().frame)
+    glossary = load_glossary()
+    return frame_words((*glossary.frame, *glossary.generic))
 
 
 _FRAMING = frozenset(_stem(w) for w in "article section paragraph part clause chapter set sets out deal deals "
@@ -191,8 +192,9 @@ class DocumentIndex:
         self.text = text
         self.concepts = concept_index(text, glossary)
         self.expansions = _packaged_expansions() if glossary is None else expansions(glossary)
-        # The words that frame a question, not its subject (policies/glossary.toml `frame`), and their stems.
-        self.frame = _packaged_frame() if glossary is None else frame_words(glossary.frame)
+        # The words that frame a question, not its subject, and those too generic to name one (policies/glossary.toml
+        # `frame`, `generic`), and their stems.
+        self.frame = _packaged_frame() if glossary is None else frame_words((*glossary.frame, *glossary.generic))
         self.quantity_frame = frozenset(_stem(w) for w in self.frame)
         self.sentences = sentence_spans(text)
         self.places = places(text, self.sentences)

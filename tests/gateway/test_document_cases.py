@@ -191,3 +191,34 @@ def test_a_member_named_by_the_name_the_document_gives_it_reads_the_members_colu
                           "Card spending per day   | EUR 300    | EUR 5,000\n")
     plan = plan_answer(index, "How much can a Business-plan user pay out per month?")
     assert plan.found and plan.leads == ("EUR 40,000",)
+
+
+def test_a_case_is_read_in_the_column_whose_header_band_holds_it_in_the_row_the_question_names() -> None:
+    """A table whose header's cells are the bands (residual maturity, position size): the stated case picks the
+    column, the question's words the row ("a 12-year supranational bond": 10%, not the first column's 1%)."""
+    text = ("SCHEDULE - HAIRCUTS ON NON-CASH COLLATERAL (by residual maturity of the collateral)\n"
+            "Collateral                                    up to 1 year    over 1 to 5 years    over 5 to 10 years    over 10 years\n"
+            "Supranational and agency bonds                1%              4%                   6%                    10%\n"
+            "Corporate bonds (A- or better)                4%              6%                   10%                   15%\n\n"
+            "Table 1 - Initial margin per Lot by contract and position size\n"
+            "Contract                        | up to 1,000 lots | 1,001–5,000 lots | above 5,000 lots\n"
+            "Euro Index Future               | EUR 1,850        | EUR 2,120        | EUR 2,640\n"
+            "Power Base-Load Month Future    | EUR 4,700        | EUR 5,400        | EUR 6,900\n")
+    index = DocumentIndex(text)
+    assert plan_answer(index, "What haircut does a 12-year supranational bond receive?").leads == ("10%",)
+    assert plan_answer(index, "What haircut applies to an A-rated corporate bond with seven years left to "
+                              "maturity?").leads == ("10%",)
+    assert plan_answer(index, "How much initial margin per contract applies to a 7,500-lot position in the Euro "
+                              "Index Future?").leads == ("EUR 2,640",)
+
+
+def test_the_largest_of_a_table_row_is_read_under_its_maximum_column() -> None:
+    """"the largest SME loan" is the row's Maximum cell (policies/glossary.toml drafts "largest" as "maximum"),
+    not its rate."""
+    text = ("5.2 Loan products\n"
+            "| Product             | Minimum     | Maximum       | Term        | Flat rate per month |\n"
+            "| Group Biashara Loan | KES 10,000  | KES 150,000   | 4–12 months | 1.5%                |\n"
+            "| Individual SME Loan | KES 100,000 | KES 1,500,000 | 6–24 months | 1.8%                |\n")
+    index = DocumentIndex(text)
+    assert plan_answer(index, "What is the largest individual SME loan the bank will grant?").leads == ("KES 1,500,000",)
+    assert plan_answer(index, "What is the smallest Group Biashara loan?").leads == ("KES 10,000",)

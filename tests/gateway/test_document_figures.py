@@ -114,3 +114,28 @@ def test_a_period_asked_in_a_unit_names_it() -> None:
     assert asked_for("Within how many hours must it be reported?").unit == "hour"
     assert asked_for("How long must records be kept?").unit == ""
     assert asked_for("Which article covers outsourcing?").article
+
+
+def test_a_percentage_fees_minimum_is_the_amount_drafted_as_its_floor_in_any_iso_currency() -> None:
+    """"1% of the approved amount, subject to a minimum of KES 500": the minimum fee is KES 500 (an ISO 4217 code
+    beyond the major ones is a currency when written in capitals; "ALL 5" in a title is no amount)."""
+    from gateway.domain.answer_plan import plan_answer
+    from gateway.domain.retrieval import DocumentIndex
+
+    assert [f.kind for f in find_figures("a minimum of KES 500", words=True)] == ["amount"]
+    assert [f.kind for f in find_figures("ALL 5 MEMBERS", words=True)] == ["number"]
+    index = DocumentIndex("5.2 Loan products\nA processing fee of 1% of the approved amount is charged on "
+                          "disbursement, subject to a minimum of KES 500.")
+    assert plan_answer(index, "What is the minimum loan processing fee?").leads == ("KES 500",)
+    assert plan_answer(index, "What processing fee is charged on disbursement?").leads == ("1%",)
+
+
+def test_a_question_asking_for_a_level_is_not_answered_by_how_often() -> None:
+    """"At what utilisation level": the 85% the alert is raised at, not how often utilisation is monitored."""
+    from gateway.domain.answer_plan import plan_answer
+    from gateway.domain.retrieval import DocumentIndex
+
+    index = DocumentIndex("6.5 Monitoring\nTreasury Middle Office monitors utilisation daily, and an alert is raised "
+                          "at 85% utilisation of any limit.")
+    assert plan_answer(index, "At what utilisation level does middle office raise a warning?").leads == ("85%",)
+    assert plan_answer(index, "How often does middle office monitor utilisation?").leads == ("daily",)

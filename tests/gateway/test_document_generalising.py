@@ -164,3 +164,17 @@ def test_a_single_issuer_is_a_single_name() -> None:
                           "assets; corporate bonds are eligible. 4.3 Cash may not exceed 5% of total Fund assets.")
     p = plan_answer(index, "What is the single-name issuer limit for corporate issuers?")
     assert p.leads[:1] == ("2%",), p.reason
+
+
+def test_a_domain_paraphrase_of_the_glossary_names_the_subject_the_document_writes() -> None:
+    """"skin in the game" is a CCP's own resources in its default waterfall, the CCP its clearing house; "days past
+    due" are days in arrears; a cash withdrawal on a card is a cash advance (policies/glossary.toml)."""
+    index = DocumentIndex(
+        "Art. 11 The defaulter's margin and Default Fund contribution are used first.\n"
+        "Art. 12 The Clearing House commits EUR 35 million of its own resources, used after the defaulter's margin.\n"
+        "5.3 Loans classified as Loss are written off when they reach 360 days in arrears.\n"
+        "Cash advance rate (variable, p.a.) for Platinum cardholders: 23.9%.")
+    assert plan_answer(index, "How much skin in the game does the CCP put into the default waterfall?").leads[0] \
+        == "EUR 35 million"
+    assert plan_answer(index, "After how many days past due are loss loans written off?").leads[0] == "360 days"
+    assert plan_answer(index, "What interest rate do Platinum cardholders pay on cash withdrawals?").leads[0] == "23.9%"

@@ -115,3 +115,16 @@ def test_the_date_a_rule_applies_from_is_its_effective_date() -> None:
                           "1. Scope\nThe policy covers client money held by the firm.")
     plan = plan_answer(index, "From what date does the current version of the client money policy apply?")
     assert plan.found and plan.leads == ("1 July 2025",)
+
+
+def test_an_abbreviation_is_read_in_a_hyphenated_compound_that_spells_it_not_in_an_article() -> None:
+    """"APC" is "anti-procyclicality": the last word of a hyphenated compound gives its second root's letter; "a
+    price cap" spells no "APC" (the article "a" is no word of a long form)."""
+    from textspans.concepts import spelled_out
+
+    text = ("Art. 5 An anti-procyclicality buffer of 25% is added to the IM of every account.\n"
+            "Art. 6 A price cap of 3% applies to the option premium.")
+    assert spelled_out("APC", text) == "anti-procyclicality"
+    assert spelled_out("APC", "Art. 6 A price cap of 3% applies to the option premium.") is None
+    plan = plan_answer(DocumentIndex(text), "How large is the APC buffer added on top of IM?")
+    assert plan.found and plan.leads[0] == "25%"

@@ -85,3 +85,32 @@ def test_a_bad_frame_list_names_the_entry_and_the_problem(frame: object, message
     data = {"terms": {"CET1": {"forms": ["common equity tier 1"]}}, "frame": frame}
     with pytest.raises(PolicyError, match=message.replace("[", r"\[").replace("]", r"\]")):
         glossary_from_dict(data, source="g.toml")
+
+
+def test_a_generic_word_the_document_never_writes_does_not_refuse_the_question() -> None:
+    """"the representative APR quoted": "quoted" is too general to name a subject (the glossary's `generic` list),
+    so a rulebook that never writes it still answers; a glossary without the list refuses, as before."""
+    from gateway.domain.answer_plan import plan_answer
+    from gateway.domain.retrieval import DocumentIndex
+
+    glossary = load_glossary()
+    assert {"used", "quoted", "new", "hard"} <= set(glossary.generic)
+    text = "Representative example: with a purchase rate of 23.9% p.a., the representative APR is 26.7% (variable)."
+    question = "What is the representative APR quoted?"
+    plan = plan_answer(DocumentIndex(text, glossary), question)
+    assert plan.found and plan.leads[0] == "26.7%"
+    bare = glossary_from_dict({"terms": {k: {"forms": list(t.forms)} for k, t in glossary.terms.items()},
+                               "drafting": {k: list(v) for k, v in glossary.drafting.items()},
+                               "frame": list(glossary.frame)})
+    assert not plan_answer(DocumentIndex(text, bare), question).found
+
+
+@pytest.mark.parametrize(("generic", "message"), [
+    (["Used"], "generic[0]: 'Used' is not one lower-case word"),
+    (["used", "used"], "generic[1]: 'used' repeats an earlier entry"),
+    (["share"], "generic[0]: 'share' is also a frame word"),
+])
+def test_a_bad_generic_list_names_the_entry_and_the_problem(generic: list[str], message: str) -> None:
+    data = {"terms": {"CET1": {"forms": ["common equity tier 1"]}}, "frame": ["share"], "generic": generic}
+    with pytest.raises(PolicyError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        glossary_from_dict(data, source="g.toml")
