@@ -73,7 +73,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     expanded = " ".join([inline, *(f for c, _ in named for f in index.concepts.forms_of(c[len(CONCEPT):]))])
     # "How much can one issuer raise in a 12-month period": the period is the case's, not what is asked
     asked = asked_for(_STATED_PERIOD.sub("", expanded), plain=_STATED_PERIOD.sub("", inline))
-    absent = sorted({c[len(CONCEPT):] for c, written in named if not index.mentions_concept(c, written)})
+    absent = _absent_concepts(question, index)
     absent += unknown
     # A case the question states ("for a score of 700") is read from the table row whose band holds it, even
     # when the question names the column in other words ("deposit" for "down payment").
@@ -255,6 +255,26 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
                 and not (named and all(i in index.df for i in named)):
             out.append(word)
     return list(dict.fromkeys(out))
+
+
+def _absent_concepts(question: str, index: DocumentIndex) -> list[str]:
+    """Domain terms the question names that the document never mentions in any form, each only where its
+    words alone could refuse: an abbreviation of three or more characters (`_unknown_abbreviations`), or a
+    term written in words of what the question asks about (`asked_concept`: "for commercial real estate
+    loans", a phrase the document never writes though it uses each word). A term that only states the case
+    ("a loan 95 days past due - how delinquent ...", the document writing "delinquent") adds no refusal."""
+    out: dict[str, None] = {}
+    about = set(asked_concept(question, index.frame))
+    for (concept, written), (s, e, _) in zip(mentions(question, index.concepts), index.concepts.find(question),
+                                             strict=True):
+        form = question[s:e]
+        if index.mentions_concept(concept, written):
+            continue
+        bare = form[:-1] if form.endswith("s") else form
+        if is_abbreviation(bare) and len(bare) >= 3 or any(
+                w in about for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9'-]*", form)):
+            out[concept[len(CONCEPT):]] = None
+    return sorted(out)
 
 
 _ABBREVIATION = re.compile(r"\b[A-Z][A-Z0-9&-]*[A-Z0-9]s?\b")
