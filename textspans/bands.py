@@ -140,19 +140,37 @@ def in_header_unit(b: Band, header: str) -> Band:
     return Band(b.low, b.high, b.low_in, b.high_in, DURATION, found.pop(), b.start, b.end)
 
 
+# Time units one converts into another exactly: months, quarters and years; days and weeks.
+_SAME_TIME = ({"month": 1, "quarter": 3, "year": 12}, {"day": 1, "week": 7})
+
+
+def in_unit(v: Value, unit: str) -> float | None:
+    """`v`'s number in `unit`: as stated in its own unit or none, a period converted ("3 years" is 36 months,
+    "1 year" 12 months); None when the units do not convert."""
+    if v.unit == unit or not v.unit or not unit:
+        return v.value
+    if v.kind == DURATION:
+        family = next((f for f in _SAME_TIME if v.unit in f and unit in f), None)
+        if family is not None:
+            return v.value * family[v.unit] / family[unit]
+    return None
+
+
 def comparable(b: Band, v: Value) -> bool:
-    """A value can be placed in a band: the same kind and unit, or a bare number against a band of counts or
-    of an amount whose currency is not read ("MRN 520 billion" against "MRN 400 billion")."""
+    """A value can be placed in a band: the same kind and unit (a period in a unit it converts to: years in
+    months), or a bare number against a band of counts or of an amount whose currency is not read ("MRN 520
+    billion" against "MRN 400 billion")."""
     if b.kind == v.kind:
-        return b.unit == v.unit or not b.unit or not v.unit
+        return in_unit(v, b.unit) is not None
     return {b.kind, v.kind} <= {NUMBER, AMOUNT} and not (b.unit and v.unit)
 
 
 def holds(b: Band, v: Value) -> bool:
-    """`v` lies in band `b` (its ends included as written)."""
+    """`v` lies in band `b` (its ends included as written), a period in the band's unit."""
     if not comparable(b, v):
         return False
-    x = v.value
+    x = in_unit(v, b.unit) if b.kind == v.kind else v.value
+    assert x is not None  # comparable: the units convert
     if b.low is not None and (x < b.low or x == b.low and not b.low_in):
         return False
     return not (b.high is not None and (x > b.high or x == b.high and not b.high_in))

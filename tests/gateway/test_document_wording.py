@@ -24,3 +24,17 @@ def test_past_due_delinquent_and_overdue_are_one_term() -> None:
                           "A repayment plan may run for up to 6 months.")
     p = plan_answer(index, "After how many days past due may the first foreclosure filing be made?")
     assert p.found and p.leads == ("120 days",), p.reason
+
+
+def test_a_period_in_words_is_a_case_not_a_subject_and_meets_its_months() -> None:
+    """"a one-year fix" names no word the document must write; "a two-year loan" is 24 months, held by the
+    band "13 to 36 months"."""
+    index = DocumentIndex("Account holders receive an additional 0.15% p.a. on 12-month and 24-month fixed terms. "
+                          "Early closure is not allowed.\n\n"
+                          "Term of the loan | Arrangement fee\nUp to 12 months | 1.00%\n13 to 36 months | 1.50%\n"
+                          "Over 36 months | 2.00%\n")
+    p = plan_answer(index, "What extra rate do account holders get on a one-year fix?")
+    assert p.leads == ("0.15%",), p.reason
+    p = plan_answer(index, "What arrangement fee applies to a two-year loan?")
+    assert p.leads == ("1.50%",), p.reason
+
