@@ -128,6 +128,26 @@ def band(text: str) -> Band | None:
     return found[0] if len(found) == 1 else None
 
 
+_FOOTNOTE = re.compile(r"\[\w{1,3}\]|\*+|\(\w\)$")
+
+
+def cell_band(text: str) -> Band | None:
+    """The band a grid's header or label cell stands for: the band it writes, or the one value it is and nothing
+    else but a footnote mark ("36 months", "GBP 10,000 [2]": the band of that value alone); else None. A bare
+    number names a member ("5" in a column of rating grades), not a value."""
+    written = band(text)
+    if written is not None:
+        return written
+    text = _FOOTNOTE.sub(lambda m: " " * len(m.group(0)), text)
+    values = _values(text)
+    if len(values) != 1:
+        return None
+    v = values[0]
+    if v.kind == NUMBER or re.search(r"[A-Za-z0-9]", text[:v.start] + text[v.end:]):
+        return None
+    return Band(v.value, v.value, True, True, v.kind, v.unit, v.start, v.end)
+
+
 _ONE_TIME_UNIT = re.compile(rf"\b{_TIME_UNIT}", re.IGNORECASE)
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, identifiers, mentions, terms
-from textspans.bands import Band, Value, band, comparable, holds, in_header_unit, stated_values
+from textspans.bands import Band, Value, band, cell_band, comparable, holds, in_header_unit, stated_values
 from textspans.figures import Figure
 from textspans.questions import Asked
 
@@ -68,12 +68,14 @@ def _text(index: DocumentIndex, i: int, j: int) -> str:
 
 
 def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tuple[int, int] | None:
-    """(row, band column): the row whose band holds a stated value, the narrowest of several."""
+    """(row, band column): the row whose band holds a stated value, the narrowest of several; a row label that
+    is one value ("36 months") is the band of that value."""
     best: tuple[float, int, int] | None = None
     for j, (a, z) in enumerate(cells(table.header)):
         unit = _long_forms(index, table.header[a:z])
+        read = cell_band if j == 0 else band
         found: list[tuple[int, Band]] = [(i, in_header_unit(b, unit)) for i in table.rows
-                                         if (b := band(_text(index, i, j))) is not None]
+                                         if (b := read(_text(index, i, j))) is not None]
         for v in values:
             comparable_rows = [(i, b) for i, b in found if comparable(b, v)]
             if len(comparable_rows) < 2:
@@ -86,8 +88,10 @@ def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tu
 
 def _holding_column(table: _Table, values: list[Value]) -> int | None:
     """The column whose header's band holds a stated value, where two header cells or more write bands of
-    values comparable with it ("up to 1 year | over 1 to 5 years | over 5 to 10 years" for "seven years left")."""
-    found = [(j, b) for j, (a, z) in enumerate(cells(table.header)) if (b := band(table.header[a:z])) is not None]
+    values comparable with it ("up to 1 year | over 1 to 5 years | over 5 to 10 years" for "seven years left"); a
+    header cell that is one value ("3 months") is the band of that value."""
+    found = [(j, b) for j, (a, z) in enumerate(cells(table.header))
+             if (b := (cell_band if j else band)(table.header[a:z])) is not None]
     for v in values:
         comparable_columns = [(j, b) for j, b in found if comparable(b, v)]
         holding = [j for j, b in comparable_columns if holds(b, v)]
@@ -181,7 +185,11 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
         columns = [k for k in columns if not _bounds(table.header[slice(*header[k])]) & other]
     scores = {k: shared(table.header[slice(*header[k])]) for k in columns}
     top = max(scores.values(), default=0.0)
-    if top > 0:
+    # A grid with bands both ways ("12 months" by "GBP 25,000 - 99,999"): the column whose band holds another value
+    grid = _holding_column(table, values) if values else None
+    if grid is not None and grid in columns:
+        chosen = [grid]
+    elif top > 0:
         chosen = [k for k in columns if scores[k] == top]
     elif len(columns) == 1 and values:
         chosen = columns

@@ -38,3 +38,17 @@ def test_a_period_in_words_is_a_case_not_a_subject_and_meets_its_months() -> Non
     p = plan_answer(index, "What arrangement fee applies to a two-year loan?")
     assert p.leads == ("1.50%",), p.reason
 
+
+def test_a_grid_is_read_in_the_row_and_the_column_whose_bands_hold_the_stated_values() -> None:
+    """Terms down, balance bands across: "GBP 60,000 for 12 months" is the 12-month row's "GBP 25,000 - 99,999"
+    cell; "three years" is the 36-month row; a row label that is one value is the band of that value."""
+    index = DocumentIndex("FIXED TERM DEPOSIT RATES\n\n"
+                          "Term | GBP 1,000 - 24,999 | GBP 25,000 - 99,999 | GBP 100,000 - 500,000 [2]\n"
+                          "6 months | 3.75% | 3.85% | 3.95%\n12 months | 4.10% | 4.20% | 4.30%\n"
+                          "36 months | 3.85% | 3.95% | 4.05%\n\n[2] Larger balances are priced on request.\n")
+    p = plan_answer(index, "What rate does a 12-month fixed deposit of GBP 60,000 earn?")
+    assert p.leads == ("4.20%",), p.reason
+    p = plan_answer(index, "If a customer places GBP 150,000 for six months, what rate applies?")
+    assert p.leads == ("3.95%",), p.reason
+    p = plan_answer(index, "What is the three-year rate for a GBP 10,000 deposit?")
+    assert p.leads == ("3.85%",), p.reason
