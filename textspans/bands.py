@@ -81,9 +81,26 @@ def _is_frequency(f: Figure) -> bool:
                                                 r"eleven|twelve)\b", f.text, re.IGNORECASE)
 
 
+# A question's value stated as a strict bound ("deals longer than one year"): the case lies just past it.
+_PAST = re.compile(r"\b(?:longer|more|greater|higher|larger|later) than\s*$|\b(?:over|above|exceeding|beyond|"
+                   r"in excess of)\s*$", re.IGNORECASE)
+_SHORT = re.compile(r"\b(?:shorter|less|fewer|lower|smaller|earlier) than\s*$|\b(?:under|below)\s*$", re.IGNORECASE)
+_NUDGE = 1e-6
+
+
 def stated_values(question: str) -> list[Value]:
-    """The values `question` states: amounts, percentages, counts, periods (an ordinal period as its count)."""
-    return [v for v in _values(question) if v.kind != DATE]
+    """The values `question` states: amounts, percentages, counts, periods (an ordinal period as its count). A
+    value stated as a strict bound is taken just past it ("longer than one year" lies in "> 12 months", not in
+    "<= 12 months")."""
+    out = []
+    for v in _values(question):
+        if v.kind == DATE:
+            continue
+        before = question[max(0, v.start - 20):v.start]
+        step = _NUDGE * max(1.0, abs(v.value))
+        shift = step if _PAST.search(before) else -step if _SHORT.search(before) else 0.0
+        out.append(Value(v.value + shift, v.kind, v.unit, v.start, v.end) if shift else v)
+    return out
 
 
 def _unit(a: Value, b: Value) -> tuple[str, str]:
@@ -206,7 +223,8 @@ def qualified(question: str, sentence: str, figures: list[Figure]) -> list[Figur
     """Of `figures` (in order, a sentence's answers), those whose condition in `sentence` is the band that holds a
     value the question states: "0.15% where that debt is below MRN 400 billion, and 0.3% where it is MRN 400
     billion or above", asked of a debt of MRN 520 billion, is 0.3%. A condition qualifies the answer just before
-    it, or, opening the sentence, the first one after it; [] when no band of the sentence holds a stated value."""
+    it, or, opening the sentence, every one after it ("Where a score is below 680, a GDS limit of 35% and a TDS
+    limit of 42%": the caller tells them apart); [] when no band of the sentence holds a stated value."""
     values = stated_values(question)
     holding = [b for b in bands(sentence) if any(holds(b, v) for v in values)]
     if not values or not holding:
@@ -216,4 +234,4 @@ def qualified(question: str, sentence: str, figures: list[Figure]) -> list[Figur
     figures = [f for f in figures if not b.start <= f.start < b.end and not _is_frequency(f)]
     before = [f for f in figures if f.end <= b.start]
     after = [f for f in figures if f.start >= b.end]
-    return before[-1:] or after[:1]
+    return before[-1:] or after

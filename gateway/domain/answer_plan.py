@@ -185,9 +185,9 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
         figures = [f for f in figures if f.kind == AMOUNT and f.unit in named] or figures
     # "the DTI cap for take-home pay of GBP 1,600": the figure whose condition holds the case the question states
     held = qualified(question, best.sentence, figures)
-    if held:
+    if len(held) == 1:
         return held
-    near = nearest(figures, best, question, index, asked.bound)
+    near = nearest(held or figures, best, question, index, asked.bound)
     kind = min((f.kind for f in near), key=asked.kinds.index)
     return [f for f in near if f.kind == kind]
 

@@ -52,3 +52,17 @@ def test_a_grid_is_read_in_the_row_and_the_column_whose_bands_hold_the_stated_va
     assert p.leads == ("3.95%",), p.reason
     p = plan_answer(index, "What is the three-year rate for a GBP 10,000 deposit?")
     assert p.leads == ("3.85%",), p.reason
+
+
+def test_a_case_stated_as_a_strict_bound_lies_past_it() -> None:
+    """"deals longer than one year" lies in "> 12 months", not in "<= 12 months"; "a score under 680" lies in
+    "below 680", whose condition opens a sentence of two limits: the one the question names answers."""
+    index = DocumentIndex("Table 6.1 - Bank counterparty limits\n"
+                          "Rating | Total limit | FX forwards ≤ 12 months | FX forwards > 12 months\n"
+                          "AA- or better | USD 150m | USD 250m | USD 100m\nA+ to A- | USD 100m | USD 150m | USD 50m\n\n"
+                          "3.3 Where a borrower's credit score is below 680, the lender should apply a GDS limit of 35% "
+                          "and a TDS limit of 42%.\n")
+    p = plan_answer(index, "What forward notional limit applies to an A-rated bank for deals longer than one year?")
+    assert p.leads == ("USD 50m",), p.reason
+    p = plan_answer(index, "What TDS limit applies to a borrower with a credit score under 680?")
+    assert p.leads == ("42%",), p.reason
