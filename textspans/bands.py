@@ -33,7 +33,8 @@ _INCLUSIVE = re.compile(r"(?:up to|not|no|at most|maximum|≤|<=|at least|minimu
 _AFTER_UP = re.compile(r"^\s*(?:\+|or (?:more|above|over|higher|greater)\b|and (?:above|over|more)\b|plus\b)",
                        re.IGNORECASE)
 _AFTER_DOWN = re.compile(r"^\s*(?:or (?:less|below|under|lower|fewer)\b|and (?:below|under|less)\b)", re.IGNORECASE)
-_BETWEEN = re.compile(r"^\s*(?:-|–|—|to|through|and (?:up to|not more than|not exceeding|below|under))\s*$",
+_BETWEEN = re.compile(r"^\s*(?:-|–|—|to|through|(?:and |but )?(?:up to(?: and including)?|not more than|not exceeding)|"
+                      r"and (?:below|under))\s*$",
                       re.IGNORECASE)
 _BETWEEN_WORD = re.compile(r"\bbetween\s*$", re.IGNORECASE)  # "between 1% and 3%"
 _COMPARABLE = (AMOUNT, DURATION, NUMBER, PERCENT)

@@ -259,9 +259,10 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
 
 def _absent_concepts(question: str, index: DocumentIndex) -> list[str]:
     """Domain terms the question names that the document never mentions in any form, each only where its
-    words alone could refuse: an abbreviation of three or more characters (`_unknown_abbreviations`), or a
-    term written in words of what the question asks about (`asked_concept`: "for commercial real estate
-    loans", a phrase the document never writes though it uses each word). A term that only states the case
+    words alone could refuse: an abbreviation of three or more characters, not a currency's code
+    (`_unknown_abbreviations`), or a term written in words of what the question asks about (`asked_concept`:
+    "for commercial real estate loans", a phrase the document never writes though it uses each word); a
+    currency pair ("an EUR/USD position") refuses nothing where the document writes none. A term that only states the case
     ("a loan 95 days past due - how delinquent ...", the document writing "delinquent") adds no refusal."""
     out: dict[str, None] = {}
     about = set(asked_concept(question, index.frame))
@@ -271,7 +272,7 @@ def _absent_concepts(question: str, index: DocumentIndex) -> list[str]:
         if index.mentions_concept(concept, written):
             continue
         bare = form[:-1] if form.endswith("s") else form
-        if is_abbreviation(bare) and len(bare) >= 3 or any(
+        if is_abbreviation(bare) and len(bare) >= 3 and bare not in CURRENCY_CODES or any(
                 w in about for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9'-]*", form)):
             out[concept[len(CONCEPT):]] = None
     return sorted(out)

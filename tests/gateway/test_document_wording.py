@@ -66,3 +66,17 @@ def test_a_case_stated_as_a_strict_bound_lies_past_it() -> None:
     assert p.leads == ("USD 50m",), p.reason
     p = plan_answer(index, "What TDS limit applies to a borrower with a credit score under 680?")
     assert p.leads == ("42%",), p.reason
+
+
+def test_a_band_above_one_value_up_to_another_and_a_currency_pair_read_as_a_case() -> None:
+    """"above 2,000 up to 5,000" is one band; "an aggregate EUR/USD position" names currencies the document
+    never writes, which refuses nothing: plain currency codes never do."""
+    index = DocumentIndex("2.2 For Per Se Professional clients trading major currency pairs, the margin rate "
+                          "increases with the aggregate open position in the same currency pair, as follows:\n\n"
+                          "Aggregate open position (lots) | Margin rate\nup to 500 | 0.50%\n"
+                          "above 500 up to 2,000 | 1.00%\nabove 2,000 up to 5,000 | 2.00%\nabove 5,000 | 5.00%\n")
+    p = plan_answer(index, "What margin rate applies to a per se professional holding an aggregate EUR/USD "
+                           "position of 3,000 lots?")
+    assert p.leads == ("2.00%",), p.reason
+    p = plan_answer(index, "What margin rate applies to an aggregate open position of 1,500 lots?")
+    assert p.leads == ("1.00%",), p.reason
