@@ -259,11 +259,13 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
 
 def _absent_concepts(question: str, index: DocumentIndex) -> list[str]:
     """Domain terms the question names that the document never mentions in any form, each only where its
-    words alone could refuse: an abbreviation of three or more characters, not a currency's code
-    (`_unknown_abbreviations`), or a term written in words of what the question asks about (`asked_concept`:
-    "for commercial real estate loans", a phrase the document never writes though it uses each word); a
-    currency pair ("an EUR/USD position") refuses nothing where the document writes none. A term that only states the case
-    ("a loan 95 days past due - how delinquent ...", the document writing "delinquent") adds no refusal."""
+    words alone could refuse: a term written in words of what the question asks about (`asked_concept`: "for
+    commercial real estate loans", a phrase the document never writes though it uses each word), or an
+    abbreviation of three or more characters that no long form explains (`_unknown_abbreviations`; not a
+    currency's code: "an EUR/USD position"). An abbreviation the glossary spells out ("KYC", "CFDs") is a
+    known thing the document may write otherwise ("verification levels", a leverage table's "Cryptoassets"):
+    the question's other words decide. A term that only states the case ("a loan 95 days past due - how
+    delinquent ...", the document writing "delinquent") adds no refusal."""
     out: dict[str, None] = {}
     about = set(asked_concept(question, index.frame))
     for (concept, written), (s, e, _) in zip(mentions(question, index.concepts), index.concepts.find(question),
@@ -272,8 +274,12 @@ def _absent_concepts(question: str, index: DocumentIndex) -> list[str]:
         if index.mentions_concept(concept, written):
             continue
         bare = form[:-1] if form.endswith("s") else form
-        if is_abbreviation(bare) and len(bare) >= 3 and bare not in CURRENCY_CODES or any(
-                w in about for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9'-]*", form)):
+        if is_abbreviation(bare):
+            spelled = any(not is_abbreviation(f) for f in index.concepts.forms_of(concept[len(CONCEPT):]))
+            refuses = not spelled and len(bare) >= 3 and bare not in CURRENCY_CODES
+        else:
+            refuses = any(w in about for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9'-]*", form))
+        if refuses:
             out[concept[len(CONCEPT):]] = None
     return sorted(out)
 

@@ -80,3 +80,16 @@ def test_a_band_above_one_value_up_to_another_and_a_currency_pair_read_as_a_case
     assert p.leads == ("2.00%",), p.reason
     p = plan_answer(index, "What margin rate applies to an aggregate open position of 1,500 lots?")
     assert p.leads == ("1.00%",), p.reason
+
+
+def test_an_abbreviation_the_glossary_spells_out_is_no_refusal_where_the_document_writes_it_otherwise() -> None:
+    """A leverage schedule never writes "CFD": "crypto CFDs" is its "Cryptoassets" row. An abbreviation nothing
+    spells out still refuses."""
+    index = DocumentIndex("Article 2 - Maximum leverage by asset class\n"
+                          "2.1 The maximum leverage available on opening a position is set out below.\n\n"
+                          "Asset class | Retail | Elective Professional\nMajor currency pairs | 1:30 | 1:100\n"
+                          "Single equities and ETFs | 1:5 | 1:10\nCryptoassets | 1:2 | 1:4\n")
+    p = plan_answer(index, "What is the maximum leverage a retail client can take on crypto CFDs?")
+    assert p.leads == ("1:2",), p.reason
+    p = plan_answer(index, "What is the maximum leverage a retail client can take on crypto QXTs?")
+    assert not p.found and "QXT" in p.reason
