@@ -13,8 +13,9 @@ when the question names a term the document never mentions (in any form), or a w
 that the document never uses ("minimum credit score" without "score"), when it asks for a figure that the
 best sentences do not state, or when the answer's sentence holds less than MIN_COVERAGE of the question (by
 weight). A question that states a case ("for a score of 680") or names a table's member ("a B2-rated lessee")
-is first looked up in the row that holds it (gateway/domain/case_lookup.py). gateway/domain/grounding.py checks
-what came out.
+is first looked up in the row that holds it (gateway/domain/case_lookup.py); a case outside every band of a
+table about the question ("an 18-month term" on a grid of 12 and 24 months) is NOT_FOUND.
+gateway/domain/grounding.py checks what came out.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.domain.case_lookup import Case, lookup
+from gateway.domain.case_lookup import Case, lookup, unheld
 from gateway.domain.figure_choice import clause_after, nearest, row_values
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, identifiers, mentions
 from textspans.bands import qualified
@@ -80,6 +81,8 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     case = None if absent else lookup(index, question, asked, quotable)
     if case is not None:
         return _case_plan(asked, case, question)
+    if not absent and (outside := unheld(index, question)):
+        return AnswerPlan(asked, (), (), (), False, f"no row or column of a table holds {outside}")
     unused = _unused_words(question, index)
     if not absent and len(unused) == 1:
         # A table row the question names by its member or label ("an A2 client", "Corporate bonds HY") is

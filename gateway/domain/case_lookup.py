@@ -16,7 +16,7 @@ years") answers in the column whose band holds the value, in the row whose label
 The answer's column is the one whose header shares most with the
 question; with no shared word, the table's only other column, or the only one whose cell states a figure of the
 kind asked for. No row holding the value, or no column to read: no case is found, and the plan goes on as for
-any question.
+any question, unless a table about the question lays the value's kind out and no band holds it (`unheld`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, identifiers, mentions, terms
 from textspans.bands import Band, Value, band, cell_band, comparable, holds, in_header_unit, stated_values
-from textspans.figures import Figure
+from textspans.figures import NUMBER, Figure
 from textspans.questions import Asked
 
 TAIL_CHARS = 80
@@ -237,3 +237,37 @@ def _column_case(index: DocumentIndex, values: list[Value], asked: Asked, quotab
     p = index.places[i]
     row = Candidate(index.sentences[i], 1.0, index.figures[i], index.context[i], p.label, p.header)
     return Case(row, leads, f"case ({_text(index, i, 0)}: {p.header[slice(*cells(p.header)[column])].strip()})")
+
+
+def unheld(index: DocumentIndex, question: str) -> str | None:
+    """A value the question states as its case that a table of the document lays out in bands or values of its
+    kind, in its first column or across its header (two or more), none of them holding it ("an 18-month term"
+    on a grid of 3, 6, 12 and 24 months; "GBP 750,000" where the last band ends at GBP 500,000), in a table
+    sharing a word with the question (header, section, heading) when no such table holds it: the value as the
+    question writes it; the document does not state the case. None otherwise; a bare number never is one."""
+    values = [v for v in stated_values(question) if v.kind != NUMBER]  # a bare number may name a member ("CRG 5")
+    if not values:
+        return None
+    stated = "".join(question[v.start:v.end] for v in values)
+    wanted = set(terms(question, index.concepts)) - set(terms(stated, index.concepts))
+    missing: dict[int, Value] = {}
+    for v in values:
+        laid_out = held = False
+        for table in _tables(index):
+            header = cells(table.header)
+            place = index.places[table.rows[0]]
+            if not wanted & set(terms(" ".join((table.header, place.section, place.heading)), index.concepts)):
+                continue  # a table about something else
+            columns = [[cell_band(_text(index, i, 0)) for i in table.rows],
+                       [cell_band(table.header[a:z]) for a, z in header[1:]]]
+            for found in columns:
+                comparable_bands = [b for b in found if b is not None and comparable(b, v)]
+                if len(comparable_bands) >= 2:
+                    laid_out = True
+                    held = held or any(holds(b, v) for b in comparable_bands)
+        if laid_out and not held:
+            missing[v.start] = v
+    if not missing:
+        return None
+    v = next(iter(missing.values()))
+    return question[v.start:v.end]

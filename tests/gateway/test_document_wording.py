@@ -93,3 +93,17 @@ def test_an_abbreviation_the_glossary_spells_out_is_no_refusal_where_the_documen
     assert p.leads == ("1:2",), p.reason
     p = plan_answer(index, "What is the maximum leverage a retail client can take on crypto QXTs?")
     assert not p.found and "QXT" in p.reason
+
+
+def test_a_case_outside_every_band_of_the_grid_is_not_stated() -> None:
+    """An 18-month term on a grid of 6, 12 and 36 months, GBP 750,000 past the last balance band: the document
+    does not state the rate (no neighbouring cell answers); a bare number may name a member and decides nothing."""
+    index = DocumentIndex("FIXED TERM DEPOSIT RATES\n\n"
+                          "Term | GBP 1,000 - 24,999 | GBP 25,000 - 99,999 | GBP 100,000 - 500,000\n"
+                          "6 months | 3.75% | 3.85% | 3.95%\n12 months | 4.10% | 4.20% | 4.30%\n"
+                          "36 months | 3.85% | 3.95% | 4.05%\n\nThe bonus rate is 0.15% for 2 holders or fewer.\n")
+    for question in ("What rate is offered on an 18-month fixed term?",
+                     "What rate applies to a GBP 750,000 deposit fixed for 12 months?"):
+        p = plan_answer(index, question)
+        assert not p.found and "holds" in p.reason, (question, p.leads)
+    assert plan_answer(index, "What bonus rate applies for 3 holders?").found
