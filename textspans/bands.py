@@ -33,7 +33,8 @@ _INCLUSIVE = re.compile(r"(?:up to|not|no|at most|maximum|≤|<=|at least|minimu
 _AFTER_UP = re.compile(r"^\s*(?:\+|or (?:more|above|over|higher|greater)\b|and (?:above|over|more)\b|plus\b)",
                        re.IGNORECASE)
 _AFTER_DOWN = re.compile(r"^\s*(?:or (?:less|below|under|lower|fewer)\b|and (?:below|under|less)\b)", re.IGNORECASE)
-_BETWEEN = re.compile(r"^\s*(?:-|–|—|to|through|and (?:up to|not more than|not exceeding|below|under))\s*$",
+_BETWEEN = re.compile(r"^\s*(?:-|–|—|to|through|(?:and |but )?(?:up to(?: and including)?|not more than|not exceeding)|"
+                      r"and (?:below|under))\s*$",
                       re.IGNORECASE)
 _BETWEEN_WORD = re.compile(r"\bbetween\s*$", re.IGNORECASE)  # "between 1% and 3%"
 _COMPARABLE = (AMOUNT, DURATION, NUMBER, PERCENT)
@@ -81,9 +82,26 @@ def _is_frequency(f: Figure) -> bool:
                                                 r"eleven|twelve)\b", f.text, re.IGNORECASE)
 
 
+# A question's value stated as a strict bound ("deals longer than one year"): the case lies just past it.
+_PAST = re.compile(r"\b(?:longer|more|greater|higher|larger|later) than\s*$|\b(?:over|above|exceeding|beyond|"
+                   r"in excess of)\s*$", re.IGNORECASE)
+_SHORT = re.compile(r"\b(?:shorter|less|fewer|lower|smaller|earlier) than\s*$|\b(?:under|below)\s*$", re.IGNORECASE)
+_NUDGE = 1e-6
+
+
 def stated_values(question: str) -> list[Value]:
-    """The values `question` states: amounts, percentages, counts, periods (an ordinal period as its count)."""
-    return [v for v in _values(question) if v.kind != DATE]
+    """The values `question` states: amounts, percentages, counts, periods (an ordinal period as its count). A
+    value stated as a strict bound is taken just past it ("longer than one year" lies in "> 12 months", not in
+    "<= 12 months")."""
+    out = []
+    for v in _values(question):
+        if v.kind == DATE:
+            continue
+        before = question[max(0, v.start - 20):v.start]
+        step = _NUDGE * max(1.0, abs(v.value))
+        shift = step if _PAST.search(before) else -step if _SHORT.search(before) else 0.0
+        out.append(Value(v.value + shift, v.kind, v.unit, v.start, v.end) if shift else v)
+    return out
 
 
 def _unit(a: Value, b: Value) -> tuple[str, str]:
@@ -128,6 +146,26 @@ def band(text: str) -> Band | None:
     return found[0] if len(found) == 1 else None
 
 
+_FOOTNOTE = re.compile(r"\[\w{1,3}\]|\*+|\(\w\)$")
+
+
+def cell_band(text: str) -> Band | None:
+    """The band a grid's header or label cell stands for: the band it writes, or the one value it is and nothing
+    else but a footnote mark ("36 months", "GBP 10,000 [2]": the band of that value alone); else None. A bare
+    number names a member ("5" in a column of rating grades), not a value."""
+    written = band(text)
+    if written is not None:
+        return written
+    text = _FOOTNOTE.sub(lambda m: " " * len(m.group(0)), text)
+    values = _values(text)
+    if len(values) != 1:
+        return None
+    v = values[0]
+    if v.kind == NUMBER or re.search(r"[A-Za-z0-9]", text[:v.start] + text[v.end:]):
+        return None
+    return Band(v.value, v.value, True, True, v.kind, v.unit, v.start, v.end)
+
+
 _ONE_TIME_UNIT = re.compile(rf"\b{_TIME_UNIT}", re.IGNORECASE)
 
 
@@ -140,19 +178,37 @@ def in_header_unit(b: Band, header: str) -> Band:
     return Band(b.low, b.high, b.low_in, b.high_in, DURATION, found.pop(), b.start, b.end)
 
 
+# Time units one converts into another exactly: months, quarters and years; days and weeks.
+_SAME_TIME = ({"month": 1, "quarter": 3, "year": 12}, {"day": 1, "week": 7})
+
+
+def in_unit(v: Value, unit: str) -> float | None:
+    """`v`'s number in `unit`: as stated in its own unit or none, a period converted ("3 years" is 36 months,
+    "1 year" 12 months); None when the units do not convert."""
+    if v.unit == unit or not v.unit or not unit:
+        return v.value
+    if v.kind == DURATION:
+        family = next((f for f in _SAME_TIME if v.unit in f and unit in f), None)
+        if family is not None:
+            return v.value * family[v.unit] / family[unit]
+    return None
+
+
 def comparable(b: Band, v: Value) -> bool:
-    """A value can be placed in a band: the same kind and unit, or a bare number against a band of counts or
-    of an amount whose currency is not read ("MRN 520 billion" against "MRN 400 billion")."""
+    """A value can be placed in a band: the same kind and unit (a period in a unit it converts to: years in
+    months), or a bare number against a band of counts or of an amount whose currency is not read ("MRN 520
+    billion" against "MRN 400 billion")."""
     if b.kind == v.kind:
-        return b.unit == v.unit or not b.unit or not v.unit
+        return in_unit(v, b.unit) is not None
     return {b.kind, v.kind} <= {NUMBER, AMOUNT} and not (b.unit and v.unit)
 
 
 def holds(b: Band, v: Value) -> bool:
-    """`v` lies in band `b` (its ends included as written)."""
+    """`v` lies in band `b` (its ends included as written), a period in the band's unit."""
     if not comparable(b, v):
         return False
-    x = v.value
+    x = in_unit(v, b.unit) if b.kind == v.kind else v.value
+    assert x is not None  # comparable: the units convert
     if b.low is not None and (x < b.low or x == b.low and not b.low_in):
         return False
     return not (b.high is not None and (x > b.high or x == b.high and not b.high_in))
@@ -168,7 +224,8 @@ def qualified(question: str, sentence: str, figures: list[Figure]) -> list[Figur
     """Of `figures` (in order, a sentence's answers), those whose condition in `sentence` is the band that holds a
     value the question states: "0.15% where that debt is below MRN 400 billion, and 0.3% where it is MRN 400
     billion or above", asked of a debt of MRN 520 billion, is 0.3%. A condition qualifies the answer just before
-    it, or, opening the sentence, the first one after it; [] when no band of the sentence holds a stated value."""
+    it, or, opening the sentence, every one after it ("Where a score is below 680, a GDS limit of 35% and a TDS
+    limit of 42%": the caller tells them apart); [] when no band of the sentence holds a stated value."""
     values = stated_values(question)
     holding = [b for b in bands(sentence) if any(holds(b, v) for v in values)]
     if not values or not holding:
@@ -178,4 +235,4 @@ def qualified(question: str, sentence: str, figures: list[Figure]) -> list[Figur
     figures = [f for f in figures if not b.start <= f.start < b.end and not _is_frequency(f)]
     before = [f for f in figures if f.end <= b.start]
     after = [f for f in figures if f.start >= b.end]
-    return before[-1:] or after[:1]
+    return before[-1:] or after

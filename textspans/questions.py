@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, RATIO
+from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, RATIO, find_figures
 
 
 @dataclass(frozen=True)
@@ -255,8 +255,9 @@ def frame_words(frame: Iterable[str]) -> frozenset[str]:
 
 def asked_concept(question: str, frame: frozenset[str]) -> list[str]:
     """The words naming what `question` is about: the wh-phrase's and those of each phrase after "for", "on"
-    or "applies to", less the words that frame a quantity or an actor (`frame`, from `frame_words`). A phrase
-    that starts with a number or "how"/"what" is a figure's frame, not a subject ("for how long", "on 1 May")."""
+    or "applies to", less the words that frame a quantity or an actor (`frame`, from `frame_words`) and periods
+    written in words ("the three-year rate"). A phrase that starts with a number or "how"/"what" is a figure's
+    frame, not a subject ("for how long", "on 1 May")."""
     phrases = [wh_phrase(question)]
     # "what share of X", "how many years of X": a frame's "of" names the subject
     framed = _FRAMED_OF.search(question)
@@ -270,5 +271,13 @@ def asked_concept(question: str, frame: frozenset[str]) -> list[str]:
     out: list[str] = []
     for phrase in phrases:
         words = (re.sub(r"'s$", "", w) for w in phrase)
-        out.extend(w for w in words if w.casefold() not in frame and not w[0].isdigit() and len(w) > 2)
+        out.extend(w for w in words if w.casefold() not in frame and not w[0].isdigit() and len(w) > 2
+                   and not is_period_word(w))
     return list(dict.fromkeys(out))
+
+
+def is_period_word(word: str) -> bool:
+    """`word` is wholly a period written in words ("three-year", "one-year", "six-month"): a figure, the case
+    a question states, never a subject a document must write in those words."""
+    found = find_figures(word, words=True)
+    return len(found) == 1 and found[0].kind == DURATION and found[0].start == 0 and found[0].end == len(word)

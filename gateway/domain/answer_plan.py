@@ -13,8 +13,9 @@ when the question names a term the document never mentions (in any form), or a w
 that the document never uses ("minimum credit score" without "score"), when it asks for a figure that the
 best sentences do not state, or when the answer's sentence holds less than MIN_COVERAGE of the question (by
 weight). A question that states a case ("for a score of 680") or names a table's member ("a B2-rated lessee")
-is first looked up in the row that holds it (gateway/domain/case_lookup.py). gateway/domain/grounding.py checks
-what came out.
+is first looked up in the row that holds it (gateway/domain/case_lookup.py); a case outside every band of a
+table about the question ("an 18-month term" on a grid of 12 and 24 months) is NOT_FOUND.
+gateway/domain/grounding.py checks what came out.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.domain.case_lookup import Case, lookup
+from gateway.domain.case_lookup import Case, lookup, unheld
 from gateway.domain.figure_choice import clause_after, nearest, row_values
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, identifiers, mentions
 from textspans.bands import qualified
@@ -73,13 +74,15 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     expanded = " ".join([inline, *(f for c, _ in named for f in index.concepts.forms_of(c[len(CONCEPT):]))])
     # "How much can one issuer raise in a 12-month period": the period is the case's, not what is asked
     asked = asked_for(_STATED_PERIOD.sub("", expanded), plain=_STATED_PERIOD.sub("", inline))
-    absent = sorted({c[len(CONCEPT):] for c, written in named if not index.mentions_concept(c, written)})
+    absent = _absent_concepts(question, index)
     absent += unknown
     # A case the question states ("for a score of 700") is read from the table row whose band holds it, even
     # when the question names the column in other words ("deposit" for "down payment").
     case = None if absent else lookup(index, question, asked, quotable)
     if case is not None:
         return _case_plan(asked, case, question)
+    if not absent and (outside := unheld(index, question)):
+        return AnswerPlan(asked, (), (), (), False, f"no row or column of a table holds {outside}")
     unused = _unused_words(question, index)
     if not absent and len(unused) == 1:
         # A table row the question names by its member or label ("an A2 client", "Corporate bonds HY") is
@@ -185,9 +188,9 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
         figures = [f for f in figures if f.kind == AMOUNT and f.unit in named] or figures
     # "the DTI cap for take-home pay of GBP 1,600": the figure whose condition holds the case the question states
     held = qualified(question, best.sentence, figures)
-    if held:
+    if len(held) == 1:
         return held
-    near = nearest(figures, best, question, index, asked.bound)
+    near = nearest(held or figures, best, question, index, asked.bound)
     kind = min((f.kind for f in near), key=asked.kinds.index)
     return [f for f in near if f.kind == kind]
 
@@ -255,6 +258,33 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
                 and not (named and all(i in index.df for i in named)):
             out.append(word)
     return list(dict.fromkeys(out))
+
+
+def _absent_concepts(question: str, index: DocumentIndex) -> list[str]:
+    """Domain terms the question names that the document never mentions in any form, each only where its
+    words alone could refuse: a term written in words of what the question asks about (`asked_concept`: "for
+    commercial real estate loans", a phrase the document never writes though it uses each word), or an
+    abbreviation of three or more characters that no long form explains (`_unknown_abbreviations`; not a
+    currency's code: "an EUR/USD position"). An abbreviation the glossary spells out ("KYC", "CFDs") is a
+    known thing the document may write otherwise ("verification levels", a leverage table's "Cryptoassets"):
+    the question's other words decide. A term that only states the case ("a loan 95 days past due - how
+    delinquent ...", the document writing "delinquent") adds no refusal."""
+    out: dict[str, None] = {}
+    about = set(asked_concept(question, index.frame))
+    for (concept, written), (s, e, _) in zip(mentions(question, index.concepts), index.concepts.find(question),
+                                             strict=True):
+        form = question[s:e]
+        if index.mentions_concept(concept, written):
+            continue
+        bare = form[:-1] if form.endswith("s") else form
+        if is_abbreviation(bare):
+            spelled = any(not is_abbreviation(f) for f in index.concepts.forms_of(concept[len(CONCEPT):]))
+            refuses = not spelled and len(bare) >= 3 and bare not in CURRENCY_CODES
+        else:
+            refuses = any(w in about for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9'-]*", form))
+        if refuses:
+            out[concept[len(CONCEPT):]] = None
+    return sorted(out)
 
 
 _ABBREVIATION = re.compile(r"\b[A-Z][A-Z0-9&-]*[A-Z0-9]s?\b")

@@ -16,7 +16,7 @@ years") answers in the column whose band holds the value, in the row whose label
 The answer's column is the one whose header shares most with the
 question; with no shared word, the table's only other column, or the only one whose cell states a figure of the
 kind asked for. No row holding the value, or no column to read: no case is found, and the plan goes on as for
-any question.
+any question, unless a table about the question lays the value's kind out and no band holds it (`unheld`).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, identifiers, mentions, terms
-from textspans.bands import Band, Value, band, comparable, holds, in_header_unit, stated_values
-from textspans.figures import Figure
+from textspans.bands import Band, Value, band, cell_band, comparable, holds, in_header_unit, stated_values
+from textspans.figures import NUMBER, Figure
 from textspans.questions import Asked
 
 TAIL_CHARS = 80
@@ -68,12 +68,14 @@ def _text(index: DocumentIndex, i: int, j: int) -> str:
 
 
 def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tuple[int, int] | None:
-    """(row, band column): the row whose band holds a stated value, the narrowest of several."""
+    """(row, band column): the row whose band holds a stated value, the narrowest of several; a row label that
+    is one value ("36 months") is the band of that value."""
     best: tuple[float, int, int] | None = None
     for j, (a, z) in enumerate(cells(table.header)):
         unit = _long_forms(index, table.header[a:z])
+        read = cell_band if j == 0 else band
         found: list[tuple[int, Band]] = [(i, in_header_unit(b, unit)) for i in table.rows
-                                         if (b := band(_text(index, i, j))) is not None]
+                                         if (b := read(_text(index, i, j))) is not None]
         for v in values:
             comparable_rows = [(i, b) for i, b in found if comparable(b, v)]
             if len(comparable_rows) < 2:
@@ -86,8 +88,10 @@ def _holding_row(index: DocumentIndex, table: _Table, values: list[Value]) -> tu
 
 def _holding_column(table: _Table, values: list[Value]) -> int | None:
     """The column whose header's band holds a stated value, where two header cells or more write bands of
-    values comparable with it ("up to 1 year | over 1 to 5 years | over 5 to 10 years" for "seven years left")."""
-    found = [(j, b) for j, (a, z) in enumerate(cells(table.header)) if (b := band(table.header[a:z])) is not None]
+    values comparable with it ("up to 1 year | over 1 to 5 years | over 5 to 10 years" for "seven years left"); a
+    header cell that is one value ("3 months") is the band of that value."""
+    found = [(j, b) for j, (a, z) in enumerate(cells(table.header))
+             if (b := (cell_band if j else band)(table.header[a:z])) is not None]
     for v in values:
         comparable_columns = [(j, b) for j, b in found if comparable(b, v)]
         holding = [j for j, b in comparable_columns if holds(b, v)]
@@ -181,7 +185,11 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
         columns = [k for k in columns if not _bounds(table.header[slice(*header[k])]) & other]
     scores = {k: shared(table.header[slice(*header[k])]) for k in columns}
     top = max(scores.values(), default=0.0)
-    if top > 0:
+    # A grid with bands both ways ("12 months" by "GBP 25,000 - 99,999"): the column whose band holds another value
+    grid = _holding_column(table, values) if values else None
+    if grid is not None and grid in columns:
+        chosen = [grid]
+    elif top > 0:
         chosen = [k for k in columns if scores[k] == top]
     elif len(columns) == 1 and values:
         chosen = columns
@@ -229,3 +237,37 @@ def _column_case(index: DocumentIndex, values: list[Value], asked: Asked, quotab
     p = index.places[i]
     row = Candidate(index.sentences[i], 1.0, index.figures[i], index.context[i], p.label, p.header)
     return Case(row, leads, f"case ({_text(index, i, 0)}: {p.header[slice(*cells(p.header)[column])].strip()})")
+
+
+def unheld(index: DocumentIndex, question: str) -> str | None:
+    """A value the question states as its case that a table of the document lays out in bands or values of its
+    kind, in its first column or across its header (two or more), none of them holding it ("an 18-month term"
+    on a grid of 3, 6, 12 and 24 months; "GBP 750,000" where the last band ends at GBP 500,000), in a table
+    sharing a word with the question (header, section, heading) when no such table holds it: the value as the
+    question writes it; the document does not state the case. None otherwise; a bare number never is one."""
+    values = [v for v in stated_values(question) if v.kind != NUMBER]  # a bare number may name a member ("CRG 5")
+    if not values:
+        return None
+    stated = "".join(question[v.start:v.end] for v in values)
+    wanted = set(terms(question, index.concepts)) - set(terms(stated, index.concepts))
+    missing: dict[int, Value] = {}
+    for v in values:
+        laid_out = held = False
+        for table in _tables(index):
+            header = cells(table.header)
+            place = index.places[table.rows[0]]
+            if not wanted & set(terms(" ".join((table.header, place.section, place.heading)), index.concepts)):
+                continue  # a table about something else
+            columns = [[cell_band(_text(index, i, 0)) for i in table.rows],
+                       [cell_band(table.header[a:z]) for a, z in header[1:]]]
+            for found in columns:
+                comparable_bands = [b for b in found if b is not None and comparable(b, v)]
+                if len(comparable_bands) >= 2:
+                    laid_out = True
+                    held = held or any(holds(b, v) for b in comparable_bands)
+        if laid_out and not held:
+            missing[v.start] = v
+    if not missing:
+        return None
+    v = next(iter(missing.values()))
+    return question[v.start:v.end]
