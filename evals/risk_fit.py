@@ -26,20 +26,10 @@ from typing import Any
 import numpy as np
 
 from evals.verdict_quality import as_route_reads
-from policies.risk import RuleScore
+from policies.risk import RuleScore, outcome, with_word_model
 from policies.risk_facts import read
-from policies.risk_model import RiskRules
-from policies.risk_shape import SHAPE_KEYS
-from policies.risk_words import (
-    PACK_FEATURES,
-    block_terms,
-    clamped,
-    features,
-    head_terms,
-    pack_features,
-    review_score,
-    without_model,
-)
+from policies.risk_model import PACK_FEATURES, SHAPE_KEYS, RiskRules
+from policies.risk_words import features, without_model
 
 MIN_SETS = 3
 WORD_RIDGE = 0.01
@@ -50,12 +40,6 @@ WORD_MODEL_BEGIN = "# --- word model: written by `python -m evals.risk_fit`; do 
 WORD_MODEL_END = "# --- end of word model ---"
 
 Sets = Sequence[tuple[Sequence[Mapping[str, Any]], Sequence[RuleScore | None]]]  # (rows, their scores) per set
-
-
-def pack_of(score: RuleScore) -> tuple[float, ...]:
-    """The rules' outcome of a score, as the word model reads it."""
-    return pack_features(score.rule_points, max((f.points for f in score.fired), default=0), len(score.fired),
-                         len(score.mitigated), score.action.value)
 
 
 def _event(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -78,7 +62,7 @@ def fit(rules: RiskRules, sets: Sets) -> RiskRules:
             event = _event(row)
             if event is None or score is None:
                 continue
-            rows.append(features(plain, event, pack_of(score), read(plain, event).values))
+            rows.append(features(plain, event, outcome(score), read(plain, event).values))
             in_set.update(k for k in rows[-1] if ":" in k)
             labels.append(row)
             w.append(1 / len(set_rows) / len(sets))
@@ -130,18 +114,15 @@ def _ridge(x: np.ndarray, y: np.ndarray, w: np.ndarray, pen: np.ndarray) -> tupl
 
 def rescored(fitted: RiskRules, rows: Sequence[Mapping[str, Any]],
              scores: Sequence[RuleScore | None]) -> tuple[RuleScore | None, ...]:
-    """`scores` (by the pack without a word model) with the fitted word model's score and its action head's, as
-    evaluate() would give."""
+    """`scores` (by the pack without a word model) with the fitted word model's and its heads' scores, as
+    evaluate() gives them (policies/risk.py `with_word_model`)."""
     out: list[RuleScore | None] = []
     for row, score in zip(rows, scores, strict=True):
         event = _event(row)
         if score is None or event is None:
             out.append(None)
             continue
-        feats = features(fitted, event, pack_of(score), read(fitted, event).values)
-        out.append(dataclasses.replace(score, learned=clamped(head_terms(fitted.word_model, fitted.word_weights,
-                                                                         feats)[0]),
-                                       review=review_score(fitted, feats), block=block_terms(fitted, feats)[0]))
+        out.append(with_word_model(fitted, event, score, read(fitted, event).values))
     return tuple(out)
 
 

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from policies.risk_model import RiskRules
+from policies.risk_model import MODEL_TABLES, RiskRules
 
 DATA = Path(__file__).resolve().parent / "data"
 PROVENANCE = DATA / "risk_rule_provenance.json"
@@ -35,7 +35,7 @@ _WHOLE = ("rules", "mitigations", "checks")  # tables of named entries, each an 
 _ITEMS = {"rules": ("unless",), "mitigations": ("when", "unless", "offsets"), "checks": ("subjects",),
           "facts": ("names", "words")}  # the parts of a named entry studied item by item
 _SKIP = {"country_lists"}  # handled below: one entry per country of a list
-_FITTED = {"word_model", "word_weights", "review_model", "review_weights", "block_model", "block_weights"}  # fitted, no entry: evals/risk_lowo.py refits them without the set judged
+_FITTED = frozenset(MODEL_TABLES)  # fitted, no entry: evals/risk_lowo.py refits them without the set judged
 
 
 def entries(pack: Mapping[str, Any]) -> Iterator[tuple[str, str]]:

@@ -117,11 +117,20 @@ def evaluate(rules: RiskRules, event: Mapping[str, Any]) -> RuleScore:
     fired = [FiredRule(name, p, _reason(r, facts), r.action, r.source) for name, r, p in best.values()]
     mitigated = tuple(Mitigated(n, _phrase(m.reason), tuple(lowered[n]), m.source) for n, m in holding if n in lowered)
     score = RuleScore(tuple(sorted(fired, key=lambda f: (-f.points, f.rule))), mitigated, rules.combine)
-    if not rules.word_model:
-        return score
-    pack = pack_features(score.rule_points, max((f.points for f in fired), default=0), len(fired), len(mitigated),
-                         score.action.value)
-    feats = features(rules, event, pack, facts.values)
+    return with_word_model(rules, event, score, facts.values) if rules.word_model else score
+
+
+def outcome(score: RuleScore) -> tuple[float, ...]:
+    """The rules' outcome of `score` as the word model reads it (policies/risk_words.py PACK_FEATURES)."""
+    return pack_features(score.rule_points, max((f.points for f in score.fired), default=0), len(score.fired),
+                         len(score.mitigated), score.action.value)
+
+
+def with_word_model(rules: RiskRules, event: Mapping[str, Any], score: RuleScore,
+                    facts: Mapping[str, object]) -> RuleScore:
+    """`score` (the rules' reading of `event`, its `facts`) with `rules`' word model's score and its action and
+    block heads' (policies/risk_words.py), the features read once for the three."""
+    feats = features(rules, event, outcome(score), facts)
     total, terms = head_terms(rules.word_model, rules.word_weights, feats)
     review, review_parts = review_terms(rules, feats)
     block, block_parts = block_terms(rules, feats)

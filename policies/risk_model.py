@@ -21,8 +21,14 @@ NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"  # facts, lists and rules are named in 
 _NAME_RULE = "names are lower-case letters, digits and _ (they are written in rule conditions)"
 WORD_PATTERN = r"^([tkv+#0n-]:[a-z0-9]{1,40}|f:[a-z][a-z0-9_]{0,63}|g:[a-z0-9_]{4})$"  # a marked word of the word model (policies/risk_words.py)
 _WORD_RULE = "a mark (t k v + - # 0 n), a colon and a lower-case word (v:cash), or g: and a four-gram (g:_cas)"
-MODEL_PATTERN = r"^(intercept|amount|rule_score|strongest_rule|rules_fired|mitigations_held|review_floor|block_floor|ratio_up|ratio_down)$"
-_MODEL_RULE = "intercept, amount or one of the rules' outcomes (policies/risk_words.py MODEL_KEYS)"
+# The word model's dense features (policies/risk_words.py): the rules' outcome and the event's shape
+# (policies/risk_shape.py), beside the intercept and the amount; and the policy tables the fit writes.
+PACK_FEATURES = ("rule_score", "strongest_rule", "rules_fired", "mitigations_held", "review_floor", "block_floor")
+SHAPE_KEYS = ("ratio_up", "ratio_down")
+MODEL_KEYS = ("intercept", "amount", *PACK_FEATURES, *SHAPE_KEYS)  # the keys of RiskRules.word_model
+MODEL_TABLES = ("word_model", "word_weights", "review_model", "review_weights", "block_model", "block_weights")
+MODEL_PATTERN = "^(" + "|".join(MODEL_KEYS) + ")$"
+_MODEL_RULE = "intercept, amount, one of the rules' outcomes or the shape's ratios (MODEL_KEYS)"
 
 
 class FactKind(str, enum.Enum):
@@ -303,6 +309,5 @@ class RiskRules:
     def __post_init__(self) -> None:
         for name in ("facts", "name_synonyms", "translations", "checks", "rating_values", "country_lists", "usd_value",
                      "reporting_thresholds", "instrument_thresholds", "price_pairs", "name_pairs", "rules", "mitigations",
-                     "word_model", "word_weights", "review_model", "review_weights", "block_model",
-                     "block_weights"):
+                     *MODEL_TABLES):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

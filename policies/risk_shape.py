@@ -25,9 +25,11 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from policies.risk_model import SHAPE_KEYS
 from policies.risk_vocabulary import Vocabulary
 
-SHAPE_KEYS = ("ratio_up", "ratio_down")  # the dense shape features, beside the word model's MODEL_KEYS
+__all__ = ["SHAPE_KEYS", "flat", "grams", "shape_features"]
+
 GRAM = 4
 GRAM_MIN_WORD = 5  # shorter words' grams are the word itself, or say nothing
 GRAM_VALUE = 0.3  # a gram's value: many grams of one word must not outweigh the word

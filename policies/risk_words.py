@@ -32,12 +32,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies.risk_model import WORD_PATTERN, RiskRules
-from policies.risk_shape import SHAPE_KEYS, flat, grams, shape_features
+from policies.risk_model import MODEL_KEYS, PACK_FEATURES, WORD_PATTERN, RiskRules
+from policies.risk_shape import flat, grams, shape_features
 from policies.risk_vocabulary import vocabulary
 
-PACK_FEATURES = ("rule_score", "strongest_rule", "rules_fired", "mitigations_held", "review_floor", "block_floor")
-MODEL_KEYS = ("intercept", "amount", *PACK_FEATURES, *SHAPE_KEYS)  # the keys of RiskRules.word_model
+__all__ = ["MODEL_KEYS", "PACK_FEATURES"]  # re-exported: the keys are declared with the policy's tables
 _WORD = re.compile(WORD_PATTERN)
 TOP_CONTRIBUTIONS = 5  # the features scoring.model_contributions names one by one
 _MAX_FIRED, _MAX_MITIGATED = 5, 3  # counts above these read as these (a sixth rule adds nothing)
@@ -111,27 +110,25 @@ def word_score(rules: RiskRules, event: Mapping[str, Any], pack: tuple[float, ..
     return clamped(head_terms(rules.word_model, rules.word_weights, features(rules, event, pack, facts))[0])
 
 
-def review_terms(rules: RiskRules, feats: Mapping[str, float]) -> tuple[int | None, tuple[tuple[str, float], ...]]:
-    """(the action head's score, 0-100: 100 x its estimate that the action is review or block; its head_terms) of
-    an event's features; (None, ()) when the pack has no action head (the action then follows the score)."""
-    if not rules.review_model:
+def _head_score(model: Mapping[str, float], weights: Mapping[str, float], feats: Mapping[str, float]
+                ) -> tuple[int | None, tuple[tuple[str, float], ...]]:
+    """(a head's score, 0-100; its head_terms), or (None, ()) when the pack has no such head."""
+    if not model:
         return None, ()
-    total, terms = head_terms(rules.review_model, rules.review_weights, feats)
+    total, terms = head_terms(model, weights, feats)
     return clamped(total), terms
+
+
+def review_terms(rules: RiskRules, feats: Mapping[str, float]) -> tuple[int | None, tuple[tuple[str, float], ...]]:
+    """The action head's score (100 x its estimate that the action is review or block) and terms of an event's
+    features; (None, ()) without an action head (the action then follows the score)."""
+    return _head_score(rules.review_model, rules.review_weights, feats)
 
 
 def block_terms(rules: RiskRules, feats: Mapping[str, float]) -> tuple[int | None, tuple[tuple[str, float], ...]]:
-    """(the block head's score, 0-100: 100 x its estimate that the action is block; its head_terms) of an event's
-    features; (None, ()) when the pack has no block head (then only a rule's floor, or block_at, blocks)."""
-    if not rules.block_model:
-        return None, ()
-    total, terms = head_terms(rules.block_model, rules.block_weights, feats)
-    return clamped(total), terms
-
-
-def review_score(rules: RiskRules, feats: Mapping[str, float]) -> int | None:
-    """The action head's score of an event's features (review_terms), or None without an action head."""
-    return review_terms(rules, feats)[0]
+    """The block head's score (100 x its estimate that the action is block) and terms of an event's features;
+    (None, ()) without a block head (then only a rule's floor, or block_at, blocks)."""
+    return _head_score(rules.block_model, rules.block_weights, feats)
 
 
 def without_model(rules: RiskRules) -> RiskRules:

@@ -145,7 +145,7 @@ def spelled_out(abbreviation: str, text: str) -> str | None:
     words = [rf"(?i:{re.escape(c)})[\w']{'+' if i == 0 else '*'}" for i, c in enumerate(letters)]
     m = re.search(r"(?<![\w-])" + r"[\s-]+(?:(?:of|and|for|the)\s+)?".join(words) + r"(?![\w-])", text)
     if m is None and len(letters) >= 3:
-        *heads, last = words[:-1]
+        heads = words[:-2]
         inner = rf"(?i:{re.escape(letters[-2])})[a-z]{{2,}}(?i:{re.escape(letters[-1])})[a-z]{{4,}}"
         m = re.search(r"(?<![\w-])" + "".join(h + "-" for h in heads) + inner + r"(?![\w-])", text)
     return m.group(0) if m else None

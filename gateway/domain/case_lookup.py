@@ -205,9 +205,7 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
     leads = _leads(index, i, chosen[0])
     if not leads:
         return None
-    p = index.places[i]
-    row = Candidate(index.sentences[i], 1.0, index.figures[i], index.context[i], p.label, p.header)
-    return Case(row, leads, f"case ({_text(index, i, band_column)}: {table.header[slice(*header[chosen[0]])].strip()})")
+    return _case_at(index, i, leads, _text(index, i, band_column), table.header[slice(*header[chosen[0]])])
 
 
 def _column_case(index: DocumentIndex, values: list[Value], asked: Asked, quotable: Callable[[str], bool],
@@ -234,9 +232,15 @@ def _column_case(index: DocumentIndex, values: list[Value], asked: Asked, quotab
     leads = _leads(index, i, column)
     if not leads:
         return None
+    header = index.places[i].header
+    return _case_at(index, i, leads, _text(index, i, 0), header[slice(*cells(header)[column])])
+
+
+def _case_at(index: DocumentIndex, i: int, leads: dict[str, str], band_text: str, column: str) -> Case:
+    """The case answered by row `i` (sentence index), its cell's leads, named by the row's band and the column."""
     p = index.places[i]
     row = Candidate(index.sentences[i], 1.0, index.figures[i], index.context[i], p.label, p.header)
-    return Case(row, leads, f"case ({_text(index, i, 0)}: {p.header[slice(*cells(p.header)[column])].strip()})")
+    return Case(row, leads, f"case ({band_text}: {column.strip()})")
 
 
 def unheld(index: DocumentIndex, question: str) -> str | None:

@@ -94,7 +94,12 @@ def _packaged_expansions() -> Expansions:
 
 @functools.cache
 def _packaged_frame() -> frozenset[str]:
-    glossary = load_glossary()
+    return _frame_of(load_glossary())
+
+
+def _frame_of(glossary: Glossary) -> frozenset[str]:
+    """The words that frame a question, not its subject, and those too generic to name one (policies/glossary.toml
+    `frame`, `generic`), and their stems."""
     return frame_words((*glossary.frame, *glossary.generic))
 
 
@@ -192,9 +197,7 @@ class DocumentIndex:
         self.text = text
         self.concepts = concept_index(text, glossary)
         self.expansions = _packaged_expansions() if glossary is None else expansions(glossary)
-        # The words that frame a question, not its subject, and those too generic to name one (policies/glossary.toml
-        # `frame`, `generic`), and their stems.
-        self.frame = _packaged_frame() if glossary is None else frame_words((*glossary.frame, *glossary.generic))
+        self.frame = _packaged_frame() if glossary is None else _frame_of(glossary)
         self.quantity_frame = frozenset(_stem(w) for w in self.frame)
         self.sentences = sentence_spans(text)
         self.places = places(text, self.sentences)
