@@ -63,6 +63,10 @@ _FIELD = re.compile(r"^\s*[A-Za-z][\w ()'-]{0,40}:\s")
 # A later figure introduced by one of these is in a clause of its own, not a list with the first.
 _SUBORDINATE = re.compile(r"(?:provided|unless|if|where|when|whereas|except|subject|save|which|that|so|because|"
                           r"although|though|while)\b", re.IGNORECASE)
+# A later figure whose own words hold a verb of their own ("..., and your limit will never exceed £2,500") is
+# stated by a clause of its own: the words before the first figure are the first's ("Each increase will be no
+# more than £250"), not a list's.
+_OWN_VERB = re.compile(r"\b(?:will|shall|must|may|might|can|cannot|should|is|are|was|were|has|have)\b", re.IGNORECASE)
 
 
 def clause_after(sentence: str, fig: Figure, figures: tuple[Figure, ...]) -> str:
@@ -86,17 +90,21 @@ def phrases(sentence: str, figures: list[Figure], all_figures: tuple[Figure, ...
     In a list, the words before the first figure's own phrase and those after the last one's own clause (as
     long as the longest clause of the others) are the list's, not a figure's."""
     tails = [clause_after(sentence, f, all_figures) for f in figures]
-    before, listed = [], len(figures) > 1
+    before, listed, clauses = [], len(figures) > 1, False
     for i, f in enumerate(figures):
         start = figures[i - 1].end + len(tails[i - 1]) if i else 0
         text = sentence[start:f.start]
         if i:
             sep = _SEPARATOR.match(text)
             text = text[sep.end():] if sep else text
-            listed = listed and bool(sep and re.search(r",|\b(?:and|or)\b", sep.group(0))) \
-                and not _SUBORDINATE.match(text)
+            joined = bool(sep and re.search(r",|\b(?:and|or)\b", sep.group(0))) and not _SUBORDINATE.match(text)
+            clauses = clauses or joined and bool(_OWN_VERB.search(text))
+            listed = listed and joined
         before.append(text)
-    if listed:
+    if clauses:  # "For ICT systems supporting an IBS, the RTO must not exceed 2 hours and the RPO must not exceed
+        # 15 minutes": an opening phrase before a comma is both clauses', the rest of the first clause its own
+        before[0] = before[0][before[0].rfind(",") + 1:]
+    elif listed:
         n = max(len(b.split()) for b in before[1:])
         first = before[0].split()
         before[0] = " ".join(first[max(0, len(first) - n):]) if n else ""
