@@ -89,14 +89,21 @@ _SHORT = re.compile(r"\b(?:shorter|less|fewer|lower|smaller|earlier) than\s*$|\b
 _NUDGE = 1e-6
 
 
+# A bare number whose time unit follows a word that qualifies it ("6 claim-free years", "9+ years' NCD").
+_QUALIFIED_UNIT = re.compile(rf"^\+?\s+(?:[A-Za-z][\w-]*\s+)?{_TIME_UNIT}", re.IGNORECASE)
+
+
 def stated_values(question: str) -> list[Value]:
-    """The values `question` states: amounts, percentages, counts, periods (an ordinal period as its count). A
-    value stated as a strict bound is taken just past it ("longer than one year" lies in "> 12 months", not in
-    "<= 12 months")."""
+    """The values `question` states: amounts, percentages, counts, periods (an ordinal period as its count; a
+    number, its unit after a word that qualifies it: "6 claim-free years"). A value stated as a strict bound
+    is taken just past it ("longer than one year" lies in "> 12 months", not in "<= 12 months")."""
     out = []
     for v in _values(question):
         if v.kind == DATE:
             continue
+        unit = _QUALIFIED_UNIT.match(question[v.end:]) if v.kind == NUMBER and not v.unit else None
+        if unit:
+            v = Value(v.value, DURATION, unit.group(1).casefold(), v.start, v.end)
         before = question[max(0, v.start - 20):v.start]
         step = _NUDGE * max(1.0, abs(v.value))
         shift = step if _PAST.search(before) else -step if _SHORT.search(before) else 0.0

@@ -222,3 +222,20 @@ def test_the_largest_of_a_table_row_is_read_under_its_maximum_column() -> None:
     index = DocumentIndex(text)
     assert plan_answer(index, "What is the largest individual SME loan the bank will grant?").leads == ("KES 1,500,000",)
     assert plan_answer(index, "What is the smallest Group Biashara loan?").leads == ("KES 10,000",)
+
+
+def test_a_number_whose_time_unit_follows_a_qualifying_word_is_read_in_that_unit() -> None:
+    """"6 claim-free years", "9+ years' NCD": the years qualified by a word (or "+") are a period, so the row
+    "5 to 8" under "Claim-free years" holds 6, and "one claim" names its column."""
+    assert stated_values("with 6 claim-free years")[0].unit == "year"
+    assert stated_values("a driver on 9+ years' NCD")[0].unit == "year"
+    index = DocumentIndex("Table B - NCD scale\n"
+                          "Claim-free years | Discount | Discount after one claim | Discount after two claims\n"
+                          "0                | 0%       | 0%                       | 0%\n"
+                          "3                | 45%      | 25%                      | 0%\n"
+                          "5 to 8           | 63%      | 45%                      | 25%\n"
+                          "9 or more        | 70%      | 55%                      | 35%\n")
+    p = plan_answer(index, "A policyholder with 6 claim-free years makes one claim; what discount applies at renewal?")
+    assert p.leads == ("45%",), p.reason
+    p = plan_answer(index, "For a driver on 9+ years' NCD making two claims in the year, what is the discount afterwards?")
+    assert p.leads == ("35%",), p.reason
