@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, Figure, find_figures
+from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, RATIO, Figure, find_figures
 
 _ORDINALS = ("first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth "
              "fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth").split()
@@ -37,7 +37,9 @@ _BETWEEN = re.compile(r"^\s*(?:-|–|—|to|through|(?:and |but )?(?:up to(?: an
                       r"and (?:below|under))\s*$",
                       re.IGNORECASE)
 _BETWEEN_WORD = re.compile(r"\bbetween\s*$", re.IGNORECASE)  # "between 1% and 3%"
-_COMPARABLE = (AMOUNT, DURATION, NUMBER, PERCENT)
+_COMPARABLE = (AMOUNT, DURATION, NUMBER, PERCENT, RATIO)
+# A multiple written "3.2x": the figure reader reads its number, the "x" makes it a ratio to 1.
+_TIMES_X = re.compile(r"^x(?![\w])")
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,12 @@ class Band:
 
 
 def _values(text: str) -> list[Value]:
-    out = [Value(f.value[0], f.kind, f.unit, f.start, f.end) for f in find_figures(text, words=True)
-           if f.kind in _COMPARABLE and len(f.value) == 1 and not _is_frequency(f)]
+    # A ratio to one ("4.00:1", "2.3 times") is its first term; "3.2x" is the ratio 3.2.
+    out = [Value(f.value[0], RATIO if f.kind == NUMBER and _TIMES_X.match(text[f.end:]) else f.kind, f.unit,
+                 f.start, f.end + (f.kind == NUMBER and bool(_TIMES_X.match(text[f.end:]))))
+           for f in find_figures(text, words=True)
+           if f.kind in _COMPARABLE and (len(f.value) == 1 or f.kind == RATIO and f.value[1:] == (1.0,))
+           and not _is_frequency(f)]
     for m in _ORDINAL.finditer(text):
         n = _ORDINAL_VALUE[m.group(1).casefold()] if m.group(1) else int(m.group(2))
         if not any(v.start < m.end() and m.start() < v.end for v in out):
@@ -150,6 +156,11 @@ def bands(text: str) -> list[Band]:
 def band(text: str) -> Band | None:
     """The one band `text` (a table's cell) writes; None when it writes none or several."""
     found = bands(text)
+    if len(found) == 2:  # "4.00:1 or less but greater than 3.50:1": a ceiling and a floor bound one band
+        a, b = sorted(found, key=lambda x: x.low is None)
+        if a.high is None and b.low is None and a.low is not None and b.high is not None and a.kind == b.kind \
+                and a.unit == b.unit and a.low < b.high:
+            return Band(a.low, b.high, a.low_in, b.high_in, a.kind, a.unit, min(a.start, b.start), max(a.end, b.end))
     return found[0] if len(found) == 1 else None
 
 

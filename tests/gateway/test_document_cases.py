@@ -239,3 +239,22 @@ def test_a_number_whose_time_unit_follows_a_qualifying_word_is_read_in_that_unit
     assert p.leads == ("45%",), p.reason
     p = plan_answer(index, "For a driver on 9+ years' NCD making two claims in the year, what is the discount afterwards?")
     assert p.leads == ("35%",), p.reason
+
+
+def test_a_ratio_band_holds_a_multiple_and_a_defined_column_is_named_by_its_meaning() -> None:
+    """"4.00:1 or less but greater than 3.50:1" is one band of ratios; "3.2x" and "2.3 times" are ratios it can
+    hold; "the term loan" names the column "Facility A" that the document defines as the term loan facility."""
+    b = band("4.00:1 or less but greater than 3.50:1")
+    assert b is not None and (b.low, b.high, b.low_in, b.high_in) == (3.5, 4.0, False, True)
+    assert stated_values("comes in at 3.2x")[0].value == 3.2
+    index = DocumentIndex('"Facility A" means the term loan facility made available under this Agreement.\n'
+                          '"Facility B" means the revolving credit facility made available under this Agreement.\n'
+                          "9.2 The Margin for each Facility shall be the rate set out opposite the band of Net Leverage:\n\n"
+                          "Net Leverage band                        | Facility A | Facility B\n"
+                          "Greater than 3.50:1                      | 3.85%      | 3.50%\n"
+                          "3.50:1 or less but greater than 2.50:1   | 3.45%      | 3.10%\n"
+                          "2.50:1 or less                           | 2.90%      | 2.55%\n")
+    p = plan_answer(index, "What margin does the term loan carry if net leverage comes in at 3.2x?")
+    assert p.leads == ("3.45%",), p.reason
+    p = plan_answer(index, "If net leverage drops to 2.3 times, what is the margin on the revolving credit facility?")
+    assert p.leads == ("2.55%",), p.reason
