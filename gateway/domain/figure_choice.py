@@ -52,6 +52,10 @@ _ECHOES = {"above": ("above", "exceeds", "exceed", "exceeding", "over", "than"),
            "over": ("over", "above", "exceeds", "exceed", "exceeding", "than"),
            "exceeding": ("exceeding", "exceeds", "exceed", "above", "over", "than"),
            "below": ("below", "under", "than"), "under": ("under", "below", "than")}
+# The verb after an inverted question's subject ("what level must an insurer exceed to exit ..."): the word a
+# document writes just before the figure it asks for.
+_ASKED_VERB = re.compile(r"^(?:what|which)\b[^?]*?\b(?:must|should|may|can|could|does|do|will|shall)\s+"
+                         r"(?:(?:a|an|the|its|their)\s+)?[\w'-]+\s+([a-z]{4,})\b", re.IGNORECASE)
 # "how far ahead", "how far in advance": a period counted forward, written "within the next 10 days".
 _AHEAD = re.compile(r"\bhow far (?:ahead|in advance)\b", re.IGNORECASE)
 _AHEAD_ECHOES = ("next", "advance", "ahead", "prior", "before", "following")
@@ -228,6 +232,10 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
     echo = {form for m in _ASKED_WITH.finditer(question) for form in _ECHOES.get(m.group(1).casefold(),
                                                                                  (m.group(1).casefold(),))}
     echo |= set(_AHEAD_ECHOES) if _AHEAD.search(question) else set()
+    # "What SCR coverage level must an insurer exceed ...?": the verb the question asks with, in any form
+    # ("until the ratio has exceeded 140%").
+    verb = _ASKED_VERB.search(question)
+    verb_stems = set(terms(verb.group(1), index.concepts)) if verb else set()
     head = set(terms(" ".join(wh_phrase(question)), index.concepts))
     # The case the question restricts to ("for a continuing offence") tells parallel figures apart as much as
     # the noun it asks with: "a fine not exceeding 250,000 and, in the case of a continuing offence, ... 25,000".
@@ -243,7 +251,9 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
     codes: dict[str, str] = dict(_CODE.findall(question))
     for f, phrase in zip(figures, own, strict=True):
         before = re.search(r"(\w+)\W*$", sentence[:f.start])
-        bonus = math.log(1 + len(index.sentences)) if before and before.group(1).casefold() in echo else 0.0
+        echoed = before and (before.group(1).casefold() in echo
+                             or verb_stems and set(terms(before.group(1), index.concepts)) == verb_stems)
+        bonus = math.log(1 + len(index.sentences)) if echoed else 0.0
         held = index.held(wanted, set(terms(phrase, index.concepts)), written)
         other = any(codes.get(series, number) != number for series, number in _CODE.findall(phrase))
         scores.append(0.0 if other else index.idf(held) + index.idf(held & head) + bonus)

@@ -195,3 +195,13 @@ def test_of_two_clauses_each_figure_is_its_own_subjects() -> None:
                           "exceed 15 minutes. Testing is annual.")
     p = plan_answer(index, "What is the maximum tolerable data loss (RPO) for systems supporting an IBS?")
     assert p.leads == ("15 minutes",), p.reason
+
+
+def test_the_verb_an_inverted_question_asks_with_marks_its_figure() -> None:
+    """"What level must an insurer exceed ...": of a trigger and an exit threshold in one sentence, the figure
+    the document writes after that verb ("has exceeded 140%")."""
+    index = DocumentIndex("An SCR coverage ratio below 130% shall trigger enhanced monthly reporting of the coverage "
+                          "ratio until the ratio has exceeded 140% at two consecutive quarter-ends. Reports are due "
+                          "within 10 days.")
+    p = plan_answer(index, "What SCR coverage level must an insurer exceed to exit monthly enhanced reporting?")
+    assert p.leads == ("140%",), p.reason
