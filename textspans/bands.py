@@ -244,7 +244,8 @@ def qualified(question: str, sentence: str, figures: list[Figure]) -> list[Figur
     billion or above", asked of a debt of MRN 520 billion, is 0.3%. A condition qualifies the answer just before
     it, or, opening the sentence, every one after it ("Where a score is below 680, a GDS limit of 35% and a TDS
     limit of 42%": the caller tells them apart); [] when no band of the sentence holds a stated value."""
-    values = stated_values(question)
+    # "in one upload file": the word "one" is as often a determiner as a count, no case a clause's band holds
+    values = [v for v in stated_values(question) if question[v.start:v.end].casefold() != "one"]
     holding = [b for b in bands(sentence) if any(holds(b, v) for v in values)]
     if not values or not holding:
         return []

@@ -258,3 +258,11 @@ def test_a_ratio_band_holds_a_multiple_and_a_defined_column_is_named_by_its_mean
     assert p.leads == ("3.45%",), p.reason
     p = plan_answer(index, "If net leverage drops to 2.3 times, what is the margin on the revolving credit facility?")
     assert p.leads == ("2.55%",), p.reason
+
+
+def test_one_as_a_determiner_states_no_case_for_a_clause_band() -> None:
+    """"in one upload file" is no count of 1 that "may not exceed 50 MB" holds: the records' limit answers."""
+    index = DocumentIndex("A single submission file may contain no more than 100,000 records and may not exceed 50 "
+                          "MB. Files are queued at weekends.")
+    p = plan_answer(index, "What is the maximum number of records allowed in one upload file?")
+    assert p.leads == ("100,000",), p.reason
