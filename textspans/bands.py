@@ -150,7 +150,16 @@ def bands(text: str) -> list[Band]:
             out.append(Band(v.value, None, inclusive, True, v.kind, v.unit, v.start - len(before) + m.start() if m else v.start,
                             v.end))
         i += 1
-    return out
+    # "10% for tenors up to 12 months and 15% for longer tenors": a comparative after a band is the band past it
+    for m in _BEYOND_PREVIOUS.finditer(text):
+        prev = [b for b in out if b.end <= m.start() and b.high is not None and b.low is None]
+        if prev:
+            p = prev[-1]
+            out.append(Band(p.high, None, not p.high_in, True, p.kind, p.unit, m.start(), m.end()))
+    return sorted(out, key=lambda b: b.start)
+
+
+_BEYOND_PREVIOUS = re.compile(r"\bfor (?:all )?(?:longer|larger|higher|greater|bigger) [a-z]+", re.IGNORECASE)
 
 
 def band(text: str) -> Band | None:

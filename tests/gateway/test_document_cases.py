@@ -266,3 +266,16 @@ def test_one_as_a_determiner_states_no_case_for_a_clause_band() -> None:
                           "MB. Files are queued at weekends.")
     p = plan_answer(index, "What is the maximum number of records allowed in one upload file?")
     assert p.leads == ("100,000",), p.reason
+
+
+def test_a_comparative_after_a_band_is_the_band_past_it() -> None:
+    """"10% for tenors up to 12 months and 15% for longer tenors": an 18-month forward is in "longer tenors";
+    "under USD 100,000 par and 1.25% for larger trades": a USD 250,000 trade is a larger one."""
+    index = DocumentIndex("Forward notionals are converted with a credit conversion factor of 10% for tenors up to "
+                          "12 months and 15% for longer tenors. Limits are reviewed annually.")
+    p = plan_answer(index, "What credit conversion factor is applied to an 18-month forward?")
+    assert p.leads == ("15%",), p.reason
+    index = DocumentIndex("Mark-ups on retail bond trades may not exceed 2.0% of the market price for trades under "
+                          "USD 100,000 par and 1.25% for larger trades. Trades are reported daily.")
+    p = plan_answer(index, "What is the mark-up ceiling on a retail bond trade of USD 250,000 par?")
+    assert p.leads == ("1.25%",), p.reason
