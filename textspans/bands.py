@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, Figure, find_figures
+from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, RATIO, Figure, find_figures
 
 _ORDINALS = ("first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth "
              "fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth").split()
@@ -37,7 +37,9 @@ _BETWEEN = re.compile(r"^\s*(?:-|–|—|to|through|(?:and |but )?(?:up to(?: an
                       r"and (?:below|under))\s*$",
                       re.IGNORECASE)
 _BETWEEN_WORD = re.compile(r"\bbetween\s*$", re.IGNORECASE)  # "between 1% and 3%"
-_COMPARABLE = (AMOUNT, DURATION, NUMBER, PERCENT)
+_COMPARABLE = (AMOUNT, DURATION, NUMBER, PERCENT, RATIO)
+# A multiple written "3.2x": the figure reader reads its number, the "x" makes it a ratio to 1.
+_TIMES_X = re.compile(r"^x(?![\w])")
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,12 @@ class Band:
 
 
 def _values(text: str) -> list[Value]:
-    out = [Value(f.value[0], f.kind, f.unit, f.start, f.end) for f in find_figures(text, words=True)
-           if f.kind in _COMPARABLE and len(f.value) == 1 and not _is_frequency(f)]
+    # A ratio to one ("4.00:1", "2.3 times") is its first term; "3.2x" is the ratio 3.2.
+    out = [Value(f.value[0], RATIO if f.kind == NUMBER and _TIMES_X.match(text[f.end:]) else f.kind, f.unit,
+                 f.start, f.end + (f.kind == NUMBER and bool(_TIMES_X.match(text[f.end:]))))
+           for f in find_figures(text, words=True)
+           if f.kind in _COMPARABLE and (len(f.value) == 1 or f.kind == RATIO and f.value[1:] == (1.0,))
+           and not _is_frequency(f)]
     for m in _ORDINAL.finditer(text):
         n = _ORDINAL_VALUE[m.group(1).casefold()] if m.group(1) else int(m.group(2))
         if not any(v.start < m.end() and m.start() < v.end for v in out):
@@ -89,14 +95,21 @@ _SHORT = re.compile(r"\b(?:shorter|less|fewer|lower|smaller|earlier) than\s*$|\b
 _NUDGE = 1e-6
 
 
+# A bare number whose time unit follows a word that qualifies it ("6 claim-free years", "9+ years' NCD").
+_QUALIFIED_UNIT = re.compile(rf"^\+?\s+(?:[A-Za-z][\w-]*\s+)?{_TIME_UNIT}", re.IGNORECASE)
+
+
 def stated_values(question: str) -> list[Value]:
-    """The values `question` states: amounts, percentages, counts, periods (an ordinal period as its count). A
-    value stated as a strict bound is taken just past it ("longer than one year" lies in "> 12 months", not in
-    "<= 12 months")."""
+    """The values `question` states: amounts, percentages, counts, periods (an ordinal period as its count; a
+    number, its unit after a word that qualifies it: "6 claim-free years"). A value stated as a strict bound
+    is taken just past it ("longer than one year" lies in "> 12 months", not in "<= 12 months")."""
     out = []
     for v in _values(question):
         if v.kind == DATE:
             continue
+        unit = _QUALIFIED_UNIT.match(question[v.end:]) if v.kind == NUMBER and not v.unit else None
+        if unit:
+            v = Value(v.value, DURATION, unit.group(1).casefold(), v.start, v.end)
         before = question[max(0, v.start - 20):v.start]
         step = _NUDGE * max(1.0, abs(v.value))
         shift = step if _PAST.search(before) else -step if _SHORT.search(before) else 0.0
@@ -137,12 +150,26 @@ def bands(text: str) -> list[Band]:
             out.append(Band(v.value, None, inclusive, True, v.kind, v.unit, v.start - len(before) + m.start() if m else v.start,
                             v.end))
         i += 1
-    return out
+    # "10% for tenors up to 12 months and 15% for longer tenors": a comparative after a band is the band past it
+    for m in _BEYOND_PREVIOUS.finditer(text):
+        prev = [b for b in out if b.end <= m.start() and b.high is not None and b.low is None]
+        if prev:
+            p = prev[-1]
+            out.append(Band(p.high, None, not p.high_in, True, p.kind, p.unit, m.start(), m.end()))
+    return sorted(out, key=lambda b: b.start)
+
+
+_BEYOND_PREVIOUS = re.compile(r"\bfor (?:all )?(?:longer|larger|higher|greater|bigger) [a-z]+", re.IGNORECASE)
 
 
 def band(text: str) -> Band | None:
     """The one band `text` (a table's cell) writes; None when it writes none or several."""
     found = bands(text)
+    if len(found) == 2:  # "4.00:1 or less but greater than 3.50:1": a ceiling and a floor bound one band
+        a, b = sorted(found, key=lambda x: x.low is None)
+        if a.high is None and b.low is None and a.low is not None and b.high is not None and a.kind == b.kind \
+                and a.unit == b.unit and a.low < b.high:
+            return Band(a.low, b.high, a.low_in, b.high_in, a.kind, a.unit, min(a.start, b.start), max(a.end, b.end))
     return found[0] if len(found) == 1 else None
 
 
@@ -226,7 +253,8 @@ def qualified(question: str, sentence: str, figures: list[Figure]) -> list[Figur
     billion or above", asked of a debt of MRN 520 billion, is 0.3%. A condition qualifies the answer just before
     it, or, opening the sentence, every one after it ("Where a score is below 680, a GDS limit of 35% and a TDS
     limit of 42%": the caller tells them apart); [] when no band of the sentence holds a stated value."""
-    values = stated_values(question)
+    # "in one upload file": the word "one" is as often a determiner as a count, no case a clause's band holds
+    values = [v for v in stated_values(question) if question[v.start:v.end].casefold() != "one"]
     holding = [b for b in bands(sentence) if any(holds(b, v) for v in values)]
     if not values or not holding:
         return []

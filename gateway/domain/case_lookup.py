@@ -183,7 +183,8 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
     if asked_bounds:
         other = {"lower", "upper"} - asked_bounds
         columns = [k for k in columns if not _bounds(table.header[slice(*header[k])]) & other]
-    scores = {k: shared(table.header[slice(*header[k])]) for k in columns}
+    # A header the document defines ("Facility A" means the term loan facility) is named by its definition too.
+    scores = {k: shared(_with_meaning(index, table.header[slice(*header[k])])) for k in columns}
     top = max(scores.values(), default=0.0)
     # A grid with bands both ways ("12 months" by "GBP 25,000 - 99,999"): the column whose band holds another value
     grid = _holding_column(table, values) if values else None
@@ -206,6 +207,16 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
     if not leads:
         return None
     return _case_at(index, i, leads, _text(index, i, band_column), table.header[slice(*header[chosen[0]])])
+
+
+def _with_meaning(index: DocumentIndex, label: str) -> str:
+    """`label` and the sentence that defines it, when the document has one ('"Facility A" means the term loan
+    facility ...'): a column headed by a defined name answers a question naming what it means."""
+    name = label.strip()
+    if not name:
+        return label
+    defines = re.compile(rf"^\W*{re.escape(name)}\W*\s+(?:means|shall mean|has the meaning)\b", re.IGNORECASE)
+    return " ".join([label, *(s for s in index.sentences if defines.match(s))][:2])
 
 
 def _column_case(index: DocumentIndex, values: list[Value], asked: Asked, quotable: Callable[[str], bool],

@@ -52,6 +52,10 @@ _ECHOES = {"above": ("above", "exceeds", "exceed", "exceeding", "over", "than"),
            "over": ("over", "above", "exceeds", "exceed", "exceeding", "than"),
            "exceeding": ("exceeding", "exceeds", "exceed", "above", "over", "than"),
            "below": ("below", "under", "than"), "under": ("under", "below", "than")}
+# The verb after an inverted question's subject ("what level must an insurer exceed to exit ..."): the word a
+# document writes just before the figure it asks for.
+_ASKED_VERB = re.compile(r"^(?:what|which)\b[^?]*?\b(?:must|should|may|can|could|does|do|will|shall)\s+"
+                         r"(?:(?:a|an|the|its|their)\s+)?[\w'-]+\s+([a-z]{4,})\b", re.IGNORECASE)
 # "how far ahead", "how far in advance": a period counted forward, written "within the next 10 days".
 _AHEAD = re.compile(r"\bhow far (?:ahead|in advance)\b", re.IGNORECASE)
 _AHEAD_ECHOES = ("next", "advance", "ahead", "prior", "before", "following")
@@ -63,6 +67,10 @@ _FIELD = re.compile(r"^\s*[A-Za-z][\w ()'-]{0,40}:\s")
 # A later figure introduced by one of these is in a clause of its own, not a list with the first.
 _SUBORDINATE = re.compile(r"(?:provided|unless|if|where|when|whereas|except|subject|save|which|that|so|because|"
                           r"although|though|while)\b", re.IGNORECASE)
+# A later figure whose own words hold a verb of their own ("..., and your limit will never exceed £2,500") is
+# stated by a clause of its own: the words before the first figure are the first's ("Each increase will be no
+# more than £250"), not a list's.
+_OWN_VERB = re.compile(r"\b(?:will|shall|must|may|might|can|cannot|should|is|are|was|were|has|have)\b", re.IGNORECASE)
 
 
 def clause_after(sentence: str, fig: Figure, figures: tuple[Figure, ...]) -> str:
@@ -86,17 +94,21 @@ def phrases(sentence: str, figures: list[Figure], all_figures: tuple[Figure, ...
     In a list, the words before the first figure's own phrase and those after the last one's own clause (as
     long as the longest clause of the others) are the list's, not a figure's."""
     tails = [clause_after(sentence, f, all_figures) for f in figures]
-    before, listed = [], len(figures) > 1
+    before, listed, clauses = [], len(figures) > 1, False
     for i, f in enumerate(figures):
         start = figures[i - 1].end + len(tails[i - 1]) if i else 0
         text = sentence[start:f.start]
         if i:
             sep = _SEPARATOR.match(text)
             text = text[sep.end():] if sep else text
-            listed = listed and bool(sep and re.search(r",|\b(?:and|or)\b", sep.group(0))) \
-                and not _SUBORDINATE.match(text)
+            joined = bool(sep and re.search(r",|\b(?:and|or)\b", sep.group(0))) and not _SUBORDINATE.match(text)
+            clauses = clauses or joined and bool(_OWN_VERB.search(text))
+            listed = listed and joined
         before.append(text)
-    if listed:
+    if clauses:  # "For ICT systems supporting an IBS, the RTO must not exceed 2 hours and the RPO must not exceed
+        # 15 minutes": an opening phrase before a comma is both clauses', the rest of the first clause its own
+        before[0] = before[0][before[0].rfind(",") + 1:]
+    elif listed:
         n = max(len(b.split()) for b in before[1:])
         first = before[0].split()
         before[0] = " ".join(first[max(0, len(first) - n):]) if n else ""
@@ -220,6 +232,10 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
     echo = {form for m in _ASKED_WITH.finditer(question) for form in _ECHOES.get(m.group(1).casefold(),
                                                                                  (m.group(1).casefold(),))}
     echo |= set(_AHEAD_ECHOES) if _AHEAD.search(question) else set()
+    # "What SCR coverage level must an insurer exceed ...?": the verb the question asks with, in any form
+    # ("until the ratio has exceeded 140%").
+    verb = _ASKED_VERB.search(question)
+    verb_stems = set(terms(verb.group(1), index.concepts)) if verb else set()
     head = set(terms(" ".join(wh_phrase(question)), index.concepts))
     # The case the question restricts to ("for a continuing offence") tells parallel figures apart as much as
     # the noun it asks with: "a fine not exceeding 250,000 and, in the case of a continuing offence, ... 25,000".
@@ -235,7 +251,9 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
     codes: dict[str, str] = dict(_CODE.findall(question))
     for f, phrase in zip(figures, own, strict=True):
         before = re.search(r"(\w+)\W*$", sentence[:f.start])
-        bonus = math.log(1 + len(index.sentences)) if before and before.group(1).casefold() in echo else 0.0
+        echoed = before and (before.group(1).casefold() in echo
+                             or verb_stems and set(terms(before.group(1), index.concepts)) == verb_stems)
+        bonus = math.log(1 + len(index.sentences)) if echoed else 0.0
         held = index.held(wanted, set(terms(phrase, index.concepts)), written)
         other = any(codes.get(series, number) != number for series, number in _CODE.findall(phrase))
         scores.append(0.0 if other else index.idf(held) + index.idf(held & head) + bonus)

@@ -28,9 +28,11 @@ from textspans.questions import Asked, asked_for, frame_words
 
 QUOTE_CANDIDATES = 2  # sentences a quote may be: the best is always quoted, the model may add the second
 
+# "each" and "any" are no stop words: they are drafting forms of "single" and "individual" (policies/glossary.toml), so
+# "in a single increase" meets "Each increase will be no more than £250".
 _STOPWORDS = frozenset(
     "a an the of to in on for by with and or is are be shall must may what which how who when where within its "
-    "it their this that as at from than any each over under does do many much long has have had was were been "
+    "it their this that as at from than over under does do many much long has have had was were been "
     "being can will would should could might into upon once".split())
 _SUFFIXES = (("ations", ""), ("ation", ""), ("ings", ""), ("ing", ""), ("ions", ""), ("ion", ""), ("ies", "y"),
              ("ied", "y"), ("es", ""), ("ed", ""), ("ly", ""), ("s", ""))

@@ -222,3 +222,60 @@ def test_the_largest_of_a_table_row_is_read_under_its_maximum_column() -> None:
     index = DocumentIndex(text)
     assert plan_answer(index, "What is the largest individual SME loan the bank will grant?").leads == ("KES 1,500,000",)
     assert plan_answer(index, "What is the smallest Group Biashara loan?").leads == ("KES 10,000",)
+
+
+def test_a_number_whose_time_unit_follows_a_qualifying_word_is_read_in_that_unit() -> None:
+    """"6 claim-free years", "9+ years' NCD": the years qualified by a word (or "+") are a period, so the row
+    "5 to 8" under "Claim-free years" holds 6, and "one claim" names its column."""
+    assert stated_values("with 6 claim-free years")[0].unit == "year"
+    assert stated_values("a driver on 9+ years' NCD")[0].unit == "year"
+    index = DocumentIndex("Table B - NCD scale\n"
+                          "Claim-free years | Discount | Discount after one claim | Discount after two claims\n"
+                          "0                | 0%       | 0%                       | 0%\n"
+                          "3                | 45%      | 25%                      | 0%\n"
+                          "5 to 8           | 63%      | 45%                      | 25%\n"
+                          "9 or more        | 70%      | 55%                      | 35%\n")
+    p = plan_answer(index, "A policyholder with 6 claim-free years makes one claim; what discount applies at renewal?")
+    assert p.leads == ("45%",), p.reason
+    p = plan_answer(index, "For a driver on 9+ years' NCD making two claims in the year, what is the discount afterwards?")
+    assert p.leads == ("35%",), p.reason
+
+
+def test_a_ratio_band_holds_a_multiple_and_a_defined_column_is_named_by_its_meaning() -> None:
+    """"4.00:1 or less but greater than 3.50:1" is one band of ratios; "3.2x" and "2.3 times" are ratios it can
+    hold; "the term loan" names the column "Facility A" that the document defines as the term loan facility."""
+    b = band("4.00:1 or less but greater than 3.50:1")
+    assert b is not None and (b.low, b.high, b.low_in, b.high_in) == (3.5, 4.0, False, True)
+    assert stated_values("comes in at 3.2x")[0].value == 3.2
+    index = DocumentIndex('"Facility A" means the term loan facility made available under this Agreement.\n'
+                          '"Facility B" means the revolving credit facility made available under this Agreement.\n'
+                          "9.2 The Margin for each Facility shall be the rate set out opposite the band of Net Leverage:\n\n"
+                          "Net Leverage band                        | Facility A | Facility B\n"
+                          "Greater than 3.50:1                      | 3.85%      | 3.50%\n"
+                          "3.50:1 or less but greater than 2.50:1   | 3.45%      | 3.10%\n"
+                          "2.50:1 or less                           | 2.90%      | 2.55%\n")
+    p = plan_answer(index, "What margin does the term loan carry if net leverage comes in at 3.2x?")
+    assert p.leads == ("3.45%",), p.reason
+    p = plan_answer(index, "If net leverage drops to 2.3 times, what is the margin on the revolving credit facility?")
+    assert p.leads == ("2.55%",), p.reason
+
+
+def test_one_as_a_determiner_states_no_case_for_a_clause_band() -> None:
+    """"in one upload file" is no count of 1 that "may not exceed 50 MB" holds: the records' limit answers."""
+    index = DocumentIndex("A single submission file may contain no more than 100,000 records and may not exceed 50 "
+                          "MB. Files are queued at weekends.")
+    p = plan_answer(index, "What is the maximum number of records allowed in one upload file?")
+    assert p.leads == ("100,000",), p.reason
+
+
+def test_a_comparative_after_a_band_is_the_band_past_it() -> None:
+    """"10% for tenors up to 12 months and 15% for longer tenors": an 18-month forward is in "longer tenors";
+    "under USD 100,000 par and 1.25% for larger trades": a USD 250,000 trade is a larger one."""
+    index = DocumentIndex("Forward notionals are converted with a credit conversion factor of 10% for tenors up to "
+                          "12 months and 15% for longer tenors. Limits are reviewed annually.")
+    p = plan_answer(index, "What credit conversion factor is applied to an 18-month forward?")
+    assert p.leads == ("15%",), p.reason
+    index = DocumentIndex("Mark-ups on retail bond trades may not exceed 2.0% of the market price for trades under "
+                          "USD 100,000 par and 1.25% for larger trades. Trades are reported daily.")
+    p = plan_answer(index, "What is the mark-up ceiling on a retail bond trade of USD 250,000 par?")
+    assert p.leads == ("1.25%",), p.reason

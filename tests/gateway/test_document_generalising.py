@@ -178,3 +178,30 @@ def test_a_domain_paraphrase_of_the_glossary_names_the_subject_the_document_writ
         == "EUR 35 million"
     assert plan_answer(index, "After how many days past due are loss loans written off?").leads[0] == "360 days"
     assert plan_answer(index, "What interest rate do Platinum cardholders pay on cash withdrawals?").leads[0] == "23.9%"
+
+
+def test_of_two_clauses_each_figure_is_its_own_subjects() -> None:
+    """"Each increase will be no more than £250 at a time, and your limit will never exceed £2,500": the second
+    figure has a subject and verb of its own, so "Each increase" is the first figure's, not a list's; "single"
+    meets "each" (a drafting form). An opening phrase before a comma stays both clauses' ("For ICT systems ...,
+    the RTO must not exceed 2 hours and the RPO must not exceed 15 minutes")."""
+    index = DocumentIndex("Your starting limit is set when you join. Each increase will be no more than £250 at a "
+                          "time, and your limit will never exceed £2,500. Late fees are capped at £24.")
+    p = plan_answer(index, "By how much can the limit be raised in a single increase?")
+    assert p.leads == ("£250",), p.reason
+    p = plan_answer(index, "What is the maximum your limit can be?")
+    assert p.leads == ("£2,500",), p.reason
+    index = DocumentIndex("For ICT systems supporting an IBS, the RTO must not exceed 2 hours and the RPO must not "
+                          "exceed 15 minutes. Testing is annual.")
+    p = plan_answer(index, "What is the maximum tolerable data loss (RPO) for systems supporting an IBS?")
+    assert p.leads == ("15 minutes",), p.reason
+
+
+def test_the_verb_an_inverted_question_asks_with_marks_its_figure() -> None:
+    """"What level must an insurer exceed ...": of a trigger and an exit threshold in one sentence, the figure
+    the document writes after that verb ("has exceeded 140%")."""
+    index = DocumentIndex("An SCR coverage ratio below 130% shall trigger enhanced monthly reporting of the coverage "
+                          "ratio until the ratio has exceeded 140% at two consecutive quarter-ends. Reports are due "
+                          "within 10 days.")
+    p = plan_answer(index, "What SCR coverage level must an insurer exceed to exit monthly enhanced reporting?")
+    assert p.leads == ("140%",), p.reason
