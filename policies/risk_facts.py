@@ -32,6 +32,7 @@ from policies.risk_derived import (
     location_mismatch,
     names_differ,
 )
+from policies.risk_designation import designation_stated
 from policies.risk_model import FactKind, RiskRules
 from policies.risk_readers import on
 from policies.risk_scores import vendor_score
@@ -61,7 +62,7 @@ DERIVED: dict[str, FactKind] = {
     "names_differ": FactKind.FLAG, "location_mismatch": FactKind.FLAG, "identifiers_differ": FactKind.FLAG,
     "profile_months": FactKind.NUMBER, "goods_differ": FactKind.FLAG, "risk_score": FactKind.NUMBER,
     "usual_ratio": FactKind.NUMBER, "baseline_ratio": FactKind.NUMBER, "list_match": FactKind.NUMBER,
-    "list_screened": FactKind.FLAG,
+    "list_screened": FactKind.FLAG, "designation_stated": FactKind.FLAG,
 }
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
@@ -342,6 +343,8 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     # screening's, whatever language the rest is in ("sanctions-screen-hit" with "true match - owner listed")
     values["list_screened"] = on("screened_event") and bool(context & voc.listed or any(n.meaning & voc.listed
                                                                                           for n in named))
+    values["designation_stated"] = on("designation_stated") and designation_stated(
+        rules, voc, ((str(k), v) for k, v in _attributes(event)))
     amount = values.get("amount")
     if (ratio := baseline_ratio(named, amount if isinstance(amount, float) else None)) is not None:
         values["baseline_ratio"] = ratio

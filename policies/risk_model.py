@@ -206,6 +206,12 @@ class RiskRules:
     listed_words: tuple[str, ...] = field(default=(), metadata=knob(
         "words of an attribute name saying it describes a screening list's entry (listed, sdn, ...; "
         "identifiers_differ)", optional=True))
+    designation_words: Mapping[str, str] = field(default_factory=dict, metadata=knob(
+        "a word saying a party is on a sanctions or designation list (designated, listed, sdn, ...) -> the list or "
+        "programme it names (policies/risk_designation.py)", optional=True))
+    designation_parties: tuple[str, ...] = field(default=(), metadata=knob(
+        "words naming a party a list can designate (vessel, bank, owner, person, ...; designation_stated)",
+        optional=True))
     identifier_words: tuple[str, ...] = field(default=(), metadata=knob(
         "words of an attribute name saying it identifies a person (nationality, dob, ...)", optional=True))
     country_lists: Mapping[str, tuple[str, ...]] = field(default_factory=dict, metadata=knob(

@@ -20,6 +20,7 @@ READERS = frozenset({
     "list_under_count_name",  # policies/risk_facts.py: "GA|NC|IL|NY" under a count's name counts four
     "percent_over_hundred_as_growth",  # policies/risk_derived.py: withdrawal_trend_pct: 410 is 5.1 times
     "screened_event",  # policies/risk_facts.py: list_screened, the event is about a screening list
+    "designation_stated",  # policies/risk_designation.py: a party stated to be on a sanctions list
 })
 _OFF: ContextVar[frozenset[str]] = ContextVar("risk_readers_off", default=frozenset())
 

@@ -50,6 +50,8 @@ class Vocabulary:
     documents: frozenset[str]  # RiskRules.document_words
     flags: tuple[str, ...]  # the flag facts
     deviations: tuple[str, ...]  # the deviation facts (price_deviation)
+    designation: frozenset[str] = frozenset()  # RiskRules.designation_words (policies/risk_designation.py)
+    parties: frozenset[str] = frozenset()  # RiskRules.designation_parties
     _names: dict[str, KeyName] = field(default_factory=dict, compare=False, repr=False)  # raw name -> English
 
     def words_of(self, name: KeyName) -> frozenset[str]:
@@ -160,7 +162,9 @@ def vocabulary(rules: RiskRules) -> Vocabulary:
                        _folded(rules.location_words, synonyms), _folded(rules.home_words, synonyms),
                        _folded(rules.goods_words, synonyms), _folded(rules.document_words, synonyms),
                        tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.FLAG),
-                       tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.DEVIATION))
+                       tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.DEVIATION),
+                       _folded(tuple(rules.designation_words), synonyms),
+                       _folded(rules.designation_parties, synonyms))
     if len(_VOCABULARIES) > 32:
         _VOCABULARIES.clear()
     _VOCABULARIES[id(rules)] = (rules, built)
