@@ -32,6 +32,7 @@ from textspans.bands import qualified
 from textspans.concepts import is_abbreviation, spelled_out
 from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DURATION, NUMBER, Figure, is_frequency
 from textspans.questions import Asked, asked_concept, asked_for
+from textspans.supersession import is_version_word
 
 NOT_FOUND = "Not found in the document."  # the whole answer when the document does not say (docs/INTERFACES.md)
 DEPTH = 3  # best-ranked sentences searched for a figure of the kind asked for
@@ -249,7 +250,7 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
     out = []
     for m in re.finditer(r"[A-Za-z0-9][A-Za-z0-9'-]*", question):
         word = m.group(0)
-        if word in glossing:
+        if word in glossing or is_version_word(word):  # "the existing limit": which figure, not what about
             continue
         # "a B2-rated lessee": a code the document writes names the member, whatever word qualifies it
         named = [i for i in identifiers(word) if "-" in word]

@@ -29,6 +29,7 @@ from gateway.domain.retrieval import Candidate, DocumentIndex, mentions, terms
 from textspans.bands import qualified
 from textspans.figures import AMOUNT, PERCENT, Figure, find_figures, matches, ranges
 from textspans.questions import asked_for, restricting_phrases, wh_phrase
+from textspans.supersession import column_version, in_version, is_proposal, version_asked, versions
 
 # "or less", "or more" bound the figure before them: they do not end its clause ("$50 or less at the end of the day").
 _CLAUSE_END = re.compile(r"[.;:,()\[\]\"]|\s(?:and|or(?!\s+(?:less|more|fewer|lower|higher|greater|above|below|over|"
@@ -160,6 +161,23 @@ def _not_stated_by(question: str, figures: list[Figure], sentence: str = "") -> 
 _SCALE = re.compile(r"\d\s*(?:out of|of a possible|on a scale of)\s*$", re.IGNORECASE)
 
 
+def _in_asked_version(question: str, candidate: Candidate, figures: list[Figure]) -> list[Figure]:
+    """Of figures that replace others (textspans/supersession.py: amending text, a correction, a table's current
+    and proposed columns), those of the side the question asks for: "now" the new, "before the change" the old,
+    no marker the one in force."""
+    if candidate.header:
+        row_cells, head_cells = cells(candidate.sentence), cells(candidate.header)
+        columns = [next((j for j, (a, b) in enumerate(row_cells) if a <= f.start < b), -1) for f in figures]
+        marks = [column_version(candidate.header[slice(*head_cells[j])])
+                 if 0 <= j < len(head_cells) == len(row_cells) else "" for j in columns]
+        proposal = is_proposal(candidate.header)
+    else:
+        every = versions(candidate.sentence, candidate.figures)
+        marks = [next((m for g, m in zip(candidate.figures, every, strict=True) if g == f), "") for f in figures]
+        proposal = is_proposal(candidate.sentence)
+    return in_version(figures, marks, version_asked(question, proposal=proposal), proposal=proposal)
+
+
 def _range_end(sentence: str, figures: list[Figure], bound: str) -> list[Figure]:
     """Of two figures written as a range ("between 1% and 3.5%"), the one at the end `bound` asks for."""
     for a, b in ranges(sentence, figures):
@@ -224,7 +242,7 @@ def _exceptions(sentence: str, figures: list[Figure], own: list[str], case: set[
 def nearest(figures: list[Figure], candidate: Candidate, question: str, index: DocumentIndex,
             bound: str = "") -> list[Figure]:
     """The figures of `candidate` (in order) that answer `question` (the module's note)."""
-    figures = _not_stated_by(question, figures, candidate.sentence)
+    figures = _in_asked_version(question, candidate, _not_stated_by(question, figures, candidate.sentence))
     if bound:
         figures = _bound_marked(candidate.sentence, _range_end(candidate.sentence, figures, bound), bound)
     wanted = index.question_terms(question, asked_for(question))
