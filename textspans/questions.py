@@ -81,6 +81,12 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
     ("multiple", "multiple", r"\bhow many times\b"),
     ("year", "year", r"\b(?:what|which) year\b"),
+    # "When does the change take effect / apply from / start?": the day it starts, not a period
+    ("effect", "date", r"\bwhen\b[^?]*?\b(?:take|takes|took|taking) effect\b|\bwhen\b[^?]*?\b(?:apply|applies|applied) "
+                      r"from\b|\bwhen\b[^?]*?\b(?:start|starts|begin|begins|commence|commences|come|comes|came|go|"
+                      r"goes|went) (?:to apply|applying|into (?:force|effect|operation)|live)\b|\bwhen\b[^?]*?\b"
+                      r"(?:become|becomes|became) (?:effective|applicable|operative)\b|\bwhen\b[^?]*?\b(?:start|"
+                      r"starts|begin|begins|commence|commences)\W*$"),
     ("date", "date", r"\b(?:what|which) (?:date|day)\b|\bdate\b"),
     # After the date rule: "the notice" is often the document itself ("from what date does the notice apply").
     ("period", "period", r"\bperiods?\b|\btime limit\b|\bintervals?\b|\bfrequency\b|\b(?:advance|prior|minimum) "
