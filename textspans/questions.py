@@ -144,9 +144,10 @@ def _noun_phrase(words: list[str]) -> list[str]:
             break
         following = words[i + 1].casefold() if i + 1 < len(words) else ""
         plural = bool(out) and out[-1].endswith("s") and not out[-1].endswith("ss")
-        # "funds using swing pricing": an -ing word after a plural noun is a participle's clause, not a noun
+        # "funds using swing pricing": an -ing word after a plural noun is a participle's clause, not a noun;
+        # before "of" it is a noun ("the weighted average seasoning of the loans")
         if out and (plural and (following in _DETERMINERS or low.endswith("ing") and len(low) > 4)
-                    or following in _NP_END and _is_participle(low)):
+                    or following in _NP_END and _is_participle(low) and not (following == "of" and low.endswith("ing"))):
             break
         if low not in _DETERMINERS:
             out.append(w)

@@ -7,7 +7,9 @@ header, every domain term the question names. Of that sentence's figures of thos
 the question are the answer's leads (gateway/domain/figure_choice.py: "what total capital ratio" is the 8% of a
 list of three ratios): the answer is one of them, alone or with the words that follow it in the sentence up
 to the clause's end ("4.5% of risk-weighted assets"), so the model chooses among figures and words the
-document states and cannot write a new one. An abbreviation the document never writes but spells out
+document states and cannot write a new one. A question that names no kind of figure ("What is the capital
+conservation buffer?") is led by the figure of the sentence that holds its whole subject
+(`figure_choice.subject_figures`), else answered freely. An abbreviation the document never writes but spells out
 ("DPO": "Data Protection Officer") is read as spelled out. The answer is NOT_FOUND, written by the grammar,
 when the question names a term the document never mentions (in any form), or a word of what it asks about
 that the document never uses ("minimum credit score" without "score"), when it asks for a figure that the
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.domain.case_lookup import Case, lookup, unheld
-from gateway.domain.figure_choice import clause_after, nearest, row_values
+from gateway.domain.figure_choice import MODIFIER, clause_after, nearest, row_values, subject_figures
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, identifiers, mentions
 from textspans.bands import qualified
 from textspans.concepts import is_abbreviation, spelled_out
@@ -133,6 +135,13 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
         for f in figures:
             leads.setdefault(f.text, "")
         reason = f"{figures[0].kind} (table cell)"
+    elif chosen := subject_figures(ranked[:DEPTH], question, index, asked):
+        # "What is the capital conservation buffer?": no kind word, but the sentence about the subject states
+        # a figure; the one nearest the subject answers, in the kind it is written in
+        best, figures = chosen
+        for f in figures:
+            leads.setdefault(f.text, clause_after(best.sentence, f, best.figures))
+        reason = f"{figures[0].kind} (subject)"
     covered = index.coverage(question, asked, best.context)
     if covered < MIN_COVERAGE:
         return AnswerPlan(asked, (), (), (), False, f"the best sentence holds {covered:.0%} of the question")
@@ -181,7 +190,7 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     if asked.kinds[0] != NUMBER and any(f.kind != NUMBER for f in figures):
         figures = [f for f in figures if f.kind != NUMBER or AMOUNT in asked.kinds and f in coded]
     # "3-month EURIBOR", "a 10-year bond": a figure hyphenated to the noun after it names that noun's kind
-    figures = [f for f in figures if not _MODIFIER.match(best.sentence[f.start:f.end + 2])] or figures
+    figures = [f for f in figures if not MODIFIER.match(best.sentence[f.start:f.end + 2])] or figures
     # A currency the question names in a word ("the sterling limit") asks for an amount in it (a code is
     # usually a condition's: "income below EUR 1,200").
     named = {CURRENCY_WORDS[w.casefold()] for w in re.findall(r"[A-Za-z]+", question) if w.casefold() in CURRENCY_WORDS}
@@ -199,7 +208,6 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
 _CODED = re.compile(r"(?<![\w-])[A-Z]{3}\s?$")
 _STATED_PERIOD = re.compile(r"\b(?:in|over|within|during|for)?\s*(?:a|an|the|any|each)?\s*\d+[- ](?:hour|day|week|month|"
                             r"quarter|year)s?[- ](?:period|window|horizon|span|cycle)\b", re.IGNORECASE)
-_MODIFIER = re.compile(r"^\d[\d.,]*-[a-z]+ [A-Za-z]")  # "3-month EURIBOR", not "thirty-five per cent"
 
 
 def _long_forms(question: str, index: DocumentIndex) -> str:
