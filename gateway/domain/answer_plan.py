@@ -30,6 +30,7 @@ from typing import Any
 from gateway.domain.case_lookup import Case, lookup, unheld
 from gateway.domain.figure_choice import MODIFIER, clause_after, nearest, row_values, subject_figures
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, identifiers, mentions
+from gateway.domain.versions import replacing
 from textspans.bands import qualified
 from textspans.concepts import is_abbreviation, spelled_out
 from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DURATION, NUMBER, Figure, is_frequency
@@ -120,6 +121,9 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
             return AnswerPlan(asked, (), (), (), False, f"no {' or '.join(asked.kinds)} in the best sentences")
         else:
             best, figures = chosen
+            if (newer := replacing(index, ranked[:k + 1], best, asked.kinds, question)) is not None:
+                # "now": not the proposal the final rule replaced, nor the figure kept until the change
+                best, figures = newer, [f for f in row_values(newer, list(newer.figures)) if f.kind in asked.kinds]
             figures = _choose(figures, best, question, index, asked)
             for f in figures:
                 leads.setdefault(f.text, clause_after(best.sentence, f, best.figures))

@@ -71,3 +71,21 @@ def test_current_asks_for_the_old_figure_only_beside_a_proposal() -> None:
     assert version_asked("What is the dormancy period for current accounts?") == ""
     assert version_asked("What is the current limit?", proposal=True) == OLD
     assert version_asked("What is the current limit?") == ""
+
+
+def test_a_proposal_the_final_rule_replaced_and_a_figure_kept_until_a_change_yield_to_the_new_one() -> None:
+    index = DocumentIndex(
+        "Drawdown rules: feedback and final rules\n"
+        "3.3 We proposed that providers send a sustainability warning when a customer's planned annual withdrawals "
+        "exceed 6% of the pot value. Respondents said this was too low. The final rule sets the trigger at 8% of the "
+        "pot value, measured at the date of the instruction.\n"
+        "PS 5.5 Authorised push payment fraud\n"
+        "PS 5.5.1 A PSP must reimburse a consumer who is a victim of authorised push payment (APP) fraud up to a "
+        "maximum of €85,000 per claim.\n"
+        "PS 5.5.2 Until 28 February 2027 the maximum APP reimbursement per claim remains €415,000.\n")
+    p = plan_answer(index, "At what planned withdrawal rate must a sustainability warning now be sent?")
+    assert p.leads == ("8%",), p.reason
+    p = plan_answer(index, "What withdrawal rate did the consultation paper propose for the sustainability warning?")
+    assert p.leads == ("6%",), p.reason
+    p = plan_answer(index, "Once the amendments are in force, what is the ceiling on APP fraud reimbursement per claim?")
+    assert p.leads == ("€85,000",), p.reason
