@@ -81,6 +81,12 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
     ("multiple", "multiple", r"\bhow many times\b"),
     ("year", "year", r"\b(?:what|which) year\b"),
+    # "When does the change take effect / apply from / start?": the day it starts, not a period
+    ("effect", "date", r"\bwhen\b[^?]*?\b(?:take|takes|took|taking) effect\b|\bwhen\b[^?]*?\b(?:apply|applies|applied) "
+                      r"from\b|\bwhen\b[^?]*?\b(?:start|starts|begin|begins|commence|commences|come|comes|came|go|"
+                      r"goes|went) (?:to apply|applying|into (?:force|effect|operation)|live)\b|\bwhen\b[^?]*?\b"
+                      r"(?:become|becomes|became) (?:effective|applicable|operative)\b|\bwhen\b[^?]*?\b(?:start|"
+                      r"starts|begin|begins|commence|commences)\W*$"),
     ("date", "date", r"\b(?:what|which) (?:date|day)\b|\bdate\b"),
     # After the date rule: "the notice" is often the document itself ("from what date does the notice apply").
     ("period", "period", r"\bperiods?\b|\btime limit\b|\bintervals?\b|\bfrequency\b|\b(?:advance|prior|minimum) "
@@ -138,9 +144,10 @@ def _noun_phrase(words: list[str]) -> list[str]:
             break
         following = words[i + 1].casefold() if i + 1 < len(words) else ""
         plural = bool(out) and out[-1].endswith("s") and not out[-1].endswith("ss")
-        # "funds using swing pricing": an -ing word after a plural noun is a participle's clause, not a noun
+        # "funds using swing pricing": an -ing word after a plural noun is a participle's clause, not a noun;
+        # before "of" it is a noun ("the weighted average seasoning of the loans")
         if out and (plural and (following in _DETERMINERS or low.endswith("ing") and len(low) > 4)
-                    or following in _NP_END and _is_participle(low)):
+                    or following in _NP_END and _is_participle(low) and not (following == "of" and low.endswith("ing"))):
             break
         if low not in _DETERMINERS:
             out.append(w)

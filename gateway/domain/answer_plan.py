@@ -7,7 +7,9 @@ header, every domain term the question names. Of that sentence's figures of thos
 the question are the answer's leads (gateway/domain/figure_choice.py: "what total capital ratio" is the 8% of a
 list of three ratios): the answer is one of them, alone or with the words that follow it in the sentence up
 to the clause's end ("4.5% of risk-weighted assets"), so the model chooses among figures and words the
-document states and cannot write a new one. An abbreviation the document never writes but spells out
+document states and cannot write a new one. A question that names no kind of figure ("What is the capital
+conservation buffer?") is led by the figure of the sentence that holds its whole subject
+(`figure_choice.subject_figures`), else answered freely. An abbreviation the document never writes but spells out
 ("DPO": "Data Protection Officer") is read as spelled out. The answer is NOT_FOUND, written by the grammar,
 when the question names a term the document never mentions (in any form), or a word of what it asks about
 that the document never uses ("minimum credit score" without "score"), when it asks for a figure that the
@@ -26,12 +28,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.domain.case_lookup import Case, lookup, unheld
-from gateway.domain.figure_choice import clause_after, nearest, row_values
+from gateway.domain.figure_choice import MODIFIER, clause_after, nearest, row_values, subject_figures
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, identifiers, mentions
+from gateway.domain.versions import replacing
 from textspans.bands import qualified
 from textspans.concepts import is_abbreviation, spelled_out
 from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DURATION, NUMBER, Figure, is_frequency
 from textspans.questions import Asked, asked_concept, asked_for
+from textspans.supersession import is_version_word
 
 NOT_FOUND = "Not found in the document."  # the whole answer when the document does not say (docs/INTERFACES.md)
 DEPTH = 3  # best-ranked sentences searched for a figure of the kind asked for
@@ -117,6 +121,9 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
             return AnswerPlan(asked, (), (), (), False, f"no {' or '.join(asked.kinds)} in the best sentences")
         else:
             best, figures = chosen
+            if (newer := replacing(index, ranked[:k + 1], best, asked.kinds, question)) is not None:
+                # "now": not the proposal the final rule replaced, nor the figure kept until the change
+                best, figures = newer, [f for f in row_values(newer, list(newer.figures)) if f.kind in asked.kinds]
             figures = _choose(figures, best, question, index, asked)
             for f in figures:
                 leads.setdefault(f.text, clause_after(best.sentence, f, best.figures))
@@ -132,6 +139,13 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
         for f in figures:
             leads.setdefault(f.text, "")
         reason = f"{figures[0].kind} (table cell)"
+    elif chosen := subject_figures(ranked[:DEPTH], question, index, asked):
+        # "What is the capital conservation buffer?": no kind word, but the sentence about the subject states
+        # a figure; the one nearest the subject answers, in the kind it is written in
+        best, figures = chosen
+        for f in figures:
+            leads.setdefault(f.text, clause_after(best.sentence, f, best.figures))
+        reason = f"{figures[0].kind} (subject)"
     covered = index.coverage(question, asked, best.context)
     if covered < MIN_COVERAGE:
         return AnswerPlan(asked, (), (), (), False, f"the best sentence holds {covered:.0%} of the question")
@@ -180,7 +194,7 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     if asked.kinds[0] != NUMBER and any(f.kind != NUMBER for f in figures):
         figures = [f for f in figures if f.kind != NUMBER or AMOUNT in asked.kinds and f in coded]
     # "3-month EURIBOR", "a 10-year bond": a figure hyphenated to the noun after it names that noun's kind
-    figures = [f for f in figures if not _MODIFIER.match(best.sentence[f.start:f.end + 2])] or figures
+    figures = [f for f in figures if not MODIFIER.match(best.sentence[f.start:f.end + 2])] or figures
     # A currency the question names in a word ("the sterling limit") asks for an amount in it (a code is
     # usually a condition's: "income below EUR 1,200").
     named = {CURRENCY_WORDS[w.casefold()] for w in re.findall(r"[A-Za-z]+", question) if w.casefold() in CURRENCY_WORDS}
@@ -198,7 +212,6 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
 _CODED = re.compile(r"(?<![\w-])[A-Z]{3}\s?$")
 _STATED_PERIOD = re.compile(r"\b(?:in|over|within|during|for)?\s*(?:a|an|the|any|each)?\s*\d+[- ](?:hour|day|week|month|"
                             r"quarter|year)s?[- ](?:period|window|horizon|span|cycle)\b", re.IGNORECASE)
-_MODIFIER = re.compile(r"^\d[\d.,]*-[a-z]+ [A-Za-z]")  # "3-month EURIBOR", not "thirty-five per cent"
 
 
 def _long_forms(question: str, index: DocumentIndex) -> str:
@@ -249,7 +262,7 @@ def _unused_words(question: str, index: DocumentIndex) -> list[str]:
     out = []
     for m in re.finditer(r"[A-Za-z0-9][A-Za-z0-9'-]*", question):
         word = m.group(0)
-        if word in glossing:
+        if word in glossing or is_version_word(word):  # "the existing limit": which figure, not what about
             continue
         # "a B2-rated lessee": a code the document writes names the member, whatever word qualifies it
         named = [i for i in identifiers(word) if "-" in word]

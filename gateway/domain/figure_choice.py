@@ -27,8 +27,9 @@ import re
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, mentions, terms
 from textspans.bands import qualified
-from textspans.figures import AMOUNT, PERCENT, Figure, find_figures, matches, ranges
-from textspans.questions import asked_for, restricting_phrases, wh_phrase
+from textspans.figures import AMOUNT, NUMBER, PERCENT, Figure, find_figures, is_frequency, matches, ranges
+from textspans.questions import Asked, asked_concept, asked_for, restricting_phrases, wh_phrase
+from textspans.supersession import column_version, in_version, is_proposal, version_asked, versions
 
 # "or less", "or more" bound the figure before them: they do not end its clause ("$50 or less at the end of the day").
 _CLAUSE_END = re.compile(r"[.;:,()\[\]\"]|\s(?:and|or(?!\s+(?:less|more|fewer|lower|higher|greater|above|below|over|"
@@ -157,7 +158,25 @@ def _not_stated_by(question: str, figures: list[Figure], sentence: str = "") -> 
     return rest or figures
 
 
+MODIFIER = re.compile(r"^\d[\d.,]*-[a-z]+ [A-Za-z]")  # "3-month EURIBOR", not "thirty-five per cent"
 _SCALE = re.compile(r"\d\s*(?:out of|of a possible|on a scale of)\s*$", re.IGNORECASE)
+
+
+def _in_asked_version(question: str, candidate: Candidate, figures: list[Figure]) -> list[Figure]:
+    """Of figures that replace others (textspans/supersession.py: amending text, a correction, a table's current
+    and proposed columns), those of the side the question asks for: "now" the new, "before the change" the old,
+    no marker the one in force."""
+    if candidate.header:
+        row_cells, head_cells = cells(candidate.sentence), cells(candidate.header)
+        columns = [next((j for j, (a, b) in enumerate(row_cells) if a <= f.start < b), -1) for f in figures]
+        marks = [column_version(candidate.header[slice(*head_cells[j])])
+                 if 0 <= j < len(head_cells) == len(row_cells) else "" for j in columns]
+        proposal = is_proposal(candidate.header)
+    else:
+        every = versions(candidate.sentence, candidate.figures)
+        marks = [next((m for g, m in zip(candidate.figures, every, strict=True) if g == f), "") for f in figures]
+        proposal = is_proposal(candidate.sentence)
+    return in_version(figures, marks, version_asked(question, proposal=proposal), proposal=proposal)
 
 
 def _range_end(sentence: str, figures: list[Figure], bound: str) -> list[Figure]:
@@ -224,7 +243,7 @@ def _exceptions(sentence: str, figures: list[Figure], own: list[str], case: set[
 def nearest(figures: list[Figure], candidate: Candidate, question: str, index: DocumentIndex,
             bound: str = "") -> list[Figure]:
     """The figures of `candidate` (in order) that answer `question` (the module's note)."""
-    figures = _not_stated_by(question, figures, candidate.sentence)
+    figures = _in_asked_version(question, candidate, _not_stated_by(question, figures, candidate.sentence))
     if bound:
         figures = _bound_marked(candidate.sentence, _range_end(candidate.sentence, figures, bound), bound)
     wanted = index.question_terms(question, asked_for(question))
@@ -259,3 +278,32 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
         scores.append(0.0 if other else index.idf(held) + index.idf(held & head) + bonus)
     top = max(scores)
     return [f for f, s in zip(figures, scores, strict=True) if math.isclose(s, top)]
+
+
+def subject_figures(ranked: list[Candidate], question: str, index: DocumentIndex, asked: Asked,
+                     ) -> tuple[Candidate, list[Figure]] | None:
+    """The best-ranked sentence whose context holds every word of what the question is about (`asked_concept`,
+    in some form) and states a figure the question does not (less frequencies and figures that only name a
+    noun's kind, "a 10-year bond"; less bare numbers beside figures of a kind), with the figures nearest the
+    question: of those, the ones whose own phrase names the noun the question asks with ("what ceding
+    commission": "a ceding commission of 32.5%", not "cedes 40%"). None when no sentence does."""
+    subject = " ".join(asked_concept(question, index.frame))
+    need = set(terms(subject, index.concepts))
+    written = dict(mentions(subject, index.concepts))
+    stated = find_figures(question)
+    head = wh_phrase(question)[-1:]
+    for c in ranked:
+        figures = [f for f in row_values(c, list(c.figures)) if not is_frequency(f)
+                   and not MODIFIER.match(c.sentence[f.start:f.end + 2])
+                   and not any(matches(q, f) and q.kind == f.kind for q in stated)]
+        figures = [f for f in figures if f.kind != NUMBER] or figures
+        have = {t for t in need if t in c.context or any(x in c.context for x in index.expansions.get(t, ()))}
+        if not need or not figures or index.held(need, have, written) != need:
+            continue
+        if head and not c.header:
+            own = phrases(c.sentence, figures, c.figures)
+            named = set(terms(head[0], index.concepts))
+            figures = [f for f, p in zip(figures, own, strict=True) if named <= set(terms(p, index.concepts))] \
+                or figures
+        return c, nearest(figures, c, question, index, asked.bound)
+    return None

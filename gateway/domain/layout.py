@@ -66,9 +66,11 @@ def _written_out(label: str) -> str:
 
 
 def _is_title(text: str, limit: int = TITLE_CHARS) -> bool:
-    """A line that titles what follows: short, with a letter, not a sentence (no final stop) nor a table row."""
-    return 0 < len(text) <= limit and bool(re.search(r"[A-Za-z]{3}", text)) and text[-1] not in ".;:,)" \
-        and len(cells(text)) < 2
+    """A line that titles what follows: short, with a letter, not a sentence (no final stop), nor a line that
+    introduces a list ("In regulation 7-"), nor a table row. A numbered line may end on its bracketed subject
+    ("7. Amendment of regulation 11 (reclaim reserve)")."""
+    return 0 < len(text) <= limit and bool(re.search(r"[A-Za-z]{3}", text)) and text[-1] not in ".;:,-\u2013\u2014" \
+        and (text[-1] != ")" or bool(_NUMBERED.match(text))) and len(cells(text)) < 2
 
 
 def _document_title(lines: list[str]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.domain.answer_plan import plan_answer
 from gateway.domain.retrieval import DocumentIndex
+from textspans.figures import DATE, DURATION
 from textspans.questions import asked_for
 
 
@@ -113,3 +114,17 @@ def test_dealing_days_are_a_period() -> None:
                           "days.")
     plan = plan_answer(index, "For how many dealing days can deferred redemptions be carried forward?")
     assert plan.found and plan.leads == ("8 dealing days",)
+
+
+def test_when_a_change_takes_effect_asks_for_its_date_not_its_period() -> None:
+    """"When does X take effect / start / apply from" asks for the day, even when X is a period."""
+    index = DocumentIndex("Customer notice rules. The notice period for a change in the overdraft rate is extended from "
+                          "30 days to 45 days. The longer notice period applies from 1 March 2026.")
+    for q in ["When does the longer notice period for overdraft rate changes take effect?",
+              "When does the longer notice period start?"]:
+        p = plan_answer(index, q)
+        assert p.leads == ("1 March 2026",), (q, p.reason)
+    assert asked_for("When does Notice FXR-14 come into force?").kinds == (DATE,)
+    # a period after an event is still a period
+    assert asked_for("How long after the certificate is received does a ratchet change become effective?").kinds \
+        == (DURATION,)

@@ -114,3 +114,14 @@ def test_what_a_thing_costs_is_an_amount_and_a_score_is_a_number() -> None:
     assert cost.asked.kinds[0] == "amount" and cost.leads == ("GBP 25",)
     score = plan_answer(index, "What match score triggers escalation?")
     assert score.asked.kinds[0] == "number" and score.leads == ("85",)
+
+
+def test_a_numbered_heading_ending_on_its_bracketed_subject_titles_its_lines_and_a_list_intro_does_not() -> None:
+    text = ("5. Amendment of regulation 7 (transfer to the Fund)\n"
+            "In regulation 7-\n"
+            '(a) in paragraph (1), for "by 31 March" substitute "by 30 April";\n'
+            "7. Amendment of regulation 11 (reclaim reserve)\n"
+            'In regulation 11(2), for "25 per cent" substitute "20 per cent".\n')
+    at = places(text, sentence_spans(text))
+    assert at[-1].section == "7. Amendment of regulation 11 (reclaim reserve)"
+    assert at[2].section == "5. Amendment of regulation 7 (transfer to the Fund)"

@@ -1,0 +1,91 @@
+"""A figure that replaces another (textspans/supersession.py): amending text, a correction, a table of current and
+proposed limits. "now", "amended", "proposed" ask for the new figure; "before the change", "existing", "was" for
+the old one; no marker for the figure in force. Without a model: the lead code offers."""
+from __future__ import annotations
+
+from gateway.domain.answer_plan import plan_answer
+from gateway.domain.retrieval import DocumentIndex
+from textspans.figures import find_figures
+from textspans.supersession import NEW, OLD, column_version, version_asked, versions
+
+AMENDING = (
+    "THE DORMANT ACCOUNTS (AMENDMENT) REGULATIONS 2025\n"
+    "3. Amendment of regulation 3 (meaning of dormant account)\n"
+    "In regulation 3(1) of the principal Regulations-\n"
+    '(a) in sub-paragraph (a) (current and savings accounts), for "15 years" substitute "10 years";\n'
+    '(b) in sub-paragraph (b) (fixed-term deposits), for "15 years after the maturity date" substitute "7 years '
+    'after the maturity date".\n'
+    "4. Amendment of regulation 5 (notice to customers)\n"
+    'In paragraph (3) (period the customer has to respond to a dormancy notice), for "30 days" substitute "45 days".\n')
+
+
+def test_an_amendment_answers_now_with_the_new_figure_and_before_with_the_old() -> None:
+    index = DocumentIndex(AMENDING)
+    p = plan_answer(index, "Under the amended rules, after how long without activity does a savings account become "
+                           "dormant?")
+    assert p.leads == ("10 years",), p.reason
+    p = plan_answer(index, "How long will customers now have to respond to a dormancy notice?")
+    assert p.leads == ("45 days",), p.reason
+    p = plan_answer(index, "How long did customers have to respond to a dormancy notice before the amendment?")
+    assert p.leads == ("30 days",), p.reason
+    # no marker: the figure in force, the amendment's
+    p = plan_answer(index, "After how long does a fixed-term deposit become dormant?")
+    assert p.leads[0] == "7 years", p.reason
+
+
+def test_a_table_of_current_and_proposed_limits_answers_by_the_side_asked() -> None:
+    index = DocumentIndex(
+        "3. CARD LIMITS - CURRENT AND PROPOSED\n"
+        "Limit                                  | Current    | Proposed\n"
+        "Standard card, monthly credit limit    | 5,000      | 7,500\n"
+        "Senior manager card, monthly limit     | 15,000     | 20,000\n"
+        "ATM cash withdrawal, per card/month    | 500        | 250\n")
+    p = plan_answer(index, "What is the existing monthly limit on a senior manager card, before the change?")
+    assert p.found and p.leads == ("15,000",), p.reason
+    p = plan_answer(index, "What monthly limit is proposed for a senior manager card?")
+    assert p.leads == ("20,000",), p.reason
+    # beside a proposal, "current" and no marker ask for the limit in force
+    assert plan_answer(index, "What is the current monthly limit on a standard card?").leads == ("5,000",)
+
+
+def test_each_way_of_writing_a_change_pairs_the_old_figure_with_the_new() -> None:
+    for sentence, old, new in [
+        ("The notice period is increased from 30 days to 45 days.", "30 days", "45 days"),
+        ("The fee of GBP 25 is deleted and replaced with GBP 10.", "GBP 25", "GBP 10"),
+        ("Replace 3 months with 6 months in paragraph (2).", "3 months", "6 months"),
+        ("The cap is now 8% (previously 6%) of the pot value.", "6%", "8%"),
+        ("Correction to my earlier email: the fee should read GBP 50, not GBP 75.", "GBP 75", "GBP 50"),
+    ]:
+        figures = find_figures(sentence)
+        marks = dict(zip((f.text for f in figures), versions(sentence, figures), strict=True))
+        assert marks[old] == OLD and marks[new] == NEW, (sentence, marks)
+    # a range is no change, nor a column naming a segment
+    figures = find_figures("The term may run from 1 to 5 years.")
+    assert versions("The term may run from 1 to 5 years.", figures) == ["", ""]
+    assert column_version("Proposed") == NEW and column_version("Current limit") == OLD
+    assert column_version("New customers") == ""
+
+
+def test_current_asks_for_the_old_figure_only_beside_a_proposal() -> None:
+    assert version_asked("What was the dormancy period for current accounts before this amendment?") == OLD
+    assert version_asked("What is the dormancy period for current accounts?") == ""
+    assert version_asked("What is the current limit?", proposal=True) == OLD
+    assert version_asked("What is the current limit?") == ""
+
+
+def test_a_proposal_the_final_rule_replaced_and_a_figure_kept_until_a_change_yield_to_the_new_one() -> None:
+    index = DocumentIndex(
+        "Drawdown rules: feedback and final rules\n"
+        "3.3 We proposed that providers send a sustainability warning when a customer's planned annual withdrawals "
+        "exceed 6% of the pot value. Respondents said this was too low. The final rule sets the trigger at 8% of the "
+        "pot value, measured at the date of the instruction.\n"
+        "PS 5.5 Authorised push payment fraud\n"
+        "PS 5.5.1 A PSP must reimburse a consumer who is a victim of authorised push payment (APP) fraud up to a "
+        "maximum of €85,000 per claim.\n"
+        "PS 5.5.2 Until 28 February 2027 the maximum APP reimbursement per claim remains €415,000.\n")
+    p = plan_answer(index, "At what planned withdrawal rate must a sustainability warning now be sent?")
+    assert p.leads == ("8%",), p.reason
+    p = plan_answer(index, "What withdrawal rate did the consultation paper propose for the sustainability warning?")
+    assert p.leads == ("6%",), p.reason
+    p = plan_answer(index, "Once the amendments are in force, what is the ceiling on APP fraud reimbursement per claim?")
+    assert p.leads == ("€85,000",), p.reason
