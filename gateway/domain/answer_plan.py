@@ -155,7 +155,10 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
 
 
 def _case_plan(asked: Asked, case: Case, question: str) -> AnswerPlan:
-    """The plan a looked-up case answers: its row's sentence, the figures its cells lead with."""
+    """The plan a looked-up case answers: its row's sentence, the figures its cells lead with; NOT_FOUND when
+    its cell says the case has no figure ("not offered"): never a neighbouring cell's figure."""
+    if not case.stated:
+        return AnswerPlan(asked, (), (), (), False, case.reason)
     return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True, case.reason,
                       question)
 
