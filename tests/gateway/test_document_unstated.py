@@ -41,3 +41,19 @@ def test_a_row_numbered_as_the_question_numbers_it_is_read_and_its_empty_cells_r
                      "What premium rate applies to a Category 4 country for a 10-year tenor?"):
         p = plan_answer(PREMIUM, question)
         assert not p.found, (question, p.leads, p.reason)
+
+
+def test_a_cell_abbreviating_its_bound_stays_one_row() -> None:
+    """"0.07% (min. EUR 8.00)": "min." ends no sentence, so the row stays whole and its table answers a case in
+    its bands (a row cut there loses its cells and the case falls to another table)."""
+    index = DocumentIndex("1. SEPA TRANSFERS (fee per payment)\n"
+                          "Channel      | Amount band        | Fee\n"
+                          "Online       | up to EUR 50,000   | EUR 0.35\n"
+                          "Host-to-host | any amount         | EUR 0.18\n\n"
+                          "2. INTERNATIONAL (NON-SEPA) TRANSFERS (fee per payment)\n"
+                          "Amount band                         | Online                  | Host-to-host\n"
+                          "up to EUR 5,000                     | EUR 9.00                | EUR 6.50\n"
+                          "from EUR 5,000.01 up to EUR 100,000 | 0.10% (min. EUR 12.00)  | 0.07% (min. EUR 8.00)\n"
+                          "from EUR 100,000.01                 | 0.06% (max. EUR 150.00) | 0.04% (max. EUR 95.00)\n")
+    p = plan_answer(index, "Non-SEPA wire of EUR 40k sent by host-to-host file: what percentage fee is charged?")
+    assert p.leads == ("0.07%",), p.reason
