@@ -136,8 +136,9 @@ def _cell_figures(index: DocumentIndex, i: int, j: int) -> list[Figure]:
     return [f for f in index.figures[i] if a <= f.start < b]
 
 
-def _leads(index: DocumentIndex, i: int, j: int) -> dict[str, str]:
-    """The cell's first figure with the rest of the cell as its tail, or the cell's text when it states none."""
+def _leads(index: DocumentIndex, i: int, j: int, bounds: set[str] | frozenset[str] = frozenset()) -> dict[str, str]:
+    """The cell's first figure with the rest of the cell as its tail, or the cell's text when it states none; of a
+    cell bounding its figure ("0.20% (min. EUR 35.00)"), the bound the question asks for ("the minimum charge")."""
     a, b = _cell(index, i, j)
     row = index.sentences[i]
     figures = _cell_figures(index, i, j)
@@ -145,6 +146,10 @@ def _leads(index: DocumentIndex, i: int, j: int) -> dict[str, str]:
         text = row[a:b].strip()
         return {text: ""} if re.search(r"[A-Za-z0-9]", text) else {}
     first = figures[0]
+    # a figure after a bound word ("(min. EUR 35.00)") bounds the first; the question asking for that bound reads it
+    marked = [f for f in figures[1:] if _bounds(" ".join(row[a:f.start].split()[-1:])) & bounds]
+    if len(marked) == 1:
+        return {marked[0].text: ""}
     tail = row[first.end:b].rstrip()
     return {first.text: tail if tail[:1] == " " and len(tail) <= TAIL_CHARS else ""}
 
@@ -206,7 +211,7 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
     # A figure question is answered with a figure of a kind asked for ("no indicative share" answers no share).
     if asked.kinds and not any(f.kind in asked.kinds for f in _cell_figures(index, i, chosen[0])):
         return None
-    leads = _leads(index, i, chosen[0])
+    leads = _leads(index, i, chosen[0], asked_bounds)
     if not leads:
         return None
     return _case_at(index, i, leads, _text(index, i, band_column), table.header[slice(*header[chosen[0]])])
@@ -251,7 +256,7 @@ def _column_case(index: DocumentIndex, question: str, values: list[Value], asked
     if not quotable(index.sentences[i]) or asked.kinds and not any(
             f.kind in asked.kinds for f in _cell_figures(index, i, column)):
         return None
-    leads = _leads(index, i, column)
+    leads = _leads(index, i, column, _bounds(question))
     if not leads:
         return None
     return _case_at(index, i, leads, _text(index, i, 0), header[slice(*cells(header)[column])])

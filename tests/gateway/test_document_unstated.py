@@ -1,5 +1,6 @@
 """A case whose table cell says it has no figure ("not offered", "not eligible", "on request", "n/a", "-") is not
-found: never a neighbouring cell's figure. Without a model: the plan code makes (gateway/domain/answer_plan.py)."""
+found: never a neighbouring cell's figure; a cell that bounds its figure ("0.20% (min. EUR 35.00)") is one cell of
+one row, and answers the bound asked for. Without a model: the plan code makes (gateway/domain/answer_plan.py)."""
 from __future__ import annotations
 
 from gateway.domain.answer_plan import plan_answer
@@ -43,9 +44,10 @@ def test_a_row_numbered_as_the_question_numbers_it_is_read_and_its_empty_cells_r
         assert not p.found, (question, p.leads, p.reason)
 
 
-def test_a_cell_abbreviating_its_bound_stays_one_row() -> None:
+def test_a_cell_abbreviating_its_bound_stays_one_row_and_answers_the_bound_asked() -> None:
     """"0.07% (min. EUR 8.00)": "min." ends no sentence, so the row stays whole and its table answers a case in
-    its bands (a row cut there loses its cells and the case falls to another table)."""
+    its bands (a row cut there loses its cells and the case falls to another table); "the minimum charge" is
+    the cell's bound after "min.", "the maximum fee" the one after "max."."""
     index = DocumentIndex("1. SEPA TRANSFERS (fee per payment)\n"
                           "Channel      | Amount band        | Fee\n"
                           "Online       | up to EUR 50,000   | EUR 0.35\n"
@@ -57,3 +59,7 @@ def test_a_cell_abbreviating_its_bound_stays_one_row() -> None:
                           "from EUR 100,000.01                 | 0.06% (max. EUR 150.00) | 0.04% (max. EUR 95.00)\n")
     p = plan_answer(index, "Non-SEPA wire of EUR 40k sent by host-to-host file: what percentage fee is charged?")
     assert p.leads == ("0.07%",), p.reason
+    p = plan_answer(index, "For a EUR 20,000 international transfer ordered online, what is the minimum charge?")
+    assert p.leads == ("EUR 12.00",), p.reason
+    p = plan_answer(index, "What is the maximum fee for a EUR 400,000 non-SEPA payment sent host-to-host?")
+    assert p.leads == ("EUR 95.00",), p.reason
