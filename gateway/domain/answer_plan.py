@@ -116,7 +116,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
         leads = {f"{asked.noun} {best.label}" if best.label.isdigit() else best.label: ""} if best.label else {}
         reason = "article" if leads else "free"
     elif asked.kinds:
-        chosen = _figure_sentence(ranked[:DEPTH], asked, [(c, w) for c, w in named if c not in negated])
+        chosen = _figure_sentence(ranked[:DEPTH], asked, [(c, w) for c, w in named if c not in negated], question)
         if chosen is None:  # a figure question is answered with a figure of the document, or not found
             return AnswerPlan(asked, (), (), (), False, f"no {' or '.join(asked.kinds)} in the best sentences")
         else:
@@ -163,13 +163,14 @@ def _case_plan(asked: Asked, case: Case, question: str) -> AnswerPlan:
                       question)
 
 
-def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[str, frozenset[str]]],
+def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[str, frozenset[str]]], question: str,
                      ) -> tuple[Candidate, list[Figure]] | None:
     """The best-ranked sentence stating a figure of a kind asked for whose context names the question's domain
     terms (in some form, or in the question's words; the first-ranked, when it scores at least twice the second,
     in one of those words: "safeguarded funds" asked, "Funds may be placed ... with a residual maturity of 90
     days" the one sentence about it), and its figures of the kinds asked (for a period asked in
     a unit, those in that unit if it has any): which kind answers is the figures' nearness to the question."""
+    often = bool(_OFTEN.search(question))
     for n, c in enumerate(ranked):
         lead = n == 0 and (len(ranked) == 1 or c.score >= 2 * ranked[1].score)
         if not all(concept in c.context or written and written <= c.context or lead and written & c.context
@@ -179,6 +180,8 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
         # first ("at what utilisation level": not "monitors utilisation daily", but "raised at 85%")
         figures = [f for f in row_values(c, list(c.figures)) if f.kind in asked.kinds
                    and not ((asked.unit or asked.kinds[0] != DURATION) and is_frequency(f))]
+        if often:  # "how often": a figure of recurrence ("every 90 days", "annually"), not "after 90 days"
+            figures = [f for f in figures if is_frequency(f) or _EVERY.search(c.sentence[:f.start])]
         if figures:
             in_unit = [f for f in figures if f.kind == DURATION and f.unit == asked.unit]
             return c, in_unit or figures
@@ -212,6 +215,8 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     return [f for f in near if f.kind == kind]
 
 
+_OFTEN = re.compile(r"\bhow (?:often|frequently)\b", re.IGNORECASE)
+_EVERY = re.compile(r"\b(?:every|each|once)\s+$", re.IGNORECASE)
 _CODED = re.compile(r"(?<![\w-])[A-Z]{3}\s?$")
 _STATED_PERIOD = re.compile(r"\b(?:in|over|within|during|for)?\s*(?:a|an|the|any|each)?\s*\d+[- ](?:hour|day|week|month|"
                             r"quarter|year)s?[- ](?:period|window|horizon|span|cycle)\b", re.IGNORECASE)

@@ -63,3 +63,14 @@ def test_a_cell_abbreviating_its_bound_stays_one_row_and_answers_the_bound_asked
     assert p.leads == ("EUR 12.00",), p.reason
     p = plan_answer(index, "What is the maximum fee for a EUR 400,000 non-SEPA payment sent host-to-host?")
     assert p.leads == ("EUR 95.00",), p.reason
+
+
+def test_how_often_is_answered_by_a_recurrence_not_a_delay() -> None:
+    """"after 90 days overdue" says when, not how often: "How often are dormant accounts reviewed?" has no
+    answer there; "examined at least every 60 days" answers how often watchlist exposures are."""
+    index = DocumentIndex("4.2 Dormant accounts are reviewed by risk: after 90 days overdue, the account is placed on "
+                          "restricted status.\n4.3 Exposures on the watchlist shall be examined at least every 60 days.\n")
+    p = plan_answer(index, "How often are dormant accounts reviewed?")
+    assert not p.leads, (p.leads, p.reason)
+    p = plan_answer(index, "How often must exposures on the watchlist be examined?")
+    assert p.leads == ("60 days",), p.reason
