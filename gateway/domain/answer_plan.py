@@ -16,7 +16,8 @@ that the document never uses ("minimum credit score" without "score"), when it a
 best sentences do not state, or when the answer's sentence holds less than MIN_COVERAGE of the question (by
 weight). A question that states a case ("for a score of 680") or names a table's member ("a B2-rated lessee")
 is first looked up in the row that holds it (gateway/domain/case_lookup.py); a case outside every band of a
-table about the question ("an 18-month term" on a grid of 12 and 24 months) is NOT_FOUND.
+table about the question ("an 18-month term" on a grid of 12 and 24 months), or whose cell says it has
+no figure ("not offered", "on request"), is NOT_FOUND.
 gateway/domain/grounding.py checks what came out.
 """
 from __future__ import annotations
