@@ -36,9 +36,9 @@ def is_grounded(value: str, source: str) -> bool:
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
-# A full stop after these does not end a sentence ("Sec. 3", "e.g. a bank", "No. 575/2013").
+# A full stop after these does not end a sentence ("Sec. 3", "e.g. a bank", "No. 575/2013", "(min. EUR 8.00)").
 _ABBREVIATED = re.compile(r"(?:\b(?:e\.g|i\.e|No|Nos|Art|Arts|Sec|Secs|para|paras|cf|vs|approx|incl|Ltd|Inc|Co|"
-                          r"U\.S|U\.K|St|Mr|Ms|Dr|Reg|Ch|p|pp)\.|§)$", re.IGNORECASE)
+                          r"U\.S|U\.K|St|Mr|Ms|Dr|Reg|Ch|p|pp|min|max)\.|§)$", re.IGNORECASE)
 _CLAUSE_BREAK = re.compile(r",\s+|\s+(?=\((?:[a-z]{1,2}|\d{1,2})\)\s)")
 
 

@@ -16,7 +16,8 @@ that the document never uses ("minimum credit score" without "score"), when it a
 best sentences do not state, or when the answer's sentence holds less than MIN_COVERAGE of the question (by
 weight). A question that states a case ("for a score of 680") or names a table's member ("a B2-rated lessee")
 is first looked up in the row that holds it (gateway/domain/case_lookup.py); a case outside every band of a
-table about the question ("an 18-month term" on a grid of 12 and 24 months) is NOT_FOUND.
+table about the question ("an 18-month term" on a grid of 12 and 24 months), or whose cell says it has
+no figure ("not offered", "on request"), is NOT_FOUND.
 gateway/domain/grounding.py checks what came out.
 """
 from __future__ import annotations
@@ -116,7 +117,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
         leads = {f"{asked.noun} {best.label}" if best.label.isdigit() else best.label: ""} if best.label else {}
         reason = "article" if leads else "free"
     elif asked.kinds:
-        chosen = _figure_sentence(ranked[:DEPTH], asked, [(c, w) for c, w in named if c not in negated])
+        chosen = _figure_sentence(ranked[:DEPTH], asked, [(c, w) for c, w in named if c not in negated], question)
         if chosen is None:  # a figure question is answered with a figure of the document, or not found
             return AnswerPlan(asked, (), (), (), False, f"no {' or '.join(asked.kinds)} in the best sentences")
         else:
@@ -155,18 +156,22 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
 
 
 def _case_plan(asked: Asked, case: Case, question: str) -> AnswerPlan:
-    """The plan a looked-up case answers: its row's sentence, the figures its cells lead with."""
+    """The plan a looked-up case answers: its row's sentence, the figures its cells lead with; NOT_FOUND when
+    its cell says the case has no figure ("not offered"): never a neighbouring cell's figure."""
+    if not case.stated:
+        return AnswerPlan(asked, (), (), (), False, case.reason)
     return AnswerPlan(asked, (case.row.sentence,), tuple(case.leads), tuple(case.leads.values()), True, case.reason,
                       question)
 
 
-def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[str, frozenset[str]]],
+def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[str, frozenset[str]]], question: str,
                      ) -> tuple[Candidate, list[Figure]] | None:
     """The best-ranked sentence stating a figure of a kind asked for whose context names the question's domain
     terms (in some form, or in the question's words; the first-ranked, when it scores at least twice the second,
     in one of those words: "safeguarded funds" asked, "Funds may be placed ... with a residual maturity of 90
     days" the one sentence about it), and its figures of the kinds asked (for a period asked in
     a unit, those in that unit if it has any): which kind answers is the figures' nearness to the question."""
+    often = bool(_OFTEN.search(question))
     for n, c in enumerate(ranked):
         lead = n == 0 and (len(ranked) == 1 or c.score >= 2 * ranked[1].score)
         if not all(concept in c.context or written and written <= c.context or lead and written & c.context
@@ -176,6 +181,8 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
         # first ("at what utilisation level": not "monitors utilisation daily", but "raised at 85%")
         figures = [f for f in row_values(c, list(c.figures)) if f.kind in asked.kinds
                    and not ((asked.unit or asked.kinds[0] != DURATION) and is_frequency(f))]
+        if often:  # "how often": a figure of recurrence ("every 90 days", "annually"), not "after 90 days"
+            figures = [f for f in figures if is_frequency(f) or _EVERY.search(c.sentence[:f.start])]
         if figures:
             in_unit = [f for f in figures if f.kind == DURATION and f.unit == asked.unit]
             return c, in_unit or figures
@@ -209,6 +216,8 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     return [f for f in near if f.kind == kind]
 
 
+_OFTEN = re.compile(r"\bhow (?:often|frequently)\b", re.IGNORECASE)
+_EVERY = re.compile(r"\b(?:every|each|once)\s+$", re.IGNORECASE)
 _CODED = re.compile(r"(?<![\w-])[A-Z]{3}\s?$")
 _STATED_PERIOD = re.compile(r"\b(?:in|over|within|during|for)?\s*(?:a|an|the|any|each)?\s*\d+[- ](?:hour|day|week|month|"
                             r"quarter|year)s?[- ](?:period|window|horizon|span|cycle)\b", re.IGNORECASE)

@@ -38,6 +38,7 @@ class Case:
     row: Candidate  # the row holding the value
     leads: dict[str, str]  # what the answer starts with (the cell's first figure, or its text) -> its tail
     reason: str
+    stated: bool = True  # False: the cell says the case has no figure ("not offered"); the answer is not found
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,9 @@ def _cell_figures(index: DocumentIndex, i: int, j: int) -> list[Figure]:
     return [f for f in index.figures[i] if a <= f.start < b]
 
 
-def _leads(index: DocumentIndex, i: int, j: int) -> dict[str, str]:
-    """The cell's first figure with the rest of the cell as its tail, or the cell's text when it states none."""
+def _leads(index: DocumentIndex, i: int, j: int, bounds: set[str] | frozenset[str] = frozenset()) -> dict[str, str]:
+    """The cell's first figure with the rest of the cell as its tail, or the cell's text when it states none; of a
+    cell bounding its figure ("0.20% (min. EUR 35.00)"), the bound the question asks for ("the minimum charge")."""
     a, b = _cell(index, i, j)
     row = index.sentences[i]
     figures = _cell_figures(index, i, j)
@@ -144,6 +146,10 @@ def _leads(index: DocumentIndex, i: int, j: int) -> dict[str, str]:
         text = row[a:b].strip()
         return {text: ""} if re.search(r"[A-Za-z0-9]", text) else {}
     first = figures[0]
+    # a figure after a bound word ("(min. EUR 35.00)") bounds the first; the question asking for that bound reads it
+    marked = [f for f in figures[1:] if _bounds(" ".join(row[a:f.start].split()[-1:])) & bounds]
+    if len(marked) == 1:
+        return {marked[0].text: ""}
     tail = row[first.end:b].rstrip()
     return {first.text: tail if tail[:1] == " " and len(tail) <= TAIL_CHARS else ""}
 
@@ -174,7 +180,7 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
         if relevance > 0 and (best is None or relevance > best[0]):
             best = (relevance, table, i, j)
     if best is None:
-        return _column_case(index, values, asked, quotable, shared) if values else None
+        return _column_case(index, question, values, asked, quotable, shared) if values else None
     _, table, i, band_column = best
     header = cells(table.header)
     columns = [k for k in range(len(header)) if k != band_column]
@@ -200,10 +206,12 @@ def lookup(index: DocumentIndex, question: str, asked: Asked, quotable: Callable
         chosen = [k for k in chosen if any(f.kind in asked.kinds for f in _cell_figures(index, i, k))]
     if len(chosen) != 1 or not quotable(index.sentences[i]):
         return None
+    if unstated(_text(index, i, chosen[0])):
+        return _case_at(index, i, {}, _text(index, i, band_column), table.header[slice(*header[chosen[0]])])
     # A figure question is answered with a figure of a kind asked for ("no indicative share" answers no share).
     if asked.kinds and not any(f.kind in asked.kinds for f in _cell_figures(index, i, chosen[0])):
         return None
-    leads = _leads(index, i, chosen[0])
+    leads = _leads(index, i, chosen[0], asked_bounds)
     if not leads:
         return None
     return _case_at(index, i, leads, _text(index, i, band_column), table.header[slice(*header[chosen[0]])])
@@ -219,11 +227,12 @@ def _with_meaning(index: DocumentIndex, label: str) -> str:
     return " ".join([label, *(s for s in index.sentences if defines.match(s))][:2])
 
 
-def _column_case(index: DocumentIndex, values: list[Value], asked: Asked, quotable: Callable[[str], bool],
-                 shared: Callable[[str], float]) -> Case | None:
+def _column_case(index: DocumentIndex, question: str, values: list[Value], asked: Asked,
+                 quotable: Callable[[str], bool], shared: Callable[[str], float]) -> Case | None:
     """A case read from a table whose header's cells are the bands ("up to 1,000 lots | 1,001-5,000 lots"): the
     cell under the column whose band holds the value, in the one row whose label shares most with the question
-    ("Power Base-Load Month Future" for "the monthly power base-load future")."""
+    ("Power Base-Load Month Future" for "the monthly power base-load future"), or, no label sharing a word, the
+    row numbered as the question numbers the labels' header ("Category 5" for the row "5" of "Country Category")."""
     best: tuple[float, int, int] | None = None
     for table in _tables(index):
         column = _holding_column(table, values)
@@ -232,26 +241,57 @@ def _column_case(index: DocumentIndex, values: list[Value], asked: Asked, quotab
         labels = [(shared(_text(index, i, 0)), i) for i in table.rows]
         top = max((score for score, _ in labels), default=0.0)
         rows = [i for score, i in labels if score == top]
+        if top == 0:
+            label_header = table.header[slice(*cells(table.header)[0])]
+            rows = [i for i in table.rows if _numbered(question, values, _text(index, i, 0), label_header)]
+            top = shared(label_header) if rows else 0.0
         if top > 0 and len(rows) == 1 and (best is None or top > best[0]):
             best = (top, rows[0], column)
     if best is None:
         return None
     _, i, column = best
+    header = index.places[i].header
+    if quotable(index.sentences[i]) and unstated(_text(index, i, column)):
+        return _case_at(index, i, {}, _text(index, i, 0), header[slice(*cells(header)[column])])
     if not quotable(index.sentences[i]) or asked.kinds and not any(
             f.kind in asked.kinds for f in _cell_figures(index, i, column)):
         return None
-    leads = _leads(index, i, column)
+    leads = _leads(index, i, column, _bounds(question))
     if not leads:
         return None
-    header = index.places[i].header
     return _case_at(index, i, leads, _text(index, i, 0), header[slice(*cells(header)[column])])
 
 
+def _numbered(question: str, values: list[Value], label: str, label_header: str) -> bool:
+    """Whether the question names the row `label` ("5") as a number after a word of the labels' header
+    ("a Category 5 country" under "Country Category")."""
+    words = {w.casefold() for w in re.findall(r"[A-Za-z]+", label_header)}
+    return any(v.kind == NUMBER and label.strip() == question[v.start:v.end]
+               and (m := re.search(r"([A-Za-z]+)\W*$", question[:v.start])) is not None and m.group(1).casefold() in words
+               for v in values)
+
+
 def _case_at(index: DocumentIndex, i: int, leads: dict[str, str], band_text: str, column: str) -> Case:
-    """The case answered by row `i` (sentence index), its cell's leads, named by the row's band and the column."""
+    """The case answered by row `i` (sentence index), its cell's leads, named by the row's band and the column;
+    no leads: the cell says the case has no figure."""
     p = index.places[i]
     row = Candidate(index.sentences[i], 1.0, index.figures[i], index.context[i], p.label, p.header)
+    if not leads:
+        return Case(row, leads, f"case ({band_text}: {column.strip()}) states no figure", stated=False)
     return Case(row, leads, f"case ({band_text}: {column.strip()})")
+
+
+# A cell that says its case has no figure: the product is not offered there, the figure is not published ("on
+# request", "by negotiation"), or the cell is empty of a value ("n/a", "-"). Its case is not found, never read
+# from a neighbouring cell.
+_UNSTATED = re.compile(r"^(?:not (?:offered|available|eligible|applicable|permitted|allowed|quoted)|n/?a|nil|"
+                       r"on request|(?:by|subject to) negotiation|negotiable|case[- ]by[- ]case|priced individually|"
+                       r"[-\u2013\u2014])(?![\w/])", re.IGNORECASE)
+
+
+def unstated(cell: str) -> bool:
+    """Whether a table cell's text says its case has no figure ("not offered", "n/a", "on request", "-")."""
+    return bool(_UNSTATED.match(cell.strip()))
 
 
 def unheld(index: DocumentIndex, question: str) -> str | None:

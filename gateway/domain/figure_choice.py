@@ -286,13 +286,24 @@ def subject_figures(ranked: list[Candidate], question: str, index: DocumentIndex
     in some form) and states a figure the question does not (less frequencies and figures that only name a
     noun's kind, "a 10-year bond"; less bare numbers beside figures of a kind), with the figures nearest the
     question: of those, the ones whose own phrase names the noun the question asks with ("what ceding
-    commission": "a ceding commission of 32.5%", not "cedes 40%"). None when no sentence does."""
+    commission": "a ceding commission of 32.5%", not "cedes 40%"), and of those, the ones written next to a word of
+    that noun (`_names_near`). Not a sentence writing a word the question negates ("life" for "non-life"); none
+    when the question names its case by a name the document never writes ("Kenyan shilling"). None when no
+    sentence does."""
     subject = " ".join(asked_concept(question, index.frame))
     need = set(terms(subject, index.concepts))
     written = dict(mentions(subject, index.concepts))
     stated = find_figures(question)
     head = wh_phrase(question)[-1:]
+    # A name the question gives its case ("the GBP to Kenyan shilling corridor") that the document never writes:
+    # the sentence holding the subject's words is about another case.
+    if any(not index.uses(w) for w in _NAME.findall(question) if w.casefold() not in index.frame):
+        return None
+    negated = [w.casefold() for w in _NEGATED.findall(question)]
     for c in ranked:
+        # "non-life underwriting risk" is not "life underwriting risk"
+        if any(re.search(rf"(?<!non-)(?<!non )\b{re.escape(w)}\b", c.sentence, re.IGNORECASE) for w in negated):
+            continue
         figures = [f for f in row_values(c, list(c.figures)) if not is_frequency(f)
                    and not MODIFIER.match(c.sentence[f.start:f.end + 2])
                    and not any(matches(q, f) and q.kind == f.kind for q in stated)]
@@ -305,5 +316,34 @@ def subject_figures(ranked: list[Candidate], question: str, index: DocumentIndex
             named = set(terms(head[0], index.concepts))
             figures = [f for f, p in zip(figures, own, strict=True) if named <= set(terms(p, index.concepts))] \
                 or figures
-        return c, nearest(figures, c, question, index, asked.bound)
+        # The figure's own words name the noun asked with ("a ceding commission of 32.5%", "Cash trap LTV level:
+        # 60.0%"): a subject named elsewhere in the sentence ("the instantaneous shock factors ... at the 99.5%
+        # confidence level") or only in a heading does not make the figure its value.
+        asked_with = set(terms(" ".join(wh_phrase(question)), index.concepts))
+        figures = [f for f in nearest(figures, c, question, index, asked.bound)
+                   if not asked_with or _names_near(c, f, asked_with, index)]
+        if figures:
+            return c, figures
     return None
+
+
+_NAME = re.compile(r"(?<=\w\W)(?<![.?!]\s)\b[A-Z][\w'-]*")  # a capitalised word past the question's first
+_NEGATED = re.compile(r"\bnon-([a-z]+)\b", re.IGNORECASE)
+NEAR_WORDS = 6  # the words before a figure that are its own (and 2 after: "a 35% fall", "(39.9%) EAR")
+
+
+def _names_near(c: Candidate, f: Figure, wanted: set[str], index: DocumentIndex) -> bool:
+    """Whether a term of `wanted` (or a form of it) is written next to figure `f` of `c`: in the NEAR_WORDS words
+    before it or the two after it (a bracketed figure skipped), within its sentence, or in the words before the
+    sentence's first figure (a list's opening: "Single-transaction limits are USD 50m for ..., USD 20m for ...");
+    in a table's row, in its column's header or the row's label."""
+    if c.header:
+        near = " ".join([*_cell_phrases(c, [f]), c.sentence[slice(*cells(c.sentence)[0])]])
+    else:
+        first = min(c.figures, key=lambda g: g.start).start if c.figures else f.start
+        after = re.sub(r"\([^()]*\)", " ", c.sentence[f.end:]).split()[:2]
+        near = " ".join([*c.sentence[:f.start].split()[-NEAR_WORDS:], *after,
+                         *c.sentence[:first].split()[-NEAR_WORDS:]])
+    have = set(terms(near, index.concepts))
+    have |= {t for t in wanted if any(x in have for x in index.expansions.get(t, ()))}
+    return bool(wanted & have)

@@ -31,3 +31,31 @@ def test_a_sentence_that_misses_a_word_of_the_subject_gives_no_figure() -> None:
     assert not p.found, (p.leads, p.reason)
     p = plan_answer(index, "What is the weighted average indexed LTV?")
     assert p.leads == ("54.3%",), p.reason
+
+
+def test_a_figure_whose_own_words_do_not_name_the_noun_asked_leads_nothing() -> None:
+    """"the instantaneous shock factors ... at the 99.5% confidence level": the sentence names the shock, the
+    figure is a confidence level; "a spread of 1.50%" is the spread's own."""
+    index = DocumentIndex("1.1 This guideline fixes the instantaneous shock factors used by all Group entities to "
+                          "compute the Own Solvency Capital Requirement (OSCR) at the 99.5% confidence level over a "
+                          "one-year horizon.\n2.1 Corporate loans are shocked by rating.\n"
+                          "3.3 Entities domiciled in a country rated below BBB- add a country spread of 1.50%.\n")
+    p = plan_answer(index, "What shock is applied to an unrated corporate loan with a duration of 2 years?")
+    assert "99.5%" not in p.leads and "subject" not in p.reason, (p.leads, p.reason)
+    p = plan_answer(index, "What country spread is added for entities in low-rated countries?")
+    assert p.leads == ("1.50%",), p.reason
+
+
+def test_a_case_the_document_never_names_or_negates_leads_nothing() -> None:
+    """"the GBP to Kenyan shilling corridor" on a deck that never writes Kenyan: the business cap is not its
+    margin; "non-life underwriting risk" is not "life underwriting risk"."""
+    index = DocumentIndex("Slide 3: Exceptions\n* Business accounts: margin capped at 0.50% on any corridor for "
+                          "amounts of GBP 10,000 or more\n\n5.1 Modules are aggregated with the correlation matrix; "
+                          "market and life underwriting risk are correlated at 0.25. 5.2 Non-life underwriting risk "
+                          "is computed by line of business.\n")
+    for question in ("What margin applies on the GBP to Kenyan shilling corridor?",
+                     "What correlation does the guideline set between market risk and non-life underwriting risk?"):
+        p = plan_answer(index, question)
+        assert "subject" not in p.reason and not p.leads, (question, p.leads, p.reason)
+    p = plan_answer(index, "What correlation does the guideline set between market and life underwriting risk?")
+    assert p.leads == ("0.25",), p.reason
