@@ -28,10 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from policies.risk_model import RiskRules
-from policies.risk_text import flag, number, text_words
+from policies.risk_text import NEGATION_REACH, NEGATIONS, flag, number, text_words
 
-NEGATIONS = frozenset({"not", "no", "non", "without", "never", "none", "nor"})
-NEGATION_REACH = 2  # "not yet verified", "no supporting documents"
 OUTCOME_REACH = 3  # a subject and an outcome this close in a text belong together ("CVV2 mismatch x3")
 FAILED, UNKNOWN, PASSED = -1, 0, 1
 _SCORE_WORDS = frozenset({"score", "confidence", "similarity", "probability", "level", "rating"})

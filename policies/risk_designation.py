@@ -24,14 +24,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from policies.risk_model import RiskRules
-from policies.risk_text import flag
+from policies.risk_text import NEGATION_REACH, NEGATIONS, flag
 from policies.risk_vocabulary import Vocabulary
 
 CONFIRMED_FACT = "sanctions_confirmed"  # the pack's fact whose words state a confirmed screening match
 PARTY_REACH = 3  # "Bank Volgaprom (fictional, designated)": the party three words before its designation
-NEGATION_REACH = 2  # "non-designated", "not on the OFAC list"
-_NEGATIONS = frozenset({"not", "no", "non", "without", "never", "none", "nor"})
-_DENIALS = _NEGATIONS | {"nil", "pending", "unknown", "clear", "cleared", "false"}
+_DENIALS = NEGATIONS | {"nil", "pending", "unknown", "clear", "cleared", "false"}
 
 
 def designation_stated(rules: RiskRules, voc: Vocabulary, attributes: Iterable[tuple[str, object]]) -> bool:
@@ -78,7 +76,7 @@ def _affirmed(value: object, voc: Vocabulary) -> bool:
 def _text_states(text: Sequence[str], voc: Vocabulary) -> bool:
     """A designation word, not negated, with a party word within PARTY_REACH words ("two listed persons")."""
     for i, w in enumerate(text):
-        if w not in voc.designation or set(text[max(0, i - NEGATION_REACH):i]) & _NEGATIONS:
+        if w not in voc.designation or set(text[max(0, i - NEGATION_REACH):i]) & NEGATIONS:
             continue
         if set(text[max(0, i - PARTY_REACH):i + PARTY_REACH + 1]) & voc.parties:
             return True

@@ -37,6 +37,8 @@ from policies.risk_model import FactKind, RiskRules
 from policies.risk_readers import on
 from policies.risk_scores import vendor_score
 from policies.risk_text import (
+    NEGATION_REACH,
+    NEGATIONS,
     UNIT_HOURS,
     KeyName,
     elapsed,
@@ -66,7 +68,6 @@ DERIVED: dict[str, FactKind] = {
 }
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
-_NEGATIONS = frozenset({"not", "no", "non", "without", "never", "none", "nor"})
 _NEGATIVE_WORDS = frozenset({"below", "under", "discount", "less", "underpricing", "undervaluation"})
 _AGAINST = frozenset({"vs", "versus", "ratio", "x", "times"})  # a value named one against another is a multiple
 _AVERAGE_WORDS = frozenset({"average", "mean", "typical", "usual", "normal"})
@@ -75,7 +76,6 @@ MAX_PHRASE_WORDS = 6
 NAMED_VALUE_WORDS = 4  # a text value this short is also read after its attribute's name
 _ADDRESS_WORDS = frozenset({"address"})  # a postal address names its country last (UPU S42); earlier names are streets
 _DENIALS = frozenset({"not", "no", "none", "non", "without", "nil", "pending", "awaiting", "outstanding", "unknown"})
-NEGATION_REACH = 2  # a phrase right after "no", "not", ... (or one word later: "no prior privacy coin") is denied
 
 
 @dataclass(frozen=True)
@@ -252,7 +252,7 @@ def _ngrams(pieces: Sequence[str], voc: Vocabulary) -> set[tuple[str, ...]]:
     for piece in pieces:
         t = voc.tokens_of(piece)
         for i in range(len(t)):
-            if _NEGATIONS.intersection(t[max(0, i - NEGATION_REACH):i]):
+            if NEGATIONS.intersection(t[max(0, i - NEGATION_REACH):i]):
                 continue
             grams.update(t[i:i + n] for n in range(1, MAX_PHRASE_WORDS + 1) if i + n <= len(t))
     return grams
@@ -285,8 +285,8 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
         if not carries and "." in str(key):  # "kyt.mixer_exposure_pct": a vendor's namespace before the dot
             name = voc.name_of(str(key).rsplit(".", 1)[1])
             carries = voc.lookup(voc.words_of(name))
-        if not carries and meaning & _NEGATIONS:  # "payer_not_buyer": true says what "!payer_is_buyer" says
-            carries = tuple(replace(a, inverted=not a.inverted) for a in voc.lookup(meaning - _NEGATIONS)
+        if not carries and meaning & NEGATIONS:  # "payer_not_buyer": true says what "!payer_is_buyer" says
+            carries = tuple(replace(a, inverted=not a.inverted) for a in voc.lookup(meaning - NEGATIONS)
                             if a.kind is FactKind.FLAG)
         for a in carries:
             got.add(a, name, value)
@@ -316,7 +316,7 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
             elif len(value.strip()) > 3 and not meaning & voc.listed and (c := resolve(value)):
                 # a screening hit's matched term ({"keyword_hit": "CUBA"}) is the alert to clear, not a country
                 seen.add(c)
-        if (value is True or isinstance(value, str) and flag(value) is True) and not name.words & _NEGATIONS:
+        if (value is True or isinstance(value, str) and flag(value) is True) and not name.words & NEGATIONS:
             pieces.append(" ".join(voc.name_tokens(str(key))))  # {"mixer": true} mentions a mixer; {"not_pep": true}
             # does not mention a PEP; {"bene_is_poa_holder": true} mentions a beneficiary who holds a power of attorney
     values: dict[str, object] = {**got.numbers, **got.durations, **got.texts}

@@ -59,6 +59,10 @@ _SOUTH_ASIAN_SCALE = frozenset({"lakh", "lakhs", "lac", "lacs", "crore", "crores
 _LOCAL_PREFIX = re.compile(r"^(ksh|kshs|tsh|ush|dhs|dh|rs|₨|৳)\.?\s*(?=\d)", re.IGNORECASE)
 _LOCAL_CODES = {"ksh": "KES", "kshs": "KES", "tsh": "TZS", "ush": "UGX", "dhs": "AED", "dh": "AED", "৳": "BDT"}
 
+# A word that denies what follows it within NEGATION_REACH words: "not verified", "no prior privacy coin activity".
+NEGATIONS = frozenset({"not", "no", "non", "without", "never", "none", "nor"})
+NEGATION_REACH = 2
+
 
 def singular(token: str) -> str:
     """A crude plural fold, applied alike to names, policy words and text: "deposits" -> "deposit"."""
