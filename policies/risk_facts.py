@@ -5,7 +5,8 @@ An event is the JSON form of the route's RiskEvent (`event_type`, `amount`, `cur
 as attributes). Every attribute whose name matches a vocabulary name (policies/risk_text.py: bags of
 words) gives its fact a value; flags are also true when the event's words mention them (`words`). Where
 several attributes carry one fact: counts and numbers keep the largest, durations the shortest, flags
-are true when any says so, countries are joined. Dates are measured from the event's timestamp (or now).
+are true when any says so, countries are joined. A list attribute counts as its items (numbers) or as one text
+(anything else). Dates are measured from the event's timestamp (or now).
 
 Derived facts (DERIVED) are computed from those: the amount in USD, how close it is to a reporting
 threshold, round amounts, price deviation, the countries the event names, and each country list.
@@ -13,7 +14,7 @@ threshold, round amounts, price deviation, the countries the event names, and ea
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -241,8 +242,20 @@ def _codes(value: object, name: KeyName) -> set[str]:
 def _attributes(event: Mapping[str, Any]) -> Iterator[tuple[str, object]]:
     attributes = event.get("attributes")
     if isinstance(attributes, Mapping):
-        yield from attributes.items()
-    yield from ((k, v) for k, v in event.items() if k not in _TOP_LEVEL and k != "attributes")
+        yield from _items(attributes.items())
+    yield from _items((k, v) for k, v in event.items() if k not in _TOP_LEVEL and k != "attributes")
+
+
+def _items(pairs: Iterable[tuple[str, object]]) -> Iterator[tuple[str, object]]:
+    """A list attribute read as its items: numbers one by one under its name (as repeated attributes: the largest
+    count or amount is kept), anything else as one text of its items ("Piraeus, Genoa, Valencia")."""
+    for key, value in pairs:
+        if not isinstance(value, list | tuple):
+            yield key, value
+        elif value and all(isinstance(i, int | float) and not isinstance(i, bool) for i in value):
+            yield from ((key, i) for i in value)
+        elif any(i is not None for i in value):
+            yield key, ", ".join(str(i) for i in value if i is not None)
 
 
 def _ngrams(pieces: Sequence[str], voc: Vocabulary) -> set[tuple[str, ...]]:

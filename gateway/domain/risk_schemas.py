@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -10,6 +10,8 @@ from core.web.text import EdgeModel
 from gateway.schemas.common import MaxTokens, Temperature, Timings, Usage
 from policies.risk_model import CURRENCY_PATTERN
 
+Scalar = str | int | float | bool | None
+MAX_LIST_ITEMS = 64  # items of one list attribute: a feed's recent amounts or references, not a history dump
 DEFAULT_QUESTION = "How risky is this event? Answer with a risk level (low, medium or high) and one short reason."
 
 
@@ -23,8 +25,11 @@ class RiskEvent(EdgeModel):
     amount: float | None = None
     currency: str | None = Field(None, pattern=CURRENCY_PATTERN,
                                  description="ISO 4217 (USD) or a crypto asset's ticker (USDT, BTC).")
-    attributes: dict[str, str | int | float | bool | None] = Field(
-        default_factory=dict, max_length=64, description="Further flat facts about the event.")
+    attributes: dict[str, Scalar | Annotated[list[Scalar], Field(max_length=MAX_LIST_ITEMS)]] = Field(
+        default_factory=dict, max_length=64,
+        description="Further facts about the event: each a value or a list of values (recent amounts, ports of call, "
+                    f"payment references; at most {MAX_LIST_ITEMS} items). A nested object is refused (400): "
+                    "flatten it into dotted names (\"kyc.risk_rating\").")
 
 
 class RiskAssessRequest(EdgeModel):

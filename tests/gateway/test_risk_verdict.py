@@ -151,3 +151,15 @@ async def test_streamed_rule_verdict_arrives_in_the_done_event(client: httpx.Asy
     done = events[-2]
     assert done["type"] == "done" and done["verdict"] == json.loads("".join(e["text"] for e in events[:-2]))
     assert done["verdict"]["recommended_action"] != "approve" and done["scoring"]["rules"]
+
+
+async def test_list_attributes_are_read_and_nested_objects_refused(client: httpx.AsyncClient, keys: Keys) -> None:
+    # a feed that sends its recent deposits and references as lists gets the verdict of the same facts flat
+    listed = {"event_type": "cash_deposit", "amount": 9_800, "currency": "USD",
+              "attributes": {"recent_deposits": [9_500, 9_700], "references": ["rent", "utilities"]}}
+    flat = {**listed, "attributes": {"recent_deposits": 9_700, "references": "rent, utilities"}}
+    assert (await _verdict(client, keys, listed))["verdict"] == (await _verdict(client, keys, flat))["verdict"]
+    for attributes in ({"kyc": {"risk_rating": "high"}}, {"amounts": list(range(65))}, {"amounts": [[1, 2]]}):
+        r = await client.post("/v1/risk/assess", headers=auth(keys.acme),
+                              json={"event": {"event_type": "wire", "attributes": attributes}})
+        assert r.status_code == 400 and "event.attributes" in r.json()["error"]["message"], r.text

@@ -136,3 +136,11 @@ def test_abbreviations_in_names_are_the_words_they_stand_for() -> None:
     assert facts({"days_since_last_txn": 500})["inactive_days"] == 500
     assert facts({"bene_ctry": "IR"})["sanctioned"] is True  # beneficiary country: a country field
     assert facts({"ip_shared_with_accts": 4})["accounts_linked"] == 4
+
+
+def test_a_list_attribute_reads_as_its_items() -> None:
+    # numbers as repeated attributes (the largest count kept), anything else as one text of its items
+    assert facts({"failed_logins_24h": [1, 6, 3]}) == facts({"failed_logins_24h": 6})
+    assert facts({"destination_countries": ["Iran", "UAE"], "memo": [None, "new device"]}) == \
+        facts({"destination_countries": "Iran, UAE", "memo": "new device"})
+    assert facts({"failed_logins_24h": [1, 6, 3]}) != facts({})
