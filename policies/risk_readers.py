@@ -21,6 +21,7 @@ READERS = frozenset({
     "percent_over_hundred_as_growth",  # policies/risk_derived.py: withdrawal_trend_pct: 410 is 5.1 times
     "screened_event",  # policies/risk_facts.py: list_screened, the event is about a screening list
     "designation_stated",  # policies/risk_designation.py: a party stated to be on a sanctions list
+    "text_said_as_flag",  # policies/risk_words.py: pep_match: "Y" marks its name as a true flag's
 })
 _OFF: ContextVar[frozenset[str]] = ContextVar("risk_readers_off", default=frozenset())
 

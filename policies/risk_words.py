@@ -8,7 +8,8 @@ each marked by where it stands, so that a true flag and a false one, a name and 
 
 - `t:w`: a word of the event type;
 - `k:w`: a word of the name of an attribute holding text; `v:w`: a word of that text;
-- `+:w` / `-:w`: a word of the name of a flag that is true / false;
+- `+:w` / `-:w`: a word of the name of a flag that is true / false, or of a text that says only yes or no
+  (`text_says`: "Y", "none", "no match", "clear"), as other writers' systems send a flag;
 - `#:w` / `0:w`: a word of the name of a nonzero / zero or empty number;
 - `f:fact`: a flag fact of the pack's vocabulary that holds (policies/risk_facts.py): the concept however the
   writer named it, in any language the vocabulary reads. Numbers the facts read structurally (counts per day,
@@ -33,7 +34,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies.risk_model import MODEL_KEYS, PACK_FEATURES, WORD_PATTERN, RiskRules
+from policies.risk_readers import on
 from policies.risk_shape import flat, grams, shape_features
+from policies.risk_text import flag
 from policies.risk_vocabulary import vocabulary
 
 __all__ = ["MODEL_KEYS", "PACK_FEATURES"]  # re-exported: the keys are declared with the policy's tables
@@ -53,10 +56,18 @@ def event_words(rules: RiskRules, event: Mapping[str, Any]) -> frozenset[str]:
         elif isinstance(v, (int, float)) or v is None or v == "":
             mark = "#" if v else "0"
         else:
-            mark = "k"
-            out.update(f"v:{w}" for w in voc.tokens_of(str(v)))
+            text = voc.tokens_of(str(v))
+            said = text_says(str(v))
+            mark = "k" if said is None else "+" if said else "-"
+            out.update(f"v:{w}" for w in text)
         out.update(f"{mark}:{w}" for w in names)
     return frozenset(w for w in out if _WORD.match(w))
+
+
+def text_says(raw: str) -> bool | None:
+    """Yes or no, where a text says only that: the whole text a yes or no (policies/risk_text.py `flag`: "Y",
+    "none", "no match", "clear"), as a system that sends no booleans writes a flag; None for any other text."""
+    return flag(raw) if on("text_said_as_flag") else None
 
 
 def amount_feature(rules: RiskRules, event: Mapping[str, Any]) -> float:

@@ -11,6 +11,7 @@ import pytest
 
 from policies import PolicyError, load_policy
 from policies.risk import evaluate, verdict
+from policies.risk_readers import off
 from policies.risk_words import MODEL_KEYS, PACK_FEATURES, contributions, event_words, pack_features, word_score
 
 RULES = load_policy().get("realtime_risk").risk_rules
@@ -26,6 +27,19 @@ def test_words_are_normalised_and_marked_by_where_they_stand() -> None:
     assert "v:cash" in words and "v:deposit" in words  # German read as English (the pack's translations)
     assert "k:purpose" in words  # Verwendungszweck, the pack's name synonym
     assert "#:decline" in words and "0:alert" in words and "0:prior" in words
+
+
+def test_a_text_that_says_yes_or_no_marks_its_name_as_a_flags() -> None:
+    """`watchlist_hit: "Y"` is the flag another system sends as `watchlist_hit: true`: the same name words, the
+    same polarity; a text saying more than yes or no stays a text."""
+    said = event_words(RULES, {"event_type": "wire", "attributes": {
+        "watchlist_hit": "Y", "adverse_press": "none", "screening_result": "no match", "remarks": "paid rent"}})
+    sent = event_words(RULES, {"event_type": "wire", "attributes": {
+        "watchlist_hit": True, "adverse_press": False, "screening_result": False}})
+    assert {"+:watchlist", "+:hit", "-:adverse", "-:press", "-:screening", "-:result"} <= said & sent
+    assert "k:remark" in said and "k:watchlist" not in said
+    with off(["text_said_as_flag"]):
+        assert "k:watchlist" in event_words(RULES, {"event_type": "wire", "attributes": {"watchlist_hit": "Y"}})
 
 
 def test_the_packs_facts_that_hold_are_concepts_of_the_model() -> None:
