@@ -49,7 +49,7 @@ _KINDS: dict[str, tuple[tuple[str, ...], bool]] = {
 # The noun of a wh-phrase that names the kind of quantity asked ("what stress horizon": a period).
 _HEAD_NOUNS: dict[str, str] = {
     **dict.fromkeys("horizon horizons period periods time timeframe interval intervals frequency duration window "
-                    "lifetime tenor maturity maturities".split(), "period"),
+                    "cycle cycles lifetime tenor maturity maturities".split(), "period"),
     **dict.fromkeys("date dates day".split(), "date"),
     **dict.fromkeys("deadline latest earliest".split(), "when"),
     "year": "year",

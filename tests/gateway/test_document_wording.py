@@ -107,3 +107,21 @@ def test_a_case_outside_every_band_of_the_grid_is_not_stated() -> None:
         p = plan_answer(index, question)
         assert not p.found and "holds" in p.reason, (question, p.leads)
     assert plan_answer(index, "What bonus rate applies for 3 holders?").found
+
+
+def test_a_hedge_a_side_word_or_a_cycle_frames_the_question_and_refuses_nothing() -> None:
+    """"approximately EUR 55,000", "a member's own bonds", "the revalidation cycle": the words say how the case
+    is put or what kind of figure is asked, not what the question is about; a subject the document never writes
+    still refuses."""
+    index = DocumentIndex("Revalidation of each high-materiality model is required every 18 months. A loss above "
+                          "EUR 40,000 is escalated to the Head of Compliance within 2 business days. Members' "
+                          "home-state government bonds receive an additional haircut of 4%.")
+    p = plan_answer(index, "What is the revalidation cycle for high-materiality models?")
+    assert p.leads == ("18 months",), p.reason
+    p = plan_answer(index, "For a loss of approximately EUR 55,000, what is the deadline for escalation to the Head "
+                           "of Compliance?")
+    assert p.leads == ("2 business days",), p.reason
+    p = plan_answer(index, "What additional haircut applies to a member's own home-state government bonds?")
+    assert p.leads == ("4%",), p.reason
+    p = plan_answer(index, "What additional haircut applies to a member's own home-state municipal bonds?")
+    assert not p.found and "municipal" in p.reason
