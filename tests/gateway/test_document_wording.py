@@ -125,3 +125,12 @@ def test_a_hedge_a_side_word_or_a_cycle_frames_the_question_and_refuses_nothing(
     assert p.leads == ("4%",), p.reason
     p = plan_answer(index, "What additional haircut applies to a member's own home-state municipal bonds?")
     assert not p.found and "municipal" in p.reason
+
+
+def test_the_oldest_and_youngest_age_bound_an_age_the_document_states() -> None:
+    index = DocumentIndex("The minimum age at which annual cover can be bought is 18. Annual cover cannot be bought "
+                          "after the maximum age of 69.")
+    p = plan_answer(index, "What is the oldest age at which annual cover can be bought?")
+    assert p.leads == ("69",), p.reason
+    p = plan_answer(index, "What is the youngest age at which annual cover can be bought?")
+    assert p.leads == ("18",), p.reason
