@@ -134,3 +134,16 @@ def test_the_oldest_and_youngest_age_bound_an_age_the_document_states() -> None:
     assert p.leads == ("69",), p.reason
     p = plan_answer(index, "What is the youngest age at which annual cover can be bought?")
     assert p.leads == ("18",), p.reason
+
+
+def test_the_account_product_or_agreement_a_fee_is_charged_on_names_no_subject() -> None:
+    """"a corporate account" is a corporate client's; "the instalment product" is the instalment plan. The case's
+    own word still refuses: a trust is no client of the document."""
+    index = DocumentIndex("The minimum custody fee for a Corporate client is USD 5,000 per year. The Monthly "
+                          "Instalment plan carries a representative rate of 19.9% APR.")
+    p = plan_answer(index, "What is the minimum custody fee for a corporate account?")
+    assert p.leads == ("USD 5,000",), p.reason
+    p = plan_answer(index, "What APR applies to the monthly instalment product?")
+    assert p.leads == ("19.9%",), p.reason
+    p = plan_answer(index, "What is the minimum custody fee for a trust account?")
+    assert not p.found and "trust" in p.reason
