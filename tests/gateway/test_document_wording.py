@@ -147,3 +147,25 @@ def test_the_account_product_or_agreement_a_fee_is_charged_on_names_no_subject()
     assert p.leads == ("19.9%",), p.reason
     p = plan_answer(index, "What is the minimum custody fee for a trust account?")
     assert not p.found and "trust" in p.reason
+
+
+def test_a_spread_surcharge_uplift_or_notice_is_met_in_its_drafting_words() -> None:
+    """A spread over a rate is drafted "SONIA plus 250 basis points", a surcharge as a supplement, an uplift as
+    an increase, notice as notifying, a late payment as an overdue one, a report as a notification."""
+    index = DocumentIndex("Overdue premiums bear interest at SONIA plus 250 basis points. Cross-border payments "
+                          "attract the domestic fee and a supplement of 0.20%. Where the buyer is rated below its "
+                          "sovereign, the premium rate is increased by 10%. Members must notify the Exchange at "
+                          "least 14 calendar days before they first use the exemption.")
+    p = plan_answer(index, "What spread over SONIA is charged on late premiums?")
+    assert p.leads == ("250 basis points",), p.reason
+    p = plan_answer(index, "What surcharge applies to cross-border payments?")
+    assert p.leads == ("0.20%",), p.reason
+    p = plan_answer(index, "What uplift applies where the buyer is rated below its sovereign?")
+    assert p.leads == ("10%",), p.reason
+    p = plan_answer(index, "How much advance notice must a member give before first using the exemption?")
+    assert p.leads == ("14 calendar days",), p.reason
+    index = DocumentIndex("Section 4 covers any data leak, whether accidental or deliberate. Card disputes are "
+                          "handled by the Operations team within 10 business days. Such an event must be notified to "
+                          "our hotline within 48 hours of its discovery.")
+    p = plan_answer(index, "Within what time must a data leak be reported to the insurer?")
+    assert p.leads == ("48 hours",), p.reason
