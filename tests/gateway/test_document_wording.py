@@ -169,3 +169,10 @@ def test_a_spread_surcharge_uplift_or_notice_is_met_in_its_drafting_words() -> N
                           "our hotline within 48 hours of its discovery.")
     p = plan_answer(index, "Within what time must a data leak be reported to the insurer?")
     assert p.leads == ("48 hours",), p.reason
+
+
+def test_a_date_that_ends_a_period_is_not_the_deadline_asked_for() -> None:
+    index = DocumentIndex("(2) The first return, for the half-year ending 30 June 2026, is due no later than "
+                          "31 July 2026.")
+    p = plan_answer(index, "What is the deadline for the first half-yearly return?")
+    assert p.leads == ("31 July 2026",), p.reason
