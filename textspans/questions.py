@@ -49,7 +49,7 @@ _KINDS: dict[str, tuple[tuple[str, ...], bool]] = {
 # The noun of a wh-phrase that names the kind of quantity asked ("what stress horizon": a period).
 _HEAD_NOUNS: dict[str, str] = {
     **dict.fromkeys("horizon horizons period periods time timeframe interval intervals frequency duration window "
-                    "lifetime tenor maturity maturities".split(), "period"),
+                    "cycle cycles lifetime tenor maturity maturities".split(), "period"),
     **dict.fromkeys("date dates day".split(), "date"),
     **dict.fromkeys("deadline latest earliest".split(), "when"),
     "year": "year",
@@ -65,10 +65,10 @@ _HEAD_NOUNS: dict[str, str] = {
 BOUND_WORDS = frozenset(
     "minimum maximum max min cap caps ceiling floor limit limits level levels size amount upper lower end range top "
     "bottom point highest lowest largest smallest longest shortest greatest least most latest earliest first last "
-    "total overall required requirement applicable relevant permitted allowed".split())
-_UPPER = re.compile(r"\b(?:upper|top|highest|maximum|max|largest|greatest|ceiling|cap)\b", re.IGNORECASE)
+    "oldest youngest total overall required requirement applicable relevant permitted allowed".split())
+_UPPER = re.compile(r"\b(?:upper|top|highest|maximum|max|largest|greatest|ceiling|cap|oldest)\b", re.IGNORECASE)
 _RANGE = re.compile(r"\brange\b|\b(?:upper|lower|top|bottom) (?:end|bound)\b|\bband\b", re.IGNORECASE)
-_LOWER = re.compile(r"\b(?:lower|bottom|lowest|minimum|min|smallest|floor)\b", re.IGNORECASE)
+_LOWER = re.compile(r"\b(?:lower|bottom|lowest|minimum|min|smallest|floor|youngest)\b", re.IGNORECASE)
 
 _TIME = r"(?:minutes?|hours?|days?|weeks?|months?|quarters?|years?)"
 _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)

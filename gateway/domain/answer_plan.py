@@ -34,7 +34,7 @@ from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, Docum
 from gateway.domain.versions import replacing
 from textspans.bands import qualified
 from textspans.concepts import is_abbreviation, spelled_out
-from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DURATION, NUMBER, Figure, is_frequency
+from textspans.figures import AMOUNT, CURRENCY_CODES, CURRENCY_WORDS, DATE, DURATION, NUMBER, Figure, is_frequency
 from textspans.questions import Asked, asked_concept, asked_for
 from textspans.supersession import is_version_word
 
@@ -200,6 +200,10 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     coded = [f for f in figures if f.kind == NUMBER and _CODED.search(best.sentence[:f.start]) and f.value[0] >= 1000]
     if asked.kinds[0] != NUMBER and any(f.kind != NUMBER for f in figures):
         figures = [f for f in figures if f.kind != NUMBER or AMOUNT in asked.kinds and f in coded]
+    # "the first report, for the quarter ending 30 September 2025, is due by 30 October 2025": a date that ends a
+    # period names which period; a question asking when something is due is answered by the other date
+    if _DUE.search(question):
+        figures = [f for f in figures if f.kind != DATE or not _PERIOD_END.search(best.sentence[:f.start])] or figures
     # "3-month EURIBOR", "a 10-year bond": a figure hyphenated to the noun after it names that noun's kind
     figures = [f for f in figures if not MODIFIER.match(best.sentence[f.start:f.end + 2])] or figures
     # A currency the question names in a word ("the sterling limit") asks for an amount in it (a code is
@@ -216,6 +220,8 @@ def _choose(figures: list[Figure], best: Candidate, question: str, index: Docume
     return [f for f in near if f.kind == kind]
 
 
+_DUE = re.compile(r"\b(?:deadline|due|by when|by what date|no later than|latest date)\b", re.IGNORECASE)
+_PERIOD_END = re.compile(r"\b(?:ending|ended|ends)\s+(?:on\s+)?$", re.IGNORECASE)
 _OFTEN = re.compile(r"\bhow (?:often|frequently)\b", re.IGNORECASE)
 _EVERY = re.compile(r"\b(?:every|each|once)\s+$", re.IGNORECASE)
 _CODED = re.compile(r"(?<![\w-])[A-Z]{3}\s?$")

@@ -107,3 +107,72 @@ def test_a_case_outside_every_band_of_the_grid_is_not_stated() -> None:
         p = plan_answer(index, question)
         assert not p.found and "holds" in p.reason, (question, p.leads)
     assert plan_answer(index, "What bonus rate applies for 3 holders?").found
+
+
+def test_a_hedge_a_side_word_or_a_cycle_frames_the_question_and_refuses_nothing() -> None:
+    """"approximately EUR 55,000", "a member's own bonds", "the revalidation cycle": the words say how the case
+    is put or what kind of figure is asked, not what the question is about; a subject the document never writes
+    still refuses."""
+    index = DocumentIndex("Revalidation of each high-materiality model is required every 18 months. A loss above "
+                          "EUR 40,000 is escalated to the Head of Compliance within 2 business days. Members' "
+                          "home-state government bonds receive an additional haircut of 4%.")
+    p = plan_answer(index, "What is the revalidation cycle for high-materiality models?")
+    assert p.leads == ("18 months",), p.reason
+    p = plan_answer(index, "For a loss of approximately EUR 55,000, what is the deadline for escalation to the Head "
+                           "of Compliance?")
+    assert p.leads == ("2 business days",), p.reason
+    p = plan_answer(index, "What additional haircut applies to a member's own home-state government bonds?")
+    assert p.leads == ("4%",), p.reason
+    p = plan_answer(index, "What additional haircut applies to a member's own home-state municipal bonds?")
+    assert not p.found and "municipal" in p.reason
+
+
+def test_the_oldest_and_youngest_age_bound_an_age_the_document_states() -> None:
+    index = DocumentIndex("The minimum age at which annual cover can be bought is 18. Annual cover cannot be bought "
+                          "after the maximum age of 69.")
+    p = plan_answer(index, "What is the oldest age at which annual cover can be bought?")
+    assert p.leads == ("69",), p.reason
+    p = plan_answer(index, "What is the youngest age at which annual cover can be bought?")
+    assert p.leads == ("18",), p.reason
+
+
+def test_the_account_product_or_agreement_a_fee_is_charged_on_names_no_subject() -> None:
+    """"a corporate account" is a corporate client's; "the instalment product" is the instalment plan. The case's
+    own word still refuses: a trust is no client of the document."""
+    index = DocumentIndex("The minimum custody fee for a Corporate client is USD 5,000 per year. The Monthly "
+                          "Instalment plan carries a representative rate of 19.9% APR.")
+    p = plan_answer(index, "What is the minimum custody fee for a corporate account?")
+    assert p.leads == ("USD 5,000",), p.reason
+    p = plan_answer(index, "What APR applies to the monthly instalment product?")
+    assert p.leads == ("19.9%",), p.reason
+    p = plan_answer(index, "What is the minimum custody fee for a trust account?")
+    assert not p.found and "trust" in p.reason
+
+
+def test_a_spread_surcharge_uplift_or_notice_is_met_in_its_drafting_words() -> None:
+    """A spread over a rate is drafted "SONIA plus 250 basis points", a surcharge as a supplement, an uplift as
+    an increase, notice as notifying, a late payment as an overdue one, a report as a notification."""
+    index = DocumentIndex("Overdue premiums bear interest at SONIA plus 250 basis points. Cross-border payments "
+                          "attract the domestic fee and a supplement of 0.20%. Where the buyer is rated below its "
+                          "sovereign, the premium rate is increased by 10%. Members must notify the Exchange at "
+                          "least 14 calendar days before they first use the exemption.")
+    p = plan_answer(index, "What spread over SONIA is charged on late premiums?")
+    assert p.leads == ("250 basis points",), p.reason
+    p = plan_answer(index, "What surcharge applies to cross-border payments?")
+    assert p.leads == ("0.20%",), p.reason
+    p = plan_answer(index, "What uplift applies where the buyer is rated below its sovereign?")
+    assert p.leads == ("10%",), p.reason
+    p = plan_answer(index, "How much advance notice must a member give before first using the exemption?")
+    assert p.leads == ("14 calendar days",), p.reason
+    index = DocumentIndex("Section 4 covers any data leak, whether accidental or deliberate. Card disputes are "
+                          "handled by the Operations team within 10 business days. Such an event must be notified to "
+                          "our hotline within 48 hours of its discovery.")
+    p = plan_answer(index, "Within what time must a data leak be reported to the insurer?")
+    assert p.leads == ("48 hours",), p.reason
+
+
+def test_a_date_that_ends_a_period_is_not_the_deadline_asked_for() -> None:
+    index = DocumentIndex("(2) The first return, for the half-year ending 30 June 2026, is due no later than "
+                          "31 July 2026.")
+    p = plan_answer(index, "What is the deadline for the first half-yearly return?")
+    assert p.leads == ("31 July 2026",), p.reason
