@@ -252,6 +252,8 @@ def _items(pairs: Iterable[tuple[str, object]]) -> Iterator[tuple[str, object]]:
     for key, value in pairs:
         if not isinstance(value, list | tuple):
             yield key, value
+        elif not on("list_attribute_items"):
+            continue
         elif value and all(isinstance(i, int | float) and not isinstance(i, bool) for i in value):
             yield from ((key, i) for i in value)
         elif any(i is not None for i in value):
