@@ -22,6 +22,7 @@ from typing import Any
 from policies.countries import find_in, postal_country, resolve, words
 from policies.risk_checks import compiled as compiled_checks
 from policies.risk_clearing import affirms, clearing_facts
+from policies.risk_corroboration import records_agree
 from policies.risk_counts import counts_in
 from policies.risk_derived import (
     Named,
@@ -65,7 +66,7 @@ DERIVED: dict[str, FactKind] = {
     "names_differ": FactKind.FLAG, "location_mismatch": FactKind.FLAG, "identifiers_differ": FactKind.FLAG,
     "profile_months": FactKind.NUMBER, "goods_differ": FactKind.FLAG, "risk_score": FactKind.NUMBER,
     "usual_ratio": FactKind.NUMBER, "baseline_ratio": FactKind.NUMBER, "list_match": FactKind.NUMBER,
-    "list_screened": FactKind.FLAG, "designation_stated": FactKind.FLAG,
+    "list_screened": FactKind.FLAG, "designation_stated": FactKind.FLAG, "records_agree": FactKind.FLAG,
 }
 INPUT_DERIVED = frozenset({"amount", "currency"})  # derived facts the vocabulary may also define
 _TOP_LEVEL = frozenset({"event_type", "amount", "currency", "timestamp", "attributes"})
@@ -360,6 +361,9 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
                                                                                           for n in named))
     values["designation_stated"] = on("designation_stated") and designation_stated(
         rules, voc, ((str(k), v) for k, v in _attributes(event)))
+    # in an event about a screening list, an "address_match" is the listed party's identifier, not the records'
+    values["records_agree"] = on("records_agree") and not values["list_screened"] and records_agree(
+        voc.listed, voc.identifiers, named)
     amount = values.get("amount")
     if (ratio := baseline_ratio(named, amount if isinstance(amount, float) else None)) is not None:
         values["baseline_ratio"] = ratio

@@ -22,6 +22,7 @@ READERS = frozenset({
     "screened_event",  # policies/risk_facts.py: list_screened, the event is about a screening list
     "designation_stated",  # policies/risk_designation.py: a party stated to be on a sanctions list
     "text_said_as_flag",  # policies/risk_words.py: pep_match: "Y" marks its name as a true flag's
+    "records_agree",  # policies/risk_corroboration.py: invoice_matches_bl: true states the records agree
     "list_attribute_items",  # policies/risk_facts.py: [9500, 9900] reads as its numbers, ["Genoa", "Bari"] as a text
 })
 _OFF: ContextVar[frozenset[str]] = ContextVar("risk_readers_off", default=frozenset())

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from policies.risk_model import SHAPE_KEYS
+from policies.risk_readers import on
 from policies.risk_vocabulary import Vocabulary
 
 __all__ = ["SHAPE_KEYS", "flat", "grams", "shape_features"]
@@ -42,13 +43,17 @@ USUAL_WORDS = frozenset({"average", "usual", "baseline", "expected", "typical", 
 
 
 def _flat(attrs: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted name, value) of every leaf; a list's items read as one text."""
+    """(dotted name, value) of every leaf; a list of numbers read as its largest, as the facts keep the largest of
+    a list's numbers (policies/risk_facts.py `_items`), so that [9500, 9700] and 9700 are one feature; any other
+    list's items read as one text."""
     for k, v in attrs.items():
         key = f"{prefix}.{k}" if prefix else str(k)
         if isinstance(v, Mapping):
             yield from _flat(v, key)
         elif isinstance(v, (list, tuple)):
-            yield key, " ".join(str(i) for i in v)
+            numbers = on("list_attribute_items") and bool(v) and all(
+                isinstance(i, int | float) and not isinstance(i, bool) for i in v)
+            yield key, max(v) if numbers else " ".join(str(i) for i in v)
         else:
             yield key, v
 

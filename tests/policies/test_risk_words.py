@@ -42,6 +42,16 @@ def test_a_text_that_says_yes_or_no_marks_its_name_as_a_flags() -> None:
         assert "k:watchlist" in event_words(RULES, {"event_type": "wire", "attributes": {"watchlist_hit": "Y"}})
 
 
+def test_a_list_of_numbers_reads_as_its_largest_like_the_facts() -> None:
+    # an invented feed that sends its last withdrawals as a list: the model reads the largest, as the rules do
+    listed = {"event_type": "atm_withdrawal", "amount": 2_400, "currency": "EUR",
+              "attributes": {"last_withdrawals": [800, 1_900, 1_200], "merchant_tags": ["atm", "airport"]}}
+    flat = {**listed, "attributes": {"last_withdrawals": 1_900, "merchant_tags": "atm airport"}}
+    assert evaluate(RULES, listed).terms == evaluate(RULES, flat).terms
+    with off({"list_attribute_items"}):
+        assert evaluate(RULES, listed).terms != evaluate(RULES, flat).terms
+
+
 def test_the_packs_facts_that_hold_are_concepts_of_the_model() -> None:
     """A fact the vocabulary reads (in any language it knows) is one feature however the writer named it."""
     assert any(k.startswith("f:") for k in RULES.word_weights)
