@@ -86,7 +86,9 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
                          re.IGNORECASE)),
     (DURATION, re.compile(rf"{_NUM}(?:\s*\(\d+\))?(?:\s+|-){_QUALIFIER}{_TIME_UNIT}|\b(?:within|for|after|than|under|over)\s+"
                           rf"(?P<f>an?\s+{_QUALIFIER}{_TIME_UNIT})", re.IGNORECASE)),
-    (RATIO, re.compile(rf"(?<![\d:])\d+(?:\.\d+)?\s?:\s?\d+(?:\.\d+)?(?![\d:])|{_NUM}\s+times\b", re.IGNORECASE)),
+    # A multiple: "1:10", "3.5 times", and "4.25x" or "2.75×" (leverage, cover), the sign right after the number
+    (RATIO, re.compile(rf"(?<![\d:])\d+(?:\.\d+)?\s?:\s?\d+(?:\.\d+)?(?![\d:])|{_NUM}\s+times\b"
+                       rf"|(?<![\w.])\d+(?:\.\d+)?[x×](?![\w])", re.IGNORECASE)),
     (NUMBER, re.compile(rf"(?:{_DIGITS}){_MULT}?", re.IGNORECASE)),
 ]
 _BARE_WORDS = re.compile(_WORDS, re.IGNORECASE)
