@@ -82,7 +82,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
                           rf"|\b(?:{'|'.join(_FREQUENCY_WORDS)})\b", re.IGNORECASE)),
     (AMOUNT, re.compile(rf"(?:\b(?:{_CODE})\s?|{_SYMBOL}\s?){_NUM}{_MULT}?"
                         rf"|{_NUM}{_MULT}?\s?(?:\b(?:{_CODE})\b|(?:{_NAMED})\b|{_SYMBOL})", re.IGNORECASE)),
-    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?\s?(?:%|per\s?cent\b|percent\b|percentage points?\b|pp\b|basis points?\b|bps\b)",
+    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?\s?(?:%|per\s?cent\b|percent\b|percentage points?\b|pp\b|basis points?\b|bps?\b)",
                          re.IGNORECASE)),
     (DURATION, re.compile(rf"{_NUM}(?:\s*\(\d+\))?(?:\s+|-){_QUALIFIER}{_TIME_UNIT}|\b(?:within|for|after|than|under|over)\s+"
                           rf"(?P<f>an?\s+{_QUALIFIER}{_TIME_UNIT})", re.IGNORECASE)),
@@ -125,7 +125,7 @@ def _figure(kind: str, raw: str, start: int, end: int) -> Figure | None:
     if not numbers and not low.startswith(("a ", "an ")):
         return None
     if kind == PERCENT:
-        value = numbers[0] / (100 if "basis" in low or "bps" in low else 1)
+        value = numbers[0] / (100 if "basis" in low or re.search(r"bps?$", low) else 1)
         return Figure(raw, PERCENT, (value,), "", start, end, numbers)
     if kind == AMOUNT:
         return Figure(raw, AMOUNT, (numbers[0] * scale,), _currency(raw), start, end, numbers)

@@ -75,7 +75,7 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
     ("article", "", r"\b(?:which|what) (?:article|section|paragraph|part|clause|chapter|annex|regulation|rule|"
                     r"subsection|provision)s?\b"),
     # The unit a question counts in decides before any clause of its own ("... stressed when computing DSTI").
-    ("share", "share", r"\bhow many (?:basis|percentage) points\b"),
+    ("share", "share", r"\bhow many (?:(?:basis|percentage) points|bps?)\b"),
     ("period", "period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|fast|often|"
                          r"frequently|far in advance|far ahead|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
