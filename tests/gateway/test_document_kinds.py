@@ -128,3 +128,16 @@ def test_when_a_change_takes_effect_asks_for_its_date_not_its_period() -> None:
     # a period after an event is still a period
     assert asked_for("How long after the certificate is received does a ratchet change become effective?").kinds \
         == (DURATION,)
+
+
+def test_a_date_or_period_that_places_the_case_does_not_make_the_question_ask_for_one() -> None:
+    """"from the June 2027 review date onwards", "for the reference period": the case's time, not what is asked."""
+    assert asked_for("What minimum debt service ratio must be kept from the June 2027 review date onwards?").rule \
+        == "share"
+    assert asked_for("What were the operating costs for the reference period?").rule != "period"
+    assert asked_for("By when must the top-up be paid, counted from the notice date?").rule == "when"
+    assert asked_for("From what date does the new schedule apply?").rule == "date"
+    index = DocumentIndex("Review date | Minimum debt service ratio\n30 June 2026 | 1.20x\n"
+                          "30 June 2027 and each review date after it | 1.35x\n")
+    p = plan_answer(index, "What minimum debt service ratio must be kept from the June 2027 review date onwards?")
+    assert p.leads == ("1.35x",), p.reason
