@@ -80,6 +80,9 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
                          r"frequently|far in advance|far ahead|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
     ("multiple", "multiple", r"\bhow many times\b"),
+    # "how many overdraft fees", "how many members": a count of the thing named, whatever noun names it (a
+    # period or a multiple counted is read above)
+    ("count", "count", r"\bhow many\b"),
     ("year", "year", r"\b(?:what|which) year\b"),
     # "When does the change take effect / apply from / start?": the day it starts, not a period
     ("effect", "date", r"\bwhen\b[^?]*?\b(?:take|takes|took|taking) effect\b|\bwhen\b[^?]*?\b(?:apply|applies|applied) "

@@ -141,3 +141,13 @@ def test_a_date_or_period_that_places_the_case_does_not_make_the_question_ask_fo
                           "30 June 2027 and each review date after it | 1.35x\n")
     p = plan_answer(index, "What minimum debt service ratio must be kept from the June 2027 review date onwards?")
     assert p.leads == ("1.35x",), p.reason
+
+
+def test_how_many_asks_for_a_count_whatever_noun_it_counts() -> None:
+    """"how many returned-item fees": a count, though "fees" alone would ask for an amount."""
+    assert asked_for("How many returned-item fees may be charged in a month?").rule == "count"
+    assert asked_for("How many bp is the spread raised by?").rule == "share"
+    assert asked_for("How many days' notice is needed?").rule == "period"
+    index = DocumentIndex("We charge GBP 12 for each returned item. No more than four returned-item fees are charged "
+                          "in any one month.")
+    assert plan_answer(index, "How many returned-item fees may be charged in a month?").leads == ("four",)
