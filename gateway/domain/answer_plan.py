@@ -183,6 +183,10 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
                    and not ((asked.unit or asked.kinds[0] != DURATION) and is_frequency(f))]
         if often:  # "how often": a figure of recurrence ("every 90 days", "annually"), not "after 90 days"
             figures = [f for f in figures if is_frequency(f) or _EVERY.search(c.sentence[:f.start])]
+        if asked.kinds[0] == AMOUNT and not c.header and all(f.kind == NUMBER for f in figures):
+            # "what annual fee": a sentence whose only figure is a bare number ("Section 7.3", "up to 5,000 cards")
+            # states no amount; a table's row may, its header naming the currency ("Fee (GBP)")
+            figures = [f for f in figures if _CODED.search(c.sentence[:f.start])]
         if figures:
             in_unit = [f for f in figures if f.kind == DURATION and f.unit == asked.unit]
             return c, in_unit or figures

@@ -151,3 +151,11 @@ def test_how_many_asks_for_a_count_whatever_noun_it_counts() -> None:
     index = DocumentIndex("We charge GBP 12 for each returned item. No more than four returned-item fees are charged "
                           "in any one month.")
     assert plan_answer(index, "How many returned-item fees may be charged in a month?").leads == ("four",)
+
+
+def test_a_bare_number_outside_a_table_is_no_amount() -> None:
+    """"Section 4.2" or a count of cards is no fee: the question is not answered by a number without a currency."""
+    index = DocumentIndex("4.2 Card issuance. The bank issues up to 5,000 standard cards a year to members.")
+    assert not plan_answer(index, "What annual fee does the bank charge per standard card?").found
+    table = DocumentIndex("Service | Fee (GBP)\nStandard card | 25\nPremium card | 90\n")
+    assert plan_answer(table, "What fee is charged for a premium card?").leads == ("90",)
