@@ -159,3 +159,15 @@ def test_a_bare_number_outside_a_table_is_no_amount() -> None:
     assert not plan_answer(index, "What annual fee does the bank charge per standard card?").found
     table = DocumentIndex("Service | Fee (GBP)\nStandard card | 25\nPremium card | 90\n")
     assert plan_answer(table, "What fee is charged for a premium card?").leads == ("90",)
+
+
+def test_a_sentence_ranked_well_clear_of_the_rest_answers_though_its_headings_leave_out_the_term() -> None:
+    """The scope names the PEPs, the review section does not: the one sentence about high-risk reviews still
+    answers; a question that fits two sentences about as well must find its term in the answer's context."""
+    index = DocumentIndex("Harbour Lane Building Society\n* 1. Scope\n"
+                          "This standard covers politically exposed persons (PEPs) among the members.\n* 2. Reviews\n"
+                          "- A high-risk relationship is reviewed by senior management every 12 months.\n"
+                          "- Other relationships are reviewed every 3 years, or when the member's details change.\n"
+                          "* 3. Records\nRecords are kept for 5 years in the member file.\n")
+    assert plan_answer(index, "How often is a high-risk PEP relationship reviewed?").leads == ("12 months",)
+    assert not plan_answer(index, "How often is a PEP relationship reviewed?").found
