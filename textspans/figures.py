@@ -82,11 +82,13 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
                           rf"|\b(?:{'|'.join(_FREQUENCY_WORDS)})\b", re.IGNORECASE)),
     (AMOUNT, re.compile(rf"(?:\b(?:{_CODE})\s?|{_SYMBOL}\s?){_NUM}{_MULT}?"
                         rf"|{_NUM}{_MULT}?\s?(?:\b(?:{_CODE})\b|(?:{_NAMED})\b|{_SYMBOL})", re.IGNORECASE)),
-    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?\s?(?:%|per\s?cent\b|percent\b|percentage points?\b|pp\b|basis points?\b|bps\b)",
+    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?\s?(?:%|per\s?cent\b|percent\b|percentage points?\b|pp\b|basis points?\b|bps?\b)",
                          re.IGNORECASE)),
     (DURATION, re.compile(rf"{_NUM}(?:\s*\(\d+\))?(?:\s+|-){_QUALIFIER}{_TIME_UNIT}|\b(?:within|for|after|than|under|over)\s+"
                           rf"(?P<f>an?\s+{_QUALIFIER}{_TIME_UNIT})", re.IGNORECASE)),
-    (RATIO, re.compile(rf"(?<![\d:])\d+(?:\.\d+)?\s?:\s?\d+(?:\.\d+)?(?![\d:])|{_NUM}\s+times\b", re.IGNORECASE)),
+    # A multiple: "1:10", "3.5 times", and "4.25x" or "2.75×" (leverage, cover), the sign right after the number
+    (RATIO, re.compile(rf"(?<![\d:])\d+(?:\.\d+)?\s?:\s?\d+(?:\.\d+)?(?![\d:])|{_NUM}\s+times\b"
+                       rf"|(?<![\w.])\d+(?:\.\d+)?[x×](?![\w])", re.IGNORECASE)),
     (NUMBER, re.compile(rf"(?:{_DIGITS}){_MULT}?", re.IGNORECASE)),
 ]
 _BARE_WORDS = re.compile(_WORDS, re.IGNORECASE)
@@ -123,7 +125,7 @@ def _figure(kind: str, raw: str, start: int, end: int) -> Figure | None:
     if not numbers and not low.startswith(("a ", "an ")):
         return None
     if kind == PERCENT:
-        value = numbers[0] / (100 if "basis" in low or "bps" in low else 1)
+        value = numbers[0] / (100 if "basis" in low or re.search(r"bps?$", low) else 1)
         return Figure(raw, PERCENT, (value,), "", start, end, numbers)
     if kind == AMOUNT:
         return Figure(raw, AMOUNT, (numbers[0] * scale,), _currency(raw), start, end, numbers)

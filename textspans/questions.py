@@ -75,11 +75,14 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
     ("article", "", r"\b(?:which|what) (?:article|section|paragraph|part|clause|chapter|annex|regulation|rule|"
                     r"subsection|provision)s?\b"),
     # The unit a question counts in decides before any clause of its own ("... stressed when computing DSTI").
-    ("share", "share", r"\bhow many (?:basis|percentage) points\b"),
+    ("share", "share", r"\bhow many (?:(?:basis|percentage) points|bps?)\b"),
     ("period", "period", rf"\bhow long\b|\bhow many (?:\w+ )?{_TIME}\b|\bwithin how\b|\bhow (?:soon|quickly|fast|often|"
                          r"frequently|far in advance|far ahead|early|late)\b|\bfor how\b|\bhow much (?:\w+ )?(?:time|notice)\b|"
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
     ("multiple", "multiple", r"\bhow many times\b"),
+    # "how many overdraft fees", "how many members": a count of the thing named, whatever noun names it (a
+    # period or a multiple counted is read above)
+    ("count", "count", r"\bhow many\b"),
     ("year", "year", r"\b(?:what|which) year\b"),
     # "When does the change take effect / apply from / start?": the day it starts, not a period
     ("effect", "date", r"\bwhen\b[^?]*?\b(?:take|takes|took|taking) effect\b|\bwhen\b[^?]*?\b(?:apply|applies|applied) "
@@ -196,6 +199,16 @@ _CONDITION = re.compile(r"^(?:what|which|how)\b.*?(,?\s+\b(?:when|whenever|once|
                         re.IGNORECASE)
 
 
+# A phrase that places the question's case in time ("from the March 2026 test date onwards", "for the relevant
+# period", "counted from the due date", "after the latest amendment"): a preposition, not followed by a wh-word
+# ("from what date" asks), up to the next comma or the end. Its "date" or "period" is the case's, so the rules of
+# time (_PLACING_RULES) are read outside it: "what minimum interest cover ratio ... from the test date" asks for
+# a ratio, "by when ... counted from the due date" for the time limit.
+_CASE_PHRASE = re.compile(r"\b(?:from|on|at|for|in|after|since|until|during|as (?:at|of))\s+(?!(?:what|which|when|how)\b)"
+                          r"[^,;:?]*", re.IGNORECASE)
+_PLACING_RULES = frozenset(("date", "period", "when"))
+
+
 def asked_for(question: str, *, plain: str | None = None) -> Asked:
     """The kind of answer `question` asks for. `plain`: the question as written, when `question` carries
     extra words (the forms of the terms it names, for the rules below): the wh-phrase is read there."""
@@ -207,11 +220,13 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
     if condition:  # "what is the cap ... when more than a year remains" asks for a cap, not a time
         question = question[:condition.start(1)] + question[condition.end(1):]
     unit = _UNIT.search(question)
+    placed = _CASE_PHRASE.sub(" ", question)
     bound = "upper" if _UPPER.search(written) else "lower" if _LOWER.search(written) else ""
     name = "share" if _AS_SHARE.search(written) else _by_head(written)
     rule = name or "free"
     if name is None:
-        rule, name = next(((r, kind) for r, kind, rx in _COMPILED if rx.search(question)), ("free", None))
+        rule, name = next(((r, kind) for r, kind, rx in _COMPILED
+                           if rx.search(placed if r in _PLACING_RULES else question)), ("free", None))
     if rule == "article":
         noun = re.search(r"\b(?:which|what) (\w+)", question, re.IGNORECASE)
         return Asked(article=True, rule=rule, noun=noun.group(1).rstrip("s").capitalize() if noun else "Article")

@@ -40,6 +40,10 @@ from textspans.supersession import is_version_word
 
 NOT_FOUND = "Not found in the document."  # the whole answer when the document does not say (docs/INTERFACES.md)
 DEPTH = 3  # best-ranked sentences searched for a figure of the kind asked for
+# A first-ranked sentence scoring this many times the second answers a figure question without naming the
+# question's domain terms in its context (`_figure_sentence`); a sibling case the document does not cover ranks
+# close to the sentence about the case it does cover (measured: 1.10-1.12 on the dev sets' unanswerables).
+CLEAR_LEAD = 1.5
 # The answer's sentence (with its line and heading) must hold at least this share of the question's weight:
 # below it, the best sentence only shares a word or two ("Commission") with a question about something else.
 MIN_COVERAGE = 0.25
@@ -169,12 +173,16 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
     """The best-ranked sentence stating a figure of a kind asked for whose context names the question's domain
     terms (in some form, or in the question's words; the first-ranked, when it scores at least twice the second,
     in one of those words: "safeguarded funds" asked, "Funds may be placed ... with a residual maturity of 90
-    days" the one sentence about it), and its figures of the kinds asked (for a period asked in
+    days" the one sentence about it; the first-ranked, when it scores CLEAR_LEAD times the second, as it is), and
+    its figures of the kinds asked (for a period asked in
     a unit, those in that unit if it has any): which kind answers is the figures' nearness to the question."""
     often = bool(_OFTEN.search(question))
     for n, c in enumerate(ranked):
         lead = n == 0 and (len(ranked) == 1 or c.score >= 2 * ranked[1].score)
-        if not all(concept in c.context or written and written <= c.context or lead and written & c.context
+        # A first-ranked sentence well clear of the second is about the question even where its line and headings
+        # leave out a term the document names elsewhere ("PEP" in the scope, "every 12 months" under "Reviews")
+        clear = n == 0 and (len(ranked) == 1 or c.score >= CLEAR_LEAD * ranked[1].score)
+        if not clear and not all(concept in c.context or written and written <= c.context or lead and written & c.context
                    for concept, written in named):
             continue
         # "how many days" is not answered by how often ("monthly"), nor is a question asking for another kind
@@ -183,6 +191,10 @@ def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[st
                    and not ((asked.unit or asked.kinds[0] != DURATION) and is_frequency(f))]
         if often:  # "how often": a figure of recurrence ("every 90 days", "annually"), not "after 90 days"
             figures = [f for f in figures if is_frequency(f) or _EVERY.search(c.sentence[:f.start])]
+        if asked.kinds[0] == AMOUNT and not c.header and all(f.kind == NUMBER for f in figures):
+            # "what annual fee": a sentence whose only figure is a bare number ("Section 7.3", "up to 5,000 cards")
+            # states no amount; a table's row may, its header naming the currency ("Fee (GBP)")
+            figures = [f for f in figures if _CODED.search(c.sentence[:f.start])]
         if figures:
             in_unit = [f for f in figures if f.kind == DURATION and f.unit == asked.unit]
             return c, in_unit or figures

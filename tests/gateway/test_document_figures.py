@@ -37,6 +37,9 @@ def kinds(text: str, words: bool = False) -> list[tuple[str, str]]:
     pytest.param("within the next 5 trading days, 2 settlement days",
                  [(DURATION, "5 trading days"), (DURATION, "2 settlement days")], id="duration-market-days"),
     pytest.param("a ratio of 3:1, covered 1.5 times", [(RATIO, "3:1"), (RATIO, "1.5 times")], id="ratio"),
+    pytest.param("cover of 3.25x, leverage up to 4×, not 0x1F", [(RATIO, "3.25x"), (RATIO, "4×"), (NUMBER, "0")],
+                 id="ratio-multiple-sign"),
+    pytest.param("a fee of 0.6 bp and a spread of 40bps", [(PERCENT, "0.6 bp"), (PERCENT, "40bps")], id="basis-point-bp"),
     pytest.param("in 2026 there were 12 cases", [(NUMBER, "2026"), (NUMBER, "12")], id="number"),
 ])
 def test_each_kind_of_figure_is_found_as_written(text: str, found: list[tuple[str, str]]) -> None:

@@ -128,3 +128,46 @@ def test_when_a_change_takes_effect_asks_for_its_date_not_its_period() -> None:
     # a period after an event is still a period
     assert asked_for("How long after the certificate is received does a ratchet change become effective?").kinds \
         == (DURATION,)
+
+
+def test_a_date_or_period_that_places_the_case_does_not_make_the_question_ask_for_one() -> None:
+    """"from the June 2027 review date onwards", "for the reference period": the case's time, not what is asked."""
+    assert asked_for("What minimum debt service ratio must be kept from the June 2027 review date onwards?").rule \
+        == "share"
+    assert asked_for("What were the operating costs for the reference period?").rule != "period"
+    assert asked_for("By when must the top-up be paid, counted from the notice date?").rule == "when"
+    assert asked_for("From what date does the new schedule apply?").rule == "date"
+    index = DocumentIndex("Review date | Minimum debt service ratio\n30 June 2026 | 1.20x\n"
+                          "30 June 2027 and each review date after it | 1.35x\n")
+    p = plan_answer(index, "What minimum debt service ratio must be kept from the June 2027 review date onwards?")
+    assert p.leads == ("1.35x",), p.reason
+
+
+def test_how_many_asks_for_a_count_whatever_noun_it_counts() -> None:
+    """"how many returned-item fees": a count, though "fees" alone would ask for an amount."""
+    assert asked_for("How many returned-item fees may be charged in a month?").rule == "count"
+    assert asked_for("How many bp is the spread raised by?").rule == "share"
+    assert asked_for("How many days' notice is needed?").rule == "period"
+    index = DocumentIndex("We charge GBP 12 for each returned item. No more than four returned-item fees are charged "
+                          "in any one month.")
+    assert plan_answer(index, "How many returned-item fees may be charged in a month?").leads == ("four",)
+
+
+def test_a_bare_number_outside_a_table_is_no_amount() -> None:
+    """"Section 4.2" or a count of cards is no fee: the question is not answered by a number without a currency."""
+    index = DocumentIndex("4.2 Card issuance. The bank issues up to 5,000 standard cards a year to members.")
+    assert not plan_answer(index, "What annual fee does the bank charge per standard card?").found
+    table = DocumentIndex("Service | Fee (GBP)\nStandard card | 25\nPremium card | 90\n")
+    assert plan_answer(table, "What fee is charged for a premium card?").leads == ("90",)
+
+
+def test_a_sentence_ranked_well_clear_of_the_rest_answers_though_its_headings_leave_out_the_term() -> None:
+    """The scope names the PEPs, the review section does not: the one sentence about high-risk reviews still
+    answers; a question that fits two sentences about as well must find its term in the answer's context."""
+    index = DocumentIndex("Harbour Lane Building Society\n* 1. Scope\n"
+                          "This standard covers politically exposed persons (PEPs) among the members.\n* 2. Reviews\n"
+                          "- A high-risk relationship is reviewed by senior management every 12 months.\n"
+                          "- Other relationships are reviewed every 3 years, or when the member's details change.\n"
+                          "* 3. Records\nRecords are kept for 5 years in the member file.\n")
+    assert plan_answer(index, "How often is a high-risk PEP relationship reviewed?").leads == ("12 months",)
+    assert not plan_answer(index, "How often is a PEP relationship reviewed?").found
