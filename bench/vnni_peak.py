@@ -29,6 +29,7 @@ _SOURCE = r"""
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdint.h>
+#define MAX_THREADS 64
 typedef struct { long iters; int bits; long long sink; } job_t;
 #define STEP(op) a0 = op(a0, x, y); a1 = op(a1, x, y); a2 = op(a2, x, y); a3 = op(a3, x, y); \
     a4 = op(a4, x, y); a5 = op(a5, x, y); a6 = op(a6, x, y); a7 = op(a7, x, y); \
@@ -56,14 +57,16 @@ static void *run(void *p) {
 }
 /* multiply-adds done by `threads` threads of `iters` x ACC instructions each */
 long long fs_vnni_peak(int threads, long iters, int bits) {
-    pthread_t t[64]; job_t j[64]; long long s = 0;
+    pthread_t t[MAX_THREADS]; job_t j[MAX_THREADS]; long long s = 0;
+    if (threads < 1 || threads > MAX_THREADS) return -1;
     for (int i = 0; i < threads; i++) { j[i].iters = iters; j[i].bits = bits; pthread_create(&t[i], 0, run, &j[i]); }
     for (int i = 0; i < threads; i++) { pthread_join(t[i], 0); s += j[i].sink; }
     return s;
 }
 """
 _MACS_PER_INSTRUCTION = {16: 32, 8: 64}  # 16 lanes x 2 int16 or 4 int8 products
-_ACC = 12
+_ACC = 12  # the accumulators of the C loop (STEP)
+_MAX_THREADS = 64  # MAX_THREADS of the C source
 
 
 def _library(folder: Path) -> ctypes.CDLL:
@@ -86,7 +89,7 @@ def _rate(lib: ctypes.CDLL, threads: int, bits: int, seconds: float) -> float:
         if time.perf_counter() - t0 > seconds / 10:
             break
         iters *= 2
-    iters = int(iters * seconds / 10 / max(time.perf_counter() - t0, 1e-6) * 10 / 3)
+    iters = int(iters * seconds / 3 / max(time.perf_counter() - t0, 1e-6))  # each timed run a third of `seconds`
     best = 0.0
     for _ in range(3):
         t0 = time.perf_counter()
@@ -96,6 +99,8 @@ def _rate(lib: ctypes.CDLL, threads: int, bits: int, seconds: float) -> float:
 
 
 def measure(threads: int = 2, seconds: float = 1.0, n: int = 8192, k: int = 2048) -> dict[str, Any]:
+    if not 1 <= threads <= _MAX_THREADS:
+        raise SystemExit(f"THREADS must be 1-{_MAX_THREADS}")
     if "avx512" not in cpu_kernels.supported_variants():  # the avx512 variant is built with, and needs, VNNI
         raise SystemExit("this CPU has no AVX-512 VNNI: the peak measured here is of those instructions")
     with tempfile.TemporaryDirectory() as folder:

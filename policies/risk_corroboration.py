@@ -26,8 +26,6 @@ from policies.risk_text import NEGATIONS, flag
 # A name with one of these words states that two records were compared and agree.
 AGREEMENT_WORDS = frozenset({"match", "matched", "matching", "reconciled", "reconcile", "reconciliation",
                              "consistent", "agree", "agreed", "agrees", "corroborated", "tally", "tallies"})
-
-
 _PERSON_WORDS = frozenset({"name", "face", "biometric", "selfie", "identity", "id"})
 
 

@@ -47,6 +47,7 @@ from policies.risk_text import (
     flag,
     is_percent_text,
     leading_money,
+    list_numbers,
     moment,
     money,
     number,
@@ -255,8 +256,8 @@ def _items(pairs: Iterable[tuple[str, object]]) -> Iterator[tuple[str, object]]:
             yield key, value
         elif not on("list_attribute_items"):
             continue
-        elif value and all(isinstance(i, int | float) and not isinstance(i, bool) for i in value):
-            yield from ((key, i) for i in value)
+        elif (numbers := list_numbers(value)) is not None:
+            yield from ((key, i) for i in numbers)
         elif any(i is not None for i in value):
             yield key, ", ".join(str(i) for i in value if i is not None)
 

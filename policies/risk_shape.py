@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from policies.risk_model import SHAPE_KEYS
-from policies.risk_readers import on
+from policies.risk_text import list_numbers
 from policies.risk_vocabulary import Vocabulary
 
 __all__ = ["SHAPE_KEYS", "flat", "grams", "shape_features"]
@@ -51,9 +51,8 @@ def _flat(attrs: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any
         if isinstance(v, Mapping):
             yield from _flat(v, key)
         elif isinstance(v, (list, tuple)):
-            numbers = on("list_attribute_items") and bool(v) and all(
-                isinstance(i, int | float) and not isinstance(i, bool) for i in v)
-            yield key, max(v) if numbers else " ".join(str(i) for i in v)
+            numbers = list_numbers(v)
+            yield key, max(numbers) if numbers else " ".join(str(i) for i in v)
         else:
             yield key, v
 

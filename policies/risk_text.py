@@ -208,6 +208,16 @@ def is_percent_text(value: object) -> bool:
     return isinstance(value, str) and "%" in value
 
 
+def list_numbers(value: object) -> list[int | float] | None:
+    """The numbers of a list attribute ([9500, 9700]) when it holds only numbers, read as the reader
+    `list_attribute_items` says (policies/risk_facts.py, risk_shape.py); None for anything else."""
+    if not isinstance(value, list | tuple) or not value or not on("list_attribute_items"):
+        return None
+    if all(isinstance(i, int | float) and not isinstance(i, bool) for i in value):
+        return list(value)
+    return None
+
+
 def flag(value: object) -> bool | None:
     """True/false from a boolean, a number (non-zero), or text ("yes", "Y", "added", "no match"); None if unclear."""
     if isinstance(value, bool):

@@ -42,7 +42,7 @@ NOT_FOUND = "Not found in the document."  # the whole answer when the document d
 DEPTH = 3  # best-ranked sentences searched for a figure of the kind asked for
 # A first-ranked sentence scoring this many times the second answers a figure question without naming the
 # question's domain terms in its context (`_figure_sentence`); a sibling case the document does not cover ranks
-# close to the sentence about the case it does cover (measured: 1.10-1.12 on the dev sets' unanswerables).
+# close to the sentence about the case it does cover, well under this.
 CLEAR_LEAD = 1.5
 # The answer's sentence (with its line and heading) must hold at least this share of the question's weight:
 # below it, the best sentence only shares a word or two ("Commission") with a question about something else.
@@ -171,19 +171,16 @@ def _case_plan(asked: Asked, case: Case, question: str) -> AnswerPlan:
 def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[str, frozenset[str]]], question: str,
                      ) -> tuple[Candidate, list[Figure]] | None:
     """The best-ranked sentence stating a figure of a kind asked for whose context names the question's domain
-    terms (in some form, or in the question's words; the first-ranked, when it scores at least twice the second,
-    in one of those words: "safeguarded funds" asked, "Funds may be placed ... with a residual maturity of 90
-    days" the one sentence about it; the first-ranked, when it scores CLEAR_LEAD times the second, as it is), and
-    its figures of the kinds asked (for a period asked in
-    a unit, those in that unit if it has any): which kind answers is the figures' nearness to the question."""
+    terms (in some form, or in the question's words; the first-ranked, when it scores CLEAR_LEAD times the second,
+    as it is: "safeguarded funds" asked, "Funds may be placed ... with a residual maturity of 90 days" the one
+    sentence about it), and its figures of the kinds asked (for a period asked in a unit, those in that unit if it
+    has any): which kind answers is the figures' nearness to the question."""
     often = bool(_OFTEN.search(question))
     for n, c in enumerate(ranked):
-        lead = n == 0 and (len(ranked) == 1 or c.score >= 2 * ranked[1].score)
         # A first-ranked sentence well clear of the second is about the question even where its line and headings
         # leave out a term the document names elsewhere ("PEP" in the scope, "every 12 months" under "Reviews")
         clear = n == 0 and (len(ranked) == 1 or c.score >= CLEAR_LEAD * ranked[1].score)
-        if not clear and not all(concept in c.context or written and written <= c.context or lead and written & c.context
-                   for concept, written in named):
+        if not clear and not all(concept in c.context or written and written <= c.context for concept, written in named):
             continue
         # "how many days" is not answered by how often ("monthly"), nor is a question asking for another kind
         # first ("at what utilisation level": not "monitors utilisation daily", but "raised at 85%")
