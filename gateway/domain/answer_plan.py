@@ -17,7 +17,8 @@ best sentences do not state, or when the answer's sentence holds less than MIN_C
 weight). A question that states a case ("for a score of 680") or names a table's member ("a B2-rated lessee")
 is first looked up in the row that holds it (gateway/domain/case_lookup.py); a case outside every band of a
 table about the question ("an 18-month term" on a grid of 12 and 24 months), or whose cell says it has
-no figure ("not offered", "on request"), is NOT_FOUND.
+no figure ("not offered", "on request"), is NOT_FOUND. A question naming a period ("at the end of Q3 2025") is
+answered from the sentences for that period first, a time series in its column (gateway/domain/time_series.py).
 gateway/domain/grounding.py checks what came out.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from gateway.domain.case_lookup import Case, lookup, unheld
 from gateway.domain.figure_choice import MODIFIER, clause_after, nearest, row_values, subject_figures
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, identifiers, mentions
+from gateway.domain.time_series import in_dated_column, period_first
 from gateway.domain.versions import replacing
 from textspans.bands import qualified
 from textspans.concepts import is_abbreviation, spelled_out
@@ -114,6 +116,9 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     if case is not None and index.coverage(question, asked, case.row.context) >= \
             index.coverage(question, asked, ranked[0].context):
         return _case_plan(asked, case, question)
+    ranked, lone = period_first(ranked, question, DEPTH)  # "RWEA at the end of March 2025": its column's row first
+    if ranked[0].header and in_dated_column(ranked[0], list(ranked[0].figures), question) == []:
+        return AnswerPlan(asked, (), (), (), False, "no column of the time series is for the period asked")
     leads: dict[str, str] = {}  # lead -> its tail
     best, reason = ranked[0], "free"
     if asked.article:
@@ -121,7 +126,8 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
         leads = {f"{asked.noun} {best.label}" if best.label.isdigit() else best.label: ""} if best.label else {}
         reason = "article" if leads else "free"
     elif asked.kinds:
-        chosen = _figure_sentence(ranked[:DEPTH], asked, [(c, w) for c, w in named if c not in negated], question)
+        chosen = _figure_sentence(ranked[:DEPTH], asked, [(c, w) for c, w in named if c not in negated], question,
+                                  lone=lone)
         if chosen is None:  # a figure question is answered with a figure of the document, or not found
             return AnswerPlan(asked, (), (), (), False, f"no {' or '.join(asked.kinds)} in the best sentences")
         else:
@@ -169,17 +175,18 @@ def _case_plan(asked: Asked, case: Case, question: str) -> AnswerPlan:
 
 
 def _figure_sentence(ranked: list[Candidate], asked: Asked, named: list[tuple[str, frozenset[str]]], question: str,
-                     ) -> tuple[Candidate, list[Figure]] | None:
+                     lone: bool = False) -> tuple[Candidate, list[Figure]] | None:
     """The best-ranked sentence stating a figure of a kind asked for whose context names the question's domain
     terms (in some form, or in the question's words; the first-ranked, when it scores CLEAR_LEAD times the second,
     as it is: "safeguarded funds" asked, "Funds may be placed ... with a residual maturity of 90 days" the one
     sentence about it), and its figures of the kinds asked (for a period asked in a unit, those in that unit if it
-    has any): which kind answers is the figures' nearness to the question."""
+    has any): which kind answers is the figures' nearness to the question. `lone`: the first is the one sentence
+    for the period the question names, as clear a lead as a score well above the second's."""
     often = bool(_OFTEN.search(question))
     for n, c in enumerate(ranked):
         # A first-ranked sentence well clear of the second is about the question even where its line and headings
         # leave out a term the document names elsewhere ("PEP" in the scope, "every 12 months" under "Reviews")
-        clear = n == 0 and (len(ranked) == 1 or c.score >= CLEAR_LEAD * ranked[1].score)
+        clear = n == 0 and (len(ranked) == 1 or c.score >= CLEAR_LEAD * ranked[1].score or lone)
         if not clear and not all(concept in c.context or written and written <= c.context for concept, written in named):
             continue
         # "how many days" is not answered by how often ("monthly"), nor is a question asking for another kind

@@ -26,6 +26,7 @@ import re
 
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate, DocumentIndex, mentions, terms
+from gateway.domain.time_series import in_dated_column
 from textspans.bands import qualified
 from textspans.figures import AMOUNT, NUMBER, PERCENT, Figure, find_figures, is_frequency, matches, ranges
 from textspans.questions import Asked, asked_concept, asked_for, restricting_phrases, wh_phrase
@@ -244,6 +245,7 @@ def nearest(figures: list[Figure], candidate: Candidate, question: str, index: D
             bound: str = "") -> list[Figure]:
     """The figures of `candidate` (in order) that answer `question` (the module's note)."""
     figures = _in_asked_version(question, candidate, _not_stated_by(question, figures, candidate.sentence))
+    figures = in_dated_column(candidate, figures, question) or figures
     if bound:
         figures = _bound_marked(candidate.sentence, _range_end(candidate.sentence, figures, bound), bound)
     wanted = index.question_terms(question, asked_for(question))
