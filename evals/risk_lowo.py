@@ -13,7 +13,8 @@ translation, list word, currency and country, every code reader). Per set this r
   other sets only (`fit_thresholds`), then applied to this one.
 
 `fit_thresholds` over all sets gives the thresholds the pack ships (the calibration is fitted on the union,
-checked on each set held out). Run: `python -m evals.risk_lowo [--json-file F]`.
+checked on each set held out). Run: `python -m evals.risk_lowo [--json-file F] [--events-file E]`; E gets
+every event's `without_own` verdict beside its label (`event_rows`), to read the honest misses by typology.
 """
 from __future__ import annotations
 
@@ -64,25 +65,46 @@ def readers_for(provenance: Mapping[str, Any], set_name: str) -> list[str]:
     return sorted(n for n, s in provenance.get("readers", {}).items() if set_name in sets_of(s))
 
 
-def held_out(rules: RiskRules, path: Path, provenance: Mapping[str, Any], others: Sequence[Path] = ()
-             ) -> dict[str, Any]:
-    """A set's figures by the pack less every entry and reader written for it; a word model (policies/risk_words.py)
-    is refitted on `others`, read by that same pack, and so are the thresholds: nothing of the set's own labels or
-    of what was written for it enters its figure."""
+def held_out_scored(rules: RiskRules, path: Path, provenance: Mapping[str, Any], others: Sequence[Path] = ()
+                    ) -> tuple[RiskRules, Scored]:
+    """The pack a set is judged by in `held_out` (less every entry and reader written for it; a word model
+    (policies/risk_words.py) and the thresholds refitted on `others`, read by that same pack) and the set scored
+    by it: nothing of the set's own labels or of what was written for it enters its verdicts."""
     own, readers = written_for(provenance["pack"], path.stem), readers_for(provenance, path.stem)
     ablated = without(rules, own)
-    counts = {"dropped": len(own), "readers_off": len(readers)}
     with off(readers):
         if not rules.word_model:
-            return {**counts, **set_figures(ablated, score_set(ablated, path))}
+            return ablated, score_set(ablated, path)
         plain = without_model(ablated)
         train = [score_set(plain, p) for p in others]
         fitted = fit(plain, [(s.rows, s.scores) for s in train])
         fitted = fit_thresholds(fitted, [dataclasses.replace(s, scores=rescored(fitted, s.rows, s.scores))
                                          for s in train])
         mine = score_set(plain, path)
-        return {**counts, **set_figures(fitted, dataclasses.replace(mine, scores=rescored(fitted, mine.rows,
-                                                                                          mine.scores)))}
+        return fitted, dataclasses.replace(mine, scores=rescored(fitted, mine.rows, mine.scores))
+
+
+def held_out(rules: RiskRules, path: Path, provenance: Mapping[str, Any], others: Sequence[Path] = ()
+             ) -> dict[str, Any]:
+    """A set's figures by the pack less every entry and reader written for it (`held_out_scored`)."""
+    counts = {"dropped": len(written_for(provenance["pack"], path.stem)),
+              "readers_off": len(readers_for(provenance, path.stem))}
+    return {**counts, **set_figures(*held_out_scored(rules, path, provenance, others))}
+
+
+def event_rows(rules: RiskRules, scored: Scored) -> list[dict[str, Any]]:
+    """Per event of a set scored by `rules`: its label beside the verdict and the rules and mitigations that
+    counted, so that the honest misses (`held_out_scored`) can be read by typology and attribute style."""
+    rows = []
+    for i, (row, s) in enumerate(zip(scored.rows, scored.scores, strict=True)):
+        v = verdict(rules, s) if s is not None else None
+        rows.append({"set": scored.name, "index": i, "event_id": row["event"].get("event_id"),
+                     "typology": row.get("typology"), "label_action": row["recommended_action"],
+                     "label_level": row["risk_level"], "label_score": row.get("label_score"),
+                     "action": v and v["recommended_action"], "level": v and v["risk_level"],
+                     "score": v and v["score"], "fired": [f.rule for f in s.fired] if s else None,
+                     "mitigated": [m.mitigation for m in s.mitigated] if s else None})
+    return rows
 
 
 def fit_thresholds(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
@@ -137,16 +159,22 @@ def fit_block_at(rules: RiskRules, sets: Sequence[Scored]) -> RiskRules:
     return dataclasses.replace(rules, block_model_at=int(grid[best]))
 
 
-def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any]) -> dict[str, Any]:
-    """Per set: the pack's figures, without the entries written for it, and with thresholds fitted elsewhere."""
+def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any],
+         events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Per set: the pack's figures, without the entries written for it, and with thresholds fitted elsewhere;
+    `events`, where given, gets every event's row of the `without_own` judgement (`event_rows`)."""
     scored = [score_set(rules, p) for p in paths]
     report: dict[str, Any] = {}
     for i, s in enumerate(scored):
         others = [o for j, o in enumerate(scored) if j != i]
         fitted = fit_thresholds(rules, others) if others else rules
+        judged, mine = held_out_scored(rules, paths[i], provenance, [p for j, p in enumerate(paths) if j != i])
+        if events is not None:
+            events.extend(event_rows(judged, mine))
         report[s.name] = {
             "events": len(s.rows), "pack": set_figures(rules, s),
-            "without_own": held_out(rules, paths[i], provenance, [p for j, p in enumerate(paths) if j != i]),
+            "without_own": {"dropped": len(written_for(provenance["pack"], s.name)),
+                            "readers_off": len(readers_for(provenance, s.name)), **set_figures(judged, mine)},
             "held_out_thresholds": {**_thresholds(fitted), **set_figures(fitted, s)},
         }
     union = fit_thresholds(rules, scored)
@@ -165,10 +193,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--policy", default=None, help="policy TOML (default: the shipped one)")
     parser.add_argument("--json-file", default=None, help="write the report here too")
+    parser.add_argument("--events-file", default=None, help="write every event's without_own verdict here (JSON)")
     args = parser.parse_args(argv)
     policy = load_policy(args.policy)
     rules = policy.get(policy.classification.routes["risk"]).risk_rules
-    report = lowo(rules, event_sets(), json.loads(PROVENANCE.read_text(encoding="utf-8")))
+    events: list[dict[str, Any]] | None = [] if args.events_file else None
+    report = lowo(rules, event_sets(), json.loads(PROVENANCE.read_text(encoding="utf-8")), events)
     print(f"{'set':26s} {'pack rho/level/action':>24s} {'without own':>24s} {'held-out thresholds':>24s}")
     for name, r in report["sets"].items():
         cols = [" / ".join(f"{r[c][k]:.3f}" for k in SUMMARY) for c in ("pack", "without_own", "held_out_thresholds")]
@@ -176,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("thresholds shipped", report["shipped"], "fitted on all sets", report["fitted_on_all"])
     if args.json_file:
         Path(args.json_file).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    if args.events_file:
+        Path(args.events_file).write_text(json.dumps(events, indent=0) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

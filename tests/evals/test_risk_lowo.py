@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from evals.risk_lowo import Scored, fit_block_at, fit_thresholds, readers_for
+from evals.risk_lowo import Scored, fit_block_at, fit_thresholds, lowo, readers_for
 from evals.risk_provenance import PROVENANCE, entries, event_sets, sets_of, without, written_for
 from policies import load_policy
 from policies.risk import FiredRule, RuleScore
 from policies.risk_model import Action, RiskRules
 from policies.risk_readers import READERS, off, on
 from policies.risk_text import key_name, number
+from policies.risk_words import without_model
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +112,21 @@ def test_the_block_threshold_is_fitted_to_the_block_labels(rules: RiskRules) -> 
 
 def _scored(points: int) -> RuleScore:
     return RuleScore((FiredRule("r", points, "risk rule", Action.APPROVE),))
+
+
+def test_every_event_s_held_out_verdict_can_be_written_beside_its_label(rules: RiskRules, tmp_path: Path) -> None:
+    """`lowo(..., events)` lists each event's without_own verdict: the rows agree with the set's figure."""
+    def row(attributes: dict[str, object], action: str) -> dict[str, object]:
+        return {"event": {"event_type": "wire_out", "event_id": f"ev-{action}", "amount": 9_000.0, "currency": "USD",
+                          "timestamp": "2025-06-02T10:00:00Z", "attributes": attributes},
+                "label_score": 80 if action == "block" else 5, "risk_level": "high" if action == "block" else "low",
+                "recommended_action": action, "typology": "invented"}
+    path = tmp_path / "risk_events_invented.json"
+    path.write_text(json.dumps({"events": [row({"bene_ctry": "KP"}, "block"), row({"memo": "rent"}, "approve")]}),
+                    encoding="utf-8")
+    events: list[dict[str, object]] = []
+    report = lowo(without_model(rules), [path], {"pack": {}, "readers": {}}, events)
+    assert [(e["event_id"], e["label_action"], e["action"]) for e in events] == [
+        ("ev-block", "block", "block"), ("ev-approve", "approve", "approve")]
+    assert "sanctioned_country" in events[0]["fired"]  # type: ignore[operator]
+    assert report["sets"]["risk_events_invented"]["without_own"]["recommended_action_accuracy"] == 1.0
