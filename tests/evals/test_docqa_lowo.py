@@ -1,0 +1,64 @@
+"""evals/docqa_lowo.py: the chooser learns which candidate is right from features alone, refuses where no
+candidate stands out, and each set's LOWO figure comes from a fit that never saw that set."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import evals.docqa_lowo as lowo_module
+from evals.docqa_candidates import FEATURES, Option, Question
+from evals.docqa_lowo import PLAN_FEATURES, fit, lowo
+
+NEAR = FEATURES.index("near_held")
+
+
+def _question(rng: random.Random, answerable: bool, n: int = 4) -> Question:
+    """Candidates whose `near_held` is noise, except an answerable's right one, which stands out at 0.9."""
+    right = rng.randrange(n) if answerable else -1
+    options = []
+    for i in range(n):
+        x = [rng.random() * 0.3 for _ in FEATURES]
+        if i == right:
+            x[NEAR] = 0.9
+        options.append(Option(f"{i + 1}%", f"sentence {i}", tuple(x), i == right))
+    return Question("s", "d", "q?", answerable, tuple(options), "1%", True, right == 0, "percent")
+
+
+@pytest.fixture(scope="module")
+def sets() -> dict[str, list[Question]]:
+    rng = random.Random(7)
+    return {f"set{k}": [_question(rng, i % 4 != 0) for i in range(24)] for k in range(3)}
+
+
+def test_the_chooser_picks_the_candidate_that_stands_out_and_refuses_when_none_does(
+        sets: dict[str, list[Question]]) -> None:
+    chooser = fit(list(sets.values()))
+    for q in sets["set0"]:
+        chosen = chooser.choose(q)
+        assert chosen == ([o.text for o in q.options if o.right][0] if q.answerable else None)
+    assert fit(list(sets.values())) == chooser  # deterministic: the same fit twice
+    assert fit(list(sets.values()), hidden=4).choose(sets["set1"][1]) is not None
+
+
+def test_each_set_is_judged_by_a_fit_on_the_others(sets: dict[str, list[Question]],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[set[int]] = []
+    real_fit = lowo_module.fit
+
+    def spy(train: list[list[Question]], *args: object) -> lowo_module.Chooser:
+        seen.append({id(q) for s in train for q in s})
+        return real_fit(train, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lowo_module, "fit", spy)
+    result = lowo(sets)
+    for (name, qs), train in zip(sets.items(), seen, strict=True):
+        assert not {id(q) for q in qs} & train
+        assert result[name]["right"] == 1.0 and result[name]["nulls_refused"] == 1.0
+    assert set(result["mean"]) == {"plan_right", "plan_nulls_refused", "right", "nulls_refused", "oracle"}
+
+
+def test_leaving_out_the_plans_features_reads_them_as_zero(sets: dict[str, list[Question]]) -> None:
+    chooser = fit(list(sets.values()), drop=PLAN_FEATURES)
+    assert chooser.drop == PLAN_FEATURES and all(
+        abs(chooser.weights[FEATURES.index(f)]) < 1e-9 for f in PLAN_FEATURES)
