@@ -16,70 +16,19 @@ itself decided. A candidate is right when it states the labelled figure as the e
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from evals.documents import load, states
+from gateway.domain.answer_chooser import FEATURES, options
 from gateway.domain.answer_plan import plan_answer
-from gateway.domain.figure_choice import nearest, row_values
-from gateway.domain.retrieval import Candidate, DocumentIndex, document_index, terms
-from textspans.bands import qualified
-from textspans.figures import DATE, DURATION, NUMBER, Figure, find_figures, is_frequency
-from textspans.questions import Asked
-from textspans.supersession import is_version_word
+from gateway.domain.retrieval import DocumentIndex, document_index
 
 ROOT = Path(__file__).resolve().parents[1]
-DEPTH = 6  # best-ranked sentences whose figures are candidates
 SETS = tuple(sorted((ROOT / "evals" / "data").glob("document_qa_independent*.json"),
                     key=lambda p: int(re.sub(r"\D", "", p.stem) or 1)))
-
-_LOWER = re.compile(r"\b(?:at least|minimum|min\.?|not less than|no less than|not below|floor|or more|lowest)\b", re.I)
-_UPPER = re.compile(r"\b(?:up to|maximum|max\.?|at most|not exceed\w*|no more than|not more than|cap\w*|limit\w*|"
-                    r"highest|or less)\b", re.I)
-_TO = re.compile(r"\b(?:replaced (?:by|with)|(?:increased|reduced|decreased|raised|lowered|amended|changed|revised|"
-                 r"set|moved|cut|extended|shortened) (?:\w+ ){0,2}to|becomes?|will be|to)\s*$", re.I)
-_FROM = re.compile(r"\bfrom\s*$", re.I)
-_PLAN_KINDS = ("case", "band", "table cell", "subject", "article", "free")  # what the plan's reason starts or ends with
-
-FEATURES = (
-    "rank_inv",  # 1 / (1 + the sentence's rank); the plan's own sentence when ranked nowhere: 0
-    "score_ratio",  # its retrieval score over the best sentence's
-    "log_score",  # log(1 + score)
-    "coverage",  # share of the question's weight its line, heading and header hold (DocumentIndex.coverage)
-    "sentence_coverage",  # the same for the sentence's own terms only
-    "kind_first",  # the figure is of the kind preferred by the question
-    "kind_asked",  # ... of any kind the question asks for
-    "no_kind_asked",  # the question names no kind of figure
-    "is_number",  # a bare number
-    "is_frequency",  # "monthly", "every 90 days"
-    "unit_match",  # a duration in the unit asked ("how many business days")
-    "plan_lead",  # the plan leads with it (in the plan's sentence)
-    "plan_first_lead",  # ... first
-    "plan_sentence",  # its sentence is the plan's first candidate
-    "plan_found",  # the plan answers at all
-    "plan_case",  # the plan's reason: a table's case, a band, a table cell, a subject, an article, free
-    "plan_band", "plan_cell", "plan_subject", "plan_article", "plan_free",
-    "plan_refused_absent",  # the plan refused because the document never names a word or term of the question
-    "plan_refused_other",  # the plan refused for another reason
-    "near_words",  # 1 / (1 + words between the figure and the nearest question term in the sentence)
-    "near_held",  # share of the question's weight within 8 words before/2 after the figure
-    "table_row",  # the sentence is a table's row
-    "header_match",  # the figure's column header shares a term with the question
-    "bound_agree",  # the question and the words before the figure both say lower, or both upper
-    "bound_clash",  # they say opposite ends
-    "band_selected",  # the case the question states selects this figure (textspans/bands.py `qualified`)
-    "version_marked",  # its sentence writes a version word (amended, proposed, previous)
-    "figures_in_sentence",  # log(1 + figures in the sentence)
-    "figure_position",  # the figure's order in its sentence over their count
-    "question_figure",  # the question writes this figure itself (a case, not an answer)
-    "unused_words",  # log(1 + question words the document never uses)
-    "nearest_pick",  # the plan's own figure chooser (figure_choice.nearest) picks it among its sentence's figures
-    "row_value",  # a value of its row or list (figure_choice.row_values), not a label or a reference in it
-    "after_change",  # written as what something changes to ("replaced by", "reduced to")
-    "change_from",  # written as what something changes from ("from X to")
-)
+__all__ = ["FEATURES", "SETS", "Option", "Question", "options_for", "set_questions"]
 
 
 @dataclass(frozen=True)
@@ -105,116 +54,15 @@ class Question:
     reason: str
 
 
-def _positions(sentence: str, index: DocumentIndex, wanted: set[str]) -> list[int]:
-    """Word offsets in `sentence` of words whose terms the question holds."""
-    return [i for i, w in enumerate(sentence.split()) if set(terms(w, index.concepts)) & wanted]
-
-
-def _word_at(sentence: str, offset: int) -> int:
-    return len(sentence[:offset].split())
-
-
-def _header_cell(c: Candidate, f: Figure) -> str:
-    """The header of the column `f` sits in, when `c` is a table's row ("a | b | c" under "h1 | h2 | h3")."""
-    if not c.header:
-        return ""
-    column = c.sentence[:f.start].count("|")
-    cells = c.header.split("|")
-    return cells[column] if column < len(cells) else ""
-
-
-def _bound(text: str) -> str:
-    lower, upper = bool(_LOWER.search(text)), bool(_UPPER.search(text))
-    return "lower" if lower and not upper else "upper" if upper and not lower else ""
-
-
 def options_for(index: DocumentIndex, question: str, expect: tuple[str, ...]) -> Question:
-    """The question's plan and candidates, labelled by `expect` (the label's forms; () when unanswerable)."""
+    """The question's plan and candidates (gateway/domain/answer_chooser.py `options`), labelled by `expect` (the
+    label's forms; () when unanswerable)."""
     plan = plan_answer(index, question)
-    asked: Asked = plan.asked
-    q = plan.question or question
-    ranked = list(index.rank(q, asked))[:DEPTH]
-    sentences: list[tuple[int | None, Candidate]] = list(enumerate(ranked))
-    if plan.found and plan.candidates and plan.candidates[0] not in {c.sentence for c in ranked}:
-        i = index.sentences.index(plan.candidates[0]) if plan.candidates[0] in index.sentences else -1
-        if i >= 0:
-            p = index.places[i]
-            sentences.append((None, Candidate(index.sentences[i], 0.0, index.figures[i], index.context[i], p.label,
-                                              p.header)))
-    best = ranked[0].score if ranked else 0.0
-    wanted = index.question_terms(q, asked)
-    q_bound = asked.bound or _bound(q)
-    reason = plan.reason
-    plan_kind = [float(plan.found and (reason.startswith(k) or reason.endswith(f"({k})") or reason == k))
-                 for k in _PLAN_KINDS]
-    absent = not plan.found and ("never mentions" in reason)
-    unused = reason.count(",") + 1 if absent else 0
-    q_figures = {f.text for f in find_figures(q, words=True)}
     first_lead = plan.leads[0] if plan.found and plan.leads else ""
-    options: list[Option] = []
-    seen: set[tuple[str, str]] = set()
-    for rank, c in sentences:
-        positions = _positions(c.sentence, index, wanted)
-        held = index.held(wanted, set(terms(c.sentence, index.concepts)), {})
-        total = index.idf(wanted) or 1.0
-        own = plan.found and bool(plan.candidates) and c.sentence == plan.candidates[0]  # the plan's sentence
-        band = {f.text for f in qualified(q, c.sentence, list(c.figures))}
-        values_of = row_values(c, list(c.figures))
-        asked_of = [f for f in values_of if not asked.kinds or f.kind in asked.kinds]
-        picked = {f.text for f in nearest(asked_of, c, q, index, asked.bound)} if asked_of else set()
-        to = {f.text for f in c.figures if _TO.search(c.sentence[:f.start])}
-        changes = bool(to) and any(_FROM.search(c.sentence[:f.start]) for f in c.figures)
-        for n, f in enumerate(c.figures):
-            if (f.text, c.sentence) in seen:
-                continue
-            seen.add((f.text, c.sentence))
-            at = _word_at(c.sentence, f.start)
-            gap = min((abs(p - at) for p in positions), default=50)
-            words = c.sentence.split()
-            window = " ".join(words[max(0, at - 8):at + 2])
-            near = index.idf(index.held(wanted, set(terms(window, index.concepts)), {})) / total
-            before = " ".join(words[max(0, at - 6):at + 1])
-            f_bound = _bound(before)
-            header = _header_cell(c, f)
-            values = [
-                1.0 / (1 + rank) if rank is not None else 0.0,
-                c.score / best if best else 0.0,
-                math.log1p(c.score),
-                index.coverage(q, asked, c.context),
-                index.idf(held) / total,
-                float(bool(asked.kinds) and f.kind == asked.kinds[0]),
-                float(f.kind in asked.kinds),
-                float(not asked.kinds),
-                float(f.kind == NUMBER),
-                float(is_frequency(f)),
-                float(f.kind == DURATION and bool(asked.unit) and f.unit == asked.unit),
-                float(own and f.text in plan.leads),
-                float(own and f.text == first_lead),
-                float(own),
-                float(plan.found),
-                *plan_kind,
-                float(absent),
-                float(not plan.found and not absent),
-                1.0 / (1 + gap),
-                near,
-                float(bool(c.header)),
-                float(bool(header) and bool(set(terms(header, index.concepts)) & wanted)),
-                float(bool(q_bound) and q_bound == f_bound),
-                float(bool(q_bound) and bool(f_bound) and q_bound != f_bound),
-                float(f.text in band),
-                float(any(is_version_word(w) for w in re.findall(r"[A-Za-z]+", c.sentence))),
-                math.log1p(len(c.figures)),
-                n / max(len(c.figures), 1),
-                float(f.text in q_figures and f.kind != DATE),
-                math.log1p(unused),
-                float(f.text in picked),
-                float(f in values_of),
-                float(f.text in to),
-                float(changes and bool(_FROM.search(c.sentence[:f.start]))),
-            ]
-            options.append(Option(f.text, c.sentence, tuple(values), bool(expect) and states(f.text, expect)))
-    return Question("", "", question, bool(expect), tuple(options), first_lead, plan.found,
-                    bool(expect) and plan.found and bool(first_lead) and states(first_lead, expect), reason)
+    opts = tuple(Option(o.text, o.candidate.sentence, o.features, bool(expect) and states(o.text, expect))
+                 for o in options(index, question, plan))
+    return Question("", "", question, bool(expect), opts, first_lead, plan.found,
+                    bool(expect) and plan.found and bool(first_lead) and states(first_lead, expect), plan.reason)
 
 
 def set_questions(path: Path) -> list[Question]:

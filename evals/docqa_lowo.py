@@ -33,6 +33,8 @@ import numpy as np
 import torch
 
 from evals.docqa_candidates import FEATURES, SETS, Question, set_questions
+from gateway.domain.answer_chooser import WEIGHTS
+from gateway.domain.answer_chooser import design as route_design
 
 RIDGE = 0.01
 STEPS = 300
@@ -67,21 +69,14 @@ class Chooser:
         return q.options[int(s.argmax())].text
 
 
-RELATIVE = ("coverage", "sentence_coverage", "near_held", "near_words", "score_ratio", "rank_inv")
-
-
 PLAN_FEATURES = tuple(f for f in FEATURES if f.startswith("plan_"))  # what the current plan decided
 
 
 def design(q: Question, drop: Sequence[str] = ()) -> np.ndarray:
-    """[n, F + R]: a question's candidates' features (those in `drop` read as 0), then for each of RELATIVE its
-    value less the best value among the question's candidates (0 for the best: a ranking reads which candidate
-    stands out, not only how much)."""
-    x = np.array([o.features for o in q.options], dtype=float).reshape(-1, len(FEATURES))
-    x[:, [FEATURES.index(f) for f in drop]] = 0.0
-    cols = [FEATURES.index(f) for f in RELATIVE]
-    rel = x[:, cols] - (x[:, cols].max(axis=0) if len(x) else 0.0)
-    return np.concatenate([x, rel], axis=1)
+    """[n, F + R]: a question's candidates' features (those in `drop` read as 0), then the relative ones
+    (gateway/domain/answer_chooser.py `design`, which the route scores with)."""
+    gone = {FEATURES.index(f) for f in drop}
+    return route_design([tuple(0.0 if i in gone else v for i, v in enumerate(o.features)) for o in q.options])
 
 
 def fit(sets: Sequence[Sequence[Question]], ridge: float = RIDGE, hidden: int = 0, drop: Sequence[str] = (),
@@ -157,6 +152,17 @@ def lowo(sets: dict[str, list[Question]], margin: float = 0.0, ridge: float = RI
     return out
 
 
+def shipped_weights(sets: dict[str, list[Question]]) -> dict[str, Any]:
+    """The linear chooser fitted on every set, as policies/answer_chooser.json holds it."""
+    c = fit(list(sets.values()))
+    return {"about": "document answer chooser (gateway/domain/answer_chooser.py), fitted by python -m "
+                     "evals.docqa_lowo --write on every labelled set alike; judged leave-one-writer-out in "
+                     "results/documents_issue49_chooser_lowo.json",
+            "fitted_on": sorted(sets), "ridge": RIDGE, "features": list(FEATURES),
+            "mean": [round(v, 9) for v in c.mean], "scale": [round(v, 9) for v in c.scale],
+            "weights": [round(v, 9) for v in c.weights], "not_found": round(c.not_found, 9)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json-file", type=Path)
@@ -165,6 +171,7 @@ def main() -> None:
     parser.add_argument("--ridge", type=float, default=RIDGE)
     parser.add_argument("--hidden", type=int, default=0, help="tanh units (0: linear)")
     parser.add_argument("--without-plan", action="store_true", help="leave out what the plan decided (PLAN_FEATURES)")
+    parser.add_argument("--write", action="store_true", help=f"fit the linear chooser on every set and write {WEIGHTS}")
     args = parser.parse_args()
     if args.cache and args.cache.exists():
         sets = pickle.loads(args.cache.read_bytes())
@@ -172,6 +179,10 @@ def main() -> None:
         sets = {p.stem: set_questions(p) for p in SETS}
         if args.cache:
             args.cache.write_bytes(pickle.dumps(sets))
+    if args.write:
+        WEIGHTS.write_text(json.dumps(shipped_weights(sets), indent=1) + "\n")
+        print(f"wrote {WEIGHTS}")
+        return
     result = lowo(sets, args.margin, args.ridge, args.hidden, PLAN_FEATURES if args.without_plan else ())
     for name, row in result.items():
         print(f"{name:32} " + " ".join(f"{k}={v}" for k, v in row.items()))

@@ -1,6 +1,7 @@
 """One document question, as the route (gateway/domain/documents.py) and `finserve eval documents` ask it:
-the plan (gateway/domain/answer_plan.py), the prompt, the grammar that holds the model to the plan, and the answer
-budget. What the model writes then goes through gateway/domain/grounding.py."""
+the plan (gateway/domain/answer_plan.py) with the fitted chooser's answer (answer_chooser.py), the prompt, the
+grammar that holds the model to the plan, and the answer budget. What the model writes then goes through
+gateway/domain/grounding.py."""
 from __future__ import annotations
 
 import functools
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 from engine.structured import writable
 from engine.tokenizer import Tokenizer
+from gateway.domain.answer_chooser import choose
 from gateway.domain.answer_plan import AnswerPlan, plain_pattern, plan_answer, quoted_schema
 from gateway.domain.grounding import CheckedAnswer, check_answer
 from gateway.domain.prompts import document_messages
@@ -37,11 +39,11 @@ def prepare_question(title: str, text: str, question: str, *, quotes: bool, toke
     if quotes:
         # Only sentences the model can write may be quoted (a forced quote it cannot write fails inside
         # llguidance); a document with none of them gets a plain answer.
-        plan = plan_answer(index, question, quotable=writes)
+        plan = choose(index, question, plan_answer(index, question, quotable=writes), quotable=writes)
         if plan.found or any(map(writes, index.sentences)):
             return PreparedQuestion(
                 plan, True, document_messages(title, text, question, candidates=list(plan.candidates)),
                 json.dumps(quoted_schema(plan), ensure_ascii=False), None,
                 sum(len(tokenizer.encode(c)) for c in plan.candidates), text)
-    plan = plan_answer(index, question)
+    plan = choose(index, question, plan_answer(index, question))
     return PreparedQuestion(plan, False, document_messages(title, text, question), None, plain_pattern(plan), 0, text)

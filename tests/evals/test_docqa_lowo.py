@@ -62,3 +62,19 @@ def test_leaving_out_the_plans_features_reads_them_as_zero(sets: dict[str, list[
     chooser = fit(list(sets.values()), drop=PLAN_FEATURES)
     assert chooser.drop == PLAN_FEATURES and all(
         abs(chooser.weights[FEATURES.index(f)]) < 1e-9 for f in PLAN_FEATURES)
+
+
+def test_the_shipped_chooser_is_a_fresh_fit_on_every_labelled_set() -> None:
+    """policies/answer_chooser.json is what `python -m evals.docqa_lowo --write` fits today on every set."""
+    import json
+
+    from evals.docqa_candidates import SETS, set_questions
+    from evals.docqa_lowo import shipped_weights
+    from gateway.domain.answer_chooser import WEIGHTS
+
+    fresh = shipped_weights({p.stem: set_questions(p) for p in SETS})
+    stored = json.loads(WEIGHTS.read_text())
+    assert stored["fitted_on"] == fresh["fitted_on"] and stored["features"] == fresh["features"]
+    for key in ("mean", "scale", "weights"):
+        assert stored[key] == pytest.approx(fresh[key], rel=1e-4, abs=1e-6), key
+    assert stored["not_found"] == pytest.approx(fresh["not_found"], rel=1e-4, abs=1e-6)

@@ -1,0 +1,273 @@
+"""A fitted answer chooser: which of the figures a document answer could give is the answer, or none.
+
+The plan (gateway/domain/answer_plan.py) picks one sentence and leads with the figures it reads as asked; its
+mechanisms were written against the development sets' writers, and on a writer it never saw it leads with a
+wrong figure or refuses about half the time, while a right figure is among the figures of the best-ranked
+sentences for ~96% of answerable questions. The chooser scores every figure of the plan's sentence and of the
+DEPTH best-ranked sentences (table cells included) by generic features (`FEATURES`: where the sentence ranks,
+how much of the question it and its context hold, whether the figure is of the kind asked, how near it sits to
+the question's words, bound words, the band a stated case selects, amendment markers, and what the plan itself
+decided); none names a word of any labelled set. A linear score of the standardised features (and of RELATIVE
+ones less the question's best) against a fitted "not found" score decides: the best figure above it is the
+answer's lead, in its own sentence (quoted first), else the answer is NOT_FOUND. The weights are policy data
+(policies/answer_chooser.json), fitted by `python -m evals.docqa_lowo --write` on every labelled writer's set
+alike, judged leave-one-writer-out (results/documents_issue49_chooser_lowo.json). When the chooser's figure is
+one the plan already leads with, the plan stands as made.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gateway.domain.answer_plan import AnswerPlan
+from gateway.domain.figure_choice import clause_after, nearest, row_values
+from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, terms
+from textspans.bands import qualified
+from textspans.figures import DATE, DURATION, NUMBER, Figure, find_figures, is_frequency
+from textspans.questions import Asked
+from textspans.supersession import is_version_word
+
+WEIGHTS = Path(__file__).resolve().parents[2] / "policies" / "answer_chooser.json"
+DEPTH = 6  # best-ranked sentences whose figures are candidates
+_LOWER = re.compile(r"\b(?:at least|minimum|min\.?|not less than|no less than|not below|floor|or more|lowest)\b", re.I)
+_UPPER = re.compile(r"\b(?:up to|maximum|max\.?|at most|not exceed\w*|no more than|not more than|cap\w*|limit\w*|"
+                    r"highest|or less)\b", re.I)
+_TO = re.compile(r"\b(?:replaced (?:by|with)|(?:increased|reduced|decreased|raised|lowered|amended|changed|revised|"
+                 r"set|moved|cut|extended|shortened) (?:\w+ ){0,2}to|becomes?|will be|to)\s*$", re.I)
+_FROM = re.compile(r"\bfrom\s*$", re.I)
+_PLAN_KINDS = ("case", "band", "table cell", "subject", "article", "free")  # what the plan's reason starts or ends with
+
+FEATURES = (
+    "rank_inv",  # 1 / (1 + the sentence's rank); the plan's own sentence when ranked nowhere: 0
+    "score_ratio",  # its retrieval score over the best sentence's
+    "log_score",  # log(1 + score)
+    "coverage",  # share of the question's weight its line, heading and header hold (DocumentIndex.coverage)
+    "sentence_coverage",  # the same for the sentence's own terms only
+    "kind_first",  # the figure is of the kind preferred by the question
+    "kind_asked",  # ... of any kind the question asks for
+    "no_kind_asked",  # the question names no kind of figure
+    "is_number",  # a bare number
+    "is_frequency",  # "monthly", "every 90 days"
+    "unit_match",  # a duration in the unit asked ("how many business days")
+    "plan_lead",  # the plan leads with it (in the plan's sentence)
+    "plan_first_lead",  # ... first
+    "plan_sentence",  # its sentence is the plan's first candidate
+    "plan_found",  # the plan answers at all
+    "plan_case",  # the plan's reason: a table's case, a band, a table cell, a subject, an article, free
+    "plan_band", "plan_cell", "plan_subject", "plan_article", "plan_free",
+    "plan_refused_absent",  # the plan refused because the document never names a word or term of the question
+    "plan_refused_other",  # the plan refused for another reason
+    "near_words",  # 1 / (1 + words between the figure and the nearest question term in the sentence)
+    "near_held",  # share of the question's weight within 8 words before/2 after the figure
+    "table_row",  # the sentence is a table's row
+    "header_match",  # the figure's column header shares a term with the question
+    "bound_agree",  # the question and the words before the figure both say lower, or both upper
+    "bound_clash",  # they say opposite ends
+    "band_selected",  # the case the question states selects this figure (textspans/bands.py `qualified`)
+    "version_marked",  # its sentence writes a version word (amended, proposed, previous)
+    "figures_in_sentence",  # log(1 + figures in the sentence)
+    "figure_position",  # the figure's order in its sentence over their count
+    "question_figure",  # the question writes this figure itself (a case, not an answer)
+    "unused_words",  # log(1 + question words the document never uses)
+    "nearest_pick",  # the plan's own figure chooser (figure_choice.nearest) picks it among its sentence's figures
+    "row_value",  # a value of its row or list (figure_choice.row_values), not a label or a reference in it
+    "after_change",  # written as what something changes to ("replaced by", "reduced to")
+    "change_from",  # written as what something changes from ("from X to")
+)
+
+
+
+RELATIVE = ("coverage", "sentence_coverage", "near_held", "near_words", "score_ratio", "rank_inv")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One answer a question's plan could give."""
+
+    text: str  # the figure as written
+    candidate: Candidate  # its sentence
+    figure: Figure
+    features: tuple[float, ...]  # aligned with FEATURES
+
+
+@dataclass(frozen=True)
+class Weights:
+    """A fitted linear chooser (policies/answer_chooser.json)."""
+
+    mean: tuple[float, ...]  # per column of `design`
+    scale: tuple[float, ...]
+    weights: tuple[float, ...]
+    not_found: float  # the score of answering "not found"
+
+    def scores(self, opts: list[Option]) -> np.ndarray:
+        """[n]: each option's score."""
+        if not opts:
+            return np.zeros(0)
+        x = (design([o.features for o in opts]) - np.array(self.mean)) / np.array(self.scale)
+        return np.asarray(x @ np.array(self.weights))
+
+
+def design(features: list[tuple[float, ...]]) -> np.ndarray:
+    """[n, F + R]: a question's options' features, then for each of RELATIVE its value less the best value among
+    the question's options (0 for the best: a ranking reads which option stands out, not only how much)."""
+    x = np.array(features, dtype=float).reshape(-1, len(FEATURES))
+    cols = [FEATURES.index(f) for f in RELATIVE]
+    rel = x[:, cols] - (x[:, cols].max(axis=0) if len(x) else 0.0)
+    return np.concatenate([x, rel], axis=1)
+
+
+@functools.cache
+def shipped() -> Weights | None:
+    """The policy's fitted chooser; None when the file is absent or was fitted on other features."""
+    if not WEIGHTS.exists():
+        return None
+    data = json.loads(WEIGHTS.read_text())
+    if tuple(data["features"]) != FEATURES:
+        raise ValueError(f"{WEIGHTS}: fitted on other features; refit with python -m evals.docqa_lowo --write")
+    return Weights(tuple(data["mean"]), tuple(data["scale"]), tuple(data["weights"]), float(data["not_found"]))
+
+
+def _positions(sentence: str, index: DocumentIndex, wanted: set[str]) -> list[int]:
+    """Word offsets in `sentence` of words whose terms the question holds."""
+    return [i for i, w in enumerate(sentence.split()) if set(terms(w, index.concepts)) & wanted]
+
+
+def _word_at(sentence: str, offset: int) -> int:
+    return len(sentence[:offset].split())
+
+
+def _header_cell(c: Candidate, f: Figure) -> str:
+    """The header of the column `f` sits in, when `c` is a table's row ("a | b | c" under "h1 | h2 | h3")."""
+    if not c.header:
+        return ""
+    column = c.sentence[:f.start].count("|")
+    cells = c.header.split("|")
+    return cells[column] if column < len(cells) else ""
+
+
+def _bound(text: str) -> str:
+    lower, upper = bool(_LOWER.search(text)), bool(_UPPER.search(text))
+    return "lower" if lower and not upper else "upper" if upper and not lower else ""
+
+
+def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Option]:
+    """The answers `plan` (made for `question`) could give: every figure of its own sentence and of the DEPTH
+    best-ranked sentences, each with its FEATURES."""
+    asked: Asked = plan.asked
+    q = plan.question or question
+    ranked = list(index.rank(q, asked))[:DEPTH]
+    sentences: list[tuple[int | None, Candidate]] = list(enumerate(ranked))
+    if plan.found and plan.candidates and plan.candidates[0] not in {c.sentence for c in ranked}:
+        i = index.sentences.index(plan.candidates[0]) if plan.candidates[0] in index.sentences else -1
+        if i >= 0:
+            p = index.places[i]
+            sentences.append((None, Candidate(index.sentences[i], 0.0, index.figures[i], index.context[i], p.label,
+                                              p.header)))
+    best = ranked[0].score if ranked else 0.0
+    wanted = index.question_terms(q, asked)
+    q_bound = asked.bound or _bound(q)
+    reason = plan.reason
+    plan_kind = [float(plan.found and (reason.startswith(k) or reason.endswith(f"({k})") or reason == k))
+                 for k in _PLAN_KINDS]
+    absent = not plan.found and ("never mentions" in reason)
+    unused = reason.count(",") + 1 if absent else 0
+    q_figures = {f.text for f in find_figures(q, words=True)}
+    first_lead = plan.leads[0] if plan.found and plan.leads else ""
+    options: list[Option] = []
+    seen: set[tuple[str, str]] = set()
+    for rank, c in sentences:
+        positions = _positions(c.sentence, index, wanted)
+        held = index.held(wanted, set(terms(c.sentence, index.concepts)), {})
+        total = index.idf(wanted) or 1.0
+        own = plan.found and bool(plan.candidates) and c.sentence == plan.candidates[0]  # the plan's sentence
+        band = {f.text for f in qualified(q, c.sentence, list(c.figures))}
+        values_of = row_values(c, list(c.figures))
+        asked_of = [f for f in values_of if not asked.kinds or f.kind in asked.kinds]
+        picked = {f.text for f in nearest(asked_of, c, q, index, asked.bound)} if asked_of else set()
+        to = {f.text for f in c.figures if _TO.search(c.sentence[:f.start])}
+        changes = bool(to) and any(_FROM.search(c.sentence[:f.start]) for f in c.figures)
+        for n, f in enumerate(c.figures):
+            if (f.text, c.sentence) in seen:
+                continue
+            seen.add((f.text, c.sentence))
+            at = _word_at(c.sentence, f.start)
+            gap = min((abs(p - at) for p in positions), default=50)
+            words = c.sentence.split()
+            window = " ".join(words[max(0, at - 8):at + 2])
+            near = index.idf(index.held(wanted, set(terms(window, index.concepts)), {})) / total
+            before = " ".join(words[max(0, at - 6):at + 1])
+            f_bound = _bound(before)
+            header = _header_cell(c, f)
+            values = [
+                1.0 / (1 + rank) if rank is not None else 0.0,
+                c.score / best if best else 0.0,
+                math.log1p(c.score),
+                index.coverage(q, asked, c.context),
+                index.idf(held) / total,
+                float(bool(asked.kinds) and f.kind == asked.kinds[0]),
+                float(f.kind in asked.kinds),
+                float(not asked.kinds),
+                float(f.kind == NUMBER),
+                float(is_frequency(f)),
+                float(f.kind == DURATION and bool(asked.unit) and f.unit == asked.unit),
+                float(own and f.text in plan.leads),
+                float(own and f.text == first_lead),
+                float(own),
+                float(plan.found),
+                *plan_kind,
+                float(absent),
+                float(not plan.found and not absent),
+                1.0 / (1 + gap),
+                near,
+                float(bool(c.header)),
+                float(bool(header) and bool(set(terms(header, index.concepts)) & wanted)),
+                float(bool(q_bound) and q_bound == f_bound),
+                float(bool(q_bound) and bool(f_bound) and q_bound != f_bound),
+                float(f.text in band),
+                float(any(is_version_word(w) for w in re.findall(r"[A-Za-z]+", c.sentence))),
+                math.log1p(len(c.figures)),
+                n / max(len(c.figures), 1),
+                float(f.text in q_figures and f.kind != DATE),
+                math.log1p(unused),
+                float(f.text in picked),
+                float(f in values_of),
+                float(f.text in to),
+                float(changes and bool(_FROM.search(c.sentence[:f.start]))),
+            ]
+            options.append(Option(f.text, c, f, tuple(values)))
+    return options
+
+
+def choose(index: DocumentIndex, question: str, plan: AnswerPlan, *, quotable: Callable[[str], bool] = lambda _: True,
+           weights: Weights | None = None) -> AnswerPlan:
+    """`plan` with the chooser's answer (the module's note): its figure as the lead in its own sentence, or
+    NOT_FOUND; `plan` itself when no chooser is shipped, when the plan answers free text to a question that asks
+    for no kind of figure ("Who approves an exception?"), or when the chooser picks a figure the plan already
+    leads with."""
+    w = weights or shipped()
+    if w is None or (plan.found and not plan.leads and not plan.asked.kinds):
+        return plan
+    opts = [o for o in options(index, question, plan) if quotable(o.candidate.sentence)]
+    s = w.scores(opts)
+    if not len(s) or s.max() < w.not_found:
+        if not plan.found:
+            return plan
+        return dataclasses.replace(plan, candidates=(), leads=(), tails=(), found=False,
+                                   reason=f"the chooser finds no figure above not found (plan: {plan.reason})")
+    best = opts[int(s.argmax())]
+    if plan.found and plan.candidates and best.candidate.sentence == plan.candidates[0] and best.text in plan.leads:
+        return plan
+    c = best.candidate
+    others = [x for x in plan.candidates if x != c.sentence and quotable(x)]
+    return dataclasses.replace(
+        plan, candidates=(c.sentence, *others)[:QUOTE_CANDIDATES], leads=(best.text,),
+        tails=(clause_after(c.sentence, best.figure, c.figures),), found=True,
+        reason=f"chooser ({plan.reason})" if plan.found else f"chooser (plan refused: {plan.reason})")
