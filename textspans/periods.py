@@ -10,8 +10,9 @@ only the month is named (a quarter, a half or a year ends in a month, not on a d
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-from textspans.figures import DATE, find_figures
+from textspans.figures import DATE, Figure, find_figures
 
 Period = tuple[int, int, int]  # (year, month, day); day 0: any day of the month
 
@@ -23,10 +24,15 @@ _YEAR_END = re.compile(r"\b(?:year[- ]end|end of (?:the )?(?:year )?|end-)\s*(\d
 _PLACES = {"first": 1, "second": 2, "third": 3, "fourth": 4}
 
 
+def full_dates(figures: Iterable[Figure]) -> list[Period]:
+    """The dates among `figures` that name a month, as (year, month, day)."""
+    return [(int(f.value[0]), int(f.value[1]), int(f.value[2])) for f in figures
+            if f.kind == DATE and len(f.value) == 3 and f.value[1] > 0]
+
+
 def named_periods(question: str) -> list[Period]:
     """The periods `question` names: its dates, and the last month of each quarter, half or year it names."""
-    out: list[Period] = [(int(f.value[0]), int(f.value[1]), int(f.value[2])) for f in find_figures(question)
-                         if f.kind == DATE and len(f.value) == 3 and f.value[1] > 0]
+    out = full_dates(find_figures(question))
     for m in _QUARTER.finditer(question):
         place = int(m.group(1)) if m.group(1) else _PLACES[m.group(3).casefold()]
         out.append((int(m.group(2) or m.group(4)), 3 * place, 0))
@@ -40,12 +46,10 @@ def named_periods(question: str) -> list[Period]:
 def cell_date(cell: str) -> Period | None:
     """The date a table's cell is wholly written as ("31 Dec 2025", "30 September 2025"), else None."""
     found = find_figures(cell.strip())
-    if len(found) != 1 or found[0].kind != DATE or len(found[0].value) != 3 or found[0].value[1] == 0:
+    dates = full_dates(found)
+    if len(found) != 1 or not dates or found[0].start != 0 or found[0].end != len(cell.strip()):
         return None
-    if found[0].start != 0 or found[0].end != len(cell.strip()):
-        return None
-    y, m, d = found[0].value
-    return int(y), int(m), int(d)
+    return dates[0]
 
 
 def same_period(asked: Period, written: Period) -> bool:

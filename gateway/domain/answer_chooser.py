@@ -181,12 +181,13 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
     unused = reason.count(",") + 1 if absent else 0
     q_figures = {f.text for f in find_figures(q, words=True)}
     first_lead = plan.leads[0] if plan.found and plan.leads else ""
+    total = index.idf(wanted) or 1.0
     options: list[Option] = []
     seen: set[tuple[str, str]] = set()
     for rank, c in sentences:
         positions = _positions(c.sentence, index, wanted)
         held = index.held(wanted, set(terms(c.sentence, index.concepts)), {})
-        total = index.idf(wanted) or 1.0
+        words = c.sentence.split()
         own = plan.found and bool(plan.candidates) and c.sentence == plan.candidates[0]  # the plan's sentence
         band = {f.text for f in qualified(q, c.sentence, list(c.figures))}
         values_of = row_values(c, list(c.figures))
@@ -200,7 +201,6 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
             seen.add((f.text, c.sentence))
             at = _word_at(c.sentence, f.start)
             gap = min((abs(p - at) for p in positions), default=50)
-            words = c.sentence.split()
             window = " ".join(words[max(0, at - 8):at + 2])
             near = index.idf(index.held(wanted, set(terms(window, index.concepts)), {})) / total
             before = " ".join(words[max(0, at - 6):at + 1])
@@ -256,7 +256,9 @@ def choose(index: DocumentIndex, question: str, plan: AnswerPlan, *, quotable: C
     w = weights or shipped()
     if w is None or (plan.found and not plan.leads and not plan.asked.kinds):
         return plan
-    opts = [o for o in options(index, question, plan) if quotable(o.candidate.sentence)]
+    every = options(index, question, plan)
+    writable = {c: quotable(c) for c in {o.candidate.sentence for o in every}}  # a tokenizer's work per sentence
+    opts = [o for o in every if writable[o.candidate.sentence]]
     s = w.scores(opts)
     if not len(s) or s.max() < w.not_found:
         if not plan.found:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from gateway.domain.layout import cells
 from gateway.domain.retrieval import Candidate
-from textspans.figures import DATE, Figure
-from textspans.periods import cell_date, named_periods, same_period, within
+from textspans.figures import Figure
+from textspans.periods import cell_date, full_dates, named_periods, same_period, within
 
 
 def in_dated_column(candidate: Candidate, figures: list[Figure], question: str) -> list[Figure] | None:
@@ -39,8 +39,7 @@ def for_period(candidate: Candidate, question: str) -> bool:
     two dates that holds it ("From 14 March 2030 to 14 March 2031 | 101.031%" for "on 1 September 2030"), or it is
     a time series' row with a column for it (`in_dated_column`)."""
     periods = named_periods(question)
-    written = [(int(f.value[0]), int(f.value[1]), int(f.value[2])) for f in candidate.figures
-               if f.kind == DATE and len(f.value) == 3 and f.value[1] > 0]
+    written = full_dates(candidate.figures)
     return any(same_period(p, v) for p in periods for v in written) \
         or any(within(p, written) for p in periods) \
         or bool(in_dated_column(candidate, list(candidate.figures), question))

@@ -28,9 +28,8 @@ def test_the_chosen_figure_leads_in_its_own_sentence() -> None:
     later = choose(index, question, plan, weights=_weights("figure_position", 5.0, -100.0))
     sentence = "The handling fee is EUR 40 for a standard transfer and EUR 95 for an urgent transfer."
     assert later.found and later.leads == ("EUR 95",) and later.candidates[0] == sentence
-    fig = next(o.figure for o in options(index, question, plan) if o.text == "EUR 95")
-    assert later.tails == (clause_after(sentence, fig, next(o.candidate for o in options(index, question, plan)
-                                                               if o.text == "EUR 95").figures),)
+    chosen = next(o for o in options(index, question, plan) if o.text == "EUR 95")
+    assert later.tails == (clause_after(sentence, chosen.figure, chosen.candidate.figures),)
     assert later.reason.startswith("chooser")
     # the plan's own lead chosen: the plan stands as made
     assert choose(index, question, plan, weights=_weights("plan_first_lead", 5.0, -100.0)) == plan
