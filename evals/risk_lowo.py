@@ -87,9 +87,13 @@ def held_out_scored(rules: RiskRules, path: Path, provenance: Mapping[str, Any],
 def held_out(rules: RiskRules, path: Path, provenance: Mapping[str, Any], others: Sequence[Path] = ()
              ) -> dict[str, Any]:
     """A set's figures by the pack less every entry and reader written for it (`held_out_scored`)."""
-    counts = {"dropped": len(written_for(provenance["pack"], path.stem)),
-              "readers_off": len(readers_for(provenance, path.stem))}
-    return {**counts, **set_figures(*held_out_scored(rules, path, provenance, others))}
+    return {**_left_out(provenance, path.stem), **set_figures(*held_out_scored(rules, path, provenance, others))}
+
+
+def _left_out(provenance: Mapping[str, Any], set_name: str) -> dict[str, int]:
+    """How many pack entries and code readers written for the set its held-out figure leaves out."""
+    return {"dropped": len(written_for(provenance["pack"], set_name)),
+            "readers_off": len(readers_for(provenance, set_name))}
 
 
 def event_rows(rules: RiskRules, scored: Scored) -> list[dict[str, Any]]:
@@ -173,8 +177,7 @@ def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any],
             events.extend(event_rows(judged, mine))
         report[s.name] = {
             "events": len(s.rows), "pack": set_figures(rules, s),
-            "without_own": {"dropped": len(written_for(provenance["pack"], s.name)),
-                            "readers_off": len(readers_for(provenance, s.name)), **set_figures(judged, mine)},
+            "without_own": {**_left_out(provenance, s.name), **set_figures(judged, mine)},
             "held_out_thresholds": {**_thresholds(fitted), **set_figures(fitted, s)},
         }
     union = fit_thresholds(rules, scored)
