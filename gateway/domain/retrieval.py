@@ -235,8 +235,9 @@ class DocumentIndex:
     def idf(self, words: set[str]) -> float:
         """The words' weight: inverse document frequency, twice over for a domain term (one term for several
         words, and the most specific thing a question names)."""
-        return sum(math.log(1 + len(self.sentences) / max(self.df[t], 1)) * (CONCEPT_WEIGHT if t[0] == CONCEPT else 1)
-                   for t in words)
+        # fsum: exactly rounded whatever the set's order (the hash seed's), so equal sentences tie the same way
+        return math.fsum(math.log(1 + len(self.sentences) / max(self.df[t], 1)) * (CONCEPT_WEIGHT if t[0] == CONCEPT
+                         else 1) for t in words)
 
     @staticmethod
     def held(wanted: set[str], have: set[str] | frozenset[str], written: dict[str, frozenset[str]]) -> set[str]:

@@ -71,3 +71,24 @@ def test_a_glossary_drafting_word_meets_the_document_word_it_names() -> None:
     assert relevant_sentences(text, question, k=1, glossary=drafted) == ["The widget levy is 4% of turnover."]
     assert relevant_sentences(text, question, k=1, glossary=glossary_from_dict(terms_only)) != [
         "The widget levy is 4% of turnover."]
+
+
+def test_a_ranking_scores_alike_whatever_the_hash_seed() -> None:
+    """A sentence's score sums its terms' weights over a set, whose order follows the hash seed: summed exactly
+    (math.fsum), every process ranks a document's sentences alike, ties included (a plain sum here gave eight
+    seeds eight different lists of scores)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from gateway.domain.retrieval import DocumentIndex\n"
+        "words = 'alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa'"
+        ".split()\n"
+        "lines = [f'Clause {n}: the ' + ' '.join(w for k, w in enumerate(words) if n % (k + 2) == 0)"
+        " + f' charge is {n}.5%.' for n in range(40)]\n"
+        "index = DocumentIndex('\\n'.join(lines))\n"
+        "print([repr(c.score) for c in index.rank('What is the ' + ' '.join(words) + ' charge?')])\n")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(8)}
+    assert len(runs) == 1
