@@ -1,31 +1,34 @@
 """A fitted answer chooser for document questions, judged leave-one-writer-out against the current plan.
 
-Each question's candidates (evals/docqa_candidates.py) and a "not found" option compete in one softmax: a
-candidate scores w . x (its standardised features), "not found" scores a fitted bias. The fit maximises the
-probability of the right candidates (any figure stating the label) or of "not found" for an unanswerable
-question, every labelled set weighing alike (one writer's style must not outvote the rest), with an L2 penalty
-RIDGE. The chooser answers the best candidate, or "not found" when that scores under the bias (the refusal rule
-is the fitted bias itself; `margin` shifts it).
+The model is gateway/domain/chooser_model.py's, fitted in its two steps, every labelled set weighing alike (one
+writer's style must not outvote the rest):
+1. rank: each question's candidates (evals/docqa_candidates.py) and "not found" compete in one softmax; a candidate
+   scores w . x + x . U . g (x its standardised design row, g the question's standardised QUESTION features),
+   "not found" b + a . g. The fit maximises the probability of the right candidates (any figure stating the label)
+   or of "not found" for an unanswerable question, with L2 penalties RIDGE on w and a, RIDGE_CROSS on U.
+2. refuse: a logistic score of REFUSAL features (the best's score over not found, its margin over the second, g),
+   fitted on the training sets' own scores: 1 where the best candidate is right, 0 for an unanswerable question
+   (an answerable one whose best is wrong costs the same answered or refused, so it is left out); a set's
+   answerables and its nulls weigh alike. The best is answered when the score clears ANSWER_ABOVE.
 
 Per set it reports, on that set fitted on the other sets only (LOWO): `right` (answerables answered with the
 labelled figure), `nulls_refused` (unanswerables answered "not found"), against the plan's first lead on the
 same harness (`plan_right`, `plan_nulls_refused`) and the candidates' ceiling (`oracle`: a right figure is
 among them). Caveat for reading it: the plan's code was written with sets 1-16 in view, so its features (does
-the plan lead with it) are in-sample on those sets; set 17 and the next blind writers are the honest test.
+the plan lead with it) are in-sample on those sets; the newest writers are the honest test.
 
-Variants: `--hidden H` puts a tanh layer of H units before the score; `--without-plan` leaves out what the current
-plan decided (PLAN_FEATURES), to read what the generic features choose alone; `--margin` trades answered
-questions for refused nulls.
+Variants: `--without-plan` leaves out what the current plan decided (PLAN_FEATURES), to read what the generic
+features choose alone; `--margin` shifts ANSWER_ABOVE, trading answered questions for refused nulls.
 
-Run: `python -m evals.docqa_lowo [--json-file F] [--cache P] [--hidden H] [--without-plan] [--margin M]`.
+Run: `python -m evals.docqa_lowo [--json-file F] [--cache P] [--without-plan] [--margin M] [--write]`.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,95 +38,131 @@ import torch
 from evals.docqa_candidates import FEATURES, SETS, Question, set_questions
 from gateway.domain.answer_chooser import WEIGHTS
 from gateway.domain.answer_chooser import design as route_design
+from gateway.domain.chooser_model import QUESTION, REFUSAL, Model, question_vector
 
-RIDGE = 0.01
+RIDGE = 0.01  # on w, a and the refusal's weights
+RIDGE_CROSS = 0.03  # on U: the crossed weights, many more than w, need a firmer pull to 0
+ANSWER_ABOVE = -1.0  # the refusal score the best must clear; read off the LOWO curve (docs/BENCHMARKS.md)
 STEPS = 300
-
-
-@dataclass(frozen=True)
-class Chooser:
-    """A fitted chooser: standardisation, an optional tanh layer, weights and the "not found" score."""
-
-    mean: tuple[float, ...]  # per column of `design`
-    scale: tuple[float, ...]
-    hidden: tuple[tuple[float, ...], ...]  # [columns + 1, H]: the tanh layer (last row its bias); () for linear
-    weights: tuple[float, ...]  # [H] (or [columns] when linear)
-    not_found: float  # the score of answering "not found"
-    drop: tuple[str, ...] = ()  # FEATURES left out (read as 0)
-
-    def scores(self, q: Question) -> np.ndarray:
-        """[n]: each candidate's score."""
-        if not q.options:
-            return np.zeros(0)
-        x = (design(q, self.drop) - np.array(self.mean)) / np.array(self.scale)
-        if self.hidden:
-            h = np.array(self.hidden)
-            x = np.tanh(x @ h[:-1] + h[-1])
-        return np.asarray(x @ np.array(self.weights))
-
-    def choose(self, q: Question, margin: float = 0.0) -> str | None:
-        """The chosen figure as written, or None for "not found" (the best score under not_found + margin)."""
-        s = self.scores(q)
-        if not len(s) or s.max() < self.not_found + margin:
-            return None
-        return q.options[int(s.argmax())].text
-
-
 PLAN_FEATURES = tuple(f for f in FEATURES if f.startswith("plan_"))  # what the current plan decided
 
 
-def design(q: Question, drop: Sequence[str] = ()) -> np.ndarray:
-    """[n, F + R]: a question's candidates' features (those in `drop` read as 0), then the relative ones
-    (gateway/domain/answer_chooser.py `design`, which the route scores with)."""
+def design(q: Question, drop: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """[n, C] a question's candidates' design rows (gateway/domain/answer_chooser.py `design`, which the route scores
+    with) and [K] its QUESTION features; features in `drop` read as 0."""
     gone = {FEATURES.index(f) for f in drop}
-    return route_design([tuple(0.0 if i in gone else v for i, v in enumerate(o.features)) for o in q.options])
+    rows = [tuple(0.0 if i in gone else v for i, v in enumerate(o.features)) for o in q.options]
+    raw = np.array(rows, dtype=float).reshape(-1, len(FEATURES))
+    return route_design(rows), question_vector(raw, FEATURES)
 
 
-def fit(sets: Sequence[Sequence[Question]], ridge: float = RIDGE, hidden: int = 0, drop: Sequence[str] = (),
-        steps: int = STEPS) -> Chooser:
-    """The chooser fitted on `sets` (the module's note); deterministic (LBFGS from zeros, or from a seeded draw for
-    the tanh layer of `hidden` units)."""
-    qs = [q for s in sets for q in s]
-    weight = [1.0 / len(s) for s in sets for _ in s]
-    xs = [design(q, drop) for q in qs]
-    all_x = np.concatenate(xs)
-    mean, scale = all_x.mean(axis=0), all_x.std(axis=0)
+def choose(model: Model, q: Question, drop: Sequence[str] = ()) -> str | None:
+    """The chosen figure as written, or None for "not found"."""
+    i = model.pick(*design(q, drop))
+    return None if i is None else q.options[i].text
+
+
+def _standard(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale == 0] = 1.0
+    return mean, scale
+
+
+def _lbfgs(params: list[torch.Tensor], objective: Any, steps: int) -> None:
+    """Minimise `objective()` over `params` from where they stand (deterministic)."""
+    opt = torch.optim.LBFGS(params, max_iter=steps, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        out: torch.Tensor = objective()
+        out.backward()  # type: ignore[no-untyped-call]
+        return out
+
+    opt.step(closure)  # type: ignore[no-untyped-call]
+
+
+def _rank(qs: list[Question], xs: list[np.ndarray], gs: np.ndarray, weight: list[float], ridge: float,
+          ridge_cross: float, steps: int) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+    """Step 1 on standardised rows `xs` and question features `gs` [Q, K]: w [C], U [C, K], b, a [K]."""
     keep = [i for i, q in enumerate(qs) if not q.answerable or any(o.right for o in q.options)]  # else nothing to learn
-    n = max(len(qs[i].options) for i in keep)
-    x = np.zeros((len(keep), n, all_x.shape[1]))  # [Q, N, C]: candidates padded to the longest list
+    n, c = max(len(qs[i].options) for i in keep), xs[0].shape[1]
+    x = np.zeros((len(keep), n, c))  # [Q, N, C]: candidates padded to the longest list
     valid = np.zeros((len(keep), n), dtype=bool)
     right = np.zeros((len(keep), n), dtype=bool)
     for row, i in enumerate(keep):
         k = len(qs[i].options)
-        x[row, :k] = (xs[i] - mean) / scale
+        x[row, :k] = xs[i]
         valid[row, :k] = True
         right[row, :k] = [o.right for o in qs[i].options]
-    tx, tvalid, tright = torch.tensor(x), torch.tensor(valid), torch.tensor(right)
+    tx, tvalid, tright, tg = torch.tensor(x), torch.tensor(valid), torch.tensor(right), torch.tensor(gs[keep])
     answerable = torch.tensor([qs[i].answerable for i in keep])
     tw = torch.tensor([weight[i] for i in keep], dtype=torch.float64)
     tw = tw / tw.sum()
-    gen = torch.Generator().manual_seed(0)
-    h = (torch.randn(x.shape[2] + 1, hidden, generator=gen, dtype=torch.float64) * 0.1).requires_grad_()
-    w = torch.zeros(hidden or x.shape[2], dtype=torch.float64, requires_grad=True)
+    w = torch.zeros(c, dtype=torch.float64, requires_grad=True)
+    u = torch.zeros(c, gs.shape[1], dtype=torch.float64, requires_grad=True)
     b = torch.zeros(1, dtype=torch.float64, requires_grad=True)
-    params = [h, w, b] if hidden else [w, b]
-    opt = torch.optim.LBFGS(params, max_iter=steps, line_search_fn="strong_wolfe")
+    a = torch.zeros(gs.shape[1], dtype=torch.float64, requires_grad=True)
 
     def loss() -> torch.Tensor:
-        opt.zero_grad()
-        z = torch.tanh(tx @ h[:-1] + h[-1]) if hidden else tx  # [Q, N, H or C]
-        s = (z @ w).masked_fill(~tvalid, -1e9)  # [Q, N]
-        logits = torch.cat([s, b.expand(len(keep), 1)], dim=1)  # [Q, N + 1]: the candidates, then "not found"
-        target = torch.where(answerable, torch.logsumexp(s.masked_fill(~tright, -1e9), 1), b.expand(len(keep)))
-        out = (tw * (torch.logsumexp(logits, 1) - target)).sum() + ridge * ((w * w).sum() + (h * h).sum())
-        out.backward()  # type: ignore[no-untyped-call]
-        return out
+        s = (tx @ w + torch.einsum("qnc,ck,qk->qn", tx, u, tg)).masked_fill(~tvalid, -1e9)  # [Q, N]
+        nf = b + tg @ a  # [Q]
+        logits = torch.cat([s, nf[:, None]], dim=1)  # [Q, N + 1]: the candidates, then "not found"
+        target = torch.where(answerable, torch.logsumexp(s.masked_fill(~tright, -1e9), 1), nf)
+        penalty = ridge * ((w * w).sum() + (a * a).sum()) + ridge_cross * (u * u).sum()
+        return (tw * (torch.logsumexp(logits, 1) - target)).sum() + penalty
 
-    opt.step(loss)  # type: ignore[no-untyped-call]
-    layer = tuple(tuple(r) for r in h.detach().tolist()) if hidden else ()
-    return Chooser(tuple(mean.tolist()), tuple(scale.tolist()), layer, tuple(w.detach().tolist()), float(b.item()),
-                   tuple(drop))
+    _lbfgs([w, u, b, a], loss, steps)
+    return w.detach().numpy(), u.detach().numpy(), float(b.item()), a.detach().numpy()
+
+
+def _refusal(rows: list[tuple[np.ndarray, float, bool]], ridge: float, steps: int) -> tuple[np.ndarray, float]:
+    """Step 2 on standardised REFUSAL rows (features, the row's weight, answer it): weights [R] and bias."""
+    x = torch.tensor(np.array([r[0] for r in rows]))
+    wt = torch.tensor([r[1] for r in rows], dtype=torch.float64)
+    wt = wt / wt.sum()
+    y = torch.tensor([float(r[2]) for r in rows], dtype=torch.float64)
+    beta = torch.zeros(x.shape[1] + 1, dtype=torch.float64, requires_grad=True)
+
+    def loss() -> torch.Tensor:
+        z = x @ beta[:-1] + beta[-1]
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none")
+        return (wt * bce).sum() + ridge * (beta[:-1] ** 2).sum()
+
+    _lbfgs([beta], loss, steps)
+    return beta[:-1].detach().numpy(), float(beta[-1].item())
+
+
+def fit(sets: Sequence[Sequence[Question]], ridge: float = RIDGE, ridge_cross: float = RIDGE_CROSS,
+        drop: Sequence[str] = (), steps: int = STEPS, answer_above: float = ANSWER_ABOVE) -> Model:
+    """The chooser fitted on `sets` (the module's note); deterministic (LBFGS from zeros)."""
+    qs = [q for s in sets for q in s]
+    weight = [1.0 / len(s) for s in sets for _ in s]
+    designs = [design(q, drop) for q in qs]
+    mean, scale = _standard(np.concatenate([x for x, _ in designs if len(x)]))
+    q_mean, q_scale = _standard(np.array([g for _, g in designs]))
+    xs = [(x - mean) / scale for x, _ in designs]
+    gs = (np.array([g for _, g in designs]) - q_mean) / q_scale
+    w, u, b, a = _rank(qs, xs, gs, weight, ridge, ridge_cross, steps)
+    ranked = Model(tuple(mean), tuple(scale), tuple(q_mean), tuple(q_scale), tuple(w), tuple(map(tuple, u)), b,
+                   tuple(a), (0.0,) * len(REFUSAL), (1.0,) * len(REFUSAL), (0.0,) * len(REFUSAL), 0.0, answer_above)
+    answerables = {id(s): sum(q.answerable for q in s) for s in sets}
+    nulls = {id(s): sum(not q.answerable for q in s) for s in sets}
+    rows: list[tuple[np.ndarray, float, bool]] = []
+    for s in sets:
+        for q in s:
+            x, g = design(q, drop)
+            if not len(x):
+                continue
+            scores, nf = ranked.scores(x, g)
+            best_right = q.options[int(scores.argmax())].right
+            if q.answerable and best_right:
+                rows.append((ranked.refusal_features(scores, nf, g), 1.0 / answerables[id(s)], True))
+            elif not q.answerable:
+                rows.append((ranked.refusal_features(scores, nf, g), 1.0 / nulls[id(s)], False))
+    r_mean, r_scale = _standard(np.array([r[0] for r in rows]))
+    beta, bias = _refusal([((f - r_mean) / r_scale, wt, y) for f, wt, y in rows], ridge, steps)
+    return dataclasses.replace(ranked, r_mean=tuple(r_mean), r_scale=tuple(r_scale), refusal=tuple(beta),
+                               refusal_bias=bias)
 
 
 def rates(qs: Sequence[Question], chosen: Sequence[str | None]) -> dict[str, float]:
@@ -135,13 +174,14 @@ def rates(qs: Sequence[Question], chosen: Sequence[str | None]) -> dict[str, flo
             "nulls_refused": round(sum(c is None for _, c in nul) / len(nul), 3) if nul else 0.0}
 
 
-def lowo(sets: dict[str, list[Question]], margin: float = 0.0, ridge: float = RIDGE, hidden: int = 0,
+def lowo(sets: dict[str, list[Question]], margin: float = 0.0, ridge: float = RIDGE,
          drop: Sequence[str] = ()) -> dict[str, Any]:
     """Per set: the chooser fitted on the other sets, against the plan's first lead."""
     out: dict[str, Any] = {}
     for name, qs in sets.items():
-        chooser = fit([v for k, v in sets.items() if k != name], ridge, hidden, drop)
-        mine = rates(qs, [chooser.choose(q, margin) for q in qs])
+        chooser = fit([v for k, v in sets.items() if k != name], ridge, RIDGE_CROSS, drop,
+                      answer_above=ANSWER_ABOVE + margin)
+        mine = rates(qs, [choose(chooser, q, drop) for q in qs])
         ans = [q for q in qs if q.answerable]
         nul = [q for q in qs if not q.answerable]
         out[name] = {"plan_right": round(sum(q.plan_right for q in ans) / len(ans), 3),
@@ -153,25 +193,22 @@ def lowo(sets: dict[str, list[Question]], margin: float = 0.0, ridge: float = RI
 
 
 def shipped_weights(sets: dict[str, list[Question]]) -> dict[str, Any]:
-    """The linear chooser fitted on every set, as policies/answer_chooser.json holds it."""
-    c = fit(list(sets.values()))
-    return {"about": "document answer chooser (gateway/domain/answer_chooser.py), fitted by python -m "
+    """The chooser fitted on every set, as policies/answer_chooser.json holds it."""
+    return {"about": "document answer chooser (gateway/domain/chooser_model.py), fitted by python -m "
                      "evals.docqa_lowo --write on every labelled set alike; judged leave-one-writer-out in "
                      "results/documents_issue49_chooser_lowo.json",
-            "fitted_on": sorted(sets), "ridge": RIDGE, "features": list(FEATURES),
-            "mean": [round(v, 9) for v in c.mean], "scale": [round(v, 9) for v in c.scale],
-            "weights": [round(v, 9) for v in c.weights], "not_found": round(c.not_found, 9)}
+            "fitted_on": sorted(sets), "ridge": RIDGE, "ridge_cross": RIDGE_CROSS, "features": list(FEATURES),
+            "question": list(QUESTION), "refusal_features": list(REFUSAL), **fit(list(sets.values())).to_json()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json-file", type=Path)
     parser.add_argument("--cache", type=Path, help="candidates pickled here (read when present)")
-    parser.add_argument("--margin", type=float, default=0.0, help="added to the fitted not-found score")
+    parser.add_argument("--margin", type=float, default=0.0, help="added to ANSWER_ABOVE")
     parser.add_argument("--ridge", type=float, default=RIDGE)
-    parser.add_argument("--hidden", type=int, default=0, help="tanh units (0: linear)")
     parser.add_argument("--without-plan", action="store_true", help="leave out what the plan decided (PLAN_FEATURES)")
-    parser.add_argument("--write", action="store_true", help=f"fit the linear chooser on every set and write {WEIGHTS}")
+    parser.add_argument("--write", action="store_true", help=f"fit the chooser on every set and write {WEIGHTS}")
     args = parser.parse_args()
     if args.cache and args.cache.exists():
         sets = pickle.loads(args.cache.read_bytes())
@@ -183,7 +220,7 @@ def main() -> None:
         WEIGHTS.write_text(json.dumps(shipped_weights(sets), indent=1) + "\n")
         print(f"wrote {WEIGHTS}")
         return
-    result = lowo(sets, args.margin, args.ridge, args.hidden, PLAN_FEATURES if args.without_plan else ())
+    result = lowo(sets, args.margin, args.ridge, PLAN_FEATURES if args.without_plan else ())
     for name, row in result.items():
         print(f"{name:32} " + " ".join(f"{k}={v}" for k, v in row.items()))
     if args.json_file:

@@ -7,18 +7,18 @@ sentences for ~96% of answerable questions. The chooser scores every figure of t
 DEPTH best-ranked sentences (table cells included) by generic features (`FEATURES`: where the sentence ranks,
 how much of the question it and its context hold, whether the figure is of the kind asked, how near it sits to
 the question's words, bound words, the band a stated case selects, amendment markers, and what the plan itself
-decided); none names a word of any labelled set. A linear score of the standardised features (and of RELATIVE
-ones less the question's best) against a fitted "not found" score decides: the best figure above it is the
-answer's lead, in its own sentence (quoted first), else the answer is NOT_FOUND. The weights are policy data
-(policies/answer_chooser.json), fitted by `python -m evals.docqa_lowo --write` on every labelled writer's set
-alike, judged leave-one-writer-out (results/documents_issue49_chooser_lowo.json). When the chooser's figure is
-one the plan already leads with, the plan stands as made.
+decided); none names a word of any labelled set. A fitted model (chooser_model.py) ranks them with weights that
+vary with the question's own features (table or prose, kind asked, a stated case, how well the best sentence
+covers it) and refuses the best when its refusal score, read from the same question features and the best's
+margins, falls short: the best figure is the answer's lead, in its own sentence (quoted first), else NOT_FOUND.
+The weights are policy data (policies/answer_chooser.json), fitted by `python -m evals.docqa_lowo --write` on
+every labelled writer's set alike, judged leave-one-writer-out (results/documents_issue49_chooser_lowo.json). When the chooser's figure is
+one the plan already leads with, the plan stands as made (it may offer the model several leads).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import re
 from collections.abc import Callable
@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from gateway.domain.answer_plan import AnswerPlan
+from gateway.domain.chooser_model import Model, load, question_vector
 from gateway.domain.figure_choice import clause_after, nearest, row_values
 from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, terms
 from textspans.bands import qualified
@@ -98,23 +99,6 @@ class Option:
     features: tuple[float, ...]  # aligned with FEATURES
 
 
-@dataclass(frozen=True)
-class Weights:
-    """A fitted linear chooser (policies/answer_chooser.json)."""
-
-    mean: tuple[float, ...]  # per column of `design`
-    scale: tuple[float, ...]
-    weights: tuple[float, ...]
-    not_found: float  # the score of answering "not found"
-
-    def scores(self, opts: list[Option]) -> np.ndarray:
-        """[n]: each option's score."""
-        if not opts:
-            return np.zeros(0)
-        x = (design([o.features for o in opts]) - np.array(self.mean)) / np.array(self.scale)
-        return np.asarray(x @ np.array(self.weights))
-
-
 def design(features: list[tuple[float, ...]]) -> np.ndarray:
     """[n, F + R]: a question's options' features, then for each of RELATIVE its value less the best value among
     the question's options (0 for the best: a ranking reads which option stands out, not only how much)."""
@@ -125,14 +109,16 @@ def design(features: list[tuple[float, ...]]) -> np.ndarray:
 
 
 @functools.cache
-def shipped() -> Weights | None:
-    """The policy's fitted chooser; None when the file is absent or was fitted on other features."""
-    if not WEIGHTS.exists():
-        return None
-    data = json.loads(WEIGHTS.read_text())
-    if tuple(data["features"]) != FEATURES:
-        raise ValueError(f"{WEIGHTS}: fitted on other features; refit with python -m evals.docqa_lowo --write")
-    return Weights(tuple(data["mean"]), tuple(data["scale"]), tuple(data["weights"]), float(data["not_found"]))
+def shipped() -> Model | None:
+    """The policy's fitted chooser; None when the file is absent (an error when fitted on other features)."""
+    return load(WEIGHTS, FEATURES)
+
+
+def pick(model: Model, opts: list[Option]) -> Option | None:
+    """The option `model` answers among `opts` (one question's), or None for "not found"."""
+    raw = np.array([o.features for o in opts], dtype=float).reshape(-1, len(FEATURES))
+    i = model.pick(design([o.features for o in opts]), question_vector(raw, FEATURES))
+    return None if i is None else opts[i]
 
 
 def _positions(sentence: str, index: DocumentIndex, wanted: set[str]) -> list[int]:
@@ -248,7 +234,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
 
 
 def choose(index: DocumentIndex, question: str, plan: AnswerPlan, *, quotable: Callable[[str], bool] = lambda _: True,
-           weights: Weights | None = None) -> AnswerPlan:
+           weights: Model | None = None) -> AnswerPlan:
     """`plan` with the chooser's answer (the module's note): its figure as the lead in its own sentence, or
     NOT_FOUND; `plan` itself when no chooser is shipped, when the plan answers free text to a question that asks
     for no kind of figure ("Who approves an exception?"), or when the chooser picks a figure the plan already
@@ -259,13 +245,12 @@ def choose(index: DocumentIndex, question: str, plan: AnswerPlan, *, quotable: C
     every = options(index, question, plan)
     writable = {c: quotable(c) for c in {o.candidate.sentence for o in every}}  # a tokenizer's work per sentence
     opts = [o for o in every if writable[o.candidate.sentence]]
-    s = w.scores(opts)
-    if not len(s) or s.max() < w.not_found:
+    best = pick(w, opts)
+    if best is None:
         if not plan.found:
             return plan
         return dataclasses.replace(plan, candidates=(), leads=(), tails=(), found=False,
                                    reason=f"the chooser finds no figure above not found (plan: {plan.reason})")
-    best = opts[int(s.argmax())]
     if plan.found and plan.candidates and best.candidate.sentence == plan.candidates[0] and best.text in plan.leads:
         return plan
     c = best.candidate

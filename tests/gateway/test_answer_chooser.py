@@ -1,9 +1,13 @@
-"""gateway/domain/answer_chooser.py: the fitted chooser's figure becomes the answer's lead in its own sentence,
-or the answer is NOT_FOUND; a free answer to a question asking no figure is left to the plan."""
+"""gateway/domain/answer_chooser.py and chooser_model.py: the fitted chooser's figure becomes the answer's lead in
+its own sentence, or the answer is NOT_FOUND; a free answer to a question asking no figure is left to the plan; a
+feature weighs by the question's own features, and the refusal reads the question too."""
 from __future__ import annotations
 
-from gateway.domain.answer_chooser import FEATURES, RELATIVE, Weights, choose, options, shipped
+import numpy as np
+
+from gateway.domain.answer_chooser import FEATURES, RELATIVE, choose, options, shipped
 from gateway.domain.answer_plan import plan_answer
+from gateway.domain.chooser_model import QUESTION, REFUSAL, Model
 from gateway.domain.figure_choice import clause_after
 from gateway.domain.retrieval import document_index
 
@@ -13,10 +17,24 @@ DOC = ("Tariff of the Lindqvist Merchant Bank.\n"
 COLUMNS = len(FEATURES) + len(RELATIVE)
 
 
-def _weights(feature: str, weight: float, not_found: float) -> Weights:
-    w = [0.0] * COLUMNS
-    w[FEATURES.index(feature)] = weight
-    return Weights((0.0,) * COLUMNS, (1.0,) * COLUMNS, tuple(w), not_found)
+def _model(columns: int = COLUMNS, weights: dict[int, float] | None = None,
+           cross: dict[tuple[int, str], float] | None = None, refusal: dict[str, float] | None = None,
+           answer_above: float = -1.0) -> Model:
+    """A model on unstandardised features; its refusal score is 0 plus `refusal`'s weights."""
+    w = [0.0] * columns
+    for i, v in (weights or {}).items():
+        w[i] = v
+    u = [[0.0] * len(QUESTION) for _ in range(columns)]
+    for (i, g), v in (cross or {}).items():
+        u[i][QUESTION.index(g)] = v
+    r = [(refusal or {}).get(f, 0.0) for f in REFUSAL]
+    k, n = len(QUESTION), len(REFUSAL)
+    return Model((0.0,) * columns, (1.0,) * columns, (0.0,) * k, (1.0,) * k, tuple(w), tuple(map(tuple, u)), 0.0,
+                 (0.0,) * k, (0.0,) * n, (1.0,) * n, tuple(r), 0.0, answer_above)
+
+
+def _weights(feature: str, weight: float, answer: bool) -> Model:
+    return _model(weights={FEATURES.index(feature): weight}, answer_above=-1.0 if answer else 1.0)
 
 
 def test_the_chosen_figure_leads_in_its_own_sentence() -> None:
@@ -25,21 +43,21 @@ def test_the_chosen_figure_leads_in_its_own_sentence() -> None:
     plan = plan_answer(index, question)
     assert plan.found and plan.leads[:1] == ("EUR 40",)
     # weights preferring a sentence's later figure: the chooser overrides the plan's lead
-    later = choose(index, question, plan, weights=_weights("figure_position", 5.0, -100.0))
+    later = choose(index, question, plan, weights=_weights("figure_position", 5.0, answer=True))
     sentence = "The handling fee is EUR 40 for a standard transfer and EUR 95 for an urgent transfer."
     assert later.found and later.leads == ("EUR 95",) and later.candidates[0] == sentence
     chosen = next(o for o in options(index, question, plan) if o.text == "EUR 95")
     assert later.tails == (clause_after(sentence, chosen.figure, chosen.candidate.figures),)
     assert later.reason.startswith("chooser")
     # the plan's own lead chosen: the plan stands as made
-    assert choose(index, question, plan, weights=_weights("plan_first_lead", 5.0, -100.0)) == plan
+    assert choose(index, question, plan, weights=_weights("plan_first_lead", 5.0, answer=True)) == plan
 
 
 def test_no_figure_above_not_found_answers_not_found() -> None:
     index = document_index(DOC)
     question = "What handling fee applies to a standard transfer?"
     plan = plan_answer(index, question)
-    refused = choose(index, question, plan, weights=_weights("figure_position", 5.0, 100.0))
+    refused = choose(index, question, plan, weights=_weights("figure_position", 5.0, answer=False))
     assert not refused.found and refused.candidates == () and refused.leads == ()
     assert "no figure above not found" in refused.reason
 
@@ -49,10 +67,37 @@ def test_a_free_answer_to_a_question_asking_no_figure_is_left_to_the_plan() -> N
     question = "Who sends the statements?"
     plan = plan_answer(index, question)
     assert plan.found and not plan.leads and not plan.asked.kinds
-    assert choose(index, question, plan, weights=_weights("figure_position", 5.0, 100.0)) == plan
+    assert choose(index, question, plan, weights=_weights("figure_position", 5.0, answer=False)) == plan
     # the same weights refuse a figure question (above)
+
+
+def test_a_feature_weighs_by_the_questions_own_features() -> None:
+    """Two options, the second with a column header match: crossed with "table_question", the match ranks the
+    second first for a question whose best sentence is a table's row, and leaves the first for a prose one."""
+    x = np.array([[0.0, 0.0], [0.0, 1.0]])  # [n, C]: column 1 is "the header matches"
+    model = _model(columns=2, weights={0: 0.0}, cross={(1, "table_question"): 2.0}, answer_above=-1.0)
+    g = np.zeros(len(QUESTION))
+    table = g.copy()
+    table[QUESTION.index("table_question")] = 1.0
+    assert model.pick(x, table) == 1
+    prose = g.copy()
+    prose[QUESTION.index("table_question")] = -1.0  # standardised: under the mean
+    assert model.pick(x, prose) == 0
+
+
+def test_the_refusal_reads_how_well_the_best_sentence_covers_the_question() -> None:
+    """The same options answered for a question the best sentence covers, refused for one it barely touches."""
+    x = np.array([[1.0], [0.0]])
+    model = _model(columns=1, weights={0: 1.0}, refusal={"best_sentence_coverage": 3.0}, answer_above=1.0)
+    g = np.zeros(len(QUESTION))
+    g[QUESTION.index("best_sentence_coverage")] = 0.9
+    assert model.pick(x, g) == 0
+    g[QUESTION.index("best_sentence_coverage")] = 0.1
+    assert model.pick(x, g) is None
+    assert model.pick(np.zeros((0, 1)), g) is None  # no option: not found
 
 
 def test_the_policy_ships_a_chooser_for_these_features() -> None:
     w = shipped()
-    assert w is not None and len(w.weights) == COLUMNS == len(w.mean) == len(w.scale)
+    assert w is not None and len(w.weights) == COLUMNS == len(w.mean) == len(w.scale) == len(w.cross)
+    assert len(w.refusal) == len(REFUSAL) and len(w.not_found_question) == len(QUESTION)
