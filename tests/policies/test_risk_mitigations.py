@@ -179,3 +179,17 @@ def test_an_event_type_names_a_purpose_without_documenting_it() -> None:
     assert bare["recommended_action"] == "review"
     documented = judged("property_purchase", 1_350_000, note="completion statement on file")
     assert documented["recommended_action"] == "approve"
+
+
+def test_volume_in_line_with_its_own_history_clears_the_volume_flags() -> None:
+    # a shop's seasonal peak of many payers from many towns, as large as the same week last year, is its trade;
+    # the same peak four times last year's, or passed on within hours, is not
+    peak = {"unique_payers_24h": 240, "payer_cities_24h": 9}
+    as_last_year = evaluate(RULES, {"event_type": "incoming_transfers", "amount": 80_000, "currency": "EUR",
+                                    "timestamp": AT, "attributes": {**peak, "volume_vs_same_week_last_year": 1.1}})
+    assert [m.mitigation for m in as_last_year.mitigated] == ["in_line_with_own_history"]
+    assert all(f.points < 10 for f in as_last_year.fired)
+    for other in ({"volume_vs_same_week_last_year": 4}, {"volume_vs_same_week_last_year": 1.1, "funds_held_hours": 2}):
+        v = evaluate(RULES, {"event_type": "incoming_transfers", "amount": 80_000, "currency": "EUR",
+                             "timestamp": AT, "attributes": {**peak, **other}})
+        assert not v.mitigated and any(f.rule == "funnel_account" and f.points == 45 for f in v.fired)
