@@ -47,6 +47,12 @@ _TRUE = frozenset("true yes y t 1 on added changed new present detected match ma
 _FALSE = frozenset("false no n f 0 off none null nil not negative clear cleared unchanged absent na passed "
                    "nein non nie nej nao tidak bukan belum hayir iie ne nem hapana".split()) | {
     "no match", "no hit", "no hits", "not found", "n a", "not applicable", "not listed", "no record"}
+# Yes and no of more European languages (reader `more_yes_no_words`): Romanian, Serbian, Croatian, Bulgarian "da",
+# Albanian "po", Finnish "kyllä", Estonian "jah", Lithuanian "taip"; Dutch and Afrikaans "nee", Norwegian and
+# Icelandic "nei", Romanian "nu", Albanian "jo", Finnish and Estonian "ei". Without them a check named for its
+# success ("callback_done": "nee") read a no as unclear, and another reader took it for a pass.
+_TRUE_MORE = frozenset("da po kylla jah taip".split())
+_FALSE_MORE = frozenset("nee nei nu jo ei".split())
 _SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₽": "RUB", "₩": "KRW", "₺": "TRY"}
 _HEDGE = re.compile(r"^(?:within|about|approx\.?|approximately|around|circa|ca\.|roughly|nearly|almost|some|~|±|\+/-)\s*",
                    re.IGNORECASE)  # "within 4%", "about 12", "~5": the number is what counts
@@ -230,6 +236,8 @@ def flag(value: object) -> bool | None:
             return True
         if phrase in _FALSE or not phrase:
             return False
+        if on("more_yes_no_words") and phrase in _TRUE_MORE | _FALSE_MORE:
+            return phrase in _TRUE_MORE
     return None
 
 

@@ -99,6 +99,22 @@ def test_a_passed_check_makes_its_fact_true(attributes: dict[str, Any], fact: st
     assert facts(attributes)[fact] is True
 
 
+@pytest.mark.parametrize(("said", "failed"), [
+    ("nee", True), ("Nei", True), ("NU", True), ("jo", True), ("ei", True),
+    ("ja", False), ("DA", False), ("po", False), ("Kyllä", False), ("taip", False),
+])
+def test_a_yes_or_no_in_more_languages_is_the_checks_outcome(said: str, failed: bool) -> None:
+    """A call-back named for its success answered "nee" (Dutch no) read as unclear text, which a name saying
+    success took for a pass: the change was cleared as verified. Reader `more_yes_no_words`."""
+    from policies.risk_readers import off
+
+    got = facts({"callback_done": said})
+    assert got["unverified_change"] is failed and got["verified"] is not failed
+    if failed:
+        with off({"more_yes_no_words"}):
+            assert facts({"callback_done": said})["unverified_change"] is not True
+
+
 def test_checks_read_the_name_and_the_value_together() -> None:
     assert facts({"cop_mismatch": False})["name_mismatch"] is False  # a failure word, denied by the value
     assert facts({"liveness_score": 0.93})["identity_check_failed"] is False
