@@ -6,10 +6,10 @@ outvote a small writer), a word counts only where at least MIN_SETS sets use it 
 says that writer's style, not a typology), words are shrunk by WORD_RIDGE, the amount and the rules' outcome
 by OUTCOME_RIDGE. Only the rules' outcome is held monotone (a rule that fires, a floor, never lowers the score;
 a mitigation never raises it): a feature that comes out of the fit with the wrong sign is dropped and the fit
-redone. Its action head (RiskRules.review_model, review_weights) is the same fit of whether the label's action is
-review or block: the verdict's action follows it (review_model_at) instead of a threshold on the score, which an
+redone. Its action head (RiskRules.review_model, review_weights) is the same fit (less the ACTION_SKIPS features)
+of whether the label's action is review or block: the verdict's action follows it (review_model_at) instead of a threshold on the score, which an
 honest leave-one-writer-out comparison preferred (docs/BENCHMARKS.md). Its block head (block_model, block_weights)
-is the same fit of whether the label's action is block: at block_model_at it blocks where no rule's floor does. evals/risk_lowo.py refits all three without the held-out set
+is the same fit (less ACTION_SKIPS) of whether the label's action is block: at block_model_at it blocks where no rule's floor does. evals/risk_lowo.py refits all three without the held-out set
 (and reads every set with the pack less what was written for that set), so that no held-out figure saw its own
 labels.
 
@@ -34,6 +34,10 @@ from policies.risk_words import features, without_model
 MIN_SETS = 3
 WORD_RIDGE = 0.01
 OUTCOME_RIDGE = 0.0001
+# Feature marks the action and block heads do not read (policies/risk_words.py): the names' four-grams rank
+# events as well as the words do (the score head keeps them), but an action is a threshold on a head's score, and
+# grams shared by unrelated names moved a new writer's events across it (fewer actions right leave-one-writer-out).
+ACTION_SKIPS = ("g:",)
 _SIGNS = {"rule_score": 1, "strongest_rule": 1, "rules_fired": 1, "mitigations_held": -1, "review_floor": 1,
           "block_floor": 1}
 WORD_MODEL_BEGIN = "# --- word model: written by `python -m evals.risk_fit`; do not edit by hand ---"
@@ -72,10 +76,12 @@ def fit(rules: RiskRules, sets: Sets) -> RiskRules:
     x = np.array([[r.get(n, 0.0) for n in names] for r in rows])  # [N, F]
     wv = np.array(w) / sum(w)
     score_model, score_weights = _head(names, x, np.array([r["label_score"] / 100 for r in labels]), wv)
-    review_model, review_weights = _head(names, x, np.array([float(r["recommended_action"] != "approve")
-                                                              for r in labels]), wv)
-    block_model, block_weights = _head(names, x, np.array([float(r["recommended_action"] == "block")
-                                                            for r in labels]), wv)
+    cols = np.array([not n.startswith(ACTION_SKIPS) for n in names])  # the action heads' columns
+    acting = [n for n, r in zip(names, cols, strict=True) if r]
+    review_model, review_weights = _head(acting, x[:, cols], np.array([float(r["recommended_action"] != "approve")
+                                                                        for r in labels]), wv)
+    block_model, block_weights = _head(acting, x[:, cols], np.array([float(r["recommended_action"] == "block")
+                                                                      for r in labels]), wv)
     return dataclasses.replace(rules, word_model=score_model, word_weights=score_weights, review_model=review_model,
                                review_weights=review_weights, block_model=block_model, block_weights=block_weights)
 

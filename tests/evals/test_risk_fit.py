@@ -75,3 +75,24 @@ def test_the_shipped_word_model_is_what_the_fit_gives_now(rules: RiskRules) -> N
     tables = tomllib.loads(fresh.replace("classes.realtime_risk.risk_rules.", ""))
     assert tables["word_model"] == rules.word_model and tables["review_model"] == rules.review_model
     assert tables["block_model"] == rules.block_model
+
+
+def test_the_action_heads_read_no_four_grams(rules: RiskRules) -> None:
+    """The names' four-grams help the score rank but move a new writer's events across the action's threshold:
+    the action and block heads are fitted without them (evals/risk_fit.py ACTION_SKIPS)."""
+    plain = without_model(rules)
+
+    def flagged(name: str, label: int) -> dict[str, Any]:
+        row = labelled("parcel", label)
+        row["event"]["attributes"] = {name: True}
+        return row
+
+    sets = []
+    for _ in range(3):
+        rows = [flagged("courier_tumbler", 90), flagged("courier_tumblers_seen", 95), flagged("receipt_printed", 10),
+                flagged("receipt_stamped", 5)]
+        sets.append((rows, [evaluate(plain, r["event"]) for r in rows]))
+    fitted = fit(plain, sets)
+    assert any(k.startswith("g:") for k in fitted.word_weights)  # the score head reads them
+    assert fitted.review_weights and not any(k.startswith("g:") for k in fitted.review_weights)
+    assert fitted.block_weights and not any(k.startswith("g:") for k in fitted.block_weights)
