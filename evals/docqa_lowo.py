@@ -9,7 +9,10 @@ writer's style must not outvote the rest):
 2. refuse: a logistic score of REFUSAL features (the best's score over not found, its margin over the second, g),
    fitted on the training sets' own scores: 1 where the best candidate is right, 0 for an unanswerable question
    (an answerable one whose best is wrong costs the same answered or refused, so it is left out); a set's
-   answerables and its nulls weigh alike. The best is answered when the score clears ANSWER_ABOVE.
+   answerables and its nulls weigh alike; REFUSAL_ONLY question features weigh only here. The best is answered
+   when the score clears a threshold chosen by a rule fixed in advance (`threshold`): the one that answers most
+   questions rightly (right figures plus refused nulls, each question once) on the training sets' own
+   leave-one-writer-out scores, so a set's LOWO figure never reads its own curve.
 
 Per set it reports, on that set fitted on the other sets only (LOWO): `right` (answerables answered with the
 labelled figure), `nulls_refused` (unanswerables answered "not found"), against the plan's first lead on the
@@ -18,9 +21,10 @@ among them). Caveat for reading it: the plan's code was written with sets 1-16 i
 the plan lead with it) are in-sample on those sets; the newest writers are the honest test.
 
 Variants: `--without-plan` leaves out what the current plan decided (PLAN_FEATURES), to read what the generic
-features choose alone; `--margin` shifts ANSWER_ABOVE, trading answered questions for refused nulls.
+features choose alone; `--margin` shifts the threshold, trading answered questions for refused nulls; `--fixed`
+uses ANSWER_ABOVE for every set (20 fits, not the 190 pair fits of the inner rule).
 
-Run: `python -m evals.docqa_lowo [--json-file F] [--cache P] [--without-plan] [--margin M] [--write]`.
+Run: `python -m evals.docqa_lowo [--json-file F] [--cache P] [--without-plan] [--margin M] [--fixed] [--write]`.
 """
 from __future__ import annotations
 
@@ -38,11 +42,12 @@ import torch
 from evals.docqa_candidates import FEATURES, SETS, Question, set_questions
 from gateway.domain.answer_chooser import WEIGHTS
 from gateway.domain.answer_chooser import design as route_design
-from gateway.domain.chooser_model import QUESTION, REFUSAL, Model, question_vector
+from gateway.domain.chooser_model import QUESTION, REFUSAL, REFUSAL_ONLY, Model, question_vector
 
 RIDGE = 0.01  # on w, a and the refusal's weights
 RIDGE_CROSS = 0.03  # on U: the crossed weights, many more than w, need a firmer pull to 0
-ANSWER_ABOVE = -1.0  # the refusal score the best must clear; read off the LOWO curve (docs/BENCHMARKS.md)
+ANSWER_ABOVE = -1.0  # `--fixed`: the threshold read off the LOWO curve before `threshold` chose it
+THRESHOLDS = tuple(float(t) for t in np.arange(-3.0, 3.01, 0.25))  # the values `threshold` chooses among
 STEPS = 300
 PLAN_FEATURES = tuple(f for f in FEATURES if f.startswith("plan_"))  # what the current plan decided
 
@@ -104,7 +109,8 @@ def _rank(qs: list[Question], xs: list[np.ndarray], gs: np.ndarray, weight: list
     a = torch.zeros(gs.shape[1], dtype=torch.float64, requires_grad=True)
 
     def loss() -> torch.Tensor:
-        s = (tx @ w + torch.einsum("qnc,ck,qk->qn", tx, u, tg)).masked_fill(~tvalid, -1e9)  # [Q, N]
+        v = w + tg @ u.T  # [Q, C]: each question's weights, w + U . g
+        s = torch.einsum("qnc,qc->qn", tx, v).masked_fill(~tvalid, -1e9)  # [Q, N]
         nf = b + tg @ a  # [Q]
         logits = torch.cat([s, nf[:, None]], dim=1)  # [Q, N + 1]: the candidates, then "not found"
         target = torch.where(answerable, torch.logsumexp(s.masked_fill(~tright, -1e9), 1), nf)
@@ -132,17 +138,32 @@ def _refusal(rows: list[tuple[np.ndarray, float, bool]], ridge: float, steps: in
     return beta[:-1].detach().numpy(), float(beta[-1].item())
 
 
+Designs = dict[int, tuple[np.ndarray, np.ndarray]]  # id(question): its `design`, computed once for many fits
+
+
+def designs_of(sets: Sequence[Sequence[Question]], drop: Sequence[str] = ()) -> Designs:
+    return {id(q): design(q, drop) for s in sets for q in s}
+
+
 def fit(sets: Sequence[Sequence[Question]], ridge: float = RIDGE, ridge_cross: float = RIDGE_CROSS,
-        drop: Sequence[str] = (), steps: int = STEPS, answer_above: float = ANSWER_ABOVE) -> Model:
-    """The chooser fitted on `sets` (the module's note); deterministic (LBFGS from zeros)."""
+        drop: Sequence[str] = (), steps: int = STEPS, answer_above: float = ANSWER_ABOVE,
+        cached: Designs | None = None) -> Model:
+    """The chooser fitted on `sets` (the module's note); deterministic (LBFGS from zeros). `cached` holds the
+    questions' designs when many fits read them (else they are computed here)."""
     qs = [q for s in sets for q in s]
     weight = [1.0 / len(s) for s in sets for _ in s]
-    designs = [design(q, drop) for q in qs]
+    cached = cached if cached is not None else designs_of(sets, drop)
+    designs = [cached[id(q)] for q in qs]
     mean, scale = _standard(np.concatenate([x for x, _ in designs if len(x)]))
     q_mean, q_scale = _standard(np.array([g for _, g in designs]))
     xs = [(x - mean) / scale for x, _ in designs]
     gs = (np.array([g for _, g in designs]) - q_mean) / q_scale
-    w, u, b, a = _rank(qs, xs, gs, weight, ridge, ridge_cross, steps)
+    # REFUSAL_ONLY features weigh nothing in step 1 (read as 0 there: their weights stay 0)
+    x_off = [FEATURES.index(f) for f in REFUSAL_ONLY]
+    g_off = [QUESTION.index(f) for f in REFUSAL_ONLY]
+    ranked_xs = [np.where(np.isin(np.arange(x.shape[1]), x_off), 0.0, x) for x in xs]
+    ranked_gs = np.where(np.isin(np.arange(gs.shape[1]), g_off), 0.0, gs)
+    w, u, b, a = _rank(qs, ranked_xs, ranked_gs, weight, ridge, ridge_cross, steps)
     ranked = Model(tuple(mean), tuple(scale), tuple(q_mean), tuple(q_scale), tuple(w), tuple(map(tuple, u)), b,
                    tuple(a), (0.0,) * len(REFUSAL), (1.0,) * len(REFUSAL), (0.0,) * len(REFUSAL), 0.0, answer_above)
     answerables = {id(s): sum(q.answerable for q in s) for s in sets}
@@ -150,7 +171,7 @@ def fit(sets: Sequence[Sequence[Question]], ridge: float = RIDGE, ridge_cross: f
     rows: list[tuple[np.ndarray, float, bool]] = []
     for s in sets:
         for q in s:
-            x, g = design(q, drop)
+            x, g = cached[id(q)]
             if not len(x):
                 continue
             scores, nf = ranked.scores(x, g)
@@ -174,19 +195,65 @@ def rates(qs: Sequence[Question], chosen: Sequence[str | None]) -> dict[str, flo
             "nulls_refused": round(sum(c is None for _, c in nul) / len(nul), 3) if nul else 0.0}
 
 
+Scored = list[tuple[bool, bool, float]]  # per question: answerable, its best is right, the refusal score
+
+
+def _scored(model: Model, qs: Sequence[Question], cached: Designs) -> Scored:
+    rows = []
+    for q in qs:
+        x, g = cached[id(q)]
+        best, score = model.best(x, g) if len(x) else (0, -np.inf)
+        rows.append((q.answerable, bool(len(x)) and q.options[best].right, score))
+    return rows
+
+
+def _inner_scores(sets: dict[str, list[Question]], ridge: float, drop: Sequence[str],
+                  cached: Designs) -> dict[tuple[str, str], Scored]:
+    """(left out, scored): set `scored`'s questions under the chooser fitted on every set but `left out` and
+    `scored`; one fit serves both orders of a pair."""
+    out: dict[tuple[str, str], Scored] = {}
+    names = list(sets)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            model = fit([v for k, v in sets.items() if k not in {a, b}], ridge, RIDGE_CROSS, drop, cached=cached)
+            out[(a, b)], out[(b, a)] = _scored(model, sets[b], cached), _scored(model, sets[a], cached)
+    return out
+
+
+def threshold(scored: Sequence[Scored]) -> float:
+    """The rule for ANSWER_ABOVE, fixed before reading any test set: of THRESHOLDS, the one maximising, over the
+    given held-out sets' questions, the right answers plus the refused nulls, each question counting once; ties
+    go to the value nearest 0 (a calibrated even chance)."""
+    def gain(t: float) -> int:
+        return sum((a and right and z > t) or (not a and z <= t) for rows in scored for a, right, z in rows)
+    return max(THRESHOLDS, key=lambda t: (gain(t), -abs(t)))
+
+
+def answer_above(sets: dict[str, list[Question]], ridge: float = RIDGE, drop: Sequence[str] = (),
+                 cached: Designs | None = None) -> float:
+    """`threshold` for a chooser fitted on `sets`: read from their own leave-one-writer-out scores."""
+    cached = cached if cached is not None else designs_of(list(sets.values()), drop)
+    return threshold([_scored(fit([v for k, v in sets.items() if k != name], ridge, RIDGE_CROSS, drop,
+                                  cached=cached), qs, cached) for name, qs in sets.items()])
+
+
 def lowo(sets: dict[str, list[Question]], margin: float = 0.0, ridge: float = RIDGE,
-         drop: Sequence[str] = ()) -> dict[str, Any]:
-    """Per set: the chooser fitted on the other sets, against the plan's first lead."""
+         drop: Sequence[str] = (), inner: bool = True) -> dict[str, Any]:
+    """Per set: the chooser fitted on the other sets, its ANSWER_ABOVE chosen by `threshold` on those sets'
+    own leave-one-out scores (`inner`; else ANSWER_ABOVE), against the plan's first lead."""
+    cached = designs_of(list(sets.values()), drop)
+    pairs = _inner_scores(sets, ridge, drop, cached) if inner else {}
     out: dict[str, Any] = {}
     for name, qs in sets.items():
+        above = threshold([pairs[(name, k)] for k in sets if k != name]) if inner else ANSWER_ABOVE
         chooser = fit([v for k, v in sets.items() if k != name], ridge, RIDGE_CROSS, drop,
-                      answer_above=ANSWER_ABOVE + margin)
+                      answer_above=above + margin, cached=cached)
         mine = rates(qs, [choose(chooser, q, drop) for q in qs])
         ans = [q for q in qs if q.answerable]
         nul = [q for q in qs if not q.answerable]
         out[name] = {"plan_right": round(sum(q.plan_right for q in ans) / len(ans), 3),
                      "plan_nulls_refused": round(sum(not q.plan_found for q in nul) / len(nul), 3),
-                     **mine, "oracle": round(sum(any(o.right for o in q.options) for q in ans) / len(ans), 3)}
+                     **mine, "answer_above": round(above, 3), "oracle": round(sum(any(o.right for o in q.options) for q in ans) / len(ans), 3)}
     keys = ("plan_right", "plan_nulls_refused", "right", "nulls_refused", "oracle")
     out["mean"] = {k: round(float(np.mean([v[k] for v in out.values()])), 3) for k in keys}
     return out
@@ -198,7 +265,8 @@ def shipped_weights(sets: dict[str, list[Question]]) -> dict[str, Any]:
                      "evals.docqa_lowo --write on every labelled set alike; judged leave-one-writer-out in "
                      "results/documents_issue49_chooser_lowo.json",
             "fitted_on": sorted(sets), "ridge": RIDGE, "ridge_cross": RIDGE_CROSS, "features": list(FEATURES),
-            "question": list(QUESTION), "refusal_features": list(REFUSAL), **fit(list(sets.values())).to_json()}
+            "question": list(QUESTION), "refusal_features": list(REFUSAL),
+            **fit(list(sets.values()), answer_above=answer_above(sets)).to_json()}
 
 
 def main() -> None:
@@ -208,8 +276,11 @@ def main() -> None:
     parser.add_argument("--margin", type=float, default=0.0, help="added to ANSWER_ABOVE")
     parser.add_argument("--ridge", type=float, default=RIDGE)
     parser.add_argument("--without-plan", action="store_true", help="leave out what the plan decided (PLAN_FEATURES)")
+    parser.add_argument("--drop", nargs="*", default=[], help="features read as 0")
+    parser.add_argument("--fixed", action="store_true", help="ANSWER_ABOVE for every set, not the inner rule")
     parser.add_argument("--write", action="store_true", help=f"fit the chooser on every set and write {WEIGHTS}")
     args = parser.parse_args()
+    torch.set_num_threads(1)  # small tensors: a second thread only contends (4x slower on a shared 2-core machine)
     if args.cache and args.cache.exists():
         sets = pickle.loads(args.cache.read_bytes())
     else:
@@ -220,7 +291,8 @@ def main() -> None:
         WEIGHTS.write_text(json.dumps(shipped_weights(sets), indent=1) + "\n")
         print(f"wrote {WEIGHTS}")
         return
-    result = lowo(sets, args.margin, args.ridge, PLAN_FEATURES if args.without_plan else ())
+    drop = (*(PLAN_FEATURES if args.without_plan else ()), *args.drop)
+    result = lowo(sets, args.margin, args.ridge, drop, inner=not args.fixed)
     for name, row in result.items():
         print(f"{name:32} " + " ".join(f"{k}={v}" for k, v in row.items()))
     if args.json_file:

@@ -82,7 +82,13 @@ FEATURES = (
     "row_value",  # a value of its row or list (figure_choice.row_values), not a label or a reference in it
     "after_change",  # written as what something changes to ("replaced by", "reduced to")
     "change_from",  # written as what something changes from ("from X to")
+    "absent_unrelated",  # log(1 + words the plan found absent of which the document writes no relative either)
+    "rest_coverage",  # share of the weight of the question's words the document uses that the best sentence holds
+    "rare_held",  # share of the question's RARE rarest words the document uses that the best sentence holds
+    "rest_held",  # log(1 + the question's words the document uses that the best sentence holds)
 )
+RARE = 2  # the question's rarest words `rare_held` reads
+RELATIVE_PREFIX = 5  # letters a word shares with its relative ("delivery": "delivered", "deliverable")
 
 
 
@@ -144,6 +150,29 @@ def _bound(text: str) -> str:
     return "lower" if lower and not upper else "upper" if upper and not lower else ""
 
 
+@functools.lru_cache(maxsize=8)
+def _prefixes(text: str) -> frozenset[str]:
+    """The first RELATIVE_PREFIX letters of every word of `text`, lower-cased."""
+    return frozenset(w[:RELATIVE_PREFIX].casefold() for w in re.findall(r"[A-Za-z][A-Za-z-]+", text))
+
+
+def _absence(index: DocumentIndex, wanted: set[str], absent_reason: str, best: Candidate | None) -> list[float]:
+    """The question's absent_unrelated, rest_coverage, rare_held and rest_held (FEATURES): whether the question
+    asks about something the document lacks, or names in other words ("delivery", "deemed") something its best
+    sentence otherwise covers. A word the plan found absent ("the document never mentions X, Y") has a relative
+    when the document writes a word of the same first RELATIVE_PREFIX letters (a form the stemmer does not join);
+    the rest are read over the question's terms the document uses, the rarest (highest idf) first."""
+    gone = absent_reason.split("never mentions ", 1)[1].split(", ") if absent_reason else []
+    prefixes = _prefixes(index.text)
+    unrelated = [w for w in gone if len(w) < RELATIVE_PREFIX or w[:RELATIVE_PREFIX].casefold() not in prefixes]
+    used = {t for t in wanted if index.df[t] > 0}
+    have = set(best.context) | set(terms(best.sentence, index.concepts)) if best else set()
+    held = index.held(used, have, {})
+    rare = sorted(used, key=lambda t: (index.df[t], t))[:RARE]
+    return [math.log1p(len(unrelated)), index.idf(held) / (index.idf(used) or 1.0),
+            len(held & set(rare)) / len(rare) if rare else 0.0, math.log1p(len(held))]
+
+
 def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Option]:
     """The answers `plan` (made for `question`) could give: every figure of its own sentence and of the DEPTH
     best-ranked sentences, each with its FEATURES."""
@@ -168,6 +197,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
     q_figures = {f.text for f in find_figures(q, words=True)}
     first_lead = plan.leads[0] if plan.found and plan.leads else ""
     total = index.idf(wanted) or 1.0
+    question_level = _absence(index, wanted, reason if absent else "", ranked[0] if ranked else None)
     options: list[Option] = []
     seen: set[tuple[str, str]] = set()
     for rank, c in sentences:
@@ -227,6 +257,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
                 float(f in values_of),
                 float(f.text in to),
                 float(changes and bool(_FROM.search(c.sentence[:f.start]))),
+                *question_level,
             ]
             # rounded: a sum over a set of terms differs in its last bit with the hash seed; the fit must not
             options.append(Option(f.text, c, f, tuple(round(v, 9) for v in values)))

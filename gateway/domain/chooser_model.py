@@ -37,7 +37,14 @@ QUESTION = (
     "bound_asked",  # the question asks a bound and some figure is written with one
     "log_options",  # log(1 + options)
     "best_near_held",  # the most of the question's weight written beside any figure
+    "absent_unrelated",  # log(1 + words the plan found absent with no relative in the document either)
+    "rest_coverage",  # share of the weight of the question's words the document uses that the best sentence holds
+    "rare_held",  # ... of its rarest such words
+    "rest_held",  # log(1 + such words the best sentence holds)
 )
+# QUESTION features that only the refusal step reads (their rank weights are 0): whether the question asks about
+# something the document lacks or names it in other words says whether to answer, not which figure.
+REFUSAL_ONLY = ("absent_unrelated", "rest_coverage", "rare_held", "rest_held")
 REFUSAL = ("best_over_not_found", "best_margin", *QUESTION)
 MARGIN_CAP = 5.0  # a lone option's margin, and the most any margin reads as
 
@@ -60,6 +67,10 @@ def question_vector(raw: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
         max(col["bound_agree"].max(), col["bound_clash"].max()),
         np.log1p(len(raw)),
         col["near_held"].max(),
+        col["absent_unrelated"][0],
+        col["rest_coverage"][0],
+        col["rare_held"][0],
+        col["rest_held"][0],
     ])
 
 
@@ -94,13 +105,18 @@ class Model:
         margin = min(float(top[0] - top[1]), MARGIN_CAP) if len(top) > 1 else MARGIN_CAP
         return np.array([float(top[0]) - not_found, margin, *g])
 
+    def best(self, x: np.ndarray, g: np.ndarray) -> tuple[int, float]:
+        """The best option's row in `x` (non-empty) and its refusal score (answered when over `answer_above`)."""
+        s, nf = self.scores(x, g)
+        r = (self.refusal_features(s, nf, g) - np.array(self.r_mean)) / np.array(self.r_scale)
+        return int(s.argmax()), float(r @ np.array(self.refusal) + self.refusal_bias)
+
     def pick(self, x: np.ndarray, g: np.ndarray) -> int | None:
         """The answered option's row in `x`, or None for "not found"."""
         if not len(x):
             return None
-        s, nf = self.scores(x, g)
-        r = (self.refusal_features(s, nf, g) - np.array(self.r_mean)) / np.array(self.r_scale)
-        return int(s.argmax()) if r @ np.array(self.refusal) + self.refusal_bias > self.answer_above else None
+        i, score = self.best(x, g)
+        return i if score > self.answer_above else None
 
     def to_json(self) -> dict[str, Any]:
         return {k: _rounded(v) for k, v in asdict(self).items()}

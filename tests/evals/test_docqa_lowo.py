@@ -44,17 +44,22 @@ def test_the_chooser_picks_the_candidate_that_stands_out_and_refuses_when_none_d
 def test_each_set_is_judged_by_a_fit_on_the_others(sets: dict[str, list[Question]],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[set[int]] = []
+    inner: list[set[int]] = []
     real_fit = lowo_module.fit
 
     def spy(train: list[list[Question]], *args: object, **kwargs: object) -> Model:
-        seen.append({id(q) for s in train for q in s})
+        if "answer_above" in kwargs:  # the set's own fit; the inner fits choosing its threshold leave it out too
+            seen.append({id(q) for s in train for q in s})
+        else:
+            inner.append({id(q) for s in train for q in s})
         return real_fit(train, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(lowo_module, "fit", spy)
     result = lowo(sets)
     for (name, qs), train in zip(sets.items(), seen, strict=True):
         assert not {id(q) for q in qs} & train
-        assert result[name]["right"] == 1.0 and result[name]["nulls_refused"] == 1.0
+        assert sum(not {id(q) for q in qs} & t for t in inner) == len(sets) - 1  # one per other set
+        assert result[name]["right"] >= 0.9 and result[name]["nulls_refused"] >= 0.9  # a threshold from 2 sets
     assert set(result["mean"]) == {"plan_right", "plan_nulls_refused", "right", "nulls_refused", "oracle"}
 
 
@@ -85,3 +90,23 @@ def test_the_shipped_chooser_is_a_fresh_fit_on_every_labelled_set() -> None:
     questions = [q for qs in sets.values() for q in qs]
     same = sum(choose(old, q) == choose(new, q) for q in questions)
     assert same >= 0.995 * len(questions), (same, len(questions))
+
+
+def test_refusal_only_features_weigh_nothing_in_the_ranking(sets: dict[str, list[Question]]) -> None:
+    from gateway.domain.chooser_model import QUESTION, REFUSAL, REFUSAL_ONLY
+
+    chooser = fit(list(sets.values()))
+    for f in REFUSAL_ONLY:
+        assert abs(chooser.weights[FEATURES.index(f)]) < 1e-12
+        assert all(abs(row[QUESTION.index(f)]) < 1e-12 for row in chooser.cross)
+        assert abs(chooser.not_found_question[QUESTION.index(f)]) < 1e-12
+        assert f in REFUSAL
+
+
+def test_the_threshold_answers_most_questions_rightly_on_held_out_scores() -> None:
+    from evals.docqa_lowo import threshold
+
+    # (answerable, its best is right, refusal score): answering above 0.4 gets 2 right and refuses both nulls
+    scored = [[(True, True, 1.0), (True, True, 0.6), (False, False, 0.3), (False, False, -2.0), (True, False, 2.0)]]
+    assert threshold(scored) == 0.5
+    assert threshold([[(True, True, 5.0)]]) == 0.0  # every threshold up to 4.75 ties: the one nearest 0

@@ -101,3 +101,20 @@ def test_the_policy_ships_a_chooser_for_these_features() -> None:
     w = shipped()
     assert w is not None and len(w.weights) == COLUMNS == len(w.mean) == len(w.scale) == len(w.cross)
     assert len(w.refusal) == len(REFUSAL) and len(w.not_found_question) == len(QUESTION)
+
+
+def test_the_refusal_reads_how_much_of_the_rest_the_best_sentence_holds() -> None:
+    """A question naming a word the document never writes ("onboarding") is read by the share of its other words
+    the best sentence holds: all of them when the rest is one sentence of the document, fewer when it mixes two."""
+    doc = ("Fees.\nThe annual custody fee for pension accounts is 0.30% of assets.\n"
+           "The transfer charge for closed accounts is EUR 25.")
+    index = document_index(doc)
+    at = {f: FEATURES.index(f) for f in ("rest_coverage", "rare_held", "absent_unrelated")}
+    read = {}
+    for question in ("What onboarding custody fee applies to pension accounts?",
+                     "What onboarding fee applies to closed pension accounts?"):
+        opts = options(index, question, plan_answer(index, question))
+        read[question] = {f: opts[0].features[i] for f, i in at.items()}
+    held, partial = read.values()
+    assert held["absent_unrelated"] > 0 and partial["absent_unrelated"] > 0
+    assert held["rest_coverage"] > partial["rest_coverage"]
