@@ -40,9 +40,8 @@ import numpy as np
 import torch
 
 from evals.docqa_candidates import FEATURES, SETS, Question, set_questions
-from gateway.domain.answer_chooser import WEIGHTS
-from gateway.domain.answer_chooser import design as route_design
-from gateway.domain.chooser_model import QUESTION, REFUSAL, REFUSAL_ONLY, Model, question_vector
+from gateway.domain.answer_chooser import WEIGHTS, inputs
+from gateway.domain.chooser_model import QUESTION, REFUSAL, REFUSAL_ONLY, Model
 
 RIDGE = 0.01  # on w, a and the refusal's weights
 RIDGE_CROSS = 0.03  # on U: the crossed weights, many more than w, need a firmer pull to 0
@@ -53,12 +52,10 @@ PLAN_FEATURES = tuple(f for f in FEATURES if f.startswith("plan_"))  # what the 
 
 
 def design(q: Question, drop: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    """[n, C] a question's candidates' design rows (gateway/domain/answer_chooser.py `design`, which the route scores
-    with) and [K] its QUESTION features; features in `drop` read as 0."""
+    """[n, C] a question's candidates' design rows and [K] its QUESTION features, as the route reads them
+    (gateway/domain/answer_chooser.py `inputs`); features in `drop` read as 0."""
     gone = {FEATURES.index(f) for f in drop}
-    rows = [tuple(0.0 if i in gone else v for i, v in enumerate(o.features)) for o in q.options]
-    raw = np.array(rows, dtype=float).reshape(-1, len(FEATURES))
-    return route_design(rows), question_vector(raw, FEATURES)
+    return inputs([tuple(0.0 if i in gone else v for i, v in enumerate(o.features)) for o in q.options])
 
 
 def choose(model: Model, q: Question, drop: Sequence[str] = ()) -> str | None:
@@ -280,7 +277,7 @@ def main() -> None:
     parser.add_argument("--fixed", action="store_true", help="ANSWER_ABOVE for every set, not the inner rule")
     parser.add_argument("--write", action="store_true", help=f"fit the chooser on every set and write {WEIGHTS}")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # small tensors: a second thread only contends (4x slower on a shared 2-core machine)
+    torch.set_num_threads(1)  # small tensors: a second thread only contends for the cores
     if args.cache and args.cache.exists():
         sets = pickle.loads(args.cache.read_bytes())
     else:

@@ -51,8 +51,7 @@ _FALSE = frozenset("false no n f 0 off none null nil not negative clear cleared 
 # Albanian "po", Finnish "kyllä", Estonian "jah", Lithuanian "taip"; Dutch and Afrikaans "nee", Norwegian and
 # Icelandic "nei", Romanian "nu", Albanian "jo", Finnish and Estonian "ei". Without them a check named for its
 # success ("callback_done": "nee") read a no as unclear, and another reader took it for a pass.
-_TRUE_MORE = frozenset("da po kylla jah taip".split())
-_FALSE_MORE = frozenset("nee nei nu jo ei".split())
+_MORE_SAYS = dict.fromkeys("da po kylla jah taip".split(), True) | dict.fromkeys("nee nei nu jo ei".split(), False)
 _SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₽": "RUB", "₩": "KRW", "₺": "TRY"}
 _HEDGE = re.compile(r"^(?:within|about|approx\.?|approximately|around|circa|ca\.|roughly|nearly|almost|some|~|±|\+/-)\s*",
                    re.IGNORECASE)  # "within 4%", "about 12", "~5": the number is what counts
@@ -236,8 +235,8 @@ def flag(value: object) -> bool | None:
             return True
         if phrase in _FALSE or not phrase:
             return False
-        if on("more_yes_no_words") and phrase in _TRUE_MORE | _FALSE_MORE:
-            return phrase in _TRUE_MORE
+        if phrase in _MORE_SAYS and on("more_yes_no_words"):
+            return _MORE_SAYS[phrase]
     return None
 
 

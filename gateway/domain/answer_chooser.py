@@ -120,10 +120,16 @@ def shipped() -> Model | None:
     return load(WEIGHTS, FEATURES)
 
 
+def inputs(features: list[tuple[float, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """What the model reads of one question's options (their FEATURES rows): [n, C] `design` rows and [K] the
+    question's QUESTION features."""
+    raw = np.array(features, dtype=float).reshape(-1, len(FEATURES))
+    return design(features), question_vector(raw, FEATURES)
+
+
 def pick(model: Model, opts: list[Option]) -> Option | None:
     """The option `model` answers among `opts` (one question's), or None for "not found"."""
-    raw = np.array([o.features for o in opts], dtype=float).reshape(-1, len(FEATURES))
-    i = model.pick(design([o.features for o in opts]), question_vector(raw, FEATURES))
+    i = model.pick(*inputs([o.features for o in opts]))
     return None if i is None else opts[i]
 
 
@@ -156,13 +162,12 @@ def _prefixes(text: str) -> frozenset[str]:
     return frozenset(w[:RELATIVE_PREFIX].casefold() for w in re.findall(r"[A-Za-z][A-Za-z-]+", text))
 
 
-def _absence(index: DocumentIndex, wanted: set[str], absent_reason: str, best: Candidate | None) -> list[float]:
+def _absence(index: DocumentIndex, wanted: set[str], gone: tuple[str, ...], best: Candidate | None) -> list[float]:
     """The question's absent_unrelated, rest_coverage, rare_held and rest_held (FEATURES): whether the question
     asks about something the document lacks, or names in other words ("delivery", "deemed") something its best
-    sentence otherwise covers. A word the plan found absent ("the document never mentions X, Y") has a relative
+    sentence otherwise covers. A word the plan found absent (`gone`, AnswerPlan.absent) has a relative
     when the document writes a word of the same first RELATIVE_PREFIX letters (a form the stemmer does not join);
     the rest are read over the question's terms the document uses, the rarest (highest idf) first."""
-    gone = absent_reason.split("never mentions ", 1)[1].split(", ") if absent_reason else []
     prefixes = _prefixes(index.text)
     unrelated = [w for w in gone if len(w) < RELATIVE_PREFIX or w[:RELATIVE_PREFIX].casefold() not in prefixes]
     used = {t for t in wanted if index.df[t] > 0}
@@ -192,12 +197,12 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
     reason = plan.reason
     plan_kind = [float(plan.found and (reason.startswith(k) or reason.endswith(f"({k})") or reason == k))
                  for k in _PLAN_KINDS]
-    absent = not plan.found and ("never mentions" in reason)
-    unused = reason.count(",") + 1 if absent else 0
+    gone = () if plan.found else plan.absent  # the words whose absence refused the plan
+    absent, unused = bool(gone), len(gone)
     q_figures = {f.text for f in find_figures(q, words=True)}
     first_lead = plan.leads[0] if plan.found and plan.leads else ""
     total = index.idf(wanted) or 1.0
-    question_level = _absence(index, wanted, reason if absent else "", ranked[0] if ranked else None)
+    question_level = _absence(index, wanted, gone, ranked[0] if ranked else None)
     options: list[Option] = []
     seen: set[tuple[str, str]] = set()
     for rank, c in sentences:
@@ -259,7 +264,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
                 float(changes and bool(_FROM.search(c.sentence[:f.start]))),
                 *question_level,
             ]
-            # rounded: a sum over a set of terms differs in its last bit with the hash seed; the fit must not
+            # rounded: nine digits are all the fit reads, so a last-bit difference in a ratio changes nothing
             options.append(Option(f.text, c, f, tuple(round(v, 9) for v in values)))
     return options
 

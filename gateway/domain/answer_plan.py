@@ -61,6 +61,7 @@ class AnswerPlan:
     found: bool  # False: the answer is NOT_FOUND
     reason: str  # how it was decided, for the log and the eval
     question: str = ""  # the question as planned (an abbreviation the document spells out, spelled out)
+    absent: tuple[str, ...] = ()  # the question's words the document never mentions, when that refused it
 
 
 def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str], bool] = lambda _: True,
@@ -104,7 +105,8 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
             return _case_plan(asked, case, question)
     absent += unused
     if absent:
-        return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}")
+        return AnswerPlan(asked, (), (), (), False, f"the document never mentions {', '.join(absent)}",
+                          absent=tuple(absent))
     ranked = list(itertools.islice(itertools.takewhile(lambda c: c.score > 0, index.rank(ranking, asked, quotable)),
                                    max(DEPTH, k + 1)))
     if not ranked:

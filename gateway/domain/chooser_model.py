@@ -96,7 +96,7 @@ class Model:
         """[n] the options' scores and the not-found score, for design rows `x` [n, C] and QUESTION `g` [K]."""
         xs = (x - np.array(self.mean)) / np.array(self.scale)  # [n, C]
         gs = (g - np.array(self.q_mean)) / np.array(self.q_scale)  # [K]
-        s = xs @ np.array(self.weights) + xs @ (np.array(self.cross).reshape(len(self.mean), -1) @ gs)
+        s = xs @ np.array(self.weights) + xs @ (np.array(self.cross) @ gs)
         return np.asarray(s), float(self.not_found + gs @ np.array(self.not_found_question))
 
     def refusal_features(self, s: np.ndarray, not_found: float, g: np.ndarray) -> np.ndarray:
@@ -127,7 +127,7 @@ class Model:
 
 
 def _rounded(v: Any) -> Any:
-    """Nine digits: a sum over a set differs in its last bit with the hash seed; the policy file must not."""
+    """Nine digits: a refit whose arithmetic differs in the last bit writes the same policy file."""
     return [_rounded(x) for x in v] if isinstance(v, (tuple, list)) else round(float(v), 9)
 
 
