@@ -10,9 +10,10 @@ up to the end of the span's first occurrence. Only the last `WINDOW` characters 
 the check costs the same on every token however long the answer grows.
 
 A loop can also vary its figures: a free answer working "520 billion / 2 = 260 billion" line after line,
-each line new. When a line ends, the last TEMPLATE_COPIES lines that are the same but for their figures (digit
-runs read as one placeholder) and at least TEMPLATE_MIN characters long count too; the text is kept up to the
-end of the first of them.
+each line new, or counting on ("The next year will be 2028." then 2029, 2030 ...). When a line ends, the last
+TEMPLATE_COPIES lines that are the same but for their figures (digit runs, with their inner separators, read as one
+placeholder; a full stop after a figure stays) and at least TEMPLATE_MIN characters long count too; the text is kept
+up to the end of the first of them.
 
 And a loop can restate itself with a word changed ("The USCCA has set a maximum margin of 1.5% ..." then "The USCCA
 also sets a maximum margin of 1.5% ..."), which no exact span repeats: REHASH_COPIES complete sentences of at least
@@ -32,7 +33,7 @@ WINDOW = 2 * MAX_PERIOD + MIN_SPAN
 TEMPLATE_COPIES = 4  # lines the same but for their figures that count as a loop ...
 TEMPLATE_MIN = 24  # ... each at least this long (a short list row, "Tier 1: 6%", is not one)
 TEMPLATE_WINDOW = 8 * MAX_PERIOD  # characters searched for those lines
-_FIGURE = re.compile(r"\d[\d.,]*")
+_FIGURE = re.compile(r"\d+(?:[.,]\d+)*")  # a figure, not the sentence's full stop after it
 REHASH_WORDS = 8  # a restated sentence this long at least ...
 REHASH_SHARE = 0.7  # ... with this share of its word trigrams written before it ...
 REHASH_COPIES = 2  # ... this many times

@@ -47,6 +47,15 @@ def test_lines_that_differ_only_in_their_figures_are_a_loop_cut_after_the_first(
         assert repeated_tail(ordinary) is None, ordinary
 
 
+def test_a_line_counting_on_in_its_figures_is_a_loop_even_when_short() -> None:
+    """A figure's trailing full stop is the sentence's, not the figure's: "The fee is due in May 2031." read as
+    "The fee is due in May #" fell under TEMPLATE_MIN and the count ran to max_tokens (a blind set's answer)."""
+    counting = "".join(f"The fee is due in May {year}.\n\n" for year in range(2028, 2034))
+    text = "The yearly fee is EUR 120.\n\n" + counting
+    assert cut(text) == "The yearly fee is EUR 120.\n\nThe fee is due in May 2028."
+    assert repeated_tail("Fees: 2.5%.\nFees: 3.5%.\nFees: 4.5%.\nFees: 5.5%.\n") is None  # short rows stay a list
+
+
 # Two free answers of the seventh document set, as the model wrote them to the token limit (issue 49)
 MARGIN = ("The confirmation margin applies to a 150-day USance LC issued by a CRG 4 bank. The confirmation margin is "
           "set by the USCCA, which is a USC-based regulatory body that sets the maximum allowable confirmation margin "
