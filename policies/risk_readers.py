@@ -24,6 +24,7 @@ READERS = frozenset({
     "text_said_as_flag",  # policies/risk_words.py: pep_match: "Y" marks its name as a true flag's
     "records_agree",  # policies/risk_corroboration.py: invoice_matches_bl: true states the records agree
     "list_attribute_items",  # policies/risk_facts.py: [9500, 9900] reads as its numbers, ["Genoa", "Bari"] as a text
+    "final_vowel_inflection",  # policies/risk_vocabulary.py: "odbiorcy", "klienta" read as "odbiorca", "klient"
     "more_yes_no_words",  # policies/risk_text.py: "nee", "nei", "DA", "PO"/"JO" are a flag's no and yes
 })
 _OFF: ContextVar[frozenset[str]] = ContextVar("risk_readers_off", default=frozenset())

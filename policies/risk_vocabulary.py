@@ -4,21 +4,27 @@ Attribute names are matched as bags of words (policies/risk_text.py `key_name`),
 (`name_synonyms`: txn, acct, bene) applied to the vocabulary's names and the event's alike. Words of other
 languages (`translations`: einzahlung -> deposit, kassenbuch -> cash book, rueckruf -> call back) are read as
 the English the vocabulary is written in, in an event's attribute names and free text, before either is
-matched; a word not in the table is tried again without a common inflection ("einzahlungen" -> einzahlung).
+matched; a word not in the table is tried again without a common inflection ("einzahlungen" -> einzahlung), or
+with its final vowel changed or one added (reader `final_vowel_inflection`: Polish, Czech, Italian, Spanish,
+Portuguese and Romanian inflect a noun by its last vowel, so "odbiorcy" is the table's "odbiorca" and "klienta"
+its "klient"; a stem two table words share is left alone, and an English "limited" or "summer" ends in no vowel).
 """
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from policies.countries import words
 from policies.risk_model import FactKind, RiskRules
+from policies.risk_readers import on
 from policies.risk_text import KeyName, key_name, singular, text_words, unit_key
 
 MAX_DROPPED = 3  # qualifier or scope words dropped at most to match a name
 _INFLECTIONS = ("en", "er", "es", "e", "n", "s")  # tried off a word the translations do not hold
 _MIN_STEM = 4
+_VOWELS = frozenset("aeiouy")  # final vowels a noun of a Slavic or Romance language inflects by
+_MIN_VOWEL_STEM = 5  # letters before the final vowel: shorter stems collide across words
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,8 @@ class Vocabulary:
     deviations: tuple[str, ...]  # the deviation facts (price_deviation)
     designation: frozenset[str] = frozenset()  # RiskRules.designation_words (policies/risk_designation.py)
     parties: frozenset[str] = frozenset()  # RiskRules.designation_parties
-    _names: dict[str, KeyName] = field(default_factory=dict, compare=False, repr=False)  # raw name -> English
+    vowel_stems: Mapping[str, str] = field(default_factory=dict)  # a translation's stem -> the translation's key
+    _names: dict[tuple[str, bool], KeyName] = field(default_factory=dict, compare=False, repr=False)  # raw name -> English
 
     def words_of(self, name: KeyName) -> frozenset[str]:
         """A name's words with the policy's synonyms applied (txn -> transaction)."""
@@ -72,17 +79,21 @@ class Vocabulary:
         if hit is None and len(token) > _MIN_STEM:
             hit = next((found for end in _INFLECTIONS if token.endswith(end) and len(token) - len(end) >= _MIN_STEM
                         and (found := self.translations.get(token[:-len(end)])) is not None), None)
+        if hit is None and token[-1:] in _VOWELS and on("final_vowel_inflection"):
+            key = self.vowel_stems.get(token[:-1]) or (token[:-1] if len(token) > _MIN_VOWEL_STEM + 1 else None)
+            hit = self.translations.get(key) if key else None
         return hit
 
     def name_of(self, raw: str) -> KeyName:
         """The parsed attribute name, its words of other languages read as English ("Einzahlungen_30d")."""
-        hit = self._names.get(raw)
+        cached = (raw, on("final_vowel_inflection"))
+        hit = self._names.get(cached)
         if hit is None:
             tokens = text_words(raw)
             english = self.english(tokens)
             hit = key_name("_".join(english)) if english != tokens else key_name(raw)
             if len(self._names) < 8192:
-                self._names[raw] = hit
+                self._names[cached] = hit
         return hit
 
     def tokens_of(self, raw: str) -> tuple[str, ...]:
@@ -136,6 +147,16 @@ def _folded(names: tuple[str, ...], synonyms: Mapping[str, str]) -> frozenset[st
     return frozenset(synonyms.get(w, w) for w in (singular(n.casefold()) for n in names))
 
 
+def vowel_stems(keys: Iterable[str]) -> dict[str, str]:
+    """Each translation key ending in a vowel by its stem, where no other key shares the stem ("odbiorc" ->
+    "odbiorca"): a word of the stem and another final vowel is the same noun inflected."""
+    found: dict[str, list[str]] = {}
+    for k in keys:
+        if k[-1:] in _VOWELS and len(k) > _MIN_VOWEL_STEM:
+            found.setdefault(k[:-1], []).append(k)
+    return {stem: ks[0] for stem, ks in found.items() if len(ks) == 1}
+
+
 def vocabulary(rules: RiskRules) -> Vocabulary:
     """The compiled vocabulary of `rules` (built once per policy object)."""
     hit = _VOCABULARIES.get(id(rules))
@@ -151,8 +172,8 @@ def vocabulary(rules: RiskRules) -> Vocabulary:
             index.setdefault(words_, []).append(Alias(fact, spec.kind, unit, inverted))
         for phrase in spec.words:
             phrases.setdefault(text_words(phrase), set()).add(fact)
-    built = Vocabulary({k: tuple(v) for k, v in index.items()}, synonyms,
-                       {folded_word(k): text_words(v) for k, v in rules.translations.items()},
+    translations = {folded_word(k): text_words(v) for k, v in rules.translations.items()}
+    built = Vocabulary({k: tuple(v) for k, v in index.items()}, synonyms, translations,
                        {k: frozenset(v) for k, v in phrases.items()},
                        frozenset(f for f, spec in rules.facts.items() if spec.from_counts),
                        frozenset(singular(w) for w in rules.country_words),
@@ -164,7 +185,7 @@ def vocabulary(rules: RiskRules) -> Vocabulary:
                        tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.FLAG),
                        tuple(f for f, spec in rules.facts.items() if spec.kind is FactKind.DEVIATION),
                        _folded(tuple(rules.designation_words), synonyms),
-                       _folded(rules.designation_parties, synonyms))
+                       _folded(rules.designation_parties, synonyms), vowel_stems(translations))
     if len(_VOCABULARIES) > 32:
         _VOCABULARIES.clear()
     _VOCABULARIES[id(rules)] = (rules, built)

@@ -75,3 +75,15 @@ def test_a_payroll_batch_loading_many_cards_is_no_card_attack() -> None:
     assert "card_many_cards" not in fired
     _, fired = judged({"CARD_CNT": 12}, "CARD_AUTH", amount=40, currency="AED")
     assert "card_many_cards" in fired
+
+
+def test_a_word_inflected_by_its_final_vowel_reads_as_the_tables_word() -> None:
+    from policies.risk_facts import vocabulary
+    from policies.risk_readers import off
+
+    voc = vocabulary(RULES)
+    assert voc.tokens_of("konto odbiorcy") == ("account", "recipient")  # Polish genitive of the table's "odbiorca"
+    assert facts({"wiek_klienta": 81})["customer_age"] == 81.0  # "klienta": the customer's, "klient" + a
+    assert voc.tokens_of("summer fillet rented limited") == ("summer", "fillet", "rented", "limited")  # no vowel
+    with off(["final_vowel_inflection"]):
+        assert "customer_age" not in facts({"wiek_klienta": 81})
