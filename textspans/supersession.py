@@ -51,6 +51,10 @@ _SPANS = [
     re.compile(r"(?P<old>[^;]{0,160}?)\b(?:is|are|shall be|will be|has been|have been|be|was|were)\s+"
                r"(?:(?:deleted|omitted|struck out|removed)\s+and\s+)?(?:replaced|substituted|superseded)\s+"
                r"(?:by|with)\b(?P<new>[^;]{0,160})", re.IGNORECASE),
+    # 'amended by deleting "30 days" and replacing it with "45 days"', "omitting 30 days and inserting 45 days"
+    re.compile(r"\b(?:delet|omit|strik)\w*(?:\s+out)?\b(?P<old>[^;]{0,160}?)\band\s+(?:replac|substitut|insert)\w*"
+               r"(?:\s+(?:it|them|therefor|in (?:its|their) place))?(?:\s+(?:with|by))?\b(?P<new>[^;]{0,160})",
+               re.IGNORECASE),
     # "increased from 30 days to 45 days", "the fee goes from GBP 5 to GBP 7"
     re.compile(r"\b(?:increas|decreas|reduc|rais|lower|cut|extend|shorten|chang|mov|lengthen|amend|revis|rise|ris|"
                r"rose|fall|fell|go|went|halv|doubl|tighten|relax|brought|bring|adjust|updat|reset|shift|push|"
