@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.web.text import EdgeModel
 from gateway.schemas.common import MaxTokens, Temperature, Timings, Usage
@@ -12,6 +12,30 @@ from policies.risk_model import CURRENCY_PATTERN
 
 Scalar = str | int | float | bool | None
 MAX_LIST_ITEMS = 64  # items of one list attribute: a feed's recent amounts or references, not a history dump
+MAX_ATTRIBUTE_DEPTH = 4  # levels of nested objects flattened into dotted names ("kyc": {"risk": {...}}: 2)
+
+
+def flattened(attributes: Any, prefix: str = "", depth: int = 0) -> Any:
+    """A feed's nested objects as dotted names ({"kyc": {"risk_rating": "high"}} -> {"kyc.risk_rating": "high"}),
+    as the readers take them (policies/risk_text.py reads a dotted path's words); anything else as it came. A
+    name written both ways, or objects nested deeper than MAX_ATTRIBUTE_DEPTH, is refused: never one silently
+    dropped."""
+    if not isinstance(attributes, dict):
+        return attributes
+    out: dict[Any, Any] = {}
+    for key, value in attributes.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict) and isinstance(key, str):
+            if depth + 1 > MAX_ATTRIBUTE_DEPTH:
+                raise ValueError(f"attribute {name!r}: objects nested more than {MAX_ATTRIBUTE_DEPTH} levels deep")
+            inner = flattened(value, name, depth + 1)
+        else:
+            inner = {name: value}
+        for k, v in inner.items():
+            if k in out:
+                raise ValueError(f"attribute {k!r} is given twice (as a dotted name and nested)")
+            out[k] = v
+    return out
 DEFAULT_QUESTION = "How risky is this event? Answer with a risk level (low, medium or high) and one short reason."
 
 
@@ -28,8 +52,14 @@ class RiskEvent(EdgeModel):
     attributes: dict[str, Scalar | Annotated[list[Scalar], Field(max_length=MAX_LIST_ITEMS)]] = Field(
         default_factory=dict, max_length=64,
         description="Further facts about the event: each a value or a list of values (recent amounts, ports of call, "
-                    f"payment references; at most {MAX_LIST_ITEMS} items). A nested object is refused (400): "
-                    "flatten it into dotted names (\"kyc.risk_rating\").")
+                    f"payment references; at most {MAX_LIST_ITEMS} items). A nested object is read as dotted names "
+                    f"({{\"kyc\": {{\"risk_rating\": \"high\"}}}} as \"kyc.risk_rating\"), at most "
+                    f"{MAX_ATTRIBUTE_DEPTH} levels deep; a name given both ways is refused (400).")
+
+    @field_validator("attributes", mode="before")
+    @classmethod
+    def _flatten(cls, value: Any) -> Any:
+        return flattened(value)
 
 
 class RiskAssessRequest(EdgeModel):

@@ -153,13 +153,24 @@ async def test_streamed_rule_verdict_arrives_in_the_done_event(client: httpx.Asy
     assert done["verdict"]["recommended_action"] != "approve" and done["scoring"]["rules"]
 
 
-async def test_list_attributes_are_read_and_nested_objects_refused(client: httpx.AsyncClient, keys: Keys) -> None:
+async def test_list_attributes_and_nested_objects_are_read_as_flat_ones(client: httpx.AsyncClient, keys: Keys) -> None:
     # a feed that sends its recent deposits and references as lists gets the verdict of the same facts flat
     listed = {"event_type": "cash_deposit", "amount": 9_800, "currency": "USD",
               "attributes": {"recent_deposits": [9_500, 9_700], "references": ["rent", "utilities"]}}
     flat = {**listed, "attributes": {"recent_deposits": 9_700, "references": "rent, utilities"}}
     assert (await _verdict(client, keys, listed))["verdict"] == (await _verdict(client, keys, flat))["verdict"]
-    for attributes in ({"kyc": {"risk_rating": "high"}}, {"amounts": list(range(65))}, {"amounts": [[1, 2]]}):
+    # a vendor's nested objects are its dotted names: the same verdict and the same reasons
+    dotted = {"event_type": "wire", "amount": 250_000, "currency": "USD",
+              "attributes": {"screening.sanctions.hit": True, "kyc.risk_rating": "high", "kyc.customer_since": 2025}}
+    nested = {**dotted, "attributes": {"screening": {"sanctions": {"hit": True}},
+                                       "kyc": {"risk_rating": "high", "customer_since": 2025}}}
+    got, want = await _verdict(client, keys, nested), await _verdict(client, keys, dotted)
+    assert got["verdict"] == want["verdict"] and got["scoring"]["rules"] == want["scoring"]["rules"]
+    deep: dict[str, object] = {"x": 1}
+    for level in range(5):
+        deep = {f"l{level}": deep}
+    for attributes in ({"kyc": {"risk_rating": "high"}, "kyc.risk_rating": "low"},  # one name given both ways
+                       deep, {"amounts": list(range(65))}, {"amounts": [[1, 2]]}, {"amounts": [{"a": 1}]}):
         r = await client.post("/v1/risk/assess", headers=auth(keys.acme),
                               json={"event": {"event_type": "wire", "attributes": attributes}})
         assert r.status_code == 400 and "event.attributes" in r.json()["error"]["message"], r.text
