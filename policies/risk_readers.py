@@ -26,6 +26,7 @@ READERS = frozenset({
     "list_attribute_items",  # policies/risk_facts.py: [9500, 9900] reads as its numbers, ["Genoa", "Bari"] as a text
     "final_vowel_inflection",  # policies/risk_vocabulary.py: "odbiorcy", "klienta" read as "odbiorca", "klient"
     "more_yes_no_words",  # policies/risk_text.py: "nee", "nei", "DA", "PO"/"JO" are a flag's no and yes
+    "translation_lexicon",  # policies/risk_vocabulary.py: the blind-written lexicon (policies/risk_lexicon.json)
 })
 _OFF: ContextVar[frozenset[str]] = ContextVar("risk_readers_off", default=frozenset())
 

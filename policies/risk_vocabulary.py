@@ -11,15 +11,19 @@ its "klient"; a stem two table words share is left alone, and an English "limite
 """
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from policies.countries import words
 from policies.risk_model import FactKind, RiskRules
 from policies.risk_readers import on
 from policies.risk_text import KeyName, key_name, singular, text_words, unit_key
 
+LEXICON = Path(__file__).resolve().parent / "risk_lexicon.json"
 MAX_DROPPED = 3  # qualifier or scope words dropped at most to match a name
 _INFLECTIONS = ("en", "er", "es", "e", "n", "s")  # tried off a word the translations do not hold
 _MIN_STEM = 4
@@ -140,7 +144,7 @@ def folded_word(text: str) -> str:
     return singular("".join(words(text)))
 
 
-_VOCABULARIES: dict[int, tuple[RiskRules, Vocabulary]] = {}
+_VOCABULARIES: dict[tuple[int, bool], tuple[RiskRules, Vocabulary]] = {}
 
 
 def _folded(names: tuple[str, ...], synonyms: Mapping[str, str]) -> frozenset[str]:
@@ -157,9 +161,17 @@ def vowel_stems(keys: Iterable[str]) -> dict[str, str]:
     return {stem: ks[0] for stem, ks in found.items() if len(ks) == 1}
 
 
+@functools.cache
+def lexicon() -> Mapping[str, tuple[str, ...]]:
+    """LEXICON's entries: a folded word of another language -> its English words (the file ships with the package)."""
+    entries = json.loads(LEXICON.read_text(encoding="utf-8"))["entries"]
+    return {k: text_words(v) for k, v in entries.items()}
+
+
 def vocabulary(rules: RiskRules) -> Vocabulary:
-    """The compiled vocabulary of `rules` (built once per policy object)."""
-    hit = _VOCABULARIES.get(id(rules))
+    """The compiled vocabulary of `rules` (built once per policy object and lexicon switch)."""
+    cache_key = (id(rules), on("translation_lexicon"))
+    hit = _VOCABULARIES.get(cache_key)
     if hit is not None and hit[0] is rules:
         return hit[1]
     synonyms = {singular(k.casefold()): singular(v.casefold()) for k, v in rules.name_synonyms.items()}
@@ -172,7 +184,8 @@ def vocabulary(rules: RiskRules) -> Vocabulary:
             index.setdefault(words_, []).append(Alias(fact, spec.kind, unit, inverted))
         for phrase in spec.words:
             phrases.setdefault(text_words(phrase), set()).add(fact)
-    translations = {folded_word(k): text_words(v) for k, v in rules.translations.items()}
+    translations = {**(lexicon() if cache_key[1] else {}),
+                    **{folded_word(k): text_words(v) for k, v in rules.translations.items()}}
     built = Vocabulary({k: tuple(v) for k, v in index.items()}, synonyms, translations,
                        {k: frozenset(v) for k, v in phrases.items()},
                        frozenset(f for f, spec in rules.facts.items() if spec.from_counts),
@@ -188,5 +201,5 @@ def vocabulary(rules: RiskRules) -> Vocabulary:
                        _folded(rules.designation_parties, synonyms), vowel_stems(translations))
     if len(_VOCABULARIES) > 32:
         _VOCABULARIES.clear()
-    _VOCABULARIES[id(rules)] = (rules, built)
+    _VOCABULARIES[cache_key] = (rules, built)
     return built
