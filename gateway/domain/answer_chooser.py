@@ -30,6 +30,7 @@ import numpy as np
 from gateway.domain.answer_plan import AnswerPlan
 from gateway.domain.chooser_model import Model, load, question_vector
 from gateway.domain.figure_choice import clause_after, nearest, row_values
+from gateway.domain.qualifiers import clash, excluded, qualifier, series, tokens
 from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, terms
 from textspans.bands import qualified
 from textspans.figures import DATE, DURATION, NUMBER, Figure, find_figures, is_frequency
@@ -86,6 +87,8 @@ FEATURES = (
     "rest_coverage",  # share of the weight of the question's words the document uses that the best sentence holds
     "rare_held",  # share of the question's RARE rarest words the document uses that the best sentence holds
     "rest_held",  # log(1 + the question's words the document uses that the best sentence holds)
+    "qualifier_clash",  # its qualifier names another member of a series than the question (qualifiers.py)
+    "qualifier_excluded",  # its qualifier names a word the question excludes ("other than X")
 )
 RARE = 2  # the question's rarest words `rare_held` reads
 RELATIVE_PREFIX = 5  # letters a word shares with its relative ("delivery": "delivered", "deliverable")
@@ -203,6 +206,9 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
     first_lead = plan.leads[0] if plan.found and plan.leads else ""
     total = index.idf(wanted) or 1.0
     question_level = _absence(index, wanted, gone, ranked[0] if ranked else None)
+    of = series(tuple(index.sentences), tuple(p.header for p in index.places))
+    shut = excluded(q)
+    named = tokens(q) - shut
     options: list[Option] = []
     seen: set[tuple[str, str]] = set()
     for rank, c in sentences:
@@ -227,6 +233,8 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
             before = " ".join(words[max(0, at - 6):at + 1])
             f_bound = _bound(before)
             header = _header_cell(c, f)
+            qual = qualifier(c.sentence, c.header, f.start, f.end, [(g.start, g.end) for g in c.figures if g != f])
+            qual_tokens = tokens(qual) - excluded(qual)  # "other than X" in it names no X
             values = [
                 1.0 / (1 + rank) if rank is not None else 0.0,
                 c.score / best if best else 0.0,
@@ -263,6 +271,8 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
                 float(f.text in to),
                 float(changes and bool(_FROM.search(c.sentence[:f.start]))),
                 *question_level,
+                float(clash(named, qual_tokens, of)),
+                float(bool(shut & qual_tokens)),
             ]
             # rounded: nine digits are all the fit reads, so a last-bit difference in a ratio changes nothing
             options.append(Option(f.text, c, f, tuple(round(v, 9) for v in values)))
