@@ -8,6 +8,9 @@ matched; a word not in the table is tried again without a common inflection ("ei
 with its final vowel changed or one added (reader `final_vowel_inflection`: Polish, Czech, Italian, Spanish,
 Portuguese and Romanian inflect a noun by its last vowel, so "odbiorcy" is the table's "odbiorca" and "klienta"
 its "klient"; a stem two table words share is left alone, and an English "limited" or "summer" ends in no vowel).
+Under the pack's own table lies a general lexicon (LEXICON, reader `translation_lexicon`): the vocabulary's English
+words in 41 languages, written by lexicographers who never saw an event, compiled by evals/risk_lexicon.py; the
+pack's own entry wins where both hold a word.
 """
 from __future__ import annotations
 
