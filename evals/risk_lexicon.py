@@ -14,8 +14,8 @@ participles, compounds). Their files are evals/data/risk_lexicon/lex*.json.
   weight);
 - no other language gives the same key another meaning (an ambiguous key is left out, as "jo" would be: yes in
   Luxembourgish, no in Albanian);
-- no English word reads as the key (`keys_reading`: the word itself, less a common inflection, or with its final
-  vowel changed, as `Vocabulary._translated` reads): not a word of the pack's vocabulary, nor a common English word
+- no English word reads as the key (`policies.risk_vocabulary.keys_read_as`, as the vocabulary reads a word: the
+  word itself, less a common inflection, or with its final vowel changed): not a word of the pack's vocabulary, nor a common English word
   (ENGLISH: those of wordfreq's English list at Zipf >= 3.0 that read a candidate key, refreshed by `--english`,
   which needs `pip install wordfreq`; the file is the result, so the compile needs no wordfreq).
 The result is policies/risk_lexicon.json (`python -m evals.risk_lexicon`), read by the vocabulary under the pack's
@@ -31,15 +31,7 @@ from pathlib import Path
 
 from policies.risk_model import RiskRules
 from policies.risk_text import key_name, text_words
-from policies.risk_vocabulary import (
-    _INFLECTIONS,
-    _MIN_STEM,
-    _MIN_VOWEL_STEM,
-    _VOWELS,
-    LEXICON,
-    folded_word,
-    vowel_stems,
-)
+from policies.risk_vocabulary import LEXICON, folded_word, keys_read_as, vowel_stems
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ROOT / "evals" / "data" / "risk_lexicon"
@@ -79,20 +71,6 @@ def english_words(path: Path = ENGLISH) -> frozenset[str]:
     return frozenset(w.strip() for w in path.read_text(encoding="utf-8").splitlines()[1:] if w.strip())
 
 
-def keys_reading(word: str, keys: Mapping[str, str], stems: Mapping[str, str]) -> set[str]:
-    """The keys `Vocabulary._translated` could read `word` as: itself, itself less a common inflection, or itself
-    with its final vowel changed (the reader `final_vowel_inflection`)."""
-    hits = {word} & keys.keys()
-    if len(word) > _MIN_STEM:
-        hits |= {word[:-len(e)] for e in _INFLECTIONS
-                 if word.endswith(e) and len(word) - len(e) >= _MIN_STEM} & keys.keys()
-    if word[-1:] in _VOWELS:
-        key = stems.get(word[:-1]) or (word[:-1] if len(word) > _MIN_VOWEL_STEM + 1 else None)
-        if key is not None and key in keys:
-            hits.add(key)
-    return hits
-
-
 def compile_lexicon(langs: Sequence[tuple[str, Mapping[str, str]]], rules: RiskRules,
                     common_english: frozenset[str]) -> tuple[dict[str, str], dict[str, int]]:
     """The entries kept ({folded key: English words}, sorted by key) and how many were dropped, by reason."""
@@ -116,7 +94,7 @@ def compile_lexicon(langs: Sequence[tuple[str, Mapping[str, str]]], rules: RiskR
     stems = vowel_stems(kept)
     clash: set[str] = set()
     for w in vocab | common_english:
-        clash |= keys_reading(w, kept, stems)
+        clash.update(keys_read_as(w, kept, stems))
     dropped["reads_english"] = len(clash)
     return {k: kept[k] for k in sorted(kept) if k not in clash}, dropped
 
@@ -141,7 +119,7 @@ def refresh_english(rules: RiskRules, min_zipf: float = 3.0) -> int:
     candidates, _ = compile_lexicon(sources(), rules, frozenset())
     stems = vowel_stems(candidates)
     words = sorted(w for w in top_n_list("en", 60000) if _KEY.fullmatch(w) and zipf_frequency(w, "en") >= min_zipf
-                   and keys_reading(w, candidates, stems))
+                   and any(keys_read_as(w, candidates, stems)))
     ENGLISH.write_text(f"# English words (wordfreq 3.1 'en', Zipf >= {min_zipf}) that would read a lexicon key\n"
                        + "".join(w + "\n" for w in words), encoding="utf-8")
     return len(words)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,14 +82,9 @@ class Vocabulary:
         return tuple(out)
 
     def _translated(self, token: str) -> tuple[str, ...] | None:
-        hit = self.translations.get(token)
-        if hit is None and len(token) > _MIN_STEM:
-            hit = next((found for end in _INFLECTIONS if token.endswith(end) and len(token) - len(end) >= _MIN_STEM
-                        and (found := self.translations.get(token[:-len(end)])) is not None), None)
-        if hit is None and token[-1:] in _VOWELS and on("final_vowel_inflection"):
-            key = self.vowel_stems.get(token[:-1]) or (token[:-1] if len(token) > _MIN_VOWEL_STEM + 1 else None)
-            hit = self.translations.get(key) if key else None
-        return hit
+        key = next(keys_read_as(token, self.translations, self.vowel_stems,
+                                final_vowel=token[-1:] in _VOWELS and on("final_vowel_inflection")), None)
+        return None if key is None else self.translations[key]
 
     def name_of(self, raw: str) -> KeyName:
         """The parsed attribute name, its words of other languages read as English ("Einzahlungen_30d")."""
@@ -134,6 +129,23 @@ class Vocabulary:
                 if found:
                     return found
         return ()
+
+
+def keys_read_as(token: str, keys: Container[str], stems: Mapping[str, str], *,
+                 final_vowel: bool = True) -> Iterator[str]:
+    """The translation keys a text word reads as, in the order the vocabulary tries them: the word itself, the word
+    less a common inflection ("einzahlungen" -> "einzahlung"), the word with its final vowel changed ("odbiorcy" ->
+    "odbiorca": `stems` from `vowel_stems`, the reader `final_vowel_inflection`, tried where `final_vowel`)."""
+    if token in keys:
+        yield token
+    if len(token) > _MIN_STEM:
+        for end in _INFLECTIONS:
+            if token.endswith(end) and len(token) - len(end) >= _MIN_STEM and token[:-len(end)] in keys:
+                yield token[:-len(end)]
+    if final_vowel and token[-1:] in _VOWELS:
+        key = stems.get(token[:-1]) or (token[:-1] if len(token) > _MIN_VOWEL_STEM + 1 else None)
+        if key is not None and key in keys:
+            yield key
 
 
 def alias(text: str) -> tuple[str, str | None, bool]:

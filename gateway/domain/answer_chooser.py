@@ -30,7 +30,7 @@ import numpy as np
 from gateway.domain.answer_plan import AnswerPlan
 from gateway.domain.chooser_model import Model, load, question_vector
 from gateway.domain.figure_choice import clause_after, nearest, row_values
-from gateway.domain.qualifiers import clash, excluded, qualifier, series, tokens
+from gateway.domain.qualifiers import clash, excluded, qualifier, tokens
 from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, terms
 from textspans.bands import qualified
 from textspans.figures import DATE, DURATION, NUMBER, Figure, find_figures, is_frequency
@@ -206,7 +206,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
     first_lead = plan.leads[0] if plan.found and plan.leads else ""
     total = index.idf(wanted) or 1.0
     question_level = _absence(index, wanted, gone, ranked[0] if ranked else None)
-    of = series(tuple(index.sentences), tuple(p.header for p in index.places))
+    of = index.series
     shut = excluded(q)
     named = tokens(q) - shut
     options: list[Option] = []

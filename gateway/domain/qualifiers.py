@@ -12,7 +12,6 @@ excludes ("other than X", "excluding X", "(not X)", ", not X").
 """
 from __future__ import annotations
 
-import functools
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -26,6 +25,9 @@ _LIST = re.compile(r"\b([A-Za-z][\w+-]*)((?:, [A-Za-z][\w+-]*)*),? (?:and|or) ([
 _EXCLUDE = re.compile(r"(?:\bother than|\bexcluding|\bexcept(?: for)?|\bapart from|\brather than|\binstead of|"
                       r"\(not|, not)\s+((?:[\w+-]+\s+){0,2}[\w+-]+)", re.I)
 Series = tuple[str, frozenset[str]]  # the word its members come before ("" if none), the members
+# Words that never name a member. Not retrieval's stop words and stemmer (gateway/domain/retrieval.py): a member is
+# compared as the document writes it, less a plural ("tier 2", "retail" against "retailer"), and function words such
+# as "each", "other" or "same", which retrieval keeps as glossary forms, name no case.
 STOP = frozenset(
     "a an the of to in on for by at from with and or but as is are be been was were this that these those it its "
     "any all each per which what when where who whom how if than then there their our your my we you they he she "
@@ -84,9 +86,9 @@ def _distinct(labels: Sequence[str]) -> set[str]:
     return {t for t, n in seen.items() if n == 1}
 
 
-@functools.lru_cache(maxsize=8)
 def series(sentences: tuple[str, ...], headers: tuple[str, ...]) -> tuple[Series, ...]:
-    """The document's series (the module's note), from its sentences and each one's table header ("" if none)."""
+    """The document's series (the module's note), from its sentences and each one's table header ("" if none); read
+    once per document (`DocumentIndex.series`)."""
     into: dict[str, set[str]] = defaultdict(set)
     labels: dict[str, list[str]] = defaultdict(list)
     for s, h in zip(sentences, headers, strict=True):

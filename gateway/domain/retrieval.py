@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gateway.domain.layout import places
+from gateway.domain.qualifiers import Series, series
 from policies.glossary import Glossary, load_glossary
 from textspans import sentence_spans
 from textspans.concepts import ConceptIndex, defined_abbreviations, spelled_out
@@ -217,6 +218,12 @@ class DocumentIndex:
         self.context = [frozenset(set(terms(" ".join((p.line, p.header, p.section, p.title)), self.concepts)) | h | m)
                         for p, h, m in zip(self.places, self.headings, money, strict=True)]
         self.currencies = {f.unit for have in self.figures for f in have if f.kind == AMOUNT and f.unit}
+
+    @functools.cached_property
+    def series(self) -> tuple[Series, ...]:
+        """The document's series of cases ("low risk", "high risk"; "Tier 1", "Tier 2"), for the answer chooser's
+        qualifier clash (gateway/domain/qualifiers.py)."""
+        return series(tuple(self.sentences), tuple(p.header for p in self.places))
 
     def mentions_concept(self, concept: str, written: frozenset[str]) -> bool:
         """The document names `concept` (a term of `mentions`): in some form, or a sentence holds every word

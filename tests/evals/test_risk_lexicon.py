@@ -6,7 +6,7 @@ import json
 from evals.risk_lexicon import compile_lexicon, document, english_words, sources
 from policies import load_policy
 from policies.risk_readers import off
-from policies.risk_vocabulary import LEXICON, vocabulary
+from policies.risk_vocabulary import LEXICON, keys_read_as, vocabulary, vowel_stems
 
 _POLICY = load_policy(None)
 RULES = _POLICY.get(_POLICY.classification.routes["risk"]).risk_rules
@@ -36,3 +36,19 @@ def test_the_lexicon_reads_under_the_packs_own_translations_and_can_be_switched_
     assert voc.tokens_of("bargeld") == ("cash",)  # the pack's own entry
     with off(["translation_lexicon"]):
         assert vocabulary(RULES).name_of("akaunti_mpya").words == {"akaunti", "mpya"}
+
+
+def test_the_compile_and_the_vocabulary_read_a_word_as_the_same_keys() -> None:
+    """One function lists the keys a word reads as, so the compile drops exactly the keys an English word would
+    read: the word itself first, then less an inflection, then with its final vowel changed."""
+    keys = {"einzahlung": "deposit", "odbiorca": "recipient", "konto": "account"}
+    stems = vowel_stems(keys)
+    assert list(keys_read_as("einzahlung", keys, stems)) == ["einzahlung"]
+    assert list(keys_read_as("einzahlungen", keys, stems)) == ["einzahlung"]
+    assert list(keys_read_as("odbiorcy", keys, stems)) == ["odbiorca"]
+    assert list(keys_read_as("odbiorcy", keys, stems, final_vowel=False)) == []
+    assert list(keys_read_as("kont", keys, stems)) == []
+    vocab = vocabulary(RULES)
+    assert vocab.english(("adresatu", "ammontari")) == ("recipient", "amount")  # not keys themselves
+    with off(["final_vowel_inflection"]):
+        assert vocab.english(("adresatu",)) == ("adresatu",)

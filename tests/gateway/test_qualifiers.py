@@ -56,6 +56,12 @@ def test_series_come_from_the_documents_own_slots_lists_and_tables() -> None:
     assert excluded("What fee applies to clients other than retail clients?") >= {"retail"}
 
 
+def test_a_documents_series_are_read_once_with_its_index() -> None:
+    index = document_index(DOC)
+    assert index.series is index.series
+    assert index.series == series(tuple(index.sentences), tuple(p.header for p in index.places))
+
+
 def test_a_chooser_weighing_the_clash_answers_the_asked_member() -> None:
     index = document_index(DOC)
     question = "How often is the file of an elevated-risk account reviewed?"
