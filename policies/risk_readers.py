@@ -27,6 +27,7 @@ READERS = frozenset({
     "final_vowel_inflection",  # policies/risk_vocabulary.py: "odbiorcy", "klienta" read as "odbiorca", "klient"
     "more_yes_no_words",  # policies/risk_text.py: "nee", "nei", "DA", "PO"/"JO" are a flag's no and yes
     "translation_lexicon",  # policies/risk_vocabulary.py: the blind-written lexicon (policies/risk_lexicon.json)
+    "flag_opening_name_is_a_ships_flag",  # policies/risk_text.py: "flag_changes_12m" keeps "flag"; "pep_flag" drops it
 })
 _OFF: ContextVar[frozenset[str]] = ContextVar("risk_readers_off", default=frozenset())
 

@@ -3,7 +3,8 @@
 Attribute names are compared as bags of words: camelCase, separators and case do not matter
 ("DeviceNew", "new-device", "is_new_device_flag" are one name), plurals are folded, a time window
 ("_24h", "_last_7_days", "per_hour", "today") and a unit ("_days", "_years") are read off the name
-and kept apart, and filler words ("is", "has", "flag", "count", "num", ...) are dropped. Values may
+and kept apart, and filler words ("is", "has", "flag", "count", "num", ...) are dropped ("flag" opening a longer
+name is a ship's flag and kept: "flag_changes_12m"). Values may
 be numbers or text ("9,500", "USD 9.500,00", "4.2M", "90%", "3 days", "2024-05-01").
 """
 from __future__ import annotations
@@ -33,6 +34,9 @@ _BARE_UNITS = frozenset({"minute", "hour", "hr", "day", "week", "month", "mth", 
 _FILLER = frozenset("is has was flag flg ind indicator count cnt num number nbr nb of the a an at ago on in per last past "
                     "previous prior within with qty bool yn status time".split())
 _FILLER |= frozenset("unit item piece pc ton tonne kg kilo lb oz ounce barrel bbl".split())  # price_per_kg is a price
+# A flag marker ("pep_flag", "off_hrs_flg") says the value is a yes or no; opening a longer name it is a ship's flag
+# ("flag_changes_12m", "flag_registry"), which a name loses its meaning without: "account_change" is no reflagging.
+_MARKERS = frozenset({"flag", "flg"})
 _PERCENT_WORDS = frozenset({"pct", "percent", "percentage"})
 _COUNT_WORDS = frozenset({"count", "cnt", "num", "number", "nbr", "nb", "qty", "quantity"})  # filler, but not money
 # ISO 4217 codes that say which currency a number is in ("declared_income_eur"): a unit, not part of the meaning.
@@ -104,11 +108,11 @@ class KeyName:
 def key_name(raw: str) -> KeyName:
     """How an attribute's name is compared with the policy's names (module docstring); cached, as upstream
     systems send the same few dozen names again and again."""
-    return _key_name(raw, on("abbreviated_unit_before_ago"))
+    return _key_name(raw, on("abbreviated_unit_before_ago"), on("flag_opening_name_is_a_ships_flag"))
 
 
 @functools.lru_cache(maxsize=4096)
-def _key_name(raw: str, unit_before_ago: bool) -> KeyName:
+def _key_name(raw: str, unit_before_ago: bool, ships_flag: bool = True) -> KeyName:
     tokens = list(words(_uncamel(raw)))
     unit: str | None = None
     window: float | None = None  # a span ("_24h", "last_hour") ...
@@ -140,7 +144,7 @@ def _key_name(raw: str, unit_before_ago: bool) -> KeyName:
             pass  # "payee_added_minutes_before" is "..._minutes_ago"
         elif t in CURRENCY_WORDS:
             currency = t.upper()
-        elif t not in _FILLER:
+        elif t not in _FILLER or ships_flag and t in _MARKERS and not kept and i + 1 < len(tokens):
             kept.append(singular(t))
         i += 1
     percent = bool(_PERCENT_WORDS & set(kept))

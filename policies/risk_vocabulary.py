@@ -159,7 +159,7 @@ def folded_word(text: str) -> str:
     return singular("".join(words(text)))
 
 
-_VOCABULARIES: dict[tuple[int, bool], tuple[RiskRules, Vocabulary]] = {}
+_VOCABULARIES: dict[tuple[int, bool, bool], tuple[RiskRules, Vocabulary]] = {}
 
 
 def _folded(names: tuple[str, ...], synonyms: Mapping[str, str]) -> frozenset[str]:
@@ -184,8 +184,8 @@ def lexicon() -> Mapping[str, tuple[str, ...]]:
 
 
 def vocabulary(rules: RiskRules) -> Vocabulary:
-    """The compiled vocabulary of `rules` (built once per policy object and lexicon switch)."""
-    cache_key = (id(rules), on("translation_lexicon"))
+    """The compiled vocabulary of `rules` (built once per policy object and switch of the readers it is built by)."""
+    cache_key = (id(rules), on("translation_lexicon"), on("flag_opening_name_is_a_ships_flag"))
     hit = _VOCABULARIES.get(cache_key)
     if hit is not None and hit[0] is rules:
         return hit[1]

@@ -9,6 +9,7 @@ import pytest
 from policies.countries import find_in, resolve, words
 from policies.risk import evaluate, verdict
 from policies.risk_facts import read
+from policies.risk_readers import off
 from policies.risk_text import key_name, money
 from tests.policies.conftest import rules_layer
 
@@ -116,6 +117,16 @@ def test_names_are_compared_as_bags_of_words() -> None:
     assert {key_name(v).words for v in variants} == {frozenset({"transaction"})}
     assert {key_name(v).window_hours for v in variants} == {24.0}
     assert key_name("device_new").words == key_name("is_new_device_flag").words
+
+
+def test_a_flag_opening_a_name_is_a_ships_flag_not_a_marker() -> None:
+    assert key_name("risk_flag").words == key_name("flg_risk").words - {"flg"} == frozenset({"risk"})
+    assert key_name("flag_changes_6m").words == frozenset({"flag", "change"})
+    assert facts({"flag_changes_6m": 3})["vessel_renamed"] is True
+    assert facts({"account_change": "yes"})["vessel_renamed"] is False  # a changed account is no reflagging
+    assert facts({"customer_change": True})["vessel_renamed"] is False
+    with off({"flag_opening_name_is_a_ships_flag"}):  # the reader switched off: "flag" is a marker wherever it stands
+        assert key_name("flag_changes_6m").words == frozenset({"change"})
 
 
 def test_counts_are_scaled_to_a_day_by_their_window() -> None:
