@@ -27,9 +27,13 @@ def test_a_screening_hit_that_contradicts_the_listed_party_is_released_not_block
 
 
 def test_deceptive_shipping_practices() -> None:
+    """OFAC's 2020 maritime advisory and its 2023 shipping alert: AIS gaps, ship-to-ship transfers and renaming are red
+    flags for enhanced due diligence (held for review, high), not a prohibition; a designated vessel is blocked."""
     cargo = {"cargo": "crude oil 80,000 bbl", "vessel": "MT Ocean Star"}
-    assert judged("trade_payment", 2_000_000, **cargo, ais_gap_hours=60, sts_transfer=True) == BLOCK
-    assert judged("trade_payment", 2_000_000, **cargo, note="vessel renamed twice this year, AIS switched off") == BLOCK
+    assert judged("trade_payment", 2_000_000, **cargo, ais_gap_hours=60, sts_transfer=True) == HIGH
+    assert judged("trade_payment", 2_000_000, **cargo, note="vessel renamed twice this year, AIS switched off") == HIGH
+    assert judged("trade_payment", 2_000_000, **cargo, ais_gap_hours=60, sts_transfer=True,
+                  vessel_screening="vessel designated on the OFAC SDN list") == BLOCK
     assert judged("trade_payment", 2_000_000, **cargo, ais_gap_hours=30)[1] == "review"  # one practice: screen it
     assert judged("trade_payment", 2_000_000, **cargo, ais_gap_hours=1) == LOW  # a short coverage gap
 

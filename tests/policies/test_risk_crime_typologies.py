@@ -51,7 +51,8 @@ def test_ownership_by_a_designated_person_is_reviewed() -> None:
 
 def test_duplicate_and_phantom_trade_documents() -> None:
     assert judged("invoice_finance", 75_000, invoice_check="duplicate invoice: already financed elsewhere") == HIGH
-    assert judged("lc_presentation", 500_000, bl_verified_with_carrier=False, goods="steel coils") == BLOCK
+    # FATF-Egmont (2021): a bill of lading the carrier does not know is an indicator to investigate, held for review
+    assert judged("lc_presentation", 500_000, bl_verified_with_carrier=False, goods="steel coils") == HIGH
     assert judged("lc_presentation", 500_000, bl_verified_with_carrier=True, goods="steel coils",
                   docs_compliant=True) == LOW
 
