@@ -32,8 +32,8 @@ from gateway.domain.chooser_model import Model, load, question_vector
 from gateway.domain.figure_choice import clause_after, nearest, row_values
 from gateway.domain.qualifiers import clash, excluded, qualifier, tokens
 from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, terms
-from textspans.bands import qualified
-from textspans.figures import DATE, DURATION, NUMBER, Figure, find_figures, is_frequency
+from textspans.bands import bands, qualified
+from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, Figure, find_figures, is_frequency, matches
 from textspans.questions import Asked
 from textspans.supersession import is_version_word
 
@@ -89,6 +89,8 @@ FEATURES = (
     "rest_held",  # log(1 + the question's words the document uses that the best sentence holds)
     "qualifier_clash",  # its qualifier names another member of a series than the question (qualifiers.py)
     "qualifier_excluded",  # its qualifier names a word the question excludes ("other than X")
+    "case_figure_held",  # share of the figures the question writes that its line's other figures state
+    "case_figure_other",  # its line writes figures of that kind, none the question's (`_case_figures`)
 )
 RARE = 2  # the question's rarest words `rare_held` reads
 RELATIVE_PREFIX = 5  # letters a word shares with its relative ("delivery": "delivered", "deliverable")
@@ -154,6 +156,36 @@ def _header_cell(c: Candidate, f: Figure) -> str:
     return cells[column] if column < len(cells) else ""
 
 
+def _same_case(q: Figure, g: Figure) -> bool:
+    """The line's figure `g` states the question's figure `q`: the same kind and value, or a plain number for the
+    value of either ("5,000,000" for "EUR 5 million", "20" for "20 carat"); never a percentage for a number, which
+    would meet any rate that happens to share its digits."""
+    kinds = q.kind == g.kind or (NUMBER in (q.kind, g.kind) and PERCENT not in (q.kind, g.kind))
+    return kinds and (matches(q, g) or matches(g, q))
+
+
+def _another_case(q: Figure, g: Figure) -> bool:
+    """The line's figure `g` is of the question's figure's kind (and currency or time unit), so a line holding it
+    and not `q` states another case; never for a date."""
+    return q.kind == g.kind and q.kind != DATE and (q.kind not in (AMOUNT, DURATION) or q.unit == g.unit)
+
+
+def _case_figures(asked: list[Figure], line: list[Figure], banded: bool) -> tuple[float, float]:
+    """case_figure_held and case_figure_other (FEATURES) for a figure whose line's other figures (its row's or
+    sentence's, and its column header's) are `line`, against the figures the question writes (`asked`): a question
+    stating its case as figures ("a six-month loan", "the slice between EUR 5m and EUR 25m") is answered in the
+    line that states them ("6 months | 12.75%"; the more of them the better), not in a line that states another
+    case of the same kind ("3 months | 11.50%"), which the words alone cannot tell apart. A date is read as held
+    but never as another case: a line dated otherwise often governs the question's date ("before 1 January
+    2024"); nor is a line writing a band (`banded`: "above EUR 5m and up to EUR 25m", "below GBP 500"): it states
+    its case as a bound, which band_selected reads."""
+    if not asked:
+        return 0.0, 0.0
+    held = sum(any(_same_case(q, g) for g in line) for q in asked) / len(asked)
+    other = not held and not banded and any(_another_case(q, g) for q in asked for g in line)
+    return held, float(other)
+
+
 def _bound(text: str) -> str:
     lower, upper = bool(_LOWER.search(text)), bool(_UPPER.search(text))
     return "lower" if lower and not upper else "upper" if upper and not lower else ""
@@ -202,7 +234,8 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
                  for k in _PLAN_KINDS]
     gone = () if plan.found else plan.absent  # the words whose absence refused the plan
     absent, unused = bool(gone), len(gone)
-    q_figures = {f.text for f in find_figures(q, words=True)}
+    q_found = find_figures(q, words=True)
+    q_figures = {f.text for f in q_found}
     first_lead = plan.leads[0] if plan.found and plan.leads else ""
     total = index.idf(wanted) or 1.0
     question_level = _absence(index, wanted, gone, ranked[0] if ranked else None)
@@ -222,6 +255,8 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
         picked = {f.text for f in nearest(asked_of, c, q, index, asked.bound)} if asked_of else set()
         to = {f.text for f in c.figures if _TO.search(c.sentence[:f.start])}
         changes = bool(to) and any(_FROM.search(c.sentence[:f.start]) for f in c.figures)
+        banded = bool(bands(c.sentence))
+        head_figures = {h: find_figures(h, words=True) for h in {_header_cell(c, f) for f in c.figures}}
         for n, f in enumerate(c.figures):
             if (f.text, c.sentence) in seen:
                 continue
@@ -235,6 +270,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
             header = _header_cell(c, f)
             qual = qualifier(c.sentence, c.header, f.start, f.end, [(g.start, g.end) for g in c.figures if g != f])
             qual_tokens = tokens(qual) - excluded(qual)  # "other than X" in it names no X
+            line = [g for g in c.figures if g != f] + head_figures[header]
             values = [
                 1.0 / (1 + rank) if rank is not None else 0.0,
                 c.score / best if best else 0.0,
@@ -273,6 +309,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
                 *question_level,
                 float(clash(named, qual_tokens, of)),
                 float(bool(shut & qual_tokens)),
+                *_case_figures(q_found, line, banded),
             ]
             # rounded: nine digits are all the fit reads, so a last-bit difference in a ratio changes nothing
             options.append(Option(f.text, c, f, tuple(round(v, 9) for v in values)))

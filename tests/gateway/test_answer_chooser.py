@@ -118,3 +118,26 @@ def test_the_refusal_reads_how_much_of_the_rest_the_best_sentence_holds() -> Non
     held, partial = read.values()
     assert held["absent_unrelated"] > 0 and partial["absent_unrelated"] > 0
     assert held["rest_coverage"] > partial["rest_coverage"]
+
+
+TENORS = ("Deposit rates of the Marlowe Savings Bank.\n\n"
+          "Term | Rate | Early exit charge\n"
+          "3 months | 5.10% | 30 days' interest\n"
+          "9 months | 6.20% | 60 days' interest\n\n"
+          "Balances above GBP 50,000 and up to GBP 250,000 earn a bonus of 0.15%.")
+
+
+def test_a_case_the_question_writes_as_a_figure_selects_the_line_that_states_it() -> None:
+    index = document_index(TENORS)
+    question = "What rate is paid on a nine-month deposit?"
+    plan = plan_answer(index, question)
+    opts = {o.text: o for o in options(index, question, plan)}
+    held, other = FEATURES.index("case_figure_held"), FEATURES.index("case_figure_other")
+    assert opts["6.20%"].features[held] == 1.0 and opts["6.20%"].features[other] == 0.0  # "9 months" is its row's
+    assert opts["5.10%"].features[held] == 0.0 and opts["5.10%"].features[other] == 1.0  # another tenor's row
+    chosen = choose(index, question, plan, weights=_model(weights={held: 5.0}))
+    assert chosen.found and chosen.leads == ("6.20%",)
+    # a line writing its case as a band states no other case: band_selected reads it
+    banded = options(index, "What bonus is paid on a balance of GBP 70,000?",
+                     plan_answer(index, "What bonus is paid on a balance of GBP 70,000?"))
+    assert all(o.features[other] == 0.0 for o in banded if o.text == "0.15%")
