@@ -112,7 +112,7 @@ def key_name(raw: str) -> KeyName:
 
 
 @functools.lru_cache(maxsize=4096)
-def _key_name(raw: str, unit_before_ago: bool, ships_flag: bool = True) -> KeyName:
+def _key_name(raw: str, unit_before_ago: bool, ships_flag: bool) -> KeyName:
     tokens = list(words(_uncamel(raw)))
     unit: str | None = None
     window: float | None = None  # a span ("_24h", "last_hour") ...

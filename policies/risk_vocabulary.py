@@ -82,8 +82,8 @@ class Vocabulary:
         return tuple(out)
 
     def _translated(self, token: str) -> tuple[str, ...] | None:
-        key = next(keys_read_as(token, self.translations, self.vowel_stems,
-                                final_vowel=token[-1:] in _VOWELS and on("final_vowel_inflection")), None)
+        key = next(keys_read_as(token, self.translations, self.vowel_stems, final_vowel=on("final_vowel_inflection")),
+                   None)
         return None if key is None else self.translations[key]
 
     def name_of(self, raw: str) -> KeyName:
