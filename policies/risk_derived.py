@@ -257,6 +257,33 @@ def _against_history(numbers: Sequence[tuple[Named, float]], amount: float | Non
     return ratios
 
 
+_YEAR_BEFORE = frozenset({"last", "prior", "previous", "preceding", "before", "ago"})
+_COMPARED = frozenset({"ratio", "vs", "versus", "change", "growth", "uplift", "multiple", "variance", "delta",
+                       "difference", "diff", "share", "increase", "decrease", "count", "number"})
+
+
+def year_before_ratio(spelled: Sequence[tuple[tuple[str, ...], KeyName, object]], amount: float | None,
+                      currency: str | None) -> float | None:
+    """The amount against its own value a year before: a money value whose name says the same period of the year
+    before ("prior_year_same_period_gel": 171,000, "same_month_last_year_kes", "same_period_ly_inr": "same" and a
+    year beside a word of before, or "ly"), as the name's English words spell it in order (`spelled`: words,
+    parsed name, value). Not a ratio, change or count (prior_year_same_week_ratio says its own), not a percentage,
+    not in another currency. Seasonal activity as large as a year before is the customer's own pattern (EBA/GL/2021/02
+    4.60); one ten times it is not."""
+    if not amount or amount <= 0:
+        return None
+    ratios = []
+    for tokens, name, value in spelled:
+        year_before = "ly" in tokens or any(t == "year" and _YEAR_BEFORE & set(tokens[max(0, i - 1):i + 2])
+                                            for i, t in enumerate(tokens))
+        if ("same" not in tokens or not year_before or _COMPARED & set(tokens) or name.percent or name.counted
+                or isinstance(value, bool) or name.currency and currency and name.currency != currency):
+            continue
+        if (v := number(value)) is not None and v > 0:
+            ratios.append(amount / v)
+    return max(ratios, default=None)
+
+
 _MATCH_SCORE = frozenset({"score", "confidence", "similarity", "strength", "probability"})
 _MATCH_PARTS = _MATCH_SCORE | frozenset({"match", "name", "fuzzy", "hit", "entry", "best", "top", "overall", "beneficiary",
                                          "counterparty", "party", "entity", "customer", "client", "payee", "payer",

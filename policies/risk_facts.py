@@ -33,6 +33,7 @@ from policies.risk_derived import (
     list_match,
     location_mismatch,
     names_differ,
+    year_before_ratio,
 )
 from policies.risk_designation import designation_stated
 from policies.risk_model import FactKind, RiskRules
@@ -365,7 +366,13 @@ def read(rules: RiskRules, event: Mapping[str, Any]) -> Facts:
     # in an event about a screening list, an "address_match" is the listed party's identifier, not the records'
     values["records_agree"] = on("records_agree") and not values["list_screened"] and records_agree(
         voc.listed, voc.identifiers, named)
-    amount = values.get("amount")
-    if (ratio := baseline_ratio(named, amount if isinstance(amount, float) else None)) is not None:
-        values["baseline_ratio"] = ratio
+    stated = values.get("amount")
+    amount = stated if isinstance(stated, float) else None
+    ratios = [baseline_ratio(named, amount)]  # the largest of the stated ratios and the amount a year before
+    if on("same_period_a_year_before"):
+        in_order = [(voc.name_tokens(str(k)), voc.name_of(str(k)), v) for k, v in _attributes(event)]
+        currency = values.get("currency")
+        ratios.append(year_before_ratio(in_order, amount, currency if isinstance(currency, str) else None))
+    if found := [r for r in ratios if r is not None]:
+        values["baseline_ratio"] = max(found)
     return Facts(values, details)

@@ -193,3 +193,21 @@ def test_volume_in_line_with_its_own_history_clears_the_volume_flags() -> None:
         v = evaluate(RULES, {"event_type": "incoming_transfers", "amount": 80_000, "currency": "EUR",
                              "timestamp": AT, "attributes": {**peak, **other}})
         assert not v.mitigated and any(f.rule == "funnel_account" and f.points == 45 for f in v.fired)
+
+
+def test_an_amount_as_large_as_the_same_period_a_year_before_is_in_line_with_its_history() -> None:
+    # a guesthouse's August takings against last August's: the same season's size is its trade; ten times it is not
+    from policies.risk_readers import off
+
+    def scored(**attributes: Any) -> Any:
+        return evaluate(RULES, {"event_type": "cash_deposit", "amount": 42_000, "currency": "EUR", "timestamp": AT,
+                                "attributes": {"business_type": "guesthouse", **attributes}})
+
+    as_last_year = scored(takings_same_month_prior_year_eur=39_500)
+    assert "in_line_with_own_history" in [m.mitigation for m in as_last_year.mitigated]
+    assert "activity_far_above_baseline" in [f.rule for f in scored(takings_same_month_prior_year_eur=4_000).fired]
+    for unread in ({"same_month_prior_year_ratio": 1.0}, {"takings_same_month_prior_year_usd": 39_500},
+                   {"takings_last_year": 39_500}):  # a ratio, another currency, a year's total: not the same period
+        assert "in_line_with_own_history" not in [m.mitigation for m in scored(**unread).mitigated]
+    with off(["same_period_a_year_before"]):
+        assert not scored(takings_same_month_prior_year_eur=39_500).mitigated
