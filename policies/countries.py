@@ -15,11 +15,23 @@ import unicodedata
 from collections.abc import Sequence
 from importlib import resources
 
+from policies.risk_readers import on
+
 MAX_NAME_WORDS = 6  # "Saint Vincent and the Grenadines"
 
 
+# Letters of their own that Unicode does not decompose into a Latin letter and an accent, so the ASCII fold would
+# drop them ("lønn" -> "lnn", "wpłata" -> "wpata"): spelled as they are written without them (lønn -> lonn,
+# værdi -> vaerdi, Straße -> strasse), the spelling of the lexicographers' files (policies/risk_lexicon.json).
+_OWN_LETTERS = str.maketrans({"ø": "o", "æ": "ae", "œ": "oe", "ß": "ss", "ł": "l", "đ": "d", "ð": "d", "þ": "th",
+                              "ı": "i", "ħ": "h", "ŧ": "t", "ŀ": "l"})
+
+
 def words(text: str) -> tuple[str, ...]:
-    """Lower-case ASCII words of `text`: accents folded, apostrophes dropped ("Côte d'Ivoire" -> cote divoire)."""
+    """Lower-case ASCII words of `text`: accents folded, letters of their own spelled out (_OWN_LETTERS),
+    apostrophes dropped ("Côte d'Ivoire" -> cote divoire)."""
+    if on("letters_of_their_own"):
+        text = text.lower().translate(_OWN_LETTERS)
     folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().casefold().replace("'", "")
     return tuple(re.findall(r"[a-z0-9]+", folded))
 

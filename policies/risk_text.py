@@ -108,11 +108,12 @@ class KeyName:
 def key_name(raw: str) -> KeyName:
     """How an attribute's name is compared with the policy's names (module docstring); cached, as upstream
     systems send the same few dozen names again and again."""
-    return _key_name(raw, on("abbreviated_unit_before_ago"), on("flag_opening_name_is_a_ships_flag"))
+    return _key_name(raw, on("abbreviated_unit_before_ago"), on("flag_opening_name_is_a_ships_flag"),
+                     on("letters_of_their_own"))
 
 
 @functools.lru_cache(maxsize=4096)
-def _key_name(raw: str, unit_before_ago: bool, ships_flag: bool) -> KeyName:
+def _key_name(raw: str, unit_before_ago: bool, ships_flag: bool, own_letters: bool) -> KeyName:
     tokens = list(words(_uncamel(raw)))
     unit: str | None = None
     window: float | None = None  # a span ("_24h", "last_hour") ...

@@ -66,7 +66,7 @@ class Vocabulary:
     designation: frozenset[str] = frozenset()  # RiskRules.designation_words (policies/risk_designation.py)
     parties: frozenset[str] = frozenset()  # RiskRules.designation_parties
     vowel_stems: Mapping[str, str] = field(default_factory=dict)  # a translation's stem -> the translation's key
-    _names: dict[tuple[str, bool], KeyName] = field(default_factory=dict, compare=False, repr=False)  # raw name -> English
+    _names: dict[tuple[str, bool, bool], KeyName] = field(default_factory=dict, compare=False, repr=False)  # raw name -> English
 
     def words_of(self, name: KeyName) -> frozenset[str]:
         """A name's words with the policy's synonyms applied (txn -> transaction)."""
@@ -88,7 +88,7 @@ class Vocabulary:
 
     def name_of(self, raw: str) -> KeyName:
         """The parsed attribute name, its words of other languages read as English ("Einzahlungen_30d")."""
-        cached = (raw, on("final_vowel_inflection"))
+        cached = (raw, on("final_vowel_inflection"), on("letters_of_their_own"))
         hit = self._names.get(cached)
         if hit is None:
             tokens = text_words(raw)

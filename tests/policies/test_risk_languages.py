@@ -87,3 +87,14 @@ def test_a_word_inflected_by_its_final_vowel_reads_as_the_tables_word() -> None:
     assert voc.tokens_of("summer fillet rented limited") == ("summer", "fillet", "rented", "limited")  # no vowel
     with off(["final_vowel_inflection", "translation_lexicon"]):  # the lexicon holds "klienta" itself
         assert "customer_age" not in facts({"wiek_klienta": 81})
+
+
+def test_letters_of_their_own_are_spelled_out_not_dropped() -> None:
+    from policies.countries import words
+    from policies.risk_readers import off
+
+    # ø, æ, ł, ß do not decompose into a letter and an accent: folded to ASCII they would vanish ("lønn" -> "lnn")
+    assert words("Lønn for mars, værdi, wpłata, Straße") == ("lonn", "for", "mars", "vaerdi", "wplata", "strasse")
+    assert facts({"betalingstype": "lønn"})["payroll"] is True  # Norwegian salary, the lexicon's "lonn"
+    with off(["letters_of_their_own"]):
+        assert facts({"betalingstype": "lønn"})["payroll"] is False
