@@ -17,9 +17,9 @@ MAX_ATTRIBUTE_DEPTH = 4  # levels of nested objects flattened into dotted names 
 
 def flattened(attributes: Any, prefix: str = "", depth: int = 0) -> Any:
     """A feed's nested objects as dotted names ({"kyc": {"risk_rating": "high"}} -> {"kyc.risk_rating": "high"}),
-    as the readers take them (policies/risk_text.py reads a dotted path's words); anything else as it came. A
-    name written both ways, or objects nested deeper than MAX_ATTRIBUTE_DEPTH, is refused: never one silently
-    dropped."""
+    as the readers take them (policies/risk_text.py reads a dotted path's words), and a list of objects as one list
+    per field (_columns); anything else as it came. A name written both ways, or objects nested deeper than
+    MAX_ATTRIBUTE_DEPTH, is refused: never one silently dropped."""
     if not isinstance(attributes, dict):
         return attributes
     out: dict[Any, Any] = {}
@@ -29,6 +29,9 @@ def flattened(attributes: Any, prefix: str = "", depth: int = 0) -> Any:
             if depth + 1 > MAX_ATTRIBUTE_DEPTH:
                 raise ValueError(f"attribute {name!r}: objects nested more than {MAX_ATTRIBUTE_DEPTH} levels deep")
             inner = flattened(value, name, depth + 1)
+        elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value) \
+                and isinstance(key, str):
+            inner = _columns(value, name, depth + 1)
         else:
             inner = {name: value}
         for k, v in inner.items():
@@ -36,6 +39,23 @@ def flattened(attributes: Any, prefix: str = "", depth: int = 0) -> Any:
                 raise ValueError(f"attribute {k!r} is given twice (as a dotted name and nested)")
             out[k] = v
     return out
+
+
+def _columns(items: list[dict[Any, Any]], name: str, depth: int) -> dict[str, list[Any]]:
+    """A list of objects ({"deposits": [{"branch": "A", "amount": 9500}, {"branch": "B", "amount": 9700}]}) as one
+    list per field, in the items' order ({"deposits.branch": ["A", "B"], "deposits.amount": [9500, 9700]}): how
+    the readers take a list of values (the largest of numbers, the words of texts); an item without a field adds
+    nothing to its list. A list inside an item is refused, as a list inside a list is."""
+    if depth > MAX_ATTRIBUTE_DEPTH:
+        raise ValueError(f"attribute {name!r}: objects nested more than {MAX_ATTRIBUTE_DEPTH} levels deep")
+    rows = [flattened(item, name, depth) for item in items]
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    for field_name in fields:
+        if any(isinstance(row.get(field_name), list) for row in rows):
+            raise ValueError(f"attribute {field_name!r}: a list inside a list of objects")
+    return {field_name: [row[field_name] for row in rows if field_name in row] for field_name in fields}
+
+
 DEFAULT_QUESTION = "How risky is this event? Answer with a risk level (low, medium or high) and one short reason."
 
 
@@ -54,7 +74,9 @@ class RiskEvent(EdgeModel):
         description="Further facts about the event: each a value or a list of values (recent amounts, ports of call, "
                     f"payment references; at most {MAX_LIST_ITEMS} items). A nested object is read as dotted names "
                     f"({{\"kyc\": {{\"risk_rating\": \"high\"}}}} as \"kyc.risk_rating\"), at most "
-                    f"{MAX_ATTRIBUTE_DEPTH} levels deep; a name given both ways is refused (400).")
+                    f"{MAX_ATTRIBUTE_DEPTH} levels deep; a list of objects as one list per field ({{\"deposits\": "
+                    f"[{{\"amount\": 9500}}, {{\"amount\": 9700}}]}} as \"deposits.amount\": [9500, 9700]); a name "
+                    f"given both ways is refused (400).")
 
     @field_validator("attributes", mode="before")
     @classmethod

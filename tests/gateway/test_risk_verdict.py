@@ -167,11 +167,21 @@ async def test_list_attributes_and_nested_objects_are_read_as_flat_ones(client: 
                                        "kyc": {"risk_rating": "high", "customer_since": 2025}}}
     got, want = await _verdict(client, keys, nested), await _verdict(client, keys, dotted)
     assert got["verdict"] == want["verdict"] and got["scoring"]["rules"] == want["scoring"]["rules"]
+    # a list of objects is one list per field: three branch deposits just under a 10,000 threshold read as listed
+    rows = {"event_type": "cash_deposit", "amount": 9_800, "currency": "USD",
+            "attributes": {"deposits": [{"branch": "North", "usd": 9_500}, {"branch": "Quay", "usd": 9_900},
+                                        {"usd": 9_700}], "reporting_threshold_usd": 10_000}}
+    columns = {**rows, "attributes": {"deposits.branch": ["North", "Quay"], "deposits.usd": [9_500, 9_900, 9_700],
+                                      "reporting_threshold_usd": 10_000}}
+    got, want = await _verdict(client, keys, rows), await _verdict(client, keys, columns)
+    assert got["verdict"] == want["verdict"] and got["scoring"]["rules"] == want["scoring"]["rules"]
+    assert got["scoring"]["rules"], "the listed deposits fire what the flat lists fire"
     deep: dict[str, object] = {"x": 1}
     for level in range(5):
         deep = {f"l{level}": deep}
     for attributes in ({"kyc": {"risk_rating": "high"}, "kyc.risk_rating": "low"},  # one name given both ways
-                       deep, {"amounts": list(range(65))}, {"amounts": [[1, 2]]}, {"amounts": [{"a": 1}]}):
+                       deep, {"amounts": list(range(65))}, {"amounts": [[1, 2]]}, {"amounts": [{"a": 1}, 2]},
+                       {"deposits": [{"usd": [1, 2]}]}, {"deposits": [{"usd": 1}] * 65}):
         r = await client.post("/v1/risk/assess", headers=auth(keys.acme),
                               json={"event": {"event_type": "wire", "attributes": attributes}})
         assert r.status_code == 400 and "event.attributes" in r.json()["error"]["message"], r.text
