@@ -6,7 +6,8 @@ wrong figure or refuses about half the time, while a right figure is among the f
 sentences for ~96% of answerable questions. The chooser scores every figure of the plan's sentence and of the
 DEPTH best-ranked sentences (table cells included) by generic features (`FEATURES`: where the sentence ranks,
 how much of the question it and its context hold, whether the figure is of the kind asked, how near it sits to
-the question's words, bound words, the band a stated case selects, amendment markers, and what the plan itself
+the question's words, bound words, the band a stated case selects, amendment markers, which side of a stated
+change it is against the side the question asks and whether another line replaces it, and what the plan itself
 decided); none names a word of any labelled set. A fitted model (chooser_model.py) ranks them with weights that
 vary with the question's own features (table or prose, kind asked, a stated case, how well the best sentence
 covers it) and refuses the best when its refusal score, read from the same question features and the best's
@@ -29,13 +30,13 @@ import numpy as np
 
 from gateway.domain.answer_plan import AnswerPlan
 from gateway.domain.chooser_model import Model, load, question_vector
-from gateway.domain.figure_choice import clause_after, nearest, row_values
+from gateway.domain.figure_choice import clause_after, nearest, row_values, version_marks
 from gateway.domain.qualifiers import clash, excluded, qualifier, tokens
 from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, terms
 from textspans.bands import bands, qualified
 from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, Figure, find_figures, is_frequency, matches
 from textspans.questions import Asked
-from textspans.supersession import is_version_word
+from textspans.supersession import NEW, OLD, is_version_word, version_asked, versions
 
 WEIGHTS = Path(__file__).resolve().parents[2] / "policies" / "answer_chooser.json"
 DEPTH = 6  # best-ranked sentences whose figures are candidates
@@ -91,6 +92,10 @@ FEATURES = (
     "qualifier_excluded",  # its qualifier names a word the question excludes ("other than X")
     "case_figure_held",  # share of the figures the question writes that its line's other figures state
     "case_figure_other",  # its line writes figures of that kind, none the question's (`_case_figures`)
+    "side_asked",  # its line states a change of it and it is the side the question's marker asks (`_sides`)
+    "side_in_force",  # ... the question writes no marker and it is the side in force
+    "side_other",  # ... it is the other side
+    "replaced_elsewhere",  # its line states no change of it, another line replaces it (`_replaced`)
 )
 RARE = 2  # the question's rarest words `rare_held` reads
 RELATIVE_PREFIX = 5  # letters a word shares with its relative ("delivery": "delivered", "deliverable")
@@ -213,6 +218,30 @@ def _absence(index: DocumentIndex, wanted: set[str], gone: tuple[str, ...], best
             len(held & set(rare)) / len(rare) if rare else 0.0, math.log1p(len(held))]
 
 
+def _sides(question: str, c: Candidate) -> list[tuple[float, float, float]]:
+    """side_asked, side_in_force and side_other (FEATURES) per figure of `c`: where its line states a change
+    (figure_choice.version_marks: amending text, a correction, current and proposed columns), a question asking
+    for a revised, corrected or earlier figure ("now", "after the amendment", "before the change") is answered by
+    the side it names, and one naming no side by the side in force (the new one unless only proposed). Only the
+    line that states the change can say which of two figures replaced the other: the line that merely states the
+    old one (the table the amendment corrects) reads as no side."""
+    marks, proposal = version_marks(c, list(c.figures))
+    marked = version_asked(question, proposal=proposal)
+    side = marked or (OLD if proposal else NEW)
+    return [(float(bool(m) and m == side and bool(marked)), float(bool(m) and m == side and not marked),
+             float(bool(m) and m != side)) for m in marks]
+
+
+def _replaced(index: DocumentIndex) -> frozenset[str]:
+    """The figures (as written) that some line of the document states as the old side of a change (textspans/
+    supersession.py `versions`): a figure a corrigendum or an amendment replaces ("should read 50%, not 45%",
+    "amended from 30.0% to 31.5%") is still written, unmarked, in the line it corrects, which otherwise holds the
+    question's words better than the change does; a question asking for the figure in force is not answered
+    there."""
+    return frozenset(f.text for s, fs in zip(index.sentences, index.figures, strict=True)
+                     for f, m in zip(fs, versions(s, fs), strict=True) if m == OLD)
+
+
 def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Option]:
     """The answers `plan` (made for `question`) could give: every figure of its own sentence and of the DEPTH
     best-ranked sentences, each with its FEATURES."""
@@ -241,6 +270,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
     question_level = _absence(index, wanted, gone, ranked[0] if ranked else None)
     of = index.series
     shut = excluded(q)
+    replaced = _replaced(index) if version_asked(q) != OLD else frozenset()
     named = tokens(q) - shut
     options: list[Option] = []
     seen: set[tuple[str, str]] = set()
@@ -257,6 +287,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
         changes = bool(to) and any(_FROM.search(c.sentence[:f.start]) for f in c.figures)
         banded = bool(bands(c.sentence))
         head_figures = {h: find_figures(h, words=True) for h in {_header_cell(c, f) for f in c.figures}}
+        sides = _sides(q, c)
         for n, f in enumerate(c.figures):
             if (f.text, c.sentence) in seen:
                 continue
@@ -310,6 +341,8 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
                 float(clash(named, qual_tokens, of)),
                 float(bool(shut & qual_tokens)),
                 *_case_figures(q_found, line, banded),
+                *sides[n],
+                float(f.text in replaced and not any(sides[n])),
             ]
             # rounded: nine digits are all the fit reads, so a last-bit difference in a ratio changes nothing
             options.append(Option(f.text, c, f, tuple(round(v, 9) for v in values)))

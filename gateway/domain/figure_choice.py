@@ -163,20 +163,25 @@ MODIFIER = re.compile(r"^\d[\d.,]*-[a-z]+ [A-Za-z]")  # "3-month EURIBOR", not "
 _SCALE = re.compile(r"\d\s*(?:out of|of a possible|on a scale of)\s*$", re.IGNORECASE)
 
 
-def _in_asked_version(question: str, candidate: Candidate, figures: list[Figure]) -> list[Figure]:
-    """Of figures that replace others (textspans/supersession.py: amending text, a correction, a table's current
-    and proposed columns), those of the side the question asks for: "now" the new, "before the change" the old,
-    no marker the one in force."""
+def version_marks(candidate: Candidate, figures: list[Figure]) -> tuple[list[str], bool]:
+    """Per figure of `figures` (of `candidate`'s), OLD, NEW or "" where its line states a change of it (amending
+    text or a correction in prose, a table's current and proposed columns: textspans/supersession.py), and whether
+    the line's new side is only proposed."""
     if candidate.header:
         row_cells, head_cells = cells(candidate.sentence), cells(candidate.header)
         columns = [next((j for j, (a, b) in enumerate(row_cells) if a <= f.start < b), -1) for f in figures]
         marks = [column_version(candidate.header[slice(*head_cells[j])])
                  if 0 <= j < len(head_cells) == len(row_cells) else "" for j in columns]
-        proposal = is_proposal(candidate.header)
-    else:
-        every = versions(candidate.sentence, candidate.figures)
-        marks = [next((m for g, m in zip(candidate.figures, every, strict=True) if g == f), "") for f in figures]
-        proposal = is_proposal(candidate.sentence)
+        return marks, is_proposal(candidate.header)
+    every = versions(candidate.sentence, candidate.figures)
+    marks = [next((m for g, m in zip(candidate.figures, every, strict=True) if g == f), "") for f in figures]
+    return marks, is_proposal(candidate.sentence)
+
+
+def _in_asked_version(question: str, candidate: Candidate, figures: list[Figure]) -> list[Figure]:
+    """Of figures that replace others (`version_marks`), those of the side the question asks for: "now" the new,
+    "before the change" the old, no marker the one in force."""
+    marks, proposal = version_marks(candidate, figures)
     return in_version(figures, marks, version_asked(question, proposal=proposal), proposal=proposal)
 
 

@@ -141,3 +141,29 @@ def test_a_case_the_question_writes_as_a_figure_selects_the_line_that_states_it(
     banded = options(index, "What bonus is paid on a balance of GBP 70,000?",
                      plan_answer(index, "What bonus is paid on a balance of GBP 70,000?"))
     assert all(o.features[other] == 0.0 for o in banded if o.text == "0.15%")
+
+
+def test_a_question_naming_a_side_of_a_change_reads_the_line_that_states_it() -> None:
+    """side_asked / side_in_force / side_other and replaced_elsewhere: an old figure left unmarked in the line a
+    later notice amends reads as replaced; the notice's own figures read as the side asked or the other."""
+    doc = ("Fee schedule of the Ostrava Savings Union.\n"
+           "The annual card fee is EUR 30 for each cardholder.\n"
+           "Notice of change: the annual card fee is increased from EUR 30 to EUR 36 with effect from 1 May 2026.")
+    index = document_index(doc)
+    at = [FEATURES.index(f) for f in ("side_asked", "side_in_force", "side_other", "replaced_elsewhere")]
+
+    def sides(question: str) -> set[tuple[str, tuple[float, ...]]]:
+        return {(o.text, tuple(o.features[i] for i in at)) for o in options(index, question, plan_answer(index, question))}
+
+    now = sides("What is the annual card fee now?")
+    assert ("EUR 36", (1.0, 0.0, 0.0, 0.0)) in now and ("EUR 30", (0.0, 0.0, 1.0, 0.0)) in now
+    # the line stating the old fee alone says no side, but the notice replaces its figure
+    assert ("EUR 30", (0.0, 0.0, 0.0, 1.0)) in now
+    before = sides("What was the annual card fee before the change?")
+    assert ("EUR 30", (1.0, 0.0, 0.0, 0.0)) in before and ("EUR 36", (0.0, 0.0, 1.0, 0.0)) in before
+    assert ("EUR 30", (0.0, 0.0, 0.0, 0.0)) in before  # the old figure is the one asked
+    unmarked = sides("What is the annual card fee?")
+    assert ("EUR 36", (0.0, 1.0, 0.0, 0.0)) in unmarked and ("EUR 30", (0.0, 0.0, 0.0, 1.0)) in unmarked
+    model = _weights("side_asked", 5.0, answer=True)
+    assert choose(index, "What was the annual card fee before the change?", plan_answer(
+        index, "What was the annual card fee before the change?"), weights=model).leads == ("EUR 30",)
