@@ -265,8 +265,8 @@ _COMPARED = frozenset({"ratio", "vs", "versus", "change", "growth", "uplift", "m
 def year_before_ratio(spelled: Sequence[tuple[tuple[str, ...], KeyName, object]], amount: float | None,
                       currency: str | None) -> float | None:
     """The amount against its own value a year before: a money value whose name says the same period of the year
-    before ("prior_year_same_period_gel": 171,000, "same_month_last_year_kes", "same_period_ly_inr": "same" and a
-    year beside a word of before, or "ly"), as the name's English words spell it in order (`spelled`: words,
+    before ("takings_same_quarter_prior_year_usd": 48,000, "same_week_last_year", "sales_same_day_ly": "same" and
+    a year beside a word of before, or "ly"), as the name's English words spell it in order (`spelled`: words,
     parsed name, value). Not a ratio, change or count (prior_year_same_week_ratio says its own), not a percentage,
     not in another currency. Seasonal activity as large as a year before is the customer's own pattern (EBA/GL/2021/02
     4.60); one ten times it is not."""

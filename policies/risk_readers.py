@@ -28,7 +28,7 @@ READERS = frozenset({
     "more_yes_no_words",  # policies/risk_text.py: "nee", "nei", "DA", "PO"/"JO" are a flag's no and yes
     "translation_lexicon",  # policies/risk_vocabulary.py: the blind-written lexicon (policies/risk_lexicon.json)
     "flag_opening_name_is_a_ships_flag",  # policies/risk_text.py: "flag_changes_12m" keeps "flag"; "pep_flag" drops it
-    "same_period_a_year_before",  # policies/risk_derived.py: prior_year_same_period: 171,000 against the amount
+    "same_period_a_year_before",  # policies/risk_derived.py: takings_same_quarter_prior_year: 48,000 beside the amount
     "letters_of_their_own",  # policies/countries.py: "lønn", "wpłata" spelled "lonn", "wplata", not "lnn", "wpata"
 })
 _OFF: ContextVar[frozenset[str]] = ContextVar("risk_readers_off", default=frozenset())
