@@ -72,6 +72,7 @@ _YEAR = r"(?:1[89]\d\d|2[01]\d\d)"
 _FREQUENCY_WORDS = {"daily": "day", "weekly": "week", "monthly": "month", "quarterly": "quarter", "annually": "year",
                     "yearly": "year", "semi-annually": "half-year", "biannually": "half-year"}
 _TIMES = {"once": 1, "twice": 2}
+_SP = r"[^\S\n]"  # a space within a line: a figure and its unit or currency never span a line break (a table's rows)
 
 # In priority order: a span taken by one pattern is not read again by a later one.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -80,14 +81,14 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
                       rf"|\b[0-3]?\d(?:st|nd|rd|th)?(?:\s+of)?\s+{_MONTH}(?!\w)")),
     (DURATION, re.compile(rf"\b(?:once|twice|{_NUM}\s+times)\s+(?:a|an|per|every|each)\s+(?:{_TIME_UNIT}|annum\b)"
                           rf"|\b(?:{'|'.join(_FREQUENCY_WORDS)})\b", re.IGNORECASE)),
-    (AMOUNT, re.compile(rf"(?:\b(?:{_CODE})\s?|{_SYMBOL}\s?){_NUM}{_MULT}?"
-                        rf"|{_NUM}{_MULT}?\s?(?:\b(?:{_CODE})\b|(?:{_NAMED})\b|{_SYMBOL})", re.IGNORECASE)),
-    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?\s?(?:%|per\s?cent\b|percent\b|percentage points?\b|pp\b|basis points?\b|bps?\b)",
+    (AMOUNT, re.compile(rf"(?:\b(?:{_CODE}){_SP}?|{_SYMBOL}{_SP}?){_NUM}{_MULT}?"
+                        rf"|{_NUM}{_MULT}?{_SP}?(?:\b(?:{_CODE})\b|(?:{_NAMED})\b|{_SYMBOL})", re.IGNORECASE)),
+    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?{_SP}?(?:%|per\s?cent\b|percent\b|percentage points?\b|pp\b|basis points?\b|bps?\b)",
                          re.IGNORECASE)),
-    (DURATION, re.compile(rf"{_NUM}(?:\s*\(\d+\))?(?:\s+|-){_QUALIFIER}{_TIME_UNIT}|\b(?:within|for|after|than|under|over)\s+"
+    (DURATION, re.compile(rf"{_NUM}(?:\s*\(\d+\))?(?:{_SP}+|-){_QUALIFIER}{_TIME_UNIT}|\b(?:within|for|after|than|under|over)\s+"
                           rf"(?P<f>an?\s+{_QUALIFIER}{_TIME_UNIT})", re.IGNORECASE)),
     # A multiple: "1:10", "3.5 times", and "4.25x" or "2.75×" (leverage, cover), the sign right after the number
-    (RATIO, re.compile(rf"(?<![\d:])\d+(?:\.\d+)?\s?:\s?\d+(?:\.\d+)?(?![\d:])|{_NUM}\s+times\b"
+    (RATIO, re.compile(rf"(?<![\d:])\d+(?:\.\d+)?{_SP}?:{_SP}?\d+(?:\.\d+)?(?![\d:])|{_NUM}\s+times\b"
                        rf"|(?<![\w.])\d+(?:\.\d+)?[x×](?![\w])", re.IGNORECASE)),
     (NUMBER, re.compile(rf"(?:{_DIGITS}){_MULT}?", re.IGNORECASE)),
 ]

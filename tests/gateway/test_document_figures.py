@@ -142,3 +142,14 @@ def test_a_question_asking_for_a_level_is_not_answered_by_how_often() -> None:
                           "at 85% utilisation of any limit.")
     assert plan_answer(index, "At what utilisation level does middle office raise a warning?").leads == ("85%",)
     assert plan_answer(index, "How often does middle office monitor utilisation?").leads == ("daily",)
+
+
+def test_a_figure_never_spans_a_line_break() -> None:
+    # a table's last cell and the next row's currency code are two rows, not the amount "30 EUR": the time is a
+    # figure of the document, so an answer that gives it is grounded
+    table = "Currency | Cut-off\nGBP | 14:30\nEUR | 16:30\nUSD | 15:00\nNotes to Table 1:\n1. Fees in 30\ndays"
+    assert [(f.text, f.kind) for f in find_figures(table)] == [
+        ("14:30", RATIO), ("16:30", RATIO), ("15:00", RATIO), ("1", NUMBER), ("1", NUMBER), ("30", NUMBER)]
+    assert ungrounded("16:30", [table]) == []
+    assert [f.text for f in find_figures("EUR 16,500 or 30 EUR, 5 % and 30 business days")] == [
+        "EUR 16,500", "30 EUR", "5 %", "30 business days"]
