@@ -114,6 +114,7 @@ def key_name(raw: str) -> KeyName:
 
 @functools.lru_cache(maxsize=4096)
 def _key_name(raw: str, unit_before_ago: bool, ships_flag: bool, own_letters: bool) -> KeyName:
+    # own_letters is part of the cache key only: words() reads the switch itself (policies/countries.py)
     tokens = list(words(_uncamel(raw)))
     unit: str | None = None
     window: float | None = None  # a span ("_24h", "last_hour") ...

@@ -72,7 +72,6 @@ _YEAR = r"(?:1[89]\d\d|2[01]\d\d)"
 _FREQUENCY_WORDS = {"daily": "day", "weekly": "week", "monthly": "month", "quarterly": "quarter", "annually": "year",
                     "yearly": "year", "semi-annually": "half-year", "biannually": "half-year"}
 _TIMES = {"once": 1, "twice": 2}
-_SP = r"[^\S\n]"  # a space within a line: a figure and its unit or currency never span a line break (a table's rows)
 
 # In priority order: a span taken by one pattern is not read again by a later one.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -81,14 +80,14 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
                       rf"|\b[0-3]?\d(?:st|nd|rd|th)?(?:\s+of)?\s+{_MONTH}(?!\w)")),
     (DURATION, re.compile(rf"\b(?:once|twice|{_NUM}\s+times)\s+(?:a|an|per|every|each)\s+(?:{_TIME_UNIT}|annum\b)"
                           rf"|\b(?:{'|'.join(_FREQUENCY_WORDS)})\b", re.IGNORECASE)),
-    (AMOUNT, re.compile(rf"(?:\b(?:{_CODE}){_SP}?|{_SYMBOL}{_SP}?){_NUM}{_MULT}?"
-                        rf"|{_NUM}{_MULT}?{_SP}?(?:\b(?:{_CODE})\b|(?:{_NAMED})\b|{_SYMBOL})", re.IGNORECASE)),
-    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?{_SP}?(?:%|per\s?cent\b|percent\b|percentage points?\b|pp\b|basis points?\b|bps?\b)",
+    (AMOUNT, re.compile(rf"(?:\b(?:{_CODE})\s?|{_SYMBOL}\s?){_NUM}{_MULT}?"
+                        rf"|{_NUM}{_MULT}?\s?(?:\b(?:{_CODE})\b|(?:{_NAMED})\b|{_SYMBOL})", re.IGNORECASE)),
+    (PERCENT, re.compile(rf"{_NUM}(?:\s*\(\d+(?:\.\d+)?\))?\s?(?:%|per\s?cent\b|percent\b|percentage points?\b|pp\b|basis points?\b|bps?\b)",
                          re.IGNORECASE)),
-    (DURATION, re.compile(rf"{_NUM}(?:\s*\(\d+\))?(?:{_SP}+|-){_QUALIFIER}{_TIME_UNIT}|\b(?:within|for|after|than|under|over)\s+"
+    (DURATION, re.compile(rf"{_NUM}(?:\s*\(\d+\))?(?:\s+|-){_QUALIFIER}{_TIME_UNIT}|\b(?:within|for|after|than|under|over)\s+"
                           rf"(?P<f>an?\s+{_QUALIFIER}{_TIME_UNIT})", re.IGNORECASE)),
     # A multiple: "1:10", "3.5 times", and "4.25x" or "2.75×" (leverage, cover), the sign right after the number
-    (RATIO, re.compile(rf"(?<![\d:])\d+(?:\.\d+)?{_SP}?:{_SP}?\d+(?:\.\d+)?(?![\d:])|{_NUM}\s+times\b"
+    (RATIO, re.compile(rf"(?<![\d:])\d+(?:\.\d+)?\s?:\s?\d+(?:\.\d+)?(?![\d:])|{_NUM}\s+times\b"
                        rf"|(?<![\w.])\d+(?:\.\d+)?[x×](?![\w])", re.IGNORECASE)),
     (NUMBER, re.compile(rf"(?:{_DIGITS}){_MULT}?", re.IGNORECASE)),
 ]
@@ -98,18 +97,21 @@ _NUMBER_IN = re.compile(rf"{_DIGITS}|{_WORDS}", re.IGNORECASE)
 
 def find_figures(text: str, *, words: bool = False) -> list[Figure]:
     """The figures of `text` in order of position; `words`: also numbers written in words without a unit."""
-    taken: list[tuple[int, int]] = []
     found: list[Figure] = []
     patterns = _PATTERNS + ([(NUMBER, _BARE_WORDS)] if words else [])
-    for kind, pattern in patterns:
-        for m in pattern.finditer(text):
-            start, end = m.span("f") if "f" in pattern.groupindex and m.group("f") else m.span()
-            if end == start or any(s < end and start < e for s, e in taken):
-                continue
-            fig = _figure(kind, text[start:end], start, end)
-            if fig is not None:
-                taken.append((start, end))
-                found.append(fig)
+    offset = 0
+    for line in text.split("\n"):  # a figure never spans a line break: a table row's last cell is not the next row's
+        taken: list[tuple[int, int]] = []
+        for kind, pattern in patterns:
+            for m in pattern.finditer(line):
+                start, end = m.span("f") if "f" in pattern.groupindex and m.group("f") else m.span()
+                if end == start or any(s < end and start < e for s, e in taken):
+                    continue
+                fig = _figure(kind, line[start:end], offset + start, offset + end)
+                if fig is not None:
+                    taken.append((start, end))
+                    found.append(fig)
+        offset += len(line) + 1
     return sorted(found, key=lambda f: f.start)
 
 

@@ -36,7 +36,7 @@ from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex,
 from textspans.bands import bands, qualified
 from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, Figure, find_figures, is_frequency, matches
 from textspans.questions import Asked
-from textspans.supersession import NEW, OLD, is_version_word, version_asked, versions
+from textspans.supersession import NEW, OLD, is_version_word, version_asked
 
 WEIGHTS = Path(__file__).resolve().parents[2] / "policies" / "answer_chooser.json"
 DEPTH = 6  # best-ranked sentences whose figures are candidates
@@ -95,7 +95,7 @@ FEATURES = (
     "side_asked",  # its line states a change of it and it is the side the question's marker asks (`_sides`)
     "side_in_force",  # ... the question writes no marker and it is the side in force
     "side_other",  # ... it is the other side
-    "replaced_elsewhere",  # its line states no change of it, another line replaces it (`_replaced`)
+    "replaced_elsewhere",  # its line states no change of it, another line replaces it (DocumentIndex.replaced)
 )
 RARE = 2  # the question's rarest words `rare_held` reads
 RELATIVE_PREFIX = 5  # letters a word shares with its relative ("delivery": "delivered", "deliverable")
@@ -232,16 +232,6 @@ def _sides(question: str, c: Candidate) -> list[tuple[float, float, float]]:
              float(bool(m) and m != side)) for m in marks]
 
 
-def _replaced(index: DocumentIndex) -> frozenset[str]:
-    """The figures (as written) that some line of the document states as the old side of a change (textspans/
-    supersession.py `versions`): a figure a corrigendum or an amendment replaces ("should read 50%, not 45%",
-    "amended from 30.0% to 31.5%") is still written, unmarked, in the line it corrects, which otherwise holds the
-    question's words better than the change does; a question asking for the figure in force is not answered
-    there."""
-    return frozenset(f.text for s, fs in zip(index.sentences, index.figures, strict=True)
-                     for f, m in zip(fs, versions(s, fs), strict=True) if m == OLD)
-
-
 def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Option]:
     """The answers `plan` (made for `question`) could give: every figure of its own sentence and of the DEPTH
     best-ranked sentences, each with its FEATURES."""
@@ -270,7 +260,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
     question_level = _absence(index, wanted, gone, ranked[0] if ranked else None)
     of = index.series
     shut = excluded(q)
-    replaced = _replaced(index) if version_asked(q) != OLD else frozenset()
+    replaced = index.replaced if version_asked(q) != OLD else frozenset()
     named = tokens(q) - shut
     options: list[Option] = []
     seen: set[tuple[str, str]] = set()

@@ -26,6 +26,7 @@ from textspans import sentence_spans
 from textspans.concepts import ConceptIndex, defined_abbreviations, spelled_out
 from textspans.figures import AMOUNT, CURRENCY_WORDS, Figure, find_figures, is_reference, ranges
 from textspans.questions import Asked, asked_for, frame_words
+from textspans.supersession import OLD, versions
 
 QUOTE_CANDIDATES = 2  # sentences a quote may be: the best is always quoted, the model may add the second
 
@@ -224,6 +225,14 @@ class DocumentIndex:
         """The document's series of cases ("low risk", "high risk"; "Tier 1", "Tier 2"), for the answer chooser's
         qualifier clash (gateway/domain/qualifiers.py)."""
         return series(tuple(self.sentences), tuple(p.header for p in self.places))
+
+    @functools.cached_property
+    def replaced(self) -> frozenset[str]:
+        """The figures (as written) that some line states as the old side of a change (textspans/supersession.py
+        `versions`: "should read 50%, not 45%", "amended from 30.0% to 31.5%"), for the answer chooser's
+        replaced_elsewhere: read once per document, not once per question."""
+        return frozenset(f.text for s, fs in zip(self.sentences, self.figures, strict=True)
+                         for f, m in zip(fs, versions(s, fs), strict=True) if m == OLD)
 
     def mentions_concept(self, concept: str, written: frozenset[str]) -> bool:
         """The document names `concept` (a term of `mentions`): in some form, or a sentence holds every word

@@ -85,7 +85,7 @@ def slow_choices(seed: int) -> list[str]:
     return ["".join(rnd.choices(string.ascii_lowercase, k=1000)) for _ in range(1999)]
 
 
-@pytest.mark.timing  # a wall-clock ratio (4x): beside another test file's load it fell to 3.3x
+@pytest.mark.timing  # a wall-clock ratio: beside another test file's load it fell below its bound
 async def test_one_tenants_compiles_do_not_hold_another_tenants_risk_request(gateway: httpx.AsyncClient,
                                                                              keys: Keys) -> None:
     # asyncio's default pool made small (two threads: the 2-CPU machine had six for eight compiles):
