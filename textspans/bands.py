@@ -99,10 +99,34 @@ _NUDGE = 1e-6
 _QUALIFIED_UNIT = re.compile(rf"^\+?\s+(?:[A-Za-z][\w-]*\s+)?{_TIME_UNIT}", re.IGNORECASE)
 
 
+# A slice the question states by both its ends ("the slice between EUR 5 million and EUR 12 million", "from 50m to
+# 250m"): the band holding it is the one holding its middle, not one that only touches an end ("up to EUR 5 million").
+_SLICE_OPEN = re.compile(r"\b(?:between|from)\s*$", re.IGNORECASE)
+_SLICE_JOIN = re.compile(r"^\s*(?:and|to|-|\u2013)\s*$", re.IGNORECASE)
+
+
+def _slices(question: str, values: list[Value]) -> list[Value]:
+    """`values` with each pair stated as a slice ("between A and B") read as its middle."""
+    out, i = [], 0
+    while i < len(values):
+        a = values[i]
+        b = values[i + 1] if i + 1 < len(values) else None
+        if (b is not None and a.kind == b.kind and a.unit == b.unit and a.value < b.value
+                and _SLICE_OPEN.search(question[max(0, a.start - 12):a.start])
+                and _SLICE_JOIN.match(question[a.end:b.start])):
+            out.append(Value((a.value + b.value) / 2, a.kind, a.unit, a.start, b.end))
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def stated_values(question: str) -> list[Value]:
     """The values `question` states: amounts, percentages, counts, periods (an ordinal period as its count; a
     number, its unit after a word that qualifies it: "6 claim-free years"). A value stated as a strict bound
-    is taken just past it ("longer than one year" lies in "> 12 months", not in "<= 12 months")."""
+    is taken just past it ("longer than one year" lies in "> 12 months", not in "<= 12 months"), a slice stated by
+    both its ends as its middle (`_slices`)."""
     out = []
     for v in _values(question):
         if v.kind == DATE:
@@ -114,7 +138,7 @@ def stated_values(question: str) -> list[Value]:
         step = _NUDGE * max(1.0, abs(v.value))
         shift = step if _PAST.search(before) else -step if _SHORT.search(before) else 0.0
         out.append(Value(v.value + shift, v.kind, v.unit, v.start, v.end) if shift else v)
-    return out
+    return _slices(question, out)
 
 
 def _unit(a: Value, b: Value) -> tuple[str, str]:

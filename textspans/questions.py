@@ -43,7 +43,8 @@ _KINDS: dict[str, tuple[tuple[str, ...], bool]] = {
     "share": ((PERCENT, RATIO), True),
     "multiple": ((RATIO, PERCENT, NUMBER), True),
     "amount": ((AMOUNT, NUMBER, PERCENT), True),
-    "count": ((NUMBER, DURATION), True),
+    "count": ((NUMBER, DURATION), True),  # "what number of days", "what age": a duration may count
+    "tally": ((NUMBER,), True),  # "how many exceptions": a count of things, never a period
     "size": ((PERCENT, AMOUNT, RATIO, DURATION, NUMBER), False),
 }
 # The noun of a wh-phrase that names the kind of quantity asked ("what stress horizon": a period).
@@ -66,9 +67,12 @@ BOUND_WORDS = frozenset(
     "minimum maximum max min cap caps ceiling floor limit limits level levels size amount upper lower end range top "
     "bottom point highest lowest largest smallest longest shortest greatest least most latest earliest first last "
     "oldest youngest total overall required requirement applicable relevant permitted allowed".split())
-_UPPER = re.compile(r"\b(?:upper|top|highest|maximum|max|largest|greatest|ceiling|cap|oldest)\b", re.IGNORECASE)
+# "the most a group may borrow", "at most how many": the bound; "the most recent" places in time, it bounds nothing.
+_UPPER = re.compile(r"\b(?:upper|top|highest|maximum|max|largest|greatest|ceiling|cap|oldest)\b|\b(?:the|at) most\b"
+                    r"(?!\s+(?:recent|recently|common|commonly|important|likely|senior|frequent|frequently)\b)",
+                    re.IGNORECASE)
 _RANGE = re.compile(r"\brange\b|\b(?:upper|lower|top|bottom) (?:end|bound)\b|\bband\b", re.IGNORECASE)
-_LOWER = re.compile(r"\b(?:lower|bottom|lowest|minimum|min|smallest|floor|youngest)\b", re.IGNORECASE)
+_LOWER = re.compile(r"\b(?:lower|bottom|lowest|minimum|min|smallest|floor|youngest)\b|\bthe least\b", re.IGNORECASE)
 
 _TIME = r"(?:minutes?|hours?|days?|weeks?|months?|quarters?|years?)"
 _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
@@ -81,8 +85,9 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
                          r"\bhow many times\b(?=.*\b(?:a|an|per|every|each|in a)\s+(?:day|week|month|quarter|year|annum)\b)"),
     ("multiple", "multiple", r"\bhow many times\b"),
     # "how many overdraft fees", "how many members": a count of the thing named, whatever noun names it (a
-    # period or a multiple counted is read above)
-    ("count", "count", r"\bhow many\b"),
+    # period or a multiple counted is read above), so a number, not the period beside it ("no more than 6 months,
+    # and no more than 3 such exceptions")
+    ("count", "tally", r"\bhow many\b"),
     ("year", "year", r"\b(?:what|which) year\b"),
     # "When does the change take effect / apply from / start?": the day it starts, not a period
     ("effect", "date", r"\bwhen\b[^?]*?\b(?:take|takes|took|taking) effect\b|\bwhen\b[^?]*?\b(?:apply|applies|applied) "

@@ -2,7 +2,7 @@
 
 A document states a change in a few ways, each pairing the figure it replaces with the one that replaces it:
 amending text ('for "15 years" substitute "10 years"', "is replaced by", "deleted and replaced with", "increased
-from 30 days to 45 days"), a new figure with its old one beside it ("45 days (previously 30 days)", "45 days, up
+from 30 days to 45 days", '"USD 95" shall read "USD 110"'), a new figure with its old one beside it ("45 days (previously 30 days)", "45 days, up
 from 30 days", "10 June, not 3 June" in a correction), and a table with current and proposed columns (read by
 the caller from the header's cells, `column_version`). A question then asks for one side: "now", "new",
 "amended", "after the change", "proposed", "revised" the new figure; "before the change", "existing",
@@ -55,6 +55,9 @@ _SPANS = [
     re.compile(r"\b(?:delet|omit|strik)\w*(?:\s+out)?\b(?P<old>[^;]{0,160}?)\band\s+(?:replac|substitut|insert)\w*"
                r"(?:\s+(?:it|them|therefor|in (?:its|their) place))?(?:\s+(?:with|by))?\b(?P<new>[^;]{0,160})",
                re.IGNORECASE),
+    # a corrigendum's or amendment's formula: 'the rate "0.80 bp" shall read "0.70 bp"', "is amended to read"
+    re.compile(r"(?P<old>[^;]{0,160}?)\b(?:shall|should|is to|are to|(?:is|are) amended to) (?:now )?read\b"
+               r"(?P<new>[^;]{0,160})", re.IGNORECASE),
     # "increased from 30 days to 45 days", "the fee goes from GBP 5 to GBP 7"
     re.compile(r"\b(?:increas|decreas|reduc|rais|lower|cut|extend|shorten|chang|mov|lengthen|amend|revis|rise|ris|"
                r"rose|fall|fell|go|went|halv|doubl|tighten|relax|brought|bring|adjust|updat|reset|shift|push|"

@@ -32,7 +32,7 @@ from gateway.domain.answer_plan import AnswerPlan
 from gateway.domain.chooser_model import Model, load, question_vector
 from gateway.domain.figure_choice import clause_after, nearest, row_values, version_marks
 from gateway.domain.qualifiers import clash, excluded, qualifier, tokens
-from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, terms
+from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, stem_pairs, terms
 from textspans.bands import bands, qualified
 from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, Figure, find_figures, is_frequency, matches
 from textspans.questions import Asked
@@ -96,13 +96,14 @@ FEATURES = (
     "side_in_force",  # ... the question writes no marker and it is the side in force
     "side_other",  # ... it is the other side
     "replaced_elsewhere",  # its line states no change of it, another line replaces it (DocumentIndex.replaced)
+    "pairs_held",  # share of the question's pairs of neighbouring words its line writes as neighbours too
 )
 RARE = 2  # the question's rarest words `rare_held` reads
 RELATIVE_PREFIX = 5  # letters a word shares with its relative ("delivery": "delivered", "deliverable")
 
 
 
-RELATIVE = ("coverage", "sentence_coverage", "near_held", "near_words", "score_ratio", "rank_inv")
+RELATIVE = ("coverage", "sentence_coverage", "near_held", "near_words", "score_ratio", "rank_inv", "pairs_held")
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
     shut = excluded(q)
     replaced = index.replaced if version_asked(q) != OLD else frozenset()
     named = tokens(q) - shut
+    q_pairs = stem_pairs(q)
     options: list[Option] = []
     seen: set[tuple[str, str]] = set()
     for rank, c in sentences:
@@ -278,6 +280,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
         banded = bool(bands(c.sentence))
         head_figures = {h: find_figures(h, words=True) for h in {_header_cell(c, f) for f in c.figures}}
         sides = _sides(q, c)
+        pairs_held = len(q_pairs & stem_pairs(f"{c.header} {c.sentence}")) / len(q_pairs) if q_pairs else 0.0
         for n, f in enumerate(c.figures):
             if (f.text, c.sentence) in seen:
                 continue
@@ -333,6 +336,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
                 *_case_figures(q_found, line, banded),
                 *sides[n],
                 float(f.text in replaced and not any(sides[n])),
+                pairs_held,
             ]
             # rounded: nine digits are all the fit reads, so a last-bit difference in a ratio changes nothing
             options.append(Option(f.text, c, f, tuple(round(v, 9) for v in values)))

@@ -119,6 +119,13 @@ def terms(text: str, index: ConceptIndex) -> list[str]:
         + identifiers(text)
 
 
+def stem_pairs(text: str) -> frozenset[tuple[str, str]]:
+    """The pairs of word stems of `text` in order at most one word apart, stop words left out: "pensions already in
+    payment" holds (pension, payment), as "pensions in payment" does and "deferred pensions ... payment" does not."""
+    stems = [_stem(w) for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOPWORDS and len(w) > 2]
+    return frozenset(zip(stems, stems[1:], strict=False)) | frozenset(zip(stems, stems[2:], strict=False))
+
+
 # A member of a series named by a letter ("Class Z", "Level B"), or a table's cell that is one letter (the row of
 # class Z in a fee table); a short code mixing a digit and a letter ("Level 2B", "1A").
 _LETTER = re.compile(r"\b[A-Za-z][a-z]+ ([A-Z])(?![\w'-])|(?:^|\|)[ \t]*([A-Z])[ \t]*(?=\||$)", re.MULTILINE)

@@ -167,3 +167,16 @@ def test_a_question_naming_a_side_of_a_change_reads_the_line_that_states_it() ->
     model = _weights("side_asked", 5.0, answer=True)
     assert choose(index, "What was the annual card fee before the change?", plan_answer(
         index, "What was the annual card fee before the change?"), weights=model).leads == ("EUR 30",)
+
+
+def test_a_line_writing_the_questions_words_together_holds_its_pairs() -> None:
+    """Both lines hold "pensions", "increase" and "payment"; only one writes "pensions in payment" together, and the
+    question's "pensions already in payment" is that pair one word apart."""
+    doc = ("Pension increases.\n"
+           "Deferred pensions are increased each year by CPI, up to 5.0% a year, until payment starts.\n"
+           "Pensions in payment are increased each April by CPI, subject to a maximum increase of 2.5%.")
+    index = document_index(doc)
+    question = "What is the cap on the yearly increase to pensions already in payment?"
+    at = FEATURES.index("pairs_held")
+    held = {o.text: o.features[at] for o in options(index, question, plan_answer(index, question))}
+    assert held["2.5%"] > held["5.0%"]

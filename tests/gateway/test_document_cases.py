@@ -279,3 +279,17 @@ def test_a_comparative_after_a_band_is_the_band_past_it() -> None:
                           "USD 100,000 par and 1.25% for larger trades. Trades are reported daily.")
     p = plan_answer(index, "What is the mark-up ceiling on a retail bond trade of USD 250,000 par?")
     assert p.leads == ("1.25%",), p.reason
+
+
+def test_a_slice_stated_by_both_ends_is_read_in_the_band_holding_it_not_one_touching_an_end() -> None:
+    """"between 40 million and 90 million" lies in "over 40 million up to 150 million", though the narrower "over
+    10 million up to 40 million" holds its lower end."""
+    index = DocumentIndex("Custody fee by holding (EUR) | Annual rate\n"
+                          "Up to 10 million | 0.25%\n"
+                          "Over 10 million up to 40 million | 0.18%\n"
+                          "Over 40 million up to 150 million | 0.11%\n"
+                          "Over 150 million | 0.07%\n")
+    question = "What annual rate applies to the part of a holding between EUR 40 million and EUR 90 million?"
+    assert plan_answer(index, question).leads == ("0.11%",)
+    assert plan_answer(index, "What annual rate applies to a holding of EUR 30 million?").leads == ("0.18%",)
+    assert plan_answer(index, "What rate applies to the slice from EUR 10 million to EUR 40 million?").leads == ("0.18%",)

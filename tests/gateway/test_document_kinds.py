@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.domain.answer_plan import plan_answer
 from gateway.domain.retrieval import DocumentIndex
-from textspans.figures import DATE, DURATION
+from textspans.figures import DATE, DURATION, NUMBER
 from textspans.questions import asked_for
 
 
@@ -171,3 +171,15 @@ def test_a_sentence_ranked_well_clear_of_the_rest_answers_though_its_headings_le
                           "* 3. Records\nRecords are kept for 5 years in the member file.\n")
     assert plan_answer(index, "How often is a high-risk PEP relationship reviewed?").leads == ("12 months",)
     assert not plan_answer(index, "How often is a PEP relationship reviewed?").found
+
+
+def test_how_many_things_asks_for_a_count_and_the_most_asks_for_the_upper_bound() -> None:
+    """"how many waivers" counts waivers, so the period beside the count is no answer; "the most a client may"
+    asks for the cap, "the most recent" for no bound."""
+    index = DocumentIndex("A fee waiver granted by a branch lasts no longer than 9 months, and no branch may grant "
+                          "more than 4 waivers in a calendar year.")
+    assert asked_for("How many fee waivers may one branch grant in a year?").kinds == (NUMBER,)
+    assert plan_answer(index, "How many fee waivers may one branch grant in a year?").leads == ("4",)
+    assert asked_for("What is the most a client may borrow on the card?").bound == "upper"
+    assert asked_for("What is the least a client must repay each month?").bound == "lower"
+    assert asked_for("What is the most recent review date?").bound == ""

@@ -57,6 +57,8 @@ def test_each_way_of_writing_a_change_pairs_the_old_figure_with_the_new() -> Non
         ("Correction to my earlier email: the fee should read GBP 50, not GBP 75.", "GBP 75", "GBP 50"),
         ('Clause 7 is amended by deleting "USD 40,000" and replacing it with "USD 55,000".', "USD 40,000", "USD 55,000"),
         ("Paragraph 3 is amended by omitting 14 days and inserting 21 days.", "14 days", "21 days"),
+        # a corrigendum's formula, with no word of correction in its own sentence
+        ('In item 4, the minimum fee "EUR 60" shall read "EUR 85".', "EUR 60", "EUR 85"),
     ]:
         figures = find_figures(sentence)
         marks = dict(zip((f.text for f in figures), versions(sentence, figures), strict=True))
