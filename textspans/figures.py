@@ -237,16 +237,23 @@ def ungrounded(answer: str, evidence: Iterable[str]) -> list[Figure]:
 
 
 _RANGE_BETWEEN = re.compile(r"^\s*(?:and|to|-|–|—)\s*$", re.IGNORECASE)
-_RANGE_START = re.compile(r"\b(?:between|from|range of|ranging from|in the range)\s*$", re.IGNORECASE)
+_RANGE_START = re.compile(r"\b(?:between|from|range of|ranging from|in the range|range|band|corridor)\s*:?\s*$",
+                          re.IGNORECASE)
+# "raised from 18% to 20%" states a change, not a range
+_CHANGE_FROM = re.compile(r"\b(?:increas\w*|decreas\w*|reduc\w*|rais\w*|lower(?:s|ed|ing)?|cut|extend\w*|shorten\w*|"
+                          r"chang\w*|amend\w*|revis\w*|rises?|rising|risen|rose|fell|falls?|falling|moved|adjust\w*|"
+                          r"narrow\w*|widen\w*|halved|doubled|tighten\w*|relax\w*|lengthen\w*|updated|reset|shifted)"
+                          r"\b[^.;:]{0,60}?\bfrom\s*$", re.IGNORECASE)
 
 
 def ranges(source: str, figures: Iterable[Figure]) -> list[tuple[Figure, Figure]]:
     """The pairs of figures (in `source`, in order) written as a range: "between 1% and 3.5%", "from 5 to 10
-    days", "EUR 1-2 million"."""
+    days", "EUR 1-2 million", "(range 14% to 27%)"; not a change "raised from 18% to 20%"."""
     figs = list(figures)
     return [(a, b) for a, b in zip(figs, figs[1:], strict=False)
             if a.kind == b.kind and _RANGE_BETWEEN.match(source[a.end:b.start])
-            and (_RANGE_START.search(source[:a.start]) or source[a.end:b.start].strip() in "-–—")]
+            and (_RANGE_START.search(source[:a.start]) or source[a.end:b.start].strip() in "-–—")
+            and not _CHANGE_FROM.search(source[max(0, a.start - 90):a.start])]
 
 
 _REFERENCE = re.compile(r"\b(?:articles?|paragraphs?|sections?|parts?|chapters?|tier|annex(?:es)?|points?|recitals?|"

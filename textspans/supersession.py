@@ -19,15 +19,25 @@ from textspans.figures import Figure
 
 NEW, OLD = "new", "old"
 
-_OLD_ASKED = re.compile(r"\b(?:before|prior to|until|ahead of)\s+(?:the|this|these|that|any|its)\s+(?:\w+\s+)?"
-                        r"(?:change|changes|amendment|amendments|revision|revisions|update|reform|proposal|"
-                        r"renewal|regulations)\b|\bprevious(?:ly)?\b|\bformer(?:ly)?\b|\bold\b|\bexisting\b|"
+# What names a change: "before the side letter", "prior to Rate-Change Notice 2026/03", "after the February 2026
+# variation", "following the corrigendum".
+_CHANGE_NOUN = (r"(?:[\w'\u2019/.,-]+\s+){0,4}?(?:[\w]+-)?(?:changes?|amendments?|variations?|revisions?|updates?|"
+                r"reforms?|proposals?|renewals?|regulations|side letters?|letters?|notices?|corrigend(?:um|a)|"
+                r"addend(?:um|a)|resolutions?|circulars?|memo(?:randum)?s?|increases?|decreases?|reductions?|cuts?|"
+                r"rises?|repricing|reviews?|supplements?|endorsements?|riders?|restatements?|deeds?|agms?|"
+                r"e-?mails?|notifications?|decisions?|instructions?)\b")
+_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
+          r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
+_DATE = rf"(?:\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH}\b|{_MONTH}\s+\d{{1,2}}\b|{_MONTH}\s+\d{{4}}\b|\d{{4}}-\d{{2}}-\d{{2}})"
+_OLD_ASKED = re.compile(rf"\b(?:before|prior to|until|ahead of|preceding)\s+{_CHANGE_NOUN}|"
+                        rf"\b(?:before|prior to)\s+{_DATE}|"
+                        r"\bprevious(?:ly)?\b|\bformer(?:ly)?\b|\bold\b|\bexisting\b|"
                         r"\boriginal(?:ly)?\b|\bwas\b|\bwere\b|\bused to\b|\buntil now\b|\bpre-(?:amendment|change)\b|"
                         r"\bunamended\b|\bas it stood\b|\bhad been\b", re.IGNORECASE)
 _NEW_ASKED = re.compile(r"\bnow\b|\bnew\b|\bamend(?:ed|ment|ments|ing)\b|\brevised\b|\bpropos(?:ed|al|es)\b|"
-                        r"\bafter\s+(?:the|this|these)\s+(?:\w+\s+)?(?:change|changes|amendment|amendments|revision|"
-                        r"update|reform|renewal)\b|\bin force\b|\bupdated\b|\bcorrect(?:ed)?\b|\bgoing forward\b|"
-                        r"\brecommended\b|\bfrom now\b", re.IGNORECASE)
+                        rf"\b(?:after|following|under)\s+{_CHANGE_NOUN}|\bin force\b|\bupdated\b|"
+                        rf"\b(?:since|from|as (?:of|from)|with effect from|effective(?: from)?)\s+{_DATE}|"
+                        r"\bcorrect(?:ed)?\b|\bgoing forward\b|\brecommended\b|\bfrom now\b", re.IGNORECASE)
 # "current" names the figure in force: the old one only where the new one is a proposal beside it.
 _CURRENT_ASKED = re.compile(r"\b(?:current(?:ly)?|present(?:ly)?|today|at the moment)\b(?!\s+accounts?\b)",
                             re.IGNORECASE)

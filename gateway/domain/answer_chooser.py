@@ -34,7 +34,18 @@ from gateway.domain.figure_choice import clause_after, nearest, row_values, vers
 from gateway.domain.qualifiers import clash, excluded, qualifier, tokens
 from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, stem_pairs, terms
 from textspans.bands import bands, qualified
-from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, Figure, find_figures, is_frequency, matches
+from textspans.figures import (
+    AMOUNT,
+    DATE,
+    DURATION,
+    NUMBER,
+    PERCENT,
+    Figure,
+    find_figures,
+    is_frequency,
+    matches,
+    ranges,
+)
 from textspans.questions import Asked
 from textspans.supersession import NEW, OLD, is_version_word, version_asked
 
@@ -97,8 +108,13 @@ FEATURES = (
     "side_other",  # ... it is the other side
     "replaced_elsewhere",  # its line states no change of it, another line replaces it (DocumentIndex.replaced)
     "pairs_held",  # share of the question's pairs of neighbouring words its line writes as neighbours too
+    "range_end",  # the question asks an end of a range (upper, lower) and its line writes it as that end
+    "range_other_end",  # ... as the other end
+    "tail_held",  # share of the question's weight in the words after it up to the next figure ("GBP 50,000 for
+    # cards issued to board members"), at most TAIL words, not past a semicolon
 )
 RARE = 2  # the question's rarest words `rare_held` reads
+TAIL = 14  # words after a figure `tail_held` reads
 RELATIVE_PREFIX = 5  # letters a word shares with its relative ("delivery": "delivered", "deliverable")
 
 
@@ -219,6 +235,19 @@ def _absence(index: DocumentIndex, wanted: set[str], gone: tuple[str, ...], best
             len(held & set(rare)) / len(rare) if rare else 0.0, math.log1p(len(held))]
 
 
+def _range_ends(c: Candidate, bound: str) -> dict[int, str]:
+    """Per figure of `c` (by id) written as an end of a range ("65% - 85%", "range 14% to 27%"): "asked" where it is
+    the end `bound` names (upper: the higher), "other" for the other end; none when the question asks no bound."""
+    if not bound:
+        return {}
+    out: dict[int, str] = {}
+    for a, b in ranges(c.sentence, c.figures):
+        low, high = sorted((a, b), key=lambda f: f.value)
+        asked, other = (high, low) if bound == "upper" else (low, high)
+        out[id(asked)], out[id(other)] = "asked", "other"
+    return out
+
+
 def _sides(question: str, c: Candidate) -> list[tuple[float, float, float]]:
     """side_asked, side_in_force and side_other (FEATURES) per figure of `c`: where its line states a change
     (figure_choice.version_marks: amending text, a correction, current and proposed columns), a question asking
@@ -278,6 +307,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
         to = {f.text for f in c.figures if _TO.search(c.sentence[:f.start])}
         changes = bool(to) and any(_FROM.search(c.sentence[:f.start]) for f in c.figures)
         banded = bool(bands(c.sentence))
+        ends = _range_ends(c, q_bound)
         head_figures = {h: find_figures(h, words=True) for h in {_header_cell(c, f) for f in c.figures}}
         sides = _sides(q, c)
         pairs_held = len(q_pairs & stem_pairs(f"{c.header} {c.sentence}")) / len(q_pairs) if q_pairs else 0.0
@@ -289,6 +319,9 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
             gap = min((abs(p - at) for p in positions), default=50)
             window = " ".join(words[max(0, at - 8):at + 2])
             near = index.idf(index.held(wanted, set(terms(window, index.concepts)), {})) / total
+            after = c.sentence[f.end:min((g.start for g in c.figures if g.start >= f.end), default=len(c.sentence))]
+            after = " ".join(after.split(";")[0].split()[:TAIL])
+            tail = index.idf(index.held(wanted, set(terms(after, index.concepts)), {})) / total
             before = " ".join(words[max(0, at - 6):at + 1])
             f_bound = _bound(before)
             header = _header_cell(c, f)
@@ -337,6 +370,9 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
                 *sides[n],
                 float(f.text in replaced and not any(sides[n])),
                 pairs_held,
+                float(ends.get(id(f)) == "asked"),
+                float(ends.get(id(f)) == "other"),
+                tail,
             ]
             # rounded: nine digits are all the fit reads, so a last-bit difference in a ratio changes nothing
             options.append(Option(f.text, c, f, tuple(round(v, 9) for v in values)))

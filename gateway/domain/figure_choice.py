@@ -209,6 +209,11 @@ def _bound_marked(sentence: str, figures: list[Figure], bound: str) -> list[Figu
     amounts = [f for f, m in zip(figures, marks, strict=True) if m == bound and f.kind == AMOUNT]
     if amounts and {f.kind for f in figures} == {AMOUNT, PERCENT}:
         return amounts
+    # "USD 0.02 per unit transferred, with a minimum of USD 25 per transfer": the last figure, drafted as the bound
+    # after the others (a bound word before a list, "must not exceed EUR 400,000 for ... and EUR 150,000 for ...",
+    # bounds every figure of it)
+    if len(figures) > 1 and marks[-1] == bound and not any(marks[:-1]) and len({f.kind for f in figures}) == 1:
+        return figures[-1:]
     return figures
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.domain.answer_plan import plan_answer
 from gateway.domain.retrieval import DocumentIndex
-from textspans.figures import DATE, DURATION, NUMBER
+from textspans.figures import DATE, DURATION, NUMBER, find_figures, ranges
 from textspans.questions import asked_for
 
 
@@ -183,3 +183,13 @@ def test_how_many_things_asks_for_a_count_and_the_most_asks_for_the_upper_bound(
     assert asked_for("What is the most a client may borrow on the card?").bound == "upper"
     assert asked_for("What is the least a client must repay each month?").bound == "lower"
     assert asked_for("What is the most recent review date?").bound == ""
+
+
+def test_a_range_is_not_a_change_and_the_end_asked_of_it_answers() -> None:
+    """"raised from 18% to 20% (range 14% to 27%)": the change is no range, the bracket is one, and the upper
+    limit of the range is its top; a per-unit fee with its floor beside it answers the minimum charge."""
+    sentence = "The equity target is raised from 18% to 20% (range 14% to 27%)."
+    assert [(a.text, b.text) for a, b in ranges(sentence, find_figures(sentence))] == [("14%", "27%")]
+    index = DocumentIndex("5.5 Transfer fee: USD 0.04 per credit transferred, with a minimum of USD 30 per transfer.\n"
+                          "5.6 Retirement of credits is free of charge.\n")
+    assert plan_answer(index, "What is the minimum charge for one transfer of credits?").leads == ("USD 30",)

@@ -93,3 +93,27 @@ def test_a_proposal_the_final_rule_replaced_and_a_figure_kept_until_a_change_yie
     assert p.leads == ("6%",), p.reason
     p = plan_answer(index, "Once the amendments are in force, what is the ceiling on APP fraud reimbursement per claim?")
     assert p.leads == ("€85,000",), p.reason
+
+
+def test_a_change_named_by_its_instrument_or_its_date_marks_the_side_asked() -> None:
+    """"before the side letter", "prior to Tariff Notice 7/2027", "before the May 2027 variation" ask for the old
+    figure; "following the corrigendum", "under the 2028 changes", "since 1 March 2028" for the new one; an event
+    that is no change ("before the loan is drawn") marks no side."""
+    for q in ("Before the side letter, what escalation rate applied?",
+              "Prior to Tariff Notice 7/2027, what did a berth cost per metre?",
+              "What advance rate applied to export invoices before the May 2027 variation?",
+              "Before the 2027 fee changes, what was the transfer fee?",
+              "What was the storage rate before 1 January 2028?"):
+        assert version_asked(q) == OLD, q
+    for q in ("Following the corrigendum, how many days does the review take?",
+              "Under the 2028 changes, how many counterparties are required?",
+              "Since 1 March 2028, what is the cash-out fee?",
+              "After the board's resolution, what is the equity target?"):
+        assert version_asked(q) == NEW, q
+    for q in ("What fee is payable before the loan is drawn?", "What amount must accompany the application?",
+              "How much notice must be given before the meeting?"):
+        assert version_asked(q) == "", q
+    index = DocumentIndex("4.2 The reserve rate escalates by 3.5% each year.\n"
+                          "Side Letter No. 1: with effect from 1 January 2028, the annual escalation in paragraph 4.2 "
+                          "is reduced from 3.5% to 3.0%.\n")
+    assert plan_answer(index, "Before the side letter, what annual escalation applied?").leads == ("3.5%",)
