@@ -11,6 +11,9 @@ translation, list word, currency and country, every code reader). Per set this r
   model, evals/risk_fit.py, the model and the thresholds are refitted on the other sets read by that pack);
 - `held_out_thresholds`: the score-to-verdict thresholds (medium_at, high_at, review_at) fitted on the
   other sets only (`fit_thresholds`), then applied to this one.
+- `honest_thresholds`: the thresholds fitted on the other sets' `without_own` scores (each scored by a pack fitted
+  without it), applied to this set's `without_own` scores: whether thresholds read off honest scores would serve a
+  new writer better than the shipped ones (`fitted_on_honest`: the same fit over every set).
 
 `fit_thresholds` over all sets gives the thresholds the pack ships (the calibration is fitted on the union,
 checked on each set held out). Run: `python -m evals.risk_lowo [--json-file F] [--events-file E]`; E gets
@@ -169,10 +172,12 @@ def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any],
     `events`, where given, gets every event's row of the `without_own` judgement (`event_rows`)."""
     scored = [score_set(rules, p) for p in paths]
     report: dict[str, Any] = {}
+    honest: list[tuple[RiskRules, Scored]] = []
     for i, s in enumerate(scored):
         others = [o for j, o in enumerate(scored) if j != i]
         fitted = fit_thresholds(rules, others) if others else rules
         judged, mine = held_out_scored(rules, paths[i], provenance, [p for j, p in enumerate(paths) if j != i])
+        honest.append((judged, mine))
         if events is not None:
             events.extend(event_rows(judged, mine))
         report[s.name] = {
@@ -180,8 +185,18 @@ def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any],
             "without_own": {**_left_out(provenance, s.name), **set_figures(judged, mine)},
             "held_out_thresholds": {**_thresholds(fitted), **set_figures(fitted, s)},
         }
+    # Thresholds read off the other sets' honest scores (each scored by models fitted without it), applied to this
+    # set's honest scores: what fitting the thresholds on honest scores would give a writer nobody fitted on.
+    for i, (judged, mine) in enumerate(honest):
+        others = [m for j, (_, m) in enumerate(honest) if j != i]
+        cut = fit_thresholds(rules, others) if others else rules
+        judged = dataclasses.replace(judged, medium_at=cut.medium_at, high_at=cut.high_at, review_at=cut.review_at,
+                                     review_model_at=cut.review_model_at, block_model_at=cut.block_model_at)
+        report[mine.name]["honest_thresholds"] = {**_thresholds(cut), **set_figures(judged, mine)}
     union = fit_thresholds(rules, scored)
-    return {"shipped": _thresholds(rules), "fitted_on_all": _thresholds(union), "sets": report}
+    on_honest = fit_thresholds(rules, [m for _, m in honest])
+    return {"shipped": _thresholds(rules), "fitted_on_all": _thresholds(union),
+            "fitted_on_honest": _thresholds(on_honest), "sets": report}
 
 
 def _thresholds(rules: RiskRules) -> dict[str, int]:
@@ -206,7 +221,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, r in report["sets"].items():
         cols = [" / ".join(f"{r[c][k]:.3f}" for k in SUMMARY) for c in ("pack", "without_own", "held_out_thresholds")]
         print(f"{name:26s} {cols[0]:>24s} {cols[1]:>24s} {cols[2]:>24s}")
-    print("thresholds shipped", report["shipped"], "fitted on all sets", report["fitted_on_all"])
+    for column in ("without_own", "honest_thresholds"):
+        mean = {k: sum(r[column][k] for r in report["sets"].values()) / len(report["sets"]) for k in SUMMARY}
+        print(f"mean {column:21s}", " / ".join(f"{mean[k]:.3f}" for k in SUMMARY))
+    print("thresholds shipped", report["shipped"], "fitted on all sets", report["fitted_on_all"],
+          "fitted on honest scores", report["fitted_on_honest"])
     if args.json_file:
         Path(args.json_file).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     if args.events_file:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.risk_lowo import Scored, fit_block_at, fit_thresholds, lowo, readers_for
+from evals.risk_lowo import Scored, fit_block_at, fit_thresholds, lowo, readers_for, score_set
 from evals.risk_provenance import PROVENANCE, entries, event_sets, sets_of, without, written_for
 from policies import load_policy
 from policies.risk import FiredRule, RuleScore
@@ -130,3 +130,28 @@ def test_every_event_s_held_out_verdict_can_be_written_beside_its_label(rules: R
         ("ev-block", "block", "block"), ("ev-approve", "approve", "approve")]
     assert "sanctioned_country" in events[0]["fired"]  # type: ignore[operator]
     assert report["sets"]["risk_events_invented"]["without_own"]["recommended_action_accuracy"] == 1.0
+
+
+def test_honest_thresholds_are_fitted_on_the_other_sets_alone(rules: RiskRules, tmp_path: Path) -> None:
+    """Each set's `honest_thresholds` come from the other sets' held-out scores only: with no word model to refit,
+    the thresholds `fit_thresholds` finds on the other set, not those its own labels would give."""
+    def row(amount: float, level: str, action: str, n: int) -> dict[str, object]:
+        return {"event": {"event_type": "wire_out", "event_id": f"ev-{n}", "amount": amount, "currency": "USD",
+                          "timestamp": "2025-06-02T10:00:00Z", "attributes": {"memo": "rent"}},
+                "label_score": {"low": 5, "medium": 50}[level], "risk_level": level, "recommended_action": action,
+                "typology": "invented"}
+    plain = without_model(rules)
+    # the 2,000,000 wire scores 20 (a very large amount): set a labels it medium / review, set b low / approve
+    labels = {"risk_events_a": ((9_000.0, "low", "approve"), (2_000_000.0, "medium", "review")),
+              "risk_events_b": ((9_000.0, "low", "approve"), (2_000_000.0, "low", "approve"))}
+    paths = []
+    for name, rows in labels.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"events": [row(*r, n) for n, r in enumerate(rows, 1)]}), encoding="utf-8")
+        paths.append(path)
+    report = lowo(plain, paths, {"pack": {}, "readers": {}})
+    own, other = (fit_thresholds(plain, [score_set(plain, p)]) for p in paths)
+    assert own.review_at == 20 and other.review_at == plain.review_at  # the two sets disagree
+    assert report["sets"]["risk_events_a"]["honest_thresholds"]["review_at"] == other.review_at
+    assert report["sets"]["risk_events_b"]["honest_thresholds"]["review_at"] == own.review_at
+    assert set(report["fitted_on_honest"]) == set(report["shipped"])
