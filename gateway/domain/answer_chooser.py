@@ -30,30 +30,17 @@ import numpy as np
 
 from gateway.domain.answer_plan import AnswerPlan
 from gateway.domain.chooser_model import Model, load, question_vector
-from gateway.domain.figure_choice import clause_after, nearest, row_values, version_marks
+from gateway.domain.figure_choice import clause_after, nearest, row_values
+from gateway.domain.option_lines import bound_of, case_figures, header_cell, range_ends, sides
 from gateway.domain.qualifiers import clash, excluded, qualifier, tokens
 from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, stem_pairs, terms
 from textspans.bands import bands, qualified
-from textspans.figures import (
-    AMOUNT,
-    DATE,
-    DURATION,
-    NUMBER,
-    PERCENT,
-    Figure,
-    find_figures,
-    is_frequency,
-    matches,
-    ranges,
-)
+from textspans.figures import DATE, DURATION, NUMBER, Figure, find_figures, is_frequency
 from textspans.questions import Asked
-from textspans.supersession import NEW, OLD, is_version_word, version_asked
+from textspans.supersession import OLD, is_version_word, version_asked
 
 WEIGHTS = Path(__file__).resolve().parents[2] / "policies" / "answer_chooser.json"
 DEPTH = 6  # best-ranked sentences whose figures are candidates
-_LOWER = re.compile(r"\b(?:at least|minimum|min\.?|not less than|no less than|not below|floor|or more|lowest)\b", re.I)
-_UPPER = re.compile(r"\b(?:up to|maximum|max\.?|at most|not exceed\w*|no more than|not more than|cap\w*|limit\w*|"
-                    r"highest|or less)\b", re.I)
 _TO = re.compile(r"\b(?:replaced (?:by|with)|(?:increased|reduced|decreased|raised|lowered|amended|changed|revised|"
                  r"set|moved|cut|extended|shortened) (?:\w+ ){0,2}to|becomes?|will be|to)\s*$", re.I)
 _FROM = re.compile(r"\bfrom\s*$", re.I)
@@ -102,8 +89,8 @@ FEATURES = (
     "qualifier_clash",  # its qualifier names another member of a series than the question (qualifiers.py)
     "qualifier_excluded",  # its qualifier names a word the question excludes ("other than X")
     "case_figure_held",  # share of the figures the question writes that its line's other figures state
-    "case_figure_other",  # its line writes figures of that kind, none the question's (`_case_figures`)
-    "side_asked",  # its line states a change of it and it is the side the question's marker asks (`_sides`)
+    "case_figure_other",  # its line writes figures of that kind, none the question's (`option_lines.case_figures`)
+    "side_asked",  # its line states a change of it and it is the side the question's marker asks (`option_lines.sides`)
     "side_in_force",  # ... the question writes no marker and it is the side in force
     "side_other",  # ... it is the other side
     "replaced_elsewhere",  # its line states no change of it, another line replaces it (DocumentIndex.replaced)
@@ -169,50 +156,6 @@ def _word_at(sentence: str, offset: int) -> int:
     return len(sentence[:offset].split())
 
 
-def _header_cell(c: Candidate, f: Figure) -> str:
-    """The header of the column `f` sits in, when `c` is a table's row ("a | b | c" under "h1 | h2 | h3")."""
-    if not c.header:
-        return ""
-    column = c.sentence[:f.start].count("|")
-    cells = c.header.split("|")
-    return cells[column] if column < len(cells) else ""
-
-
-def _same_case(q: Figure, g: Figure) -> bool:
-    """The line's figure `g` states the question's figure `q`: the same kind and value, or a plain number for the
-    value of either ("5,000,000" for "EUR 5 million", "20" for "20 carat"); never a percentage for a number, which
-    would meet any rate that happens to share its digits."""
-    kinds = q.kind == g.kind or (NUMBER in (q.kind, g.kind) and PERCENT not in (q.kind, g.kind))
-    return kinds and (matches(q, g) or matches(g, q))
-
-
-def _another_case(q: Figure, g: Figure) -> bool:
-    """The line's figure `g` is of the question's figure's kind (and currency or time unit), so a line holding it
-    and not `q` states another case; never for a date."""
-    return q.kind == g.kind and q.kind != DATE and (q.kind not in (AMOUNT, DURATION) or q.unit == g.unit)
-
-
-def _case_figures(asked: list[Figure], line: list[Figure], banded: bool) -> tuple[float, float]:
-    """case_figure_held and case_figure_other (FEATURES) for a figure whose line's other figures (its row's or
-    sentence's, and its column header's) are `line`, against the figures the question writes (`asked`): a question
-    stating its case as figures ("a six-month loan", "the slice between EUR 5m and EUR 25m") is answered in the
-    line that states them ("6 months | 12.75%"; the more of them the better), not in a line that states another
-    case of the same kind ("3 months | 11.50%"), which the words alone cannot tell apart. A date is read as held
-    but never as another case: a line dated otherwise often governs the question's date ("before 1 January
-    2024"); nor is a line writing a band (`banded`: "above EUR 5m and up to EUR 25m", "below GBP 500"): it states
-    its case as a bound, which band_selected reads."""
-    if not asked:
-        return 0.0, 0.0
-    held = sum(any(_same_case(q, g) for g in line) for q in asked) / len(asked)
-    other = not held and not banded and any(_another_case(q, g) for q in asked for g in line)
-    return held, float(other)
-
-
-def _bound(text: str) -> str:
-    lower, upper = bool(_LOWER.search(text)), bool(_UPPER.search(text))
-    return "lower" if lower and not upper else "upper" if upper and not lower else ""
-
-
 @functools.lru_cache(maxsize=8)
 def _prefixes(text: str) -> frozenset[str]:
     """The first RELATIVE_PREFIX letters of every word of `text`, lower-cased."""
@@ -235,33 +178,6 @@ def _absence(index: DocumentIndex, wanted: set[str], gone: tuple[str, ...], best
             len(held & set(rare)) / len(rare) if rare else 0.0, math.log1p(len(held))]
 
 
-def _range_ends(c: Candidate, bound: str) -> dict[int, str]:
-    """Per figure of `c` (by id) written as an end of a range ("65% - 85%", "range 14% to 27%"): "asked" where it is
-    the end `bound` names (upper: the higher), "other" for the other end; none when the question asks no bound."""
-    if not bound:
-        return {}
-    out: dict[int, str] = {}
-    for a, b in ranges(c.sentence, c.figures):
-        low, high = sorted((a, b), key=lambda f: f.value)
-        asked, other = (high, low) if bound == "upper" else (low, high)
-        out[id(asked)], out[id(other)] = "asked", "other"
-    return out
-
-
-def _sides(question: str, c: Candidate) -> list[tuple[float, float, float]]:
-    """side_asked, side_in_force and side_other (FEATURES) per figure of `c`: where its line states a change
-    (figure_choice.version_marks: amending text, a correction, current and proposed columns), a question asking
-    for a revised, corrected or earlier figure ("now", "after the amendment", "before the change") is answered by
-    the side it names, and one naming no side by the side in force (the new one unless only proposed). Only the
-    line that states the change can say which of two figures replaced the other: the line that merely states the
-    old one (the table the amendment corrects) reads as no side."""
-    marks, proposal = version_marks(c, list(c.figures))
-    marked = version_asked(question, proposal=proposal)
-    side = marked or (OLD if proposal else NEW)
-    return [(float(bool(m) and m == side and bool(marked)), float(bool(m) and m == side and not marked),
-             float(bool(m) and m != side)) for m in marks]
-
-
 def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Option]:
     """The answers `plan` (made for `question`) could give: every figure of its own sentence and of the DEPTH
     best-ranked sentences, each with its FEATURES."""
@@ -277,7 +193,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
                                               p.header)))
     best = ranked[0].score if ranked else 0.0
     wanted = index.question_terms(q, asked)
-    q_bound = asked.bound or _bound(q)
+    q_bound = asked.bound or bound_of(q)
     reason = plan.reason
     plan_kind = [float(plan.found and (reason.startswith(k) or reason.endswith(f"({k})") or reason == k))
                  for k in _PLAN_KINDS]
@@ -307,9 +223,9 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
         to = {f.text for f in c.figures if _TO.search(c.sentence[:f.start])}
         changes = bool(to) and any(_FROM.search(c.sentence[:f.start]) for f in c.figures)
         banded = bool(bands(c.sentence))
-        ends = _range_ends(c, q_bound)
-        head_figures = {h: find_figures(h, words=True) for h in {_header_cell(c, f) for f in c.figures}}
-        sides = _sides(q, c)
+        ends = range_ends(c, q_bound)
+        head_figures = {h: find_figures(h, words=True) for h in {header_cell(c, f) for f in c.figures}}
+        line_sides = sides(q, c)
         pairs_held = len(q_pairs & stem_pairs(f"{c.header} {c.sentence}")) / len(q_pairs) if q_pairs else 0.0
         for n, f in enumerate(c.figures):
             if (f.text, c.sentence) in seen:
@@ -323,8 +239,8 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
             after = " ".join(after.split(";")[0].split()[:TAIL])
             tail = index.idf(index.held(wanted, set(terms(after, index.concepts)), {})) / total
             before = " ".join(words[max(0, at - 6):at + 1])
-            f_bound = _bound(before)
-            header = _header_cell(c, f)
+            f_bound = bound_of(before)
+            header = header_cell(c, f)
             qual = qualifier(c.sentence, c.header, f.start, f.end, [(g.start, g.end) for g in c.figures if g != f])
             qual_tokens = tokens(qual) - excluded(qual)  # "other than X" in it names no X
             line = [g for g in c.figures if g != f] + head_figures[header]
@@ -366,9 +282,9 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
                 *question_level,
                 float(clash(named, qual_tokens, of)),
                 float(bool(shut & qual_tokens)),
-                *_case_figures(q_found, line, banded),
-                *sides[n],
-                float(f.text in replaced and not any(sides[n])),
+                *case_figures(q_found, line, banded),
+                *line_sides[n],
+                float(f.text in replaced and not any(line_sides[n])),
                 pairs_held,
                 float(ends.get(id(f)) == "asked"),
                 float(ends.get(id(f)) == "other"),
