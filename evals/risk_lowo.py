@@ -190,9 +190,9 @@ def lowo(rules: RiskRules, paths: Sequence[Path], provenance: Mapping[str, Any],
     for i, (judged, mine) in enumerate(honest):
         others = [m for j, (_, m) in enumerate(honest) if j != i]
         cut = fit_thresholds(rules, others) if others else rules
-        judged = dataclasses.replace(judged, medium_at=cut.medium_at, high_at=cut.high_at, review_at=cut.review_at,
-                                     review_model_at=cut.review_model_at, block_model_at=cut.block_model_at)
-        report[mine.name]["honest_thresholds"] = {**_thresholds(cut), **set_figures(judged, mine)}
+        cut_judged = dataclasses.replace(judged, medium_at=cut.medium_at, high_at=cut.high_at, review_at=cut.review_at,
+                                         review_model_at=cut.review_model_at, block_model_at=cut.block_model_at)
+        report[mine.name]["honest_thresholds"] = {**_thresholds(cut), **set_figures(cut_judged, mine)}
     union = fit_thresholds(rules, scored)
     on_honest = fit_thresholds(rules, [m for _, m in honest])
     return {"shipped": _thresholds(rules), "fitted_on_all": _thresholds(union),

@@ -73,11 +73,14 @@ _FREQUENCY_WORDS = {"daily": "day", "weekly": "week", "monthly": "month", "quart
                     "yearly": "year", "semi-annually": "half-year", "biannually": "half-year"}
 _TIMES = {"once": 1, "twice": 2}
 
+# A date as documents write it (the DATE figure's pattern; other modules read a date in a phrase with it).
+DATE_PATTERN = (rf"\b{_DAY}(?:\s+of)?\s+{_MONTH},?\s+{_YEAR}\b|\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b"
+                rf"|\b{_YEAR}-[01]\d-[0-3]\d\b|\b[0-3]?\d[/.][0-3]?\d[/.]{_YEAR}\b|\b{_MONTH}\s+{_YEAR}\b"
+                rf"|\b[0-3]?\d(?:st|nd|rd|th)?(?:\s+of)?\s+{_MONTH}(?!\w)")
+
 # In priority order: a span taken by one pattern is not read again by a later one.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    (DATE, re.compile(rf"\b{_DAY}(?:\s+of)?\s+{_MONTH},?\s+{_YEAR}\b|\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b"
-                      rf"|\b{_YEAR}-[01]\d-[0-3]\d\b|\b[0-3]?\d[/.][0-3]?\d[/.]{_YEAR}\b|\b{_MONTH}\s+{_YEAR}\b"
-                      rf"|\b[0-3]?\d(?:st|nd|rd|th)?(?:\s+of)?\s+{_MONTH}(?!\w)")),
+    (DATE, re.compile(DATE_PATTERN)),
     (DURATION, re.compile(rf"\b(?:once|twice|{_NUM}\s+times)\s+(?:a|an|per|every|each)\s+(?:{_TIME_UNIT}|annum\b)"
                           rf"|\b(?:{'|'.join(_FREQUENCY_WORDS)})\b", re.IGNORECASE)),
     (AMOUNT, re.compile(rf"(?:\b(?:{_CODE})\s?|{_SYMBOL}\s?){_NUM}{_MULT}?"
@@ -239,11 +242,12 @@ def ungrounded(answer: str, evidence: Iterable[str]) -> list[Figure]:
 _RANGE_BETWEEN = re.compile(r"^\s*(?:and|to|-|–|—)\s*$", re.IGNORECASE)
 _RANGE_START = re.compile(r"\b(?:between|from|range of|ranging from|in the range|range|band|corridor)\s*:?\s*$",
                           re.IGNORECASE)
+# The stems of the verbs a document states a change with ("increased", "reduces", "amending"), each read with any
+# ending; textspans/supersession.py adds the looser ones ("go", "mov") where "from X to Y" must follow.
+CHANGE_STEMS = "increas|decreas|reduc|rais|extend|shorten|chang|amend|revis|adjust|narrow|widen|tighten|relax|lengthen"
 # "raised from 18% to 20%" states a change, not a range
-_CHANGE_FROM = re.compile(r"\b(?:increas\w*|decreas\w*|reduc\w*|rais\w*|lower(?:s|ed|ing)?|cut|extend\w*|shorten\w*|"
-                          r"chang\w*|amend\w*|revis\w*|rises?|rising|risen|rose|fell|falls?|falling|moved|adjust\w*|"
-                          r"narrow\w*|widen\w*|halved|doubled|tighten\w*|relax\w*|lengthen\w*|updated|reset|shifted)"
-                          r"\b[^.;:]{0,60}?\bfrom\s*$", re.IGNORECASE)
+_CHANGE_FROM = re.compile(rf"\b(?:(?:{CHANGE_STEMS})\w*|lower(?:s|ed|ing)?|cut|rises?|rising|risen|rose|fell|falls?|"
+                          r"falling|moved|halved|doubled|updated|reset|shifted)\b[^.;:]{0,60}?\bfrom\s*$", re.IGNORECASE)
 
 
 def ranges(source: str, figures: Iterable[Figure]) -> list[tuple[Figure, Figure]]:

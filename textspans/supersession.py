@@ -15,28 +15,25 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from textspans.figures import Figure
+from textspans.figures import CHANGE_STEMS, DATE_PATTERN, Figure
 
 NEW, OLD = "new", "old"
 
 # What names a change: "before the side letter", "prior to Rate-Change Notice 2026/03", "after the February 2026
 # variation", "following the corrigendum".
-_CHANGE_NOUN = (r"(?:[\w'\u2019/.,-]+\s+){0,4}?(?:[\w]+-)?(?:changes?|amendments?|variations?|revisions?|updates?|"
+_CHANGE_NOUN = (r"(?:[\w'\u2019/.,-]+\s+){0,4}?(?:\w+-)?(?:changes?|amendments?|variations?|revisions?|updates?|"
                 r"reforms?|proposals?|renewals?|regulations|side letters?|letters?|notices?|corrigend(?:um|a)|"
                 r"addend(?:um|a)|resolutions?|circulars?|memo(?:randum)?s?|increases?|decreases?|reductions?|cuts?|"
                 r"rises?|repricing|reviews?|supplements?|endorsements?|riders?|restatements?|deeds?|agms?|"
                 r"e-?mails?|notifications?|decisions?|instructions?)\b")
-_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
-          r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
-_DATE = rf"(?:\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH}\b|{_MONTH}\s+\d{{1,2}}\b|{_MONTH}\s+\d{{4}}\b|\d{{4}}-\d{{2}}-\d{{2}})"
 _OLD_ASKED = re.compile(rf"\b(?:before|prior to|until|ahead of|preceding)\s+{_CHANGE_NOUN}|"
-                        rf"\b(?:before|prior to)\s+{_DATE}|"
+                        rf"\b(?:before|prior to)\s+(?:{DATE_PATTERN})|"
                         r"\bprevious(?:ly)?\b|\bformer(?:ly)?\b|\bold\b|\bexisting\b|"
                         r"\boriginal(?:ly)?\b|\bwas\b|\bwere\b|\bused to\b|\buntil now\b|\bpre-(?:amendment|change)\b|"
                         r"\bunamended\b|\bas it stood\b|\bhad been\b", re.IGNORECASE)
 _NEW_ASKED = re.compile(r"\bnow\b|\bnew\b|\bamend(?:ed|ment|ments|ing)\b|\brevised\b|\bpropos(?:ed|al|es)\b|"
                         rf"\b(?:after|following|under)\s+{_CHANGE_NOUN}|\bin force\b|\bupdated\b|"
-                        rf"\b(?:since|from|as (?:of|from)|with effect from|effective(?: from)?)\s+{_DATE}|"
+                        rf"\b(?:since|from|as (?:of|from)|with effect from|effective(?: from)?)\s+(?:{DATE_PATTERN})|"
                         r"\bcorrect(?:ed)?\b|\bgoing forward\b|\brecommended\b|\bfrom now\b", re.IGNORECASE)
 # "current" names the figure in force: the old one only where the new one is a proposal beside it.
 _CURRENT_ASKED = re.compile(r"\b(?:current(?:ly)?|present(?:ly)?|today|at the moment)\b(?!\s+accounts?\b)",
@@ -69,9 +66,8 @@ _SPANS = [
     re.compile(r"(?P<old>[^;]{0,160}?)\b(?:shall|should|is to|are to|(?:is|are) amended to) (?:now )?read\b"
                r"(?P<new>[^;]{0,160})", re.IGNORECASE),
     # "increased from 30 days to 45 days", "the fee goes from GBP 5 to GBP 7"
-    re.compile(r"\b(?:increas|decreas|reduc|rais|lower|cut|extend|shorten|chang|mov|lengthen|amend|revis|rise|ris|"
-               r"rose|fall|fell|go|went|halv|doubl|tighten|relax|brought|bring|adjust|updat|reset|shift|push|"
-               r"narrow|widen)\w*\b[^.;]{0,60}?\bfrom\b(?P<old>[^;]{0,60}?)\bto\b(?P<new>[^;]{0,80})",
+    re.compile(rf"\b(?:{CHANGE_STEMS}|lower|cut|mov|rise|ris|rose|fall|fell|go|went|halv|doubl|brought|bring|updat|"
+               r"reset|shift|push)\w*\b[^.;]{0,60}?\bfrom\b(?P<old>[^;]{0,60}?)\bto\b(?P<new>[^;]{0,80})",
                re.IGNORECASE),
 ]
 # Between a new figure and the old one written after it: "45 days (previously 30 days)", "45 days, up from 30

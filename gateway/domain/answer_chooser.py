@@ -31,7 +31,7 @@ import numpy as np
 from gateway.domain.answer_plan import AnswerPlan
 from gateway.domain.chooser_model import Model, load, question_vector
 from gateway.domain.figure_choice import clause_after, nearest, row_values
-from gateway.domain.option_lines import bound_of, case_figures, header_cell, range_ends, sides
+from gateway.domain.option_lines import bound_of, case_figures, header_cell, range_ends, sides, words_after
 from gateway.domain.qualifiers import clash, excluded, qualifier, tokens
 from gateway.domain.retrieval import QUOTE_CANDIDATES, Candidate, DocumentIndex, stem_pairs, terms
 from textspans.bands import bands, qualified
@@ -235,9 +235,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
             gap = min((abs(p - at) for p in positions), default=50)
             window = " ".join(words[max(0, at - 8):at + 2])
             near = index.idf(index.held(wanted, set(terms(window, index.concepts)), {})) / total
-            after = c.sentence[f.end:min((g.start for g in c.figures if g.start >= f.end), default=len(c.sentence))]
-            after = " ".join(after.split(";")[0].split()[:TAIL])
-            tail = index.idf(index.held(wanted, set(terms(after, index.concepts)), {})) / total
+            tail = index.idf(index.held(wanted, set(terms(words_after(c, f, TAIL), index.concepts)), {})) / total
             before = " ".join(words[max(0, at - 6):at + 1])
             f_bound = bound_of(before)
             header = header_cell(c, f)

@@ -1,6 +1,6 @@
 """How a candidate's line places one of its figures, for the chooser's features (answer_chooser.py FEATURES): the
 column header it sits under, whether the line states the case the question writes as figures, the bound its
-words draft it as, the end of a range it is, and the side of a stated change it is."""
+words draft it as, the end of a range it is, the side of a stated change it is, and the words that follow it."""
 from __future__ import annotations
 
 import re
@@ -83,3 +83,10 @@ def sides(question: str, c: Candidate) -> list[tuple[float, float, float]]:
     side = marked or (OLD if proposal else NEW)
     return [(float(bool(m) and m == side and bool(marked)), float(bool(m) and m == side and not marked),
              float(bool(m) and m != side)) for m in marks]
+
+
+def words_after(c: Candidate, f: Figure, limit: int) -> str:
+    """The words of `c` after its figure `f`, up to the next figure or a semicolon, at most `limit` of them: what
+    its line says of it ("GBP 50,000 for cards issued to members of the board")."""
+    end = min((g.start for g in c.figures if g.start >= f.end), default=len(c.sentence))
+    return " ".join(c.sentence[f.end:end].split(";")[0].split()[:limit])
