@@ -104,7 +104,7 @@ def test_the_contributions_add_up_to_the_score_and_name_the_largest_features() -
     assert abs(parts - why["total"]) < 0.05 and score.learned == max(0, min(100, round(why["total"])))
     names = {f["feature"] for f in why["features"]}
     rest = [abs(100 * t) for n, t in score.terms if n not in PACK_FEATURES and n not in names]
-    assert all(r <= abs(named[-1]) + 1e-9 for r in rest)
+    assert all(r <= abs(named[-1]) + 0.005 for r in rest)  # the named points are rounded to 0.01
     assert abs(why["rules_outcome"] - 100 * sum(t for n, t in score.terms if n in PACK_FEATURES)) < 0.01
     top = next(f for f in why["features"] if ":" in f["feature"])  # the largest word or fact
     without = dataclasses.replace(RULES, word_weights={k: v for k, v in RULES.word_weights.items()
