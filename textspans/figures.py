@@ -1,6 +1,6 @@
-"""Figures in text: percentages, amounts, dates, durations, ratios and plain numbers, each with a value that
-compares forms ("3%" = "3 per cent", "five days" = "5 days", "EUR 15,000" = "15,000 euro", "2026-01-01" =
-"1 January 2026"), so code can check that every figure of an answer occurs in the text it rests on.
+"""Figures in text: percentages, amounts, dates, times of day, durations, ratios and plain numbers, each with a
+value that compares forms ("3%" = "3 per cent", "five days" = "5 days", "EUR 15,000" = "15,000 euro", "2026-01-01" =
+"1 January 2026", "5 p.m." = "17:00"), so code can check that every figure of an answer occurs in the text it rests on.
 
 A number written in digits is always a figure; a number written in words is one only with a unit ("four
 hours", "thirty-five per cent"), since "one of the" or "two directors" are words, not evidence, unless a
@@ -14,14 +14,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 PERCENT, AMOUNT, DATE, DURATION, RATIO, NUMBER = "percent", "amount", "date", "duration", "ratio", "number"
-KINDS = (PERCENT, AMOUNT, DATE, DURATION, RATIO, NUMBER)
+TIME = "time"  # a time of day ("16:00", "5 p.m.", "noon")
+KINDS = (PERCENT, AMOUNT, DATE, TIME, DURATION, RATIO, NUMBER)
 
 
 @dataclass(frozen=True)
 class Figure:
     text: str  # as written in the source
     kind: str  # one of KINDS
-    value: tuple[float, ...]  # date: (year, month, day), 0 where not written; ratio: (a, b); else (value,)
+    value: tuple[float, ...]  # date: (year, month, day), 0 where not written; time: (hour, minute) on 24 hours;
+    #                           ratio: (a, b); else (value,)
     unit: str  # amount: ISO currency ("" if none written); duration: hour/day/week/month/quarter/year/minute or
     #            "per-<period>" for a frequency; else ""
     start: int  # offsets in the source: source[start:end] == text
@@ -78,9 +80,16 @@ DATE_PATTERN = (rf"\b{_DAY}(?:\s+of)?\s+{_MONTH},?\s+{_YEAR}\b|\b{_MONTH}\s+{_DA
                 rf"|\b{_YEAR}-[01]\d-[0-3]\d\b|\b[0-3]?\d[/.][0-3]?\d[/.]{_YEAR}\b|\b{_MONTH}\s+{_YEAR}\b"
                 rf"|\b[0-3]?\d(?:st|nd|rd|th)?(?:\s+of)?\s+{_MONTH}(?!\w)")
 
+# A time of day: "16:00", "09:30 hrs", "16h00" (two-digit hours: "1:30" is a ratio, as leverage caps write it),
+# "5 p.m.", "9:30am", "noon", "midnight".
+_CLOCK = re.compile(r"(?<![\d:.,])(?:(?:[01]\d|2[0-3])[:h][0-5]\d|24:00)(?![\d:])(?:\s?(?:hrs|hours|h)\b)?"
+                    r"|\b(?:1[0-2]|0?[1-9])(?:[:.][0-5]\d)?\s?(?:a\.m\.|p\.m\.|am|pm)(?!\w)"
+                    r"|\b(?:12\s+)?(?:noon|midday|midnight)\b", re.IGNORECASE)
+
 # In priority order: a span taken by one pattern is not read again by a later one.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (DATE, re.compile(DATE_PATTERN)),
+    (TIME, _CLOCK),
     (DURATION, re.compile(rf"\b(?:once|twice|{_NUM}\s+times)\s+(?:a|an|per|every|each)\s+(?:{_TIME_UNIT}|annum\b)"
                           rf"|\b(?:{'|'.join(_FREQUENCY_WORDS)})\b", re.IGNORECASE)),
     (AMOUNT, re.compile(rf"(?:\b(?:{_CODE})\s?|{_SYMBOL}\s?){_NUM}{_MULT}?"
@@ -126,6 +135,8 @@ def _figure(kind: str, raw: str, start: int, end: int) -> Figure | None:
     scale = _multiplier(low[found[0][0].end():]) if found else 1.0
     if kind == DATE:
         return Figure(raw, DATE, _date_value(raw), "", start, end, numbers)
+    if kind == TIME:
+        return Figure(raw, TIME, _clock_value(low), "", start, end, numbers)
     if kind == DURATION:
         return _duration(raw, low, start, end, numbers)
     if not numbers and not low.startswith(("a ", "an ")):
@@ -205,6 +216,17 @@ def _date_value(raw: str) -> tuple[float, ...]:
     year = re.search(rf"\b{_YEAR}\b", raw)
     day = re.search(r"\b([0-3]?\d)(?:st|nd|rd|th)?\b", re.sub(rf"\b{_YEAR}\b", "", raw))
     return float(year.group(0)) if year else 0.0, float(month), float(day.group(1)) if day else 0.0
+
+
+def _clock_value(low: str) -> tuple[float, float]:
+    if "midnight" in low:
+        return 0.0, 0.0
+    if "noon" in low or "midday" in low:
+        return 12.0, 0.0
+    hour, minute = (re.findall(r"\d+", low) + ["0"])[:2]
+    h = float(hour) % 12 + 12 if re.search(r"p\.?m", low) else float(hour) % 12 if re.search(r"a\.?m", low) \
+        else float(hour)
+    return h, float(minute)
 
 
 def _same(a: float, b: float) -> bool:

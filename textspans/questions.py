@@ -1,6 +1,7 @@
-"""What a question asks for: a figure of some kind (a date, a period, a share, an amount, a count), an article
-number, or free text. The answer's figure is then taken from the evidence in that kind: "by what date" is
-answered by a whole date, never a bare year; "how long" by a period; "what percentage" by a share.
+"""What a question asks for: a figure of some kind (a date, a time of day, a period, a share, an amount, a count),
+an article number, or free text. The answer's figure is then taken from the evidence in that kind: "by what date"
+is answered by a whole date, never a bare year; "at what time" by a time of day ("16:00"), never the day count
+beside it; "how long" by a period; "what percentage" by a share.
 
 The noun a "what"/"which" phrase asks with decides first when it names a kind of quantity: "over what stress
 horizon" asks for a period, "what number of clients" for a count, "what internal fine" for an amount, "as a
@@ -19,7 +20,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, RATIO, find_figures
+from textspans.figures import AMOUNT, DATE, DURATION, NUMBER, PERCENT, RATIO, TIME, find_figures
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ _KINDS: dict[str, tuple[tuple[str, ...], bool]] = {
     "period": ((DURATION,), True),
     "year": ((DATE, NUMBER), True),
     "date": ((DATE,), True),
+    "clock": ((TIME,), True),  # "at what time", "what time of day": a time of day
+    "cutoff": ((TIME, DATE, DURATION), False),  # "by what time", "the cut-off for": a time of day, else the day
     "when": ((DATE, DURATION), False),
     "share": ((PERCENT, RATIO), True),
     "multiple": ((RATIO, PERCENT, NUMBER), True),
@@ -53,6 +56,7 @@ _HEAD_NOUNS: dict[str, str] = {
                     "cycle cycles lifetime tenor maturity maturities".split(), "period"),
     **dict.fromkeys("date dates day".split(), "date"),
     **dict.fromkeys("deadline latest earliest".split(), "when"),
+    **dict.fromkeys("cut-off cutoff cut-offs cutoffs".split(), "cutoff"),
     "year": "year",
     **dict.fromkeys("percentage percent share proportion portion fraction rate rates ratio weight factor haircut "
                     "coefficient".split(), "share"),
@@ -111,6 +115,17 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
                      r"size)\b"),
 ]
 _COMPILED = [(name, kind, re.compile(rx, re.IGNORECASE)) for name, kind, rx in _RULES]
+# A time of day asked outright, before the wh-phrase's noun ("what time" would otherwise ask for a period, as
+# "what time limit" or "within what time" do): "at what time", "what time of day", "the cut-off time".
+_CLOCK_ASKED = re.compile(r"(?<!within )(?<!\bin )\b(?:what|which) (?:time|hour)\b(?!\s+(?:limits?|periods?|frames?|"
+                          r"windows?|horizons?|spans?|allowances?|budgets?)\b)|\btime of (?:the )?day\b|\bo'clock\b|"
+                          r"\b(?:cut-?off|closing|opening|start|starting|finish|finishing|latest|earliest) times?\b",
+                          re.IGNORECASE)
+_BY_TIME = re.compile(r"\bby what time\b(?! of)", re.IGNORECASE)
+# Which end of a span of hours a time question asks for ("when does the counter close": the later time)
+_CLOCK_END = re.compile(r"\b(?:stops?|stopping|close|closes|closing|ends?|ending|finish|finishes|until|last)\b",
+                        re.IGNORECASE)
+_CLOCK_START = re.compile(r"\b(?:starts?|starting|begins?|beginning|opens?|opening|first|from)\b", re.IGNORECASE)
 _AS_SHARE = re.compile(r"\bas an? (?:share|percentage|proportion|fraction|per ?cent|multiple) of\b", re.IGNORECASE)
 _UNIT = re.compile(r"\bhow many (?:\w+ )?(minute|hour|day|week|month|quarter|year)s?\b", re.IGNORECASE)
 
@@ -227,7 +242,8 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
     unit = _UNIT.search(question)
     placed = _CASE_PHRASE.sub(" ", question)
     bound = "upper" if _UPPER.search(written) else "lower" if _LOWER.search(written) else ""
-    name = "share" if _AS_SHARE.search(written) else _by_head(written)
+    name = ("share" if _AS_SHARE.search(written) else "cutoff" if _BY_TIME.search(written)
+            else "clock" if _CLOCK_ASKED.search(written) else _by_head(written))
     rule = name or "free"
     if name is None:
         rule, name = next(((r, kind) for r, kind, rx in _COMPILED
@@ -238,6 +254,8 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
     if name is None:
         return Asked(bound=bound, range=bool(_RANGE.search(written)))
     kinds, strict = _KINDS[name]
+    if name == "clock" and not bound:
+        bound = "upper" if _CLOCK_END.search(written) else "lower" if _CLOCK_START.search(written) else ""
     return Asked(kinds=kinds, strict=strict, rule=rule,
                  unit=unit.group(1).lower() if unit and DURATION in kinds else "", bound=bound,
                  range=bool(_RANGE.search(written)))
@@ -298,8 +316,8 @@ def asked_concept(question: str, frame: frozenset[str]) -> list[str]:
     out: list[str] = []
     for phrase in phrases:
         words = (re.sub(r"'s$", "", w) for w in phrase)
-        out.extend(w for w in words if w.casefold() not in frame and not w[0].isdigit() and len(w) > 2
-                   and not is_period_word(w))
+        out.extend(w for w in words if w.casefold() not in frame and w.casefold().replace("-", "") not in frame
+                   and not w[0].isdigit() and len(w) > 2 and not is_period_word(w))
     return list(dict.fromkeys(out))
 
 

@@ -71,8 +71,9 @@ _SPANS = [
                re.IGNORECASE),
 ]
 # Between a new figure and the old one written after it: "45 days (previously 30 days)", "45 days, up from 30
-# days", "GBP 50, not GBP 75", "45 days instead of 30 days".
-_NEW_THEN_OLD = re.compile(r"^[\s,;(\u2013\u2014-]*(?:(?:up|down|increased|reduced|raised|lowered|changed|"
+# days", "GBP 50, not GBP 75", "45 days instead of 30 days", the new figure's unit first ("GBP 509/m (previously
+# GBP 498/m)", "8.2% p.a., up from 7.9%").
+_NEW_THEN_OLD = re.compile(r"^(?:/\s?[a-z]\w*\.?|\s*p\.a\.|\s+per\s+[a-z]+)?[\s,;(\u2013\u2014-]*(?:(?:up|down|increased|reduced|raised|lowered|changed|"
                            r"extended|shortened|cut)\s+from|previously|formerly|was|were|instead of|rather than|"
                            r"replacing|not|in place of|compared with|against|vs\.?|versus)\s+"
                            r"(?:(?:the|a|an|its|of)\s+)?$", re.IGNORECASE)

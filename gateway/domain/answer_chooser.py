@@ -179,8 +179,8 @@ def _absence(index: DocumentIndex, wanted: set[str], gone: tuple[str, ...], best
 
 
 def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Option]:
-    """The answers `plan` (made for `question`) could give: every figure of its own sentence and of the DEPTH
-    best-ranked sentences, each with its FEATURES."""
+    """The answers `plan` (made for `question`) could give: every figure of its own sentence, of the DEPTH
+    best-ranked sentences and of the lines that change a figure the plan leads with, each with its FEATURES."""
     asked: Asked = plan.asked
     q = plan.question or question
     ranked = list(index.rank(q, asked))[:DEPTH]
@@ -191,6 +191,14 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
             p = index.places[i]
             sentences.append((None, Candidate(index.sentences[i], 0.0, index.figures[i], index.context[i], p.label,
                                               p.header)))
+    replaced = index.replaced if version_asked(q) != OLD else frozenset()
+    if plan.found and replaced:  # the line that changes the plan's figure, however far down the ranking it sits
+        held = {c.sentence for _, c in sentences}
+        for i in index.replacing(set(plan.leads) & replaced):
+            if index.sentences[i] not in held:
+                p = index.places[i]
+                sentences.append((None, Candidate(index.sentences[i], 0.0, index.figures[i], index.context[i],
+                                                  p.label, p.header)))
     best = ranked[0].score if ranked else 0.0
     wanted = index.question_terms(q, asked)
     q_bound = asked.bound or bound_of(q)
@@ -206,7 +214,6 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
     question_level = _absence(index, wanted, gone, ranked[0] if ranked else None)
     of = index.series
     shut = excluded(q)
-    replaced = index.replaced if version_asked(q) != OLD else frozenset()
     named = tokens(q) - shut
     q_pairs = stem_pairs(q)
     options: list[Option] = []

@@ -42,17 +42,23 @@ def norm(word: str) -> str:
     return w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
 
 
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate("one two three four five six seven eight nine ten eleven twelve".split(),
+                                                  start=1)}
+
+
 def _words(text: str) -> list[str]:
     """`text`'s words, normalised, a hyphenated word split ("high-risk": high, risk) unless a negation
-    ("non-retail"), and the clause marks ";", "(" and ")"."""
-    return [norm(w) for w in _TOKEN.findall(_HYPHEN.sub(" ", text))]
+    ("non-retail"), a small number in words as digits ("two-year": 2, year), and the clause marks ";", "(" and ")"."""
+    return [_NUMBER_WORDS.get(w, w) for w in (norm(w) for w in _TOKEN.findall(_HYPHEN.sub(" ", text)))]
 
 
 def tokens(text: str) -> set[str]:
-    """The members `text` can name: its content words, and "key id" pairs ("tier 2")."""
+    """The members `text` can name: its content words, "key id" pairs ("tier 2") and "number key" pairs ("2 year":
+    a "2 Year Fixed Bond" row, a "two-year" question)."""
     words = [w for w in _words(text) if w not in ";()"]
     out = {w for w in words if w not in STOP and not w.isdigit()}
     out |= {f"{a} {b}" for a, b in zip(words, words[1:], strict=False) if a not in STOP and _IDENT.match(b)}
+    out |= {f"{a} {b}" for a, b in zip(words, words[1:], strict=False) if a.isdigit() and len(a) <= 2 and _content(b)}
     return out
 
 

@@ -234,12 +234,27 @@ class DocumentIndex:
         return series(tuple(self.sentences), tuple(p.header for p in self.places))
 
     @functools.cached_property
+    def _old_sides(self) -> dict[str, tuple[int, ...]]:
+        """Each figure (as written) that some line states as the old side of a change (textspans/supersession.py
+        `versions`: "should read 50%, not 45%", "amended from 30.0% to 31.5%"), with those lines: read once per
+        document, not once per question."""
+        out: dict[str, list[int]] = {}
+        for i, (s, fs) in enumerate(zip(self.sentences, self.figures, strict=True)):
+            for f, m in zip(fs, versions(s, fs), strict=True):
+                if m == OLD and i not in out.setdefault(f.text, []):
+                    out[f.text].append(i)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @property
     def replaced(self) -> frozenset[str]:
-        """The figures (as written) that some line states as the old side of a change (textspans/supersession.py
-        `versions`: "should read 50%, not 45%", "amended from 30.0% to 31.5%"), for the answer chooser's
-        replaced_elsewhere: read once per document, not once per question."""
-        return frozenset(f.text for s, fs in zip(self.sentences, self.figures, strict=True)
-                         for f, m in zip(fs, versions(s, fs), strict=True) if m == OLD)
+        """The figures that some line states as the old side of a change, for the answer chooser's
+        replaced_elsewhere."""
+        return frozenset(self._old_sides)
+
+    def replacing(self, figures: set[str]) -> tuple[int, ...]:
+        """The lines that state one of `figures` (as written) as the old side of a change ("Band C: GBP 509/m
+        (previously GBP 498/m)")."""
+        return tuple(sorted({i for f in figures for i in self._old_sides.get(f, ())}))
 
     def mentions_concept(self, concept: str, written: frozenset[str]) -> bool:
         """The document names `concept` (a term of `mentions`): in some form, or a sentence holds every word

@@ -10,6 +10,7 @@ from textspans.figures import (
     NUMBER,
     PERCENT,
     RATIO,
+    TIME,
     find_figures,
     is_reference,
     parse_number,
@@ -39,6 +40,11 @@ def kinds(text: str, words: bool = False) -> list[tuple[str, str]]:
     pytest.param("a ratio of 3:1, covered 1.5 times", [(RATIO, "3:1"), (RATIO, "1.5 times")], id="ratio"),
     pytest.param("cover of 3.25x, leverage up to 4×, not 0x1F", [(RATIO, "3.25x"), (RATIO, "4×"), (NUMBER, "0")],
                  id="ratio-multiple-sign"),
+    pytest.param("calls met by 09:00, counter open 09:30 hrs to 16h00, by 5 p.m., 9:30am, at noon and midnight",
+                 [(TIME, "09:00"), (TIME, "09:30 hrs"), (TIME, "16h00"), (TIME, "5 p.m."), (TIME, "9:30am"),
+                  (TIME, "noon"), (TIME, "midnight")], id="time-of-day"),
+    pytest.param("leverage capped at 1:30, a 50:50 split, 20:80 weights",
+                 [(RATIO, "1:30"), (RATIO, "50:50"), (RATIO, "20:80")], id="ratio-not-a-time"),
     pytest.param("a fee of 0.6 bp and a spread of 40bps", [(PERCENT, "0.6 bp"), (PERCENT, "40bps")], id="basis-point-bp"),
     pytest.param("in 2026 there were 12 cases", [(NUMBER, "2026"), (NUMBER, "12")], id="number"),
 ])
@@ -106,10 +112,27 @@ def test_a_figure_the_evidence_does_not_state_is_ungrounded(answer: str, evidenc
     ("How many directors must sign?", "count", NUMBER, True),
     ("How big is the buffer?", "size", PERCENT, False),
     ("What must banks hold?", "free", None, False),
+    ("At what time does the afternoon peak period start?", "clock", TIME, True),
+    ("What is the cut-off time for instructions?", "clock", TIME, True),
+    ("After what time of day is supply not restricted?", "clock", TIME, True),
+    ("By what time must a margin call be met?", "cutoff", TIME, False),
+    ("What is the cut-off for a same-day payout?", "cutoff", TIME, False),
+    ("What is the cut-off date for claims?", "date", DATE, True),
+    ("Within what time must the regulator be told?", "period", DURATION, True),
+    ("What time limit applies to appeals?", "period", DURATION, True),
 ])
 def test_what_a_question_asks_for(question: str, rule: str, first_kind: str | None, strict: bool) -> None:
     asked = asked_for(question)
     assert (asked.rule, asked.kinds[0] if asked.kinds else None, asked.strict) == (rule, first_kind, strict)
+
+
+def test_a_time_of_day_is_one_value_however_written() -> None:
+    """"5 p.m." states 17:00, "noon" 12:00; an answer that writes the document's time another way is grounded, a
+    time the document never gives is not."""
+    assert [f.value for f in find_figures("17:00, 5 p.m., 5pm, 12 noon, 12 a.m.")] == [
+        (17.0, 0.0), (17.0, 0.0), (17.0, 0.0), (12.0, 0.0), (0.0, 0.0)]
+    assert ungrounded("5 p.m.", ["Shortfalls are made good by 17:00."]) == []
+    assert [f.text for f in ungrounded("16:00", ["Shortfalls are made good by 17:00."])] == ["16:00"]
 
 
 def test_a_period_asked_in_a_unit_names_it() -> None:
@@ -149,7 +172,7 @@ def test_a_figure_never_spans_a_line_break() -> None:
     # figure of the document, so an answer that gives it is grounded
     table = "Currency | Cut-off\nGBP | 14:30\nEUR | 16:30\nUSD | 15:00\nNotes to Table 1:\n1. Fees in 30\ndays"
     assert [(f.text, f.kind) for f in find_figures(table)] == [
-        ("14:30", RATIO), ("16:30", RATIO), ("15:00", RATIO), ("1", NUMBER), ("1", NUMBER), ("30", NUMBER)]
+        ("14:30", TIME), ("16:30", TIME), ("15:00", TIME), ("1", NUMBER), ("1", NUMBER), ("30", NUMBER)]
     assert ungrounded("16:30", [table]) == []
     assert [f.text for f in find_figures("EUR 16,500 or 30 EUR, 5 % and 30 business days")] == [
         "EUR 16,500", "30 EUR", "5 %", "30 business days"]

@@ -59,6 +59,9 @@ def test_each_way_of_writing_a_change_pairs_the_old_figure_with_the_new() -> Non
         ("Paragraph 3 is amended by omitting 14 days and inserting 21 days.", "14 days", "21 days"),
         # a corrigendum's formula, with no word of correction in its own sentence
         ('In item 4, the minimum fee "EUR 60" shall read "EUR 85".', "EUR 60", "EUR 85"),
+        # the new figure's unit between it and the old one
+        ("(a) Band C pontoon rate in Clause 2.1: GBP 509/m (previously GBP 498/m);", "GBP 498", "GBP 509"),
+        ("The margin is 2.4% p.a., up from 2.1%.", "2.1%", "2.4%"),
     ]:
         figures = find_figures(sentence)
         marks = dict(zip((f.text for f in figures), versions(sentence, figures), strict=True))
@@ -117,3 +120,21 @@ def test_a_change_named_by_its_instrument_or_its_date_marks_the_side_asked() -> 
                           "Side Letter No. 1: with effect from 1 January 2028, the annual escalation in paragraph 4.2 "
                           "is reduced from 3.5% to 3.0%.\n")
     assert plan_answer(index, "Before the side letter, what annual escalation applied?").leads == ("3.5%",)
+
+
+def test_the_line_that_changes_the_plans_figure_is_an_option_however_it_ranks() -> None:
+    """A table's cell the plan reads ("GBP 498" for band C on a pontoon) and the amendment that replaces it far
+    below, in words the question does not use: the new figure is among the answer chooser's options."""
+    from gateway.domain.answer_chooser import options
+
+    rows = "\n".join(f"{b}  {lo} - {hi} m  GBP {p}/m  GBP {w}/m" for b, lo, hi, p, w in [
+        ("A", "0.00", "7.99", 412, 468), ("B", "8.00", "10.99", 455, 517), ("C", "11.00", "13.99", 498, 566)])
+    text = ("2. BERTH FEES\n2.1 Annual fees per metre of LOA:\nBand  LOA  Pontoon  Walk-ashore\n" + rows + "\n"
+            + "\n".join(f"3.{i} Electricity is metered and charged at cost plus {i}% handling." for i in range(1, 9))
+            + "\n7. AMENDMENT NOTICE\nWith effect from 1 April 2026 the following replace the figures above:\n"
+            "(a) Band C in Clause 2.1: GBP 509/m (previously GBP 498/m);\n(b) the handling charge in 3.1: 2%.")
+    index = DocumentIndex(text)
+    question = "I keep a 12.5 m boat on a pontoon berth. What annual fee per metre applies from April 2026?"
+    plan = plan_answer(index, question)
+    assert plan.leads == ("GBP 498",)
+    assert "GBP 509" in [o.text for o in options(index, question, plan)]

@@ -72,3 +72,15 @@ def test_a_chooser_weighing_the_clash_answers_the_asked_member() -> None:
     assert choose(index, question, plan, weights=_model(weights=worst)).leads[:1] == ("40 days",)
     model = _model(weights={**worst, FEATURES.index("qualifier_clash"): -5.0})
     assert choose(index, question, plan, weights=model).leads[:1] == ("9 months",)
+
+
+def test_a_term_in_words_names_the_same_row_as_one_in_digits() -> None:
+    """"the two-year fixed bond" names the "2 Year Fixed Bond" row, not the "1 Year" one beside it."""
+    header = "Product | Rate | Maturity | Early closure"
+    rows = ("1 Year Fixed Bond (Issue 88) | 4.45% | 31 January 2027 | 90 days' interest",
+            "2 Year Fixed Bond (Issue 89) | 4.20% | 31 January 2028 | 180 days' interest")
+    of = series(rows, (header, header))
+    asked = tokens("How many days of interest does a customer forfeit for breaking the two-year fixed bond early?")
+    assert "2 year" in asked
+    assert clash(asked, tokens("1 Year Fixed Bond (Issue 88) Early closure"), of)
+    assert not clash(asked, tokens("2 Year Fixed Bond (Issue 89) Early closure"), of)
