@@ -290,13 +290,22 @@ _MATCH_PARTS = _MATCH_SCORE | frozenset({"match", "name", "fuzzy", "hit", "entry
                                          "originator", "recipient", "sender", "vessel"})
 
 
+def _match_score(n: Named, listed: frozenset[str]) -> bool:
+    """A name match's score: named as a match score (match_score, name_match_pct), or as the name's score or the
+    name under a hit or a screening ({"hit": {"score_nom": 0.97}}, {"screening": {"nom": 0.96}})."""
+    if n.meaning - _MATCH_PARTS - listed:
+        return False
+    if "match" in n.meaning:
+        return bool(n.meaning & _MATCH_SCORE or n.name.percent)
+    return "name" in n.meaning and bool(n.meaning & (_MATCH_SCORE | listed) or n.name.percent)
+
+
 def list_match(listed: frozenset[str], named: Sequence[Named], context: frozenset[str]) -> float | None:
     """How closely a screened party matches its list entry, on 0-1: a number named as a match score (match_score:
-    0.97, name_match_pct: 97), in an event about a list (the event type or a name has a listed word: sdn,
-    watchlist, screening). Only a name's match: a face, device or address match score is another check."""
+    0.97, name_match_pct: 97, a hit's score_nom), in an event about a list (the event type or a name has a listed
+    word: sdn, watchlist, screening). Only a name's match: a face, device or address match score is another check."""
     if not (context & listed or any(n.meaning & listed for n in named)):
         return None
-    found = [v / 100 if v > 1 else v for n in named if "match" in n.meaning and (n.meaning & _MATCH_SCORE or n.name.percent)
-             and not (n.meaning - _MATCH_PARTS - listed) and not isinstance(n.value, bool)
+    found = [v / 100 if v > 1 else v for n in named if _match_score(n, listed) and not isinstance(n.value, bool)
              and (v := number(n.value)) is not None and 0 <= v <= 100]
     return max(found, default=None)

@@ -1,0 +1,31 @@
+"""Screening hits and orders on the funds as vendors and authorities write them: a name score under a hit or a
+screening in the vendor's language, a court's or prosecutor's freezing order. Events written for these tests."""
+from __future__ import annotations
+
+import pytest
+
+from tests.policies.test_risk_readers import facts, judged_action
+
+
+def test_a_name_score_under_a_hit_or_a_screening_is_its_match_score() -> None:
+    """French and Portuguese screening vendors: {"hit": {"score_nom": 0.97}}, {"screening": {"nom": 0.96}}; a name
+    score elsewhere (a payee check) is no list match."""
+    hit = {"hit.liste": "UN CAR regime (fictional entry)", "hit.score_nom": 0.97, "hit.correspondance_adresse": True}
+    assert facts(hit, "sanctions_screening_hit")["list_match"] == pytest.approx(0.97)
+    assert judged_action(hit, "sanctions_screening_hit", amount=54_000_000, currency="XAF") == "block"
+    screened = {"screening.liste": "consolidated", "screening.nom": 0.96, "screening.dateNaissance": "match"}
+    assert facts(screened, "remittance_send")["list_match"] == pytest.approx(0.96)
+    assert facts({"hit.nome": 0.93, "hit.lista": "ONU"}, "triagem")["list_match"] == pytest.approx(0.93)
+    assert "list_match" not in facts({"payee.nom": 0.97, "batch": "salaires"}, "virement")
+
+
+
+def test_a_freeze_or_seizure_order_on_the_funds_blocks_in_any_language() -> None:
+    """A prosecutor's freezing order (French "gel des avoirs"), a seizure order or a restraint order: the funds may
+    not leave (FATF R.4 provisional measures). A news item about seized goods is no order on the funds."""
+    order = {"requisition.objet": "gel des avoirs - enquete trafic d'ivoire", "ordres_en_cours": 1}
+    assert facts(order, "judicial_requisition")["legal_freeze"] is True
+    assert judged_action(order, "virement", amount=19_500_000, currency="XAF") == "block"
+    assert judged_action({"restraint_order": True}, "wire_out", amount=40_000, currency="GBP") == "block"
+    media = {"adverse_media": "article local: saisie de tortues a l'aeroport", "permis": "aucun"}
+    assert facts(media, "purchase")["legal_freeze"] is False
