@@ -223,10 +223,10 @@ def _clock_value(low: str) -> tuple[float, float]:
         return 0.0, 0.0
     if "noon" in low or "midday" in low:
         return 12.0, 0.0
-    hour, minute = (re.findall(r"\d+", low) + ["0"])[:2]
-    h = float(hour) % 12 + 12 if re.search(r"p\.?m", low) else float(hour) % 12 if re.search(r"a\.?m", low) \
-        else float(hour)
-    return h, float(minute)
+    hour, minute = (float(n) for n in (re.findall(r"\d+", low) + ["0"])[:2])
+    if re.search(r"p\.?m", low):
+        return hour % 12 + 12, minute
+    return (hour % 12 if re.search(r"a\.?m", low) else hour), minute
 
 
 def _same(a: float, b: float) -> bool:

@@ -188,17 +188,12 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
     if plan.found and plan.candidates and plan.candidates[0] not in {c.sentence for c in ranked}:
         i = index.sentences.index(plan.candidates[0]) if plan.candidates[0] in index.sentences else -1
         if i >= 0:
-            p = index.places[i]
-            sentences.append((None, Candidate(index.sentences[i], 0.0, index.figures[i], index.context[i], p.label,
-                                              p.header)))
+            sentences.append((None, index.line(i)))
     replaced = index.replaced if version_asked(q) != OLD else frozenset()
     if plan.found and replaced:  # the line that changes the plan's figure, however far down the ranking it sits
         held = {c.sentence for _, c in sentences}
-        for i in index.replacing(set(plan.leads) & replaced):
-            if index.sentences[i] not in held:
-                p = index.places[i]
-                sentences.append((None, Candidate(index.sentences[i], 0.0, index.figures[i], index.context[i],
-                                                  p.label, p.header)))
+        sentences += [(None, index.line(i)) for i in index.replacing(set(plan.leads) & replaced)
+                      if index.sentences[i] not in held]
     best = ranked[0].score if ranked else 0.0
     wanted = index.question_terms(q, asked)
     q_bound = asked.bound or bound_of(q)

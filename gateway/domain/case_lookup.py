@@ -274,8 +274,7 @@ def _numbered(question: str, values: list[Value], label: str, label_header: str)
 def _case_at(index: DocumentIndex, i: int, leads: dict[str, str], band_text: str, column: str) -> Case:
     """The case answered by row `i` (sentence index), its cell's leads, named by the row's band and the column;
     no leads: the cell says the case has no figure."""
-    p = index.places[i]
-    row = Candidate(index.sentences[i], 1.0, index.figures[i], index.context[i], p.label, p.header)
+    row = index.line(i, 1.0)
     if not leads:
         return Case(row, leads, f"case ({band_text}: {column.strip()}) states no figure", stated=False)
     return Case(row, leads, f"case ({band_text}: {column.strip()})")

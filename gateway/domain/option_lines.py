@@ -14,6 +14,7 @@ _LOWER = re.compile(r"\b(?:at least|minimum|min\.?|not less than|no less than|no
 _UPPER = re.compile(r"\b(?:up to|maximum|max\.?|at most|not exceed\w*|no more than|not more than|cap\w*|limit\w*|"
                     r"highest|or less)\b", re.I)
 
+
 def header_cell(c: Candidate, f: Figure) -> str:
     """The header of the column `f` sits in, when `c` is a table's row ("a | b | c" under "h1 | h2 | h3")."""
     if not c.header:

@@ -245,7 +245,7 @@ class DocumentIndex:
                     out[f.text].append(i)
         return {k: tuple(v) for k, v in out.items()}
 
-    @property
+    @functools.cached_property
     def replaced(self) -> frozenset[str]:
         """The figures that some line states as the old side of a change, for the answer chooser's
         replaced_elsewhere."""
@@ -314,8 +314,12 @@ class DocumentIndex:
             return own / (1 + 0.02 * len(self.sentences[i].split())) * self._kind_weight(asked, i)
 
         scored = sorted(((score(i), i) for i in range(len(self.sentences))), key=lambda si: -si[0])
-        return (Candidate(self.sentences[i], s, self.figures[i], self.context[i], self.places[i].label,
-                          self.places[i].header) for s, i in scored if quotable(self.sentences[i]))
+        return (self.line(i, s) for s, i in scored if quotable(self.sentences[i]))
+
+    def line(self, i: int, score: float = 0.0) -> Candidate:
+        """Sentence `i` as a candidate with `score`: its figures, context, label and table header."""
+        return Candidate(self.sentences[i], score, self.figures[i], self.context[i], self.places[i].label,
+                         self.places[i].header)
 
     def _kind_weight(self, asked: Asked, i: int) -> float:
         """A figure question prefers sentences stating a figure of the kind asked for (the preferred kind most),

@@ -43,8 +43,7 @@ def replacing(index: DocumentIndex, ranked: list[Candidate], chosen: Candidate, 
     at = index.sentences.index(chosen.sentence) if chosen.sentence in index.sentences else len(index.sentences)
     for i in range(at + 1, min(at + 1 + NEIGHBOURS, len(index.sentences))):
         if index.places[i].section == index.places[at].section:
-            others.append(Candidate(index.sentences[i], 0.0, index.figures[i], index.context[i],
-                                    index.places[i].label, index.places[i].header))
+            others.append(index.line(i))
     for c in others + [c for c in ranked if c.sentence != chosen.sentence]:
         if any(f.kind in kinds for f in c.figures) and not superseded(c.sentence, question):
             return c
