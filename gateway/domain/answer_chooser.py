@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gateway.domain import implied_changes
 from gateway.domain.answer_plan import AnswerPlan
 from gateway.domain.chooser_model import Model, load, question_vector
 from gateway.domain.figure_choice import clause_after, nearest, row_values
@@ -93,7 +94,7 @@ FEATURES = (
     "side_asked",  # its line states a change of it and it is the side the question's marker asks (`option_lines.sides`)
     "side_in_force",  # ... the question writes no marker and it is the side in force
     "side_other",  # ... it is the other side
-    "replaced_elsewhere",  # its line states no change of it, another line replaces it (DocumentIndex.replaced)
+    "replaced_elsewhere",  # its line states no change of it, another line replaces it (implied_changes.replaced)
     "pairs_held",  # share of the question's pairs of neighbouring words its line writes as neighbours too
     "range_end",  # the question asks an end of a range (upper, lower) and its line writes it as that end
     "range_other_end",  # ... as the other end
@@ -189,10 +190,10 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
         i = index.sentences.index(plan.candidates[0]) if plan.candidates[0] in index.sentences else -1
         if i >= 0:
             sentences.append((None, index.line(i)))
-    replaced = index.replaced if version_asked(q) != OLD else frozenset()
+    replaced = implied_changes.replaced(index) if version_asked(q) != OLD else frozenset()
     if plan.found and replaced:  # the line that changes the plan's figure, however far down the ranking it sits
         held = {c.sentence for _, c in sentences}
-        sentences += [(None, index.line(i)) for i in index.replacing(set(plan.leads) & replaced)
+        sentences += [(None, index.line(i)) for i in implied_changes.replacing(index, set(plan.leads) & replaced)
                       if index.sentences[i] not in held]
     best = ranked[0].score if ranked else 0.0
     wanted = index.question_terms(q, asked)
@@ -227,7 +228,7 @@ def options(index: DocumentIndex, question: str, plan: AnswerPlan) -> list[Optio
         banded = bool(bands(c.sentence))
         ends = range_ends(c, q_bound)
         head_figures = {h: find_figures(h, words=True) for h in {header_cell(c, f) for f in c.figures}}
-        line_sides = sides(q, c)
+        line_sides = sides(q, c, implied_changes.implied_new(index, c.sentence))
         pairs_held = len(q_pairs & stem_pairs(f"{c.header} {c.sentence}")) / len(q_pairs) if q_pairs else 0.0
         for n, f in enumerate(c.figures):
             if (f.text, c.sentence) in seen:

@@ -72,14 +72,16 @@ def range_ends(c: Candidate, bound: str) -> dict[int, str]:
     return out
 
 
-def sides(question: str, c: Candidate) -> list[tuple[float, float, float]]:
+def sides(question: str, c: Candidate, new: frozenset[str] = frozenset()) -> list[tuple[float, float, float]]:
     """side_asked, side_in_force and side_other (FEATURES) per figure of `c`: where its line states a change
     (figure_choice.version_marks: amending text, a correction, current and proposed columns), a question asking
     for a revised, corrected or earlier figure ("now", "after the amendment", "before the change") is answered by
     the side it names, and one naming no side by the side in force (the new one unless only proposed). Only the
     line that states the change can say which of two figures replaced the other: the line that merely states the
-    old one (the table the amendment corrects) reads as no side."""
+    old one (the table the amendment corrects) reads as no side. `new`: the figures the line gives as new ones
+    alone, replacing another line's (implied_changes.py)."""
     marks, proposal = version_marks(c, list(c.figures))
+    marks = [m or (NEW if f.text in new else "") for m, f in zip(marks, c.figures, strict=True)]
     marked = version_asked(question, proposal=proposal)
     side = marked or (OLD if proposal else NEW)
     return [(float(bool(m) and m == side and bool(marked)), float(bool(m) and m == side and not marked),
