@@ -291,13 +291,16 @@ _MATCH_PARTS = _MATCH_SCORE | frozenset({"match", "name", "fuzzy", "hit", "entry
 
 
 def _match_score(n: Named, listed: frozenset[str]) -> bool:
-    """A name match's score: named as a match score (match_score, name_match_pct), or as the name's score or the
-    name under a hit or a screening ({"hit": {"score_nom": 0.97}}, {"screening": {"nom": 0.96}})."""
+    """A name match's score: named as a match score (match_score, name_match_pct), as the name's score or the
+    name under a hit or a screening ({"hit": {"score_nom": 0.97}}, {"screening": {"nom": 0.96}}), or as the score
+    of a hit or a screening itself ({"screening": {"score": 100}}: what a list screening scores is the name)."""
     if n.meaning - _MATCH_PARTS - listed:
         return False
     if "match" in n.meaning:
         return bool(n.meaning & _MATCH_SCORE or n.name.percent)
-    return "name" in n.meaning and bool(n.meaning & (_MATCH_SCORE | listed) or n.name.percent)
+    if "name" in n.meaning:
+        return bool(n.meaning & (_MATCH_SCORE | listed) or n.name.percent)
+    return bool(n.meaning & listed and n.meaning & _MATCH_SCORE)
 
 
 def list_match(listed: frozenset[str], named: Sequence[Named], context: frozenset[str]) -> float | None:

@@ -19,6 +19,18 @@ def test_a_name_score_under_a_hit_or_a_screening_is_its_match_score() -> None:
     assert "list_match" not in facts({"payee.nom": 0.97, "batch": "salaires"}, "virement")
 
 
+def test_the_score_of_a_screening_or_a_hit_itself_is_its_match_score() -> None:
+    """{"screening": {"score": 100}}: what a list screening scores is the name; a risk score under a screening is
+    not a match score, and a plain score outside a screening is none either."""
+    exact = {"screening.lista": "UN consolidated list (fictional entry)", "screening.tipo": "alias exacto",
+             "screening.score": 100}
+    assert facts(exact, "outgoing_swift")["list_match"] == pytest.approx(1.0)
+    assert judged_action(exact, "outgoing_swift", amount=2_100_000, currency="USD") == "block"
+    assert facts({"hit.confidence": 0.84, "hit.list": "OFAC SDN"}, "wire_out")["list_match"] == pytest.approx(0.84)
+    assert "list_match" not in facts({"screening.risk_score": 100, "screening.list": "PEP"}, "wire_out")
+    assert "list_match" not in facts({"score": 100, "channel": "branch"}, "wire_out")
+
+
 
 def test_a_freeze_or_seizure_order_on_the_funds_blocks_in_any_language() -> None:
     """A prosecutor's freezing order (French "gel des avoirs"), a seizure order or a restraint order: the funds may
