@@ -300,7 +300,7 @@ def _match_score(n: Named, listed: frozenset[str]) -> bool:
         return bool(n.meaning & _MATCH_SCORE or n.name.percent)
     if "name" in n.meaning:
         return bool(n.meaning & (_MATCH_SCORE | listed) or n.name.percent)
-    return bool(n.meaning & listed and n.meaning & _MATCH_SCORE)
+    return on("screening_own_score") and bool(n.meaning & listed and n.meaning & _MATCH_SCORE)
 
 
 def list_match(listed: frozenset[str], named: Sequence[Named], context: frozenset[str]) -> float | None:

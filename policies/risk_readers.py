@@ -30,6 +30,7 @@ READERS = frozenset({
     "flag_opening_name_is_a_ships_flag",  # policies/risk_text.py: "flag_changes_12m" keeps "flag"; "pep_flag" drops it
     "same_period_a_year_before",  # policies/risk_derived.py: takings_same_quarter_prior_year: 48,000 beside the amount
     "letters_of_their_own",  # policies/countries.py: "lønn", "wpłata" spelled "lonn", "wplata", not "lnn", "wpata"
+    "screening_own_score",  # policies/risk_derived.py: {"screening": {"score": 100}} scores the name
 })
 _OFF: ContextVar[frozenset[str]] = ContextVar("risk_readers_off", default=frozenset())
 

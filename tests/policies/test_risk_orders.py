@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from policies.risk_readers import off
 from tests.policies.test_risk_readers import facts, judged_action
 
 
@@ -29,6 +30,8 @@ def test_the_score_of_a_screening_or_a_hit_itself_is_its_match_score() -> None:
     assert facts({"hit.confidence": 0.84, "hit.list": "OFAC SDN"}, "wire_out")["list_match"] == pytest.approx(0.84)
     assert "list_match" not in facts({"screening.risk_score": 100, "screening.list": "PEP"}, "wire_out")
     assert "list_match" not in facts({"score": 100, "channel": "branch"}, "wire_out")
+    with off(["screening_own_score"]):  # the reader judged apart from the set it was written for (evals/risk_lowo.py)
+        assert "list_match" not in facts(exact, "outgoing_swift")
 
 
 
