@@ -62,7 +62,8 @@ _HEAD_NOUNS: dict[str, str] = {
                     "coefficient".split(), "share"),
     **dict.fromkeys("multiple multiplier".split(), "multiple"),
     **dict.fromkeys("amount sum fee fees fine fines penalty penalties value price threshold charge cost payment "
-                    "turnover balance salary premium deductible volume quantity worth".split(), "amount"),
+                    "turnover balance salary premium deductible volume quantity worth surcharge surcharges levy levies rent deposit "
+                    "commission royalty toll tolls dues excess rebate discount allowance".split(), "amount"),
     **dict.fromkeys("number count age score".split(), "count"),
 }
 # Words that bound or place a quantity without naming its kind: they decide nothing, and they are not what
@@ -108,7 +109,7 @@ _RULES: list[tuple[str, str, str]] = [  # (rule, kind, regex)
                        r"weight)\b|\bpercentage\b|\bper ?cent\b|\bratio\b|\brisk weight\b|\brate\b"),
     ("amount", "amount", r"\bhow much\b|\b(?:what|which) (?:\w+ )?(?:amount|sum|fee|fine|penalty|value|price|"
                          r"threshold)\b|\bamount\b|\bthreshold\b|\b(?:from|above|below|over|under|up to|exceeding|"
-                         r"beyond) what\b|\bfines?\b|\bpenalt(?:y|ies)\b|\bfees?\b|\bcosts?\b|\bcharged?\b"),
+                         r"beyond) what\b|\bfines?\b|\bpenalt(?:y|ies)\b|\bfees?\b|\bcosts?\b|\bcharged?\b|\bworth\b"),
     ("count", "count", r"\bhow many\b|\bnumber of\b|\bhow old\b|\bwhat age\b|\bminimum age\b"),
     ("size", "size", r"\bhow (?:big|large|high|low|small)\b|\b(?:minimum|maximum|largest|smallest|highest|lowest|"
                      r"longest|shortest|at least|at most|limit|cap|ceiling|floor|requirement|upper|lower|range|level|"
@@ -219,6 +220,12 @@ _CONDITION = re.compile(r"^(?:what|which|how)\b.*?(,?\s+\b(?:when|whenever|once|
                         re.IGNORECASE)
 
 
+# A clause that states the question's case before it asks ("If I pay by the deadline, what is the most the
+# discount can be worth?"): its "deadline" or "when" names the case, not what is asked.
+_LEADING_CONDITION = re.compile(r"^(?:if|when|whenever|where|once|assuming|suppose|supposing|given that|in case)\b"
+                                r"[^?]*?,\s*(?=(?:what|which|how)\b)", re.IGNORECASE)
+
+
 # A phrase that places the question's case in time ("from the March 2026 test date onwards", "for the relevant
 # period", "counted from the due date", "after the latest amendment"): a preposition, not followed by a wh-word
 # ("from what date" asks), up to the next comma or the end. Its "date" or "period" is the case's, so the rules of
@@ -236,6 +243,9 @@ def asked_for(question: str, *, plain: str | None = None) -> Asked:
     if asked_part(written) != written:  # the kind is read in the question asked, not in its preamble
         question = question[len(written) - len(asked_part(written)):]
         written = asked_part(written)
+    lead = _LEADING_CONDITION.match(written)
+    if lead and question.startswith(written[:lead.end()]):
+        question, written = question[lead.end():], written[lead.end():]
     condition = _CONDITION.search(written)
     if condition:  # "what is the cap ... when more than a year remains" asks for a cap, not a time
         question = question[:condition.start(1)] + question[condition.end(1):]

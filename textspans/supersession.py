@@ -77,6 +77,10 @@ _NEW_THEN_OLD = re.compile(r"^(?:/\s?[a-z]\w*\.?|\s*p\.a\.|\s+per\s+[a-z]+)?[\s,
                            r"extended|shortened|cut)\s+from|previously|formerly|was|were|instead of|rather than|"
                            r"replacing|not|in place of|compared with|against|vs\.?|versus)\s+"
                            r"(?:(?:the|a|an|its|of)\s+)?$", re.IGNORECASE)
+# The same in brackets after a few words that say what the new figure is of: "1.5x standard (previously 2.0x)",
+# "three months before the arrangement takes effect (previously six weeks)".
+_NEW_WORDS_THEN_OLD = re.compile(r"^(?:\s+[^\s\d,;:.()]+){1,6}\s*\(\s*(?:previously|formerly|was|were|up from|"
+                                 r"down from)\s+(?:(?:the|a|an)\s+)?$", re.IGNORECASE)
 # A correction's figure after "should read" / "should be", where the sentence says it corrects.
 _CORRECTS = re.compile(r"\b(?:correct\w*|typo|error|mistake|wrong|erroneous|incorrect\w*|misstated)\b", re.IGNORECASE)
 _SHOULD = re.compile(r"(?P<old>.{0,200}?)\bshould (?:read|be|have read|have been|say|have said)\b(?P<new>.{0,160})",
@@ -132,7 +136,8 @@ def versions(sentence: str, figures: Sequence[Figure]) -> list[str]:
                 mark(*m.span("new"), NEW, first_only=True)
     for i in range(1, len(figures)):
         a, b = figures[i - 1], figures[i]
-        if a.kind == b.kind and _NEW_THEN_OLD.match(sentence[a.end:b.start]):
+        between = sentence[a.end:b.start]
+        if a.kind == b.kind and (_NEW_THEN_OLD.match(between) or _NEW_WORDS_THEN_OLD.match(between)):
             out[i - 1], out[i] = out[i - 1] or NEW, out[i] or OLD
     return out
 

@@ -18,6 +18,21 @@ def test_a_condition_clause_inside_a_what_question_does_not_make_it_a_when_quest
     assert asked_for("When must the fee be refunded?").rule == "when"
 
 
+def test_a_condition_clause_before_the_question_does_not_decide_its_kind() -> None:
+    """"If I pay by the deadline, what ... can be worth?" asks for an amount: the deadline is the case's."""
+    asked = asked_for("If I pay the whole year's fees up front by the deadline, what is the most the early-payment "
+                      "discount can be worth?")
+    assert asked.rule == "amount" and asked.bound == "upper"
+    assert asked_for("If the test is missed, how long does the Authority have to appoint a consultant?").rule == "period"
+    assert asked_for("When the fund is closed, by when must the report be filed?").rule == "when"
+
+
+def test_a_charge_named_by_its_own_noun_asks_for_an_amount() -> None:
+    for question in ("What bunker surcharge was added to a car fare in February 2026?",
+                     "What levy per credit applies to the first tranche?", "What annual rent is payable for Unit 4?"):
+        assert asked_for(question).rule == "amount", question
+
+
 def test_how_far_ahead_asks_for_the_period_counted_forward() -> None:
     index = DocumentIndex("1. A dealer must hold a licence. 2. Limits are set by the exchange each quarter. 3. A dealer "
                           "must tell the exchange within 2 hours if a position breaches its limit, or if it expects a "

@@ -62,6 +62,10 @@ def test_each_way_of_writing_a_change_pairs_the_old_figure_with_the_new() -> Non
         # the new figure's unit between it and the old one
         ("(a) Band C pontoon rate in Clause 2.1: GBP 509/m (previously GBP 498/m);", "GBP 498", "GBP 509"),
         ("The margin is 2.4% p.a., up from 2.1%.", "2.1%", "2.4%"),
+        # a few words between, saying what the new figure is of, the old one in brackets
+        ("- Zone 2 drop-off multiple: 1.5x standard (previously 2.0x).", "2.0x", "1.5x"),
+        ("Notice is given three months before the change takes effect (previously six weeks).", "six weeks",
+         "three months"),
     ]:
         figures = find_figures(sentence)
         marks = dict(zip((f.text for f in figures), versions(sentence, figures), strict=True))
@@ -69,6 +73,9 @@ def test_each_way_of_writing_a_change_pairs_the_old_figure_with_the_new() -> Non
     # a range is no change, nor a column naming a segment
     figures = find_figures("The term may run from 1 to 5 years.")
     assert versions("The term may run from 1 to 5 years.", figures) == ["", ""]
+    # a bracket that is no change
+    sentence = "The fee is 2% of the loan (see Clause 3)."
+    assert versions(sentence, find_figures(sentence)) == ["", ""]
     assert column_version("Proposed") == NEW and column_version("Current limit") == OLD
     assert column_version("New customers") == ""
 
