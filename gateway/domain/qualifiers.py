@@ -46,6 +46,11 @@ _NUMBER_WORDS = {w: str(i) for i, w in enumerate("one two three four five six se
                                                   start=1)}
 
 
+# An ordinal before a noun names the member an identifier after it names: "third-cycle" is the row "Cycle 3".
+_ORDINALS = {w: str(i) for i, w in enumerate("first second third fourth fifth sixth seventh eighth ninth tenth "
+                                              "eleventh twelfth".split(), start=1)}
+
+
 def _words(text: str) -> list[str]:
     """`text`'s words, normalised, a hyphenated word split ("high-risk": high, risk) unless a negation
     ("non-retail"), a small number in words as digits ("two-year": 2, year), and the clause marks ";", "(" and ")"."""
@@ -53,12 +58,13 @@ def _words(text: str) -> list[str]:
 
 
 def tokens(text: str) -> set[str]:
-    """The members `text` can name: its content words, "key id" pairs ("tier 2") and "number key" pairs ("2 year":
-    a "2 Year Fixed Bond" row, a "two-year" question)."""
+    """The members `text` can name: its content words, "key id" pairs ("tier 2"; "cycle 3" for "third cycle") and
+    "number key" pairs ("2 year": a "2 Year Fixed Bond" row, a "two-year" question)."""
     words = [w for w in _words(text) if w not in ";()"]
     out = {w for w in words if w not in STOP and not w.isdigit()}
     out |= {f"{a} {b}" for a, b in zip(words, words[1:], strict=False) if a not in STOP and _IDENT.match(b)}
     out |= {f"{a} {b}" for a, b in zip(words, words[1:], strict=False) if a.isdigit() and len(a) <= 2 and _content(b)}
+    out |= {f"{b} {_ORDINALS[a]}" for a, b in zip(words, words[1:], strict=False) if a in _ORDINALS and _content(b)}
     return out
 
 

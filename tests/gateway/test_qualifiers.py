@@ -36,6 +36,16 @@ def test_a_table_rows_label_names_its_member() -> None:
     assert marks["EUR 5,000"][0] == marks["EUR 80,000"][0] == 1.0  # the rows of another band
 
 
+def test_an_ordinal_names_the_row_its_number_labels() -> None:
+    table = ("Cycle | Maximum loan | Term\n"
+             "Cycle 1 | KES 20,000 | 16 weeks\n"
+             "Cycle 2 | KES 35,000 | 20 weeks\n"
+             "Cycle 3 | KES 50,000 | 24 weeks\n")
+    marks = _marks(table, "How many weeks does a third-cycle borrower have to repay?")
+    assert marks["24 weeks"][0] == 0.0
+    assert marks["16 weeks"][0] == marks["20 weeks"][0] == 1.0
+
+
 def test_a_member_the_question_excludes_is_marked() -> None:
     marks = _marks(DOC, "Within how many days are dormant accounts closed (not trust accounts)?")
     assert marks["15 days"][1] == 1.0
