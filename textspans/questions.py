@@ -60,10 +60,10 @@ _HEAD_NOUNS: dict[str, str] = {
     "year": "year",
     **dict.fromkeys("percentage percent share proportion portion fraction rate rates ratio weight factor haircut "
                     "coefficient".split(), "share"),
-    **dict.fromkeys("multiple multiplier".split(), "multiple"),
+    **dict.fromkeys("multiple multiplier leverage gearing".split(), "multiple"),
     **dict.fromkeys("amount sum fee fees fine fines penalty penalties value price threshold charge cost payment "
                     "turnover balance salary premium deductible volume quantity worth surcharge surcharges levy levies rent deposit "
-                    "commission royalty toll tolls dues excess rebate discount allowance".split(), "amount"),
+                    "royalty toll tolls dues excess rebate discount allowance".split(), "amount"),
     **dict.fromkeys("number count age score".split(), "count"),
 }
 # Words that bound or place a quantity without naming its kind: they decide nothing, and they are not what

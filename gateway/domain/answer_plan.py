@@ -9,12 +9,12 @@ list of three ratios): the answer is one of them, alone or with the words that f
 to the clause's end ("4.5% of risk-weighted assets"), so the model chooses among figures and words the
 document states and cannot write a new one. A question that names no kind of figure ("What is the capital
 conservation buffer?") is led by the figure of the sentence that holds its whole subject
-(`figure_choice.subject_figures`), else answered freely. An abbreviation the document never writes but spells out
-("DPO": "Data Protection Officer") is read as spelled out. The answer is NOT_FOUND, written by the grammar,
-when the question names a term the document never mentions (in any form), or a word of what it asks about
-that the document never uses ("minimum credit score" without "score"), when it asks for a figure that the
-best sentences do not state, or when the answer's sentence holds less than MIN_COVERAGE of the question (by
-weight). A question that states a case ("for a score of 680") or names a table's member ("a B2-rated lessee")
+(`figure_choice.subject_figures`), else answered freely; a figure a later line replaces by a new figure alone
+("the maximum LTV is lowered to 70%", gateway/domain/implied_changes.py) leads with that one. An abbreviation the
+document never writes but spells out ("DPO": "Data Protection Officer") is read as spelled out. The answer is
+NOT_FOUND when the question names a term the document never mentions (in any form) or a word of what it asks
+about that it never uses ("minimum credit score" without "score"), asks for a figure the best sentences do not
+state, or its sentence holds less than MIN_COVERAGE of the question (by weight). A question that states a case ("for a score of 680") or names a table's member ("a B2-rated lessee")
 is first looked up in the row that holds it (gateway/domain/case_lookup.py); a case outside every band of a
 table about the question ("an 18-month term" on a grid of 12 and 24 months), or whose cell says it has
 no figure ("not offered", "on request"), is NOT_FOUND. A question naming a period ("at the end of Q3 2025") is
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.domain import implied_changes
 from gateway.domain.case_lookup import Case, lookup, unheld
 from gateway.domain.figure_choice import MODIFIER, clause_after, nearest, row_values, subject_figures
 from gateway.domain.retrieval import CONCEPT, QUOTE_CANDIDATES, Candidate, DocumentIndex, identifiers, mentions
@@ -42,12 +43,11 @@ from textspans.supersession import is_version_word
 
 NOT_FOUND = "Not found in the document."  # the whole answer when the document does not say (docs/INTERFACES.md)
 DEPTH = 3  # best-ranked sentences searched for a figure of the kind asked for
-# A first-ranked sentence scoring this many times the second answers a figure question without naming the
-# question's domain terms in its context (`_figure_sentence`); a sibling case the document does not cover ranks
-# close to the sentence about the case it does cover, well under this.
+# A first-ranked sentence scoring this many times the second answers a figure question without naming the question's
+# domain terms in its context (`_figure_sentence`); a sibling case the document does not cover ranks well under it.
 CLEAR_LEAD = 1.5
-# The answer's sentence (with its line and heading) must hold at least this share of the question's weight:
-# below it, the best sentence only shares a word or two ("Commission") with a question about something else.
+# The least share of the question's weight the answer's sentence (with its line and heading) holds: below it, the
+# best sentence only shares a word or two ("Commission") with a question about something else.
 MIN_COVERAGE = 0.25
 FREE_CHARS = 300
 
@@ -73,8 +73,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
             question = re.sub(rf"(?<![\w-]){re.escape(abbr)}s?(?![\w-])", spelled, question)
             unknown.remove(abbr)
     named = mentions(question, index.concepts)
-    # "banks that are not G-SIBs": a term named to be excluded neither ranks sentences nor need be in the answer's
-    # context
+    # "banks that are not G-SIBs": a term named to be excluded neither ranks sentences nor need be in the context
     excluded = [(s, e, CONCEPT + c) for s, e, c in index.concepts.find(question) if _NEGATION.search(question[:s])]
     negated = {c for _, _, c in excluded}
     ranking = question
@@ -86,8 +85,7 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
     expanded = " ".join([inline, *(f for c, _ in named for f in index.concepts.forms_of(c[len(CONCEPT):]))])
     # "How much can one issuer raise in a 12-month period": the period is the case's, not what is asked
     asked = asked_for(_STATED_PERIOD.sub("", expanded), plain=_STATED_PERIOD.sub("", inline))
-    absent = _absent_concepts(question, index)
-    absent += unknown
+    absent = _absent_concepts(question, index) + unknown
     # A case the question states ("for a score of 700") is read from the table row whose band holds it, even
     # when the question names the column in other words ("deposit" for "down payment").
     case = None if absent else lookup(index, question, asked, quotable)
@@ -138,6 +136,8 @@ def plan_answer(index: DocumentIndex, question: str, *, quotable: Callable[[str]
                 # "now": not the proposal the final rule replaced, nor the figure kept until the change
                 best, figures = newer, [f for f in row_values(newer, list(newer.figures)) if f.kind in asked.kinds]
             figures = _choose(figures, best, question, index, asked)
+            if implied := implied_changes.in_force(index, figures, asked.kinds, question):
+                best, figures = implied
             for f in figures:
                 leads.setdefault(f.text, clause_after(best.sentence, f, best.figures))
             reason = f"{figures[0].kind} ({asked.rule})"

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 
-from gateway.domain.retrieval import DocumentIndex, terms
+from gateway.domain.retrieval import Candidate, DocumentIndex, terms
 from textspans.figures import CHANGE_STEMS, NUMBER, Figure
-from textspans.supersession import versions
+from textspans.supersession import OLD, version_asked, versions
 
 HELD = 0.5  # least share of the change's words (IDF weight) the old line holds, when the change refers to a place
 # or sits under a heading that names an amendment
@@ -140,3 +141,20 @@ def replacing(index: DocumentIndex, figures: set[str]) -> tuple[int, ...]:
     """The lines that replace one of `figures` (as written), stating both sides or the new one alone."""
     implied = implied_old_sides(index)
     return tuple(sorted(set(index.replacing(figures)) | {i for f in figures for i in implied.get(f, ())}))
+
+
+def in_force(index: DocumentIndex, figures: Sequence[Figure], kinds: tuple[str, ...], question: str,
+             ) -> tuple[Candidate, list[Figure]] | None:
+    """The one line that replaces every figure of `figures` by a new figure alone, with that new figure (of
+    `kinds`), where `question` asks for the figure in force; None otherwise (no such line, several, or the
+    question asks for the old figure)."""
+    if not figures or version_asked(question) == OLD:
+        return None
+    olds = implied_old_sides(index)
+    lines = {i for f in figures for i in olds.get(f.text, ())}
+    if len(lines) != 1 or not all(f.text in olds for f in figures):
+        return None
+    line = index.line(lines.pop())
+    new = implied_new(index, line.sentence)
+    chosen = [f for f in line.figures if f.text in new and f.kind in kinds]
+    return (line, chosen) if len(chosen) == 1 else None

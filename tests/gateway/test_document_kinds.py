@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.domain.answer_plan import plan_answer
 from gateway.domain.retrieval import DocumentIndex
-from textspans.figures import DATE, DURATION, NUMBER, find_figures, ranges
+from textspans.figures import DATE, DURATION, NUMBER, RATIO, find_figures, ranges
 from textspans.questions import asked_for
 
 
@@ -27,10 +27,11 @@ def test_a_condition_clause_before_the_question_does_not_decide_its_kind() -> No
     assert asked_for("When the fund is closed, by when must the report be filed?").rule == "when"
 
 
-def test_a_charge_named_by_its_own_noun_asks_for_an_amount() -> None:
+def test_a_charge_named_by_its_own_noun_asks_for_an_amount_and_leverage_for_a_multiple() -> None:
     for question in ("What bunker surcharge was added to a car fare in February 2026?",
                      "What levy per credit applies to the first tranche?", "What annual rent is payable for Unit 4?"):
         assert asked_for(question).rule == "amount", question
+    assert asked_for("What is the maximum leverage for a professional client?").kinds[0] == RATIO
 
 
 def test_how_far_ahead_asks_for_the_period_counted_forward() -> None:

@@ -41,6 +41,13 @@ def test_a_change_giving_the_new_figure_alone_replaces_the_earlier_lines_figure(
     assert sides("What is the maximum loan-to-value?", index.line(_line(index, "4.2 The maximum"))) == [(0.0, 0.0, 0.0)]
 
 
+def test_the_plan_leads_with_the_new_figure_unless_the_old_one_is_asked() -> None:
+    index = DocumentIndex(POLICY)
+    assert plan_answer(index, "What is the maximum loan-to-value for a buy-to-let mortgage?").leads == ("70%",)
+    assert plan_answer(index, "What was the maximum loan-to-value before the variation letter?").leads == ("75%",)
+    assert plan_answer(index, "What is the minimum loan?").leads == ("GBP 50,000",)  # no change of it
+
+
 def test_the_chooser_offers_the_changing_line_and_marks_both_sides() -> None:
     index = DocumentIndex(POLICY)
     question = "What is the maximum loan-to-value for a buy-to-let mortgage?"
