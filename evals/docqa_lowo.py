@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from evals.docqa_candidates import FEATURES, SETS, Question, set_questions
-from gateway.domain.answer_chooser import WEIGHTS, inputs
+from gateway.domain.answer_chooser import WEIGHTS, answered, inputs
 from gateway.domain.chooser_model import QUESTION, REFUSAL, REFUSAL_ONLY, Model
 
 RIDGE = 0.01  # on w, a and the refusal's weights
@@ -51,16 +51,21 @@ STEPS = 300
 PLAN_FEATURES = tuple(f for f in FEATURES if f.startswith("plan_"))  # what the current plan decided
 
 
+def _features(q: Question, drop: Sequence[str] = ()) -> list[tuple[float, ...]]:
+    """A question's candidates' FEATURES rows, features in `drop` read as 0."""
+    gone = {FEATURES.index(f) for f in drop}
+    return [tuple(0.0 if i in gone else v for i, v in enumerate(o.features)) for o in q.options]
+
+
 def design(q: Question, drop: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     """[n, C] a question's candidates' design rows and [K] its QUESTION features, as the route reads them
     (gateway/domain/answer_chooser.py `inputs`); features in `drop` read as 0."""
-    gone = {FEATURES.index(f) for f in drop}
-    return inputs([tuple(0.0 if i in gone else v for i, v in enumerate(o.features)) for o in q.options])
+    return inputs(_features(q, drop))
 
 
 def choose(model: Model, q: Question, drop: Sequence[str] = ()) -> str | None:
-    """The chosen figure as written, or None for "not found"."""
-    i = model.pick(*design(q, drop))
+    """The chosen figure as written, or None for "not found", as the route chooses it (`answered`)."""
+    i = answered(model, _features(q, drop))
     return None if i is None else q.options[i].text
 
 

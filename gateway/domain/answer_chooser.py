@@ -142,9 +142,22 @@ def inputs(features: list[tuple[float, ...]]) -> tuple[np.ndarray, np.ndarray]:
     return design(features), question_vector(raw, FEATURES)
 
 
+def answered(model: Model, features: list[tuple[float, ...]]) -> int | None:
+    """The row `model` answers among one question's options (their FEATURES rows), or None for "not found". Code
+    checks the model's pick: a figure another line replaces (`replaced_elsewhere`) gives way to the best-scored
+    option that is the side in force of a change (`side_in_force`), where there is one."""
+    x, g = inputs(features)
+    i = model.pick(x, g)
+    replaced, in_force = FEATURES.index("replaced_elsewhere"), FEATURES.index("side_in_force")
+    if i is None or features[i][replaced] != 1.0:
+        return i
+    sides = [j for j, f in enumerate(features) if f[in_force] == 1.0]
+    return max(sides, key=lambda j: float(model.scores(x, g)[0][j])) if sides else i
+
+
 def pick(model: Model, opts: list[Option]) -> Option | None:
     """The option `model` answers among `opts` (one question's), or None for "not found"."""
-    i = model.pick(*inputs([o.features for o in opts]))
+    i = answered(model, [o.features for o in opts])
     return None if i is None else opts[i]
 
 

@@ -5,8 +5,10 @@ the new one as the side in force. Nothing is paired for a change of one case onl
 figure too, or two lines or figures that tie."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gateway.domain import implied_changes
-from gateway.domain.answer_chooser import FEATURES, choose, options, shipped
+from gateway.domain.answer_chooser import FEATURES, answered, choose, inputs, options, shipped
 from gateway.domain.answer_plan import plan_answer
 from gateway.domain.option_lines import sides
 from gateway.domain.retrieval import DocumentIndex
@@ -58,6 +60,22 @@ def test_the_chooser_offers_the_changing_line_and_marks_both_sides() -> None:
     assert opts["70%"].features[FEATURES.index("side_in_force")] == 1.0
     model = shipped()  # the packaged chooser answers with the figure in force
     assert model is not None and choose(index, question, plan, weights=model).leads[:1] == ("70%",)
+
+
+def test_code_answers_the_side_in_force_over_a_figure_replaced_elsewhere() -> None:
+    """Whatever the fitted weights prefer, a pick that another line replaces gives way to the side in force."""
+    index = DocumentIndex(POLICY)
+    question = "What is the maximum loan-to-value for a buy-to-let mortgage?"
+    opts = options(index, question, plan_answer(index, question))
+    model = shipped()
+    assert model is not None
+    features = [o.features for o in opts]
+    old, new = [o.text for o in opts].index("75%"), [o.text for o in opts].index("70%")
+    weights = list(model.weights)
+    weights[FEATURES.index("rank_inv")] = 50.0  # a model that would answer the first-ranked line, 4.2's old 75%
+    biased = replace(model, weights=tuple(weights))
+    assert biased.pick(*inputs(features)) == old
+    assert answered(biased, features) == new
 
 
 def test_a_change_for_one_case_or_writing_its_old_figure_pairs_nothing() -> None:
