@@ -152,7 +152,10 @@ def answered(model: Model, features: list[tuple[float, ...]]) -> int | None:
     if i is None or features[i][replaced] != 1.0:
         return i
     sides = [j for j, f in enumerate(features) if f[in_force] == 1.0]
-    return max(sides, key=lambda j: float(model.scores(x, g)[0][j])) if sides else i
+    if not sides:
+        return i
+    scores = model.scores(x, g)[0]
+    return max(sides, key=lambda j: float(scores[j]))
 
 
 def pick(model: Model, opts: list[Option]) -> Option | None:

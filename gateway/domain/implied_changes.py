@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from gateway.domain.retrieval import Candidate, DocumentIndex, terms
 from textspans.figures import CHANGE_STEMS, NUMBER, Figure
@@ -119,17 +120,27 @@ def implied_pairs(index: DocumentIndex) -> tuple[tuple[int, str, str], ...]:
     return tuple(out)
 
 
-def implied_old_sides(index: DocumentIndex) -> dict[str, tuple[int, ...]]:
+@functools.lru_cache(maxsize=32)
+def _sides(index: DocumentIndex) -> tuple[Mapping[str, tuple[int, ...]], Mapping[str, frozenset[str]]]:
+    """`implied_pairs` read both ways, once per index: each old figure with the lines replacing it, and each
+    replacing sentence with its new figures."""
+    olds: dict[str, set[int]] = {}
+    news: dict[str, set[str]] = {}
+    for i, new, old in implied_pairs(index):
+        olds.setdefault(old, set()).add(i)
+        news.setdefault(index.sentences[i], set()).add(new)
+    return (MappingProxyType({k: tuple(sorted(v)) for k, v in olds.items()}),
+            MappingProxyType({k: frozenset(v) for k, v in news.items()}))
+
+
+def implied_old_sides(index: DocumentIndex) -> Mapping[str, tuple[int, ...]]:
     """Each figure (as written) that a line replaces by a new figure alone, with those lines."""
-    out: dict[str, set[int]] = {}
-    for i, _, old in implied_pairs(index):
-        out.setdefault(old, set()).add(i)
-    return {k: tuple(sorted(v)) for k, v in out.items()}
+    return _sides(index)[0]
 
 
 def implied_new(index: DocumentIndex, sentence: str) -> frozenset[str]:
     """The figures `sentence` gives as new ones alone, replacing figures of other lines."""
-    return frozenset(new for i, new, _ in implied_pairs(index) if index.sentences[i] == sentence)
+    return _sides(index)[1].get(sentence, frozenset())
 
 
 def replaced(index: DocumentIndex) -> frozenset[str]:
